@@ -1,0 +1,64 @@
+package parley
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes. The web package maps each to an HTTP status, a WebSocket
+// close code and a JSON error code in one table; no other layer picks statuses.
+const (
+	EInvalid     = "invalid"      // the request is malformed or a parameter is out of range
+	ETooLarge    = "too_large"    // a message or prompt exceeds a configured limit
+	EBusy        = "busy"         // every slot is taken and the wait queue is full
+	ERateLimited = "rate_limited" // the client sent too much too fast
+	ENotFound    = "not_found"    // no such session, model or route
+	EUnavailable = "unavailable"  // the server is loading, draining or shutting down
+	EInternal    = "internal"     // a bug or an engine failure; the message is safe to show
+)
+
+// Error is an application error whose message is safe to show a client.
+// Field names the offending request field when there is one.
+type Error struct {
+	Code    string
+	Field   string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("parley: code=%s message=%s", e.Code, e.Message)
+}
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// FieldErrorf returns an EInvalid error that names the offending field.
+func FieldErrorf(field, format string, args ...any) *Error {
+	return &Error{Code: EInvalid, Field: field, Message: field + ": " + fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the *Error in err's chain, EInternal for any
+// other non-nil error, and "" for nil.
+func ErrorCode(err error) string {
+	var e *Error
+	if err == nil {
+		return ""
+	} else if errors.As(err, &e) {
+		return e.Code
+	}
+	return EInternal
+}
+
+// ErrorMessage returns the client-safe message of the *Error in err's chain,
+// or a generic one for errors that may carry internal detail.
+func ErrorMessage(err error) string {
+	var e *Error
+	if err == nil {
+		return ""
+	} else if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}

@@ -1,0 +1,37 @@
+package parley
+
+import "time"
+
+// GenerateRequest asks the engine for one reply to a tokenized prompt.
+type GenerateRequest struct {
+	// Key ties the request to a KV-cache slot across requests (a session id).
+	// Requests with the same key reuse the longest common prefix of the tokens
+	// that slot already holds. "" means a stateless request: any free slot.
+	Key string
+	// Tokens is the whole prompt, as returned by Tokenize (BOS included when
+	// the model wants one). Never empty.
+	Tokens []int
+	// Params: MaxTokens and the sampling fields are applied by the engine.
+	// Stop strings are not: the chat layer matches them on text and cancels.
+	Params Params
+}
+
+// ModelInfo describes the loaded model.
+type ModelInfo struct {
+	Path            string        `json:"path"`
+	Name            string        `json:"name"`         // general.name, or the file's base name
+	Architecture    string        `json:"architecture"` // general.architecture, e.g. "llama"
+	Parameters      uint64        `json:"parameters"`   // total parameter count
+	Quantization    string        `json:"quantization"` // file type, e.g. "F32", "Q4_K_M"
+	SizeBytes       int64         `json:"size_bytes"`
+	Layers          int           `json:"layers"`
+	EmbeddingLength int           `json:"embedding_length"`
+	VocabSize       int           `json:"vocab_size"`
+	TrainContext    int           `json:"train_context"`  // context length the model was trained with
+	ContextLength   int           `json:"context_length"` // tokens per session (slot) as configured
+	Parallel        int           `json:"parallel"`       // slots that generate at once
+	ChatTemplate    string        `json:"chat_template"`  // tokenizer.chat_template, "" when absent
+	BOSToken        string        `json:"bos_token"`      // text of the BOS token, "" when none
+	EOSToken        string        `json:"eos_token"`      // text of the EOS token, "" when none
+	LoadTime        time.Duration `json:"load_time"`
+}

@@ -1,0 +1,84 @@
+// Package parley holds the domain types every layer shares: sampling
+// parameters, the token events a reply streams as, finish reasons, usage and
+// timings, and the error codes that the wire layer maps to statuses in one
+// place. It has no dependencies beyond the standard library, so the pure
+// packages (chat, session) and the engine (llm) can all speak it.
+//
+// Data flows one way: web (wire) -> session (history) -> chat (prompt) ->
+// llm (tokens) -> back up as a stream of Events.
+package parley
+
+import (
+	"time"
+)
+
+// Role is who said a message.
+type Role string
+
+// Roles a conversation can hold.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+)
+
+// Message is one turn of a conversation.
+type Message struct {
+	Role    Role   `json:"role"`
+	Content string `json:"content"`
+}
+
+// FinishReason says why a reply ended.
+type FinishReason string
+
+// Finish reasons, as they appear on every wire format.
+const (
+	FinishStop      FinishReason = "stop"      // a stop string matched
+	FinishLength    FinishReason = "length"    // the reply cap or the context window was reached
+	FinishEOS       FinishReason = "eos"       // the model produced an end-of-generation token
+	FinishCancelled FinishReason = "cancelled" // the client cancelled or went away
+	FinishError     FinishReason = "error"     // the engine failed mid-reply
+)
+
+// Token is one generated token as the engine saw it.
+type Token struct {
+	ID      int     `json:"id"`
+	Text    string  `json:"text"`    // the piece this token contributed; may be empty when UTF-8 or a stop prefix is held back
+	Logprob float64 `json:"logprob"` // natural log-probability of this token under the sampler's temperature
+	Special bool    `json:"special"` // an end-of-generation or control token
+}
+
+// Usage counts tokens for one reply.
+type Usage struct {
+	PromptTokens       int `json:"prompt_tokens"`        // tokens in the rendered prompt
+	CachedPromptTokens int `json:"cached_prompt_tokens"` // of those, reused from the KV cache (not evaluated again)
+	CompletionTokens   int `json:"completion_tokens"`    // tokens generated
+}
+
+// Timings of one reply.
+type Timings struct {
+	Queued           time.Duration `json:"-"` // waiting for a slot
+	TimeToFirstToken time.Duration `json:"-"` // from submission to the first generated token
+	Total            time.Duration `json:"-"` // from submission to the end
+}
+
+// TokensPerSecond is the decode rate after the first token.
+func (t Timings) TokensPerSecond(completion int) float64 {
+	gen := t.Total - t.TimeToFirstToken
+	if completion <= 1 || gen <= 0 {
+		return 0
+	}
+	return float64(completion-1) / gen.Seconds()
+}
+
+// Event is one step of a streamed reply: either a token, or the final event
+// (Done set) that carries the finish reason, usage and timings. Exactly one
+// Done event ends every stream; Err is set on it when FinishReason is FinishError.
+type Event struct {
+	Token   Token
+	Done    bool
+	Finish  FinishReason
+	Usage   Usage
+	Timings Timings
+	Err     error
+}
