@@ -1,0 +1,688 @@
+// Package llm owns the GGUF model, the llama.cpp context, tokenization,
+// sampling and the decode loop. It knows nothing about HTTP, WebSockets or
+// sessions.
+//
+// One goroutine (the loop) owns the llama.cpp context. Requests arrive through
+// Generate as sequences; each active sequence is bound to a slot (a llama.cpp
+// sequence id with its own share of the KV cache). Every step the loop packs
+// the next token of every generating sequence, plus chunks of prompts still
+// being evaluated, into one batch (continuous batching), decodes it, samples,
+// and sends token events to each sequence's channel. The loop never blocks on
+// a consumer: a sequence whose consumer falls too far behind is ended.
+//
+// A slot remembers the tokens its KV cache holds and the key (session id) of
+// the request that filled it, so the next turn of a conversation evaluates only
+// the tokens after the longest common prefix.
+//
+// Every use of the cgo binding stays inside this package.
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ollama/ollama/llama"
+	"github.com/ollama/ollama/ml"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultContextLength = 2048 // tokens per slot
+	DefaultParallel      = 4    // slots
+	DefaultBatchSize     = 512  // tokens per llama.cpp micro-batch
+	DefaultQueueSize     = 64   // requests that may wait for a slot
+
+	// maxEventBuffer bounds each sequence's event channel. The loop never
+	// blocks on a consumer: a consumer that is this many events behind is
+	// considered stuck and its sequence is ended with an error.
+	maxEventBuffer = 512
+
+	// minPromptChunk is the least number of prompt tokens evaluated per step
+	// while other sequences are generating, so a long prompt makes progress
+	// without freezing their streams for long.
+	minPromptChunk = 64
+)
+
+// ErrClosed is returned by Generate after Close.
+var ErrClosed = errors.New("llm: engine closed")
+
+// Config configures Open. Zero values take the defaults above.
+type Config struct {
+	Path          string // GGUF file
+	ContextLength int    // tokens per slot (each session's window); capped at the model's training context
+	Parallel      int    // sequences that generate at once, each with its own KV-cache slot
+	Threads       int    // CPU threads for decoding; default runtime.NumCPU()
+	BatchSize     int    // tokens per llama.cpp micro-batch
+	QueueSize     int    // requests that may wait for a free slot before Generate returns EBusy; < 0 means none
+	// Progress, when set, is called with the load progress in [0, 1].
+	Progress func(float32)
+	Logger   *zap.Logger
+}
+
+// Stats is a snapshot of the engine's counters, for metrics.
+type Stats struct {
+	Slots            int   // total slots
+	SlotsBusy        int   // slots running a sequence
+	Queued           int   // requests waiting for a slot
+	PromptEvaluated  int64 // prompt tokens decoded (cumulative)
+	PromptReused     int64 // prompt tokens served from the KV cache (cumulative)
+	TokensGenerated  int64 // tokens sampled (cumulative)
+	Steps            int64 // decode steps (cumulative)
+	StepNanos        int64 // time spent in decode steps (cumulative)
+	BusyRefusals     int64 // requests refused because the queue was full (cumulative)
+	SlowConsumerDrop int64 // sequences ended because their consumer stopped reading (cumulative)
+}
+
+// Engine is a loaded model with its decode loop. It is safe for concurrent use.
+type Engine struct {
+	model   *llama.Model
+	lc      *llama.Context
+	info    parley.ModelInfo
+	vocab   vocabInfo
+	log     *zap.Logger
+	nCtx    int // tokens per slot
+	batch   int // micro-batch size
+	queue   chan *sequence
+	closing chan struct{}
+	done    chan struct{}
+
+	closeOnce sync.Once
+	closeMu   sync.RWMutex // held for reading while enqueueing, for writing when closing
+	closed    bool
+
+	slots []*slot // owned by the loop
+
+	gvOnce sync.Once
+	gv     *grammarVocab
+
+	busy, queued                                          atomic.Int64
+	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
+	busyRefusals, slowDrops                               atomic.Int64
+}
+
+// slot is one llama.cpp sequence id and what its KV cache holds. Owned by the loop.
+type slot struct {
+	id       int
+	key      string // key of the request that last used this slot
+	cached   []int  // tokens whose keys and values are in the cache, in position order
+	lastUsed uint64 // loop tick of the last assignment, for LRU
+	seq      *sequence
+}
+
+// sequence is one request in flight.
+type sequence struct {
+	ctx     context.Context
+	req     parley.GenerateRequest
+	out     chan parley.Event
+	sampler *llama.SamplingContext
+	temp    float64
+
+	slot    *slot
+	pending []int // tokens to decode next: the rest of the prompt, or the last sampled token
+	iBatch  int   // batch index of the logits to sample from after this step, or -1
+
+	generated int
+	usage     parley.Usage
+	submitted time.Time
+	started   time.Time // a slot was assigned
+	firstTok  time.Time
+}
+
+// Open loads the model and starts the decode loop.
+func Open(cfg Config) (*Engine, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	meta, err := readMetadata(cfg.Path)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ContextLength <= 0 {
+		cfg.ContextLength = DefaultContextLength
+	}
+	if meta.info.TrainContext > 0 && cfg.ContextLength > meta.info.TrainContext {
+		log.Warn("context length capped at the model's training context",
+			zap.Int("requested", cfg.ContextLength), zap.Int("train_context", meta.info.TrainContext))
+		cfg.ContextLength = meta.info.TrainContext
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = DefaultParallel
+	}
+	if cfg.Threads <= 0 {
+		cfg.Threads = runtime.NumCPU()
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = DefaultQueueSize
+	} else if cfg.QueueSize < 0 {
+		cfg.QueueSize = 0
+	}
+
+	start := time.Now()
+	llama.BackendInit()
+	model, err := llama.LoadModelFromFile(cfg.Path, llama.ModelParams{UseMmap: true, Progress: cfg.Progress})
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: llama.cpp could not load it (unsupported architecture or damaged file)", cfg.Path)
+	}
+	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads,
+		ml.FlashAttentionAuto, "")
+	lc, err := llama.NewContextWithModel(model, params)
+	if err != nil {
+		llama.FreeModel(model)
+		return nil, fmt.Errorf("create context: %w", err)
+	}
+	if n := model.NumVocab(); n != meta.vocab.size() && meta.vocab.size() > 0 {
+		log.Warn("vocabulary size differs between metadata and llama.cpp", zap.Int("metadata", meta.vocab.size()), zap.Int("llama", n))
+	}
+
+	info := meta.info
+	info.Path = cfg.Path
+	info.ContextLength = cfg.ContextLength
+	info.Parallel = cfg.Parallel
+	info.VocabSize = model.NumVocab()
+	info.LoadTime = time.Since(start)
+
+	e := &Engine{
+		model:   model,
+		lc:      lc,
+		info:    info,
+		vocab:   meta.vocab,
+		log:     log,
+		nCtx:    cfg.ContextLength,
+		batch:   cfg.BatchSize,
+		queue:   make(chan *sequence, cfg.QueueSize+cfg.Parallel),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	for i := range cfg.Parallel {
+		e.slots = append(e.slots, &slot{id: i})
+	}
+	b, err := llama.NewBatch(cfg.BatchSize, cfg.Parallel, 0)
+	if err != nil {
+		llama.FreeModel(model)
+		return nil, fmt.Errorf("allocate batch: %w", err)
+	}
+	go e.loop(b)
+	return e, nil
+}
+
+// Info describes the loaded model.
+func (e *Engine) Info() parley.ModelInfo { return e.info }
+
+// Tokenize turns text into tokens, adding BOS when the model wants it and
+// parsing special-token text (such as a chat template's role markers).
+func (e *Engine) Tokenize(text string) ([]int, error) {
+	toks, err := e.model.Tokenize(text, true, true)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	return toks, nil
+}
+
+// TokenText returns the text of one token (raw bytes: may be part of a UTF-8 character).
+func (e *Engine) TokenText(id int) string {
+	if id < 0 || id >= e.info.VocabSize {
+		return ""
+	}
+	return e.model.TokenToPiece(id)
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats {
+	return Stats{
+		Slots:            len(e.slots),
+		SlotsBusy:        int(e.busy.Load()),
+		Queued:           int(e.queued.Load()),
+		PromptEvaluated:  e.promptEval.Load(),
+		PromptReused:     e.promptReused.Load(),
+		TokensGenerated:  e.generated.Load(),
+		Steps:            e.steps.Load(),
+		StepNanos:        e.stepNanos.Load(),
+		BusyRefusals:     e.busyRefusals.Load(),
+		SlowConsumerDrop: e.slowDrops.Load(),
+	}
+}
+
+// Generate submits a request and returns its event stream at once. The
+// channel carries token events, then exactly one event with Done set, and is
+// then closed. The final event always fits in the channel's buffer, so a
+// consumer that cancels ctx may stop reading. Cancelling ctx ends the
+// sequence within one decode step and frees its slot.
+//
+// Errors (as *parley.Error): EInvalid for a bad request, ETooLarge for a
+// prompt that does not fit the context, EBusy when the wait queue is full,
+// EUnavailable after Close.
+func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
+	if len(req.Tokens) == 0 {
+		return nil, parley.FieldErrorf("prompt", "must not be empty")
+	}
+	if len(req.Tokens) >= e.nCtx {
+		return nil, parley.Errorf(parley.ETooLarge, "prompt is %d tokens; the context holds %d", len(req.Tokens), e.nCtx)
+	}
+	for _, t := range req.Tokens {
+		// llama.cpp rejects bad ids too, but an id check here keeps hostile
+		// input away from C entirely.
+		if t < 0 || t >= e.info.VocabSize {
+			return nil, parley.FieldErrorf("prompt", "token id %d is outside the vocabulary", t)
+		}
+	}
+	if err := req.Params.Validate(0); err != nil {
+		return nil, err
+	}
+	sampler, err := e.newSampler(req.Params)
+	if err != nil {
+		return nil, err
+	}
+	seq := &sequence{
+		ctx:       ctx,
+		req:       req,
+		out:       make(chan parley.Event, min(req.Params.MaxTokens, maxEventBuffer)+1),
+		sampler:   sampler,
+		temp:      req.Params.Temperature,
+		iBatch:    -1,
+		submitted: time.Now(),
+	}
+
+	e.closeMu.RLock()
+	defer e.closeMu.RUnlock()
+	if e.closed {
+		return nil, parley.Errorf(parley.EUnavailable, "the model is shutting down")
+	}
+	select {
+	case e.queue <- seq:
+		e.queued.Add(1)
+		return seq.out, nil
+	default:
+		e.busyRefusals.Add(1)
+		return nil, parley.Errorf(parley.EBusy, "the server is busy: every slot is taken and the queue is full; try again shortly")
+	}
+}
+
+// Close stops the loop (ending every sequence as cancelled) and frees the model.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.closeMu.Lock()
+		e.closed = true
+		close(e.closing)
+		e.closeMu.Unlock()
+		<-e.done
+		llama.FreeModel(e.model)
+	})
+	return nil
+}
+
+func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, error) {
+	grammar := p.Grammar
+	if len(p.JSONSchema) > 0 {
+		g := llama.SchemaToGrammar(p.JSONSchema)
+		if g == nil {
+			return nil, parley.FieldErrorf("json_schema", "could not be converted to a grammar (unsupported or invalid schema)")
+		}
+		grammar = string(g)
+	}
+	if grammar != "" {
+		if err := e.checkGrammar(grammar); err != nil {
+			return nil, parley.FieldErrorf("grammar", "%v", err)
+		}
+	}
+	seed := uint32(math.MaxUint32) // llama.cpp: random
+	if p.Seed >= 0 {
+		seed = uint32(p.Seed)
+	}
+	lastN := p.RepeatLastN
+	if lastN < 0 {
+		lastN = e.nCtx
+	}
+	sc, err := llama.NewSamplingContext(e.model, llama.SamplingParams{
+		TopK:           p.TopK,
+		TopP:           float32(p.TopP),
+		MinP:           float32(p.MinP),
+		TypicalP:       float32(p.TypicalP),
+		Temp:           float32(p.Temperature),
+		RepeatLastN:    lastN,
+		PenaltyRepeat:  float32(p.RepeatPenalty),
+		PenaltyFreq:    float32(p.FrequencyPenalty),
+		PenaltyPresent: float32(p.PresencePenalty),
+		Seed:           seed,
+		Grammar:        grammar,
+	})
+	if err != nil {
+		if grammar != "" {
+			return nil, parley.FieldErrorf("grammar", "llama.cpp could not compile the grammar")
+		}
+		return nil, fmt.Errorf("sampler: %w", err)
+	}
+	return sc, nil
+}
+
+// loop owns the llama.cpp context. It exits when Close is called.
+func (e *Engine) loop(b *llama.Batch) {
+	defer close(e.done)
+	defer b.Free()
+	var tick uint64
+	active := 0
+	for {
+		tick++
+		// Admit queued requests into free slots. With nothing active, block.
+		for active < len(e.slots) {
+			var seq *sequence
+			if active == 0 {
+				select {
+				case seq = <-e.queue:
+				case <-e.closing:
+					e.shutdown()
+					return
+				}
+			} else {
+				select {
+				case seq = <-e.queue:
+				case <-e.closing:
+					e.shutdown()
+					return
+				default:
+				}
+			}
+			if seq == nil {
+				break
+			}
+			e.queued.Add(-1)
+			if seq.ctx.Err() != nil {
+				e.finish(seq, parley.FinishCancelled, nil)
+				continue
+			}
+			e.assign(seq, tick)
+			active++
+		}
+		select {
+		case <-e.closing:
+			e.shutdown()
+			return
+		default:
+		}
+
+		active -= e.step(b)
+	}
+}
+
+// assign binds seq to a free slot: the one this key used last if it is free,
+// else the least recently used; then trims the slot's cache to the longest
+// common prefix with the prompt.
+func (e *Engine) assign(seq *sequence, tick uint64) {
+	var best *slot
+	for _, s := range e.slots {
+		if s.seq != nil {
+			continue
+		}
+		if seq.req.Key != "" && s.key == seq.req.Key {
+			best = s
+			break
+		}
+		if best == nil || s.lastUsed < best.lastUsed {
+			best = s
+		}
+	}
+	s := best
+	if s.key != seq.req.Key && s.key != "" {
+		e.log.Debug("slot taken over", zap.Int("slot", s.id), zap.String("from", s.key), zap.String("to", seq.req.Key))
+	}
+	s.seq, s.key, s.lastUsed = seq, seq.req.Key, tick
+	seq.slot = s
+	seq.started = time.Now()
+	e.busy.Add(1)
+
+	toks := seq.req.Tokens
+	keep := commonPrefix(s.cached, toks)
+	if keep == len(toks) {
+		keep-- // at least one token must be decoded to get logits
+	}
+	if keep < len(s.cached) {
+		if !e.lc.KvCacheSeqRm(s.id, keep, -1) {
+			// Some memory types cannot drop a suffix: start over.
+			e.lc.KvCacheSeqRm(s.id, 0, -1)
+			keep = 0
+		}
+		s.cached = s.cached[:keep]
+	}
+	seq.pending = append([]int(nil), toks[keep:]...)
+	seq.usage.PromptTokens = len(toks)
+	seq.usage.CachedPromptTokens = keep
+	e.promptReused.Add(int64(keep))
+}
+
+func commonPrefix(a, b []int) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// step runs one decode step over every active sequence and returns how many
+// sequences finished.
+func (e *Engine) step(b *llama.Batch) (finished int) {
+	capacity := b.Size() * len(e.slots)
+	b.Clear()
+
+	// Cancelled sequences leave first, within one step of their cancellation.
+	generating := 0
+	for _, s := range e.slots {
+		if s.seq == nil {
+			continue
+		}
+		if s.seq.ctx.Err() != nil {
+			e.finish(s.seq, parley.FinishCancelled, nil)
+			finished++
+			continue
+		}
+		if len(s.seq.pending) == 1 && s.seq.generated > 0 {
+			generating++
+		}
+	}
+
+	// Generating sequences get their one token each; prompts share what is
+	// left, capped while others are generating so their streams keep flowing.
+	promptBudget := capacity - generating
+	if generating > 0 {
+		promptBudget = min(promptBudget, max(minPromptChunk, e.batch/4))
+	}
+	var inBatch []*sequence
+	for _, s := range e.slots {
+		seq := s.seq
+		if seq == nil {
+			continue
+		}
+		n := len(seq.pending)
+		if !(n == 1 && seq.generated > 0) {
+			n = min(n, promptBudget)
+			promptBudget -= n
+		}
+		if n == 0 {
+			continue
+		}
+		pos := len(s.cached)
+		for i := range n {
+			last := i == n-1 && n == len(seq.pending)
+			b.Add(seq.pending[i], nil, pos+i, last, s.id)
+			if last {
+				seq.iBatch = b.NumTokens() - 1
+			}
+		}
+		s.cached = append(s.cached, seq.pending[:n]...)
+		if seq.generated == 0 {
+			e.promptEval.Add(int64(n))
+		}
+		seq.pending = seq.pending[n:]
+		inBatch = append(inBatch, seq)
+	}
+	if b.NumTokens() == 0 {
+		return finished
+	}
+
+	t0 := time.Now()
+	err := e.lc.Decode(b)
+	e.steps.Add(1)
+	e.stepNanos.Add(int64(time.Since(t0)))
+	if err != nil {
+		e.log.Error("decode failed", zap.Error(err), zap.Int("batch_tokens", b.NumTokens()))
+		for _, seq := range inBatch {
+			// The cache state of these slots is unknown now: forget it.
+			e.lc.KvCacheSeqRm(seq.slot.id, 0, -1)
+			seq.slot.cached = seq.slot.cached[:0]
+			e.finish(seq, parley.FinishError, fmt.Errorf("decode: %w", err))
+			finished++
+		}
+		return finished
+	}
+
+	for _, seq := range inBatch {
+		if seq.iBatch < 0 {
+			continue // more prompt to evaluate
+		}
+		if done := e.sample(seq); done {
+			finished++
+		}
+	}
+	return finished
+}
+
+// sample draws the next token for seq from the logits of the last step,
+// sends it, and decides whether the sequence is done. It reports whether the
+// sequence finished.
+func (e *Engine) sample(seq *sequence) bool {
+	idx := seq.iBatch
+	seq.iBatch = -1
+	tok := seq.sampler.Sample(e.lc, idx)
+	seq.sampler.Accept(tok, true)
+
+	if e.model.TokenIsEog(tok) {
+		e.finish(seq, parley.FinishEOS, nil)
+		return true
+	}
+	if seq.generated == 0 {
+		seq.firstTok = time.Now()
+	}
+	seq.generated++
+	e.generated.Add(1)
+
+	ev := parley.Event{Token: parley.Token{
+		ID:      tok,
+		Text:    e.model.TokenToPiece(tok),
+		Logprob: logprob(e.lc.GetLogitsIth(idx), tok, seq.temp),
+		Special: e.vocab.special(tok),
+	}}
+	if len(seq.out) >= cap(seq.out)-1 {
+		// The consumer is maxEventBuffer events behind: it is not reading.
+		e.slowDrops.Add(1)
+		e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal, "the client stopped reading the reply"))
+		return true
+	}
+	seq.out <- ev
+
+	switch {
+	case seq.generated >= seq.req.Params.MaxTokens:
+		e.finish(seq, parley.FinishLength, nil)
+		return true
+	case len(seq.slot.cached)+1 > e.nCtx-1:
+		// The next token would need the last free position: stop before the context is full.
+		e.finish(seq, parley.FinishLength, nil)
+		return true
+	}
+	seq.pending = append(seq.pending[:0], tok)
+	return false
+}
+
+// logprob returns log softmax(logits / temp)[tok]. Greedy sampling (temp <= 0)
+// reports the model's own distribution (temp 1).
+func logprob(logits []float32, tok int, temp float64) float64 {
+	if tok < 0 || tok >= len(logits) {
+		return math.NaN()
+	}
+	if temp <= 0 {
+		temp = 1
+	}
+	maxL := math.Inf(-1)
+	for _, l := range logits {
+		maxL = math.Max(maxL, float64(l)/temp)
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l)/temp - maxL)
+	}
+	return float64(logits[tok])/temp - maxL - math.Log(sum)
+}
+
+// finish ends seq: frees its slot (keeping the cached tokens for reuse) and
+// sends the final event, for which the channel always has room.
+func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
+	if s := seq.slot; s != nil {
+		s.seq = nil
+		seq.slot = nil
+		e.busy.Add(-1)
+	}
+	now := time.Now()
+	seq.usage.CompletionTokens = seq.generated
+	final := parley.Event{Done: true, Finish: reason, Usage: seq.usage, Err: err}
+	final.Timings.Total = now.Sub(seq.submitted)
+	if !seq.started.IsZero() {
+		final.Timings.Queued = seq.started.Sub(seq.submitted)
+	}
+	if !seq.firstTok.IsZero() {
+		final.Timings.TimeToFirstToken = seq.firstTok.Sub(seq.submitted)
+	}
+	seq.out <- final
+	close(seq.out)
+}
+
+// shutdown ends every active and queued sequence as cancelled. Called by the loop.
+func (e *Engine) shutdown() {
+	for _, s := range e.slots {
+		if s.seq != nil {
+			e.finish(s.seq, parley.FinishCancelled, nil)
+		}
+	}
+	for {
+		select {
+		case seq := <-e.queue:
+			e.queued.Add(-1)
+			e.finish(seq, parley.FinishCancelled, nil)
+		default:
+			return
+		}
+	}
+}
+
+// checkModelFile gives a clear error for a path that is not a readable GGUF.
+func checkModelFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("model file %s: not found", path)
+		}
+		return fmt.Errorf("model file: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return fmt.Errorf("model file %s: is a directory", path)
+	}
+	magic := make([]byte, 4)
+	if _, err := f.Read(magic); err != nil || string(magic) != "GGUF" {
+		return fmt.Errorf("model file %s: not a GGUF file", filepath.Base(path))
+	}
+	return nil
+}

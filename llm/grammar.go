@@ -1,0 +1,62 @@
+package llm
+
+import (
+	"errors"
+	"math"
+	"strings"
+
+	"github.com/ollama/ollama/llama"
+)
+
+// grammarVocab is the vocabulary as the grammar checker needs it, built once.
+type grammarVocab struct {
+	ids    []uint32
+	pieces []string
+	eog    []int32
+}
+
+func (e *Engine) grammarVocab() *grammarVocab {
+	e.gvOnce.Do(func() {
+		n := e.info.VocabSize
+		gv := &grammarVocab{ids: make([]uint32, n), pieces: make([]string, n)}
+		for i := range n {
+			gv.ids[i] = uint32(i)
+			gv.pieces[i] = e.model.TokenToPiece(i)
+			if e.model.TokenIsEog(i) {
+				gv.eog = append(gv.eog, int32(i))
+			}
+		}
+		e.gv = gv
+	})
+	return e.gv
+}
+
+// checkGrammar parses a GBNF grammar with llama.cpp's parser inside a
+// try/catch and checks that some token can start it. llama.cpp's sampler
+// does neither safely: a grammar that fails to parse becomes a null sampler
+// (a crash on first use), and "%llguidance" grammars abort the process.
+func (e *Engine) checkGrammar(grammar string) error {
+	if strings.HasPrefix(strings.TrimSpace(grammar), "%llguidance") {
+		return errors.New("llguidance grammars are not supported")
+	}
+	if strings.IndexByte(grammar, 0) >= 0 {
+		return errors.New("must not contain NUL bytes")
+	}
+	gv := e.grammarVocab()
+	g := llama.NewGrammar(grammar, gv.ids, gv.pieces, gv.eog)
+	if g == nil {
+		return errors.New("does not parse as GBNF with a root rule (or is left-recursive)")
+	}
+	defer g.Free()
+	cands := make([]llama.TokenData, len(gv.ids))
+	for i := range cands {
+		cands[i] = llama.TokenData{ID: int32(i)}
+	}
+	g.Apply(cands)
+	for _, c := range cands {
+		if !math.IsInf(float64(c.Logit), -1) {
+			return nil
+		}
+	}
+	return errors.New("no token of this model's vocabulary can start it")
+}

@@ -1,0 +1,103 @@
+package llm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/ollama/ollama/fs/ggml"
+
+	"github.com/parley-chat/parley"
+)
+
+// GGUF token types (tokenizer.ggml.token_type).
+const (
+	tokenTypeNormal      = 1
+	tokenTypeUnknown     = 2
+	tokenTypeControl     = 3
+	tokenTypeUserDefined = 4
+	tokenTypeUnused      = 5
+	tokenTypeByte        = 6
+)
+
+// vocabInfo is what the engine needs from the GGUF vocabulary beyond llama.cpp.
+type vocabInfo struct {
+	tokens []string
+	types  []int32
+}
+
+func (v vocabInfo) size() int { return len(v.tokens) }
+
+// special reports whether tok is a control token (role markers, BOS/EOS).
+func (v vocabInfo) special(tok int) bool {
+	if tok < 0 || tok >= len(v.types) {
+		return false
+	}
+	return v.types[tok] == tokenTypeControl
+}
+
+type metadata struct {
+	info  parley.ModelInfo
+	vocab vocabInfo
+}
+
+// readMetadata reads the model's facts from its GGUF header in pure Go, so a
+// file that is not a GGUF gets a clear error before llama.cpp sees it.
+func readMetadata(path string) (metadata, error) {
+	if err := checkModelFile(path); err != nil {
+		return metadata{}, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return metadata{}, fmt.Errorf("model file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return metadata{}, fmt.Errorf("model file: %w", err)
+	}
+	g, err := ggml.Decode(f, -1)
+	if err != nil {
+		return metadata{}, fmt.Errorf("model file %s: damaged GGUF header: %w", filepath.Base(path), err)
+	}
+	kv := g.KV()
+	arch := kv.Architecture()
+	if arch == "" {
+		return metadata{}, errors.New("model file: no general.architecture in its metadata")
+	}
+	params := kv.ParameterCount()
+	if params == 0 {
+		for _, t := range g.Tensors().Items() {
+			params += t.Elements()
+		}
+	}
+	name := kv.String("general.name")
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	vocab := vocabInfo{tokens: kv.Strings("tokenizer.ggml.tokens"), types: kv.Ints("tokenizer.ggml.token_type")}
+	tokenText := func(key string) string {
+		id, ok := kv.Value("tokenizer.ggml." + key).(uint32)
+		if !ok || int(id) >= len(vocab.tokens) {
+			return ""
+		}
+		return vocab.tokens[id]
+	}
+	info := parley.ModelInfo{
+		Name:            name,
+		Architecture:    arch,
+		Parameters:      params,
+		Quantization:    kv.FileType().String(),
+		SizeBytes:       st.Size(),
+		Layers:          int(kv.BlockCount()),
+		EmbeddingLength: int(kv.EmbeddingLength()),
+		VocabSize:       len(vocab.tokens),
+		TrainContext:    int(kv.ContextLength()),
+		ChatTemplate:    kv.ChatTemplate(),
+		BOSToken:        tokenText("bos_token_id"),
+		EOSToken:        tokenText("eos_token_id"),
+	}
+	return metadata{info: info, vocab: vocab}, nil
+}
