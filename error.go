@@ -8,13 +8,15 @@ import (
 // Error codes. The web package maps each to an HTTP status, a WebSocket
 // close code and a JSON error code in one table; no other layer picks statuses.
 const (
-	EInvalid     = "invalid"      // the request is malformed or a parameter is out of range
-	ETooLarge    = "too_large"    // a message or prompt exceeds a configured limit
-	EBusy        = "busy"         // every slot is taken and the wait queue is full
-	ERateLimited = "rate_limited" // the client sent too much too fast
-	ENotFound    = "not_found"    // no such session, model or route
-	EUnavailable = "unavailable"  // the server is loading, draining or shutting down
-	EInternal    = "internal"     // a bug or an engine failure; the message is safe to show
+	EInvalid      = "invalid"      // the request is malformed or a parameter is out of range
+	ETooLarge     = "too_large"    // a message or prompt exceeds a configured limit
+	EBusy         = "busy"         // every slot is taken and the wait queue is full
+	ERateLimited  = "rate_limited" // the client sent too much too fast
+	ENotFound     = "not_found"    // no such session, model or route
+	EUnauthorized = "unauthorized" // a required API key is missing or wrong
+	EForbidden    = "forbidden"    // the origin or host is not allowed
+	EUnavailable  = "unavailable"  // the server is loading, draining or shutting down
+	EInternal     = "internal"     // a bug or an engine failure; the message is safe to show
 )
 
 // Error is an application error whose message is safe to show a client.

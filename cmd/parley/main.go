@@ -1,0 +1,344 @@
+// Command parley serves a WebSocket chat (and HTTP streaming APIs) over a
+// llama.cpp model running in-process.
+//
+//	parley --model stories260K.gguf            # chat at http://127.0.0.1:8000
+//
+// Every flag can also be set with an environment variable: --max-tokens is
+// PARLEY_MAX_TOKENS. Flags win over the environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
+		os.Exit(healthcheck(os.Args[2:]))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "parley:", err)
+		os.Exit(1)
+	}
+}
+
+// config is every flag's value.
+type config struct {
+	model, addr, systemPrompt, logFormat, logLevel string
+	store, dataDir, apiKey, template               string
+	allowedOrigins, allowedHosts                   string
+	ctx, threads, parallel, queue, batch           int
+	maxTokens, maxTokensLimit                      int
+	maxConns, maxConnsPerIP, promptsPerMinute      int
+	maxSessions                                    int
+	maxMessageBytes                                int64
+	sessionTTL, drainTimeout                       time.Duration
+	temperature, topP, minP, repeatPenalty         float64
+	topK, repeatLastN                              int
+	seed                                           int64
+	llamaLog                                       bool
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("parley", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := parley.DefaultParams()
+	fs.StringVar(&c.model, "model", "", "GGUF model file (required)")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8000", "address to listen on")
+	fs.IntVar(&c.ctx, "ctx", llm.DefaultContextLength, "context window per session, in tokens")
+	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "CPU threads for llama.cpp")
+	fs.IntVar(&c.parallel, "parallel", llm.DefaultParallel, "replies generated at once (KV-cache slots)")
+	fs.IntVar(&c.queue, "queue", llm.DefaultQueueSize, "replies that may wait for a slot before clients are told the server is busy")
+	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
+	fs.IntVar(&c.maxTokens, "max-tokens", def.MaxTokens, "default reply cap in tokens")
+	fs.IntVar(&c.maxTokensLimit, "max-tokens-limit", 4096, "the largest reply cap a client may ask for")
+	fs.StringVar(&c.systemPrompt, "system-prompt", "", "system prompt for new sessions")
+	fs.StringVar(&c.template, "template", "", "chat template override (chatml, llama3, llama2, gemma, phi3, zephyr, plain); default: the model's own")
+	fs.Float64Var(&c.temperature, "temperature", def.Temperature, "default sampling temperature (0 = greedy)")
+	fs.IntVar(&c.topK, "top-k", def.TopK, "default top-k (0 = off)")
+	fs.Float64Var(&c.topP, "top-p", def.TopP, "default top-p (1 = off)")
+	fs.Float64Var(&c.minP, "min-p", def.MinP, "default min-p (0 = off)")
+	fs.Float64Var(&c.repeatPenalty, "repeat-penalty", def.RepeatPenalty, "default repetition penalty (1 = off)")
+	fs.IntVar(&c.repeatLastN, "repeat-last-n", def.RepeatLastN, "tokens the repetition penalty looks back over")
+	fs.Int64Var(&c.seed, "seed", def.Seed, "default seed (-1 = random)")
+	fs.StringVar(&c.logFormat, "log-format", "", "log format: console or json (default: console on a terminal, else json)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.BoolVar(&c.llamaLog, "llama-log", false, "show llama.cpp's own log lines on stderr")
+	fs.StringVar(&c.store, "store", "bolt", "session store: bolt (durable file under --data-dir) or memory")
+	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(getenv), "directory for the session database")
+	fs.DurationVar(&c.sessionTTL, "session-ttl", 24*time.Hour, "idle sessions expire after this long")
+	fs.IntVar(&c.maxSessions, "max-sessions", 10000, "sessions kept at most (least recently used are evicted)")
+	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated origins allowed to open WebSockets besides the server's own (* = any)")
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host header values accepted (DNS-rebinding guard); default: any on loopback")
+	fs.StringVar(&c.apiKey, "api-key", "", "require this key (Authorization: Bearer, or WebSocket subprotocol parley.key.KEY)")
+	fs.Int64Var(&c.maxMessageBytes, "max-message-bytes", web.DefaultMaxMessageBytes, "largest WebSocket message accepted")
+	fs.IntVar(&c.maxConns, "max-conns", web.DefaultMaxConns, "open WebSocket connections at most")
+	fs.IntVar(&c.maxConnsPerIP, "max-conns-per-ip", web.DefaultMaxConnsPerIP, "open WebSocket connections per client address at most")
+	fs.IntVar(&c.promptsPerMinute, "prompts-per-minute", web.DefaultPromptsPerMinute, "prompts per connection per minute at most")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", web.DefaultDrainTimeout, "on shutdown, how long running replies may finish")
+
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "PARLEY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" && !set[f.Name] && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s: %w", env, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	if c.model == "" {
+		return c, errors.New("no model: give --model PATH (a GGUF file) or set PARLEY_MODEL")
+	}
+	return c, nil
+}
+
+func defaultDataDir(getenv func(string) string) string {
+	if d := getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "parley")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "parley")
+	}
+	return "parley-data"
+}
+
+func newLogger(format, level string, w io.Writer) (*zap.Logger, error) {
+	var lvl zapcore.Level
+	if err := lvl.Set(level); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	if format == "" {
+		format = "json"
+		if f, ok := w.(*os.File); ok && isTerminal(f) {
+			format = "console"
+		}
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg.EncodeDuration = zapcore.StringDurationEncoder
+	var enc zapcore.Encoder
+	switch format {
+	case "json":
+		enc = zapcore.NewJSONEncoder(encCfg)
+	case "console":
+		encCfg.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	default:
+		return nil, fmt.Errorf("--log-format: want console or json, got %q", format)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// run is the whole program: it returns when ctx ends (a signal) or on a fatal error.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := parseFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	// llama.cpp logs through slog's default logger; keep its chatter off unless asked.
+	llamaLevel := slog.LevelError
+	if cfg.llamaLog {
+		llamaLevel = slog.LevelDebug
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: llamaLevel})))
+
+	defaults := parley.DefaultParams()
+	defaults.MaxTokens = cfg.maxTokens
+	defaults.Temperature = cfg.temperature
+	defaults.TopK = cfg.topK
+	defaults.TopP = cfg.topP
+	defaults.MinP = cfg.minP
+	defaults.RepeatPenalty = cfg.repeatPenalty
+	defaults.RepeatLastN = cfg.repeatLastN
+	defaults.Seed = cfg.seed
+	if err := defaults.Validate(cfg.maxTokensLimit); err != nil {
+		return fmt.Errorf("default sampling flags: %s", parley.ErrorMessage(err))
+	}
+
+	log.Info("loading model", zap.String("path", cfg.model))
+	progress := newLoadProgress(stderr)
+	eng, err := llm.Open(llm.Config{
+		Path:          cfg.model,
+		ContextLength: cfg.ctx,
+		Parallel:      cfg.parallel,
+		Threads:       cfg.threads,
+		BatchSize:     cfg.batch,
+		QueueSize:     cfg.queue,
+		Progress:      progress.update,
+		Logger:        log.Named("llm"),
+	})
+	progress.done()
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	info := eng.Info()
+	log.Info("model loaded",
+		zap.String("name", info.Name),
+		zap.String("architecture", info.Architecture),
+		zap.Uint64("parameters", info.Parameters),
+		zap.String("quantization", info.Quantization),
+		zap.Int("train_context", info.TrainContext),
+		zap.Int("context_per_session", info.ContextLength),
+		zap.Int("parallel", info.Parallel),
+		zap.Bool("chat_template", info.ChatTemplate != ""),
+		zap.Duration("load_time", info.LoadTime))
+
+	ropts := []chat.Option{chat.WithLogger(log.Named("chat"))}
+	if cfg.template != "" {
+		tmpl, err := chat.TemplateByName(cfg.template)
+		if err != nil {
+			return fmt.Errorf("--template: %w", err)
+		}
+		ropts = append(ropts, chat.WithTemplate(tmpl))
+	}
+	responder := chat.NewResponder(eng, ropts...)
+	log.Info("prompt format", zap.String("template", responder.Template().Name()))
+
+	store, err := openStore(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	sessions := session.NewService(store, session.Adapt(responder.Reply),
+		session.WithSystemPrompt(cfg.systemPrompt),
+		session.WithDefaultParams(defaults),
+		session.WithLogger(log.Named("session")))
+
+	srv := web.New(web.Config{
+		Addr:             cfg.addr,
+		AllowedOrigins:   splitList(cfg.allowedOrigins),
+		AllowedHosts:     splitList(cfg.allowedHosts),
+		APIKey:           cfg.apiKey,
+		MaxMessageBytes:  cfg.maxMessageBytes,
+		MaxConns:         cfg.maxConns,
+		MaxConnsPerIP:    cfg.maxConnsPerIP,
+		PromptsPerMinute: cfg.promptsPerMinute,
+		DrainTimeout:     cfg.drainTimeout,
+		Defaults:         defaults,
+		MaxTokensCap:     cfg.maxTokensLimit,
+	}, sessions, web.WithLogger(log.Named("web")))
+	if err := srv.Open(); err != nil {
+		return err
+	}
+	srv.SetReady(true)
+	log.Info("serving", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""))
+
+	<-ctx.Done()
+	log.Info("shutting down", zap.Duration("drain_timeout", cfg.drainTimeout))
+	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout+5*time.Second)
+	defer cancel()
+	if err := srv.Close(closeCtx); err != nil {
+		log.Warn("shutdown", zap.Error(err))
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func openStore(cfg config, log *zap.Logger) (session.Store, error) {
+	opts := []session.StoreOption{
+		session.WithTTL(cfg.sessionTTL),
+		session.WithMaxSessions(cfg.maxSessions),
+		session.WithStoreLogger(log.Named("store")),
+	}
+	switch cfg.store {
+	case "memory":
+		return session.NewMemoryStore(opts...), nil
+	case "bolt":
+		if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		path := filepath.Join(cfg.dataDir, "sessions.db")
+		st, err := session.OpenBoltStore(path, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("session store: %w", err)
+		}
+		log.Info("sessions stored", zap.String("path", path))
+		return st, nil
+	default:
+		return nil, fmt.Errorf("--store: want bolt or memory, got %q", cfg.store)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// healthcheck is `parley healthcheck [URL]`, for container health checks
+// (the runtime image has no curl).
+func healthcheck(args []string) int {
+	url := "http://127.0.0.1:8000/health"
+	if len(args) > 0 {
+		url = args[0]
+	} else if a := os.Getenv("PARLEY_ADDR"); a != "" {
+		host := strings.Replace(a, "0.0.0.0", "127.0.0.1", 1)
+		url = "http://" + host + "/health"
+	}
+	client := &http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "unhealthy:", err)
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(os.Stderr, "unhealthy:", resp.Status)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,118 @@
+package web
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/parley-chat/parley"
+)
+
+// Server -> client messages of the structured (JSON) WebSocket mode.
+
+type sessionMessage struct {
+	Type     string           `json:"type"` // "session"
+	ID       string           `json:"id"`
+	Resumed  bool             `json:"resumed"`
+	Messages []parley.Message `json:"messages"`
+}
+
+type tokenMessage struct {
+	Type    string  `json:"type"` // "token"
+	ID      int     `json:"id"`
+	Text    string  `json:"text"`
+	Logprob float64 `json:"logprob"`
+	Special bool    `json:"special"`
+}
+
+type usageJSON struct {
+	PromptTokens       int `json:"prompt_tokens"`
+	CachedPromptTokens int `json:"cached_prompt_tokens"`
+	CompletionTokens   int `json:"completion_tokens"`
+}
+
+type timingsJSON struct {
+	QueuedMS        float64 `json:"queued_ms"`
+	TTFTMS          float64 `json:"ttft_ms"`
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	TotalMS         float64 `json:"total_ms"`
+}
+
+type doneMessage struct {
+	Type         string      `json:"type"` // "done"
+	FinishReason string      `json:"finish_reason"`
+	Content      string      `json:"content"`
+	Usage        usageJSON   `json:"usage"`
+	Timings      timingsJSON `json:"timings"`
+}
+
+type errorMessage struct {
+	Type    string `json:"type"` // "error"
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func newUsage(u parley.Usage) usageJSON {
+	return usageJSON{PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens}
+}
+
+func newTimings(t parley.Timings, completion int) timingsJSON {
+	ms := func(d time.Duration) float64 { return round2(float64(d) / float64(time.Millisecond)) }
+	return timingsJSON{
+		QueuedMS:        ms(t.Queued),
+		TTFTMS:          ms(t.TimeToFirstToken),
+		TokensPerSecond: round2(t.TokensPerSecond(completion)),
+		TotalMS:         ms(t.Total),
+	}
+}
+
+func newDoneMessage(ev parley.Event, content string) doneMessage {
+	return doneMessage{
+		Type:         "done",
+		FinishReason: string(ev.Finish),
+		Content:      content,
+		Usage:        newUsage(ev.Usage),
+		Timings:      newTimings(ev.Timings, ev.Usage.CompletionTokens),
+	}
+}
+
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
+
+// finite makes a float safe for JSON (which has no NaN or Inf).
+func finite(f float64) float64 {
+	if math.IsNaN(f) || math.IsInf(f, 1) {
+		return 0
+	}
+	if math.IsInf(f, -1) {
+		return -math.MaxFloat32
+	}
+	return f
+}
+
+// rateLimiter allows n events per window (a sliding log, n is small).
+type rateLimiter struct {
+	mu     sync.Mutex
+	n      int
+	window time.Duration
+	times  []time.Time
+}
+
+func newRateLimiter(n int, window time.Duration) *rateLimiter {
+	return &rateLimiter{n: n, window: window}
+}
+
+func (r *rateLimiter) allow(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cut := 0
+	for cut < len(r.times) && now.Sub(r.times[cut]) >= r.window {
+		cut++
+	}
+	r.times = r.times[cut:]
+	if len(r.times) >= r.n {
+		return false
+	}
+	r.times = append(r.times, now)
+	return true
+}

@@ -1,0 +1,170 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+
+	"github.com/parley-chat/parley"
+)
+
+// paramsPatch is the one decoder of sampling parameters for every wire
+// format: each field is optional and overrides the server's defaults. It
+// accepts the names the conventions Parley speaks use (OpenAI, TGI, DJL,
+// llama.cpp), so one validation serves them all.
+type paramsPatch struct {
+	MaxTokens         *int            `json:"max_tokens"`
+	MaxNewTokens      *int            `json:"max_new_tokens"`        // TGI, DJL
+	MaxCompletion     *int            `json:"max_completion_tokens"` // OpenAI's newer name
+	Temperature       *float64        `json:"temperature"`
+	TopK              *int            `json:"top_k"`
+	TopP              *float64        `json:"top_p"`
+	MinP              *float64        `json:"min_p"`
+	TypicalP          *float64        `json:"typical_p"`
+	RepetitionPenalty *float64        `json:"repetition_penalty"`
+	RepeatPenalty     *float64        `json:"repeat_penalty"` // llama.cpp / Ollama name
+	RepeatLastN       *int            `json:"repeat_last_n"`
+	PresencePenalty   *float64        `json:"presence_penalty"`
+	FrequencyPenalty  *float64        `json:"frequency_penalty"`
+	Seed              *int64          `json:"seed"`
+	ManualSeed        *int64          `json:"manual_seed"` // DJL
+	DoSample          *bool           `json:"do_sample"`   // TGI/DJL: false means greedy
+	Stop              stopList        `json:"stop"`
+	StopSequences     stopList        `json:"stop_sequences"` // DJL / Anthropic-style name
+	Grammar           *string         `json:"grammar"`
+	JSONSchema        json.RawMessage `json:"json_schema"`
+}
+
+// stopList accepts a string or an array of strings.
+type stopList []string
+
+func (s *stopList) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var one string
+		if err := json.Unmarshal(b, &one); err != nil {
+			return err
+		}
+		*s = stopList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return errors.New("must be a string or an array of strings")
+	}
+	*s = many
+	return nil
+}
+
+// apply overlays the patch on base.
+func (p *paramsPatch) apply(base parley.Params) parley.Params {
+	out := base
+	out.Stop = append([]string(nil), base.Stop...)
+	setInt := func(dst *int, vs ...*int) {
+		for _, v := range vs {
+			if v != nil {
+				*dst = *v
+			}
+		}
+	}
+	setF := func(dst *float64, vs ...*float64) {
+		for _, v := range vs {
+			if v != nil {
+				*dst = *v
+			}
+		}
+	}
+	setInt(&out.MaxTokens, p.MaxTokens, p.MaxNewTokens, p.MaxCompletion)
+	setF(&out.Temperature, p.Temperature)
+	setInt(&out.TopK, p.TopK)
+	setF(&out.TopP, p.TopP)
+	setF(&out.MinP, p.MinP)
+	setF(&out.TypicalP, p.TypicalP)
+	setF(&out.RepeatPenalty, p.RepeatPenalty, p.RepetitionPenalty)
+	setInt(&out.RepeatLastN, p.RepeatLastN)
+	setF(&out.PresencePenalty, p.PresencePenalty)
+	setF(&out.FrequencyPenalty, p.FrequencyPenalty)
+	if p.Seed != nil {
+		out.Seed = *p.Seed
+	}
+	if p.ManualSeed != nil {
+		out.Seed = *p.ManualSeed
+	}
+	if p.DoSample != nil && !*p.DoSample {
+		out.Temperature = 0
+	}
+	if len(p.Stop) > 0 || len(p.StopSequences) > 0 {
+		out.Stop = append(append([]string(nil), p.Stop...), p.StopSequences...)
+	}
+	if p.Grammar != nil {
+		out.Grammar = *p.Grammar
+	}
+	if len(p.JSONSchema) > 0 && !bytes.Equal(bytes.TrimSpace(p.JSONSchema), []byte("null")) {
+		out.JSONSchema = append(json.RawMessage(nil), p.JSONSchema...)
+	}
+	return out
+}
+
+// decodeJSON decodes one JSON value from r into v and turns decoder errors
+// into EInvalid errors that name the offending field.
+func decodeJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return parley.Errorf(parley.EInvalid, "invalid JSON: trailing data after the object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var synErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return parley.Errorf(parley.EInvalid, "invalid JSON: expected %s, got %s", typeErr.Type, typeErr.Value)
+		}
+		return parley.FieldErrorf(field, "expected %s, got %s", typeErr.Type, typeErr.Value)
+	case errors.As(err, &synErr):
+		return parley.Errorf(parley.EInvalid, "invalid JSON at byte %d: %v", synErr.Offset, err)
+	case errors.Is(err, io.EOF):
+		return parley.Errorf(parley.EInvalid, "empty request body: expected a JSON object")
+	case strings.HasPrefix(err.Error(), "json: "):
+		// Field-specific errors from UnmarshalJSON methods and number range errors.
+		msg := strings.TrimPrefix(err.Error(), "json: ")
+		if i := strings.Index(msg, "Go struct field "); i >= 0 {
+			rest := msg[i+len("Go struct field "):]
+			if j := strings.Index(rest, " "); j > 0 {
+				path := rest[:j]
+				if k := strings.LastIndex(path, "."); k >= 0 {
+					path = path[k+1:]
+				}
+				return parley.FieldErrorf(path, "%s", msg)
+			}
+		}
+		return parley.Errorf(parley.EInvalid, "invalid JSON: %s", msg)
+	default:
+		return parley.Errorf(parley.EInvalid, "invalid JSON: %v", err)
+	}
+}
+
+// resolveParams overlays patch (may be nil) on the server's defaults and
+// validates the result against the server's reply cap.
+func (s *Server) resolveParams(patch *paramsPatch) (parley.Params, error) {
+	p := s.cfg.Defaults
+	if patch != nil {
+		p = patch.apply(p)
+	}
+	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
+		return p, err
+	}
+	return p, nil
+}
