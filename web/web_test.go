@@ -62,7 +62,7 @@ type stack struct {
 func mustOpen(tb testing.TB, mod func(*web.Config)) *stack {
 	tb.Helper()
 	log := zaptest.NewLogger(tb)
-	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: 2, Logger: log})
+	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: 2, Threads: 1, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestJSONModeTokensDoneCancelReset(t *testing.T) {
 	}
 
 	// Cancel mid-reply.
-	ws.WriteJSON(map[string]any{"type": "prompt", "content": "Tell a long story", "params": map[string]any{"max_tokens": 1000}})
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "Tell a long story", "params": map[string]any{"max_tokens": 400}})
 	first := readJSON(t, ws)
 	if first.Type != "token" {
 		t.Fatalf("want a token first, got %+v", first)

@@ -29,6 +29,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/llm/source"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
@@ -51,19 +52,20 @@ func main() {
 
 // config is every flag's value.
 type config struct {
-	model, addr, systemPrompt, logFormat, logLevel string
-	store, dataDir, apiKey, template               string
-	allowedOrigins, allowedHosts                   string
-	ctx, threads, parallel, queue, batch           int
-	maxTokens, maxTokensLimit                      int
-	maxConns, maxConnsPerIP, promptsPerMinute      int
-	maxSessions                                    int
-	maxMessageBytes                                int64
-	sessionTTL, drainTimeout                       time.Duration
-	temperature, topP, minP, repeatPenalty         float64
-	topK, repeatLastN                              int
-	seed                                           int64
-	llamaLog                                       bool
+	model, modelSHA256, modelCache, ollamaModels string
+	addr, systemPrompt, logFormat, logLevel      string
+	store, dataDir, apiKey, template             string
+	allowedOrigins, allowedHosts                 string
+	ctx, threads, parallel, queue, batch         int
+	maxTokens, maxTokensLimit                    int
+	maxConns, maxConnsPerIP, promptsPerMinute    int
+	maxSessions                                  int
+	maxMessageBytes                              int64
+	sessionTTL, drainTimeout                     time.Duration
+	temperature, topP, minP, repeatPenalty       float64
+	topK, repeatLastN                            int
+	seed                                         int64
+	llamaLog                                     bool
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -71,7 +73,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs := flag.NewFlagSet("parley", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	def := parley.DefaultParams()
-	fs.StringVar(&c.model, "model", "", "GGUF model file (required)")
+	fs.StringVar(&c.model, "model", "", "model: a GGUF file path, hf://OWNER/REPO/FILE.gguf[@REVISION] or ollama://NAME[:TAG] (required)")
+	fs.StringVar(&c.modelSHA256, "model-sha256", "", "expected sha256 of the model file (checked after download)")
+	fs.StringVar(&c.modelCache, "model-cache", "", "where hf:// downloads are kept (default: the user cache dir, parley/models)")
+	fs.StringVar(&c.ollamaModels, "ollama-models", "", "Ollama model store for ollama:// (default: $OLLAMA_MODELS or ~/.ollama/models)")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8000", "address to listen on")
 	fs.IntVar(&c.ctx, "ctx", llm.DefaultContextLength, "context window per session, in tokens")
 	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "CPU threads for llama.cpp")
@@ -204,10 +209,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("default sampling flags: %s", parley.ErrorMessage(err))
 	}
 
-	log.Info("loading model", zap.String("path", cfg.model))
+	modelPath, err := resolveModel(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	log.Info("loading model", zap.String("model", cfg.model), zap.String("path", modelPath))
 	progress := newLoadProgress(stderr)
 	eng, err := llm.Open(llm.Config{
-		Path:          cfg.model,
+		Path:          modelPath,
 		ContextLength: cfg.ctx,
 		Parallel:      cfg.parallel,
 		Threads:       cfg.threads,
@@ -282,6 +291,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// resolveModel turns --model into a local GGUF path, downloading hf://
+// references (with a progress bar) and finding ollama:// ones in the store.
+func resolveModel(ctx context.Context, cfg config, stderr io.Writer) (string, error) {
+	opts := []source.Option{}
+	if cfg.modelSHA256 != "" {
+		opts = append(opts, source.WithSHA256(cfg.modelSHA256))
+	}
+	if cfg.modelCache != "" {
+		opts = append(opts, source.WithCacheDir(cfg.modelCache))
+	}
+	if cfg.ollamaModels != "" {
+		opts = append(opts, source.WithOllamaDir(cfg.ollamaModels))
+	}
+	bar := source.NewProgressBar(stderr)
+	path, err := source.Resolve(ctx, cfg.model, append(opts, source.WithProgress(bar.Update))...)
+	bar.Finish()
+	if err != nil {
+		return "", fmt.Errorf("model: %w", err)
+	}
+	return path, nil
 }
 
 func openStore(cfg config, log *zap.Logger) (session.Store, error) {

@@ -177,8 +177,13 @@ func resolveHF(ctx context.Context, s string, o *options) (string, error) {
 		return "", fmt.Errorf("model %s: %w", ref, err)
 	}
 	final := ref.cachePath(root)
-	if ok, err := useCached(final, o.sha256); ok || err != nil {
-		return final, err
+	// Fast path without the lock: a good cached file is used as is. A bad
+	// one is only removed under the lock, where no one can be renaming a
+	// fresh download into its place.
+	if ok, err := useCached(final, o.sha256, false); err != nil {
+		return "", err
+	} else if ok {
+		return final, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return "", fmt.Errorf("model %s: create cache directory: %w", ref, err)
@@ -190,8 +195,10 @@ func resolveHF(ctx context.Context, s string, o *options) (string, error) {
 		return "", fmt.Errorf("model %s: %w", ref, err)
 	}
 	defer unlock()
-	if ok, err := useCached(final, o.sha256); ok || err != nil {
-		return final, err
+	if ok, err := useCached(final, o.sha256, true); err != nil {
+		return "", err
+	} else if ok {
+		return final, nil
 	}
 	client, done := o.httpClient()
 	defer done()
@@ -213,10 +220,11 @@ func resolveHF(ctx context.Context, s string, o *options) (string, error) {
 }
 
 // useCached reports whether final is a usable cached download. A cached file
-// that is not GGUF or fails the expected checksum is removed (so it is
-// downloaded again) rather than reported: only a checked file is ever renamed
-// into place, so such a file was damaged or the expected sum has changed.
-func useCached(final, wantSHA string) (bool, error) {
+// that is not GGUF or fails the expected checksum is not an error: only a
+// checked file is ever renamed into place, so it was damaged or the expected
+// sum has changed, and it is downloaded again. With remove (the caller holds
+// the lock) such a file is deleted.
+func useCached(final, wantSHA string, remove bool) (bool, error) {
 	if _, err := os.Stat(final); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	} else if err != nil {
@@ -230,6 +238,9 @@ func useCached(final, wantSHA string) (bool, error) {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, ErrNotGGUF) || errors.Is(err, ErrChecksum):
+		if !remove {
+			return false, nil
+		}
 		if rmErr := os.Remove(final); rmErr != nil {
 			return false, fmt.Errorf("remove bad cached model: %w", rmErr)
 		}
@@ -255,28 +266,33 @@ type download struct {
 // next run; on a checksum or format failure it is removed.
 func (d *download) run(ctx context.Context) error {
 	// A stall timer cancels the transfer when no byte arrived for d.stall;
-	// reads push it back. It is stopped before run returns.
+	// reads push it back. It is stopped before run returns. nil: no limit.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stall := time.AfterFunc(d.stall, func() { cancel(ErrStalled) })
-	defer stall.Stop()
+	var stall *time.Timer
+	if d.stall > 0 {
+		stall = time.AfterFunc(d.stall, func() { cancel(ErrStalled) })
+		defer stall.Stop()
+	}
 
+	var offset int64
+	if fi, err := os.Stat(d.partial); err == nil {
+		offset = fi.Size()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("model %s: %w", d.ref, err)
+	}
+	resp, start, total, err := d.get(ctx, offset)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	// Created only now, so a refused request leaves nothing in the cache.
+	// Only this process writes it (we hold the lock), so offset still holds.
 	f, err := os.OpenFile(d.partial, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("model %s: open %s: %w", d.ref, d.partial, err)
 	}
 	defer f.Close() // after the explicit Close below this is a no-op error
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("model %s: %w", d.ref, err)
-	}
-	offset := fi.Size()
-
-	resp, start, total, err := d.get(ctx, offset)
-	if err != nil {
-		return d.netErr(ctx, err, offset, -1)
-	}
-	defer resp.Body.Close()
 	if start != offset {
 		// The server restarts from start (0 when it ignored our Range, or
 		// when our partial file turned out larger than the file): drop what
@@ -285,6 +301,9 @@ func (d *download) run(ctx context.Context) error {
 			return fmt.Errorf("model %s: truncate %s: %w", d.ref, d.partial, err)
 		}
 		offset = start
+	}
+	if start == 0 {
+		d.saveETag(resp.Header.Get("ETag"))
 	}
 
 	var h hash.Hash
@@ -323,6 +342,7 @@ func (d *download) run(ctx context.Context) error {
 	if err := os.Rename(d.partial, d.final); err != nil {
 		return fmt.Errorf("model %s: %w", d.ref, err)
 	}
+	_ = os.Remove(d.etagPath()) // only guards a partial file; a leftover is harmless
 	syncDir(filepath.Dir(d.final))
 	return nil
 }
@@ -330,6 +350,7 @@ func (d *download) run(ctx context.Context) error {
 // discard removes the partial file and returns err (with the removal's
 // failure joined, if any).
 func (d *download) discard(err error) error {
+	_ = os.Remove(d.etagPath())
 	if rmErr := os.Remove(d.partial); rmErr != nil {
 		return errors.Join(err, rmErr)
 	}
@@ -344,7 +365,7 @@ func (d *download) discard(err error) error {
 func (d *download) get(ctx context.Context, offset int64) (*http.Response, int64, int64, error) {
 	resp, err := d.do(ctx, offset)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, d.netErr(ctx, err, offset, -1)
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
@@ -354,8 +375,12 @@ func (d *download) get(ctx context.Context, offset int64) (*http.Response, int64
 		if ok && start == offset {
 			return resp, offset, total, nil
 		}
-		// A range we did not ask for: start over with a plain request.
 		resp.Body.Close()
+		if offset == 0 {
+			return nil, 0, 0, fmt.Errorf("model %s: HTTP 206 with Content-Range %q to a request without Range", d.ref, resp.Header.Get("Content-Range"))
+		}
+		// A range we did not ask for: start over with a plain request
+		// (offset 0 sends no Range, so this recurses at most once).
 		return d.get(ctx, 0)
 	case http.StatusRequestedRangeNotSatisfiable:
 		resp.Body.Close()
@@ -364,6 +389,10 @@ func (d *download) get(ctx context.Context, offset int64) (*http.Response, int64
 			// between the last byte and the rename).
 			return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, offset, total, nil
 		}
+		if offset == 0 {
+			return nil, 0, 0, fmt.Errorf("model %s: HTTP 416 to a request without Range", d.ref)
+		}
+		// Our partial file is longer than the hub's file (it changed): start over.
 		return d.get(ctx, 0)
 	default:
 		defer resp.Body.Close()
@@ -375,10 +404,16 @@ func (d *download) get(ctx context.Context, offset int64) (*http.Response, int64
 func (d *download) do(ctx context.Context, offset int64) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", d.ref, err)
+		return nil, err
 	}
 	if offset > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(offset, 10)+"-")
+		// If-Range: resume only if the file is still the version the
+		// partial file began with; else the server sends it whole (200) and
+		// we restart, instead of splicing two versions (e.g. "main" moved).
+		if tag, err := os.ReadFile(d.etagPath()); err == nil && len(tag) > 0 {
+			req.Header.Set("If-Range", string(tag))
+		}
 	}
 	// identity: a transparently gunzipped body would make byte offsets and
 	// Content-Length meaningless for resume.
@@ -390,6 +425,20 @@ func (d *download) do(ctx context.Context, offset int64) (*http.Response, error)
 		req.Header.Set("Authorization", "Bearer "+d.token)
 	}
 	return d.client.Do(req)
+}
+
+// etagPath holds the ETag of the response a partial file began with.
+func (d *download) etagPath() string { return d.partial + ".etag" }
+
+// saveETag remembers the validator of a transfer that starts from byte 0,
+// for If-Range on a later resume. Weak ETags are not allowed in If-Range,
+// so they (or none) leave no file, and a resume is then unguarded. Errors
+// are ignored for the same reason: the cost is only the guard.
+func (d *download) saveETag(tag string) {
+	_ = os.Remove(d.etagPath())
+	if tag != "" && !strings.HasPrefix(tag, "W/") {
+		_ = os.WriteFile(d.etagPath(), []byte(tag), 0o644)
+	}
 }
 
 // statusErr turns an unexpected hub status into an error naming the cause.
@@ -420,12 +469,15 @@ func (d *download) statusErr(resp *http.Response) error {
 // size reached.
 func (d *download) copy(ctx context.Context, f *os.File, h hash.Hash, body io.Reader, done, total int64, stall *time.Timer) (int64, error) {
 	d.report(done, total)
-	last := time.Now()
+	last, reported := time.Now(), done
 	buf := make([]byte, copyBufferSize)
 	for {
+		if stall != nil {
+			// Also pushes back past the time spent hashing a resumed prefix.
+			stall.Reset(d.stall)
+		}
 		n, rerr := body.Read(buf)
 		if n > 0 {
-			stall.Reset(d.stall)
 			if _, err := f.Write(buf[:n]); err != nil {
 				return done, fmt.Errorf("model %s: write %s: %w", d.ref, d.partial, err)
 			}
@@ -435,15 +487,17 @@ func (d *download) copy(ctx context.Context, f *os.File, h hash.Hash, body io.Re
 			done += int64(n)
 			if now := time.Now(); now.Sub(last) >= progressEvery {
 				d.report(done, total)
-				last = now
+				last, reported = now, done
 			}
 		}
-		if errors.Is(rerr, io.EOF) {
-			d.report(done, total)
-			return done, nil
-		}
 		if rerr != nil {
-			d.report(done, total)
+			// The last figure is always reported, and only once.
+			if done != reported {
+				d.report(done, total)
+			}
+			if errors.Is(rerr, io.EOF) {
+				return done, nil
+			}
 			return done, d.netErr(ctx, rerr, done, total)
 		}
 	}
@@ -470,12 +524,8 @@ func (d *download) netErr(ctx context.Context, err error, done, total int64) err
 	case done > 0:
 		return fmt.Errorf("model %s: download interrupted at %s; partial file kept, run again to resume: %w", d.ref, sizeOf(done, total), err)
 	default:
-		var se interface{ Unwrap() error }
-		if errors.As(err, &se) {
-			// *url.Error already says the method and URL.
-			return fmt.Errorf("model %s: %w", d.ref, err)
-		}
-		return fmt.Errorf("model %s: GET %s: %w", d.ref, d.url, err)
+		// Request errors are *url.Error, which already name the method and URL.
+		return fmt.Errorf("model %s: %w", d.ref, err)
 	}
 }
 

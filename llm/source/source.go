@@ -10,7 +10,6 @@
 package source
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -50,9 +49,8 @@ var (
 	ErrStalled = errors.New("download stalled")
 )
 
-// ggufMagic is the first four bytes of every GGUF file (little-endian files;
-// llama.cpp writes nothing else).
-var ggufMagic = []byte("GGUF")
+// ggufMagic is the first four bytes of every GGUF file.
+const ggufMagic = "GGUF"
 
 // Defaults. Every one can be overridden by an option.
 const (
@@ -100,9 +98,9 @@ func WithSHA256(hex string) Option {
 
 // WithProgress sets a callback for download progress: bytes on disk so far
 // and the total size (-1 when the server does not say). It is called from the
-// goroutine running Resolve, at least at the start and the end of a transfer
-// and at most every progressEvery in between; it must return quickly. It is not
-// called when nothing is downloaded.
+// goroutine running Resolve, at the start and the end of a transfer and about
+// ten times a second in between; it must return quickly. It is not called
+// when nothing is downloaded.
 func WithProgress(fn func(done, total int64)) Option { return func(o *options) { o.progress = fn } }
 
 // WithOllamaDir sets the Ollama models directory (the one holding manifests/
@@ -121,12 +119,14 @@ func WithToken(token string) Option {
 }
 
 // WithStallTimeout aborts a download that receives no bytes for d (default 2
-// minutes). The partial file is kept, so the next Resolve resumes it.
+// minutes; d <= 0 means no limit). The partial file is kept, so the next
+// Resolve resumes it.
 func WithStallTimeout(d time.Duration) Option { return func(o *options) { o.stallTimeout = d } }
 
 // WithGetenv replaces os.Getenv for every variable this package reads:
 // HF_ENDPOINT, HF_TOKEN, OLLAMA_MODELS, XDG_CACHE_HOME and HOME. Tests use it
-// to stay hermetic.
+// to stay hermetic. (The default HTTP client still takes HTTPS_PROXY and
+// friends from the process environment, as net/http does.)
 func WithGetenv(fn func(string) string) Option { return func(o *options) { o.getenv = fn } }
 
 // schemeRE matches a URL-like scheme prefix ("hf://", "s3://"); a Windows
@@ -147,6 +147,9 @@ func Resolve(ctx context.Context, ref string, opts ...Option) (string, error) {
 	o := options{stallTimeout: defaultStallTimeout, getenv: os.Getenv}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.getenv == nil {
+		o.getenv = os.Getenv
 	}
 	if o.sha256 != "" && !sha256RE.MatchString(o.sha256) {
 		return "", fmt.Errorf("sha256 %q: want 64 hex digits: %w", o.sha256, ErrInvalidRef)
@@ -200,7 +203,9 @@ func checkGGUF(path string) error {
 	if err != nil {
 		return fmt.Errorf("model file %s: %w", path, err)
 	}
-	if !fi.Mode().IsRegular() {
+	if fi.IsDir() {
+		return fmt.Errorf("model file %s: is a directory: %w", path, ErrNotGGUF)
+	} else if !fi.Mode().IsRegular() {
 		return fmt.Errorf("model file %s: not a regular file (%s): %w", path, fi.Mode().Type(), ErrNotGGUF)
 	}
 	var head [4]byte
@@ -209,7 +214,7 @@ func checkGGUF(path string) error {
 	} else if err != nil {
 		return fmt.Errorf("model file %s: %w", path, err)
 	}
-	if !bytes.Equal(head[:], ggufMagic) {
+	if string(head[:]) != ggufMagic {
 		return fmt.Errorf("model file %s: starts with %q, want %q: %w", path, head[:], ggufMagic, ErrNotGGUF)
 	}
 	return nil
