@@ -73,6 +73,10 @@ func readMetadata(path string) (metadata, error) {
 			params += t.Elements()
 		}
 	}
+	quant := kv.FileType().String()
+	if quant == "" || quant == "unknown" {
+		quant = dominantTensorType(g.Tensors().Items())
+	}
 	name := kv.String("general.name")
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
@@ -89,7 +93,7 @@ func readMetadata(path string) (metadata, error) {
 		Name:            name,
 		Architecture:    arch,
 		Parameters:      params,
-		Quantization:    kv.FileType().String(),
+		Quantization:    quant,
 		SizeBytes:       st.Size(),
 		Layers:          int(kv.BlockCount()),
 		EmbeddingLength: int(kv.EmbeddingLength()),
@@ -100,4 +104,22 @@ func readMetadata(path string) (metadata, error) {
 		EOSToken:        tokenText("eos_token_id"),
 	}
 	return metadata{info: info, vocab: vocab}, nil
+}
+
+// dominantTensorType names the tensor type holding the most parameters, for
+// files that do not declare general.file_type.
+func dominantTensorType(ts []*ggml.Tensor) string {
+	count := map[string]uint64{}
+	best := ""
+	for _, t := range ts {
+		name := strings.ToUpper(t.Type())
+		count[name] += t.Elements()
+		if best == "" || count[name] > count[best] {
+			best = name
+		}
+	}
+	if best == "" {
+		return "unknown"
+	}
+	return best
 }

@@ -1,0 +1,115 @@
+package chat
+
+import (
+	"fmt"
+
+	"github.com/parley-chat/parley"
+)
+
+// Fit returns msgs without their oldest turns, as few as needed for count
+// (the number of tokens of the rendered prompt) to be at most budget.
+//
+// A turn is a user message and the assistant messages that answer it, and is
+// dropped whole. System messages always stay, wherever they are, and so does
+// everything from the newest user message on. dropped is the number of
+// messages removed (0 when msgs fit as they are; callers log it). When even
+// the system messages and the newest user turn exceed budget, Fit returns a
+// parley ETooLarge *Error.
+//
+// count must not grow when messages are removed (true of every template
+// here); Fit relies on it to search instead of trying every cut. It calls
+// count O(log turns) times, once when msgs already fit.
+func Fit(msgs []parley.Message, budget int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped int, err error) {
+	n, err := count(msgs)
+	if err != nil {
+		return nil, 0, fmt.Errorf("count prompt tokens: %w", err)
+	}
+	if n <= budget {
+		return msgs, 0, nil
+	}
+
+	// turnEnd[i] is the index just past the i-th droppable turn: dropping
+	// the first k turns removes every non-system message before turnEnd[k-1].
+	last := len(msgs) // the newest user message; len(msgs) when there is none
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == parley.RoleUser {
+			last = i
+			break
+		}
+	}
+	var turnEnd []int
+	for i := 0; i < last; i++ {
+		if msgs[i].Role == parley.RoleSystem {
+			continue
+		}
+		if msgs[i].Role == parley.RoleUser || len(turnEnd) == 0 {
+			turnEnd = append(turnEnd, i+1)
+		} else {
+			turnEnd[len(turnEnd)-1] = i + 1
+		}
+	}
+	without := func(k int) ([]parley.Message, int) {
+		out := make([]parley.Message, 0, len(msgs))
+		for i, m := range msgs {
+			if i < turnEnd[k-1] && m.Role != parley.RoleSystem {
+				continue
+			}
+			out = append(out, m)
+		}
+		return out, len(msgs) - len(out)
+	}
+	// fits reports whether dropping k turns fits; it leaves the count in n
+	// for the error message.
+	fits := func(k int) (bool, error) {
+		m, _ := without(k)
+		c, err := count(m)
+		if err != nil {
+			return false, fmt.Errorf("count prompt tokens: %w", err)
+		}
+		n = c
+		return c <= budget, nil
+	}
+
+	// Gallop (1, 2, 4, ... turns) so that the usual case, a conversation
+	// just past the limit, costs one or two counts; then bisect.
+	if len(turnEnd) == 0 {
+		return nil, 0, tooLarge(n, budget)
+	}
+	lo, hi := 0, 0 // dropping lo turns does not fit; dropping hi does
+	for k := 1; hi == 0; k *= 2 {
+		if k > len(turnEnd) {
+			k = len(turnEnd)
+		}
+		ok, err := fits(k)
+		if err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case ok:
+			hi = k
+		case k == len(turnEnd):
+			return nil, 0, tooLarge(n, budget)
+		default:
+			lo = k
+		}
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := fits(mid)
+		if err != nil {
+			return nil, 0, err
+		}
+		if ok {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	kept, dropped = without(hi)
+	return kept, dropped, nil
+}
+
+// tooLarge reports a prompt that cannot fit however much history is dropped.
+func tooLarge(tokens, budget int) error {
+	return parley.Errorf(parley.ETooLarge, "the message is too long: the prompt needs %d tokens even without earlier turns, but only %d fit", tokens, budget)
+}

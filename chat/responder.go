@@ -1,0 +1,345 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+)
+
+// Generator is what chat needs from the engine (llm.Engine satisfies it).
+//
+// Contract: Generate returns at once, with an error (parley EBusy, EInvalid,
+// ETooLarge, ...) when it refuses the request. Its channel carries token
+// events, whose Token.Text is the raw piece (possibly part of a UTF-8
+// character), then exactly one event with Done set (finish reason, usage,
+// timings), and is then closed. The final event always fits in the channel's
+// buffer. Cancelling ctx ends generation within one step.
+type Generator interface {
+	Info() parley.ModelInfo
+	Tokenize(text string) ([]int, error) // adds BOS when the model wants it, parses special tokens
+	Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error)
+}
+
+// ErrNoFinalEvent is the Err of the final event a Reply makes up when the
+// engine closes its stream without one (a broken engine contract).
+var ErrNoFinalEvent = errors.New("engine closed the stream without a final event")
+
+// maxEventBuffer bounds the buffer of a Reply's event channel, in events
+// (about 130 bytes each). Replies up to this length never wait for their
+// consumer, so a slow client cannot hold back the engine's decode loop.
+const maxEventBuffer = 4096
+
+// Option configures a Responder.
+type Option func(*Responder)
+
+// WithTemplate overrides the chat template detected from the model
+// (see TemplateByName).
+func WithTemplate(t Template) Option {
+	return func(r *Responder) { r.tmpl = t }
+}
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *zap.Logger) Option {
+	return func(r *Responder) { r.log = l }
+}
+
+// Responder produces replies: it renders and fits a conversation, tokenizes
+// it, starts generation and cleans the token stream. It holds no
+// conversation state (the session layer does, and owns the system prompt)
+// and is safe for concurrent use.
+type Responder struct {
+	gen  Generator
+	tmpl Template // nil: detect from the model's metadata on every reply
+	log  *zap.Logger
+}
+
+// NewResponder returns a Responder over gen.
+func NewResponder(gen Generator, opts ...Option) *Responder {
+	r := &Responder{gen: gen, log: zap.NewNop()}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Template returns the template replies are rendered with: the override,
+// or the family detected from the model's chat template.
+func (r *Responder) Template() Template {
+	if r.tmpl != nil {
+		return r.tmpl
+	}
+	info := r.gen.Info()
+	t := DetectTemplate(info.ChatTemplate)
+	if t.Name() == NameZephyr && info.EOSToken != "" {
+		// Zephyr's turns end with the model's own EOS text.
+		t = zephyr(info.EOSToken)
+	}
+	return t
+}
+
+// Reply starts the assistant's reply to msgs (the whole conversation,
+// system prompt included, ending with the user's message). It renders msgs
+// with the template, drops the oldest turns until the prompt leaves
+// p.MaxTokens of the context free, tokenizes, and calls Generate with key
+// (the KV-cache key, a session id). Stop strings are p.Stop and the
+// template's end-of-turn strings.
+//
+// The caller must either read Events until it is closed or cancel ctx;
+// after cancelling it may stop reading. Errors are parley *Errors where the
+// request is at fault: EInvalid (bad role, max_tokens too large for the
+// context), ETooLarge (the newest turn alone does not fit), or the engine's.
+func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*Reply, error) {
+	if len(msgs) == 0 {
+		return nil, parley.FieldErrorf("messages", "at least one message is needed")
+	}
+	info := r.gen.Info()
+	budget := info.ContextLength - p.MaxTokens
+	if budget < 1 {
+		return nil, parley.FieldErrorf("max_tokens", "must be less than the context length (%d tokens), got %d", info.ContextLength, p.MaxTokens)
+	}
+	tmpl := r.Template()
+
+	// Fit counts several candidate prompts; keep each one's tokens so the
+	// chosen prompt is not tokenized twice. Candidates differ in length, so
+	// the message count identifies them.
+	type rendered struct {
+		prompt string
+		tokens []int
+	}
+	seen := make(map[int]rendered)
+	count := func(m []parley.Message) (int, error) {
+		prompt, err := tmpl.Render(m, true)
+		if err != nil {
+			return 0, err
+		}
+		tokens, err := r.gen.Tokenize(prompt)
+		if err != nil {
+			return 0, fmt.Errorf("tokenize prompt: %w", err)
+		}
+		seen[len(m)] = rendered{prompt, tokens}
+		return len(tokens), nil
+	}
+	kept, dropped, err := Fit(msgs, budget, count)
+	if parley.ErrorCode(err) == parley.ETooLarge {
+		return nil, parley.Errorf(parley.ETooLarge, "%s (the context holds %d tokens, %d of them kept for the reply by max_tokens)",
+			parley.ErrorMessage(err), info.ContextLength, p.MaxTokens)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fit conversation: %w", err)
+	}
+	if dropped > 0 {
+		r.log.Info("dropped the oldest turns to fit the context",
+			zap.String("key", key),
+			zap.Int("dropped_messages", dropped),
+			zap.Int("kept_messages", len(kept)),
+			zap.Int("prompt_tokens", len(seen[len(kept)].tokens)),
+			zap.Int("budget_tokens", budget))
+	}
+	stops := append(append([]string(nil), p.Stop...), tmpl.Stops()...)
+	chosen := seen[len(kept)]
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength)
+}
+
+// Complete is Reply for a raw prompt: no template, no history to drop (a
+// prompt that leaves no room for one token is ETooLarge), stop strings from
+// p.Stop only. For clients that send the whole prompt (TGI inputs, plain
+// ?prompt=). The same reading rule as Reply applies.
+func (r *Responder) Complete(ctx context.Context, key string, prompt string, p parley.Params) (*Reply, error) {
+	info := r.gen.Info()
+	tokens, err := r.gen.Tokenize(prompt)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize prompt: %w", err)
+	}
+	if len(tokens)+1 > info.ContextLength {
+		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
+	}
+	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength)
+}
+
+// start calls Generate and starts the goroutine that cleans its stream.
+func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int) (*Reply, error) {
+	if len(tokens) == 0 {
+		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
+	}
+	// genCtx lets the reply stop generation on a stop string without
+	// cancelling the caller's ctx.
+	genCtx, cancel := context.WithCancel(ctx)
+	events, err := r.gen.Generate(genCtx, parley.GenerateRequest{Key: key, Tokens: tokens, Params: p})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	// Room for every token the engine may send (the reply cap, or what is
+	// left of the context) plus the final event, so that the goroutine does
+	// not wait for its consumer; bounded by maxEventBuffer.
+	size := contextLength - len(tokens)
+	if p.MaxTokens > 0 && p.MaxTokens < size {
+		size = p.MaxTokens
+	}
+	size = min(max(size, 0)+2, maxEventBuffer)
+	rep := &Reply{
+		prompt:       prompt,
+		promptTokens: len(tokens),
+		dropped:      dropped,
+		out:          make(chan parley.Event, size),
+	}
+	go rep.run(ctx, cancel, events, NewStreamer(stops))
+	return rep, nil
+}
+
+// Reply is one reply being generated. Its events are the engine's, cleaned:
+// a token event's Token.Text is the text that became safe to show with that
+// token (often the raw piece, sometimes "" while a partial character or a
+// possible stop string is held back, sometimes more than the piece when held
+// text is released); special tokens carry no text. The last event has Done
+// set and carries the finish reason (FinishStop when a stop string ended the
+// reply), usage and timings from the engine; then the channel is closed.
+type Reply struct {
+	prompt       string
+	promptTokens int
+	dropped      int
+	out          chan parley.Event
+
+	mu   sync.Mutex
+	text strings.Builder // Token.Text of every delivered token event
+}
+
+// Events returns the cleaned event stream.
+func (rep *Reply) Events() <-chan parley.Event { return rep.out }
+
+// Prompt returns the rendered prompt (after fitting) that generation started from.
+func (rep *Reply) Prompt() string { return rep.prompt }
+
+// PromptTokens returns the number of tokens in the prompt.
+func (rep *Reply) PromptTokens() int { return rep.promptTokens }
+
+// Dropped returns how many of the oldest messages were left out to fit the context.
+func (rep *Reply) Dropped() int { return rep.dropped }
+
+// Text returns the concatenated text of the token events delivered so far;
+// after the final event it is the whole cleaned reply.
+func (rep *Reply) Text() string {
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	return rep.text.String()
+}
+
+// run is the one goroutine of a reply. It reads the engine's stream until
+// the engine closes it, which Generate's contract guarantees after the final
+// event, so run always ends; cancel is called when it does.
+//
+// Holding back: when the Streamer holds text after a token, that token's
+// event is kept back until the next event arrives, so that text released by
+// Flush at the end can join the last token event rather than need an event
+// of its own. Token events stay one per engine token.
+func (rep *Reply) run(ctx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer) {
+	defer close(rep.out)
+	defer cancel()
+	var (
+		final       parley.Event
+		gotFinal    bool
+		stopped     bool // a stop matched: later tokens are dropped and generation cancelled
+		specialStop bool // the stop was a special token spelling a stop string
+		pending     parley.Event
+		hasPending  bool
+	)
+	for ev := range in {
+		switch {
+		case gotFinal:
+			continue // nothing follows the final event; drain whatever does
+		case ev.Done:
+			final, gotFinal = ev, true
+			continue
+		case stopped:
+			continue // decoded after the stop, before cancellation took effect
+		}
+		if hasPending {
+			rep.deliver(ctx, pending)
+			hasPending = false
+		}
+		if ev.Token.Special {
+			// Control tokens are not reply text. One that spells a stop
+			// string (an end-of-turn marker the engine does not treat as
+			// end-of-generation) ends the reply; what was held back is text.
+			if st.matchesStop(ev.Token.Text) {
+				ev.Token.Text, stopped, specialStop = st.Flush(), true, true
+			} else {
+				ev.Token.Text = ""
+			}
+		} else {
+			ev.Token.Text, stopped = st.Push(ev.Token.Text)
+		}
+		switch {
+		case stopped:
+			rep.deliver(ctx, ev)
+			cancel()
+		case st.holding():
+			pending, hasPending = ev, true
+		default:
+			rep.deliver(ctx, ev)
+		}
+	}
+	if hasPending {
+		pending.Token.Text += st.Flush()
+		stopped = stopped || st.Stopped()
+		rep.deliver(ctx, pending)
+	}
+
+	if !gotFinal {
+		final = parley.Event{Finish: parley.FinishError, Err: ErrNoFinalEvent}
+	}
+	final.Done = true
+	final.Token.Text = ""
+	if stopped && !(specialStop && final.Finish == parley.FinishEOS) {
+		final.Finish, final.Err = parley.FinishStop, nil
+	}
+	rep.deliverFinal(ctx, final)
+}
+
+// deliver sends a token event unless the consumer has cancelled, and adds its
+// text to Text when it was sent.
+func (rep *Reply) deliver(ctx context.Context, ev parley.Event) {
+	if ctx.Err() != nil {
+		return
+	}
+	select {
+	case rep.out <- ev:
+		rep.mu.Lock()
+		rep.text.WriteString(ev.Token.Text)
+		rep.mu.Unlock()
+	case <-ctx.Done():
+	}
+}
+
+// deliverFinal sends the final event without ever blocking for good: while
+// the consumer is there it waits for room; once the consumer has cancelled
+// (and may have stopped reading) it makes room by discarding the oldest
+// unread token event. Normally the buffer is large enough that neither
+// happens.
+func (rep *Reply) deliverFinal(ctx context.Context, ev parley.Event) {
+	for {
+		select {
+		case rep.out <- ev:
+			return
+		default:
+		}
+		if ctx.Err() == nil {
+			select {
+			case rep.out <- ev:
+				return
+			case <-ctx.Done():
+			}
+			continue
+		}
+		select {
+		case <-rep.out:
+		default:
+		}
+	}
+}
