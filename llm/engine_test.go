@@ -3,6 +3,7 @@ package llm_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// llama.cpp logs through slog's default logger; keep test output readable.
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	goleak.VerifyTestMain(m)
 }
 

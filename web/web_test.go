@@ -3,7 +3,9 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// llama.cpp logs through slog's default logger; keep test output readable.
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	goleak.VerifyTestMain(m)
 }
 
