@@ -1,0 +1,353 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+)
+
+// Reply is one streamed reply, as the chat layer produces it (*chat.Reply
+// has these methods). Events yields token events, then exactly one event
+// with Done set, then is closed; the final event fits in the channel's
+// buffer, so after cancelling the reply's context a reader may stop early.
+type Reply interface {
+	Events() <-chan parley.Event
+	Text() string   // the whole cleaned reply; valid after the final event
+	Prompt() string // the rendered prompt
+}
+
+// Responder produces a reply to a conversation. key ties requests of one
+// conversation together (the engine reuses its KV cache); the Service
+// passes the session id. msgs holds the system prompt (when there is one)
+// as the first message and ends with the new user message.
+type Responder interface {
+	Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (Reply, error)
+}
+
+// Adapt turns a Reply method that returns a concrete reply type into a
+// Responder, so wiring the chat layer is one line:
+//
+//	svc := session.NewService(store, session.Adapt(responder.Reply))
+//
+// (Go has no covariant return types, so *chat.Responder does not satisfy
+// Responder by itself, and session must not import chat.)
+func Adapt[R Reply](reply func(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (R, error)) Responder {
+	return adapter[R](reply)
+}
+
+type adapter[R Reply] func(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (R, error)
+
+func (f adapter[R]) Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (Reply, error) {
+	r, err := f(ctx, key, msgs, p)
+	if err != nil {
+		// Never wrap a nil concrete reply in a non-nil interface.
+		return nil, err
+	}
+	return r, nil
+}
+
+const (
+	// commitTimeout bounds the Put that commits a turn. It runs on a context
+	// detached from the turn's, because a cancelled turn is committed too.
+	commitTimeout = 10 * time.Second
+	// turnBuffer is the capacity of Turn.Events. It must be at least 1:
+	// the final event of a cancelled turn is always delivered into it.
+	turnBuffer = 8
+)
+
+// Service runs conversations: it opens and resumes sessions, runs one turn
+// at a time per session, and commits each finished turn to the store before
+// the turn's final event is delivered. It starts one goroutine per turn
+// that ends with the turn, so it needs no Close.
+type Service struct {
+	store  Store
+	r      Responder
+	system string
+	params parley.Params
+	log    *zap.Logger
+	locks  keyLock // one per session id: turns and edits of a session run one at a time
+}
+
+// Option configures NewService.
+type Option func(*Service)
+
+// WithSystemPrompt sets the system prompt new sessions start with.
+func WithSystemPrompt(text string) Option { return func(s *Service) { s.system = text } }
+
+// WithDefaultParams sets the parameters of sessions without their own
+// (parley.DefaultParams by default).
+func WithDefaultParams(p parley.Params) Option { return func(s *Service) { s.params = p } }
+
+// WithLogger sets the service's logger; the default discards.
+func WithLogger(l *zap.Logger) Option { return func(s *Service) { s.log = l } }
+
+// NewService returns a Service over store and r. The store stays the
+// caller's: close it after the last turn has ended.
+func NewService(store Store, r Responder, opts ...Option) *Service {
+	s := &Service{store: store, r: r, params: parley.DefaultParams(), log: zap.NewNop()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Open starts or resumes a session. id "" creates and stores a new session
+// with the default system prompt (resumed false). A known id returns its
+// session (resumed true). An unknown, expired or malformed id is a parley
+// ENotFound error: a client cannot pick its own id.
+func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
+	if id == "" {
+		nid, err := NewID()
+		if err != nil {
+			return nil, false, err
+		}
+		sess := &Session{ID: nid, System: s.system}
+		if err := s.store.Put(ctx, sess); err != nil {
+			return nil, false, fmt.Errorf("open session: %w", err)
+		}
+		return sess, false, nil
+	}
+	if !ValidID(id) {
+		return nil, false, errNotFound()
+	}
+	sess, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, false, fmt.Errorf("resume session: %w", err)
+	}
+	return sess, true, nil
+}
+
+// Params returns the parameters sess's turns use by default: its own
+// overrides, or the service's defaults.
+func (s *Service) Params(sess *Session) parley.Params {
+	if sess != nil && sess.Params != nil {
+		return *sess.Clone().Params
+	}
+	p := s.params
+	p.Stop = slices.Clone(p.Stop)
+	p.JSONSchema = slices.Clone(p.JSONSchema)
+	return p
+}
+
+// Reset clears the session's history and keeps its system prompt and
+// settings. It waits for a running turn of the session to end.
+func (s *Service) Reset(ctx context.Context, id string) error {
+	return s.update(ctx, id, func(sess *Session) error {
+		sess.Messages = nil
+		return nil
+	})
+}
+
+// SetSystem replaces the session's system prompt ("" removes it). It waits
+// for a running turn of the session to end.
+func (s *Service) SetSystem(ctx context.Context, id, text string) error {
+	return s.update(ctx, id, func(sess *Session) error {
+		sess.System = text
+		return nil
+	})
+}
+
+// SetParams stores per-session parameters (nil returns the session to the
+// defaults). They are validated here, so a bad value is refused when set,
+// not at the next turn. It waits for a running turn of the session to end.
+func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) error {
+	if p != nil {
+		if err := p.Validate(0); err != nil {
+			return err
+		}
+	}
+	return s.update(ctx, id, func(sess *Session) error {
+		sess.Params = (&Session{Params: p}).Clone().Params
+		return nil
+	})
+}
+
+// update applies f to the stored session under the session's lock.
+func (s *Service) update(ctx context.Context, id string, f func(*Session) error) error {
+	if !ValidID(id) {
+		return errNotFound()
+	}
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return fmt.Errorf("wait for session: %w", err)
+	}
+	defer unlock()
+	sess, err := s.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := f(sess); err != nil {
+		return err
+	}
+	return s.store.Put(ctx, sess)
+}
+
+// Turn is one prompt and its streamed reply. Its goroutine ends when the
+// reply ends; the caller must either read Events until it is closed or
+// cancel the context given to Service.Turn (after which reading may stop at
+// any point: nothing blocks on an abandoned Turn).
+type Turn struct {
+	id     string
+	reply  Reply
+	events chan parley.Event
+
+	// committed is written before events is closed and read after.
+	committed bool
+}
+
+// Events yields the reply's token events, then exactly one final event
+// (Done set), then is closed. When the final event arrives, the user
+// message and the reply are already stored, except:
+//   - the reply failed (Finish error): nothing is stored;
+//   - the reply was cancelled before any text: nothing is stored;
+//   - storing failed: the final event becomes Finish error, Err says why.
+//
+// Once the context given to Service.Turn is done, token events the reader
+// does not take at once are dropped; the final event is always delivered.
+func (t *Turn) Events() <-chan parley.Event { return t.events }
+
+// SessionID is the id of the turn's session.
+func (t *Turn) SessionID() string { return t.id }
+
+// Text is the reply's whole text; valid after the final event.
+func (t *Turn) Text() string { return t.reply.Text() }
+
+// Prompt is the prompt as the model saw it (the rendered conversation).
+func (t *Turn) Prompt() string { return t.reply.Prompt() }
+
+// Committed reports whether the turn was stored; valid after Events is closed.
+func (t *Turn) Committed() bool { return t.committed }
+
+// Turn adds prompt to the session's conversation and starts the reply.
+// Only one turn per session runs at a time: while another runs, Turn waits
+// for it to end (queued turns run in arrival order) or for ctx to be done.
+//
+// p are the reply's parameters; a zero p (MaxTokens 0) means the session's
+// own (see Params). The new user message and the reply are stored together
+// when the reply ends (see Turn.Events); nothing is stored before that, so a
+// failed reply leaves the history as it was.
+func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) (*Turn, error) {
+	if !ValidID(id) {
+		return nil, errNotFound()
+	}
+	if prompt == "" {
+		return nil, parley.FieldErrorf("prompt", "must not be empty")
+	}
+	if p.MaxTokens != 0 {
+		if err := p.Validate(0); err != nil {
+			return nil, err
+		}
+	}
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("wait for turn: %w", err)
+	}
+	// From here the lock is released on every error path, or handed to the
+	// turn's goroutine, which releases it when the turn has ended.
+	sess, err := s.store.Get(ctx, id)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	if p.MaxTokens == 0 {
+		p = s.Params(sess)
+	}
+	msgs := make([]parley.Message, 0, len(sess.Messages)+2)
+	if sess.System != "" {
+		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
+	}
+	msgs = append(msgs, sess.Messages...)
+	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: prompt})
+	reply, err := s.r.Reply(ctx, id, msgs, p)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	t := &Turn{id: id, reply: reply, events: make(chan parley.Event, turnBuffer)}
+	go s.run(ctx, t, sess, prompt, unlock)
+	return t, nil
+}
+
+// run forwards the reply's events, commits the turn when the final event
+// arrives, and then forwards the final event. It owns unlock and t.events.
+func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string, unlock func()) {
+	defer close(t.events)
+	defer unlock() // runs first: once Events is closed, the next turn may start at once
+
+	var final parley.Event
+	ended := false
+	for ev := range t.reply.Events() {
+		if ev.Done {
+			final, ended = ev, true
+			break // the reply closes its channel after the final event
+		}
+		t.send(ctx, ev)
+	}
+	if !ended {
+		final = parley.Event{Done: true, Finish: parley.FinishError,
+			Err: parley.Errorf(parley.EInternal, "the reply ended without a final event")}
+	}
+
+	text := t.reply.Text()
+	if final.Finish != parley.FinishError && (final.Finish != parley.FinishCancelled || text != "") {
+		sess.Messages = append(sess.Messages,
+			parley.Message{Role: parley.RoleUser, Content: prompt},
+			parley.Message{Role: parley.RoleAssistant, Content: text})
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		err := s.store.Put(cctx, sess)
+		cancel()
+		if err != nil {
+			// The reply was streamed but not stored: say so in the final
+			// event (the wire shows it before the sentinel) instead of
+			// logging here; the final event is where this error ends.
+			final.Finish, final.Err = parley.FinishError, fmt.Errorf("save turn: %w", err)
+		} else {
+			t.committed = true
+			s.log.Debug("turn committed", zap.String("session", t.id),
+				zap.String("finish", string(final.Finish)), zap.Int("messages", len(sess.Messages)))
+		}
+	}
+	t.sendFinal(ctx, final)
+}
+
+// send delivers a token event, or drops it once ctx is done and the reader
+// is not there to take it.
+func (t *Turn) send(ctx context.Context, ev parley.Event) {
+	select {
+	case t.events <- ev:
+		return
+	case <-ctx.Done():
+	}
+	select {
+	case t.events <- ev:
+	default:
+	}
+}
+
+// sendFinal delivers the final event without ever blocking once ctx is
+// done: if a reader that gave up left the buffer full, it drops the oldest
+// buffered token to make room. run is the only sender, so after one
+// receive the next send finds space.
+func (t *Turn) sendFinal(ctx context.Context, ev parley.Event) {
+	select {
+	case t.events <- ev:
+		return
+	case <-ctx.Done():
+	}
+	for {
+		select {
+		case t.events <- ev:
+			return
+		default:
+		}
+		select {
+		case <-t.events:
+		default:
+		}
+	}
+}

@@ -1,0 +1,117 @@
+// Package session owns conversations: one Session is a conversation's id,
+// system prompt, history, per-session settings and lifetime, and a Store
+// keeps sessions (in memory, or durably in a bbolt file). Service runs the
+// turns of a conversation on top of a Store and a Responder, so the wire
+// layer holds no conversation logic: it loads the history, asks for a reply,
+// and commits the finished turn before the reply's final event is forwarded.
+//
+// The package knows nothing about the wire format and nothing about the
+// engine; it speaks the root package's Message, Params and Event types and
+// reaches the chat layer only through the Responder interface declared here.
+package session
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/parley-chat/parley"
+)
+
+// idBytes is the entropy of a session id: 128 bits, so ids can be neither
+// guessed nor enumerated, and a leaked id is the only way into a session.
+const idBytes = 16
+
+// idEncoding renders ids as 22 URL-safe characters without padding. Strict
+// decoding rejects the 4 unused trailing bits, so every id has exactly one
+// spelling and ValidID accepts only what NewID can produce. (A function, not
+// a package variable: the package keeps no mutable globals.)
+func idEncoding() *base64.Encoding { return base64.RawURLEncoding.Strict() }
+
+// Session is one conversation. Values handed out by a Store or a Service are
+// copies: changing them changes nothing stored until they are Put.
+type Session struct {
+	ID       string           `json:"id"`
+	System   string           `json:"system"`           // system prompt; "" = none
+	Messages []parley.Message `json:"messages"`         // user and assistant turns, oldest first; no system messages
+	Params   *parley.Params   `json:"params,omitempty"` // per-session overrides of the server's defaults; nil = defaults
+	Created  time.Time        `json:"created"`
+	Updated  time.Time        `json:"updated"` // last Put; a session idle for longer than the store's TTL expires
+}
+
+// NewID returns a fresh random session id (22 URL-safe characters).
+func NewID() (string, error) {
+	var b [idBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("session id: %w", err)
+	}
+	return idEncoding().EncodeToString(b[:]), nil
+}
+
+// ValidID reports whether s has the form of an id NewID returns. It checks
+// input from clients before any store lookup.
+func ValidID(s string) bool {
+	if len(s) != idEncoding().EncodedLen(idBytes) {
+		return false
+	}
+	b, err := idEncoding().DecodeString(s)
+	return err == nil && len(b) == idBytes
+}
+
+// Clone returns a deep copy of s: no slice or pointer is shared with s.
+func (s *Session) Clone() *Session {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Messages = slices.Clone(s.Messages)
+	if s.Params != nil {
+		p := *s.Params
+		p.Stop = slices.Clone(s.Params.Stop)
+		p.JSONSchema = slices.Clone(s.Params.JSONSchema)
+		c.Params = &p
+	}
+	return &c
+}
+
+// Bytes is the size of the conversation as the per-session cap counts it:
+// the system prompt plus every message's role and content, in bytes.
+func (s *Session) Bytes() int {
+	n := len(s.System)
+	for _, m := range s.Messages {
+		n += messageBytes(m)
+	}
+	return n
+}
+
+func messageBytes(m parley.Message) int { return len(m.Role) + len(m.Content) }
+
+// trimHistory drops the oldest turns of msgs until the system prompt
+// (systemBytes) and the rest fit in maxBytes. A turn is a user message and
+// everything up to the next user message, so a user prompt never loses its
+// reply while staying itself. It returns the kept suffix (sharing msgs'
+// backing array) and how many messages were dropped. When even the newest
+// turn does not fit, everything is dropped: the cap bounds memory and disk,
+// whatever clients send. maxBytes <= 0 means no cap.
+func trimHistory(msgs []parley.Message, systemBytes, maxBytes int) ([]parley.Message, int) {
+	if maxBytes <= 0 {
+		return msgs, 0
+	}
+	total := systemBytes
+	for _, m := range msgs {
+		total += messageBytes(m)
+	}
+	start := 0
+	for total > maxBytes && start < len(msgs) {
+		// Drop msgs[start] and everything after it up to the next user message.
+		total -= messageBytes(msgs[start])
+		start++
+		for start < len(msgs) && msgs[start].Role != parley.RoleUser {
+			total -= messageBytes(msgs[start])
+			start++
+		}
+	}
+	return msgs[start:], start
+}
