@@ -20,6 +20,20 @@ import (
 // here); Fit relies on it to search instead of trying every cut. It calls
 // count O(log turns) times, once when msgs already fit.
 func Fit(msgs []parley.Message, budget int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped int, err error) {
+	return fit(msgs, budget, 1, count)
+}
+
+// FitStable is Fit, but it drops turns in multiples of block. The KV cache
+// reuses a prompt's longest common prefix with the last one, and every cut
+// point changes the prefix: Fit's minimal cut moves forward on almost every
+// turn once the window is full, so each turn would be read again in full.
+// Dropping in blocks keeps the cut, and so the cache, for several turns, at
+// the cost of up to block-1 turns of history that would have fitted.
+func FitStable(msgs []parley.Message, budget, block int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped int, err error) {
+	return fit(msgs, budget, max(block, 1), count)
+}
+
+func fit(msgs []parley.Message, budget, block int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped int, err error) {
 	n, err := count(msgs)
 	if err != nil {
 		return nil, 0, fmt.Errorf("count prompt tokens: %w", err)
@@ -105,6 +119,8 @@ func Fit(msgs []parley.Message, budget int, count func(msgs []parley.Message) (i
 			lo = mid
 		}
 	}
+	// Round up to the block: dropping more turns still fits (count does not grow).
+	hi = min((hi+block-1)/block*block, len(turnEnd))
 	kept, dropped = without(hi)
 	return kept, dropped, nil
 }

@@ -162,3 +162,51 @@ func TestFitCountError(t *testing.T) {
 		t.Errorf("err = %v, want it to wrap %v", err, boom)
 	}
 }
+
+// Once the window is full, FitStable keeps the same first kept turn for
+// several turns in a row, so the KV cache's prefix survives; Fit would move
+// it on every turn.
+func TestFitStableKeepsTheCutForSeveralTurns(t *testing.T) {
+	var calls int
+	count := wordCount(&calls)
+	var msgs []parley.Message
+	msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: "be kind"})
+	firstKept := func(kept []parley.Message) string {
+		for _, m := range kept {
+			if m.Role == parley.RoleUser {
+				return m.Content
+			}
+		}
+		return ""
+	}
+	var cuts []string
+	moves, minimalMoves := 0, 0
+	prevStable, prevMin := "", ""
+	for turn := 0; turn < 40; turn++ {
+		msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: fmt.Sprintf("question %d w w w", turn)})
+		kept, dropped, err := chat.FitStable(msgs, 60, 4, count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		minKept, minDropped, _ := chat.Fit(msgs, 60, count)
+		if n, _ := count(kept); n > 60 {
+			t.Fatalf("turn %d: kept %d words, over the budget", turn, n)
+		}
+		if dropped < minDropped || (dropped-minDropped)/2 >= 4 {
+			t.Fatalf("turn %d: dropped %d messages, minimal %d: more than 3 extra turns", turn, dropped, minDropped)
+		}
+		if c := firstKept(kept); c != prevStable {
+			moves++
+			prevStable = c
+			cuts = append(cuts, c)
+		}
+		if c := firstKept(minKept); c != prevMin {
+			minimalMoves++
+			prevMin = c
+		}
+		msgs = append(msgs, parley.Message{Role: parley.RoleAssistant, Content: "answer w w w w"})
+	}
+	if moves*2 > minimalMoves {
+		t.Fatalf("stable cut moved %d times, minimal cut %d times: want at most half", moves, minimalMoves)
+	}
+}

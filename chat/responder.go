@@ -35,6 +35,11 @@ var ErrNoFinalEvent = errors.New("engine closed the stream without a final event
 // consumer, so a slow client cannot hold back the engine's decode loop.
 const maxEventBuffer = 4096
 
+// dropBlock is how many turns are dropped at a time when the history
+// outgrows the window (see FitStable): the prompt's prefix, and so the KV
+// cache, then survives up to this many further turns.
+const dropBlock = 4
+
 // Option configures a Responder.
 type Option func(*Responder)
 
@@ -125,7 +130,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		seen[len(m)] = rendered{prompt, tokens}
 		return len(tokens), nil
 	}
-	kept, dropped, err := Fit(msgs, budget, count)
+	kept, dropped, err := FitStable(msgs, budget, dropBlock, count)
 	if parley.ErrorCode(err) == parley.ETooLarge {
 		return nil, parley.Errorf(parley.ETooLarge, "%s (the context holds %d tokens, %d of them kept for the reply by max_tokens)",
 			parley.ErrorMessage(err), info.ContextLength, p.MaxTokens)
