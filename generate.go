@@ -34,4 +34,8 @@ type ModelInfo struct {
 	BOSToken        string        `json:"bos_token"`      // text of the BOS token, "" when none
 	EOSToken        string        `json:"eos_token"`      // text of the EOS token, "" when none
 	LoadTime        time.Duration `json:"load_time"`
+	// ControlTokens are the texts of the vocabulary's control tokens (role
+	// markers, BOS/EOS). The tokenizer turns these texts into the tokens
+	// themselves, so message contents must not carry them verbatim.
+	ControlTokens []string `json:"-"`
 }

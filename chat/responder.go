@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -109,6 +110,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, parley.FieldErrorf("max_tokens", "must be less than the context length (%d tokens), got %d", info.ContextLength, p.MaxTokens)
 	}
 	tmpl := r.Template()
+	msgs = neutralize(msgs, info.ControlTokens)
 
 	// Fit counts several candidate prompts; keep each one's tokens so the
 	// chosen prompt is not tokenized twice. Candidates differ in length, so
@@ -347,4 +349,36 @@ func (rep *Reply) deliverFinal(ctx context.Context, ev parley.Event) {
 		default:
 		}
 	}
+}
+
+// neutralize breaks up control-token text (such as "<|im_start|>" or
+// "</s>") inside message contents with a zero-width space after its first
+// character. The tokenizer parses special-token text anywhere in the
+// rendered prompt, so without this a user could type a role marker and
+// speak as the system or end the prompt early. Only the template's own
+// markup produces control tokens.
+func neutralize(msgs []parley.Message, controls []string) []parley.Message {
+	if len(controls) == 0 {
+		return msgs
+	}
+	var out []parley.Message
+	for i, m := range msgs {
+		c := m.Content
+		for _, tok := range controls {
+			if strings.Contains(c, tok) {
+				_, size := utf8.DecodeRuneInString(tok)
+				c = strings.ReplaceAll(c, tok, tok[:size]+"\u200b"+tok[size:])
+			}
+		}
+		if c != m.Content {
+			if out == nil {
+				out = append([]parley.Message(nil), msgs...)
+			}
+			out[i].Content = c
+		}
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
 }

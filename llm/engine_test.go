@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,9 @@ func TestInfo(t *testing.T) {
 	}
 	if info.Parameters < 250_000 || info.Parameters > 350_000 {
 		t.Fatalf("parameters = %d, want about 292,800", info.Parameters)
+	}
+	if !slices.Contains(info.ControlTokens, "</s>") || !slices.Contains(info.ControlTokens, "<s>") {
+		t.Fatalf("control tokens %q, want <s> and </s>", info.ControlTokens)
 	}
 	if info.ChatTemplate != "" {
 		t.Fatalf("stories260K has no chat template, got %q", info.ChatTemplate)

@@ -89,7 +89,14 @@ func readMetadata(path string) (metadata, error) {
 		}
 		return vocab.tokens[id]
 	}
+	var controls []string
+	for i, typ := range vocab.types {
+		if typ == tokenTypeControl && i < len(vocab.tokens) && len(vocab.tokens[i]) > 1 {
+			controls = append(controls, vocab.tokens[i])
+		}
+	}
 	info := parley.ModelInfo{
+		ControlTokens:   controls,
 		Name:            name,
 		Architecture:    arch,
 		Parameters:      params,
