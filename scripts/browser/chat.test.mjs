@@ -1,0 +1,524 @@
+// End-to-end test of the chat page in a real browser against the real server
+// and the real tiny model: `node --test browser/` from scripts/ (node 20).
+//
+// It starts bin/parley itself (env PARLEY_BIN, default <repo>/bin/parley; `make
+// build` makes it) on a free loopback port with stories260K (env
+// PARLEY_TEST_MODEL), drives Debian's chromium headless through
+// playwright-core, and always stops both, also when a step fails. The steps
+// share one page and run in order: each starts from the state the previous one
+// left, the way a person uses the page.
+//
+// stories260K has no chat template and writes a children's story for any
+// prompt; the test checks the page's behaviour, never the model's words.
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { chromium } from 'playwright-core';
+import { decodePNG, colourStats } from './png.mjs';
+
+const ROOT = repoRoot(path.dirname(fileURLToPath(import.meta.url)));
+const BIN = process.env.PARLEY_BIN || path.join(ROOT, 'bin', 'parley');
+const MODEL = process.env.PARLEY_TEST_MODEL || path.resolve(ROOT, '..', 'shared', 'models', 'stories260K.gguf');
+const RESULTS = path.join(ROOT, 'test-results');
+const CHROMIUM = process.env.PARLEY_CHROMIUM || '/usr/bin/chromium';
+
+// Timeouts in ms. Start-up covers loading the model; a reply of a few thousand
+// tokens from stories260K takes well under a second, so REPLY is generous.
+const START_MS = 60_000;
+const REPLY_MS = 30_000;
+const UI_MS = 10_000;
+
+// A reply long enough to stop half way. stories260K has no end-of-text habit
+// at these lengths (replies end at the cap) and the engine caps each session's
+// context at the model's training context, 2048 tokens; 1500 tokens take
+// seconds through the server, far longer than a click.
+const LONG_MAX_TOKENS = 1500;
+
+function repoRoot(dir) {
+  for (let d = dir; ; d = path.dirname(d)) {
+    if (existsSync(path.join(d, 'go.mod'))) return d;
+    if (path.dirname(d) === d) throw new Error(`no go.mod above ${dir}`);
+  }
+}
+
+async function freePort() {
+  const srv = net.createServer();
+  await new Promise((resolve, reject) => srv.listen(0, '127.0.0.1', resolve).on('error', reject));
+  const { port } = srv.address();
+  await new Promise((resolve) => srv.close(resolve));
+  return port;
+}
+
+// Server is one running bin/parley. Its output is kept (the last 64 KiB) so a
+// failure can show what the server said.
+class Server {
+  constructor(port, dataDir, extraArgs = []) {
+    this.port = port;
+    this.dataDir = dataDir;
+    this.extraArgs = extraArgs;
+    this.url = `http://127.0.0.1:${port}/`;
+    this.output = '';
+    this.proc = null;
+    this.exited = null;
+  }
+
+  async start() {
+    // The child gets no PARLEY_* settings from the caller's environment (an
+    // API key there would lock the page out); what the test needs is explicit.
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('PARLEY_')));
+    env.PARLEY_DATA_DIR = this.dataDir; // keep sessions out of the user's data directory
+    const args = ['--model', MODEL, '--addr', `127.0.0.1:${this.port}`,
+      // One llama.cpp thread: on a machine shared with other jobs, threads
+      // that wait for each other at every step stall for whole scheduler
+      // slices (seconds per token measured with 2 threads on 2 busy cores).
+      '--threads', '1', ...this.extraArgs];
+    this.proc = spawn(BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const keep = (chunk) => { this.output = (this.output + chunk).slice(-65536); };
+    this.proc.stdout.on('data', keep);
+    this.proc.stderr.on('data', keep);
+    this.exited = new Promise((resolve) => {
+      this.proc.on('exit', (code, signal) => resolve({ code, signal }));
+      this.proc.on('error', (err) => resolve({ code: -1, signal: null, err }));
+    });
+    await this.waitReady();
+  }
+
+  // waitReady polls /health until it answers 200 (it is 503 while the model
+  // loads); a server without /health is ready once it serves the page.
+  // saveLog writes what the server printed to test-results/, for a failure.
+  async saveLog(name) {
+    await mkdir(RESULTS, { recursive: true });
+    await writeFile(path.join(RESULTS, name), this.output);
+  }
+
+  async waitReady() {
+    const deadline = Date.now() + START_MS;
+    let last = 'no answer';
+    while (Date.now() < deadline) {
+      const gone = await Promise.race([this.exited, sleep(100, null)]);
+      if (gone) throw new Error(`parley exited (${JSON.stringify(gone)}) before it was ready:\n${this.output}`);
+      try {
+        const health = await fetch(new URL('health', this.url));
+        if (health.status === 200) return;
+        if (health.status === 404) {
+          const page = await fetch(this.url);
+          if (page.status === 200) return;
+          last = `GET / -> ${page.status}`;
+        } else {
+          last = `GET /health -> ${health.status}`;
+        }
+      } catch (err) {
+        last = err.cause?.code || err.message;
+      }
+    }
+    throw new Error(`parley not ready after ${START_MS} ms (${last}):\n${this.output}`);
+  }
+
+  // stop asks for a graceful shutdown and kills the process if it has not
+  // exited within the grace period. Safe to call twice.
+  async stop(graceMs = 10_000) {
+    if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    this.proc.kill('SIGTERM');
+    const done = await Promise.race([this.exited, sleep(graceMs, null)]);
+    if (!done) {
+      this.proc.kill('SIGKILL');
+      await this.exited;
+    }
+  }
+}
+
+// Console messages chromium itself logs while the server is deliberately down
+// (the reconnect step); anything else on the console is a page error.
+const EXPECTED_WHILE_DOWN = /WebSocket connection to .* failed|ERR_CONNECTION_REFUSED/;
+
+async function launchBrowser(userDataDir) {
+  return chromium.launchPersistentContext(userDataDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1024, height: 768 },
+    colorScheme: 'light',
+  });
+}
+
+describe('chat page', { timeout: 240_000 }, () => {
+  let server;
+  let context;
+  let page;
+  let userDataDir;
+  let dataDir;
+  let serverDown = false;
+  const pageErrors = [];
+
+  // Kill the server even if the runner dies before `after` runs.
+  const killOnExit = () => { if (server?.proc && server.proc.exitCode === null) server.proc.kill('SIGKILL'); };
+
+  before(async () => {
+    assert.ok(existsSync(BIN), `no server binary at ${BIN}: run make build, or set PARLEY_BIN`);
+    assert.ok(existsSync(MODEL), `no model at ${MODEL}: set PARLEY_TEST_MODEL`);
+    process.on('exit', killOnExit);
+    dataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-ui-data-'));
+    userDataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-ui-chromium-'));
+    server = new Server(await freePort(), dataDir);
+    await server.start();
+
+    context = await launchBrowser(userDataDir);
+    page = context.pages()[0] || await context.newPage();
+    page.setDefaultTimeout(UI_MS);
+    page.on('pageerror', (err) => pageErrors.push(`pageerror: ${err.message}`));
+    page.on('console', (msg) => {
+      if (msg.type() !== 'error') return;
+      if (serverDown && EXPECTED_WHILE_DOWN.test(msg.text())) return;
+      pageErrors.push(`console.error: ${msg.text()}`);
+    });
+    page.on('response', (res) => {
+      if (res.status() >= 400) pageErrors.push(`HTTP ${res.status()} ${res.url()}`);
+    });
+    page.on('requestfailed', (req) => {
+      if (serverDown) return;
+      pageErrors.push(`request failed: ${req.url()} ${req.failure()?.errorText}`);
+    });
+    // Records the lengths the streaming reply's text goes through, as the DOM
+    // shows them: the proof that a reply grows on screen instead of appearing
+    // whole. One entry per reply, reset by the test.
+    await page.addInitScript(() => {
+      window.__parleyLengths = [];
+      const watch = () => {
+        new MutationObserver(() => {
+          const node = document.querySelector('.msg.assistant[data-state="streaming"] .content');
+          if (!node) return;
+          const n = node.textContent.length;
+          const seen = window.__parleyLengths;
+          if (n > 0 && seen[seen.length - 1] !== n) seen.push(n);
+        }).observe(document.documentElement, { childList: true, subtree: true, characterData: true, attributes: true });
+      };
+      if (document.documentElement) watch();
+      else document.addEventListener('DOMContentLoaded', watch);
+    });
+  });
+
+  after(async () => {
+    await context?.close().catch(() => {});
+    await server?.stop();
+    await server?.saveLog('parley-server.log');
+    process.off('exit', killOnExit);
+    if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+    if (dataDir) await rm(dataDir, { recursive: true, force: true });
+  });
+
+  // ---------- helpers over the page ----------
+
+  const connected = () => page.waitForSelector('#conn[data-state="connected"]', { timeout: UI_MS });
+  const sessionId = () => page.locator('#session-id').textContent();
+  const messages = () => page.$$eval('#log .msg', (nodes) => nodes.map((n) => ({
+    role: n.dataset.role,
+    text: n.querySelector('.content').textContent,
+    state: n.dataset.state || '',
+    finish: n.dataset.finish || '',
+    meta: n.querySelector('.meta')?.textContent || '',
+  })));
+  // turns lists the (prompt, reply) pairs the server should have committed:
+  // all but failed replies and replies stopped before any text. Restored
+  // messages have no finish mark and always count.
+  const turns = (ms) => {
+    const out = [];
+    for (let i = 0; i + 1 < ms.length; i++) {
+      const [u, a] = [ms[i], ms[i + 1]];
+      if (u.role !== 'user' || a.role !== 'assistant') continue;
+      if (a.finish === 'error' || (a.finish === 'cancelled' && a.text === '')) continue;
+      out.push([u.text, a.text]);
+    }
+    return out;
+  };
+
+  async function setSettings(values) {
+    await page.getByRole('button', { name: 'Settings' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Settings' });
+    await dialog.waitFor();
+    for (const [label, value] of Object.entries(values)) await dialog.getByLabel(label, { exact: true }).fill(String(value));
+    await dialog.getByRole('button', { name: 'Save' }).click();
+    await dialog.waitFor({ state: 'hidden' });
+  }
+
+  async function send(text) {
+    await page.getByLabel('Message', { exact: true }).fill(text);
+    await page.getByLabel('Message', { exact: true }).press('Enter');
+  }
+
+  // waitReplyDone waits for the reply to the last prompt; an error the page
+  // shows instead (a refused prompt has no reply) fails at once with its text.
+  async function waitReplyDone() {
+    const last = await page.waitForSelector(
+      '#log .msg.assistant:last-of-type[data-state="done"], #log .msg.error:last-of-type', { timeout: REPLY_MS });
+    if (await last.evaluate((n) => n.classList.contains('error'))) assert.fail(`the page shows an error: ${await last.textContent()}`);
+    return (await messages()).filter((m) => m.role === 'assistant').at(-1);
+  }
+
+  // ---------- steps ----------
+
+  let firstId = '';
+
+  test('opens, connects and shows a session id', async () => {
+    await page.goto(server.url);
+    await connected();
+    firstId = (await sessionId()).trim();
+    assert.match(firstId, /\S{4,}/, 'session id shown');
+    assert.equal(await page.evaluate(() => localStorage.getItem('parley.session')), firstId, 'session id stored');
+    assert.equal(await page.locator('#log .msg').count(), 0, 'fresh session has no messages');
+    assert.equal(await page.getByRole('button', { name: 'Send' }).isDisabled(), true, 'Send is disabled with nothing typed');
+  });
+
+  test('a prompt streams a reply that grows token by token', async () => {
+    await setSettings({ 'Max tokens': 300, Temperature: 0.8 });
+    const input = page.getByLabel('Message', { exact: true });
+    await input.fill('Once upon a time');
+    await input.press('Shift+Enter');
+    await input.pressSequentially('there was a dog');
+    assert.equal(await input.inputValue(), 'Once upon a time\nthere was a dog', 'Shift+Enter adds a newline');
+    assert.equal(await page.locator('#log .msg').count(), 0, 'Shift+Enter does not send');
+
+    await page.evaluate(() => { window.__parleyLengths = []; });
+    await input.press('Enter');
+    assert.equal(await input.inputValue(), '', 'input cleared on send');
+    const reply = await waitReplyDone();
+    const lengths = await page.evaluate(() => window.__parleyLengths);
+    const all = await messages();
+
+    assert.deepEqual(all.map((m) => m.role), ['user', 'assistant']);
+    assert.equal(all[0].text, 'Once upon a time\nthere was a dog', 'the prompt is shown as typed');
+    assert.ok(reply.text.trim().length > 0, 'reply has text');
+    assert.ok(new Set(lengths).size >= 2, `reply grew on screen through >= 2 lengths, saw ${JSON.stringify(lengths)}`);
+    assert.ok(lengths.every((n) => n > 0));
+    assert.ok(['eos', 'length', 'stop'].includes(reply.finish), `finished normally, got ${reply.finish}`);
+    assert.match(reply.meta, /\d+ tokens?/, 'token count shown');
+    assert.match(reply.meta, /[\d.]+ tok\/s/, 'tokens per second shown');
+    assert.match(reply.meta, /TTFT [\d.]+ ms/, 'time to first token shown');
+    assert.equal(await page.getByRole('button', { name: 'Stop' }).isVisible(), false, 'Stop hidden when idle');
+  });
+
+  test('Stop cancels a reply mid-stream', async () => {
+    await setSettings({ 'Max tokens': LONG_MAX_TOKENS, Temperature: 1 });
+    // A reply can still end by itself (end of story) before the click lands;
+    // then try again. Cancelling must work within a few tries.
+    let stopped = null;
+    const tried = [];
+    for (let attempt = 0; attempt < 5 && !stopped; attempt++) {
+      await send(`Tell me a long story, part ${attempt + 1}`);
+      const stop = page.getByRole('button', { name: 'Stop' });
+      await page.waitForSelector('#log .msg.assistant:last-of-type:is([data-state="streaming"], [data-state="done"]), #log .msg.error:last-of-type', { timeout: REPLY_MS });
+      if (await stop.isEnabled().catch(() => false)) await stop.click().catch(() => {});
+      const reply = await waitReplyDone();
+      tried.push(reply.finish);
+      if (reply.finish === 'cancelled') stopped = reply;
+    }
+    assert.ok(stopped, `no reply was cancelled in 5 tries (finish reasons: ${tried})`);
+    assert.match(stopped.meta, /stopped/, 'the reply is marked stopped');
+    const tokens = Number(stopped.meta.match(/(\d+) tokens?/)?.[1]);
+    assert.ok(tokens < LONG_MAX_TOKENS, `stopped before the cap (${tokens} tokens)`);
+    assert.equal(await page.getByRole('button', { name: 'Send' }).isVisible(), true, 'Send is back after stopping');
+    // The conversation goes on after a stop.
+    await setSettings({ 'Max tokens': 64 });
+    await send('And then?');
+    const next = await waitReplyDone();
+    assert.ok(['eos', 'length', 'stop'].includes(next.finish), `reply after stop finished with ${next.finish}`);
+  });
+
+  let beforeReload;
+
+  test('reload resumes the same session with its history', async () => {
+    beforeReload = await messages();
+    const id = (await sessionId()).trim();
+    assert.equal(id, firstId);
+    await page.reload();
+    await connected();
+    assert.equal((await sessionId()).trim(), id, 'same session id after reload');
+    const after = await messages();
+    assert.ok(turns(beforeReload).length >= 3, `at least three committed turns before reload, got ${turns(beforeReload).length}`);
+    assert.deepEqual(turns(after), turns(beforeReload), 'every committed turn restored word for word, in order');
+    assert.deepEqual(after.map((m) => m.role), turns(after).flatMap(() => ['user', 'assistant']), 'nothing else shown');
+    assert.equal(await page.getByLabel('Message', { exact: true }).isEnabled(), true);
+    // The sampling settings are kept too (the last step set 64 max tokens).
+    await page.getByRole('button', { name: 'Settings' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Settings' });
+    assert.equal(await dialog.getByLabel('Max tokens', { exact: true }).inputValue(), '64');
+    assert.equal(await dialog.getByLabel('Temperature', { exact: true }).inputValue(), '1');
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    await dialog.waitFor({ state: 'hidden' });
+  });
+
+  test('reconnects by itself after the server restarts', async () => {
+    const id = (await sessionId()).trim();
+    serverDown = true;
+    await server.stop();
+    await page.waitForSelector('#conn:not([data-state="connected"])', { timeout: UI_MS });
+    assert.equal(await page.getByRole('button', { name: 'Send' }).isDisabled(), true, 'cannot send while disconnected');
+    await server.start(); // same port, same data directory
+    await connected();
+    serverDown = false;
+    const now = (await sessionId()).trim();
+    if (now === id) {
+      // A durable store: the conversation survived the restart.
+      assert.deepEqual(turns(await messages()), turns(beforeReload), 'history restored after restart');
+    } else {
+      // A memory store: the old session is gone (not_found), and the page
+      // started a fresh one and said so instead of failing.
+      assert.match(await page.locator('#log').textContent(), /expired/, 'the page says the session expired');
+      assert.equal(await page.evaluate(() => localStorage.getItem('parley.session')), now);
+    }
+    await send('Hello again');
+    const reply = await waitReplyDone();
+    assert.ok(['eos', 'length', 'stop'].includes(reply.finish), `reply after reconnect finished with ${reply.finish}`);
+  });
+
+  test('new chat clears the conversation here and on the server', async () => {
+    assert.ok(await page.locator('#log .msg').count() > 0);
+    await page.getByRole('button', { name: 'New chat' }).click();
+    await page.waitForFunction(() => document.querySelectorAll('#log .msg').length === 0);
+    await connected();
+    assert.equal(await page.locator('#empty').isVisible(), true, 'empty-state hint shown');
+    await send('A new story');
+    const reply = await waitReplyDone();
+    assert.ok(reply.text.length > 0);
+    await page.reload();
+    await connected();
+    const restored = await messages();
+    assert.deepEqual(restored.map((m) => m.role), ['user', 'assistant'], 'only the new conversation is restored');
+    assert.deepEqual(turns(restored), [['A new story', reply.text]]);
+  });
+
+  test('theme toggle switches and is remembered', async () => {
+    const bg = () => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const light = await bg();
+    await page.getByRole('button', { name: 'Switch to dark theme' }).click();
+    assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), 'dark');
+    const dark = await bg();
+    assert.notEqual(dark, light, 'background changes');
+    await page.reload();
+    await connected();
+    assert.equal(await bg(), dark, 'dark theme kept after reload');
+    await page.getByRole('button', { name: 'Switch to light theme' }).click();
+    assert.equal(await bg(), light);
+    // With no choice stored, the page follows the system's preference.
+    await page.evaluate(() => localStorage.removeItem('parley.theme'));
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.reload();
+    await connected();
+    assert.equal(await bg(), dark, 'prefers-color-scheme: dark is followed');
+    await page.getByRole('button', { name: 'Switch to light theme' }).click();
+    await page.emulateMedia({ colorScheme: 'light' });
+    assert.equal(await bg(), light);
+  });
+
+  test('usable at 375 px wide; screenshot is not blank', async () => {
+    await page.setViewportSize({ width: 375, height: 740 });
+    await setSettings({ 'Max tokens': 200 });
+    await send('Tell me about `code` and **bold**');
+    await waitReplyDone();
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow} px)`);
+    for (const name of ['New chat', 'Settings', 'Switch to dark theme', 'Send']) {
+      const box = await page.getByRole('button', { name, exact: true }).boundingBox();
+      assert.ok(box && box.x >= 0 && box.x + box.width <= 375 && box.y >= 0 && box.y + box.height <= 740,
+        `${name} is on screen: ${JSON.stringify(box)}`);
+    }
+    await mkdir(RESULTS, { recursive: true });
+    const png = await page.screenshot();
+    const file = path.join(RESULTS, 'chat-375.png');
+    await writeFile(file, png);
+    const img = decodePNG(png);
+    assert.equal(img.width, 375);
+    const { colours, dominantShare } = colourStats(img);
+    assert.ok(colours > 16, `screenshot has ${colours} colours`);
+    assert.ok(dominantShare < 0.97, `one colour covers ${(dominantShare * 100).toFixed(1)}% of the screenshot`);
+    await page.setViewportSize({ width: 1024, height: 768 });
+  });
+
+  test('Markdown renders code blocks and never raw HTML', async () => {
+    const out = await page.evaluate(() => ({
+      code: window.ParleyMarkdown.render('Run:\n\n```sh\necho "<b>hi</b>"\n```\n'),
+      html: window.ParleyMarkdown.render('<img src=x onerror="window.__xss=1"> <script>window.__xss=2</script>'),
+      link: window.ParleyMarkdown.render('see https://example.com and [x](javascript:alert(1)) ![i](http://example.com/p.png)'),
+    }));
+    assert.match(out.code, /<pre><code class="language-sh">echo &quot;&lt;b&gt;hi&lt;\/b&gt;&quot;\n<\/code><\/pre>/);
+    assert.doesNotMatch(out.html, /<img|<script/, 'HTML in model output is escaped');
+    assert.match(out.html, /&lt;img/);
+    assert.match(out.link, /<a href="https:\/\/example.com" target="_blank" rel="noopener noreferrer nofollow">/, 'linkify');
+    assert.doesNotMatch(out.link, /href="javascript:/i, 'no javascript: links');
+    assert.doesNotMatch(out.link, /<img/, 'no remote images');
+    assert.equal(await page.evaluate(() => window.__xss), undefined);
+  });
+
+  test('no page errors, console errors or failed requests', () => {
+    assert.deepEqual(pageErrors, []);
+  });
+});
+
+// With --api-key the page cannot send a header; it takes ?key= from its own
+// address, drops it from the address bar, and offers it as the WebSocket
+// subprotocol parley.key.KEY beside parley.v1+json.
+describe('chat page on a server with an API key', { timeout: 120_000 }, () => {
+  const KEY = 'ui-test-key-7f3a';
+  let server;
+  let context;
+  let userDataDir;
+  let dataDir;
+  const killOnExit = () => { if (server?.proc && server.proc.exitCode === null) server.proc.kill('SIGKILL'); };
+
+  before(async () => {
+    process.on('exit', killOnExit);
+    dataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-ui-data-'));
+    userDataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-ui-chromium-'));
+    server = new Server(await freePort(), dataDir, ['--api-key', KEY]);
+    await server.start();
+    context = await launchBrowser(userDataDir);
+  });
+
+  after(async () => {
+    await context?.close().catch(() => {});
+    await server?.stop();
+    await server?.saveLog('parley-server-api-key.log');
+    process.off('exit', killOnExit);
+    if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+    if (dataDir) await rm(dataDir, { recursive: true, force: true });
+  });
+
+  test('?key= opens the chat, leaves the address bar, survives a reload', async () => {
+    const page = await context.newPage();
+    const errors = [];
+    page.on('pageerror', (err) => errors.push(err.message));
+    page.on('console', (msg) => { if (msg.type() === 'error') errors.push(msg.text()); });
+    await page.goto(`${server.url}?key=${KEY}`);
+    await page.waitForSelector('#conn[data-state="connected"]', { timeout: UI_MS });
+    assert.equal(new URL(page.url()).search, '', 'the key is gone from the address');
+    await page.reload();
+    await page.waitForSelector('#conn[data-state="connected"]', { timeout: UI_MS });
+    await page.getByLabel('Message', { exact: true }).fill('Hello');
+    await page.getByLabel('Message', { exact: true }).press('Enter');
+    await page.waitForSelector('#log .msg.assistant[data-state="done"]', { timeout: REPLY_MS });
+    assert.ok(['eos', 'length', 'stop'].includes(await page.locator('#log .msg.assistant').getAttribute('data-finish')));
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test('without the key the page never connects and says why it might be', async () => {
+    const page = await context.newPage(); // a new tab: no key in its sessionStorage
+    const errors = [];
+    page.on('pageerror', (err) => errors.push(err.message));
+    await page.goto(server.url);
+    // Three refused handshakes take about 0.25+0.5+1 s of backoff at least.
+    await page.waitForSelector('#log .msg.note', { timeout: UI_MS });
+    assert.match(await page.locator('#log .msg.note').textContent(), /\?key=/);
+    assert.notEqual(await page.locator('#conn').getAttribute('data-state'), 'connected');
+    assert.equal(await page.locator('#session-id').textContent(), '');
+    assert.deepEqual(errors, [], 'no uncaught errors (the browser logs the refused handshakes itself)');
+    await page.close();
+  });
+});

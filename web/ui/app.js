@@ -1,0 +1,639 @@
+// Parley chat page: vanilla JS over the structured WebSocket mode
+// (ws(s)://<this page's location>/ws?format=json[&session=ID]).
+//
+// Invariants:
+// - At most one socket is live (state.ws); events from a replaced socket are
+//   ignored, so a late close of an old socket cannot tear down the new one.
+// - At most one reply is in flight (state.reply); Send is disabled until its
+//   done event (or an error about the prompt, which has no done event), so
+//   replies never interleave on screen.
+// - The server's history is the truth: on every session event the view is
+//   compared with the history the server sent and redrawn when they differ.
+// - Model text reaches the DOM only through ParleyMarkdown.render (html off) or
+//   textContent; nothing else is assigned to innerHTML.
+(() => {
+  'use strict';
+
+  const KEYS = { session: 'parley.session', settings: 'parley.settings', theme: 'parley.theme', apiKey: 'parley.key' };
+  const DEFAULTS = Object.freeze({ temperature: 0.8, max_tokens: 256, top_p: 0.95, top_k: 40, system: '' });
+  // Reconnect backoff in ms: doubles from MIN to MAX, with up to 50% jitter
+  // below the nominal delay so that many pages dropped by one server restart
+  // do not all come back in the same instant.
+  const BACKOFF_MIN_MS = 500;
+  const BACKOFF_MAX_MS = 15000;
+  const FINISH_LABELS = {
+    stop: 'stop string', length: 'length limit', eos: 'end of text',
+    cancelled: 'stopped', error: 'error', interrupted: 'interrupted',
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    log: $('log'), scroller: $('scroller'), empty: $('empty'), input: $('input'), send: $('send'), stop: $('stop'),
+    composer: $('composer'), conn: $('conn'), connText: $('conn-text'),
+    sessionWrap: $('session-wrap'), sessionId: $('session-id'),
+    newChat: $('new-chat'), theme: $('theme'), openSettings: $('open-settings'),
+    settings: $('settings'), settingsForm: $('settings-form'), defaults: $('s-defaults'),
+    sTemperature: $('s-temperature'), sMaxTokens: $('s-max-tokens'), sTopP: $('s-top-p'),
+    sTopK: $('s-top-k'), sSystem: $('s-system'),
+  };
+
+  // Storage can throw (privacy modes, disabled cookies); the page still works
+  // without it, it just forgets between reloads.
+  const store = {
+    get(area, k) { try { return area.getItem(k); } catch { return null; } },
+    set(area, k, v) { try { if (v == null) area.removeItem(k); else area.setItem(k, v); } catch { /* not persisted */ } },
+  };
+
+  const state = {
+    ws: null,            // the live socket, or null
+    ready: false,        // a session event arrived on state.ws
+    attempt: 0,          // failed connects since the last session event; drives the backoff
+    refused: 0,          // handshakes in a row that never opened (server down, or a 401/403)
+    retryTimer: 0,
+    sessionId: null,
+    messages: [],        // the conversation as the server holds it: [{role, content}]
+    reply: null,         // the reply in flight: {node, content, meta, text, tokens, sentAt, firstAt, renderQueued, stopping}
+    resetPending: false, // a reset was sent; its session event has not arrived yet
+    notice: '',          // shown once the next session opens
+    apiKey: '',
+    settings: { ...DEFAULTS },
+  };
+
+  // ---------- settings ----------
+
+  function loadSettings() {
+    let saved = {};
+    try { saved = JSON.parse(store.get(localStorage, KEYS.settings) || '{}') || {}; } catch { saved = {}; }
+    state.settings = sanitize(saved);
+  }
+
+  // sanitize keeps each field within what the server accepts (parley.Params.Validate)
+  // and falls back to the default for anything else, so a bad stored value can
+  // never make every prompt fail.
+  function sanitize(s) {
+    const num = (v, lo, hi, def, int) => {
+      const n = typeof v === 'number' ? v : parseFloat(v);
+      if (!Number.isFinite(n) || n < lo || n > hi) return def;
+      return int ? Math.round(n) : n;
+    };
+    return {
+      temperature: num(s.temperature, 0, 10, DEFAULTS.temperature, false),
+      max_tokens: num(s.max_tokens, 1, 1e9, DEFAULTS.max_tokens, true),
+      top_p: num(s.top_p, 0, 1, DEFAULTS.top_p, false),
+      top_k: num(s.top_k, 0, 1 << 20, DEFAULTS.top_k, true),
+      system: typeof s.system === 'string' ? s.system : DEFAULTS.system,
+    };
+  }
+
+  function fillSettingsForm(s) {
+    ui.sTemperature.value = String(s.temperature);
+    ui.sMaxTokens.value = String(s.max_tokens);
+    ui.sTopP.value = String(s.top_p);
+    ui.sTopK.value = String(s.top_k);
+    ui.sSystem.value = s.system;
+  }
+
+  function saveSettingsFromForm() {
+    const before = state.settings;
+    state.settings = sanitize({
+      temperature: ui.sTemperature.value, max_tokens: ui.sMaxTokens.value,
+      top_p: ui.sTopP.value, top_k: ui.sTopK.value, system: ui.sSystem.value,
+    });
+    store.set(localStorage, KEYS.settings, JSON.stringify(state.settings));
+    if (state.settings.system !== before.system) sendSystem();
+  }
+
+  // sendSystem tells the server the session's system prompt. An empty setting
+  // means "the server's default" and is only sent to clear an earlier one.
+  function sendSystem() {
+    if (!state.ready) return; // sent when the next session opens
+    sendJSON({ type: 'system', content: state.settings.system });
+  }
+
+  // ---------- theme ----------
+
+  function effectiveTheme() {
+    const t = document.documentElement.dataset.theme;
+    if (t === 'dark' || t === 'light') return t;
+    return window.matchMedia && window.matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light';
+  }
+
+  function showThemeButton() {
+    const next = effectiveTheme() === 'dark' ? 'light' : 'dark';
+    ui.theme.setAttribute('aria-label', `Switch to ${next} theme`);
+    ui.theme.title = `Switch to ${next} theme`;
+    ui.theme.dataset.next = next; // style.css shows the matching icon
+  }
+
+  function toggleTheme() {
+    const next = effectiveTheme() === 'dark' ? 'light' : 'dark';
+    document.documentElement.dataset.theme = next;
+    store.set(localStorage, KEYS.theme, next);
+    showThemeButton();
+  }
+
+  // ---------- connection ----------
+
+  function wsURL() {
+    const u = new URL('ws', location.href);
+    u.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    u.search = '';
+    u.hash = '';
+    u.searchParams.set('format', 'json');
+    if (state.sessionId) u.searchParams.set('session', state.sessionId);
+    return u.href;
+  }
+
+  function setConn(kind, text) {
+    ui.conn.dataset.state = kind;
+    ui.connText.textContent = text;
+    updateControls();
+  }
+
+  function connect() {
+    clearTimeout(state.retryTimer);
+    state.retryTimer = 0;
+    if (state.ws) return;
+    setConn('connecting', state.attempt ? 'Reconnecting…' : 'Connecting…');
+    let ws;
+    try {
+      // The API key travels as a subprotocol because browsers cannot set
+      // headers on a WebSocket; the server picks parley.v1+json.
+      ws = state.apiKey
+        ? new WebSocket(wsURL(), ['parley.v1+json', `parley.key.${state.apiKey}`])
+        : new WebSocket(wsURL());
+    } catch (err) {
+      // Only a malformed URL or subprotocol throws here (e.g. a key with
+      // characters a subprotocol cannot carry); retrying would not help.
+      setConn('offline', 'Cannot connect');
+      addNote('error', `Cannot open the connection: ${err.message}`);
+      return;
+    }
+    state.ws = ws;
+    let opened = false;
+    ws.onopen = () => { opened = true; };
+    ws.onmessage = (ev) => { if (state.ws === ws) onMessage(ev.data); };
+    ws.onclose = (ev) => { if (state.ws === ws) onClose(ev, opened); };
+    ws.onerror = () => { /* a close event always follows; handled there */ };
+  }
+
+  function onClose(ev, opened) {
+    // A handshake that never opened: the page cannot see the HTTP status, so
+    // after a few in a row it names the likely cause it can do something about.
+    state.refused = opened ? 0 : state.refused + 1;
+    if (state.refused === 3) {
+      addNote('note', state.apiKey
+        ? 'Cannot open a chat connection. Is the server up, and is the ?key= this page was opened with right?'
+        : 'Cannot open a chat connection. Is the server up? If it requires an API key, open this page as …/?key=YOUR_KEY.');
+    }
+    state.ws = null;
+    state.ready = false;
+    state.resetPending = false;
+    if (state.reply) finishReply({ finish_reason: 'interrupted' });
+    // 1001 is the server going away (restart, drain): say so, then come back.
+    if (ev.code === 1001) addNote('note', 'The server closed the connection (going away); reconnecting.');
+    scheduleReconnect();
+  }
+
+  function scheduleReconnect(immediate) {
+    clearTimeout(state.retryTimer);
+    if (immediate) {
+      state.retryTimer = setTimeout(connect, 0);
+      return;
+    }
+    const nominal = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** state.attempt);
+    const delay = Math.round(nominal * (0.5 + Math.random() * 0.5));
+    state.attempt++;
+    setConn(navigator.onLine === false ? 'offline' : 'reconnecting',
+      `${navigator.onLine === false ? 'Offline' : 'Disconnected'}; retrying in ${Math.ceil(delay / 1000)} s`);
+    state.retryTimer = setTimeout(connect, delay);
+  }
+
+  function retryNow() {
+    if (state.ws) return;
+    connect();
+  }
+
+  function sendJSON(obj) {
+    if (!state.ws || state.ws.readyState !== WebSocket.OPEN) return false;
+    state.ws.send(JSON.stringify(obj));
+    return true;
+  }
+
+  // ---------- server events ----------
+
+  function onMessage(data) {
+    let msg;
+    try { msg = JSON.parse(data); } catch { return; } // not ours to show; the JSON mode only sends JSON
+    if (!msg || typeof msg !== 'object') return;
+    switch (msg.type) {
+      case 'session': onSession(msg); break;
+      case 'token': onToken(msg); break;
+      case 'done': onDone(msg); break;
+      case 'error': onError(msg); break;
+      default: break; // newer servers may add event types; ignore them
+    }
+  }
+
+  function onSession(msg) {
+    const messages = Array.isArray(msg.messages)
+      ? msg.messages.filter((m) => m && typeof m.content === 'string').map((m) => ({ role: String(m.role), content: m.content }))
+      : [];
+    const wasReset = state.resetPending;
+    state.ready = true;
+    state.attempt = 0;
+    state.resetPending = false;
+    state.sessionId = typeof msg.id === 'string' && msg.id ? msg.id : null;
+    store.set(localStorage, KEYS.session, state.sessionId);
+    ui.sessionId.textContent = state.sessionId || '';
+    ui.sessionWrap.hidden = !state.sessionId;
+    if (!sameHistory(messages, state.messages) || !ui.log.querySelector('.msg')) renderHistory(messages);
+    state.messages = messages;
+    if (state.notice) { addNote('note', state.notice); state.notice = ''; }
+    // A fresh (or just reset) session starts with the server's default system
+    // prompt; apply the user's unless the history already carries it.
+    const sys = state.settings.system;
+    if (sys && (!msg.resumed || wasReset) && !messages.some((m) => m.role === 'system' && m.content === sys)) sendSystem();
+    setConn('connected', 'Connected');
+  }
+
+  function onToken(msg) {
+    const r = state.reply;
+    if (!r) return; // a reply we stopped following (new chat while streaming)
+    if (!r.firstAt) r.firstAt = performance.now();
+    r.tokens++;
+    // Special tokens (end of text, control tokens) are not part of the reply text.
+    if (!msg.special && typeof msg.text === 'string') r.text += msg.text;
+    if (r.node.dataset.state === 'waiting') {
+      r.node.dataset.state = 'streaming';
+      updateControls();
+    }
+    scheduleRender(r);
+  }
+
+  function onDone(msg) {
+    if (!state.reply) return;
+    finishReply(msg);
+  }
+
+  function onError(msg) {
+    const code = String(msg.code || 'internal');
+    const text = typeof msg.message === 'string' && msg.message ? msg.message : code;
+    if (!state.ready) {
+      // An error on open. not_found: the stored session expired or never
+      // existed here; forget it and start a fresh one at once.
+      if (code === 'not_found' && state.sessionId) {
+        state.sessionId = null;
+        store.set(localStorage, KEYS.session, null);
+        state.messages = [];
+        state.notice = 'The previous session has expired; this is a new conversation.';
+        dropSocket();
+        state.attempt = 0;
+        scheduleReconnect(true);
+        return;
+      }
+      addNote('error', `Server: ${text} (${code})`);
+      dropSocket();
+      scheduleReconnect();
+      return;
+    }
+    // An error about our prompt ends it: no done event follows. One that
+    // arrives after tokens started is about something else (e.g. a system
+    // message) and the reply goes on.
+    if (state.reply && state.reply.tokens === 0) {
+      const r = state.reply;
+      state.reply = null;
+      r.node.remove();
+      // The server did not take the prompt into its history.
+      const last = state.messages[state.messages.length - 1];
+      if (last && last.role === 'user') state.messages.pop();
+      if (r.userNode) r.userNode.classList.add('rejected');
+      if (!ui.input.value) { ui.input.value = r.prompt; autosize(); } // let the user fix and resend
+    }
+    addNote('error', `${text} (${code})`);
+    updateControls();
+  }
+
+  // dropSocket closes the live socket without waiting for its close event.
+  function dropSocket() {
+    const ws = state.ws;
+    state.ws = null;
+    state.ready = false;
+    if (ws) { try { ws.close(1000); } catch { /* already closing */ } }
+    if (state.reply) finishReply({ finish_reason: 'interrupted' });
+  }
+
+  // ---------- conversation view ----------
+
+  function sameHistory(a, b) {
+    return a.length === b.length && a.every((m, i) => m.role === b[i].role && m.content === b[i].content);
+  }
+
+  function clearLog() {
+    for (const n of [...ui.log.children]) if (n !== ui.empty) n.remove();
+    ui.empty.hidden = false;
+  }
+
+  function renderHistory(messages) {
+    if (state.reply) { state.reply = null; }
+    clearLog();
+    for (const m of messages) {
+      const node = addMessage(m.role, m.content);
+      if (m.role === 'assistant') addCopyButtons(node.querySelector('.content'));
+    }
+    scrollToEnd(true);
+  }
+
+  // note and error are the page's own notices, never part of the conversation.
+  const ROLE_NAMES = { user: 'You', assistant: 'Parley', system: 'System prompt', note: 'Notice', error: 'Error' };
+
+  // addMessage appends one message and returns its node. Assistant text is
+  // rendered as Markdown; everything else is plain text.
+  function addMessage(role, text) {
+    const known = Object.hasOwn(ROLE_NAMES, role) ? role : 'system';
+    const node = document.createElement('article');
+    node.className = `msg ${known}`;
+    node.dataset.role = known;
+    const who = document.createElement('div');
+    who.className = 'who';
+    who.textContent = ROLE_NAMES[known];
+    const content = document.createElement('div');
+    content.className = 'content';
+    if (known === 'assistant') content.innerHTML = renderMarkdown(text);
+    else content.textContent = text;
+    node.append(who, content);
+    ui.empty.hidden = true;
+    ui.log.append(node);
+    return node;
+  }
+
+  // addNote shows one of the page's own notices; the same notice twice in a
+  // row (a refusal repeated on every retry) is shown once.
+  function addNote(kind, text) {
+    const last = ui.log.lastElementChild;
+    if (last && last.dataset.role === kind && last.querySelector('.content').textContent === text) return;
+    addMessage(kind, text);
+    scrollToEnd(true);
+  }
+
+  function renderMarkdown(text) {
+    // The bundle is deferred like this script and always loads first; the
+    // fallback only guards a broken deployment.
+    if (window.ParleyMarkdown) return window.ParleyMarkdown.render(text);
+    const p = document.createElement('p');
+    p.className = 'plain';
+    p.textContent = text;
+    return p.outerHTML;
+  }
+
+  // Rendering is batched to one pass per animation frame: tokens arrive far
+  // faster than a screen refreshes, and re-rendering Markdown per token would
+  // cost O(n²) for long replies.
+  function scheduleRender(r) {
+    if (r.renderQueued) return;
+    r.renderQueued = true;
+    requestAnimationFrame(() => {
+      r.renderQueued = false;
+      if (state.reply !== r) return;
+      renderReply(r);
+    });
+  }
+
+  function renderReply(r) {
+    const stick = nearBottom();
+    r.content.innerHTML = renderMarkdown(r.text);
+    if (stick) scrollToEnd(true);
+  }
+
+  function nearBottom() {
+    const l = ui.scroller;
+    return l.scrollHeight - l.scrollTop - l.clientHeight < 80;
+  }
+
+  function scrollToEnd(force) {
+    if (force || nearBottom()) ui.scroller.scrollTop = ui.scroller.scrollHeight;
+  }
+
+  function finishReply(msg) {
+    const r = state.reply;
+    state.reply = null;
+    const finish = String(msg.finish_reason || 'error');
+    if (typeof msg.content === 'string') r.text = msg.content;
+    const stick = nearBottom();
+    r.content.innerHTML = renderMarkdown(r.text);
+    addCopyButtons(r.content);
+    r.node.dataset.state = 'done';
+    r.node.dataset.finish = finish;
+    r.node.removeAttribute('aria-busy');
+    // Mirror what the server commits: a finished turn joins the history, a
+    // failed one and a cancelled one without text do not (nor does their
+    // prompt). After an interruption the next session event tells.
+    if (finish === 'error' || (finish === 'cancelled' && r.text === '')) {
+      const last = state.messages[state.messages.length - 1];
+      if (last && last.role === 'user') state.messages.pop();
+    } else if (finish !== 'interrupted') {
+      state.messages.push({ role: 'assistant', content: r.text });
+    }
+    r.node.append(replyMeta(r, msg, finish));
+    if (stick) scrollToEnd(true);
+    updateControls();
+    if (finish !== 'interrupted') ui.input.focus({ preventScroll: true });
+  }
+
+  // replyMeta shows the server's figures for the reply (usage and timings);
+  // when a field is missing it falls back to what the page measured itself.
+  function replyMeta(r, msg, finish) {
+    const meta = document.createElement('div');
+    meta.className = 'meta';
+    const add = (cls, text) => {
+      const s = document.createElement('span');
+      s.className = cls;
+      s.textContent = text;
+      meta.append(s);
+    };
+    const usage = msg.usage || {};
+    const t = msg.timings || {};
+    const tokens = Number.isFinite(usage.completion_tokens) ? usage.completion_tokens : r.tokens;
+    const now = performance.now();
+    const ttft = Number.isFinite(t.ttft_ms) ? t.ttft_ms : (r.firstAt ? r.firstAt - r.sentAt : NaN);
+    let tps = Number.isFinite(t.tokens_per_second) ? t.tokens_per_second : NaN;
+    if (!Number.isFinite(tps) && r.firstAt && r.tokens > 1 && now > r.firstAt) tps = (r.tokens - 1) / ((now - r.firstAt) / 1000);
+    add('tokens', `${tokens} token${tokens === 1 ? '' : 's'}`);
+    if (Number.isFinite(tps) && tps > 0) add('tps', `${tps >= 100 ? Math.round(tps) : tps.toFixed(1)} tok/s`);
+    if (Number.isFinite(ttft)) add('ttft', `TTFT ${ttft >= 100 ? Math.round(ttft) : ttft.toFixed(1)} ms`);
+    if (Number.isFinite(usage.cached_prompt_tokens) && Number.isFinite(usage.prompt_tokens)) {
+      add('prompt', `prompt ${usage.prompt_tokens} (${usage.cached_prompt_tokens} cached)`);
+    }
+    add(`finish finish-${finish}`, FINISH_LABELS[finish] || finish);
+    return meta;
+  }
+
+  function addCopyButtons(container) {
+    for (const pre of container.querySelectorAll('pre')) {
+      if (pre.parentElement.classList.contains('code-block')) continue;
+      const wrap = document.createElement('div');
+      wrap.className = 'code-block';
+      pre.replaceWith(wrap);
+      const btn = document.createElement('button');
+      btn.type = 'button';
+      btn.className = 'btn ghost copy';
+      btn.textContent = 'Copy';
+      btn.setAttribute('aria-label', 'Copy code');
+      btn.addEventListener('click', () => copyText(pre.textContent, btn));
+      wrap.append(pre, btn);
+    }
+  }
+
+  async function copyText(text, btn) {
+    let ok = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      ok = true;
+    } catch {
+      // The async clipboard needs a secure context (https or localhost);
+      // plain http on a LAN falls back to the legacy command.
+      const ta = document.createElement('textarea');
+      ta.value = text;
+      ta.setAttribute('readonly', '');
+      ta.className = 'visually-hidden';
+      document.body.append(ta);
+      ta.select();
+      try { ok = document.execCommand('copy'); } catch { ok = false; }
+      ta.remove();
+    }
+    btn.textContent = ok ? 'Copied' : 'Copy failed';
+    setTimeout(() => { btn.textContent = 'Copy'; }, 1500);
+  }
+
+  // ---------- user actions ----------
+
+  function sendPrompt() {
+    const text = ui.input.value;
+    if (!text.trim() || !state.ready || state.reply || state.resetPending) return;
+    const s = state.settings;
+    const ok = sendJSON({
+      type: 'prompt',
+      content: text,
+      params: { temperature: s.temperature, max_tokens: s.max_tokens, top_p: s.top_p, top_k: s.top_k },
+    });
+    if (!ok) return;
+    const userNode = addMessage('user', text);
+    state.messages.push({ role: 'user', content: text });
+    const node = addMessage('assistant', '');
+    node.dataset.state = 'waiting';
+    node.setAttribute('aria-busy', 'true'); // screen readers read the reply once, when it is done
+    state.reply = {
+      node, userNode, prompt: text, content: node.querySelector('.content'),
+      text: '', tokens: 0, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false,
+    };
+    ui.input.value = '';
+    autosize();
+    scrollToEnd(true);
+    updateControls();
+  }
+
+  function stopReply() {
+    const r = state.reply;
+    if (!r || r.stopping) return;
+    if (sendJSON({ type: 'cancel' })) {
+      r.stopping = true;
+      updateControls();
+    }
+  }
+
+  function newChat() {
+    const r = state.reply;
+    if (r) {
+      // Stop generating and stop following the reply; its done event is ignored.
+      sendJSON({ type: 'cancel' });
+      state.reply = null;
+    }
+    clearLog();
+    state.messages = [];
+    if (state.ready && sendJSON({ type: 'reset' })) {
+      state.resetPending = true; // Send waits for the session event that confirms it
+    } else {
+      // Not connected: forget the session so the next connect starts fresh.
+      state.sessionId = null;
+      store.set(localStorage, KEYS.session, null);
+      ui.sessionId.textContent = '';
+      ui.sessionWrap.hidden = true;
+      if (state.ws) dropSocket();
+      state.attempt = 0;
+      scheduleReconnect(true);
+    }
+    updateControls();
+    ui.input.focus();
+  }
+
+  function updateControls() {
+    const busy = !!state.reply;
+    ui.send.disabled = !state.ready || busy || state.resetPending || !ui.input.value.trim();
+    ui.stop.hidden = !busy;
+    ui.send.hidden = busy;
+    ui.stop.disabled = !busy || state.reply.stopping || !state.ready;
+    ui.stop.textContent = busy && state.reply.stopping ? 'Stopping…' : 'Stop';
+    ui.composer.setAttribute('aria-busy', busy ? 'true' : 'false');
+  }
+
+  function autosize() {
+    ui.input.style.height = 'auto';
+    ui.input.style.height = `${ui.input.scrollHeight + 2}px`;
+  }
+
+  // ---------- start ----------
+
+  function readURL() {
+    // ?key= and ?session= are taken from the address once, then removed from
+    // it: the key must not linger in the address bar, history or screenshots,
+    // and the session id lives on in localStorage.
+    const params = new URLSearchParams(location.search);
+    const key = params.get('key');
+    if (key !== null) store.set(sessionStorage, KEYS.apiKey, key || null);
+    const session = params.get('session');
+    if (session) store.set(localStorage, KEYS.session, session);
+    if (key !== null || session) {
+      params.delete('key');
+      params.delete('session');
+      const q = params.toString();
+      history.replaceState(null, '', location.pathname + (q ? `?${q}` : '') + location.hash);
+    }
+    state.apiKey = store.get(sessionStorage, KEYS.apiKey) || '';
+    state.sessionId = store.get(localStorage, KEYS.session) || null;
+  }
+
+  function bind() {
+    ui.composer.addEventListener('submit', (e) => { e.preventDefault(); sendPrompt(); });
+    ui.input.addEventListener('keydown', (e) => {
+      // Enter sends, Shift+Enter is a newline; never while an IME composes.
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
+        e.preventDefault();
+        sendPrompt();
+      }
+    });
+    ui.input.addEventListener('input', () => { autosize(); updateControls(); });
+    ui.stop.addEventListener('click', stopReply);
+    ui.newChat.addEventListener('click', newChat);
+    ui.conn.addEventListener('click', retryNow);
+    ui.theme.addEventListener('click', toggleTheme);
+    if (window.matchMedia) window.matchMedia('(prefers-color-scheme: dark)').addEventListener('change', showThemeButton);
+    ui.openSettings.addEventListener('click', () => {
+      fillSettingsForm(state.settings);
+      ui.settings.showModal();
+    });
+    ui.defaults.addEventListener('click', () => fillSettingsForm(DEFAULTS));
+    ui.settings.addEventListener('close', () => {
+      if (ui.settings.returnValue === 'save') saveSettingsFromForm();
+      ui.settings.returnValue = '';
+    });
+    window.addEventListener('online', retryNow);
+    document.addEventListener('visibilitychange', () => { if (!document.hidden) retryNow(); });
+  }
+
+  readURL();
+  loadSettings();
+  showThemeButton();
+  bind();
+  updateControls();
+  connect();
+})();
