@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -79,7 +80,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.ollamaModels, "ollama-models", "", "Ollama model store for ollama:// (default: $OLLAMA_MODELS or ~/.ollama/models)")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8000", "address to listen on")
 	fs.IntVar(&c.ctx, "ctx", llm.DefaultContextLength, "context window per session, in tokens")
-	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "CPU threads for llama.cpp")
+	fs.IntVar(&c.threads, "threads", defaultThreads(), "CPU threads for llama.cpp (default: half the logical CPUs, about the physical cores)")
 	fs.IntVar(&c.parallel, "parallel", llm.DefaultParallel, "replies generated at once (KV-cache slots)")
 	fs.IntVar(&c.queue, "queue", llm.DefaultQueueSize, "replies that may wait for a slot before clients are told the server is busy")
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
@@ -275,7 +276,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		DrainTimeout:     cfg.drainTimeout,
 		Defaults:         defaults,
 		MaxTokensCap:     cfg.maxTokensLimit,
-	}, sessions, web.WithLogger(log.Named("web")))
+	}, sessions, web.WithLogger(log.Named("web")),
+		web.WithResponder(responder), web.WithModelInfo(eng.Info))
 	if err := srv.Open(); err != nil {
 		return err
 	}
@@ -340,6 +342,25 @@ func openStore(cfg config, log *zap.Logger) (session.Store, error) {
 	}
 }
 
+// defaultThreads is half the logical CPUs (at least one): about the physical
+// cores, llama.cpp's own default. ggml's threads spin while they wait for each
+// other, so more threads than free cores stalls every decode step whenever
+// anything else (the Go side of the server included) wants a core.
+func defaultThreads() int { return max(1, runtime.NumCPU()/2) }
+
+// healthHost turns a listen address into one to dial: unspecified hosts
+// (":8000", "0.0.0.0:8000", "[::]:8000") become loopback.
+func healthHost(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -357,8 +378,7 @@ func healthcheck(args []string) int {
 	if len(args) > 0 {
 		url = args[0]
 	} else if a := os.Getenv("PARLEY_ADDR"); a != "" {
-		host := strings.Replace(a, "0.0.0.0", "127.0.0.1", 1)
-		url = "http://" + host + "/health"
+		url = "http://" + healthHost(a) + "/health"
 	}
 	client := &http.Client{Timeout: 3 * time.Second}
 	resp, err := client.Get(url)

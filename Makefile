@@ -1,0 +1,104 @@
+# Parley's build entry point: `make run` serves the chat on the test model, `make test` runs the whole suite.
+#
+# The cgo flags below must stay identical to scripts/env.sh (same variables, same values): the Go build cache is
+# keyed on them, so any difference rebuilds llama.cpp (about 3 minutes on 2 cores).
+#
+#   make MARCH=native        build for this machine's best SIMD (default x86-64-v3: AVX2/FMA/F16C)
+#   make run MODEL=path.gguf serve another model (ARGS='--ctx 4096' for more flags)
+#
+# Targets: setup build run test bench ui fmt vet clean (see `make help`).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+.DELETE_ON_ERROR:
+
+GO ?= go
+NPM ?= npm
+# SIMD level for ggml's C/C++ kernels; PARLEY_MARCH is the variable scripts/env.sh reads.
+MARCH ?= $(or $(PARLEY_MARCH),x86-64-v3)
+MODEL ?= ../shared/models/stories260K.gguf
+ARGS ?=
+BIN := bin/parley
+
+export PARLEY_MARCH := $(MARCH)
+export CGO_ENABLED := 1
+export CGO_CPPFLAGS := -I$(CURDIR)/llm/native
+export CGO_CFLAGS := -O3 -march=$(MARCH)
+export CGO_CXXFLAGS := -O3 -march=$(MARCH)
+
+# Debian packages the build and the tests use: the two header packages llama.cpp needs (NATIVE-BUILD.md),
+# Python's websockets for the seed client, chromium for the browser test.
+APT_PACKAGES := nlohmann-json3-dev libstb-dev python3-websockets chromium ca-certificates
+# npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
+NODE_STAMP := scripts/node_modules/.package-lock.json
+
+.PHONY: help setup setup-apt setup-go setup-npm build run test bench ui fmt vet clean
+
+help:
+	@echo 'make setup   install Debian packages (only missing ones), Go modules, npm packages'
+	@echo 'make build   build $(BIN) (MARCH=$(MARCH))'
+	@echo 'make run     setup + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
+	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
+	@echo 'make bench   build ollama + the synthetic model, then scripts/bench (BENCH_ARGS=...)'
+	@echo 'make ui      rebuild the chat page bundle (npm run build-ui)'
+	@echo 'make fmt | vet | clean'
+
+setup: setup-apt setup-go setup-npm
+
+# apt only when something is missing, so that `make setup` works without root on a machine that has everything.
+setup-apt:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do \
+	  case "$$(dpkg-query -W -f='$${db:Status-Abbrev}' "$$p" 2>/dev/null)" in ii*) ;; *) missing="$$missing $$p";; esac; \
+	done; \
+	command -v g++ >/dev/null || missing="$$missing g++"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	if [ -z "$$missing" ]; then echo "setup: Debian packages present"; exit 0; fi; \
+	echo "setup: installing$$missing"; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	elif command -v sudo >/dev/null; then sudo="sudo"; \
+	else echo "setup: need root to install:$$missing" >&2; exit 1; fi; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing
+
+setup-go:
+	@command -v $(GO) >/dev/null || { echo "setup: Go not found (need the version in go.mod; /usr/local/go/bin on PATH?)" >&2; exit 1; }
+	$(GO) mod download
+
+setup-npm: $(NODE_STAMP)
+
+$(NODE_STAMP): scripts/package.json scripts/package-lock.json
+	cd scripts && $(NPM) ci --no-audit --no-fund
+	@touch $@
+
+# go decides what is stale; `build` always asks it.
+build:
+	@mkdir -p bin
+	$(GO) build -o $(BIN) ./cmd/parley
+
+run: setup build
+	./$(BIN) --model "$(MODEL)" $(ARGS)
+
+test: setup build
+	scripts/test.sh
+
+# The peer (ollama, same module version and CGO flags), the synthetic model (kept outside the repo, made once),
+# then the measurements; writes BENCHMARKS.md. BENCH_ARGS go to scripts/bench (e.g. BENCH_ARGS='-servers parley').
+BENCH_ARGS ?=
+bench: build
+	scripts/bench/build-ollama.sh
+	$(GO) run ./scripts/mkgguf
+	$(GO) run ./scripts/bench -parley $(BIN) $(BENCH_ARGS)
+
+ui: setup-npm
+	cd scripts && $(NPM) run build-ui
+
+fmt:
+	gofmt -l -w $$(find . -name '*.go' -not -path './scripts/node_modules/*' -not -path './.git/*')
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin test-results

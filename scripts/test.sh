@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Parley's full test suite: what `make test` and CI (.ci/run) run. Stops at the first failing suite.
+#
+#   gofmt check, go vet, build bin/parley, go test -race (every package, real model), a short fuzz run of every
+#   Fuzz target, the Python websockets client, wscat, the node tests (browser and node clients), the Dockerfile check.
+#
+# Needs what `make setup` installs. Environment:
+#   PARLEY_TEST_MODEL  GGUF for every test (default ../shared/models/stories260K.gguf beside the repo); exported as
+#                      an absolute path, with PARLEY_BIN (this tree's bin/parley), to every suite.
+#   PARLEY_MARCH       SIMD level for the cgo build (scripts/env.sh; default x86-64-v3).
+#   FUZZTIME           time per fuzz target (default 10s).
+#   GO_TEST_FLAGS      extra flags for go test (e.g. -v, -run=X).
+# The last line is "N passed, 0 failed" (N suites), or "N passed, 1 failed" naming the suite that failed.
+#
+#   scripts/test.sh [PATTERN...]   run only the suites whose name matches one of the extended regexps
+#                                  (e.g. scripts/test.sh wscat python); the others are counted as skipped.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+# The model path, absolute (resolved before the cd, so a relative PARLEY_TEST_MODEL means the caller's directory).
+model=${PARLEY_TEST_MODEL:-$root/../shared/models/stories260K.gguf}
+if [ ! -f "$model" ]; then
+	echo "test model not found: $model (the repo expects ../shared/models beside it, or set PARLEY_TEST_MODEL)" >&2
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+PARLEY_TEST_MODEL=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
+export PARLEY_TEST_MODEL
+
+cd "$root" || exit 1
+# shellcheck source=env.sh
+. scripts/env.sh
+export PARLEY_BIN=$root/bin/parley
+FUZZTIME=${FUZZTIME:-10s}
+read -r -a go_test_flags <<<"${GO_TEST_FLAGS:-}"
+
+passed=()
+skipped=()
+only=("$@")
+
+summary() {
+	echo
+	echo "=== summary ($((SECONDS / 60))m$((SECONDS % 60))s)"
+	local s
+	for s in "${passed[@]}"; do echo "  ok    $s"; done
+	for s in "${skipped[@]}"; do echo "  skip  $s"; done
+}
+
+# The closing line: suites passed and failed, and skipped ones if a pattern left some out.
+tally() {
+	local line="${#passed[@]} passed, $1 failed"
+	[ ${#skipped[@]} -eq 0 ] || line+=", ${#skipped[@]} skipped"
+	echo "$line"
+}
+
+# suite NAME CMD...: run one suite; on failure print the summary and stop.
+suite() {
+	local name=$1 start=$SECONDS rc=0 p
+	shift
+	if [ ${#only[@]} -gt 0 ]; then
+		for p in "${only[@]}"; do
+			[[ $name =~ $p ]] && break
+			p=
+		done
+		if [ -z "$p" ]; then
+			skipped+=("$name")
+			return 0
+		fi
+	fi
+	echo
+	echo "=== $name"
+	"$@" || rc=$?
+	if [ $rc -ne 0 ]; then
+		summary
+		echo "  FAIL  $name (exit status $rc, $((SECONDS - start))s)"
+		tally 1
+		exit 1
+	fi
+	passed+=("$name ($((SECONDS - start))s)")
+}
+
+# Go sources of the project: everything but npm's tree.
+go_files() {
+	find . -name '*.go' -not -path './scripts/node_modules/*' -not -path './.git/*' -print
+}
+
+gofmt_check() {
+	local bad
+	bad=$(go_files | xargs -r gofmt -l) || return 1
+	if [ -n "$bad" ]; then
+		echo "gofmt would change (run make fmt):"
+		echo "$bad"
+		return 1
+	fi
+	echo "$(go_files | wc -l) files formatted"
+}
+
+# fuzz_one DIR TARGET: a short fuzz run of one target (go test fuzzes one target of one package at a time).
+# A failing input is saved under DIR/testdata/fuzz/TARGET, where the next go test replays it.
+fuzz_one() {
+	go test -run='^$' -fuzz="^$2\$" -fuzztime="$FUZZTIME" "./$1"
+}
+
+node_tests() {
+	node --test "$@"
+}
+
+suite "gofmt" gofmt_check
+suite "go vet" go vet ./...
+suite "build bin/parley" go build -o bin/parley ./cmd/parley
+suite "go test -race" go test -race -count=1 -timeout=20m "${go_test_flags[@]}" ./...
+
+# Every `func FuzzX(` in a _test.go file, package by package ("DIR:TARGET" lines).
+mapfile -t fuzz_targets < <(grep -rEo --include='*_test.go' --exclude-dir=node_modules --exclude-dir=.git \
+	'^func Fuzz[A-Za-z0-9_]*' . | sed -e 's|^\./||' -e 's|/[^/:]*:func |:|' -e 's|^[^/:]*:func |.:|' | sort -u)
+for t in "${fuzz_targets[@]}"; do
+	suite "fuzz ${t%%:*} ${t#*:} -fuzztime=$FUZZTIME" fuzz_one "${t%%:*}" "${t#*:}"
+done
+
+suite "python websockets client" scripts/python-client-test.sh
+suite "wscat" scripts/wscat-test.sh
+
+node_dirs=()
+for d in scripts/browser scripts/node; do
+	[ -d "$d" ] && node_dirs+=("$d/")
+done
+if [ ${#node_dirs[@]} -gt 0 ]; then
+	suite "node --test ${node_dirs[*]}" node_tests "${node_dirs[@]}"
+fi
+
+suite "Dockerfile check" scripts/dockerfile-check.sh
+
+summary
+tally 0
