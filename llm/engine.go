@@ -172,6 +172,9 @@ func Open(cfg Config) (*Engine, error) {
 		cfg.QueueSize = 0
 	}
 
+	if cfg.Progress == nil {
+		cfg.Progress = func(float32) {} // without a callback llama.cpp prints dots to stderr
+	}
 	start := time.Now()
 	llama.BackendInit()
 	model, err := llama.LoadModelFromFile(cfg.Path, llama.ModelParams{UseMmap: true, Progress: cfg.Progress})

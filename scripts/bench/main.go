@@ -1,0 +1,444 @@
+// Command bench measures Parley against Ollama and against the raw decode
+// rate of the llm package, on the same models, threads and parallelism, in
+// one bounded run on loopback, and writes the table into BENCHMARKS.md.
+//
+// For each model (by default stories260K and the synthetic SmolLM2-135M-shaped
+// model that scripts/mkgguf writes):
+//
+//  1. raw: the model opened in-process with llm.Open and decoded greedily,
+//     no server: the limit a single stream can approach;
+//  2. parley: `parley --model M --parallel N --threads T --ctx C` on a free
+//     loopback port, driven over its WebSocket JSON mode;
+//  3. ollama: `ollama serve` (built by scripts/bench/build-ollama.sh from the
+//     same github.com/ollama/ollama version and CGO flags) with
+//     OLLAMA_NUM_PARALLEL=N, the same GGUF imported by `ollama create`, driven
+//     by streaming POST /api/chat with the whole history each turn.
+//
+// Workloads per server: one session streaming -stream-tokens tokens (median of
+// -repeats runs), and -sessions concurrent sessions of -turns turns each
+// (replies capped at -reply-tokens). Every workload has its own deadline
+// (-workload-timeout) and the whole run has one (-timeout); whatever was
+// measured before a deadline is still reported.
+//
+// Usage (what `make bench` runs):
+//
+//	scripts/bench/build-ollama.sh
+//	go run ./scripts/mkgguf
+//	go run ./scripts/bench -parley bin/parley
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/parley-chat/parley/chat"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	} else if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	parleyBin       string
+	ollamaBin       string
+	models          []string
+	servers         []string
+	threads         int
+	parallel        int
+	ctx             int
+	streamTokens    int
+	replyTokens     int
+	turns           int
+	repeats         int
+	concurrency     []int
+	timeout         time.Duration
+	workloadTimeout time.Duration
+	seed            int64
+	raw             bool
+	out             string
+	jsonOut         string
+	scratch         string
+	keep            bool
+	parleyArgs      []string
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	root := repoRoot()
+	cache, _ := os.UserCacheDir()
+	var (
+		c                                config
+		models, servers, sessions, pargs string
+	)
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.parleyBin, "parley", filepath.Join(root, "bin", "parley"), "parley binary (make build)")
+	fs.StringVar(&c.ollamaBin, "ollama", filepath.Join(cache, "parley", "ollama", "ollama"), "ollama binary (scripts/bench/build-ollama.sh)")
+	fs.StringVar(&models, "models", strings.Join([]string{
+		filepath.Join(root, "..", "shared", "models", "stories260K.gguf"),
+		filepath.Join(cache, "parley", "models", "synthetic-smollm2-135m-f16.gguf"),
+	}, ","), "comma-separated GGUF files")
+	fs.StringVar(&servers, "servers", "parley,ollama", "comma-separated servers to measure: parley, ollama")
+	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "CPU threads, the same for every server and the raw decode")
+	fs.IntVar(&c.parallel, "parallel", 8, "parallel sequences: parley --parallel and OLLAMA_NUM_PARALLEL")
+	fs.IntVar(&c.ctx, "ctx", 2048, "context tokens per session: parley --ctx and Ollama num_ctx")
+	fs.IntVar(&c.streamTokens, "stream-tokens", 256, "tokens of the single-stream workload")
+	fs.IntVar(&c.replyTokens, "reply-tokens", 64, "reply cap of each conversation turn")
+	fs.IntVar(&c.turns, "turns", 10, "turns per conversation")
+	fs.StringVar(&sessions, "sessions", "1,4,8", "comma-separated numbers of concurrent conversations")
+	fs.IntVar(&c.repeats, "repeats", 3, "runs of the single-stream workload and the raw decode (the median is reported)")
+	fs.DurationVar(&c.timeout, "timeout", 15*time.Minute, "deadline of the whole run")
+	fs.DurationVar(&c.workloadTimeout, "workload-timeout", 4*time.Minute, "deadline of each workload")
+	fs.Int64Var(&c.seed, "seed", 1, "sampling seed sent with every request")
+	fs.BoolVar(&c.raw, "raw", true, "measure the in-process raw decode rate")
+	fs.StringVar(&c.out, "out", filepath.Join(root, "BENCHMARKS.md"), "markdown file to write the results into (\"\" = none)")
+	fs.StringVar(&c.jsonOut, "json", "", "also write every measurement as JSON to this file")
+	fs.StringVar(&c.scratch, "scratch", "", "folder for server logs, session data and the Ollama store (default: a temporary folder)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the scratch folder (it is always kept when something failed)")
+	fs.StringVar(&pargs, "parley-args", "", "extra space-separated arguments for parley")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c.models = splitList(models)
+	c.servers = splitList(servers)
+	c.parleyArgs = strings.Fields(pargs)
+	for _, s := range splitList(sessions) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("-sessions: %q is not a positive number", s)
+		}
+		c.concurrency = append(c.concurrency, n)
+	}
+	for _, s := range c.servers {
+		if s != "parley" && s != "ollama" {
+			return c, fmt.Errorf("-servers: unknown server %q", s)
+		}
+	}
+	switch {
+	case len(c.models) == 0:
+		return c, errors.New("-models: no model")
+	case c.threads < 1 || c.parallel < 1 || c.ctx < 64 || c.repeats < 1 || c.turns < 1:
+		return c, errors.New("-threads, -parallel, -repeats and -turns must be positive, -ctx at least 64")
+	case c.streamTokens < 2 || c.replyTokens < 2:
+		return c, errors.New("-stream-tokens and -reply-tokens must be at least 2")
+	case c.timeout <= 0 || c.workloadTimeout <= 0:
+		return c, errors.New("-timeout and -workload-timeout must be positive")
+	}
+	for _, n := range c.concurrency {
+		if n > c.parallel {
+			fmt.Fprintf(stderr, "bench: note: %d sessions with -parallel %d: some wait for a slot\n", n, c.parallel)
+		}
+	}
+	for i, m := range c.models {
+		abs, err := filepath.Abs(m)
+		if err != nil {
+			return c, err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			hint := ""
+			if strings.Contains(filepath.Base(abs), "synthetic") {
+				hint = " (write it with: go run ./scripts/mkgguf -o " + abs + ")"
+			}
+			return c, fmt.Errorf("model %s: %w%s", abs, err, hint)
+		}
+		c.models[i] = abs
+	}
+	for _, s := range c.servers {
+		bin, hint := &c.parleyBin, "make build"
+		if s == "ollama" {
+			bin, hint = &c.ollamaBin, "scripts/bench/build-ollama.sh"
+		}
+		abs, err := filepath.Abs(*bin)
+		if err != nil {
+			return c, err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return c, fmt.Errorf("%s binary %s: %w (build it with: %s, or drop it with -servers)", s, abs, err, hint)
+		}
+		*bin = abs
+	}
+	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// repoRoot is the folder with go.mod above the working directory, else the
+// working directory.
+func repoRoot() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return wd
+		}
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	// llama.cpp logs through slog's default logger (the raw decode runs it
+	// in this process); only its errors belong on the terminal.
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+
+	plain, err := chat.TemplateByName(chat.NamePlain)
+	if err != nil {
+		return err
+	}
+	stops := plain.Stops()
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+
+	scratch := cfg.scratch
+	if scratch == "" {
+		if scratch, err = os.MkdirTemp("", "parley-bench-*"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(scratch, 0o755); err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "bench: "+format+"\n", args...) }
+
+	rep := &report{
+		Started: time.Now(),
+		Env:     collectEnv(repoRoot()),
+		Command: "go run ./scripts/bench " + strings.Join(args, " "),
+		Cfg:     cfg,
+	}
+	failures := 0
+	for _, model := range cfg.models {
+		if ctx.Err() != nil {
+			break
+		}
+		mr := modelReport{Name: strings.TrimSuffix(filepath.Base(model), ".gguf"), Path: model}
+		if st, err := os.Stat(model); err == nil {
+			mr.SizeBytes = st.Size()
+		}
+		if cfg.raw {
+			logf("%s: raw decode (%d x %d tokens)", mr.Name, cfg.repeats, cfg.streamTokens)
+			wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
+			raw := runRaw(wctx, model, cfg.ctx, cfg.threads, cfg.streamTokens, cfg.repeats, cfg.seed)
+			wcancel()
+			mr.Raw = &raw
+			if raw.Err != "" {
+				failures++
+				logf("%s: raw decode: %s", mr.Name, raw.Err)
+			} else {
+				logf("%s: raw decode %.1f tok/s", mr.Name, summarizeRuns(raw.Runs).Rate)
+			}
+		}
+		sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads,
+			maxReply: max(cfg.streamTokens, cfg.replyTokens), scratch: scratch, stops: stops}
+		for _, name := range cfg.servers {
+			if ctx.Err() != nil {
+				break
+			}
+			sr, version := runServer(ctx, cfg, name, sc, logf)
+			if version != "" {
+				rep.OllamaVersion = version
+			}
+			failures += sr.failures()
+			mr.Servers = append(mr.Servers, sr)
+		}
+		rep.Models = append(rep.Models, mr)
+	}
+	if ctx.Err() != nil {
+		rep.Incomplete = fmt.Sprintf("stopped after %s: %v", time.Since(rep.Started).Round(time.Second), context.Cause(ctx))
+		failures++
+	}
+	rep.Finished = time.Now()
+	rep.Env.LoadEnd = loadavg()
+
+	fmt.Fprint(stdout, rep.text())
+	for _, line := range rep.targets() {
+		fmt.Fprintln(stdout, "target:", strings.ReplaceAll(line, "**", ""))
+	}
+	if cfg.out != "" {
+		if err := writeMarkdown(cfg.out, rep.markdown()); err != nil {
+			return err
+		}
+		logf("wrote %s", cfg.out)
+	}
+	if cfg.jsonOut != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfg.jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	// Only a folder this run created is removed; a -scratch folder is the user's.
+	if failures > 0 || cfg.keep || cfg.scratch != "" {
+		logf("logs and data kept in %s", scratch)
+	} else {
+		os.RemoveAll(scratch)
+	}
+	if failures > 0 {
+		return fmt.Errorf("%d workload(s) failed or did not finish; see the table and the logs in %s", failures, scratch)
+	}
+	return nil
+}
+
+func (s serverReport) failures() int {
+	n := 0
+	if s.Err != "" {
+		n++
+	}
+	if s.Stream != nil && s.Stream.Err != "" {
+		n++
+	}
+	for _, c := range s.Conv {
+		if len(c.Errors) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// runServer starts one server on the model, warms it up, runs every
+// workload under its own deadline, and stops it. It returns Ollama's version
+// when it ran Ollama.
+func runServer(ctx context.Context, cfg config, name string, sc serverConfig, logf func(string, ...any)) (serverReport, string) {
+	sr := serverReport{Name: name}
+	model := strings.TrimSuffix(filepath.Base(sc.model), ".gguf")
+	var (
+		p       *proc
+		tgt     target
+		version string
+		err     error
+	)
+	logf("%s: starting %s", model, name)
+	switch name {
+	case "parley":
+		var addr string
+		p, addr, err = startParley(ctx, cfg.parleyBin, sc, cfg.parleyArgs)
+		tgt = parleyTarget{addr: addr}
+	case "ollama":
+		var ot ollamaTarget
+		p, ot, err = startOllama(ctx, cfg.ollamaBin, sc)
+		tgt = ot
+		if err == nil {
+			version = ollamaVersion(ctx, ot.addr)
+		}
+	}
+	if err != nil {
+		sr.Err = err.Error()
+		logf("%s: %s: %v", model, name, err)
+		return sr, version
+	}
+	defer p.stop(15 * time.Second)
+	defer tgt.Close()
+
+	wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
+	err = warmup(wctx, tgt, cfg.seed)
+	wcancel()
+	if err != nil {
+		sr.Err = fmt.Sprintf("warm-up: %v", err)
+		logf("%s: %s: %s", model, name, sr.Err)
+		return sr, version
+	}
+
+	wctx, wcancel = context.WithTimeout(ctx, cfg.workloadTimeout)
+	st := runStream(wctx, tgt, cfg.streamTokens, cfg.repeats, cfg.seed)
+	wcancel()
+	sr.Stream = &st
+	if st.Err != "" {
+		logf("%s: %s: stream: %s", model, name, st.Err)
+	} else {
+		s := summarizeRuns(st.Runs)
+		logf("%s: %s: stream %.1f tok/s, TTFT %.1f ms, %d tokens", model, name, s.Rate, s.TTFT, s.Tokens)
+	}
+	first := 0 // sessions are numbered across workloads so that none repeats another's prompts
+	for _, n := range cfg.concurrency {
+		if ctx.Err() != nil {
+			break
+		}
+		wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
+		c := runConversations(wctx, tgt, first, n, cfg.turns, cfg.replyTokens, cfg.seed)
+		first += n
+		wcancel()
+		sr.Conv = append(sr.Conv, c)
+		s := summarizeConv(c)
+		logf("%s: %s: %d sessions x %d turns: aggregate %.1f tok/s, stream %.1f tok/s, TTFT t1 %s ms, t%d %s ms%s",
+			model, name, n, s.Turns, s.Aggregate, s.StreamRate, f1(at(s.TTFT50, 0)), s.Turns, f1(at(s.TTFT50, s.Turns-1)), errNote(c.Errors))
+	}
+	if err := p.exited(); err != nil {
+		sr.Err = err.Error()
+	}
+	return sr, version
+}
+
+func at(xs []float64, i int) float64 {
+	if i < 0 || i >= len(xs) {
+		return -1
+	}
+	return xs[i]
+}
+
+func errNote(errs []string) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	return "; " + errSummary(errs)
+}
+
+// ollamaVersion asks the running server (GET /api/version).
+func ollamaVersion(ctx context.Context, addr string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/version", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Version string `json:"version"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return ""
+	}
+	return v.Version
+}

@@ -1,0 +1,376 @@
+package main
+
+// Tests live in package main (a command cannot be imported by an external
+// test package).
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ollama/ollama/fs/ggml"
+	"go.uber.org/goleak"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testModel is the tiny real model: $PARLEY_TEST_MODEL, else
+// ../shared/models/stories260K.gguf beside the repository root.
+func testModel(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("PARLEY_TEST_MODEL"); p != "" {
+		return p
+	}
+	_, file, _, _ := runtime.Caller(0)
+	for d := filepath.Dir(file); filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return filepath.Join(d, "..", "shared", "models", "stories260K.gguf")
+		}
+	}
+	tb.Fatal("no go.mod above the test file")
+	return ""
+}
+
+// smallSpec is a fast model with every feature of the default one.
+func smallSpec(tb testing.TB) Spec {
+	s := DefaultSpec()
+	s.VocabFrom = testModel(tb)
+	s.Layers, s.Dim, s.Heads, s.KVHeads, s.FFN, s.Context = 3, 128, 4, 2, 256, 512
+	return s
+}
+
+func decode(tb testing.TB, path string) *ggml.GGML {
+	tb.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	g, err := ggml.Decode(f, -1)
+	if err != nil {
+		tb.Fatalf("decode %s: %v", path, err)
+	}
+	return g
+}
+
+func fileHash(tb testing.TB, path string) [32]byte {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+func TestF32ToF16(t *testing.T) {
+	tests := []struct {
+		in   float32
+		want uint16
+	}{
+		{0, 0x0000},
+		{float32(math.Copysign(0, -1)), 0x8000},
+		{1, 0x3c00},
+		{-2, 0xc000},
+		{0.5, 0x3800},
+		{0.1, 0x2e66},                    // 0.0999755859375, nearest
+		{65504, 0x7bff},                  // largest finite half
+		{65519, 0x7bff},                  // rounds down to it
+		{65520, 0x7c00},                  // halfway to the next power rounds to even: Inf
+		{1e6, 0x7c00},                    // overflow
+		{6.103515625e-05, 0x0400},        // smallest normal half
+		{5.960464477539063e-08, 0x0001},  // smallest subnormal half
+		{2.9802322387695312e-08, 0x0000}, // half of it: ties to even (0)
+		{4.470348358154297e-08, 0x0001},  // 0.75 of it: rounds up
+		{1e-10, 0x0000},                  // underflow
+		{1.0009765625, 0x3c01},           // 1 + 2^-10: exact
+		{1.00048828125, 0x3c00},          // 1 + 2^-11: tie, even is 1
+		{1.00146484375, 0x3c02},          // 1 + 3*2^-11: tie, even is up
+		{float32(math.Inf(1)), 0x7c00},
+		{float32(math.Inf(-1)), 0xfc00},
+	}
+	for _, tt := range tests {
+		if got := f32ToF16(tt.in); got != tt.want {
+			t.Errorf("f32ToF16(%g) = %#04x, want %#04x", tt.in, got, tt.want)
+		}
+	}
+	if got := f32ToF16(float32(math.NaN())); got&0x7c00 != 0x7c00 || got&0x3ff == 0 {
+		t.Errorf("f32ToF16(NaN) = %#04x, want a NaN", got)
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Spec)
+		want   string // substring of the error; "" = valid
+	}{
+		{"default", func(*Spec) {}, ""},
+		{"dim not multiple of heads", func(s *Spec) { s.Heads = 7 }, "not a multiple of heads"},
+		{"heads not multiple of kv", func(s *Spec) { s.KVHeads = 2 }, "not a multiple of kv-heads"},
+		{"odd head size", func(s *Spec) { s.Dim, s.Heads, s.KVHeads = 9, 3, 3 }, "even"},
+		{"zero layers", func(s *Spec) { s.Layers = 0 }, "positive"},
+		{"bad type", func(s *Spec) { s.Type = "q4_0" }, "f16 or f32"},
+		{"nan std", func(s *Spec) { s.Std = math.NaN() }, "std"},
+		{"no vocab", func(s *Spec) { s.VocabFrom = "" }, "vocabulary"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := DefaultSpec()
+			s.VocabFrom = "x.gguf"
+			tt.change(&s)
+			err := s.validate()
+			if tt.want == "" && err != nil {
+				t.Fatalf("validate: %v", err)
+			}
+			if tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("validate = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestWriteShapesAndVocabulary(t *testing.T) {
+	for _, typ := range []string{"f16", "f32"} {
+		t.Run(typ, func(t *testing.T) {
+			spec := smallSpec(t)
+			spec.Type = typ
+			out := filepath.Join(t.TempDir(), "m.gguf")
+			info, err := Write(context.Background(), out, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := decode(t, out)
+			kv := g.KV()
+			donor := decode(t, spec.VocabFrom).KV()
+
+			if got := kv.Architecture(); got != "llama" {
+				t.Errorf("architecture %q", got)
+			}
+			for key, want := range map[string]uint64{
+				"block_count": 3, "embedding_length": 128, "feed_forward_length": 256,
+				"attention.head_count": 4, "attention.head_count_kv": 2, "context_length": 512,
+				"rope.dimension_count": 32, "vocab_size": 512,
+			} {
+				if got := kv.Uint(key); uint64(got) != want {
+					t.Errorf("%s = %d, want %d", key, got, want)
+				}
+			}
+			if got := kv.Float("rope.freq_base"); got != 100000 {
+				t.Errorf("rope.freq_base = %g", got)
+			}
+			if got := kv.String("general.description"); got != spec.Description() {
+				t.Errorf("description %q", got)
+			}
+			// The vocabulary is the donor's, token for token.
+			for _, key := range []string{"tokenizer.ggml.tokens"} {
+				if !slices.Equal(kv.Strings(key), donor.Strings(key)) {
+					t.Errorf("%s differs from the donor's", key)
+				}
+			}
+			if !slices.Equal(kv.Floats("tokenizer.ggml.scores"), donor.Floats("tokenizer.ggml.scores")) ||
+				!slices.Equal(kv.Ints("tokenizer.ggml.token_type"), donor.Ints("tokenizer.ggml.token_type")) {
+				t.Error("scores or token types differ from the donor's")
+			}
+			if kv.String("tokenizer.ggml.model") != donor.String("tokenizer.ggml.model") ||
+				kv.Uint("tokenizer.ggml.eos_token_id") != donor.Uint("tokenizer.ggml.eos_token_id") {
+				t.Error("tokenizer model or eos id differ from the donor's")
+			}
+
+			wantKind := uint32(ggml.TensorTypeF16)
+			if typ == "f32" {
+				wantKind = uint32(ggml.TensorTypeF32)
+			}
+			shapes := map[string][]uint64{}
+			var params uint64
+			for _, tn := range g.Tensors().Items() {
+				shapes[tn.Name] = tn.Shape
+				params += tn.Elements()
+				isNorm := strings.HasSuffix(tn.Name, "norm.weight")
+				if isNorm && tn.Kind != uint32(ggml.TensorTypeF32) || !isNorm && tn.Kind != wantKind {
+					t.Errorf("%s has type %s", tn.Name, tn.Type())
+				}
+			}
+			if len(shapes) != 3+9*3 || info.Tensors != len(shapes) {
+				t.Errorf("%d tensors (info %d), want %d", len(shapes), info.Tensors, 3+9*3)
+			}
+			for name, want := range map[string][]uint64{
+				"token_embd.weight": {128, 512}, "output.weight": {128, 512}, "output_norm.weight": {128},
+				"blk.2.attn_q.weight": {128, 128}, "blk.2.attn_k.weight": {128, 64}, "blk.2.attn_v.weight": {128, 64},
+				"blk.2.attn_output.weight": {128, 128}, "blk.2.ffn_gate.weight": {128, 256},
+				"blk.2.ffn_up.weight": {128, 256}, "blk.2.ffn_down.weight": {256, 128}, "blk.2.ffn_norm.weight": {128},
+			} {
+				if !slices.Equal(shapes[name], want) {
+					t.Errorf("%s shape %v, want %v", name, shapes[name], want)
+				}
+			}
+			if params != info.Parameters || uint64(kv.ParameterCount()) != params {
+				t.Errorf("parameters: tensors %d, info %d, metadata %d", params, info.Parameters, kv.ParameterCount())
+			}
+			st, err := os.Stat(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Size() != info.Bytes || uint64(st.Size()) < params*uint64(ggml.TensorType(wantKind).TypeSize()) {
+				t.Errorf("file is %d bytes (info %d) for %d parameters", st.Size(), info.Bytes, params)
+			}
+		})
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	dir := t.TempDir()
+	spec := smallSpec(t)
+	a, b, c := filepath.Join(dir, "a.gguf"), filepath.Join(dir, "b.gguf"), filepath.Join(dir, "c.gguf")
+	for _, p := range []string{a, b} {
+		if _, err := Write(context.Background(), p, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec.Seed++
+	if _, err := Write(context.Background(), c, spec); err != nil {
+		t.Fatal(err)
+	}
+	if fileHash(t, a) != fileHash(t, b) {
+		t.Error("the same seed wrote different bytes")
+	}
+	if fileHash(t, a) == fileHash(t, c) {
+		t.Error("different seeds wrote the same bytes")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 3 {
+		t.Errorf("folder holds %d entries, want 3 (no temporary files left)", len(entries))
+	}
+}
+
+func TestRunKeepsMatchingFile(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "sub", "m.gguf")
+	args := []string{"-o", out, "-vocab", testModel(t), "-layers", "2", "-dim", "64", "-heads", "4", "-kv-heads", "2", "-ffn", "128"}
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	if strings.TrimSpace(stdout.String()) != out {
+		t.Errorf("stdout %q, want the output path", stdout.String())
+	}
+	first, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	stderr.Reset()
+	if err := run(context.Background(), args, io.Discard, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "keeping it") {
+		t.Errorf("second run did not keep the file: %s", stderr.String())
+	}
+	again, _ := os.Stat(out)
+	if !again.ModTime().Equal(first.ModTime()) {
+		t.Error("second run rewrote the file")
+	}
+
+	// Another seed is another model: rewritten.
+	stderr.Reset()
+	if err := run(context.Background(), append(args, "-seed", "7"), io.Discard, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stderr.String(), "keeping it") {
+		t.Error("a different seed kept the old file")
+	}
+
+	if err := run(context.Background(), append(args, "-heads", "5"), io.Discard, io.Discard); err == nil {
+		t.Error("an invalid shape was accepted")
+	}
+}
+
+// TestLlamaDecodesCycle loads a synthetic model with llama.cpp (through the
+// llm package) and decodes greedily: the reply must run to its cap without an
+// end-of-generation token, and each token must be σ of the one before it, the
+// cycle the weights encode (see tensors). That is the property the benchmark
+// relies on: replies never end early and never repeat one token.
+func TestLlamaDecodesCycle(t *testing.T) {
+	spec := smallSpec(t)
+	out := filepath.Join(t.TempDir(), "m.gguf")
+	if _, err := Write(context.Background(), out, spec); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := llm.Open(llm.Config{Path: out, ContextLength: 256, Parallel: 1, Threads: 2})
+	if err != nil {
+		t.Fatalf("llama.cpp does not load the synthetic model: %v", err)
+	}
+	defer eng.Close()
+	if info := eng.Info(); info.Layers != spec.Layers || info.VocabSize != 512 || info.Architecture != "llama" {
+		t.Errorf("model info %+v", info)
+	}
+
+	prompt, err := eng.Tokenize("Once upon a time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := parley.DefaultParams()
+	params.Temperature, params.RepeatPenalty, params.MaxTokens, params.Seed = 0, 1, 48, 1
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	events, err := eng.Generate(ctx, parley.GenerateRequest{Tokens: prompt, Params: params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	var last parley.Event
+	for ev := range events {
+		if ev.Done {
+			last = ev
+			break
+		}
+		got = append(got, ev.Token.ID)
+		if ev.Token.Special {
+			t.Errorf("special token %d generated", ev.Token.ID)
+		}
+	}
+	if last.Finish != parley.FinishLength || len(got) != params.MaxTokens {
+		t.Fatalf("finish %q after %d tokens, want length after %d (err %v)", last.Finish, len(got), params.MaxTokens, last.Err)
+	}
+
+	kv := decode(t, out).KV()
+	next := cycle(spec.Seed, vocabulary{tokens: kv.Strings("tokenizer.ggml.tokens"), types: kv.Ints("tokenizer.ggml.token_type")})
+	if len(next) < 50 {
+		t.Fatalf("cycle of %d tokens", len(next))
+	}
+	if _, ok := next[got[0]]; !ok {
+		t.Fatalf("first token %d is not in the cycle", got[0])
+	}
+	for i := 1; i < len(got); i++ {
+		if want := next[got[i-1]]; got[i] != want {
+			t.Fatalf("token %d is %d, want σ(previous) = %d; reply %v", i, got[i], want, got)
+		}
+	}
+
+	// Tokenization-stable: the prompt followed by the reply's text tokenizes
+	// to the prompt's tokens followed by exactly the generated ones, so the
+	// next turn of a conversation finds this one in the KV cache.
+	var text strings.Builder
+	for _, tok := range got {
+		text.WriteString(eng.TokenText(tok))
+	}
+	again, err := eng.Tokenize("Once upon a time" + text.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append(slices.Clone(prompt), got...); !slices.Equal(again, want) {
+		t.Errorf("prompt + reply %q re-tokenizes to\n%v, want\n%v", text.String(), again, want)
+	}
+}
