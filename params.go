@@ -1,6 +1,7 @@
 package parley
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 )
@@ -16,6 +17,15 @@ const (
 	MaxAbsPenalty  = 10.0     // presence/frequency penalties live in [-MaxAbsPenalty, MaxAbsPenalty]
 	MaxRepeatLastN = 1 << 16  // tokens in the repetition window
 	MaxTopK        = 1 << 20  // larger than any vocabulary
+	// MaxGrammarDepth bounds the nesting of parentheses in a GBNF grammar.
+	// llama.cpp parses groups recursively on the C stack: around 20,000
+	// levels (well within MaxGrammarLen) overflow it and kill the process.
+	MaxGrammarDepth = 256
+	// MaxSchemaDepth bounds the nesting of objects and arrays in a JSON
+	// schema. llama.cpp names each nested rule after its parents, so the
+	// grammar it builds grows with the square of the depth: a 64 KiB schema
+	// nested 7,000 deep took 8 s and 2.9 GB to convert.
+	MaxSchemaDepth = 64
 )
 
 // Params are the sampling and stopping parameters of one reply. The zero
@@ -121,8 +131,67 @@ func (p Params) Validate(maxTokens int) error {
 	if len(p.JSONSchema) > MaxGrammarLen {
 		return FieldErrorf("json_schema", "must be at most %d bytes", MaxGrammarLen)
 	}
+	if d := grammarDepth(p.Grammar); d > MaxGrammarDepth {
+		return FieldErrorf("grammar", "nests groups %d deep; at most %d", d, MaxGrammarDepth)
+	}
 	if len(p.JSONSchema) > 0 && !json.Valid(p.JSONSchema) {
 		return FieldErrorf("json_schema", "must be valid JSON")
 	}
+	if len(p.JSONSchema) > 0 && jsonDepthOver(p.JSONSchema, MaxSchemaDepth) {
+		return FieldErrorf("json_schema", "nests objects and arrays more than %d deep", MaxSchemaDepth)
+	}
 	return nil
+}
+
+// grammarDepth returns the deepest nesting of parentheses in a GBNF grammar,
+// skipping string literals, character classes (both with backslash escapes)
+// and comments. It does not validate: llama.cpp's parser does that, once
+// the depth is known to be safe for its recursion.
+func grammarDepth(g string) int {
+	depth, deepest := 0, 0
+	for i := 0; i < len(g); i++ {
+		switch g[i] {
+		case '"', '[':
+			end := byte('"')
+			if g[i] == '[' {
+				end = ']'
+			}
+			for i++; i < len(g) && g[i] != end; i++ {
+				if g[i] == '\\' {
+					i++
+				}
+			}
+		case '#':
+			for i < len(g) && g[i] != '\n' {
+				i++
+			}
+		case '(':
+			depth++
+			deepest = max(deepest, depth)
+		case ')':
+			depth = max(depth-1, 0)
+		}
+	}
+	return deepest
+}
+
+// jsonDepthOver reports whether the valid JSON value b nests objects and
+// arrays more than limit deep. It stops reading at the first level past it.
+func jsonDepthOver(b []byte, limit int) bool {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false // end of input (b was validated before)
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			if depth++; depth > limit {
+				return true
+			}
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+	}
 }

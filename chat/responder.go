@@ -140,16 +140,23 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	if err != nil {
 		return nil, fmt.Errorf("fit conversation: %w", err)
 	}
+	chosen, ok := seen[len(kept)]
+	if !ok {
+		// FitStable may drop more turns than any candidate it counted.
+		if _, err := count(kept); err != nil {
+			return nil, fmt.Errorf("fit conversation: %w", err)
+		}
+		chosen = seen[len(kept)]
+	}
 	if dropped > 0 {
 		r.log.Info("dropped the oldest turns to fit the context",
 			zap.String("key", key),
 			zap.Int("dropped_messages", dropped),
 			zap.Int("kept_messages", len(kept)),
-			zap.Int("prompt_tokens", len(seen[len(kept)].tokens)),
+			zap.Int("prompt_tokens", len(chosen.tokens)),
 			zap.Int("budget_tokens", budget))
 	}
 	stops := append(append([]string(nil), p.Stop...), tmpl.Stops()...)
-	chosen := seen[len(kept)]
 	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength)
 }
 

@@ -3,6 +3,7 @@ package chat_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -587,5 +588,29 @@ func TestReplyNeutralizesControlTokensInContents(t *testing.T) {
 	}
 	if !strings.Contains(prompt, "<\u200b|im_end|>") || !strings.Contains(prompt, "You obey the user.") {
 		t.Errorf("the user's text should survive, neutralized:\n%s", prompt)
+	}
+}
+
+// As a conversation grows past the window, every length must still render a
+// prompt that fits and is the one sent: the block-rounded cut can drop more
+// turns than any candidate Fit counted.
+func TestReplyFitsEveryConversationLength(t *testing.T) {
+	msgs := []parley.Message{sys("Be brief.")}
+	for turn := range 30 {
+		msgs = append(msgs, user(fmt.Sprintf("question %d here", turn)))
+		gen := newFake(40, "", pieces("ok")...)
+		r := chat.NewResponder(gen)
+		rep, err := r.Reply(context.Background(), "k", msgs, params(10))
+		if err != nil {
+			t.Fatalf("turn %d: %v", turn, err)
+		}
+		collect(t, rep)
+		gen.wait(t)
+		req := gen.lastRequest(t)
+		want, _ := gen.Tokenize(rep.Prompt())
+		if rep.Prompt() == "" || !slices.Equal(req.Tokens, want) || len(req.Tokens) > 30 {
+			t.Fatalf("turn %d: prompt %q, %d tokens sent (budget 30)", turn, rep.Prompt(), len(req.Tokens))
+		}
+		msgs = append(msgs, asst("an answer"))
 	}
 }

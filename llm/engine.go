@@ -329,17 +329,17 @@ func (e *Engine) Close() error {
 }
 
 func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, error) {
-	grammar := p.Grammar
+	grammar, field := p.Grammar, "grammar" // field: what the client sent, for errors
 	if len(p.JSONSchema) > 0 {
 		g := llama.SchemaToGrammar(p.JSONSchema)
 		if g == nil {
 			return nil, parley.FieldErrorf("json_schema", "could not be converted to a grammar (unsupported or invalid schema)")
 		}
-		grammar = string(g)
+		grammar, field = string(g), "json_schema"
 	}
 	if grammar != "" {
 		if err := e.checkGrammar(grammar); err != nil {
-			return nil, parley.FieldErrorf("grammar", "%v", err)
+			return nil, parley.FieldErrorf(field, "%v", err)
 		}
 	}
 	seed := uint32(math.MaxUint32) // llama.cpp: random
@@ -365,7 +365,7 @@ func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, error) {
 	})
 	if err != nil {
 		if grammar != "" {
-			return nil, parley.FieldErrorf("grammar", "llama.cpp could not compile the grammar")
+			return nil, parley.FieldErrorf(field, "llama.cpp could not compile the grammar")
 		}
 		return nil, fmt.Errorf("sampler: %w", err)
 	}

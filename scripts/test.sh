@@ -2,7 +2,8 @@
 # Parley's full test suite: what `make test` and CI (.ci/run) run. Stops at the first failing suite.
 #
 #   gofmt check, go vet, build bin/parley, go test -race (every package, real model), a short fuzz run of every
-#   Fuzz target, the Python websockets client, wscat, the node tests (browser and node clients), the Dockerfile check.
+#   Fuzz target, the Python websockets client, wscat, the SageMaker-style Python client and curl -N on the HTTP
+#   streams, the node tests (browser, and the openai npm client), the Dockerfile check.
 #
 # Needs what `make setup` installs. Environment:
 #   PARLEY_TEST_MODEL  GGUF for every test (default ../shared/models/stories260K.gguf beside the repo); exported as
@@ -119,6 +120,8 @@ done
 
 suite "python websockets client" scripts/python-client-test.sh
 suite "wscat" scripts/wscat-test.sh
+suite "sagemaker client (python, /invocations stream)" scripts/sagemaker-client-test.sh
+suite "curl -N plain stream" scripts/curl-plain-test.sh
 
 node_dirs=()
 for d in scripts/browser scripts/node; do

@@ -96,21 +96,19 @@ func NewService(store Store, r Responder, opts ...Option) *Service {
 	return s
 }
 
-// Open starts or resumes a session. id "" creates and stores a new session
-// with the default system prompt (resumed false). A known id returns its
-// session (resumed true). An unknown, expired or malformed id is a parley
-// ENotFound error: a client cannot pick its own id.
+// Open starts or resumes a session. id "" starts a new session with the
+// default system prompt (resumed false); it is stored at its first write (a
+// committed turn, a reset, a new system prompt), so connections that never
+// talk cannot fill the store and evict real conversations. A known id
+// returns its session (resumed true). An unknown, expired or malformed id
+// is a parley ENotFound error: a client cannot pick its own id.
 func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 	if id == "" {
 		nid, err := NewID()
 		if err != nil {
 			return nil, false, err
 		}
-		sess := &Session{ID: nid, System: s.system}
-		if err := s.store.Put(ctx, sess); err != nil {
-			return nil, false, fmt.Errorf("open session: %w", err)
-		}
-		return sess, false, nil
+		return &Session{ID: nid, System: s.system}, false, nil
 	}
 	if !ValidID(id) {
 		return nil, false, errNotFound()
@@ -167,6 +165,18 @@ func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) er
 	})
 }
 
+// load returns the stored session, or a new one for an id that Open issued
+// and nothing has written yet (or that expired while its connection stayed
+// open: it starts over). Callers only pass ids that Open returned, so a
+// client still cannot pick its own.
+func (s *Service) load(ctx context.Context, id string) (*Session, error) {
+	sess, err := s.store.Get(ctx, id)
+	if parley.ErrorCode(err) == parley.ENotFound {
+		return &Session{ID: id, System: s.system}, nil
+	}
+	return sess, err
+}
+
 // update applies f to the stored session under the session's lock.
 func (s *Service) update(ctx context.Context, id string, f func(*Session) error) error {
 	if !ValidID(id) {
@@ -177,7 +187,7 @@ func (s *Service) update(ctx context.Context, id string, f func(*Session) error)
 		return fmt.Errorf("wait for session: %w", err)
 	}
 	defer unlock()
-	sess, err := s.store.Get(ctx, id)
+	sess, err := s.load(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -249,7 +259,7 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 	}
 	// From here the lock is released on every error path, or handed to the
 	// turn's goroutine, which releases it when the turn has ended.
-	sess, err := s.store.Get(ctx, id)
+	sess, err := s.load(ctx, id)
 	if err != nil {
 		unlock()
 		return nil, err

@@ -113,11 +113,20 @@ func newService(t *testing.T, st session.Store, play func(context.Context, call,
 
 func mustOpenSession(t *testing.T, svc *session.Service) *session.Session {
 	t.Helper()
-	s, resumed, err := svc.Open(context.Background(), "")
+	ctx := context.Background()
+	s, resumed, err := svc.Open(ctx, "")
 	if err != nil || resumed {
 		t.Fatalf("Open(\"\") = %v, resumed %v", err, resumed)
 	}
-	return s
+	// A new session is stored at its first write; most tests want one that is.
+	if err := svc.SetSystem(ctx, s.ID, s.System); err != nil {
+		t.Fatal(err)
+	}
+	stored, _, err := svc.Open(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stored
 }
 
 // drain reads a turn to its end and returns its token texts and final event.
@@ -147,12 +156,21 @@ func TestServiceOpen(t *testing.T) {
 	st := mustOpen(t, storeKinds()[0])
 	svc, _ := newService(t, st, echo, session.WithSystemPrompt("Be kind."))
 	ctx := context.Background()
-	s := mustOpenSession(t, svc)
-	if !session.ValidID(s.ID) || s.System != "Be kind." || len(s.Messages) != 0 || s.Created.IsZero() {
-		t.Fatalf("new session = %+v", s)
+	fresh, resumed, err := svc.Open(ctx, "")
+	if err != nil || resumed || !session.ValidID(fresh.ID) || fresh.System != "Be kind." || len(fresh.Messages) != 0 {
+		t.Fatalf("new session = %+v, %v, %v", fresh, resumed, err)
 	}
-	if st.Len() != 1 {
-		t.Fatalf("a new session is not stored: Len = %d", st.Len())
+	// Not stored until its first write: connections that never talk cannot
+	// fill the store and evict real conversations.
+	if st.Len() != 0 {
+		t.Fatalf("a session nobody wrote to is stored: Len = %d", st.Len())
+	}
+	if _, _, err := svc.Open(ctx, fresh.ID); parley.ErrorCode(err) != parley.ENotFound {
+		t.Fatalf("resuming an unwritten session: %v, want not found", err)
+	}
+	s := mustOpenSession(t, svc)
+	if st.Len() != 1 || s.Created.IsZero() || s.System != "Be kind." {
+		t.Fatalf("after the first write: Len = %d, session %+v", st.Len(), s)
 	}
 	again, resumed, err := svc.Open(ctx, s.ID)
 	if err != nil || !resumed || !reflect.DeepEqual(again, s) {
@@ -289,7 +307,6 @@ func TestTurnRefusals(t *testing.T) {
 		p      parley.Params
 		code   string
 	}{
-		{"unknown session", mustID(t), "hi", parley.Params{}, parley.ENotFound},
 		{"malformed id", "x", "hi", parley.Params{}, parley.ENotFound},
 		{"empty prompt", s.ID, "", parley.Params{}, parley.EInvalid},
 		{"bad params", s.ID, "hi", bad, parley.EInvalid},
@@ -637,7 +654,7 @@ func TestResetAndSetSystem(t *testing.T) {
 			t.Errorf("call %d saw %v, want %v", i, calls[i].msgs, want)
 		}
 	}
-	wantCode(t, svc.Reset(ctx, mustID(t)), parley.ENotFound)
+	wantCode(t, svc.Reset(ctx, "bad"), parley.ENotFound)
 	wantCode(t, svc.SetSystem(ctx, "bad", "x"), parley.ENotFound)
 }
 
@@ -646,5 +663,29 @@ func TestAdaptNeverWrapsANilReply(t *testing.T) {
 	r, err := session.Adapt(f.Reply).Reply(context.Background(), "k", nil, parley.DefaultParams())
 	if r != nil || parley.ErrorCode(err) != parley.EBusy {
 		t.Fatalf("Adapt(...).Reply = %v (nil? %v), %v; want a nil interface and the error", r, r == nil, err)
+	}
+}
+
+// A session nobody has written to is stored by its first committed turn,
+// with the default system prompt, and can be resumed from then on.
+func TestFirstTurnStoresANewSession(t *testing.T) {
+	st := mustOpen(t, storeKinds()[0])
+	svc, _ := newService(t, st, echo, session.WithSystemPrompt("Be kind."))
+	ctx := context.Background()
+	s, _, err := svc.Open(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := svc.Turn(ctx, s.ID, "hello", parley.Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, tr)
+	got := mustGet(t, st, s.ID)
+	if got.System != "Be kind." || len(got.Messages) != 2 || got.Messages[0].Content != "hello" {
+		t.Fatalf("stored %+v, want the system prompt and the first turn", got)
+	}
+	if _, resumed, err := svc.Open(ctx, s.ID); err != nil || !resumed {
+		t.Fatalf("resume after the first turn: %v, %v", resumed, err)
 	}
 }

@@ -90,29 +90,32 @@ func finite(f float64) float64 {
 	return f
 }
 
-// rateLimiter allows n events per window (a sliding log, n is small).
+// rateLimiter allows n events per window: a token bucket that holds at
+// most n tokens (the burst) and refills n per window. Its state is two
+// numbers whatever n is, so a high configured rate costs no memory per
+// connection (a log of event times would hold up to n of them).
 type rateLimiter struct {
 	mu     sync.Mutex
-	n      int
+	n      float64
 	window time.Duration
-	times  []time.Time
+	tokens float64   // guarded by mu; in [0, n]
+	last   time.Time // guarded by mu; when tokens was last brought up to date
 }
 
 func newRateLimiter(n int, window time.Duration) *rateLimiter {
-	return &rateLimiter{n: n, window: window}
+	return &rateLimiter{n: float64(n), window: window, tokens: float64(n)}
 }
 
 func (r *rateLimiter) allow(now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cut := 0
-	for cut < len(r.times) && now.Sub(r.times[cut]) >= r.window {
-		cut++
+	if !r.last.IsZero() && now.After(r.last) {
+		r.tokens = min(r.n, r.tokens+r.n*float64(now.Sub(r.last))/float64(r.window))
 	}
-	r.times = r.times[cut:]
-	if len(r.times) >= r.n {
+	r.last = now
+	if r.tokens < 1 {
 		return false
 	}
-	r.times = append(r.times, now)
+	r.tokens--
 	return true
 }

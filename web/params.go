@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 
 	"github.com/parley-chat/parley"
@@ -55,10 +56,26 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 	}
 	var many []string
 	if err := json.Unmarshal(b, &many); err != nil {
-		return errors.New("must be a string or an array of strings")
+		// A type error, so that the decoder adds the field's name to it.
+		return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeFor[[]string]()}
 	}
 	*s = many
 	return nil
+}
+
+// jsonKind names the kind of a JSON value, for type errors.
+func jsonKind(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return "nothing"
+	case b[0] == '{':
+		return "object"
+	case b[0] == '[':
+		return "array with a non-string element"
+	case b[0] == 't' || b[0] == 'f':
+		return "bool"
+	}
+	return "number"
 }
 
 // apply overlays the patch on base.
@@ -128,7 +145,9 @@ func jsonError(err error) error {
 	var synErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
-		field := typeErr.Field
+		// Embedded structs (paramsPatch inside a wire's request type) show
+		// in the path under their type name; clients know only JSON names.
+		field := strings.ReplaceAll(typeErr.Field, "paramsPatch.", "")
 		if field == "" {
 			return parley.Errorf(parley.EInvalid, "invalid JSON: expected %s, got %s", typeErr.Type, typeErr.Value)
 		}

@@ -38,6 +38,11 @@ const (
 	DefaultMaxConnsPerIP    = 64       // open WebSocket connections per client address
 	DefaultPromptsPerMinute = 60       // prompts per connection per minute
 	DefaultDrainTimeout     = 30 * time.Second
+	DefaultPongWait         = 60 * time.Second // silence (not even a pong) after which a peer is dropped
+	DefaultWriteWait        = 10 * time.Second // bound on every write to a client
+	DefaultSendBuffer       = 1024             // frames queued per connection for its writer
+	DefaultMaxQueuedPrompts = 16               // prompts and control messages waiting per connection
+	DefaultMaxPromptTokens  = 8192             // tokens per prompt
 )
 
 // Sentinel is the text-mode end-of-reply message.
@@ -55,7 +60,7 @@ type Sessions interface {
 type Config struct {
 	Addr             string        // host:port to listen on
 	AllowedOrigins   []string      // extra origins allowed to open WebSockets ("*" = any); same-origin is always allowed
-	AllowedHosts     []string      // Host header allow-list (DNS-rebinding guard); empty = any when bound to loopback, else the bind host
+	AllowedHosts     []string      // Host header allow-list (DNS-rebinding guard); empty = IP addresses, localhost names and Addr's host; "*" = any
 	APIKey           string        // when set, required as "Authorization: Bearer KEY" or subprotocol "parley.key.KEY"
 	MaxMessageBytes  int64         // per WebSocket message; over it the connection closes with 1009
 	MaxConns         int           // open WebSocket connections
@@ -64,6 +69,30 @@ type Config struct {
 	DrainTimeout     time.Duration // how long Close lets running replies finish before closing sockets with 1001
 	Defaults         parley.Params // sampling defaults
 	MaxTokensCap     int           // the largest max_tokens a client may ask for
+	// MaxPromptTokens caps the tokens of one prompt (the new message; BOS
+	// included); over it the prompt is refused with too_large. It needs
+	// WithTokenizer; without one nothing is counted. < 0 means no cap.
+	MaxPromptTokens int
+	// MaxQueuedPrompts bounds the prompts and control messages waiting on
+	// one connection behind the reply that is streaming; past it prompts
+	// are refused with busy.
+	MaxQueuedPrompts int
+	// PongWait is how long a connection may stay silent (no message, no
+	// pong) before the peer is dropped; pings go out every 9/10 of it.
+	PongWait time.Duration
+	// WriteWait bounds every write. A client that does not take a frame
+	// within it is dropped, and its reply cancelled.
+	WriteWait time.Duration
+	// SendBuffer is how many frames may wait for a connection's writer. A
+	// client that lets them pile up is too slow: it is closed with 1008
+	// and its reply cancelled, so memory stays bounded whatever it does.
+	SendBuffer int
+}
+
+// Tokenizer counts the tokens of a prompt for Config.MaxPromptTokens
+// (*llm.Engine satisfies it). It must be safe for concurrent use.
+type Tokenizer interface {
+	Tokenize(text string) ([]int, error)
 }
 
 // Server serves the chat page, the WebSocket chat and the HTTP endpoints.
@@ -79,10 +108,14 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	perIP    map[string]int
+	admitted int // connections past admit and not yet released; guarded by mu (the global cap counts these, so handshakes in flight count too)
+	tok      Tokenizer
 	draining atomic.Bool
 	connWG   sync.WaitGroup
 	ready    atomic.Bool
 	mounts   []func(*echo.Echo)
+	op       *ops    // metrics, /info and readiness (metrics.go, info.go)
+	api      apiDeps // the HTTP streaming APIs' engine and model facts (api.go)
 }
 
 // Option configures optional parts of a Server.
@@ -90,6 +123,9 @@ type Option func(*Server)
 
 // WithLogger sets the logger.
 func WithLogger(l *zap.Logger) Option { return func(s *Server) { s.log = l } }
+
+// WithTokenizer lets the server count prompt tokens for Config.MaxPromptTokens.
+func WithTokenizer(t Tokenizer) Option { return func(s *Server) { s.tok = t } }
 
 // WithRoutes lets other parts of the program (HTTP APIs, metrics) add routes.
 func WithRoutes(mount func(*echo.Echo)) Option {
@@ -113,6 +149,21 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
+	if cfg.MaxPromptTokens == 0 {
+		cfg.MaxPromptTokens = DefaultMaxPromptTokens
+	}
+	if cfg.MaxQueuedPrompts <= 0 {
+		cfg.MaxQueuedPrompts = DefaultMaxQueuedPrompts
+	}
+	if cfg.PongWait <= 0 {
+		cfg.PongWait = DefaultPongWait
+	}
+	if cfg.WriteWait <= 0 {
+		cfg.WriteWait = DefaultWriteWait
+	}
+	if cfg.SendBuffer <= 0 {
+		cfg.SendBuffer = DefaultSendBuffer
+	}
 	if cfg.Defaults.MaxTokens == 0 {
 		cfg.Defaults = parley.DefaultParams()
 	}
@@ -127,8 +178,13 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		o(s)
 	}
 	s.upgrader = websocket.Upgrader{
-		ReadBufferSize:  4096,
+		// Memory per idle connection: the read side reuses the 4 KiB
+		// buffer net/http already gave the connection, and the write
+		// buffer is taken from a pool only while a message is written
+		// (replies are many small frames, so 4 KiB covers most).
+		ReadBufferSize:  0,
 		WriteBufferSize: 4096,
+		WriteBufferPool: &sync.Pool{},
 		Subprotocols:    []string{subprotocolJSON},
 		CheckOrigin:     s.checkOrigin,
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
@@ -139,6 +195,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	s.echo.HideBanner = true
 	s.echo.HidePort = true
 	s.echo.HTTPErrorHandler = s.httpErrorHandler
+	s.initOps()
 	s.routes()
 	s.http = &http.Server{
 		Handler:           s.echo,
@@ -151,7 +208,9 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 // Handler returns the HTTP handler (for tests that bring their own listener).
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// SetReady marks the model as loaded (for /health).
+// SetReady marks the model as loaded: /health and /ready answer 200 and the
+// chat and API routes open (see requireReady). Everything the routes use
+// must be in place before SetReady(true).
 func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
 
 // Open listens on cfg.Addr synchronously, so a port error surfaces at once,
@@ -161,6 +220,14 @@ func (s *Server) Open() error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	s.OpenListener(ln)
+	return nil
+}
+
+// OpenListener is Open on a listener the caller made (socket activation,
+// tests that tune their sockets). The server owns ln from here: Close
+// closes it. Call it at most once, instead of Open.
+func (s *Server) OpenListener(ln net.Listener) {
 	s.ln = ln
 	s.connWG.Add(1)
 	go func() {
@@ -169,7 +236,6 @@ func (s *Server) Open() error {
 			s.log.Error("http server stopped", zap.Error(err))
 		}
 	}()
-	return nil
 }
 
 // Addr is the address the server listens on (with the real port when cfg.Addr had port 0).
@@ -235,12 +301,12 @@ func (s *Server) busyConns() int {
 
 func (s *Server) routes() {
 	e := s.echo
-	e.Use(s.guardHost)
+	e.Use(s.countRefusals, s.guardHost, s.requireReady)
 	e.GET("/", s.handleRoot)
 	e.GET("/ws", s.handleWebSocket)
 	sub, _ := fs.Sub(uiFiles, "ui")
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", http.FileServer(http.FS(sub)))))
-	e.GET("/health", s.handleHealth)
+	s.opsRoutes(e)
 	for _, m := range s.mounts {
 		m(e)
 	}
@@ -258,35 +324,38 @@ func (s *Server) handleRoot(c echo.Context) error {
 	return c.HTMLBlob(http.StatusOK, page)
 }
 
-func (s *Server) handleHealth(c echo.Context) error {
-	if !s.ready.Load() {
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "loading"})
-	}
-	if s.draining.Load() {
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "draining"})
-	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
-}
-
 // guardHost refuses requests whose Host header is not allowed: a browser on
 // a rebinding domain that resolves to our loopback address sends its own
 // name as Host, so this is the guard against DNS rebinding.
 func (s *Server) guardHost(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if !s.hostAllowed(c.Request().Host) {
+		if !s.hostAllowed(c.Request().Host) && !isProbe(c) {
 			return parley.Errorf(parley.EForbidden, "host %q is not allowed", c.Request().Host)
 		}
 		return next(c)
 	}
 }
 
+// hostAllowed applies the Host allow-list. With no list, a Host that is an
+// IP address or a localhost name is allowed, and so is the host of Config.Addr: a rebinding page can have
+// neither as its origin (it needs a name whose DNS the attacker controls),
+// while every other name (the attacker's) is refused, on loopback and
+// beyond. A list replaces that default ("*" allows any Host).
 func (s *Server) hostAllowed(host string) bool {
-	if len(s.cfg.AllowedHosts) == 0 {
-		return true
+	if host == "" {
+		return true // HTTP/1.0 without Host: not a browser
 	}
 	h := host
 	if hh, _, err := net.SplitHostPort(host); err == nil {
 		h = hh
+	}
+	h = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), ".")
+	if len(s.cfg.AllowedHosts) == 0 {
+		if net.ParseIP(h) != nil || strings.EqualFold(h, "localhost") || hasSuffixFold(h, ".localhost") {
+			return true
+		}
+		bind, _, err := net.SplitHostPort(s.cfg.Addr)
+		return err == nil && bind != "" && strings.EqualFold(bind, h)
 	}
 	for _, a := range s.cfg.AllowedHosts {
 		if a == "*" || strings.EqualFold(a, h) || strings.EqualFold(a, host) {
@@ -294,6 +363,10 @@ func (s *Server) hostAllowed(host string) bool {
 		}
 	}
 	return false
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
 }
 
 // checkOrigin allows same-origin upgrades, clients that send no Origin
@@ -344,6 +417,28 @@ func (s *Server) RequireKey(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
+}
+
+// checkPromptTokens refuses, with too_large, a prompt of more than
+// MaxPromptTokens tokens. The WebSocket chat calls it before queueing a
+// prompt, so an oversized prompt costs one tokenization, never a slot.
+func (s *Server) checkPromptTokens(text string) error {
+	limit := s.cfg.MaxPromptTokens
+	// A token spans at least one byte of text, apart from the few a
+	// tokenizer adds (BOS, EOS, SentencePiece's leading space): shorter
+	// texts cannot be over the cap and are not tokenized.
+	const added = 4
+	if s.tok == nil || limit <= 0 || len(text)+added <= limit {
+		return nil
+	}
+	toks, err := s.tok.Tokenize(text)
+	if err != nil {
+		return fmt.Errorf("count prompt tokens: %w", err)
+	}
+	if len(toks) > limit {
+		return parley.Errorf(parley.ETooLarge, "the prompt is %d tokens; at most %d are accepted", len(toks), limit)
+	}
+	return nil
 }
 
 // Defaults returns the server's sampling defaults and reply cap.

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,25 +21,12 @@ import (
 	"github.com/parley-chat/parley"
 )
 
-// WebSocket timing and sizes. The invariants follow gorilla's examples.
+// WebSocket timing and sizes. The invariants follow gorilla's examples;
+// the pong wait, write wait, send buffer and queue bound are in Config.
 const (
-	// writeWait bounds every write, so a client that stops reading is
-	// dropped instead of blocking its writer forever.
-	writeWait = 10 * time.Second
-	// pongWait is how long the reader waits for any frame (pongs included)
-	// before dropping the peer.
-	pongWait = 60 * time.Second
-	// pingPeriod must be less than pongWait: 9/10 of it leaves room for the pong.
-	pingPeriod = pongWait * 9 / 10
-	// closeGrace is how long we wait for the peer's close frame after sending ours.
+	// closeGrace is how long we wait for the peer's close frame after
+	// sending ours (and how long a closing reader may still block).
 	closeGrace = time.Second
-	// sendBuffer bounds the messages queued for a connection's writer. A
-	// client that lets it fill is too slow: it is disconnected and its reply
-	// cancelled, so memory stays bounded whatever it does.
-	sendBuffer = 1024
-	// maxQueuedJobs bounds prompts and control messages waiting behind the
-	// reply that is streaming. Prompts are queued, never interleaved.
-	maxQueuedJobs = 16
 
 	subprotocolJSON      = "parley.v1+json"
 	subprotocolKeyPrefix = "parley.key."
@@ -56,8 +45,8 @@ type conn struct {
 	id   string // session id
 	log  *zap.Logger
 
-	send chan []byte // text frames for the writer
-	jobs chan job    // prompts and control messages for the worker
+	send  chan []byte // text frames for the writer
+	inbox *inbox      // prompts, control messages and queued answers for the worker, in arrival order
 
 	ctx       context.Context // ends when the connection ends
 	cancel    context.CancelFunc
@@ -69,6 +58,12 @@ type conn struct {
 	turnMu     sync.Mutex
 	turnCancel context.CancelFunc // cancels the running turn; guarded by turnMu
 
+	// readMu orders read-deadline changes: once the writer has ended
+	// (readEnding), the reader's deadline is only ever shortened, so a late
+	// pong cannot keep a closing connection's reader blocked.
+	readMu     sync.Mutex
+	readEnding bool
+
 	limiter *rateLimiter
 }
 
@@ -78,12 +73,15 @@ const (
 	jobPrompt jobKind = iota
 	jobReset
 	jobSystem
+	jobAnswer // an error that answers a message which was not queued (see inbox)
 )
 
 type job struct {
 	kind    jobKind
 	content string
 	params  parley.Params
+	err     error // jobAnswer: what to tell the client
+	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
 }
 
 // clientMessage is what a client sends in JSON mode.
@@ -142,8 +140,8 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cn := &conn{
 		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
-		send:    make(chan []byte, sendBuffer),
-		jobs:    make(chan job, maxQueuedJobs),
+		send:    make(chan []byte, s.cfg.SendBuffer),
+		inbox:   newInbox(s.cfg.MaxQueuedPrompts),
 		ctx:     ctx,
 		cancel:  cancel,
 		limiter: newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
@@ -151,7 +149,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	if !s.track(cn) {
 		cancel()
 		ws.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down"), time.Now().Add(writeWait))
+			websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down"), time.Now().Add(s.cfg.WriteWait))
 		ws.Close()
 		return nil
 	}
@@ -189,23 +187,27 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	return nil
 }
 
-// admit enforces the connection caps.
+// admit enforces the connection caps. It counts the connection from here
+// (not from the upgrade), so a burst of simultaneous handshakes cannot
+// overshoot the global cap. Every nil return is paired with one releaseIP.
 func (s *Server) admit(ip string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.conns) >= s.cfg.MaxConns {
-		return parley.Errorf(parley.EBusy, "too many open connections; try again later")
+	if s.admitted >= s.cfg.MaxConns {
+		return withCause(refusedConns, parley.Errorf(parley.EBusy, "too many open connections; try again later"))
 	}
 	if s.perIP[ip] >= s.cfg.MaxConnsPerIP {
-		return parley.Errorf(parley.ERateLimited, "too many open connections from your address")
+		return withCause(refusedConnsPerIP, parley.Errorf(parley.ERateLimited, "too many open connections from your address"))
 	}
 	s.perIP[ip]++
+	s.admitted++
 	return nil
 }
 
 func (s *Server) releaseIP(ip string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.admitted--
 	if s.perIP[ip]--; s.perIP[ip] <= 0 {
 		delete(s.perIP, ip)
 	}
@@ -277,27 +279,39 @@ func (c *conn) cancelTurn() {
 // frames (text only, valid UTF-8, size limit via SetReadLimit) and hands
 // prompts to the worker.
 func (c *conn) reader() {
-	c.ws.SetReadDeadline(time.Now().Add(pongWait))
+	c.extendRead()
 	c.ws.SetPongHandler(func(string) error {
-		c.ws.SetReadDeadline(time.Now().Add(pongWait))
+		c.extendRead()
 		return nil
 	})
 	for {
 		mt, data, err := c.ws.ReadMessage()
 		if err != nil {
+			var ne net.Error
 			switch {
 			case errors.Is(err, websocket.ErrReadLimit):
 				// gorilla has already sent 1009.
+				c.srv.refused(refusedMessageSize)
 				c.log.Warn("message over the size limit", zap.Int64("limit", c.srv.cfg.MaxMessageBytes))
 				c.close(websocket.CloseMessageTooBig, "")
 			case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived):
 			case c.ctx.Err() != nil:
+				// We are closing: the writer ended the read (see endRead).
+			case errors.As(err, &ne) && ne.Timeout():
+				// Nothing, not even a pong, for PongWait: the peer or its
+				// network is gone. A close frame would go unanswered.
+				c.log.Info("peer stopped answering pings: dropped", zap.Duration("pong_wait", c.srv.cfg.PongWait))
+				c.close(websocket.CloseAbnormalClosure, "")
+			case isProtocolError(err):
+				// gorilla has already sent 1002.
+				c.log.Warn("malformed frame", zap.Error(err))
+				c.close(websocket.CloseProtocolError, "")
 			default:
 				c.log.Debug("read ended", zap.Error(err))
 			}
 			return
 		}
-		c.ws.SetReadDeadline(time.Now().Add(pongWait))
+		c.extendRead()
 		if mt != websocket.TextMessage {
 			c.close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
 			return
@@ -318,20 +332,16 @@ func (c *conn) reader() {
 }
 
 func (c *conn) handleJSON(data []byte) {
-	var m clientMessage
-	if err := decodeJSON(bytes.NewReader(data), &m); err != nil {
-		c.sendError(err)
+	m, err := parseClientMessage(data)
+	if err != nil {
+		c.answer(err)
 		return
 	}
 	switch m.Type {
 	case "prompt":
-		if m.Content == nil {
-			c.sendError(parley.FieldErrorf("content", "is required"))
-			return
-		}
 		p, err := c.srv.resolveParams(m.Params)
 		if err != nil {
-			c.sendError(err)
+			c.answer(err)
 			return
 		}
 		c.enqueuePrompt(*m.Content, p)
@@ -341,61 +351,121 @@ func (c *conn) handleJSON(data []byte) {
 		c.cancelTurn()
 		c.enqueue(job{kind: jobReset})
 	case "system":
-		if m.Content == nil {
-			c.sendError(parley.FieldErrorf("content", "is required"))
-			return
-		}
 		c.enqueue(job{kind: jobSystem, content: *m.Content})
-	case "":
-		c.sendError(parley.FieldErrorf("type", "is required"))
-	default:
-		c.sendError(parley.FieldErrorf("type", "unknown message type %q (want prompt, cancel, reset or system)", m.Type))
 	}
 }
 
+// parseClientMessage decodes and checks one JSON-mode client message: a
+// known type, and the content that type needs. Errors are EInvalid *Errors
+// naming the field, safe to show the client. (Sampling parameters are
+// checked against the server's defaults and cap by resolveParams.)
+func parseClientMessage(data []byte) (clientMessage, error) {
+	var m clientMessage
+	if err := decodeJSON(bytes.NewReader(data), &m); err != nil {
+		return m, err
+	}
+	switch m.Type {
+	case "prompt", "system":
+		if m.Content == nil {
+			return m, parley.FieldErrorf("content", "is required")
+		}
+	case "cancel", "reset":
+	case "":
+		return m, parley.FieldErrorf("type", "is required")
+	default:
+		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, cancel, reset or system)", m.Type)
+	}
+	return m, nil
+}
+
+// enqueuePrompt queues a prompt, or its refusal: shutting down, over the
+// rate, or over the prompt-token cap.
 func (c *conn) enqueuePrompt(prompt string, p parley.Params) {
 	if c.srv.draining.Load() {
-		c.replyError(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
+		c.answer(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 		return
 	}
 	if !c.limiter.allow(time.Now()) {
-		c.log.Warn("prompt refused", zap.String("cause", "rate_limited"))
-		c.replyError(parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
+		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
+		return
+	}
+	if err := c.srv.checkPromptTokens(prompt); err != nil {
+		c.refuse("prompt_tokens", err)
 		return
 	}
 	c.enqueue(job{kind: jobPrompt, content: prompt, params: p})
 }
 
 func (c *conn) enqueue(j job) {
-	select {
-	case c.jobs <- j:
-	default:
-		c.log.Warn("prompt refused", zap.String("cause", "queue_full"))
-		c.replyError(parley.Errorf(parley.EBusy, "too many prompts waiting on this connection (at most %d)", maxQueuedJobs))
+	if !c.inbox.push(j) {
+		c.refuse("queue_full", parley.Errorf(parley.EBusy, "too many prompts waiting on this connection (at most %d)", c.srv.cfg.MaxQueuedPrompts))
 	}
+}
+
+// refuse answers a message with err in its turn (see answer) and logs the
+// refusal with its cause, once per run of equal refusals so that a flood
+// of refused prompts cannot flood the log.
+func (c *conn) refuse(cause string, err error) {
+	c.srv.refused(cause)
+	if c.answer(err) {
+		c.log.Warn("prompt refused", zap.String("cause", cause), zap.String("code", parley.ErrorCode(err)))
+	}
+}
+
+// answer queues err as the answer to a message that is not queued itself
+// (a refusal, an invalid message), behind what is queued, so every answer
+// reaches the client in the order of the messages it answers: never inside
+// a reply that is streaming. It reports whether the answer started a new
+// run (it was not merged into an equal one before it). A client that
+// piles up more answers than the inbox holds is closed with 1008.
+func (c *conn) answer(err error) (newRun bool) {
+	newRun, ok := c.inbox.pushAnswer(err)
+	if !ok {
+		c.log.Warn("too many messages waiting: disconnecting", zap.Int("items", c.inbox.len()))
+		c.close(websocket.ClosePolicyViolation, "too many messages waiting")
+	}
+	return newRun
 }
 
 // worker runs jobs in order until the connection ends.
 func (c *conn) worker() {
 	for {
-		select {
-		case <-c.ctx.Done():
+		j, ok := c.inbox.pop()
+		if !ok {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-c.inbox.wake:
+			}
+			continue
+		}
+		if c.ctx.Err() != nil {
 			return
-		case j := <-c.jobs:
-			switch j.kind {
-			case jobPrompt:
-				c.runTurn(j.content, j.params)
-			case jobReset:
-				if err := c.srv.sessions.Reset(c.ctx, c.id); err != nil {
-					c.sendError(err)
-					continue
+		}
+		switch j.kind {
+		case jobAnswer:
+			for range j.n {
+				if !c.replyErrorWait(j.err) {
+					return
 				}
-				c.log.Info("session reset")
-				c.sendSession(c.id, false, nil)
-			case jobSystem:
-				if err := c.srv.sessions.SetSystem(c.ctx, c.id, j.content); err != nil {
-					c.sendError(err)
-				}
+			}
+		case jobPrompt:
+			if c.srv.draining.Load() {
+				// Let the running reply finish, not the queue behind it.
+				c.replyErrorWait(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
+				continue
+			}
+			c.runTurn(j.content, j.params)
+		case jobReset:
+			if err := c.srv.sessions.Reset(c.ctx, c.id); err != nil {
+				c.sendError(err)
+				continue
+			}
+			c.log.Info("session reset")
+			c.sendSession(c.id, false, nil)
+		case jobSystem:
+			if err := c.srv.sessions.SetSystem(c.ctx, c.id, j.content); err != nil {
+				c.sendError(err)
 			}
 		}
 	}
@@ -421,10 +491,13 @@ func (c *conn) runTurn(prompt string, p parley.Params) {
 	turn, err := c.srv.sessions.Turn(ctx, c.id, prompt, p)
 	if err != nil {
 		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
+		c.srv.countRefusal(err)
 		c.replyError(err)
 		return
 	}
+	meter := c.srv.meterReply(c.cancelCause)
 	for ev := range turn.Events() {
+		meter.observe(ev)
 		if !ev.Done {
 			if c.json {
 				c.sendJSON(tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special})
@@ -472,12 +545,9 @@ func (c *conn) logReply(ev parley.Event) {
 // replyError tells the client a prompt failed: in text mode a readable line
 // then the sentinel (so a simple client never hangs), in JSON mode an error event.
 func (c *conn) replyError(err error) {
-	if c.json {
-		c.sendError(err)
-		return
+	for _, b := range c.errorFrames(err) {
+		c.sendRaw(b)
 	}
-	c.sendText("Error: " + parley.ErrorMessage(err))
-	c.sendText(Sentinel)
 }
 
 func (c *conn) sendError(err error) {
@@ -531,7 +601,12 @@ func (c *conn) sendRaw(b []byte) {
 // own control frames). It drains queued frames, pings, and on close sends
 // the close frame.
 func (c *conn) writer() {
-	ping := time.NewTicker(pingPeriod)
+	// Once the writer is done (close frame sent, or the socket failed), the
+	// reader must not wait for a pong wait: give it closeGrace for the
+	// peer's close frame.
+	defer c.endRead()
+	// Pings go out at 9/10 of the pong wait, leaving room for the pong.
+	ping := time.NewTicker(c.srv.cfg.PongWait * 9 / 10)
 	defer ping.Stop()
 	for {
 		select {
@@ -541,7 +616,7 @@ func (c *conn) writer() {
 				return
 			}
 		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.srv.cfg.WriteWait)); err != nil {
 				c.close(websocket.CloseAbnormalClosure, "")
 				return
 			}
@@ -560,7 +635,7 @@ func (c *conn) writer() {
 			}
 			if c.closeCode != websocket.CloseAbnormalClosure {
 				msg := websocket.FormatCloseMessage(c.closeCode, c.closeText)
-				c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(writeWait))
+				c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.srv.cfg.WriteWait))
 			}
 			return
 		}
@@ -568,6 +643,93 @@ func (c *conn) writer() {
 }
 
 func (c *conn) write(mt int, b []byte) error {
-	c.ws.SetWriteDeadline(time.Now().Add(writeWait))
+	c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteWait))
 	return c.ws.WriteMessage(mt, b)
+}
+
+// extendRead pushes the read deadline a pong wait ahead, unless the
+// connection is closing.
+func (c *conn) extendRead() {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if !c.readEnding {
+		c.ws.SetReadDeadline(time.Now().Add(c.srv.cfg.PongWait))
+	}
+}
+
+// endRead bounds the reader's wait once the writer has ended: it sees the
+// peer's close frame within closeGrace, or times out. Without it a peer
+// that never answers our close frame (one that stopped reading, say) would
+// hold its connection, and its place under the caps, for a whole pong wait.
+func (c *conn) endRead() {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	c.readEnding = true
+	c.ws.SetReadDeadline(time.Now().Add(closeGrace))
+}
+
+// isProtocolError reports whether a read error is gorilla's verdict on a
+// malformed frame (after which it has sent close 1002), as opposed to a
+// close, a timeout or a broken socket. gorilla has no type for these.
+func isProtocolError(err error) bool {
+	var ce *websocket.CloseError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return false
+	}
+	return strings.HasPrefix(err.Error(), "websocket: ")
+}
+
+// replyErrorWait is replyError for the worker's queued answers: it waits up
+// to WriteWait for room in the send buffer (so a long run of answers is
+// paced by the client, not dropped), and reports whether the connection
+// lives on.
+func (c *conn) replyErrorWait(err error) bool {
+	for _, b := range c.errorFrames(err) {
+		if !c.sendWait(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// errorFrames are the frames that tell the client a prompt failed: in text
+// mode a readable line then the sentinel, in JSON mode an error event.
+func (c *conn) errorFrames(err error) [][]byte {
+	if !c.json {
+		return [][]byte{[]byte("Error: " + parley.ErrorMessage(err)), []byte(Sentinel)}
+	}
+	var pe *parley.Error
+	field := ""
+	if errors.As(err, &pe) {
+		field = pe.Field
+	}
+	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field})
+	return [][]byte{b}
+}
+
+// sendWait queues a frame for the writer, waiting up to WriteWait for room;
+// a client that leaves none for that long is too slow. Only the worker
+// waits here: the reader never blocks on the client's reading.
+func (c *conn) sendWait(b []byte) bool {
+	if c.ctx.Err() != nil {
+		return false
+	}
+	select {
+	case c.send <- b:
+		return true
+	default:
+	}
+	t := time.NewTimer(c.srv.cfg.WriteWait)
+	defer t.Stop()
+	select {
+	case c.send <- b:
+		return true
+	case <-c.ctx.Done():
+		return false
+	case <-t.C:
+		c.log.Warn("client too slow: disconnecting", zap.Int("buffered", len(c.send)))
+		c.close(closeTooSlow, "client too slow")
+		return false
+	}
 }

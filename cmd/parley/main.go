@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -60,6 +61,7 @@ type config struct {
 	ctx, threads, parallel, queue, batch         int
 	maxTokens, maxTokensLimit                    int
 	maxConns, maxConnsPerIP, promptsPerMinute    int
+	maxPromptTokens, maxQueuedPrompts            int
 	maxSessions                                  int
 	maxMessageBytes                              int64
 	sessionTTL, drainTimeout                     time.Duration
@@ -103,12 +105,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.DurationVar(&c.sessionTTL, "session-ttl", 24*time.Hour, "idle sessions expire after this long")
 	fs.IntVar(&c.maxSessions, "max-sessions", 10000, "sessions kept at most (least recently used are evicted)")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated origins allowed to open WebSockets besides the server's own (* = any)")
-	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host header values accepted (DNS-rebinding guard); default: any on loopback")
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host header values accepted (DNS-rebinding guard; * = any); default: IP addresses, localhost and the --addr host")
 	fs.StringVar(&c.apiKey, "api-key", "", "require this key (Authorization: Bearer, or WebSocket subprotocol parley.key.KEY)")
 	fs.Int64Var(&c.maxMessageBytes, "max-message-bytes", web.DefaultMaxMessageBytes, "largest WebSocket message accepted")
 	fs.IntVar(&c.maxConns, "max-conns", web.DefaultMaxConns, "open WebSocket connections at most")
 	fs.IntVar(&c.maxConnsPerIP, "max-conns-per-ip", web.DefaultMaxConnsPerIP, "open WebSocket connections per client address at most")
 	fs.IntVar(&c.promptsPerMinute, "prompts-per-minute", web.DefaultPromptsPerMinute, "prompts per connection per minute at most")
+	fs.IntVar(&c.maxPromptTokens, "max-prompt-tokens", web.DefaultMaxPromptTokens, "tokens in one prompt at most (over it: too_large; -1 = no cap)")
+	fs.IntVar(&c.maxQueuedPrompts, "max-queued-prompts", web.DefaultMaxQueuedPrompts, "prompts that may wait on one connection behind the reply streaming")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", web.DefaultDrainTimeout, "on shutdown, how long running replies may finish")
 
 	if err := fs.Parse(args); err != nil {
@@ -210,9 +214,93 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("default sampling flags: %s", parley.ErrorMessage(err))
 	}
 
-	modelPath, err := resolveModel(ctx, cfg, stderr)
+	ropts := []chat.Option{chat.WithLogger(log.Named("chat"))}
+	if cfg.template != "" {
+		tmpl, err := chat.TemplateByName(cfg.template)
+		if err != nil {
+			return fmt.Errorf("--template: %w", err)
+		}
+		ropts = append(ropts, chat.WithTemplate(tmpl))
+	}
+
+	store, err := openStore(cfg, log)
 	if err != nil {
 		return err
+	}
+	defer store.Close()
+
+	// The server listens before the model is fetched and loaded (minutes for
+	// a download or a large file), so a port error surfaces at once and
+	// /health answers 503 "loading" meanwhile. Until SetReady the chat and
+	// the APIs answer 503, so nothing reaches the engine before it exists.
+	engine := &engineRef{}
+	responder := chat.NewResponder(engine, ropts...)
+	sessions := session.NewService(store, session.Adapt(responder.Reply),
+		session.WithSystemPrompt(cfg.systemPrompt),
+		session.WithDefaultParams(defaults),
+		session.WithLogger(log.Named("session")))
+
+	srv := web.New(web.Config{
+		Addr:             cfg.addr,
+		AllowedOrigins:   splitList(cfg.allowedOrigins),
+		AllowedHosts:     splitList(cfg.allowedHosts),
+		APIKey:           cfg.apiKey,
+		MaxMessageBytes:  cfg.maxMessageBytes,
+		MaxConns:         cfg.maxConns,
+		MaxConnsPerIP:    cfg.maxConnsPerIP,
+		PromptsPerMinute: cfg.promptsPerMinute,
+		MaxPromptTokens:  cfg.maxPromptTokens,
+		MaxQueuedPrompts: cfg.maxQueuedPrompts,
+		DrainTimeout:     cfg.drainTimeout,
+		Defaults:         defaults,
+		MaxTokensCap:     cfg.maxTokensLimit,
+	}, sessions,
+		web.WithLogger(log.Named("web")),
+		web.WithTokenizer(engine),
+		web.WithResponder(responder), web.WithModelInfo(engine.Info),
+		web.WithEngineStats(engine.stats),
+		web.WithInfo(func() web.Info {
+			return web.Info{ModelInfo: engine.Info(), Template: responder.Template().Name()}
+		}))
+	if err := srv.Open(); err != nil {
+		return err
+	}
+	log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""))
+
+	eng, err := loadEngine(ctx, cfg, log, stderr)
+	if err == nil {
+		engine.set(eng)
+		log.Info("prompt format", zap.String("template", responder.Template().Name()))
+		srv.SetReady(true)
+		log.Info("serving", zap.String("url", srv.URL()))
+		<-ctx.Done()
+		log.Info("shutting down", zap.Duration("drain_timeout", cfg.drainTimeout))
+	} else if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil // a signal during the download: a normal stop
+	}
+
+	// The server drains its replies before the engine they stream from closes.
+	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout+5*time.Second)
+	defer cancel()
+	if cerr := srv.Close(closeCtx); cerr != nil {
+		log.Warn("shutdown", zap.Error(cerr))
+	}
+	if eng != nil {
+		eng.Close()
+	}
+	if err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// loadEngine resolves --model (downloading hf:// references) and loads it,
+// showing progress on stderr, then logs the model's facts.
+func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writer) (*llm.Engine, error) {
+	modelPath, err := resolveModel(ctx, cfg, stderr)
+	if err != nil {
+		return nil, err
 	}
 	log.Info("loading model", zap.String("model", cfg.model), zap.String("path", modelPath))
 	progress := newLoadProgress(stderr)
@@ -228,9 +316,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	})
 	progress.done()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer eng.Close()
 	info := eng.Info()
 	log.Info("model loaded",
 		zap.String("name", info.Name),
@@ -242,57 +329,60 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		zap.Int("parallel", info.Parallel),
 		zap.Bool("chat_template", info.ChatTemplate != ""),
 		zap.Duration("load_time", info.LoadTime))
+	return eng, nil
+}
 
-	ropts := []chat.Option{chat.WithLogger(log.Named("chat"))}
-	if cfg.template != "" {
-		tmpl, err := chat.TemplateByName(cfg.template)
-		if err != nil {
-			return fmt.Errorf("--template: %w", err)
-		}
-		ropts = append(ropts, chat.WithTemplate(tmpl))
-	}
-	responder := chat.NewResponder(eng, ropts...)
-	log.Info("prompt format", zap.String("template", responder.Template().Name()))
+// engineRef stands in for the engine until it has loaded, so the chat
+// responder, the sessions and the server can be built, and listening, before
+// a load that may take minutes. Before set, Generate and Tokenize answer
+// unavailable (the server's readiness gate keeps requests away until then
+// anyway) and Info and stats are zero. set is called once.
+type engineRef struct{ p atomic.Pointer[llm.Engine] }
 
-	store, err := openStore(cfg, log)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	sessions := session.NewService(store, session.Adapt(responder.Reply),
-		session.WithSystemPrompt(cfg.systemPrompt),
-		session.WithDefaultParams(defaults),
-		session.WithLogger(log.Named("session")))
+func (r *engineRef) set(e *llm.Engine) { r.p.Store(e) }
 
-	srv := web.New(web.Config{
-		Addr:             cfg.addr,
-		AllowedOrigins:   splitList(cfg.allowedOrigins),
-		AllowedHosts:     splitList(cfg.allowedHosts),
-		APIKey:           cfg.apiKey,
-		MaxMessageBytes:  cfg.maxMessageBytes,
-		MaxConns:         cfg.maxConns,
-		MaxConnsPerIP:    cfg.maxConnsPerIP,
-		PromptsPerMinute: cfg.promptsPerMinute,
-		DrainTimeout:     cfg.drainTimeout,
-		Defaults:         defaults,
-		MaxTokensCap:     cfg.maxTokensLimit,
-	}, sessions, web.WithLogger(log.Named("web")),
-		web.WithResponder(responder), web.WithModelInfo(eng.Info))
-	if err := srv.Open(); err != nil {
-		return err
-	}
-	srv.SetReady(true)
-	log.Info("serving", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""))
+var errLoading = parley.Errorf(parley.EUnavailable, "the model is loading; try again shortly")
 
-	<-ctx.Done()
-	log.Info("shutting down", zap.Duration("drain_timeout", cfg.drainTimeout))
-	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout+5*time.Second)
-	defer cancel()
-	if err := srv.Close(closeCtx); err != nil {
-		log.Warn("shutdown", zap.Error(err))
+func (r *engineRef) Info() parley.ModelInfo {
+	if e := r.p.Load(); e != nil {
+		return e.Info()
 	}
-	log.Info("stopped")
-	return nil
+	return parley.ModelInfo{}
+}
+
+func (r *engineRef) Tokenize(text string) ([]int, error) {
+	if e := r.p.Load(); e != nil {
+		return e.Tokenize(text)
+	}
+	return nil, errLoading
+}
+
+func (r *engineRef) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
+	if e := r.p.Load(); e != nil {
+		return e.Generate(ctx, req)
+	}
+	return nil, errLoading
+}
+
+// stats adapts the engine's counters to what web's /metrics reads (web
+// must not import llm, which is cgo).
+func (r *engineRef) stats() web.EngineStats {
+	e := r.p.Load()
+	if e == nil {
+		return web.EngineStats{}
+	}
+	st := e.Stats()
+	return web.EngineStats{
+		Slots:             st.Slots,
+		SlotsBusy:         st.SlotsBusy,
+		Queued:            st.Queued,
+		PromptEvaluated:   st.PromptEvaluated,
+		PromptReused:      st.PromptReused,
+		TokensGenerated:   st.TokensGenerated,
+		Steps:             st.Steps,
+		StepTime:          time.Duration(st.StepNanos),
+		SlowConsumerDrops: st.SlowConsumerDrop,
+	}
 }
 
 // resolveModel turns --model into a local GGUF path, downloading hf://

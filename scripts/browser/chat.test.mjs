@@ -126,7 +126,7 @@ class Server {
   async stop(graceMs = 10_000) {
     if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode !== null) return;
     this.proc.kill('SIGTERM');
-    const done = await Promise.race([this.exited, sleep(graceMs, null)]);
+    const done = await Promise.race([this.exited, sleep(graceMs, null, { ref: false })]);
     if (!done) {
       this.proc.kill('SIGKILL');
       await this.exited;

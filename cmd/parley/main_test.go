@@ -1,0 +1,375 @@
+package main
+
+// End-to-end tests of the real binary: signals, exit codes, and
+// conversations that survive kill -9. They build the binary (or use
+// $PARLEY_BIN, which scripts/test.sh sets to a fresh bin/parley) and run it
+// on the tiny test model, on loopback.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/testmodel"
+)
+
+// binary returns the parley binary under test: $PARLEY_BIN when set, else
+// one built from this package into a temporary directory (with the cgo
+// flags of scripts/env.sh when the environment has none, so the build
+// cache is reused).
+func binary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PARLEY_BIN"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("PARLEY_BIN: %v", err)
+		}
+		return p
+	}
+	if testing.Short() {
+		t.Skip("builds the binary; set PARLEY_BIN to use a built one")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "parley")
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	march := os.Getenv("PARLEY_MARCH")
+	if march == "" {
+		march = "x86-64-v3"
+	}
+	cmd.Env = os.Environ()
+	for k, v := range map[string]string{
+		"CGO_ENABLED":  "1",
+		"CGO_CPPFLAGS": "-I" + filepath.Join(root, "llm", "native"),
+		"CGO_CFLAGS":   "-O3 -march=" + march,
+		"CGO_CXXFLAGS": "-O3 -march=" + march,
+	} {
+		if os.Getenv(k) == "" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
+
+// server is one run of the binary.
+type server struct {
+	cmd    *exec.Cmd
+	addr   string
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	exited chan error
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// start runs the binary with args on a free port and waits until /health
+// says the model is loaded.
+func start(t *testing.T, bin string, args ...string) *server {
+	t.Helper()
+	s := &server{addr: freeAddr(t), exited: make(chan error, 1)}
+	args = append([]string{"--model", testmodel.Path(t), "--addr", s.addr, "--log-format", "json",
+		"--threads", "1", "--ctx", "512", "--parallel", "2", "--temperature", "0"}, args...)
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "XDG_DATA_HOME="+t.TempDir())
+	pipe, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.stderr.Write(append(sc.Bytes(), '\n'))
+			s.mu.Unlock()
+		}
+	}()
+	go func() {
+		<-copied // Wait must follow the last read of the pipe
+		s.exited <- s.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		s.cmd.Process.Kill()
+		<-s.exited
+		s.exited <- nil
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.log())
+		}
+	})
+	client := http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := client.Get("http://" + s.addr + "/health")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		select {
+		case err := <-s.exited:
+			s.exited <- err
+			t.Fatalf("the server exited while starting: %v\n%s", err, s.log())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not become healthy\n%s", s.log())
+		}
+	}
+}
+
+func (s *server) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stderr.String()
+}
+
+// wait returns the exit error (nil for exit 0) within d.
+func (s *server) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-s.exited:
+		s.exited <- err
+		return err
+	case <-time.After(d):
+		t.Fatalf("the server did not exit within %v\n%s", d, s.log())
+		return nil
+	}
+}
+
+// msg is any server message of the JSON WebSocket mode.
+type msg struct {
+	Type         string           `json:"type"`
+	ID           json.RawMessage  `json:"id"` // the session id (a string), or a token id (a number)
+	Text         string           `json:"text"`
+	Resumed      bool             `json:"resumed"`
+	Messages     []parley.Message `json:"messages"`
+	FinishReason string           `json:"finish_reason"`
+	Content      string           `json:"content"`
+	Code         string           `json:"code"`
+	Message      string           `json:"message"`
+	Usage        struct {
+		PromptTokens       int `json:"prompt_tokens"`
+		CachedPromptTokens int `json:"cached_prompt_tokens"`
+		CompletionTokens   int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+// sessionID is the id of a session message.
+func (m msg) sessionID() string {
+	var id string
+	json.Unmarshal(m.ID, &id)
+	return id
+}
+
+func (s *server) dial(t *testing.T, query string) *websocket.Conn {
+	t.Helper()
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+s.addr+"/ws?format=json"+query, nil)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return ws
+}
+
+func read(t *testing.T, ws *websocket.Conn) msg {
+	t.Helper()
+	ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var m msg
+	if err := ws.ReadJSON(&m); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return m
+}
+
+// turn sends a prompt and returns the done event.
+func turn(t *testing.T, ws *websocket.Conn, prompt string, params map[string]any) msg {
+	t.Helper()
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": prompt, "params": params})
+	for {
+		m := read(t, ws)
+		switch m.Type {
+		case "token":
+		case "done":
+			return m
+		default:
+			t.Fatalf("during the reply to %q: %+v", prompt, m)
+		}
+	}
+}
+
+func TestBinary(t *testing.T) {
+	bin := binary(t)
+
+	// SIGTERM with a reply streaming: the reply completes within the drain
+	// deadline, the socket closes with 1001, and the process exits 0.
+	t.Run("SIGTERM drains and exits 0", func(t *testing.T) {
+		s := start(t, bin, "--store", "memory", "--drain-timeout", "10s")
+		ws := s.dial(t, "")
+		read(t, ws) // session
+		ws.WriteJSON(map[string]any{"type": "prompt", "content": "Once upon a time",
+			"params": map[string]any{"max_tokens": 300, "grammar": `root ::= [a-z ]{300,}`}})
+		if m := read(t, ws); m.Type != "token" {
+			t.Fatalf("want a token first, got %+v", m)
+		}
+		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		var done bool
+		var cerr *websocket.CloseError
+		for {
+			ws.SetReadDeadline(time.Now().Add(15 * time.Second))
+			var m msg
+			err := ws.ReadJSON(&m)
+			if errors.As(err, &cerr) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("after SIGTERM: %v", err)
+			}
+			if m.Type == "done" {
+				done = m.FinishReason == "length"
+			}
+		}
+		if !done || cerr.Code != websocket.CloseGoingAway {
+			t.Fatalf("reply completed %v, close code %d; want a completed reply then 1001", done, cerr.Code)
+		}
+		if err := s.wait(t, 20*time.Second); err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, s.log())
+		}
+		if !strings.Contains(s.log(), `"msg":"stopped"`) {
+			t.Errorf("no \"stopped\" log line:\n%s", s.log())
+		}
+	})
+
+	// kill -9 loses nothing that was committed: after a restart on the
+	// same data directory the session resumes with its whole history, the
+	// next reply is prompted with it (its KV cache rebuilt from scratch),
+	// and a turn that was streaming at the kill left no trace.
+	t.Run("conversation survives kill -9", func(t *testing.T) {
+		dataDir := t.TempDir()
+		args := []string{"--store", "bolt", "--data-dir", dataDir, "--max-tokens", "24"}
+		s := start(t, bin, args...)
+		ws := s.dial(t, "")
+		open := read(t, ws)
+		if open.Type != "session" || open.sessionID() == "" {
+			t.Fatalf("first message: %+v", open)
+		}
+		first := turn(t, ws, "Lily found a red ball", nil)
+		if first.FinishReason == "error" || first.Content == "" {
+			t.Fatalf("first turn: %+v", first)
+		}
+		// A second turn is streaming when the process dies.
+		ws.WriteJSON(map[string]any{"type": "prompt", "content": "Tell me everything",
+			"params": map[string]any{"max_tokens": 400, "grammar": `root ::= [a-z ]{400,}`}})
+		if m := read(t, ws); m.Type != "token" {
+			t.Fatalf("want a token, got %+v", m)
+		}
+		if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		var ee *exec.ExitError
+		if err := s.wait(t, 10*time.Second); !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("want death by SIGKILL, got %v", err)
+		}
+
+		s2 := start(t, bin, args...)
+		ws2 := s2.dial(t, "&session="+open.sessionID())
+		again := read(t, ws2)
+		want := []parley.Message{{Role: parley.RoleUser, Content: "Lily found a red ball"}, {Role: parley.RoleAssistant, Content: first.Content}}
+		if again.Type != "session" || again.sessionID() != open.sessionID() || !again.Resumed || !equalMessages(again.Messages, want) {
+			t.Fatalf("after kill -9: %+v\nwant messages %+v", again, want)
+		}
+		next := turn(t, ws2, "What did Lily do next?", nil)
+		if next.FinishReason == "error" || next.Content == "" {
+			t.Fatalf("reply after the restart: %+v", next)
+		}
+		// Prompted with the whole first turn, none of it from a cache that
+		// died with the process.
+		if next.Usage.PromptTokens <= first.Usage.PromptTokens+first.Usage.CompletionTokens || next.Usage.CachedPromptTokens != 0 {
+			t.Fatalf("second turn usage %+v after first turn usage %+v: the history was not in the prompt", next.Usage, first.Usage)
+		}
+		ws3 := s2.dial(t, "&session="+open.sessionID())
+		want = append(want, parley.Message{Role: parley.RoleUser, Content: "What did Lily do next?"}, parley.Message{Role: parley.RoleAssistant, Content: next.Content})
+		if m := read(t, ws3); !equalMessages(m.Messages, want) {
+			t.Fatalf("history after the second turn: %+v", m.Messages)
+		}
+		if err := s2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.wait(t, 20*time.Second); err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	})
+
+	// --max-prompt-tokens reaches the server: a longer prompt is refused.
+	t.Run("max-prompt-tokens flag", func(t *testing.T) {
+		s := start(t, bin, "--store", "memory", "--max-prompt-tokens", "16")
+		ws := s.dial(t, "")
+		read(t, ws)
+		ws.WriteJSON(map[string]any{"type": "prompt", "content": strings.Repeat("Lily saw a big dog. ", 10)})
+		if m := read(t, ws); m.Type != "error" || m.Code != parley.ETooLarge {
+			t.Fatalf("over the cap: %+v", m)
+		}
+		if m := turn(t, ws, "Lily saw a dog.", map[string]any{"max_tokens": 4}); m.FinishReason == "error" {
+			t.Fatalf("under the cap: %+v", m)
+		}
+	})
+
+	// A bad model is a clear error and exit status 1, not a stack trace.
+	t.Run("missing model exits 1", func(t *testing.T) {
+		cmd := exec.Command(bin, "--model", filepath.Join(t.TempDir(), "nope.gguf"), "--addr", freeAddr(t), "--store", "memory")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("exit: %v\n%s", err, out)
+		}
+		if bytes.Contains(out, []byte("goroutine ")) || !bytes.Contains(out, []byte("nope.gguf")) {
+			t.Fatalf("want a clear error naming the file:\n%s", out)
+		}
+	})
+}
+
+func equalMessages(a, b []parley.Message) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

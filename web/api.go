@@ -1,0 +1,401 @@
+package web
+
+// The HTTP streaming APIs: one engine, every client's convention.
+//
+//	POST /                      plain text, chunked (Ray Serve Textbot): ?prompt=... or a text body  (api_plain.go)
+//	POST /generate              TGI, one JSON response                                                (api_tgi.go)
+//	POST /generate_stream       TGI, server-sent events
+//	POST /invocations           SageMaker: TGI's events when "stream": true, else [{"generated_text"}]
+//	POST /generate?format=jsonlines             DJL-style JSON lines, one object per token           (api_jsonl.go)
+//	POST /generate?format=jsonlines-cumulative  the same, each line carrying the text so far
+//	POST /v1/chat/completions   OpenAI chat completions, streamed or not                              (api_openai.go)
+//	GET  /v1/models             OpenAI model list
+//
+// Every endpoint is stateless (the request carries the whole prompt or
+// conversation), decodes its sampling parameters with the one paramsPatch
+// decoder and validates them with resolveParams, so a bad value is the same
+// 400 naming the field whatever the wire. Errors before the first byte of a
+// reply are JSON errors from httpErrorHandler with the mapped status; errors
+// after it are the format's own final error event. The request's context is
+// the reply's: a client that goes away cancels its generation within one
+// decode step.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+)
+
+// maxAPIBodyBytes bounds an HTTP API request body. A prompt this long is far
+// past any context window the engine serves, so nothing useful is refused;
+// anything longer is refused (413) before it is read into memory.
+const maxAPIBodyBytes = 4 << 20
+
+// Responder is what the HTTP APIs need from the chat layer
+// (*chat.Responder satisfies it). key ties a request to a KV-cache slot; ""
+// is a stateless request. The caller must drain the reply's Events or cancel
+// ctx.
+type Responder interface {
+	Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*chat.Reply, error)
+	Complete(ctx context.Context, key, prompt string, p parley.Params) (*chat.Reply, error)
+}
+
+// apiDeps is what the HTTP APIs run on; set by WithResponder and WithModelInfo.
+type apiDeps struct {
+	responder Responder
+	modelInfo func() parley.ModelInfo // nil: the model is described by name only
+	mounted   time.Time               // when the routes were mounted: the model's "created" for OpenAI clients
+}
+
+// WithResponder mounts the HTTP streaming APIs (plain, TGI/SageMaker, JSON
+// lines, OpenAI) over r. Without it the server speaks WebSocket only.
+func WithResponder(r Responder) Option {
+	return func(s *Server) {
+		if s.api.responder == nil {
+			s.mounts = append(s.mounts, s.mountAPI)
+		}
+		s.api.responder = r
+	}
+}
+
+// WithModelInfo gives the APIs the loaded model's facts (for /v1/models and
+// the model name in responses).
+func WithModelInfo(info func() parley.ModelInfo) Option {
+	return func(s *Server) { s.api.modelInfo = info }
+}
+
+// mountAPI adds the API routes; RequireKey guards them all.
+func (s *Server) mountAPI(e *echo.Echo) {
+	s.api.mounted = time.Now()
+	g := e.Group("", s.RequireKey)
+	g.POST("/", s.handlePlain)
+	g.POST("/generate", s.handleGenerate)
+	g.POST("/generate_stream", s.handleGenerateStream)
+	g.POST("/invocations", s.handleInvocations)
+	g.POST("/v1/chat/completions", s.handleChatCompletions)
+	g.GET("/v1/models", s.handleModels)
+	g.GET("/v1/models/:id", s.handleModel)
+}
+
+// modelName is the id clients see for the loaded model.
+func (s *Server) modelName() string {
+	if s.api.modelInfo != nil {
+		if n := s.api.modelInfo().Name; n != "" {
+			return n
+		}
+	}
+	return "parley"
+}
+
+// apiAvailable refuses requests while the model loads or the server drains.
+func (s *Server) apiAvailable() error {
+	if !s.ready.Load() {
+		return parley.Errorf(parley.EUnavailable, "the model is loading; try again shortly")
+	}
+	if s.draining.Load() {
+		return parley.Errorf(parley.EUnavailable, "the server is shutting down")
+	}
+	return nil
+}
+
+// readBody reads the request body, refusing more than maxAPIBodyBytes.
+func readBody(c echo.Context) ([]byte, error) {
+	r := http.MaxBytesReader(c.Response(), c.Request().Body, maxAPIBodyBytes)
+	b, err := io.ReadAll(r)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, parley.Errorf(parley.ETooLarge, "the request body is over %d bytes", maxAPIBodyBytes)
+	case err != nil:
+		return nil, parley.Errorf(parley.EInvalid, "reading the request body: %v", err)
+	}
+	return b, nil
+}
+
+// patchFromQuery turns sampling parameters given as query parameters
+// (?max_tokens=20&temperature=0&stop=.) into a paramsPatch, through the same
+// JSON decoder every other wire uses: each value is a JSON number, boolean
+// or null when it parses as one and a JSON string otherwise, so
+// temperature=hot is the usual 400 naming temperature. Repeated keys are an
+// array (several stop strings). Keys that are not parameters are ignored.
+func patchFromQuery(q url.Values, skip ...string) (*paramsPatch, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	n := 0
+	for key, vals := range q {
+		if len(vals) == 0 || contains(skip, key) {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		n++
+		b.WriteString(jsonString(key))
+		b.WriteByte(':')
+		if len(vals) > 1 {
+			b.WriteByte('[')
+		}
+		for i, v := range vals {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(queryJSONValue(v))
+		}
+		if len(vals) > 1 {
+			b.WriteByte(']')
+		}
+	}
+	b.WriteByte('}')
+	var p paramsPatch
+	if err := decodeJSON(strings.NewReader(b.String()), &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func queryJSONValue(v string) string {
+	switch v {
+	case "true", "false", "null":
+		return v
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) &&
+		!strings.ContainsAny(v, "xXpP_") && strings.TrimSpace(v) == v {
+		// ParseFloat also takes hex and underscores, which JSON does not.
+		return v
+	}
+	return jsonString(v)
+}
+
+// jsonString is s as a JSON string (strconv.Quote's \x escapes are not JSON).
+func jsonString(s string) string {
+	b, _ := json.Marshal(s) // a string always marshals; invalid UTF-8 becomes U+FFFD
+	return string(b)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveSeed fixes the seed of a sampled reply that asked for a random one,
+// so the seed can be reported (TGI's details.seed) and logged, and the reply
+// reproduced. Greedy replies need no seed.
+func resolveSeed(p *parley.Params) {
+	if p.Seed < 0 && p.Temperature > 0 {
+		p.Seed = int64(rand.Uint32N(math.MaxUint32)) // [0, 2^32-2]: 2^32-1 means "random" to llama.cpp
+	}
+}
+
+// apiCall is one API request's reply in flight.
+type apiCall struct {
+	srv    *Server
+	route  string
+	cancel context.CancelFunc // cancels the reply (its context is the request's, which ends when the client goes away)
+	rep    *chat.Reply
+	params parley.Params
+	meter  *replyMeter // metrics: every event of the reply passes through it
+}
+
+// startCompletion starts a raw-prompt reply (no template) for route.
+func (s *Server) startCompletion(c echo.Context, route, prompt string, p parley.Params) (*apiCall, error) {
+	return s.startCall(c, route, prompt, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+		return r.Complete(ctx, "", prompt, p)
+	})
+}
+
+// startChat starts a reply to a conversation rendered with the model's template.
+func (s *Server) startChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*apiCall, error) {
+	var text strings.Builder
+	for _, m := range msgs {
+		text.WriteString(m.Content)
+	}
+	return s.startCall(c, route, text.String(), p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+		return r.Reply(ctx, key, msgs, p)
+	})
+}
+
+// startCall starts a reply for route once the server takes work and the
+// request's text (the prompt, or every message of a conversation: a
+// stateless request's whole prompt) is within Config.MaxPromptTokens.
+func (s *Server) startCall(c echo.Context, route, text string, p parley.Params, start func(context.Context, Responder) (*chat.Reply, error)) (*apiCall, error) {
+	if err := s.apiAvailable(); err != nil {
+		return nil, err
+	}
+	if err := s.checkPromptTokens(text); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	call := &apiCall{srv: s, route: route, cancel: cancel, params: p, meter: s.meterReply(s.requestCancelCause)}
+	rep, err := start(ctx, s.api.responder)
+	if err != nil {
+		cancel()
+		s.log.Info("reply refused", zap.String("route", route),
+			zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
+		return nil, err
+	}
+	call.rep = rep
+	return call, nil
+}
+
+// relay passes the reply's events to the wire in order: token for each token
+// event (index counts tokens from 1), final for the last event. When a token
+// is known to be the last one (it reaches the reply cap, so the final event
+// follows at once) it is held and given to final as last, so formats that
+// mark the last token's own line or event with the finish reason can; in
+// every other case last is nil and the format writes an end marker of its
+// own. A write error (the client went away) cancels generation and ends the
+// relay: after cancelling, the reply need not be drained.
+//
+// relay always returns with the reply either finished or cancelled.
+func (a *apiCall) relay(token func(t parley.Token, index int) error, final func(last *parley.Token, ev parley.Event) error) error {
+	defer a.cancel()
+	n := 0
+	var held *parley.Token
+	for ev := range a.rep.Events() {
+		a.meter.observe(ev)
+		if ev.Done {
+			a.logReply(ev)
+			return final(held, ev)
+		}
+		n++
+		if n == a.params.MaxTokens {
+			t := ev.Token
+			held = &t
+			continue
+		}
+		if err := token(ev.Token, n); err != nil {
+			// The client went away: stop generating, and drain (quickly:
+			// a cancelled reply delivers only its final event) to log it.
+			a.cancel()
+			for ev := range a.rep.Events() {
+				a.meter.observe(ev)
+				if ev.Done {
+					a.logReply(ev)
+				}
+			}
+			return err
+		}
+	}
+	// Unreachable by the Reply's contract (one Done event ends every stream).
+	return chat.ErrNoFinalEvent
+}
+
+// collect reads the whole reply, for the non-streaming forms. It returns
+// the token events and the final event.
+func (a *apiCall) collect() ([]parley.Token, parley.Event) {
+	defer a.cancel()
+	var toks []parley.Token
+	for ev := range a.rep.Events() {
+		a.meter.observe(ev)
+		if ev.Done {
+			a.logReply(ev)
+			return toks, ev
+		}
+		toks = append(toks, ev.Token)
+	}
+	return toks, parley.Event{Done: true, Finish: parley.FinishError, Err: chat.ErrNoFinalEvent}
+}
+
+func (a *apiCall) logReply(ev parley.Event) {
+	fields := []zap.Field{
+		zap.String("route", a.route),
+		zap.String("finish", string(ev.Finish)),
+		zap.Int("prompt_tokens", ev.Usage.PromptTokens),
+		zap.Int("cached_prompt_tokens", ev.Usage.CachedPromptTokens),
+		zap.Int("reply_tokens", ev.Usage.CompletionTokens),
+		zap.Duration("ttft", ev.Timings.TimeToFirstToken),
+		zap.Float64("tokens_per_second", round2(ev.Timings.TokensPerSecond(ev.Usage.CompletionTokens))),
+		zap.Duration("total", ev.Timings.Total),
+	}
+	if a.params.Seed >= 0 {
+		fields = append(fields, zap.Int64("seed", a.params.Seed))
+	}
+	if ev.Err != nil {
+		fields = append(fields, zap.Error(ev.Err))
+	}
+	a.srv.log.Info("reply", fields...)
+}
+
+// replyError is the error a reply that did not finish normally reports on
+// the wire: the engine's error, or, for a reply cancelled while its client
+// is still there, the server's shutdown. nil for a normal finish.
+func (a *apiCall) replyError(ev parley.Event) error {
+	switch ev.Finish {
+	case parley.FinishError:
+		return errOr(ev.Err)
+	case parley.FinishCancelled:
+		return parley.Errorf(parley.EUnavailable, "the reply was cancelled: the server is shutting down")
+	}
+	return nil
+}
+
+// streamWriter writes a streamed response and flushes after every write, so
+// each token leaves at once. Every write has a deadline (Config.WriteWait):
+// a client that stops reading fails the write once the socket's buffers are
+// full, which cancels its generation instead of holding the handler forever.
+type streamWriter struct {
+	res  *echo.Response
+	rc   *http.ResponseController
+	wait time.Duration
+}
+
+// beginStream sends the status and headers of a streamed response.
+func (s *Server) beginStream(c echo.Context, contentType string) *streamWriter {
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, contentType)
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w := &streamWriter{res: c.Response(), rc: http.NewResponseController(c.Response().Writer), wait: s.cfg.WriteWait}
+	w.deadline()
+	c.Response().WriteHeader(http.StatusOK)
+	c.Response().Flush()
+	return w
+}
+
+// deadline pushes the write deadline; a writer that cannot have one (not a
+// net/http connection) goes without.
+func (w *streamWriter) deadline() {
+	if w.wait > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.wait))
+	}
+}
+
+func (w *streamWriter) write(b []byte) error {
+	w.deadline()
+	if _, err := w.res.Write(b); err != nil {
+		return err
+	}
+	if err := w.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// errorType is TGI's name for the kind of an error (its ErrorResponse.error_type).
+func errorType(err error) string {
+	switch parley.ErrorCode(err) {
+	case parley.EInvalid, parley.ETooLarge:
+		return "validation"
+	case parley.EBusy, parley.ERateLimited, parley.EUnavailable:
+		return "overloaded"
+	}
+	return "generation"
+}

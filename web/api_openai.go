@@ -1,0 +1,475 @@
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+)
+
+// OpenAI's chat completions, as the official client libraries use them:
+// POST /v1/chat/completions (streamed as server-sent events "data: {chunk}"
+// ending with "data: [DONE]", or one response) and GET /v1/models.
+//
+// Supported: messages (string content or text parts; roles system,
+// developer, user, assistant), max_tokens / max_completion_tokens,
+// temperature, top_p, presence/frequency_penalty, seed, stop, n = 1,
+// logprobs + top_logprobs, stream_options.include_usage, response_format
+// json_object / json_schema, and Parley's own sampling fields (top_k, min_p,
+// repetition_penalty, grammar, json_schema). Usage carries
+// prompt_tokens_details.cached_tokens; the last chunk (or the response) a
+// "timings" object like llama.cpp's server. top_logprobs lists only the
+// sampled token: the engine reports no other candidates. tools and
+// logit_bias are refused rather than ignored.
+
+// openAIMessage is one message of a request. Content is a string or an
+// array of parts; only text parts are accepted.
+type openAIMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict *bool           `json:"strict"`
+	} `json:"json_schema"`
+}
+
+type chatRequest struct {
+	paramsPatch
+	Model         string          `json:"model"`
+	Messages      []openAIMessage `json:"messages"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	N              *int            `json:"n"`
+	Logprobs       bool            `json:"logprobs"`
+	TopLogprobs    *int            `json:"top_logprobs"`
+	ResponseFormat *responseFormat `json:"response_format"`
+	Tools          json.RawMessage `json:"tools"`
+	LogitBias      json.RawMessage `json:"logit_bias"`
+}
+
+type openAIUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func newOpenAIUsage(u parley.Usage) *openAIUsage {
+	o := &openAIUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+	o.PromptTokensDetails.CachedTokens = u.CachedPromptTokens
+	return o
+}
+
+type topLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+type tokenLogprob struct {
+	topLogprob
+	TopLogprobs []topLogprob `json:"top_logprobs"`
+}
+
+type chatLogprobs struct {
+	Content []tokenLogprob `json:"content"`
+	Refusal []tokenLogprob `json:"refusal"`
+}
+
+type chatMessageOut struct {
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"`
+}
+
+type chatChoice struct {
+	Index        int            `json:"index"`
+	Message      chatMessageOut `json:"message"`
+	Logprobs     *chatLogprobs  `json:"logprobs"`
+	FinishReason string         `json:"finish_reason"`
+}
+
+type chatCompletion struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"` // "chat.completion"
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	SystemFingerprint string       `json:"system_fingerprint"`
+	Choices           []chatChoice `json:"choices"`
+	Usage             *openAIUsage `json:"usage"`
+	Timings           *timingsJSON `json:"timings,omitempty"` // Parley's (and llama.cpp's) extension
+}
+
+type chunkDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int           `json:"index"`
+	Delta        chunkDelta    `json:"delta"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+}
+
+type chatChunk struct {
+	ID                string          `json:"id"`
+	Object            string          `json:"object"` // "chat.completion.chunk"
+	Created           int64           `json:"created"`
+	Model             string          `json:"model"`
+	SystemFingerprint string          `json:"system_fingerprint"`
+	Choices           []chunkChoice   `json:"choices"`
+	Usage             json.RawMessage `json:"usage,omitempty"` // null on every chunk but the last when include_usage is set
+	Timings           *timingsJSON    `json:"timings,omitempty"`
+}
+
+type openAIErrorEvent struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Code    string  `json:"code"`
+		Param   *string `json:"param"`
+	} `json:"error"`
+}
+
+// openAIFinish maps a finish reason to OpenAI's; "" for the ones reported as errors.
+func openAIFinish(f parley.FinishReason) string {
+	switch f {
+	case parley.FinishStop, parley.FinishEOS:
+		return "stop"
+	case parley.FinishLength:
+		return "length"
+	}
+	return ""
+}
+
+// systemFingerprint identifies the configuration that produced a reply.
+const systemFingerprint = "parley"
+
+// chatCall is a decoded, validated chat completion request.
+type chatCall struct {
+	msgs         []parley.Message
+	params       parley.Params
+	stream       bool
+	includeUsage bool
+	logprobs     bool
+	topLogprobs  int
+}
+
+func parseContent(raw json.RawMessage, field string) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", parley.FieldErrorf(field, "is required")
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", parley.FieldErrorf(field, "invalid string: %v", err)
+		}
+		return s, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", parley.FieldErrorf(field, "must be a string or an array of content parts")
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", parley.FieldErrorf(fmt.Sprintf("%s[%d]", field, i), "only text parts are supported, got type %q", p.Type)
+		}
+		b.WriteString(*p.Text)
+	}
+	return b.String(), nil
+}
+
+func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	var req chatRequest
+	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return nil, err
+	}
+	if len(req.Messages) == 0 {
+		return nil, parley.FieldErrorf("messages", "at least one message is required")
+	}
+	call := &chatCall{stream: req.Stream, logprobs: req.Logprobs}
+	for i, m := range req.Messages {
+		field := fmt.Sprintf("messages[%d]", i)
+		var role parley.Role
+		switch m.Role {
+		case "system", "developer":
+			role = parley.RoleSystem
+		case "user":
+			role = parley.RoleUser
+		case "assistant":
+			role = parley.RoleAssistant
+		case "":
+			return nil, parley.FieldErrorf(field+".role", "is required")
+		default:
+			return nil, parley.FieldErrorf(field+".role", "must be system, developer, user or assistant, got %q", m.Role)
+		}
+		content, err := parseContent(m.Content, field+".content")
+		if err != nil {
+			return nil, err
+		}
+		call.msgs = append(call.msgs, parley.Message{Role: role, Content: content})
+	}
+	if req.N != nil && *req.N != 1 {
+		return nil, parley.FieldErrorf("n", "only 1 is supported, got %d", *req.N)
+	}
+	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
+		return nil, parley.FieldErrorf("tools", "tool calls are not supported")
+	}
+	if isSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
+		return nil, parley.FieldErrorf("logit_bias", "is not supported")
+	}
+	if req.TopLogprobs != nil {
+		if *req.TopLogprobs < 0 || *req.TopLogprobs > maxTopN {
+			return nil, parley.FieldErrorf("top_logprobs", "must be between 0 and %d, got %d", maxTopN, *req.TopLogprobs)
+		}
+		if *req.TopLogprobs > 0 && !req.Logprobs {
+			return nil, parley.FieldErrorf("top_logprobs", "needs logprobs: true")
+		}
+		call.topLogprobs = *req.TopLogprobs
+	}
+	if req.StreamOptions != nil {
+		call.includeUsage = req.StreamOptions.IncludeUsage
+	}
+	if rf := req.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "", "text":
+		case "json_object":
+			req.paramsPatch.JSONSchema = json.RawMessage(`{"type":"object"}`)
+		case "json_schema":
+			if rf.JSONSchema == nil || !isSet(rf.JSONSchema.Schema) {
+				return nil, parley.FieldErrorf("response_format.json_schema.schema", "is required")
+			}
+			req.paramsPatch.JSONSchema = rf.JSONSchema.Schema
+		default:
+			return nil, parley.FieldErrorf("response_format.type", "must be text, json_object or json_schema, got %q", rf.Type)
+		}
+	}
+	p, err := s.resolveParams(&req.paramsPatch)
+	if err != nil {
+		return nil, err
+	}
+	resolveSeed(&p)
+	call.params = p
+	return call, nil
+}
+
+func isSet(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
+}
+
+// conversationKey is the KV-cache key of a stateless chat: a hash of the
+// conversation up to its first user message. A client that resends a
+// growing conversation keeps landing on the slot that holds its prefix, so
+// only the new turns are evaluated; different conversations get different
+// keys (and the engine's longest-common-prefix check keeps any reuse correct
+// even when two share an opening).
+func conversationKey(msgs []parley.Message) string {
+	h := sha256.New()
+	for _, m := range msgs {
+		h.Write([]byte(m.Role))
+		h.Write([]byte{0})
+		h.Write([]byte(m.Content))
+		h.Write([]byte{0})
+		if m.Role == parley.RoleUser {
+			break
+		}
+	}
+	return "openai:" + hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+func completionID() string {
+	return fmt.Sprintf("chatcmpl-%016x%08x", rand.Uint64(), rand.Uint32())
+}
+
+func (cc *chatCall) logprob(t parley.Token) tokenLogprob {
+	b := make([]int, len(t.Text))
+	for i := range len(t.Text) {
+		b[i] = int(t.Text[i])
+	}
+	lp := tokenLogprob{topLogprob: topLogprob{Token: t.Text, Logprob: finite(t.Logprob), Bytes: b}, TopLogprobs: []topLogprob{}}
+	if cc.topLogprobs > 0 {
+		lp.TopLogprobs = append(lp.TopLogprobs, lp.topLogprob)
+	}
+	return lp
+}
+
+// handleChatCompletions is POST /v1/chat/completions.
+func (s *Server) handleChatCompletions(c echo.Context) error {
+	cc, err := s.parseChat(c)
+	if err != nil {
+		return err
+	}
+	route := "openai"
+	if cc.stream {
+		route = "openai-stream"
+	}
+	call, err := s.startChat(c, route, conversationKey(cc.msgs), cc.msgs, cc.params)
+	if err != nil {
+		return err
+	}
+	id, created, model := completionID(), time.Now().Unix(), s.modelName()
+	if !cc.stream {
+		toks, ev := call.collect()
+		if rerr := call.replyError(ev); rerr != nil {
+			return rerr
+		}
+		choice := chatChoice{
+			Message:      chatMessageOut{Role: "assistant", Content: call.rep.Text()},
+			FinishReason: openAIFinish(ev.Finish),
+		}
+		if cc.logprobs {
+			choice.Logprobs = &chatLogprobs{Content: []tokenLogprob{}}
+			for _, t := range toks {
+				choice.Logprobs.Content = append(choice.Logprobs.Content, cc.logprob(t))
+			}
+		}
+		timings := newTimings(ev.Timings, ev.Usage.CompletionTokens)
+		return c.JSON(http.StatusOK, chatCompletion{
+			ID: id, Object: "chat.completion", Created: created, Model: model, SystemFingerprint: systemFingerprint,
+			Choices: []chatChoice{choice},
+			Usage:   newOpenAIUsage(ev.Usage),
+			Timings: &timings,
+		})
+	}
+
+	w := s.beginStream(c, "text/event-stream")
+	send := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode chunk: %w", err)
+		}
+		return w.write(append(append([]byte("data: "), b...), '\n', '\n'))
+	}
+	chunk := func(choices []chunkChoice) chatChunk {
+		ch := chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
+			SystemFingerprint: systemFingerprint, Choices: choices}
+		if cc.includeUsage {
+			ch.Usage = json.RawMessage("null")
+		}
+		return ch
+	}
+	// Tokens whose text is held back (a partial character, a possible stop
+	// string) or empty (special tokens) make no chunk of their own; their
+	// logprobs ride with the next chunk.
+	var pendingLP []tokenLogprob
+	content := func(text string, t *parley.Token) error {
+		if cc.logprobs && t != nil {
+			pendingLP = append(pendingLP, cc.logprob(*t))
+		}
+		if text == "" {
+			return nil
+		}
+		choice := chunkChoice{Delta: chunkDelta{Content: &text}}
+		if cc.logprobs {
+			choice.Logprobs = &chatLogprobs{Content: pendingLP}
+			pendingLP = nil
+		}
+		return send(chunk([]chunkChoice{choice}))
+	}
+	// The first chunk carries the role, as OpenAI's does.
+	empty := ""
+	if err := send(chunk([]chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}})); err != nil {
+		call.cancel()
+		call.collect()
+		return nil
+	}
+	err = call.relay(
+		func(t parley.Token, _ int) error { return content(t.Text, &t) },
+		func(last *parley.Token, ev parley.Event) error {
+			if last != nil {
+				if err := content(last.Text, last); err != nil {
+					return err
+				}
+			}
+			if rerr := call.replyError(ev); rerr != nil {
+				var e openAIErrorEvent
+				e.Error.Message, e.Error.Type, e.Error.Code = parley.ErrorMessage(rerr), "server_error", parley.ErrorCode(rerr)
+				return send(e)
+			}
+			finish := openAIFinish(ev.Finish)
+			final := chunkChoice{Delta: chunkDelta{}, FinishReason: &finish}
+			if cc.logprobs && len(pendingLP) > 0 {
+				final.Logprobs = &chatLogprobs{Content: pendingLP}
+			}
+			timings := newTimings(ev.Timings, ev.Usage.CompletionTokens)
+			last1 := chunk([]chunkChoice{final})
+			last1.Timings = &timings
+			if err := send(last1); err != nil {
+				return err
+			}
+			if cc.includeUsage {
+				u, err := json.Marshal(newOpenAIUsage(ev.Usage))
+				if err != nil {
+					return fmt.Errorf("encode usage: %w", err)
+				}
+				uc := chunk([]chunkChoice{})
+				uc.Usage = u
+				if err := send(uc); err != nil {
+					return err
+				}
+			}
+			return w.write([]byte("data: [DONE]\n\n"))
+		})
+	if err != nil {
+		s.log.Debug("chat stream ended early", zap.Error(err))
+	}
+	return nil
+}
+
+type openAIModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"` // "model"
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (s *Server) openAIModel() openAIModel {
+	return openAIModel{ID: s.modelName(), Object: "model", Created: s.api.mounted.Unix(), OwnedBy: "parley"}
+}
+
+// handleModels is GET /v1/models: the one loaded model.
+func (s *Server) handleModels(c echo.Context) error {
+	return c.JSON(http.StatusOK, struct {
+		Object string        `json:"object"`
+		Data   []openAIModel `json:"data"`
+	}{"list", []openAIModel{s.openAIModel()}})
+}
+
+// handleModel is GET /v1/models/{id}.
+func (s *Server) handleModel(c echo.Context) error {
+	m := s.openAIModel()
+	if c.Param("id") != m.ID {
+		return parley.Errorf(parley.ENotFound, "no model %q: this server serves %q", c.Param("id"), m.ID)
+	}
+	return c.JSON(http.StatusOK, m)
+}

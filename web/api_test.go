@@ -1,0 +1,291 @@
+package web_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/internal/testmodel"
+	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web"
+)
+
+// apiStack is the real stack with the HTTP APIs mounted: stories260K
+// through llama.cpp, on a loopback port.
+type apiStack struct {
+	srv    *web.Server
+	engine *llm.Engine
+	base   string                 // http://host:port
+	logs   *observer.ObservedLogs // the server's log lines, for the per-reply records
+}
+
+// apiDefaults are the stack's sampling defaults: greedy, so replies are
+// reproducible, and short.
+func apiDefaults() parley.Params {
+	p := parley.DefaultParams()
+	p.Temperature = 0
+	p.MaxTokens = 24
+	return p
+}
+
+func mustOpenAPI(tb testing.TB, mod func(*web.Config)) *apiStack {
+	tb.Helper()
+	core, logs := observer.New(zapcore.InfoLevel)
+	log := zap.New(zapcore.NewTee(zaptest.NewLogger(tb).Core(), core))
+	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: 2, Threads: 1, Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp := chat.NewResponder(eng, chat.WithLogger(log))
+	store := session.NewMemoryStore()
+	sessions := session.NewService(store, session.Adapt(resp.Reply), session.WithDefaultParams(apiDefaults()), session.WithLogger(log))
+	cfg := web.Config{Addr: "127.0.0.1:0", Defaults: apiDefaults(), MaxTokensCap: 480, DrainTimeout: 2 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv := web.New(cfg, sessions, web.WithLogger(log), web.WithResponder(resp), web.WithModelInfo(eng.Info), web.WithTokenizer(eng))
+	if err := srv.Open(); err != nil {
+		tb.Fatal(err)
+	}
+	srv.SetReady(true)
+	tb.Cleanup(func() {
+		srv.Close(context.Background())
+		store.Close()
+		eng.Close()
+	})
+	return &apiStack{srv: srv, engine: eng, base: srv.URL(), logs: logs}
+}
+
+// post sends body (a string as is, anything else as JSON) and returns the response.
+func post(tb testing.TB, url string, body any, hdr ...string) *http.Response {
+	tb.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(http.MethodPost, url, r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("POST %s: %v", url, err)
+	}
+	tb.Cleanup(func() { res.Body.Close() })
+	return res
+}
+
+// decodeBody decodes a JSON response, failing on a status other than want.
+func decodeBody(tb testing.TB, res *http.Response, want int, v any) {
+	tb.Helper()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if res.StatusCode != want {
+		tb.Fatalf("status %d, want %d: %s", res.StatusCode, want, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		tb.Fatalf("decode %s: %v", b, err)
+	}
+}
+
+// errorBody is the JSON error every endpoint returns before streaming.
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Field   string `json:"field"`
+	} `json:"error"`
+}
+
+// wantFieldError checks a 400 (or want) whose error names field.
+func wantFieldError(tb testing.TB, res *http.Response, want int, field string) errorBody {
+	tb.Helper()
+	var e errorBody
+	decodeBody(tb, res, want, &e)
+	if e.Error.Message == "" {
+		tb.Fatalf("error without a message: %+v", e)
+	}
+	if field != "" && (e.Error.Field != field || !strings.Contains(e.Error.Message, field)) {
+		tb.Fatalf("error names field %q (message %q), want %q", e.Error.Field, e.Error.Message, field)
+	}
+	return e
+}
+
+// readSSE reads a server-sent event stream and returns each event's data,
+// checking the framing byte for byte: every event is one line
+// "<prefix><data>\n" followed by exactly one empty line, the framing that
+// newline-splitting clients (SageMaker's examples) depend on.
+func readSSE(tb testing.TB, r io.Reader, prefix string) []string {
+	tb.Helper()
+	br := bufio.NewReader(r)
+	var out []string
+	for {
+		line, err := br.ReadString('\n')
+		if err == io.EOF && line == "" {
+			return out
+		}
+		if err != nil {
+			tb.Fatalf("read event %d: %v (partial %q)", len(out), err, line)
+		}
+		if !strings.HasPrefix(line, prefix) {
+			tb.Fatalf("event %d: line %q does not start with %q", len(out), line, prefix)
+		}
+		out = append(out, strings.TrimSuffix(strings.TrimPrefix(line, prefix), "\n"))
+		blank, err := br.ReadString('\n')
+		if blank != "\n" {
+			tb.Fatalf("event %d: want one empty line after it, got %q (%v)", len(out), blank, err)
+		}
+	}
+}
+
+// replyLogs returns the "reply" log records of route.
+func (s *apiStack) replyLogs(route string) []map[string]any {
+	var out []map[string]any
+	for _, e := range s.logs.FilterMessage("reply").All() {
+		m := e.ContextMap()
+		if m["route"] == route {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// waitIdle waits until the engine has no slot busy.
+func (s *apiStack) waitIdle(tb testing.TB) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.engine.Stats().SlotsBusy > 0 {
+		if time.Now().After(deadline) {
+			tb.Fatalf("engine still busy: %+v", s.engine.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitABit is a short pause for polling loops.
+func waitABit() { time.Sleep(10 * time.Millisecond) }
+
+// TestStreamErrorAfterStart: a reply that fails after its stream began ends
+// with the format's own error event or line, not a truncated stream. The
+// engine is closed under a running reply (as a crash or a shutdown would).
+func TestStreamErrorAfterStart(t *testing.T) {
+	long := map[string]any{"inputs": "Once upon a time", "parameters": map[string]any{"max_new_tokens": 480}}
+	cases := []struct {
+		name, path string
+		body       any
+		check      func(t *testing.T, rest string)
+	}{
+		{"tgi", "/generate_stream", long, func(t *testing.T, rest string) {
+			evs := strings.Split(strings.TrimSpace(rest), "\n\n")
+			var last struct {
+				Error     string `json:"error"`
+				ErrorType string `json:"error_type"`
+			}
+			json.Unmarshal([]byte(strings.TrimPrefix(evs[len(evs)-1], "data:")), &last)
+			if !strings.Contains(last.Error, "shutting down") || last.ErrorType != "overloaded" {
+				t.Fatalf("last event %q", evs[len(evs)-1])
+			}
+		}},
+		{"jsonlines", "/generate?format=jsonlines", long, func(t *testing.T, rest string) {
+			lines := strings.Split(strings.TrimSpace(rest), "\n")
+			var last struct {
+				FinishReason string `json:"finish_reason"`
+				Error        *struct{ Code string }
+			}
+			json.Unmarshal([]byte(lines[len(lines)-1]), &last)
+			if last.FinishReason != "cancelled" || last.Error == nil || last.Error.Code != "unavailable" {
+				t.Fatalf("last line %q", lines[len(lines)-1])
+			}
+		}},
+		{"openai", "/v1/chat/completions", map[string]any{"messages": userMsgs("Hi"), "max_tokens": 400, "stream": true}, func(t *testing.T, rest string) {
+			evs := strings.Split(strings.TrimSpace(rest), "\n\n")
+			var last struct {
+				Error *struct{ Message, Code string }
+			}
+			json.Unmarshal([]byte(strings.TrimPrefix(evs[len(evs)-1], "data: ")), &last)
+			if last.Error == nil || last.Error.Code != "unavailable" || strings.Contains(rest, "[DONE]") {
+				t.Fatalf("last event %q", evs[len(evs)-1])
+			}
+		}},
+		{"plain", "/?prompt=Once&max_tokens=480", nil, func(t *testing.T, rest string) {
+			if !strings.HasSuffix(rest, "\nError: the reply was cancelled: the server is shutting down\n") {
+				t.Fatalf("plain stream ends %q", rest[max(0, len(rest)-80):])
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := mustOpenAPI(t, nil)
+			res := post(t, s.base+c.path, c.body)
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+			first := make([]byte, 1)
+			if _, err := io.ReadFull(res.Body, first); err != nil {
+				t.Fatal(err)
+			}
+			s.engine.Close()
+			rest, err := io.ReadAll(res.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.check(t, string(first)+string(rest))
+		})
+	}
+}
+
+// TestPromptTokenCap: every API refuses a prompt over Config.MaxPromptTokens
+// with 413 too_large, before it reaches the engine.
+func TestAPIPromptTokenCap(t *testing.T) {
+	s := mustOpenAPI(t, func(c *web.Config) { c.MaxPromptTokens = 20 })
+	long := strings.Repeat("The cat sat on the mat. ", 10)
+	for _, c := range []struct {
+		path string
+		body any
+	}{
+		{"/?max_tokens=3", long},
+		{"/generate", map[string]any{"inputs": long}},
+		{"/generate_stream", map[string]any{"inputs": long}},
+		{"/generate?format=jsonlines", map[string]any{"inputs": long}},
+		{"/v1/chat/completions", map[string]any{"messages": userMsgs(long)}},
+	} {
+		e := wantFieldError(t, post(t, s.base+c.path, c.body), http.StatusRequestEntityTooLarge, "")
+		if e.Error.Code != "too_large" {
+			t.Fatalf("%s: %+v", c.path, e)
+		}
+	}
+	if s.engine.Stats().PromptEvaluated != 0 {
+		t.Fatalf("refused prompts reached the engine: %+v", s.engine.Stats())
+	}
+	if r := generate(t, s, "The cat", map[string]any{"max_new_tokens": 3}); r.GeneratedText == "" {
+		t.Fatal("a short prompt was refused")
+	}
+}

@@ -1,0 +1,157 @@
+package web
+
+import (
+	"net/http"
+	"runtime/debug"
+	"strings"
+
+	"github.com/gorilla/websocket"
+	"github.com/labstack/echo/v4"
+
+	"github.com/parley-chat/parley"
+)
+
+// Info is what GET /info reports: the loaded model's facts, the prompt
+// format replies are rendered with, and the versions that served them.
+type Info struct {
+	parley.ModelInfo
+	Template string `json:"template"` // the prompt format in use: a chat template family, or "plain"
+	Version  string `json:"version"`  // Parley's version (filled by the server from the build)
+	Engine   string `json:"engine"`   // the llama.cpp binding's module and version (filled by the server)
+}
+
+// WithInfo makes GET /info and parley_model_info report the loaded model.
+// info is called only once the server is ready (SetReady(true)), so it may
+// depend on things that exist only after the model has loaded; it fills
+// ModelInfo and Template, and the server fills Version and Engine.
+func WithInfo(info func() Info) Option {
+	return func(s *Server) { s.ops().info = info }
+}
+
+// bindingModule is the module whose version /info reports as the engine.
+const bindingModule = "github.com/ollama/ollama"
+
+// buildVersions reads Parley's version and the llama.cpp binding's from
+// the binary's build information. A build from a work tree (no module
+// version) reports "devel", with the VCS revision when the build recorded one.
+func buildVersions() (version, engine string) {
+	version, engine = "devel", "unknown"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version, engine
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		version = v
+	} else {
+		for _, st := range bi.Settings {
+			if st.Key == "vcs.revision" && st.Value != "" {
+				version = "devel+" + st.Value[:min(12, len(st.Value))]
+			}
+		}
+	}
+	for _, d := range bi.Deps {
+		if d.Path == bindingModule {
+			engine = d.Path + "/llama " + d.Version
+		}
+	}
+	return version, engine
+}
+
+// info returns the full /info document. Call only when ready and o.info is set.
+func (s *Server) info() Info {
+	in := s.op.info()
+	in.Version, in.Engine = s.op.version, s.op.engine
+	return in
+}
+
+// isReady reports whether the server takes new work: the model is loaded
+// and Close has not begun.
+func (s *Server) isReady() bool { return s.ready.Load() && !s.draining.Load() }
+
+// opsRoutes mounts the operational endpoints. /health and /ready stay open
+// to probes without the API key; /metrics and /info need the key when one
+// is set, because they describe the deployment.
+func (s *Server) opsRoutes(e *echo.Echo) {
+	s.op.version, s.op.engine = buildVersions()
+	e.GET("/health", s.handleHealth)
+	e.GET("/ready", s.handleReady)
+	e.GET("/info", s.handleInfo, s.RequireKey)
+	e.GET("/metrics", s.handleMetrics, s.RequireKey)
+}
+
+// statusBody is the JSON of /health and /ready.
+type statusBody struct {
+	Status string `json:"status"` // loading, ok or draining
+}
+
+// handleHealth is liveness: 503 while the model loads, 200 once it has
+// loaded, draining included (a draining server is alive and finishing its
+// replies; restarting it then would cut them off).
+func (s *Server) handleHealth(c echo.Context) error {
+	switch {
+	case !s.ready.Load():
+		return c.JSON(http.StatusServiceUnavailable, statusBody{"loading"})
+	case s.draining.Load():
+		return c.JSON(http.StatusOK, statusBody{"draining"})
+	}
+	return c.JSON(http.StatusOK, statusBody{"ok"})
+}
+
+// handleReady is readiness: 200 only while the server takes new work, so a
+// load balancer sends nothing to a server that is loading or draining.
+func (s *Server) handleReady(c echo.Context) error {
+	switch {
+	case !s.ready.Load():
+		return c.JSON(http.StatusServiceUnavailable, statusBody{"loading"})
+	case s.draining.Load():
+		return c.JSON(http.StatusServiceUnavailable, statusBody{"draining"})
+	}
+	return c.JSON(http.StatusOK, statusBody{"ok"})
+}
+
+func (s *Server) handleInfo(c echo.Context) error {
+	if s.op.info == nil {
+		return parley.Errorf(parley.ENotFound, "this server reports no model information")
+	}
+	if !s.ready.Load() {
+		return parley.Errorf(parley.EUnavailable, "the model is loading")
+	}
+	return c.JSON(http.StatusOK, s.info())
+}
+
+// requireReady answers 503 unavailable on every route that needs the model
+// until SetReady(true): the WebSocket chat and every HTTP API, including
+// routes mounted later by other files, so none of them runs before the
+// engine exists. The operational endpoints and the chat page (which
+// reconnects by itself) are served while loading.
+func (s *Server) requireReady(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.ready.Load() || servedWhileLoading(c) {
+			return next(c)
+		}
+		return parley.Errorf(parley.EUnavailable, "the model is loading; try again shortly")
+	}
+}
+
+// isProbe reports whether c is a health or readiness probe. Probes are
+// answered whatever their Host header: container and orchestrator probes
+// address the server by IP (Host 127.0.0.1:8000, a pod IP), and the two
+// answers reveal nothing a rebinding page could use.
+func isProbe(c echo.Context) bool {
+	p := c.Path()
+	return (p == "/health" || p == "/ready") && c.Request().Method == http.MethodGet
+}
+
+func servedWhileLoading(c echo.Context) bool {
+	r := c.Request()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	switch p := c.Path(); {
+	case p == "/health", p == "/ready", p == "/info", p == "/metrics", strings.HasPrefix(p, "/ui/"):
+		return true
+	case p == "/":
+		return !websocket.IsWebSocketUpgrade(r)
+	}
+	return false
+}
