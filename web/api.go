@@ -314,24 +314,14 @@ func (a *apiCall) collect() ([]parley.Token, parley.Event) {
 	return toks, parley.Event{Done: true, Finish: parley.FinishError, Err: chat.ErrNoFinalEvent}
 }
 
+// logReply writes the reply's log line (replyLog) with its route first and
+// its seed, when the request fixed one.
 func (a *apiCall) logReply(ev parley.Event) {
-	fields := []zap.Field{
-		zap.String("route", a.route),
-		zap.String("finish", string(ev.Finish)),
-		zap.Int("prompt_tokens", ev.Usage.PromptTokens),
-		zap.Int("cached_prompt_tokens", ev.Usage.CachedPromptTokens),
-		zap.Int("reply_tokens", ev.Usage.CompletionTokens),
-		zap.Duration("ttft", ev.Timings.TimeToFirstToken),
-		zap.Float64("tokens_per_second", round2(ev.Timings.TokensPerSecond(ev.Usage.CompletionTokens))),
-		zap.Duration("total", ev.Timings.Total),
-	}
+	var seed []zap.Field
 	if a.params.Seed >= 0 {
-		fields = append(fields, zap.Int64("seed", a.params.Seed))
+		seed = append(seed, zap.Int64("seed", a.params.Seed))
 	}
-	if ev.Err != nil {
-		fields = append(fields, zap.Error(ev.Err))
-	}
-	a.srv.log.Info("reply", fields...)
+	replyLog(a.srv.log.With(zap.String("route", a.route)), ev, seed...)
 }
 
 // replyError is the error a reply that did not finish normally reports on

@@ -34,7 +34,7 @@ type jsonLine struct {
 
 // jsonLines posts a TGI-style body to /generate?format=... and returns the
 // lines, checking that each is one JSON object ending in "\n".
-func jsonLines(tb testing.TB, s *apiStack, format string, params map[string]any) []jsonLine {
+func jsonLines(tb testing.TB, s *stack, format string, params map[string]any) []jsonLine {
 	tb.Helper()
 	res := post(tb, s.base+"/generate?format="+format, map[string]any{"inputs": "Once upon a time", "parameters": params})
 	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "application/jsonlines" {

@@ -67,7 +67,7 @@ func userMsgs(text string) []map[string]any {
 	return []map[string]any{{"role": "system", "content": "You tell stories."}, {"role": "user", "content": text}}
 }
 
-func chatComplete(tb testing.TB, s *apiStack, body map[string]any) oaiCompletion {
+func chatComplete(tb testing.TB, s *stack, body map[string]any) oaiCompletion {
 	tb.Helper()
 	var c oaiCompletion
 	decodeBody(tb, post(tb, s.base+"/v1/chat/completions", body), http.StatusOK, &c)
@@ -79,7 +79,7 @@ func chatComplete(tb testing.TB, s *apiStack, body map[string]any) oaiCompletion
 
 // chatStream returns the chunks of a streamed completion (checking the
 // "data: " framing and the closing [DONE]).
-func chatStream(tb testing.TB, s *apiStack, body map[string]any) []oaiChunk {
+func chatStream(tb testing.TB, s *stack, body map[string]any) []oaiChunk {
 	tb.Helper()
 	body["stream"] = true
 	res := post(tb, s.base+"/v1/chat/completions", body)

@@ -3,72 +3,14 @@ package web_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
-	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/chat"
-	"github.com/parley-chat/parley/internal/testmodel"
-	"github.com/parley-chat/parley/llm"
-	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
-
-// apiStack is the real stack with the HTTP APIs mounted: stories260K
-// through llama.cpp, on a loopback port.
-type apiStack struct {
-	srv    *web.Server
-	engine *llm.Engine
-	base   string                 // http://host:port
-	logs   *observer.ObservedLogs // the server's log lines, for the per-reply records
-}
-
-// apiDefaults are the stack's sampling defaults: greedy, so replies are
-// reproducible, and short.
-func apiDefaults() parley.Params {
-	p := parley.DefaultParams()
-	p.Temperature = 0
-	p.MaxTokens = 24
-	return p
-}
-
-func mustOpenAPI(tb testing.TB, mod func(*web.Config)) *apiStack {
-	tb.Helper()
-	core, logs := observer.New(zapcore.InfoLevel)
-	log := zap.New(zapcore.NewTee(zaptest.NewLogger(tb).Core(), core))
-	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: 2, Threads: 1, Logger: log})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp := chat.NewResponder(eng, chat.WithLogger(log))
-	store := session.NewMemoryStore()
-	sessions := session.NewService(store, session.Adapt(resp.Reply), session.WithDefaultParams(apiDefaults()), session.WithLogger(log))
-	cfg := web.Config{Addr: "127.0.0.1:0", Defaults: apiDefaults(), MaxTokensCap: 480, DrainTimeout: 2 * time.Second}
-	if mod != nil {
-		mod(&cfg)
-	}
-	srv := web.New(cfg, sessions, web.WithLogger(log), web.WithResponder(resp), web.WithModelInfo(eng.Info), web.WithTokenizer(eng))
-	if err := srv.Open(); err != nil {
-		tb.Fatal(err)
-	}
-	srv.SetReady(true)
-	tb.Cleanup(func() {
-		srv.Close(context.Background())
-		store.Close()
-		eng.Close()
-	})
-	return &apiStack{srv: srv, engine: eng, base: srv.URL(), logs: logs}
-}
 
 // post sends body (a string as is, anything else as JSON) and returns the response.
 func post(tb testing.TB, url string, body any, hdr ...string) *http.Response {
@@ -165,33 +107,6 @@ func readSSE(tb testing.TB, r io.Reader, prefix string) []string {
 		}
 	}
 }
-
-// replyLogs returns the "reply" log records of route.
-func (s *apiStack) replyLogs(route string) []map[string]any {
-	var out []map[string]any
-	for _, e := range s.logs.FilterMessage("reply").All() {
-		m := e.ContextMap()
-		if m["route"] == route {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// waitIdle waits until the engine has no slot busy.
-func (s *apiStack) waitIdle(tb testing.TB) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.engine.Stats().SlotsBusy > 0 {
-		if time.Now().After(deadline) {
-			tb.Fatalf("engine still busy: %+v", s.engine.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitABit is a short pause for polling loops.
-func waitABit() { time.Sleep(10 * time.Millisecond) }
 
 // TestStreamErrorAfterStart: a reply that fails after its stream began ends
 // with the format's own error event or line, not a truncated stream. The

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 type tgiToken struct {
@@ -43,7 +44,7 @@ type tgiEvent struct {
 	ErrorType string `json:"error_type"`
 }
 
-func generate(tb testing.TB, s *apiStack, inputs string, params map[string]any) tgiResponse {
+func generate(tb testing.TB, s *stack, inputs string, params map[string]any) tgiResponse {
 	tb.Helper()
 	var r tgiResponse
 	decodeBody(tb, post(tb, s.base+"/generate", map[string]any{"inputs": inputs, "parameters": params}), http.StatusOK, &r)
@@ -52,7 +53,7 @@ func generate(tb testing.TB, s *apiStack, inputs string, params map[string]any) 
 
 // stream reads a TGI event stream from path; it checks the framing
 // ("data:" lines, one blank line after each) and returns the events.
-func stream(tb testing.TB, s *apiStack, path string, body map[string]any) []tgiEvent {
+func stream(tb testing.TB, s *stack, path string, body map[string]any) []tgiEvent {
 	tb.Helper()
 	res := post(tb, s.base+path, body)
 	if res.StatusCode != http.StatusOK {
@@ -343,12 +344,7 @@ func TestTGIDisconnectCancelsGeneration(t *testing.T) {
 	res.Body.Close() // the client goes away after the first event
 	s.waitIdle(t)
 	var logs []map[string]any
-	for deadline := 0; deadline < 200 && len(logs) == 0; deadline++ {
-		logs = s.replyLogs("tgi-stream")
-		if len(logs) == 0 {
-			waitABit()
-		}
-	}
+	waitFor(2*time.Second, func() bool { logs = s.replyLogs("tgi-stream"); return len(logs) > 0 })
 	if len(logs) != 1 || logs[0]["finish"] != "cancelled" || logs[0]["reply_tokens"].(int64) >= 480 {
 		t.Fatalf("reply log %v: want one cancelled reply short of 480 tokens", logs)
 	}

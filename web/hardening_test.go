@@ -23,15 +23,8 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/chat"
-	"github.com/parley-chat/parley/internal/testmodel"
-	"github.com/parley-chat/parley/llm"
-	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
 
@@ -39,94 +32,6 @@ import (
 // generation is not allowed before 400 characters, so a reply runs to its
 // max_tokens (at most 400 tokens, each at least one character).
 const longGrammar = `root ::= [a-z ]{400,}`
-
-// hardStack is the real stack with its log lines observable.
-type hardStack struct {
-	*stack
-	logs *observer.ObservedLogs
-}
-
-type hardOpts struct {
-	parallel  int  // engine slots (default 2)
-	tokenizer bool // give the server the engine as its Tokenizer
-	sndbuf    int  // > 0: the server's sockets get this send buffer (no autotuning)
-	cfg       func(*web.Config)
-}
-
-// sndbufListener sets each accepted socket's send buffer, so the kernel
-// holds little of what the server writes to a client that does not read.
-type sndbufListener struct {
-	net.Listener
-	size int
-}
-
-func (l sndbufListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetWriteBuffer(l.size)
-	}
-	return c, err
-}
-
-func openHard(tb testing.TB, o hardOpts) *hardStack {
-	tb.Helper()
-	core, logs := observer.New(zapcore.InfoLevel)
-	log := zap.New(zapcore.NewTee(zaptest.NewLogger(tb).Core(), core))
-	if o.parallel == 0 {
-		o.parallel = 2
-	}
-	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: o.parallel, Threads: 1, Logger: log})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp := chat.NewResponder(eng, chat.WithLogger(log))
-	store := session.NewMemoryStore()
-	defaults := parley.DefaultParams()
-	defaults.Temperature = 0
-	defaults.MaxTokens = 48
-	rec := &recorder{Service: session.NewService(store, session.Adapt(resp.Reply), session.WithDefaultParams(defaults), session.WithLogger(log))}
-	cfg := web.Config{Addr: "127.0.0.1:0", Defaults: defaults, MaxTokensCap: 1024, DrainTimeout: 2 * time.Second}
-	if o.cfg != nil {
-		o.cfg(&cfg)
-	}
-	opts := []web.Option{web.WithLogger(log)}
-	if o.tokenizer {
-		opts = append(opts, web.WithTokenizer(eng))
-	}
-	srv := web.New(cfg, rec, opts...)
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if o.sndbuf > 0 {
-		ln = sndbufListener{ln, o.sndbuf}
-	}
-	srv.OpenListener(ln)
-	srv.SetReady(true)
-	tb.Cleanup(func() {
-		srv.Close(context.Background())
-		store.Close()
-		eng.Close()
-	})
-	return &hardStack{stack: &stack{srv: srv, sessions: rec, engine: eng, url: "ws://" + srv.Addr()}, logs: logs}
-}
-
-// logged counts the server's log lines with this message.
-func (h *hardStack) logged(msg string) int { return h.logs.FilterMessage(msg).Len() }
-
-// waitFor polls cond until it holds or d passes, and reports whether it held.
-func waitFor(d time.Duration, cond func() bool) bool {
-	end := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // rawConn is a WebSocket client written by hand on a TCP connection, so a
 // test can send frames gorilla would never send, never answer a ping, or
@@ -253,7 +158,7 @@ func (c *rawConn) closeFrame(tb testing.TB, within time.Duration) int {
 // TestMalformedFrameCloses1002: frames that break RFC 6455 get close 1002
 // (gorilla's verdict), are logged, and leave the server serving.
 func TestMalformedFrameCloses1002(t *testing.T) {
-	h := openHard(t, hardOpts{})
+	h := openStack(t, stackOpts{})
 	cases := []struct {
 		name    string
 		b0      byte
@@ -297,7 +202,7 @@ func TestMalformedFrameCloses1002(t *testing.T) {
 // a quiet peer that answers pings stays connected for many pong waits.
 func TestPeerWithoutPongsIsDropped(t *testing.T) {
 	const pongWait = 600 * time.Millisecond
-	h := openHard(t, hardOpts{cfg: func(c *web.Config) { c.PongWait = pongWait }})
+	h := openStack(t, stackOpts{cfg: func(c *web.Config) { c.PongWait = pongWait }})
 
 	// The lively peer: gorilla answers pings while its read loop runs.
 	alive := dial(t, h.url, nil)
@@ -309,20 +214,7 @@ func TestPeerWithoutPongsIsDropped(t *testing.T) {
 	readErr := make(chan error, 1)
 	replies := make(chan string, 1)
 	go func() {
-		var pieces []string
-		for {
-			_, data, err := alive.ReadMessage()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			if string(data) == web.Sentinel {
-				replies <- strings.Join(pieces, "")
-				pieces = nil
-				continue
-			}
-			pieces = append(pieces, string(data))
-		}
+		readErr <- readAnswers(alive, func(pieces []string) { replies <- strings.Join(pieces, "") })
 	}()
 
 	// The silent peer reads (and so sees the pings) but never answers.
@@ -392,7 +284,7 @@ const closeSlack = 1500 * time.Millisecond
 // gets 429, past the global cap 503, both before any upgrade, with a JSON
 // error body and a log line; closing a connection frees its place.
 func TestConnectionCapsRefuseBeforeUpgrade(t *testing.T) {
-	h := openHard(t, hardOpts{cfg: func(c *web.Config) { c.MaxConns = 3; c.MaxConnsPerIP = 2 }})
+	h := openStack(t, stackOpts{cfg: func(c *web.Config) { c.MaxConns = 3; c.MaxConnsPerIP = 2 }})
 	from := func(ip string) *websocket.Dialer {
 		return &websocket.Dialer{NetDialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).DialContext}
 	}
@@ -442,7 +334,7 @@ func TestConnectionCapsRefuseBeforeUpgrade(t *testing.T) {
 // too_large (text: a line then the sentinel; JSON: an error event) before
 // it takes a slot; prompts under the cap are answered.
 func TestPromptTokenCap(t *testing.T) {
-	h := openHard(t, hardOpts{tokenizer: true, cfg: func(c *web.Config) { c.MaxPromptTokens = 32 }})
+	h := openStack(t, stackOpts{tokenizer: true, cfg: func(c *web.Config) { c.MaxPromptTokens = 32 }})
 	long := strings.Repeat("Lily went to the park. ", 20) // well over 32 tokens, well under the context
 	before := h.engine.Stats().PromptEvaluated
 
@@ -503,7 +395,7 @@ func TestQueueAndRateCapsAnswerInOrder(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := openHard(t, hardOpts{cfg: func(cfg *web.Config) {
+			h := openStack(t, stackOpts{cfg: func(cfg *web.Config) {
 				cfg.Defaults.MaxTokens = 300
 				cfg.Defaults.Grammar = longGrammar // each reply streams for a while
 				c.cfg(cfg)
@@ -557,7 +449,7 @@ func TestQueueAndRateCapsAnswerInOrder(t *testing.T) {
 // TestJSONErrorsWaitForTheReply: in JSON mode too, the answer to a bad
 // message sent while a reply streams comes after that reply's done event.
 func TestJSONErrorsWaitForTheReply(t *testing.T) {
-	h := openHard(t, hardOpts{})
+	h := openStack(t, stackOpts{})
 	ws := dial(t, h.url+"/ws?format=json", nil)
 	readJSON(t, ws)
 	ws.WriteJSON(map[string]any{"type": "prompt", "content": "Once upon a time", "params": map[string]any{"max_tokens": 200, "grammar": longGrammar}})
@@ -576,7 +468,7 @@ func TestJSONErrorsWaitForTheReply(t *testing.T) {
 // closed, its generation cancelled (the slot frees, tokens stop), and no
 // goroutine of its connection survives.
 func TestSlowClientIsDroppedAndItsReplyCancelled(t *testing.T) {
-	h := openHard(t, hardOpts{parallel: 1, sndbuf: 4096, cfg: func(c *web.Config) {
+	h := openStack(t, stackOpts{parallel: 1, sndbuf: 4096, cfg: func(c *web.Config) {
 		c.SendBuffer = 16
 		c.WriteWait = 300 * time.Millisecond
 	}})
@@ -636,7 +528,7 @@ func TestSlowClientIsDroppedAndItsReplyCancelled(t *testing.T) {
 // middle of a reply frees its slot within a decode step or so, the next
 // client is not kept waiting, and nothing of the connection lives on.
 func TestDisconnectMidReplyFreesTheSlotAtOnce(t *testing.T) {
-	h := openHard(t, hardOpts{parallel: 1})
+	h := openStack(t, stackOpts{parallel: 1})
 	ignore := goleak.IgnoreCurrent()
 	ws, _, err := websocket.DefaultDialer.Dial(h.url+"/ws?format=json", nil)
 	if err != nil {
@@ -697,7 +589,7 @@ func TestDrainReplyInFlight(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := openHard(t, hardOpts{cfg: func(cfg *web.Config) {
+			h := openStack(t, stackOpts{cfg: func(cfg *web.Config) {
 				cfg.DrainTimeout = c.drain
 				cfg.Defaults.MaxTokens = 400
 				cfg.Defaults.Grammar = longGrammar
@@ -715,23 +607,10 @@ func TestDrainReplyInFlight(t *testing.T) {
 			go func() { closed <- h.srv.Close(context.Background()) }()
 
 			var answers [][]string
-			var cur []string
 			var cerr *websocket.CloseError
 			ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-			for {
-				_, data, err := ws.ReadMessage()
-				if err != nil {
-					if !errors.As(err, &cerr) {
-						t.Fatalf("read: %v", err)
-					}
-					break
-				}
-				if string(data) == web.Sentinel {
-					answers = append(answers, cur)
-					cur = nil
-					continue
-				}
-				cur = append(cur, string(data))
+			if err := readAnswers(ws, func(a []string) { answers = append(answers, a) }); !errors.As(err, &cerr) {
+				t.Fatalf("read: %v", err)
 			}
 			if cerr.Code != websocket.CloseGoingAway {
 				t.Fatalf("close code %d, want 1001", cerr.Code)
@@ -790,11 +669,11 @@ func TestHostGuard(t *testing.T) {
 		{"not listed", []string{"chat.example"}, "evil.example", http.StatusForbidden},
 		{"any", []string{"*"}, "evil.example", http.StatusOK},
 	}
-	stacks := map[string]*hardStack{} // by allow-list
+	stacks := map[string]*stack{} // by allow-list
 	for _, c := range cases {
 		key := strings.Join(c.allowed, ",")
 		if stacks[key] == nil {
-			stacks[key] = openHard(t, hardOpts{cfg: func(cfg *web.Config) { cfg.AllowedHosts = c.allowed }})
+			stacks[key] = openStack(t, stackOpts{cfg: func(cfg *web.Config) { cfg.AllowedHosts = c.allowed }})
 		}
 	}
 	for _, c := range cases {

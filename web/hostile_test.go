@@ -21,7 +21,7 @@ import (
 // conversation holds only whole turns: exactly the prompts that were
 // answered with a reply, each followed by its reply.
 func TestHostileInput(t *testing.T) {
-	h := openHard(t, hardOpts{tokenizer: true})
+	h := openStack(t, stackOpts{tokenizer: true})
 	limit := int(web.DefaultMaxMessageBytes)
 
 	// Text mode: every prompt gets exactly one answer ending with the
@@ -157,8 +157,7 @@ func TestHostileInput(t *testing.T) {
 	}
 	js := dial(t, h.url+"/ws?format=json", nil)
 	open := readJSON(t, js)
-	var jsonID string
-	json.Unmarshal(open.ID, &jsonID)
+	jsonID := open.SessionID()
 	var jsonTurns []string
 	for _, c := range jsonCases {
 		js.WriteMessage(websocket.TextMessage, []byte(c.msg))
@@ -200,20 +199,8 @@ func TestHostileInput(t *testing.T) {
 	answers := make(chan []string, flood)
 	go func() {
 		defer close(answers)
-		var cur []string
 		fw.SetReadDeadline(time.Now().Add(2 * time.Minute))
-		for {
-			_, data, err := fw.ReadMessage()
-			if err != nil {
-				return
-			}
-			if string(data) == web.Sentinel {
-				answers <- cur
-				cur = nil
-				continue
-			}
-			cur = append(cur, string(data))
-		}
+		readAnswers(fw, func(a []string) { answers <- a })
 	}()
 	for i := range flood {
 		if err := fw.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf("prompt %d", i))); err != nil {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -18,53 +17,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/chat"
-	"github.com/parley-chat/parley/internal/testmodel"
-	"github.com/parley-chat/parley/llm"
-	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/internal/jsonmode"
 	"github.com/parley-chat/parley/web"
 )
-
-// openMetered starts the real stack like mustOpen, with the engine's
-// counters and the model's facts wired the way cmd/parley wires them.
-func openMetered(tb testing.TB, mod func(*web.Config)) *stack {
-	tb.Helper()
-	log := zaptest.NewLogger(tb)
-	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: 2, Threads: 1, Logger: log})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp := chat.NewResponder(eng, chat.WithLogger(log))
-	store := session.NewMemoryStore()
-	defaults := parley.DefaultParams()
-	defaults.Temperature = 0
-	defaults.MaxTokens = 48
-	rec := &recorder{Service: session.NewService(store, session.Adapt(resp.Reply), session.WithDefaultParams(defaults), session.WithLogger(log))}
-	cfg := web.Config{Addr: "127.0.0.1:0", Defaults: defaults, MaxTokensCap: 1024, DrainTimeout: 2 * time.Second}
-	if mod != nil {
-		mod(&cfg)
-	}
-	srv := web.New(cfg, rec, web.WithLogger(log),
-		web.WithEngineStats(func() web.EngineStats {
-			st := eng.Stats()
-			return web.EngineStats{
-				Slots: st.Slots, SlotsBusy: st.SlotsBusy, Queued: st.Queued,
-				PromptEvaluated: st.PromptEvaluated, PromptReused: st.PromptReused, TokensGenerated: st.TokensGenerated,
-				Steps: st.Steps, StepTime: time.Duration(st.StepNanos), SlowConsumerDrops: st.SlowConsumerDrop,
-			}
-		}),
-		web.WithInfo(func() web.Info { return web.Info{ModelInfo: eng.Info(), Template: resp.Template().Name()} }))
-	if err := srv.Open(); err != nil {
-		tb.Fatal(err)
-	}
-	srv.SetReady(true)
-	tb.Cleanup(func() {
-		srv.Close(context.Background())
-		store.Close()
-		eng.Close()
-	})
-	return &stack{srv: srv, sessions: rec, engine: eng, url: "ws://" + srv.Addr()}
-}
 
 // metrics is one parsed scrape of /metrics.
 type metrics map[string]*dto.MetricFamily
@@ -153,18 +108,6 @@ func (m metrics) value(tb testing.TB, name string, labels ...string) float64 {
 	return 0
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestMetricsFollowAConversation(t *testing.T) {
 	s := openMetered(t, nil)
 	base := s.srv.URL()
@@ -188,8 +131,8 @@ func TestMetricsFollowAConversation(t *testing.T) {
 	}
 
 	// A refused cross-origin upgrade counts as a refusal.
-	if _, resp, err := websocket.DefaultDialer.Dial(s.url+"/ws", http.Header{"Origin": {"https://evil.example"}}); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("cross-origin upgrade: want 403, got %v %v", resp, err)
+	if got := upgradeStatus(t, s.url+"/ws", http.Header{"Origin": {"https://evil.example"}}); got != http.StatusForbidden {
+		t.Fatalf("cross-origin upgrade: want 403, got %d", got)
 	}
 
 	// A two-turn conversation and a reply cancelled by the client.
@@ -197,7 +140,7 @@ func TestMetricsFollowAConversation(t *testing.T) {
 	if m := readJSON(t, ws); m.Type != "session" {
 		t.Fatalf("first message %+v", m)
 	}
-	var dones []serverMsg
+	var dones []jsonmode.Message
 	gaps := 0 // between the tokens of each reply, as streamed (and so as metered)
 	for _, p := range []string{"Once upon a time", "And then?"} {
 		ws.WriteJSON(map[string]any{"type": "prompt", "content": p, "params": map[string]any{"max_tokens": 8}})
@@ -385,18 +328,6 @@ func TestHealthReadyInfoThroughTheLifecycle(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	upgrade := func(path string) int {
-		t.Helper()
-		ws, resp, err := websocket.DefaultDialer.Dial("ws://"+srv.Addr()+path, nil)
-		if err == nil {
-			ws.Close()
-			return http.StatusSwitchingProtocols
-		}
-		if resp == nil {
-			t.Fatalf("dial %s: %v", path, err)
-		}
-		return resp.StatusCode
-	}
 	type probe struct {
 		method, path string
 		status       int
@@ -421,7 +352,7 @@ func TestHealthReadyInfoThroughTheLifecycle(t *testing.T) {
 		{"POST", "/mounted", 503, `"code":"unavailable"`},
 	})
 	for _, path := range []string{"/", "/ws"} {
-		if got := upgrade(path); got != http.StatusServiceUnavailable {
+		if got := upgradeStatus(t, "ws://"+srv.Addr()+path, nil); got != http.StatusServiceUnavailable {
 			t.Errorf("loading: upgrade on %s = %d, want 503", path, got)
 		}
 	}

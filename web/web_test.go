@@ -2,24 +2,15 @@ package web_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
-	"go.uber.org/zap/zaptest"
 
-	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/chat"
-	"github.com/parley-chat/parley/internal/testmodel"
-	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
@@ -30,108 +21,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// recorder wraps the session service and remembers each turn's rendered
-// prompt, so tests can prove what the model was given.
-type recorder struct {
-	*session.Service
-	mu      sync.Mutex
-	prompts []string
-}
-
-func (r *recorder) Turn(ctx context.Context, id, prompt string, p parley.Params) (*session.Turn, error) {
-	t, err := r.Service.Turn(ctx, id, prompt, p)
-	if err == nil {
-		r.mu.Lock()
-		r.prompts = append(r.prompts, t.Prompt())
-		r.mu.Unlock()
-	}
-	return t, err
-}
-
-func (r *recorder) Prompts() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.prompts...)
-}
-
-type stack struct {
-	srv      *web.Server
-	sessions *recorder
-	engine   *llm.Engine
-	url      string // ws://host:port
-}
-
-// mustOpen starts the real stack (stories260K through llama.cpp) on a
-// loopback port.
-func mustOpen(tb testing.TB, mod func(*web.Config)) *stack {
-	tb.Helper()
-	log := zaptest.NewLogger(tb)
-	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: 2, Threads: 1, Logger: log})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp := chat.NewResponder(eng, chat.WithLogger(log))
-	store := session.NewMemoryStore()
-	defaults := parley.DefaultParams()
-	defaults.Temperature = 0
-	defaults.MaxTokens = 48
-	rec := &recorder{Service: session.NewService(store, session.Adapt(resp.Reply), session.WithDefaultParams(defaults), session.WithLogger(log))}
-	cfg := web.Config{Addr: "127.0.0.1:0", Defaults: defaults, MaxTokensCap: 1024, DrainTimeout: 2 * time.Second}
-	if mod != nil {
-		mod(&cfg)
-	}
-	srv := web.New(cfg, rec, web.WithLogger(log))
-	if err := srv.Open(); err != nil {
-		tb.Fatal(err)
-	}
-	srv.SetReady(true)
-	tb.Cleanup(func() {
-		srv.Close(context.Background())
-		store.Close()
-		eng.Close()
-	})
-	return &stack{srv: srv, sessions: rec, engine: eng, url: "ws://" + srv.Addr()}
-}
-
-func dial(tb testing.TB, url string, hdr http.Header) *websocket.Conn {
-	tb.Helper()
-	ws, resp, err := websocket.DefaultDialer.Dial(url, hdr)
-	if err != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		tb.Fatalf("dial %s: %v (status %d)", url, err, status)
-	}
-	tb.Cleanup(func() { ws.Close() })
-	return ws
-}
-
-// readReply reads text messages until the sentinel and returns the pieces.
-func readReply(tb testing.TB, ws *websocket.Conn) []string {
-	tb.Helper()
-	var pieces []string
-	ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-	for {
-		mt, data, err := ws.ReadMessage()
-		if err != nil {
-			tb.Fatalf("read: %v (after %d pieces)", err, len(pieces))
-		}
-		if mt != websocket.TextMessage {
-			tb.Fatalf("message type %d, want text", mt)
-		}
-		if string(data) == web.Sentinel {
-			return pieces
-		}
-		if !utf8.Valid(data) {
-			tb.Fatalf("piece %q is not valid UTF-8", data)
-		}
-		pieces = append(pieces, string(data))
-	}
-}
-
 func TestTextModeStreamsThenSentinel(t *testing.T) {
-	s := mustOpen(t, nil)
+	s := openStack(t, stackOpts{})
 	for _, path := range []string{"/", "/ws"} {
 		ws := dial(t, s.url+path, nil)
 		ws.WriteMessage(websocket.TextMessage, []byte("Space the final"))
@@ -146,7 +37,7 @@ func TestTextModeStreamsThenSentinel(t *testing.T) {
 }
 
 func TestSecondTurnCarriesTheFirst(t *testing.T) {
-	s := mustOpen(t, nil)
+	s := openStack(t, stackOpts{})
 	ws := dial(t, s.url, nil)
 	ws.WriteMessage(websocket.TextMessage, []byte("Lily found a red ball"))
 	first := strings.Join(readReply(t, ws), "")
@@ -164,7 +55,7 @@ func TestSecondTurnCarriesTheFirst(t *testing.T) {
 }
 
 func TestQueuedPromptsDoNotInterleave(t *testing.T) {
-	s := mustOpen(t, nil)
+	s := openStack(t, stackOpts{})
 	ws := dial(t, s.url, nil)
 	ws.WriteMessage(websocket.TextMessage, []byte("Tom had a dog"))
 	ws.WriteMessage(websocket.TextMessage, []byte("The dog was big"))
@@ -179,60 +70,11 @@ func TestQueuedPromptsDoNotInterleave(t *testing.T) {
 	}
 }
 
-type serverMsg struct {
-	Type         string           `json:"type"`
-	ID           json.RawMessage  `json:"id"`
-	Text         string           `json:"text"`
-	Logprob      float64          `json:"logprob"`
-	Resumed      bool             `json:"resumed"`
-	Messages     []parley.Message `json:"messages"`
-	FinishReason string           `json:"finish_reason"`
-	Content      string           `json:"content"`
-	Code         string           `json:"code"`
-	Message      string           `json:"message"`
-	Usage        struct {
-		PromptTokens       int `json:"prompt_tokens"`
-		CachedPromptTokens int `json:"cached_prompt_tokens"`
-		CompletionTokens   int `json:"completion_tokens"`
-	} `json:"usage"`
-	Timings struct {
-		TTFTMS float64 `json:"ttft_ms"`
-	} `json:"timings"`
-}
-
-func readJSON(tb testing.TB, ws *websocket.Conn) serverMsg {
-	tb.Helper()
-	ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-	var m serverMsg
-	if err := ws.ReadJSON(&m); err != nil {
-		tb.Fatalf("read json: %v", err)
-	}
-	return m
-}
-
-// readUntilDone returns the token messages and the done (or error) message.
-func readUntilDone(tb testing.TB, ws *websocket.Conn) ([]serverMsg, serverMsg) {
-	tb.Helper()
-	var toks []serverMsg
-	for {
-		m := readJSON(tb, ws)
-		switch m.Type {
-		case "token":
-			toks = append(toks, m)
-		case "done", "error":
-			return toks, m
-		default:
-			tb.Fatalf("unexpected message %+v", m)
-		}
-	}
-}
-
 func TestJSONModeTokensDoneCancelReset(t *testing.T) {
-	s := mustOpen(t, nil)
+	s := openStack(t, stackOpts{})
 	ws := dial(t, s.url+"/ws?format=json", nil)
 	open := readJSON(t, ws)
-	var id string
-	json.Unmarshal(open.ID, &id)
+	id := open.SessionID()
 	if open.Type != "session" || !session.ValidID(id) || open.Resumed {
 		t.Fatalf("first message %+v", open)
 	}
@@ -296,11 +138,10 @@ func TestJSONModeTokensDoneCancelReset(t *testing.T) {
 }
 
 func TestResumeBySessionID(t *testing.T) {
-	s := mustOpen(t, nil)
+	s := openStack(t, stackOpts{})
 	ws := dial(t, s.url+"/ws?format=json", nil)
 	open := readJSON(t, ws)
-	var id string
-	json.Unmarshal(open.ID, &id)
+	id := open.SessionID()
 	ws.WriteJSON(map[string]any{"type": "prompt", "content": "The cat sat", "params": map[string]any{"max_tokens": 5}})
 	readUntilDone(t, ws)
 	ws.Close()
@@ -317,23 +158,8 @@ func TestResumeBySessionID(t *testing.T) {
 	}
 }
 
-func closeCode(tb testing.TB, ws *websocket.Conn) int {
-	tb.Helper()
-	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
-	for {
-		_, _, err := ws.ReadMessage()
-		if err == nil {
-			continue
-		}
-		if ce, ok := err.(*websocket.CloseError); ok {
-			return ce.Code
-		}
-		tb.Fatalf("want a close frame, got %v", err)
-	}
-}
-
 func TestProtocolHygiene(t *testing.T) {
-	s := mustOpen(t, func(c *web.Config) { c.MaxMessageBytes = 1024 })
+	s := openStack(t, stackOpts{cfg: func(c *web.Config) { c.MaxMessageBytes = 1024 }})
 	cases := []struct {
 		name string
 		mt   int
@@ -362,21 +188,10 @@ func TestProtocolHygiene(t *testing.T) {
 }
 
 func TestWhoMayConnect(t *testing.T) {
-	s := mustOpen(t, func(c *web.Config) {
+	s := openStack(t, stackOpts{cfg: func(c *web.Config) {
 		c.APIKey = "s3cret"
 		c.AllowedOrigins = []string{"https://chat.example"}
-	})
-	try := func(url string, hdr http.Header) int {
-		ws, resp, err := websocket.DefaultDialer.Dial(url, hdr)
-		if err == nil {
-			ws.Close()
-			return http.StatusSwitchingProtocols
-		}
-		if resp == nil {
-			t.Fatalf("dial: %v", err)
-		}
-		return resp.StatusCode
-	}
+	}})
 	bearer := http.Header{"Authorization": {"Bearer s3cret"}}
 	cases := []struct {
 		name string
@@ -392,14 +207,14 @@ func TestWhoMayConnect(t *testing.T) {
 		{"same origin", http.Header{"Authorization": {"Bearer s3cret"}, "Origin": {"http://" + s.srv.Addr()}}, http.StatusSwitchingProtocols},
 	}
 	for _, c := range cases {
-		if got := try(s.url+"/ws", c.hdr); got != c.want {
+		if got := upgradeStatus(t, s.url+"/ws", c.hdr); got != c.want {
 			t.Errorf("%s: status %d, want %d", c.name, got, c.want)
 		}
 	}
 }
 
 func TestShutdownClosesSocketsWithGoingAway(t *testing.T) {
-	s := mustOpen(t, nil)
+	s := openStack(t, stackOpts{})
 	ws := dial(t, s.url, nil)
 	ws.WriteMessage(websocket.TextMessage, []byte("Hi"))
 	readReply(t, ws)

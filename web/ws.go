@@ -506,7 +506,7 @@ func (c *conn) runTurn(prompt string, p parley.Params) {
 			}
 			continue
 		}
-		c.logReply(ev)
+		replyLog(c.log, ev)
 		if ev.Finish == parley.FinishError {
 			c.replyError(errOr(ev.Err))
 			continue
@@ -526,8 +526,11 @@ func errOr(err error) error {
 	return err
 }
 
-func (c *conn) logReply(ev parley.Event) {
-	fields := []zap.Field{
+// replyLog writes the one log line every reply gets, whatever its route or
+// mode (the WebSocket chat and every HTTP API): how it finished, its token
+// counts and its timings, then extra (e.g. the seed), then the error if any.
+func replyLog(log *zap.Logger, ev parley.Event, extra ...zap.Field) {
+	fields := append([]zap.Field{
 		zap.String("finish", string(ev.Finish)),
 		zap.Int("prompt_tokens", ev.Usage.PromptTokens),
 		zap.Int("cached_prompt_tokens", ev.Usage.CachedPromptTokens),
@@ -535,11 +538,11 @@ func (c *conn) logReply(ev parley.Event) {
 		zap.Duration("ttft", ev.Timings.TimeToFirstToken),
 		zap.Float64("tokens_per_second", round2(ev.Timings.TokensPerSecond(ev.Usage.CompletionTokens))),
 		zap.Duration("total", ev.Timings.Total),
-	}
+	}, extra...)
 	if ev.Err != nil {
 		fields = append(fields, zap.Error(ev.Err))
 	}
-	c.log.Info("reply", fields...)
+	log.Info("reply", fields...)
 }
 
 // replyError tells the client a prompt failed: in text mode a readable line

@@ -6,17 +6,13 @@ package main
 // on the tiny test model, on loopback.
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
+	"context"
 	"errors"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,174 +20,68 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/jsonmode"
+	"github.com/parley-chat/parley/internal/proc"
+	"github.com/parley-chat/parley/internal/testbin"
 	"github.com/parley-chat/parley/internal/testmodel"
 )
 
-// binary returns the parley binary under test: $PARLEY_BIN when set, else
-// one built from this package into a temporary directory (with the cgo
-// flags of scripts/env.sh when the environment has none, so the build
-// cache is reused).
-func binary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("PARLEY_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("PARLEY_BIN: %v", err)
-		}
-		return p
-	}
-	if testing.Short() {
-		t.Skip("builds the binary; set PARLEY_BIN to use a built one")
-	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "parley")
-	cmd := exec.Command("go", "build", "-o", out, ".")
-	march := os.Getenv("PARLEY_MARCH")
-	if march == "" {
-		march = "x86-64-v3"
-	}
-	cmd.Env = os.Environ()
-	for k, v := range map[string]string{
-		"CGO_ENABLED":  "1",
-		"CGO_CPPFLAGS": "-I" + filepath.Join(root, "llm", "native"),
-		"CGO_CFLAGS":   "-O3 -march=" + march,
-		"CGO_CXXFLAGS": "-O3 -march=" + march,
-	} {
-		if os.Getenv(k) == "" {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-	}
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	return out
-}
-
 // server is one run of the binary.
 type server struct {
-	cmd    *exec.Cmd
+	*proc.Proc
 	addr   string
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	exited chan error
+	stderr proc.Buffer
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // start runs the binary with args on a free port and waits until /health
 // says the model is loaded.
 func start(t *testing.T, bin string, args ...string) *server {
 	t.Helper()
-	s := &server{addr: freeAddr(t), exited: make(chan error, 1)}
+	s := &server{addr: freeAddr(t)}
 	args = append([]string{"--model", testmodel.Path(t), "--addr", s.addr, "--log-format", "json",
 		"--threads", "1", "--ctx", "512", "--parallel", "2", "--temperature", "0"}, args...)
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "XDG_DATA_HOME="+t.TempDir())
-	pipe, err := s.cmd.StderrPipe()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "XDG_DATA_HOME="+t.TempDir())
+	cmd.Stderr = &s.stderr
+	p, err := proc.Start(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			s.mu.Lock()
-			s.stderr.Write(append(sc.Bytes(), '\n'))
-			s.mu.Unlock()
-		}
-	}()
-	go func() {
-		<-copied // Wait must follow the last read of the pipe
-		s.exited <- s.cmd.Wait()
-	}()
+	s.Proc = p
 	t.Cleanup(func() {
-		s.cmd.Process.Kill()
-		<-s.exited
-		s.exited <- nil
+		p.Kill()
 		if t.Failed() {
 			t.Logf("server log:\n%s", s.log())
 		}
 	})
-	client := http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := client.Get("http://" + s.addr + "/health")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return s
-			}
-		}
-		select {
-		case err := <-s.exited:
-			s.exited <- err
-			t.Fatalf("the server exited while starting: %v\n%s", err, s.log())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not become healthy\n%s", s.log())
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := p.WaitHTTP(ctx, "http://"+s.addr+"/health"); err != nil {
+		t.Fatalf("the server did not become healthy: %v\n%s", err, s.log())
 	}
+	return s
 }
 
-func (s *server) log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stderr.String()
-}
+func (s *server) log() string { return s.stderr.String() }
 
 // wait returns the exit error (nil for exit 0) within d.
 func (s *server) wait(t *testing.T, d time.Duration) error {
 	t.Helper()
-	select {
-	case err := <-s.exited:
-		s.exited <- err
-		return err
-	case <-time.After(d):
+	exited, err := s.WaitFor(d)
+	if !exited {
 		t.Fatalf("the server did not exit within %v\n%s", d, s.log())
-		return nil
 	}
-}
-
-// msg is any server message of the JSON WebSocket mode.
-type msg struct {
-	Type         string           `json:"type"`
-	ID           json.RawMessage  `json:"id"` // the session id (a string), or a token id (a number)
-	Text         string           `json:"text"`
-	Resumed      bool             `json:"resumed"`
-	Messages     []parley.Message `json:"messages"`
-	FinishReason string           `json:"finish_reason"`
-	Content      string           `json:"content"`
-	Code         string           `json:"code"`
-	Message      string           `json:"message"`
-	Usage        struct {
-		PromptTokens       int `json:"prompt_tokens"`
-		CachedPromptTokens int `json:"cached_prompt_tokens"`
-		CompletionTokens   int `json:"completion_tokens"`
-	} `json:"usage"`
-}
-
-// sessionID is the id of a session message.
-func (m msg) sessionID() string {
-	var id string
-	json.Unmarshal(m.ID, &id)
-	return id
+	return err
 }
 
 func (s *server) dial(t *testing.T, query string) *websocket.Conn {
@@ -204,10 +94,10 @@ func (s *server) dial(t *testing.T, query string) *websocket.Conn {
 	return ws
 }
 
-func read(t *testing.T, ws *websocket.Conn) msg {
+func read(t *testing.T, ws *websocket.Conn) jsonmode.Message {
 	t.Helper()
 	ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-	var m msg
+	var m jsonmode.Message
 	if err := ws.ReadJSON(&m); err != nil {
 		t.Fatalf("read: %v", err)
 	}
@@ -215,7 +105,7 @@ func read(t *testing.T, ws *websocket.Conn) msg {
 }
 
 // turn sends a prompt and returns the done event.
-func turn(t *testing.T, ws *websocket.Conn, prompt string, params map[string]any) msg {
+func turn(t *testing.T, ws *websocket.Conn, prompt string, params map[string]any) jsonmode.Message {
 	t.Helper()
 	ws.WriteJSON(map[string]any{"type": "prompt", "content": prompt, "params": params})
 	for {
@@ -231,7 +121,7 @@ func turn(t *testing.T, ws *websocket.Conn, prompt string, params map[string]any
 }
 
 func TestBinary(t *testing.T) {
-	bin := binary(t)
+	bin := testbin.Parley(t)
 
 	// SIGTERM with a reply streaming: the reply completes within the drain
 	// deadline, the socket closes with 1001, and the process exits 0.
@@ -244,14 +134,14 @@ func TestBinary(t *testing.T) {
 		if m := read(t, ws); m.Type != "token" {
 			t.Fatalf("want a token first, got %+v", m)
 		}
-		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		var done bool
 		var cerr *websocket.CloseError
 		for {
 			ws.SetReadDeadline(time.Now().Add(15 * time.Second))
-			var m msg
+			var m jsonmode.Message
 			err := ws.ReadJSON(&m)
 			if errors.As(err, &cerr) {
 				break
@@ -284,7 +174,7 @@ func TestBinary(t *testing.T) {
 		s := start(t, bin, args...)
 		ws := s.dial(t, "")
 		open := read(t, ws)
-		if open.Type != "session" || open.sessionID() == "" {
+		if open.Type != "session" || open.SessionID() == "" {
 			t.Fatalf("first message: %+v", open)
 		}
 		first := turn(t, ws, "Lily found a red ball", nil)
@@ -297,7 +187,7 @@ func TestBinary(t *testing.T) {
 		if m := read(t, ws); m.Type != "token" {
 			t.Fatalf("want a token, got %+v", m)
 		}
-		if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := s.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		var ee *exec.ExitError
@@ -306,10 +196,10 @@ func TestBinary(t *testing.T) {
 		}
 
 		s2 := start(t, bin, args...)
-		ws2 := s2.dial(t, "&session="+open.sessionID())
+		ws2 := s2.dial(t, "&session="+open.SessionID())
 		again := read(t, ws2)
 		want := []parley.Message{{Role: parley.RoleUser, Content: "Lily found a red ball"}, {Role: parley.RoleAssistant, Content: first.Content}}
-		if again.Type != "session" || again.sessionID() != open.sessionID() || !again.Resumed || !equalMessages(again.Messages, want) {
+		if again.Type != "session" || again.SessionID() != open.SessionID() || !again.Resumed || !equalMessages(again.Messages, want) {
 			t.Fatalf("after kill -9: %+v\nwant messages %+v", again, want)
 		}
 		next := turn(t, ws2, "What did Lily do next?", nil)
@@ -321,12 +211,12 @@ func TestBinary(t *testing.T) {
 		if next.Usage.PromptTokens <= first.Usage.PromptTokens+first.Usage.CompletionTokens || next.Usage.CachedPromptTokens != 0 {
 			t.Fatalf("second turn usage %+v after first turn usage %+v: the history was not in the prompt", next.Usage, first.Usage)
 		}
-		ws3 := s2.dial(t, "&session="+open.sessionID())
+		ws3 := s2.dial(t, "&session="+open.SessionID())
 		want = append(want, parley.Message{Role: parley.RoleUser, Content: "What did Lily do next?"}, parley.Message{Role: parley.RoleAssistant, Content: next.Content})
 		if m := read(t, ws3); !equalMessages(m.Messages, want) {
 			t.Fatalf("history after the second turn: %+v", m.Messages)
 		}
-		if err := s2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := s2.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		if err := s2.wait(t, 20*time.Second); err != nil {

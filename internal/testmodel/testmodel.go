@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/parley-chat/parley/internal/repo"
 )
 
 // Path returns the path of stories260K.gguf: $PARLEY_TEST_MODEL, or
@@ -13,17 +15,22 @@ import (
 // when the file is missing: every test that needs a model uses the real one.
 func Path(tb testing.TB) string {
 	tb.Helper()
-	if p := os.Getenv("PARLEY_TEST_MODEL"); p != "" {
+	if p := os.Getenv(repo.ModelEnv); p != "" {
 		return p
 	}
+	// The repository is found from this file, so the answer does not depend
+	// on the test's working directory.
 	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	p, err := filepath.Abs(filepath.Join(root, "..", "shared", "models", "stories260K.gguf"))
+	root, ok := repo.Root(filepath.Dir(file))
+	if !ok {
+		tb.Fatalf("test model: no go.mod above %s (set %s)", file, repo.ModelEnv)
+	}
+	p, err := filepath.Abs(repo.TestModel(root))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := os.Stat(p); err != nil {
-		tb.Fatalf("test model: %v (set PARLEY_TEST_MODEL)", err)
+		tb.Fatalf("test model: %v (set %s)", err, repo.ModelEnv)
 	}
 	return p
 }

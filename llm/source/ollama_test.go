@@ -6,17 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/parley-chat/parley/internal/proc"
+	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm/source"
 )
 
@@ -177,24 +176,6 @@ func TestResolveOllamaStore(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // ollamaBin returns a real ollama binary: env PARLEY_OLLAMA_BIN, else the
 // one scripts/bench/build-ollama.sh builds by default.
 func ollamaBin(t *testing.T) string {
@@ -212,31 +193,18 @@ func ollamaBin(t *testing.T) string {
 	return ""
 }
 
-// freeAddr returns a loopback address nothing listens on (a small race with
-// other processes is accepted: the port was just handed out by the kernel).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // A real store, made by `ollama create` from the test model, resolves to the
 // blob Ollama wrote, byte for byte the model, without a copy by us.
 func TestResolveOllamaReal(t *testing.T) {
 	bin := ollamaBin(t)
 	_, sum := model(t)
-	modelFile, err := filepath.Abs(modelPath(t))
+	modelFile := testmodel.Path(t)
+	tmp := t.TempDir()
+	store := filepath.Join(tmp, "models")
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp := t.TempDir()
-	store := filepath.Join(tmp, "models")
-	addr := freeAddr(t)
 	env := append(os.Environ(),
 		"OLLAMA_HOST="+addr,
 		"OLLAMA_MODELS="+store,
@@ -250,36 +218,20 @@ func TestResolveOllamaReal(t *testing.T) {
 	serve.Env = env
 	serve.Cancel = func() error { return serve.Process.Signal(syscall.SIGTERM) }
 	serve.WaitDelay = 10 * time.Second // then SIGKILL
-	var serveLog syncBuffer            // written by exec's copying goroutine while we may read it
+	var serveLog proc.Buffer           // written by exec's copying goroutine while we may read it
 	serve.Stdout, serve.Stderr = &serveLog, &serveLog
-	if err := serve.Start(); err != nil {
+	p, err := proc.Start(serve)
+	if err != nil {
 		t.Fatalf("start ollama serve: %v", err)
 	}
-	stopped := false
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
 		_ = serve.Process.Signal(syscall.SIGTERM)
-		_ = serve.Wait()
+		<-p.Done()
 	}
 	defer stop()
 
-	client := &http.Client{Transport: &http.Transport{}}
-	defer client.CloseIdleConnections()
-	for {
-		resp, err := client.Get("http://" + addr + "/api/version")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("ollama serve did not come up: %v\n%s", err, serveLog.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := p.WaitHTTP(ctx, "http://"+addr+"/api/version"); err != nil {
+		t.Fatalf("ollama serve did not come up: %v\n%s", err, serveLog.String())
 	}
 
 	modelfile := writeFile(t, filepath.Join(tmp, "Modelfile"), []byte(fmt.Sprintf("FROM %s\n", modelFile)))

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm/source"
 )
 
@@ -20,34 +21,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// modelPath returns the test model: env PARLEY_TEST_MODEL, else
-// ../shared/models/stories260K.gguf relative to the repository root (the
-// directory holding go.mod above this package).
-func modelPath(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("PARLEY_TEST_MODEL"); p != "" {
-		return p
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "models", "stories260K.gguf")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-}
-
 // model returns the test model's bytes and their sha256 in hex.
 func model(t testing.TB) ([]byte, string) {
 	t.Helper()
-	b, err := os.ReadFile(modelPath(t))
+	b, err := os.ReadFile(testmodel.Path(t))
 	if err != nil {
 		t.Fatalf("read test model: %v", err)
 	}

@@ -9,9 +9,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -22,30 +20,12 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/internal/testbin"
+	"github.com/parley-chat/parley/internal/testmodel"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// root is the repository root, found from this file's location.
-func root(tb testing.TB) string {
-	tb.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	for d := filepath.Dir(file); filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	tb.Fatal("no go.mod above the test file")
-	return ""
-}
-
-func testModel(tb testing.TB) string {
-	if p := os.Getenv("PARLEY_TEST_MODEL"); p != "" {
-		return p
-	}
-	return filepath.Join(root(tb), "..", "shared", "models", "stories260K.gguf")
 }
 
 func TestPercentile(t *testing.T) {
@@ -111,44 +91,6 @@ func TestSummarizeConv(t *testing.T) {
 	}
 }
 
-func TestWriteMarkdown(t *testing.T) {
-	section := "## Results\n\n| a | b |\n"
-	block := beginMarker + "\n\n" + strings.TrimSpace(section) + "\n\n" + endMarker + "\n"
-	tests := []struct {
-		name, old, want string
-		exists          bool
-	}{
-		{name: "new file", want: "# Benchmarks\n\n" + block},
-		{name: "replaces its section and keeps the rest", exists: true,
-			old:  "# Benchmarks\n\nintro\n\n" + beginMarker + "\nold table\n" + endMarker + "\n\n## Load test\n\nfigures\n",
-			want: "# Benchmarks\n\nintro\n\n" + block + "\n## Load test\n\nfigures\n"},
-		{name: "appends to a file without markers", exists: true,
-			old:  "# Benchmarks\n\n## Load test\n",
-			want: "# Benchmarks\n\n## Load test\n\n" + block},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
-			if tt.exists {
-				os.WriteFile(path, []byte(tt.old), 0o644)
-			}
-			if err := writeMarkdown(path, section); err != nil {
-				t.Fatal(err)
-			}
-			got, _ := os.ReadFile(path)
-			if string(got) != tt.want {
-				t.Errorf("got\n%q\nwant\n%q", got, tt.want)
-			}
-			// Idempotent: a second write changes nothing.
-			writeMarkdown(path, section)
-			again, _ := os.ReadFile(path)
-			if !bytes.Equal(got, again) {
-				t.Errorf("second write changed the file:\n%s", again)
-			}
-		})
-	}
-}
-
 // TestOllamaTemplateMatchesParley renders the same conversations with the
 // Modelfile template (through Ollama's own template package) and with
 // Parley's plain transcript: the two servers must be given the same prompt
@@ -207,7 +149,7 @@ func TestFilterEnv(t *testing.T) {
 }
 
 func TestFlagsRejectBadInput(t *testing.T) {
-	model := testModel(t)
+	model := testmodel.Path(t)
 	tests := [][]string{
 		{"-models", "/nonexistent.gguf", "-servers", "", "-raw"},
 		{"-models", model, "-servers", "vllm"},
@@ -221,20 +163,6 @@ func TestFlagsRejectBadInput(t *testing.T) {
 			t.Errorf("parseFlags(%q) accepted", args)
 		}
 	}
-}
-
-// buildParley builds cmd/parley into a temporary folder with this process's
-// environment (run the tests after `. scripts/env.sh` so the cgo objects come
-// from the build cache).
-func buildParley(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "parley")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/parley")
-	cmd.Dir = root(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/parley: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // TestRunEndToEnd runs the whole tool with small settings on stories260K:
@@ -259,8 +187,8 @@ func TestRunEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	out, js := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "bench.json")
 	args := []string{
-		"-parley", buildParley(t), "-ollama", ollamaBin, "-servers", servers,
-		"-models", testModel(t), "-threads", "2", "-parallel", "2", "-ctx", "512",
+		"-parley", testbin.Parley(t), "-ollama", ollamaBin, "-servers", servers,
+		"-models", testmodel.Path(t), "-threads", "2", "-parallel", "2", "-ctx", "512",
 		"-stream-tokens", "24", "-reply-tokens", "12", "-turns", "3", "-sessions", "1,2", "-repeats", "2",
 		"-timeout", "3m", "-workload-timeout", "1m", "-out", out, "-json", js, "-scratch", filepath.Join(dir, "scratch"),
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/parley-chat/parley/internal/jsonmode"
 )
 
 // turnResult is one prompt and its streamed reply, as the client saw it.
@@ -81,7 +83,7 @@ func (p parleyTarget) Open(ctx context.Context) (session, error) {
 		return nil, fmt.Errorf("dial %s: %w", u.String(), err)
 	}
 	s := &parleySession{ws: ws}
-	var m parleyMessage
+	var m jsonmode.Message
 	if err := s.read(ctx, &m); err != nil {
 		ws.Close()
 		return nil, fmt.Errorf("read session message: %w", err)
@@ -97,35 +99,15 @@ type parleySession struct {
 	ws *websocket.Conn
 }
 
-// parleyMessage is the union of the server messages of JSON mode.
-type parleyMessage struct {
-	Type         string `json:"type"`
-	ID           any    `json:"id"` // session id (string) or token id (number)
-	Text         string `json:"text"`
-	FinishReason string `json:"finish_reason"`
-	Content      string `json:"content"`
-	Usage        struct {
-		PromptTokens       int `json:"prompt_tokens"`
-		CachedPromptTokens int `json:"cached_prompt_tokens"`
-		CompletionTokens   int `json:"completion_tokens"`
-	} `json:"usage"`
-	Timings struct {
-		TTFTMS          float64 `json:"ttft_ms"`
-		TokensPerSecond float64 `json:"tokens_per_second"`
-	} `json:"timings"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 // read reads one message, giving up when ctx ends.
-func (s *parleySession) read(ctx context.Context, m *parleyMessage) error {
+func (s *parleySession) read(ctx context.Context, m *jsonmode.Message) error {
 	if dl, ok := ctx.Deadline(); ok {
 		s.ws.SetReadDeadline(dl)
 	}
 	// Closing the socket is the only way to interrupt a blocked read.
 	stop := context.AfterFunc(ctx, func() { s.ws.Close() })
 	defer stop()
-	*m = parleyMessage{}
+	*m = jsonmode.Message{}
 	if err := s.ws.ReadJSON(m); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -155,7 +137,7 @@ func (s *parleySession) Turn(ctx context.Context, prompt string, sp sampling) (t
 	var first time.Time
 	var text strings.Builder
 	for {
-		var m parleyMessage
+		var m jsonmode.Message
 		if err := s.read(ctx, &m); err != nil {
 			return r, fmt.Errorf("read reply: %w", err)
 		}

@@ -46,6 +46,8 @@ import (
 	"time"
 
 	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/internal/benchmd"
+	"github.com/parley-chat/parley/internal/repo"
 )
 
 func main() {
@@ -85,7 +87,7 @@ type config struct {
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
-	root := repoRoot()
+	root := repo.WorkingRoot()
 	cache, _ := os.UserCacheDir()
 	var (
 		c                                config
@@ -96,7 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.parleyBin, "parley", filepath.Join(root, "bin", "parley"), "parley binary (make build)")
 	fs.StringVar(&c.ollamaBin, "ollama", filepath.Join(cache, "parley", "ollama", "ollama"), "ollama binary (scripts/bench/build-ollama.sh)")
 	fs.StringVar(&models, "models", strings.Join([]string{
-		filepath.Join(root, "..", "shared", "models", "stories260K.gguf"),
+		repo.TestModel(root),
 		filepath.Join(cache, "parley", "models", "synthetic-smollm2-135m-f16.gguf"),
 	}, ","), "comma-separated GGUF files")
 	fs.StringVar(&servers, "servers", "parley,ollama", "comma-separated servers to measure: parley, ollama")
@@ -194,23 +196,6 @@ func splitList(s string) []string {
 	return out
 }
 
-// repoRoot is the folder with go.mod above the working directory, else the
-// working directory.
-func repoRoot() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "."
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return wd
-		}
-	}
-}
-
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
@@ -241,7 +226,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	rep := &report{
 		Started: time.Now(),
-		Env:     collectEnv(repoRoot()),
+		Env:     collectEnv(repo.WorkingRoot()),
 		Command: "go run ./scripts/bench " + strings.Join(args, " "),
 		Cfg:     cfg,
 	}
@@ -294,7 +279,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "target:", strings.ReplaceAll(line, "**", ""))
 	}
 	if cfg.out != "" {
-		if err := writeMarkdown(cfg.out, rep.markdown()); err != nil {
+		if err := benchmd.WriteSection(cfg.out, benchmd.Markers{Begin: beginMarker, End: endMarker}, rep.markdown()); err != nil {
 			return err
 		}
 		logf("wrote %s", cfg.out)
@@ -343,7 +328,7 @@ func runServer(ctx context.Context, cfg config, name string, sc serverConfig, lo
 	sr := serverReport{Name: name}
 	model := strings.TrimSuffix(filepath.Base(sc.model), ".gguf")
 	var (
-		p       *proc
+		p       *server
 		tgt     target
 		version string
 		err     error

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,24 +12,24 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/parley-chat/parley/internal/proc"
 )
 
-// proc is a server process the benchmark started. It runs in its own process
-// group so that stopping it also stops its children (ollama serve starts an
-// `ollama runner` process per loaded model).
-type proc struct {
+// server is a server process the benchmark started. It runs in its own
+// process group so that stopping it also stops its children (ollama serve
+// starts an `ollama runner` process per loaded model).
+type server struct {
+	*proc.Proc
 	name    string
-	cmd     *exec.Cmd
 	logPath string
 	logFile *os.File
-	done    chan struct{} // closed when the process has exited; err is then set
-	err     error
 }
 
-// startProc starts bin with args and env, its output going to logPath. The
-// returned proc owns one goroutine (waiting for the exit), which ends when the
+// startServer starts bin with args and env, its output going to logPath. The
+// process is watched by one goroutine (proc.Start's), which ends when the
 // process does; stop makes sure it does.
-func startProc(name, bin string, args, env []string, logPath string) (*proc, error) {
+func startServer(name, bin string, args, env []string, logPath string) (*server, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("%s log: %w", name, err)
@@ -38,23 +38,19 @@ func startProc(name, bin string, args, env []string, logPath string) (*proc, err
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(cmd)
+	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, logFile: f, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return &server{Proc: p, name: name, logPath: logPath, logFile: f}, nil
 }
 
 // exited returns an error if the process has already ended.
-func (p *proc) exited() error {
+func (s *server) exited() error {
 	select {
-	case <-p.done:
-		return fmt.Errorf("%s exited early (%v); see %s:\n%s", p.name, p.err, p.logPath, tail(p.logPath, 20))
+	case <-s.Done():
+		return fmt.Errorf("%s exited early (%v); see %s:\n%s", s.name, s.Err(), s.logPath, tail(s.logPath, 20))
 	default:
 		return nil
 	}
@@ -62,23 +58,23 @@ func (p *proc) exited() error {
 
 // stop asks the process group to end (SIGTERM), waits up to grace, then
 // kills it. Children left in the group after the leader exits are killed too.
-func (p *proc) stop(grace time.Duration) {
-	pgid := p.cmd.Process.Pid // Setpgid: the group id is the leader's pid
+func (s *server) stop(grace time.Duration) {
+	pgid := s.Cmd.Process.Pid // Setpgid: the group id is the leader's pid
 	select {
-	case <-p.done:
+	case <-s.Done():
 	default:
 		syscall.Kill(-pgid, syscall.SIGTERM)
 		select {
-		case <-p.done:
+		case <-s.Done():
 		case <-time.After(grace):
 			syscall.Kill(-pgid, syscall.SIGKILL)
-			<-p.done
+			<-s.Done()
 		}
 	}
 	// The group id stays reserved while any member lives, so this reaches
 	// only our own leftovers (ESRCH when there are none).
 	syscall.Kill(-pgid, syscall.SIGKILL)
-	p.logFile.Close()
+	s.logFile.Close()
 }
 
 // tail returns the last n lines of a file, for error messages.
@@ -94,42 +90,17 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// freePort returns a loopback address with a port that was free a moment ago.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// waitHTTP waits until url answers 200; when the server exits first, the
+// error carries the end of its log.
+func (s *server) waitHTTP(ctx context.Context, url string) error {
+	err := s.WaitHTTP(ctx, url)
+	if errors.Is(err, proc.ErrExited) {
+		return s.exited()
+	}
 	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
+		return fmt.Errorf("%s not ready at %s: %w; see %s", s.name, url, err, s.logPath)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr, nil
-}
-
-// waitHTTP polls url until it answers 200, the process exits, or ctx ends.
-func waitHTTP(ctx context.Context, p *proc, url string) error {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if err := p.exited(); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready at %s: %w; see %s", p.name, url, ctx.Err(), p.logPath)
-		case <-tick.C:
-		}
-	}
+	return nil
 }
 
 // serverConfig is what both servers are given, so they do the same work.
@@ -147,8 +118,8 @@ type serverConfig struct {
 // loopback port and waits for /health. Sessions are stored in a scratch
 // data directory (the default durable store, so each turn pays its commit, as
 // in production), never in the user's.
-func startParley(ctx context.Context, bin string, sc serverConfig, extra []string) (*proc, string, error) {
-	addr, err := freePort()
+func startParley(ctx context.Context, bin string, sc serverConfig, extra []string) (*server, string, error) {
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, "", err
 	}
@@ -168,13 +139,13 @@ func startParley(ctx context.Context, bin string, sc serverConfig, extra []strin
 	}
 	args = append(args, extra...)
 	env := filterEnv(os.Environ(), "PARLEY_")
-	p, err := startProc("parley", bin, args, env, filepath.Join(sc.scratch, "parley-"+filepath.Base(sc.model)+".log"))
+	p, err := startServer("parley", bin, args, env, filepath.Join(sc.scratch, "parley-"+filepath.Base(sc.model)+".log"))
 	if err != nil {
 		return nil, "", err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := waitHTTP(wctx, p, "http://"+addr+"/health"); err != nil {
+	if err := p.waitHTTP(wctx, "http://"+addr+"/health"); err != nil {
 		p.stop(5 * time.Second)
 		return nil, "", err
 	}
@@ -204,9 +175,9 @@ func ollamaEnv(addr string, sc serverConfig) []string {
 // startOllama runs `ollama serve` on a free loopback port and imports the
 // model with `ollama create NAME -f Modelfile` (offline: the CLI uploads the
 // GGUF to the local server as a blob).
-func startOllama(ctx context.Context, bin string, sc serverConfig) (*proc, ollamaTarget, error) {
+func startOllama(ctx context.Context, bin string, sc serverConfig) (*server, ollamaTarget, error) {
 	var t ollamaTarget
-	addr, err := freePort()
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, t, err
 	}
@@ -216,17 +187,17 @@ func startOllama(ctx context.Context, bin string, sc serverConfig) (*proc, ollam
 			return nil, t, err
 		}
 	}
-	p, err := startProc("ollama", bin, []string{"serve"}, env, filepath.Join(sc.scratch, "ollama-"+filepath.Base(sc.model)+".log"))
+	p, err := startServer("ollama", bin, []string{"serve"}, env, filepath.Join(sc.scratch, "ollama-"+filepath.Base(sc.model)+".log"))
 	if err != nil {
 		return nil, t, err
 	}
-	fail := func(err error) (*proc, ollamaTarget, error) {
+	fail := func(err error) (*server, ollamaTarget, error) {
 		p.stop(10 * time.Second)
 		return nil, t, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := waitHTTP(wctx, p, "http://"+addr+"/api/version"); err != nil {
+	if err := p.waitHTTP(wctx, "http://"+addr+"/api/version"); err != nil {
 		return fail(err)
 	}
 

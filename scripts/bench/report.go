@@ -511,32 +511,6 @@ func (r *report) targets() []string {
 	return out
 }
 
-// writeMarkdown puts the generated section into path: between the markers
-// when the file has them, else appended; a new file gets a title.
-func writeMarkdown(path, section string) error {
-	block := beginMarker + "\n\n" + strings.TrimSpace(section) + "\n\n" + endMarker + "\n"
-	old, err := os.ReadFile(path)
-	var out string
-	switch {
-	case os.IsNotExist(err):
-		out = "# Benchmarks\n\n" + block
-	case err != nil:
-		return fmt.Errorf("read %s: %w", path, err)
-	default:
-		s := string(old)
-		i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
-		if i >= 0 && j > i {
-			out = s[:i] + block + strings.TrimPrefix(s[j+len(endMarker):], "\n")
-		} else {
-			out = strings.TrimRight(s, "\n") + "\n\n" + block
-		}
-	}
-	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
 func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
 func orUnknown(s string) string {

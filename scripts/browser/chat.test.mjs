@@ -12,26 +12,18 @@
 // prompt; the test checks the page's behaviour, never the model's words.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { chromium } from 'playwright-core';
 import { decodePNG, colourStats } from './png.mjs';
+import { ROOT, ParleyServer, assertBinaryAndModel, freePort } from '../lib/parley-server.mjs';
 
-const ROOT = repoRoot(path.dirname(fileURLToPath(import.meta.url)));
-const BIN = process.env.PARLEY_BIN || path.join(ROOT, 'bin', 'parley');
-const MODEL = process.env.PARLEY_TEST_MODEL || path.resolve(ROOT, '..', 'shared', 'models', 'stories260K.gguf');
 const RESULTS = path.join(ROOT, 'test-results');
 const CHROMIUM = process.env.PARLEY_CHROMIUM || '/usr/bin/chromium';
 
-// Timeouts in ms. Start-up covers loading the model; a reply of a few thousand
-// tokens from stories260K takes well under a second, so REPLY is generous.
-const START_MS = 60_000;
+// Timeouts in ms. A reply of a few thousand tokens from stories260K takes
+// well under a second, so REPLY is generous.
 const REPLY_MS = 30_000;
 const UI_MS = 10_000;
 
@@ -41,98 +33,9 @@ const UI_MS = 10_000;
 // seconds through the server, far longer than a click.
 const LONG_MAX_TOKENS = 1500;
 
-function repoRoot(dir) {
-  for (let d = dir; ; d = path.dirname(d)) {
-    if (existsSync(path.join(d, 'go.mod'))) return d;
-    if (path.dirname(d) === d) throw new Error(`no go.mod above ${dir}`);
-  }
-}
-
-async function freePort() {
-  const srv = net.createServer();
-  await new Promise((resolve, reject) => srv.listen(0, '127.0.0.1', resolve).on('error', reject));
-  const { port } = srv.address();
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
-}
-
-// Server is one running bin/parley. Its output is kept (the last 64 KiB) so a
-// failure can show what the server said.
-class Server {
-  constructor(port, dataDir, extraArgs = []) {
-    this.port = port;
-    this.dataDir = dataDir;
-    this.extraArgs = extraArgs;
-    this.url = `http://127.0.0.1:${port}/`;
-    this.output = '';
-    this.proc = null;
-    this.exited = null;
-  }
-
-  async start() {
-    // The child gets no PARLEY_* settings from the caller's environment (an
-    // API key there would lock the page out); what the test needs is explicit.
-    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('PARLEY_')));
-    env.PARLEY_DATA_DIR = this.dataDir; // keep sessions out of the user's data directory
-    const args = ['--model', MODEL, '--addr', `127.0.0.1:${this.port}`,
-      // One llama.cpp thread: on a machine shared with other jobs, threads
-      // that wait for each other at every step stall for whole scheduler
-      // slices (seconds per token measured with 2 threads on 2 busy cores).
-      '--threads', '1', ...this.extraArgs];
-    this.proc = spawn(BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    const keep = (chunk) => { this.output = (this.output + chunk).slice(-65536); };
-    this.proc.stdout.on('data', keep);
-    this.proc.stderr.on('data', keep);
-    this.exited = new Promise((resolve) => {
-      this.proc.on('exit', (code, signal) => resolve({ code, signal }));
-      this.proc.on('error', (err) => resolve({ code: -1, signal: null, err }));
-    });
-    await this.waitReady();
-  }
-
-  // waitReady polls /health until it answers 200 (it is 503 while the model
-  // loads); a server without /health is ready once it serves the page.
-  // saveLog writes what the server printed to test-results/, for a failure.
-  async saveLog(name) {
-    await mkdir(RESULTS, { recursive: true });
-    await writeFile(path.join(RESULTS, name), this.output);
-  }
-
-  async waitReady() {
-    const deadline = Date.now() + START_MS;
-    let last = 'no answer';
-    while (Date.now() < deadline) {
-      const gone = await Promise.race([this.exited, sleep(100, null)]);
-      if (gone) throw new Error(`parley exited (${JSON.stringify(gone)}) before it was ready:\n${this.output}`);
-      try {
-        const health = await fetch(new URL('health', this.url));
-        if (health.status === 200) return;
-        if (health.status === 404) {
-          const page = await fetch(this.url);
-          if (page.status === 200) return;
-          last = `GET / -> ${page.status}`;
-        } else {
-          last = `GET /health -> ${health.status}`;
-        }
-      } catch (err) {
-        last = err.cause?.code || err.message;
-      }
-    }
-    throw new Error(`parley not ready after ${START_MS} ms (${last}):\n${this.output}`);
-  }
-
-  // stop asks for a graceful shutdown and kills the process if it has not
-  // exited within the grace period. Safe to call twice.
-  async stop(graceMs = 10_000) {
-    if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode !== null) return;
-    this.proc.kill('SIGTERM');
-    const done = await Promise.race([this.exited, sleep(graceMs, null, { ref: false })]);
-    if (!done) {
-      this.proc.kill('SIGKILL');
-      await this.exited;
-    }
-  }
-}
+// newServer is a bin/parley for the page, its sessions in dataDir (never in
+// the user's data directory).
+const newServer = async (dataDir, args = []) => new ParleyServer(await freePort(), { args, env: { PARLEY_DATA_DIR: dataDir } });
 
 // Console messages chromium itself logs while the server is deliberately down
 // (the reconnect step); anything else on the console is a page error.
@@ -159,15 +62,14 @@ describe('chat page', { timeout: 240_000 }, () => {
   const pageErrors = [];
 
   // Kill the server even if the runner dies before `after` runs.
-  const killOnExit = () => { if (server?.proc && server.proc.exitCode === null) server.proc.kill('SIGKILL'); };
+  const killOnExit = () => server?.killNow();
 
   before(async () => {
-    assert.ok(existsSync(BIN), `no server binary at ${BIN}: run make build, or set PARLEY_BIN`);
-    assert.ok(existsSync(MODEL), `no model at ${MODEL}: set PARLEY_TEST_MODEL`);
+    assertBinaryAndModel();
     process.on('exit', killOnExit);
     dataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-ui-data-'));
     userDataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-ui-chromium-'));
-    server = new Server(await freePort(), dataDir);
+    server = await newServer(dataDir);
     await server.start();
 
     context = await launchBrowser(userDataDir);
@@ -208,7 +110,7 @@ describe('chat page', { timeout: 240_000 }, () => {
   after(async () => {
     await context?.close().catch(() => {});
     await server?.stop();
-    await server?.saveLog('parley-server.log');
+    await server?.saveLog(path.join(RESULTS, 'parley-server.log'));
     process.off('exit', killOnExit);
     if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
@@ -470,13 +372,13 @@ describe('chat page on a server with an API key', { timeout: 120_000 }, () => {
   let context;
   let userDataDir;
   let dataDir;
-  const killOnExit = () => { if (server?.proc && server.proc.exitCode === null) server.proc.kill('SIGKILL'); };
+  const killOnExit = () => server?.killNow();
 
   before(async () => {
     process.on('exit', killOnExit);
     dataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-ui-data-'));
     userDataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-ui-chromium-'));
-    server = new Server(await freePort(), dataDir, ['--api-key', KEY]);
+    server = await newServer(dataDir, ['--api-key', KEY]);
     await server.start();
     context = await launchBrowser(userDataDir);
   });
@@ -484,7 +386,7 @@ describe('chat page on a server with an API key', { timeout: 120_000 }, () => {
   after(async () => {
     await context?.close().catch(() => {});
     await server?.stop();
-    await server?.saveLog('parley-server-api-key.log');
+    await server?.saveLog(path.join(RESULTS, 'parley-server-api-key.log'));
     process.off('exit', killOnExit);
     if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
     if (dataDir) await rm(dataDir, { recursive: true, force: true });

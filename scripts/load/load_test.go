@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/parley-chat/parley/internal/testbin"
+	"github.com/parley-chat/parley/internal/testmodel"
 )
 
 // TestLoadSmall runs the load test end to end at a small scale against the
@@ -14,17 +17,8 @@ import (
 // refused, every session verifies, the server exits 0, and the section is
 // written into a markdown file without disturbing what else is in it.
 func TestLoadSmall(t *testing.T) {
-	bin := os.Getenv("PARLEY_BIN")
-	if bin == "" {
-		bin = filepath.Join(repoRoot(), "bin", "parley")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no parley binary (%v): run make build, or set PARLEY_BIN", err)
-	}
-	args := []string{"-bin", bin, "-conns", "24", "-active", "3", "-duration", "2s", "-probes", "2", "-threads", "1", "-max-tokens", "16"}
-	if m := os.Getenv("PARLEY_TEST_MODEL"); m != "" {
-		args = append(args, "-model", m)
-	}
+	args := []string{"-bin", testbin.Parley(t), "-model", testmodel.Path(t),
+		"-conns", "24", "-active", "3", "-duration", "2s", "-probes", "2", "-threads", "1", "-max-tokens", "16"}
 	out := filepath.Join(t.TempDir(), "BENCHMARKS.md")
 	os.WriteFile(out, []byte("# Benchmarks\n\n## Engine\n\nkept as it is\n"), 0o644)
 	var stdout bytes.Buffer

@@ -17,12 +17,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,6 +36,11 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/parley-chat/parley/internal/benchmd"
+	"github.com/parley-chat/parley/internal/jsonmode"
+	"github.com/parley-chat/parley/internal/proc"
+	"github.com/parley-chat/parley/internal/repo"
 )
 
 func main() {
@@ -65,11 +68,11 @@ type config struct {
 }
 
 func parseFlags(args []string) (config, error) {
-	root := repoRoot()
+	root := repo.WorkingRoot()
 	var c config
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.StringVar(&c.bin, "bin", filepath.Join(root, "bin", "parley"), "parley binary (make build)")
-	fs.StringVar(&c.model, "model", filepath.Join(root, "..", "shared", "models", "stories260K.gguf"), "GGUF model")
+	fs.StringVar(&c.model, "model", repo.TestModel(root), "GGUF model")
 	fs.StringVar(&c.out, "out", filepath.Join(root, "BENCHMARKS.md"), "markdown file for the results (\"\" = none)")
 	fs.StringVar(&c.note, "note", "", "a note printed under the results (e.g. which build was measured)")
 	fs.IntVar(&c.conns, "conns", 500, "WebSocket sessions held open (also the server's --max-conns)")
@@ -90,20 +93,6 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("want 0 <= -active <= -conns and -conns >= 1")
 	}
 	return c, nil
-}
-
-// repoRoot is the folder with go.mod above the working directory (the
-// directory itself when there is none).
-func repoRoot() string {
-	wd, _ := os.Getwd()
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return wd
-		}
-	}
 }
 
 // results is everything the run measured.
@@ -139,7 +128,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer srv.kill()
-	fmt.Fprintf(stdout, "parley pid %d on %s\n", srv.cmd.Process.Pid, srv.addr)
+	fmt.Fprintf(stdout, "parley pid %d on %s\n", srv.Cmd.Process.Pid, srv.addr)
 	time.Sleep(500 * time.Millisecond) // let the heap settle after the model load
 	if res.rssBase, err = srv.rss(); err != nil {
 		return err
@@ -213,7 +202,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	res.exitErr = srv.terminate(30 * time.Second)
 	report(stdout, res)
 	if cfg.out != "" {
-		if err := writeSection(cfg.out, markdown(res)); err != nil {
+		if err := benchmd.WriteSection(cfg.out, benchmd.Markers{Begin: beginMarker, End: endMarker}, markdown(res)); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %s\n", cfg.out)
@@ -227,19 +216,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // server is the parley process under load.
 type server struct {
-	cmd     *exec.Cmd
+	*proc.Proc
 	addr    string
 	dataDir string
-	exited  chan error // receives the Wait result once
+	logFile *os.File
 }
 
 func startServer(ctx context.Context, cfg config) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	dir, err := os.MkdirTemp("", "parley-load-")
 	if err != nil {
 		return nil, err
@@ -255,40 +242,32 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 		"--max-conns", caps, "--max-conns-per-ip", caps,
 		"--prompts-per-minute", "100000", "--queue", strconv.Itoa(cfg.conns),
 		"--log-format", "json", "--log-level", "warn")
-	logFile, err := os.Create(filepath.Join(dir, "parley.log"))
+	logPath := filepath.Join(dir, "parley.log")
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd.Stderr = logFile
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(cmd)
+	if err != nil {
+		logFile.Close()
 		return nil, err
 	}
-	s := &server{cmd: cmd, addr: addr, dataDir: dir, exited: make(chan error, 1)}
-	go func() { s.exited <- cmd.Wait(); logFile.Close() }()
-	client := http.Client{Timeout: time.Second}
-	for {
-		r, err := client.Get("http://" + addr + "/health")
-		if err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		select {
-		case err := <-s.exited:
-			s.exited <- err
-			return nil, fmt.Errorf("parley exited while starting: %v (log: %s)", err, filepath.Join(dir, "parley.log"))
-		case <-ctx.Done():
-			s.kill()
-			return nil, fmt.Errorf("parley did not become healthy: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+	s := &server{Proc: p, addr: addr, dataDir: dir, logFile: logFile}
+	switch err := p.WaitHTTP(ctx, "http://"+addr+"/health"); {
+	case errors.Is(err, proc.ErrExited):
+		logFile.Close() // the data folder stays, for its log
+		return nil, fmt.Errorf("parley exited while starting: %v (log: %s)", p.Err(), logPath)
+	case err != nil:
+		s.kill()
+		return nil, fmt.Errorf("parley did not become healthy: %w", err)
 	}
+	return s, nil
 }
 
 // rss reads the server's resident set size, in KiB.
 func (s *server) rss() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Cmd.Process.Pid))
 	if err != nil {
 		return 0, fmt.Errorf("read RSS: %w", err)
 	}
@@ -324,21 +303,18 @@ func sampleRSS(ctx context.Context, s *server) <-chan int64 {
 
 // terminate sends SIGTERM and returns the exit error (nil for exit 0).
 func (s *server) terminate(grace time.Duration) error {
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.exited:
-		s.exited <- err
-		return err
-	case <-time.After(grace):
+	s.Cmd.Process.Signal(syscall.SIGTERM)
+	exited, err := s.WaitFor(grace)
+	if !exited {
 		return fmt.Errorf("no exit %v after SIGTERM", grace)
 	}
+	return err
 }
 
 // kill ends the process if it still runs and removes its data.
 func (s *server) kill() {
-	s.cmd.Process.Kill()
-	err := <-s.exited
-	s.exited <- err
+	s.Kill()
+	s.logFile.Close()
 	os.RemoveAll(s.dataDir)
 }
 
@@ -351,7 +327,7 @@ type turn struct{ prompt, reply string }
 type sess struct {
 	id     string
 	ws     *websocket.Conn
-	msgs   chan serverMsg
+	msgs   chan jsonmode.Message
 	stop   chan struct{} // closed by close: the reader stops handing over messages
 	done   chan struct{} // closed when the reader ends
 	closed atomic.Bool   // we closed it (as opposed to the server)
@@ -362,29 +338,12 @@ type sess struct {
 	errors map[string]int
 }
 
-type serverMsg struct {
-	Type     string          `json:"type"`
-	ID       json.RawMessage `json:"id"`
-	Text     string          `json:"text"`
-	Content  string          `json:"content"`
-	Code     string          `json:"code"`
-	Message  string          `json:"message"`
-	Messages []struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
-	} `json:"messages"`
-	Usage struct {
-		CompletionTokens int64 `json:"completion_tokens"`
-	} `json:"usage"`
-	FinishReason string `json:"finish_reason"`
-}
-
-func dialSession(ctx context.Context, addr, query string) (*sess, serverMsg, error) {
+func dialSession(ctx context.Context, addr, query string) (*sess, jsonmode.Message, error) {
 	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+addr+"/ws?format=json"+query, nil)
 	if err != nil {
-		return nil, serverMsg{}, err
+		return nil, jsonmode.Message{}, err
 	}
-	s := &sess{ws: ws, msgs: make(chan serverMsg, 64), stop: make(chan struct{}), done: make(chan struct{}), errors: map[string]int{}}
+	s := &sess{ws: ws, msgs: make(chan jsonmode.Message, 64), stop: make(chan struct{}), done: make(chan struct{}), errors: map[string]int{}}
 	go s.read()
 	select {
 	case m, ok := <-s.msgs:
@@ -392,11 +351,11 @@ func dialSession(ctx context.Context, addr, query string) (*sess, serverMsg, err
 			s.close()
 			return nil, m, fmt.Errorf("first message %+v", m)
 		}
-		json.Unmarshal(m.ID, &s.id)
+		s.id = m.SessionID()
 		return s, m, nil
 	case <-ctx.Done():
 		s.close()
-		return nil, serverMsg{}, ctx.Err()
+		return nil, jsonmode.Message{}, ctx.Err()
 	}
 }
 
@@ -404,7 +363,7 @@ func (s *sess) read() {
 	defer close(s.done)
 	defer close(s.msgs)
 	for {
-		var m serverMsg
+		var m jsonmode.Message
 		if err := s.ws.ReadJSON(&m); err != nil {
 			return
 		}
@@ -466,7 +425,7 @@ func (s *sess) generate(ctx context.Context, maxTokens int) {
 					break
 				}
 				s.turns = append(s.turns, turn{prompt, m.Content})
-				s.tokens += m.Usage.CompletionTokens
+				s.tokens += int64(m.Usage.CompletionTokens)
 				break
 			}
 		}
@@ -515,7 +474,7 @@ func verifyAll(ctx context.Context, addr string, sessions []*sess, errs map[stri
 			// Retry briefly: the closed connections give their places
 			// under --max-conns back a moment after they close.
 			var r *sess
-			var m serverMsg
+			var m jsonmode.Message
 			var err error
 			for try := 0; try < 50; try++ {
 				if r, m, err = dialSession(ctx, addr, "&session="+s.id); err == nil || ctx.Err() != nil || notFound(err) {
@@ -633,29 +592,3 @@ const (
 	beginMarker = "<!-- scripts/load: generated section, rewritten by `go run ./scripts/load` -->"
 	endMarker   = "<!-- /scripts/load -->"
 )
-
-// writeSection puts section between the markers in path (appending the
-// markers when absent, creating the file when missing).
-func writeSection(path, section string) error {
-	block := beginMarker + "\n\n" + strings.TrimSpace(section) + "\n\n" + endMarker + "\n"
-	old, err := os.ReadFile(path)
-	var out string
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		out = "# Benchmarks\n\n" + block
-	case err != nil:
-		return fmt.Errorf("read %s: %w", path, err)
-	default:
-		s := string(old)
-		i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
-		if i >= 0 && j > i {
-			out = s[:i] + block + strings.TrimPrefix(s[j+len(endMarker):], "\n")
-		} else {
-			out = strings.TrimRight(s, "\n") + "\n\n" + block
-		}
-	}
-	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}

@@ -27,6 +27,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/parley-chat/parley/internal/repo"
 )
 
 func main() {
@@ -111,24 +113,11 @@ func defaultOutput() string {
 	return filepath.Join(dir, "parley", "models", "synthetic-smollm2-135m-f16.gguf")
 }
 
-// defaultVocab is $PARLEY_TEST_MODEL, else ../shared/models/stories260K.gguf
-// beside the repository root (found by walking up to go.mod from the working
-// directory), else that path relative to the working directory.
+// defaultVocab is $PARLEY_TEST_MODEL, else the shared test model beside the
+// repository root (found by walking up to go.mod from the working directory).
 func defaultVocab() string {
-	if p := os.Getenv("PARLEY_TEST_MODEL"); p != "" {
+	if p := os.Getenv(repo.ModelEnv); p != "" {
 		return p
 	}
-	rel := filepath.Join("..", "shared", "models", "stories260K.gguf")
-	dir, err := os.Getwd()
-	if err != nil {
-		return rel
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, rel)
-		}
-		if filepath.Dir(d) == d {
-			return rel
-		}
-	}
+	return repo.TestModel(repo.WorkingRoot())
 }

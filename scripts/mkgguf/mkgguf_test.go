@@ -11,7 +11,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm"
 )
 
@@ -28,27 +28,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testModel is the tiny real model: $PARLEY_TEST_MODEL, else
-// ../shared/models/stories260K.gguf beside the repository root.
-func testModel(tb testing.TB) string {
-	tb.Helper()
-	if p := os.Getenv("PARLEY_TEST_MODEL"); p != "" {
-		return p
-	}
-	_, file, _, _ := runtime.Caller(0)
-	for d := filepath.Dir(file); filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, "..", "shared", "models", "stories260K.gguf")
-		}
-	}
-	tb.Fatal("no go.mod above the test file")
-	return ""
-}
-
 // smallSpec is a fast model with every feature of the default one.
 func smallSpec(tb testing.TB) Spec {
 	s := DefaultSpec()
-	s.VocabFrom = testModel(tb)
+	s.VocabFrom = testmodel.Path(tb)
 	s.Layers, s.Dim, s.Heads, s.KVHeads, s.FFN, s.Context = 3, 128, 4, 2, 256, 512
 	return s
 }
@@ -258,7 +241,7 @@ func TestDeterministic(t *testing.T) {
 
 func TestRunKeepsMatchingFile(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "sub", "m.gguf")
-	args := []string{"-o", out, "-vocab", testModel(t), "-layers", "2", "-dim", "64", "-heads", "4", "-kv-heads", "2", "-ffn", "128"}
+	args := []string{"-o", out, "-vocab", testmodel.Path(t), "-layers", "2", "-dim", "64", "-heads", "4", "-kv-heads", "2", "-ffn", "128"}
 	var stdout, stderr bytes.Buffer
 	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())

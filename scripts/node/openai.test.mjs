@@ -9,64 +9,13 @@
 // conversation must be the same text.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
+import { ParleyServer, assertBinaryAndModel, freePort } from '../lib/parley-server.mjs';
 
-const ROOT = repoRoot(path.dirname(fileURLToPath(import.meta.url)));
-const BIN = process.env.PARLEY_BIN || path.join(ROOT, 'bin', 'parley');
-const MODEL = process.env.PARLEY_TEST_MODEL || path.resolve(ROOT, '..', 'shared', 'models', 'stories260K.gguf');
 const API_KEY = 'node-test-key';
-const START_MS = 60_000; // loading stories260K takes well under a second
-
-function repoRoot(dir) {
-  for (let d = dir; ; d = path.dirname(d)) {
-    if (existsSync(path.join(d, 'go.mod'))) return d;
-    if (path.dirname(d) === d) throw new Error(`no go.mod above ${dir}`);
-  }
-}
-
-async function freePort() {
-  const srv = net.createServer();
-  await new Promise((resolve, reject) => srv.listen(0, '127.0.0.1', resolve).on('error', reject));
-  const { port } = srv.address();
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
-}
-
-// startServer runs bin/parley and resolves once GET /health answers 200.
-async function startServer(port, dataDir) {
-  // No PARLEY_* settings from the caller's environment: the test sets what it needs.
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('PARLEY_')));
-  const args = ['--model', MODEL, '--addr', `127.0.0.1:${port}`, '--threads', '1', '--store', 'memory',
-    '--data-dir', dataDir, '--api-key', API_KEY, '--log-format', 'json'];
-  const proc = spawn(BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  const keep = (chunk) => { output = (output + chunk).slice(-65536); };
-  proc.stdout.on('data', keep);
-  proc.stderr.on('data', keep);
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-  const deadline = Date.now() + START_MS;
-  while (Date.now() < deadline) {
-    const gone = await Promise.race([exited, sleep(100, null)]);
-    if (gone) throw new Error(`parley exited (${JSON.stringify(gone)}) before it was ready:\n${output}`);
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/health`)).status === 200) {
-        return { proc, exited, output: () => output };
-      }
-    } catch {
-      // not listening yet
-    }
-  }
-  proc.kill('SIGKILL');
-  throw new Error(`parley not ready after ${START_MS} ms:\n${output}`);
-}
 
 describe('openai npm client', { timeout: 120_000 }, () => {
   let server;
@@ -78,25 +27,21 @@ describe('openai npm client', { timeout: 120_000 }, () => {
   ];
 
   before(async () => {
-    assert.ok(existsSync(BIN), `no server binary at ${BIN}: run make build, or set PARLEY_BIN`);
-    assert.ok(existsSync(MODEL), `no model at ${MODEL}: set PARLEY_TEST_MODEL`);
+    assertBinaryAndModel();
     dataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-openai-'));
     const port = await freePort();
-    server = await startServer(port, dataDir);
+    const s = new ParleyServer(port, {
+      args: ['--store', 'memory', '--data-dir', dataDir, '--api-key', API_KEY, '--log-format', 'json'],
+    });
+    await s.start(); // a server that fails to start is already gone: after has nothing to stop
+    server = s;
     client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 30_000 });
   });
 
   after(async () => {
-    if (server) {
-      server.proc.kill('SIGTERM');
-      // An unref'd timer: once the server has exited, nothing keeps node waiting for it.
-      const done = await Promise.race([server.exited, sleep(10_000, null, { ref: false })]);
-      if (!done) {
-        server.proc.kill('SIGKILL');
-        await server.exited;
-      } else {
-        assert.equal(done.code, 0, `parley exited with ${JSON.stringify(done)} after SIGTERM:\n${server.output()}`);
-      }
+    const done = await server?.stop(10_000);
+    if (done) {
+      assert.equal(done.code, 0, `parley exited with ${JSON.stringify(done)} after SIGTERM:\n${server.output}`);
     }
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
   });

@@ -1,0 +1,61 @@
+// Package jsonmode is a client's view of Parley's structured WebSocket mode
+// (subprotocol parley.v1+json, or ?format=json), for the tests and tools that
+// speak it. It is written from the wire contract in the README, not from
+// package web's own types, so a change of the wire shows in whatever uses it.
+package jsonmode
+
+import (
+	"encoding/json"
+
+	"github.com/parley-chat/parley"
+)
+
+// Message decodes any server message; Type says which, and the fields of
+// the other types stay zero:
+//
+//   - "session": ID (a string), Resumed, Messages (the history);
+//   - "token": ID (the token id, a number), Text, Logprob, Special;
+//   - "done": FinishReason, Content (the whole reply), Usage, Timings;
+//   - "error": Code, Message, Field.
+type Message struct {
+	Type string `json:"type"`
+	// ID is raw because its type depends on Type; see SessionID.
+	ID       json.RawMessage  `json:"id"`
+	Resumed  bool             `json:"resumed"`
+	Messages []parley.Message `json:"messages"`
+
+	Text    string  `json:"text"`
+	Logprob float64 `json:"logprob"`
+	Special bool    `json:"special"`
+
+	FinishReason string  `json:"finish_reason"`
+	Content      string  `json:"content"`
+	Usage        Usage   `json:"usage"`
+	Timings      Timings `json:"timings"`
+
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field"`
+}
+
+// Usage is a done message's token counts.
+type Usage struct {
+	PromptTokens       int `json:"prompt_tokens"`
+	CachedPromptTokens int `json:"cached_prompt_tokens"`
+	CompletionTokens   int `json:"completion_tokens"`
+}
+
+// Timings is a done message's timings, in milliseconds and tokens per second.
+type Timings struct {
+	QueuedMS        float64 `json:"queued_ms"`
+	TTFTMS          float64 `json:"ttft_ms"`
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	TotalMS         float64 `json:"total_ms"`
+}
+
+// SessionID is a session message's id ("" when ID is not a string).
+func (m Message) SessionID() string {
+	var id string
+	json.Unmarshal(m.ID, &id)
+	return id
+}
