@@ -52,6 +52,10 @@ const (
 	// while other sequences are generating, so a long prompt makes progress
 	// without freezing their streams for long.
 	minPromptChunk = 64
+
+	// minReusePrefix is the shortest shared prefix for which a new sequence
+	// prefers a slot over the least recently used one.
+	minReusePrefix = 8
 )
 
 // ErrClosed is returned by Generate after Close.
@@ -65,6 +69,13 @@ type Config struct {
 	Threads       int    // CPU threads for decoding; default runtime.NumCPU()
 	BatchSize     int    // tokens per llama.cpp micro-batch
 	QueueSize     int    // requests that may wait for a free slot before Generate returns EBusy; < 0 means none
+	// FlashAttention: "off" (default), "on", or "auto" (llama.cpp decides,
+	// which on CPU means on). Off by default: on CPU, ggml's flash-attention
+	// kernel walks the keys one at a time, so every token costs more as the
+	// conversation grows (measured in BENCHMARKS.md: at 500 tokens of context
+	// stories260K decodes at a quarter of its short-context rate with it on,
+	// at a steady rate with it off), while the plain path is a matrix product.
+	FlashAttention string
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
 	Logger   *zap.Logger
@@ -181,8 +192,17 @@ func Open(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: llama.cpp could not load it (unsupported architecture or damaged file)", cfg.Path)
 	}
-	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads,
-		ml.FlashAttentionAuto, "")
+	fa := ml.FlashAttentionDisabled
+	switch cfg.FlashAttention {
+	case "on":
+		fa = ml.FlashAttentionEnabled
+	case "auto":
+		fa = ml.FlashAttentionAuto
+	case "", "off":
+	default:
+		return nil, fmt.Errorf("flash attention: want auto, on or off, got %q", cfg.FlashAttention)
+	}
+	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads, fa, "")
 	lc, err := llama.NewContextWithModel(model, params)
 	if err != nil {
 		llama.FreeModel(model)
@@ -425,7 +445,12 @@ func (e *Engine) loop(b *llama.Batch) {
 // else the least recently used; then trims the slot's cache to the longest
 // common prefix with the prompt.
 func (e *Engine) assign(seq *sequence, tick uint64) {
+	// The slot this key filled last wins. Otherwise the free slot sharing the
+	// longest prefix with the prompt (a common system prompt, or a stateless
+	// client resending a conversation), and among equals the least recently
+	// used, so a new session takes over the slot least likely to be wanted back.
 	var best *slot
+	bestPrefix := -1
 	for _, s := range e.slots {
 		if s.seq != nil {
 			continue
@@ -434,8 +459,12 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 			best = s
 			break
 		}
-		if best == nil || s.lastUsed < best.lastUsed {
-			best = s
+		p := commonPrefix(s.cached, seq.req.Tokens)
+		if p < minReusePrefix {
+			p = 0 // a BOS and a role marker in common is no reason to pass over the LRU slot
+		}
+		if p > bestPrefix || (p == bestPrefix && s.lastUsed < best.lastUsed) {
+			best, bestPrefix = s, p
 		}
 	}
 	s := best

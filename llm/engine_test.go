@@ -310,3 +310,18 @@ func TestClosedEngineRefuses(t *testing.T) {
 		t.Fatal("unreachable")
 	}
 }
+
+// A new session whose prompt starts like what a free slot holds (here: the
+// same long system prompt) is given that slot, and the shared prefix is
+// not evaluated again.
+func TestNewSessionReusesASharedPrefix(t *testing.T) {
+	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 3})
+	system := "System: You are a kind storyteller who tells short, happy stories about animals in the forest.\n\n"
+	generate(t, e, "a", system+"User: Tell me about a fox", greedy(4))
+	generate(t, e, "b", "User: something else entirely, with nothing in common", greedy(4))
+	r := generate(t, e, "c", system+"User: Tell me about a bear", greedy(4))
+	shared, _ := e.Tokenize(system + "User: Tell me about a")
+	if got := r.final.Usage.CachedPromptTokens; got < len(shared)-2 {
+		t.Fatalf("new session reused %d tokens, want about %d (the shared system prompt)", got, len(shared))
+	}
+}

@@ -59,6 +59,7 @@ type config struct {
 	store, dataDir, apiKey, template             string
 	allowedOrigins, allowedHosts                 string
 	ctx, threads, parallel, queue, batch         int
+	flashAttn                                    string
 	maxTokens, maxTokensLimit                    int
 	maxConns, maxConnsPerIP, promptsPerMinute    int
 	maxPromptTokens, maxQueuedPrompts            int
@@ -86,6 +87,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.parallel, "parallel", llm.DefaultParallel, "replies generated at once (KV-cache slots)")
 	fs.IntVar(&c.queue, "queue", llm.DefaultQueueSize, "replies that may wait for a slot before clients are told the server is busy")
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
+	fs.StringVar(&c.flashAttn, "flash-attn", "off", "flash attention: off, on or auto (off is faster on CPU as conversations grow; see BENCHMARKS.md)")
 	fs.IntVar(&c.maxTokens, "max-tokens", def.MaxTokens, "default reply cap in tokens")
 	fs.IntVar(&c.maxTokensLimit, "max-tokens-limit", 4096, "the largest reply cap a client may ask for")
 	fs.StringVar(&c.systemPrompt, "system-prompt", "", "system prompt for new sessions")
@@ -305,14 +307,15 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 	log.Info("loading model", zap.String("model", cfg.model), zap.String("path", modelPath))
 	progress := newLoadProgress(stderr)
 	eng, err := llm.Open(llm.Config{
-		Path:          modelPath,
-		ContextLength: cfg.ctx,
-		Parallel:      cfg.parallel,
-		Threads:       cfg.threads,
-		BatchSize:     cfg.batch,
-		QueueSize:     cfg.queue,
-		Progress:      progress.update,
-		Logger:        log.Named("llm"),
+		Path:           modelPath,
+		ContextLength:  cfg.ctx,
+		Parallel:       cfg.parallel,
+		Threads:        cfg.threads,
+		BatchSize:      cfg.batch,
+		FlashAttention: cfg.flashAttn,
+		QueueSize:      cfg.queue,
+		Progress:       progress.update,
+		Logger:         log.Named("llm"),
 	})
 	progress.done()
 	if err != nil {

@@ -68,6 +68,7 @@ type config struct {
 	models          []string
 	servers         []string
 	threads         int
+	flashAttn       string
 	parallel        int
 	ctx             int
 	streamTokens    int
@@ -102,7 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		filepath.Join(cache, "parley", "models", "synthetic-smollm2-135m-f16.gguf"),
 	}, ","), "comma-separated GGUF files")
 	fs.StringVar(&servers, "servers", "parley,ollama", "comma-separated servers to measure: parley, ollama")
-	fs.IntVar(&c.threads, "threads", runtime.NumCPU(), "CPU threads, the same for every server and the raw decode")
+	fs.IntVar(&c.threads, "threads", max(1, runtime.NumCPU()/2), "CPU threads, the same for every server and the raw decode (default: parley's own default)")
+	fs.StringVar(&c.flashAttn, "flash-attn", "off", "flash attention (off, on, auto), the same for every server and the raw decode")
 	fs.IntVar(&c.parallel, "parallel", 8, "parallel sequences: parley --parallel and OLLAMA_NUM_PARALLEL")
 	fs.IntVar(&c.ctx, "ctx", 2048, "context tokens per session: parley --ctx and Ollama num_ctx")
 	fs.IntVar(&c.streamTokens, "stream-tokens", 256, "tokens of the single-stream workload")
@@ -242,7 +244,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if cfg.raw {
 			logf("%s: raw decode (%d x %d tokens)", mr.Name, cfg.repeats, cfg.streamTokens)
 			wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
-			raw := runRaw(wctx, model, cfg.ctx, cfg.threads, cfg.streamTokens, cfg.repeats, cfg.seed)
+			raw := runRaw(wctx, model, cfg.ctx, cfg.threads, cfg.flashAttn, cfg.streamTokens, cfg.repeats, cfg.seed)
 			wcancel()
 			mr.Raw = &raw
 			if raw.Err != "" {
@@ -252,7 +254,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				logf("%s: raw decode %.1f tok/s", mr.Name, summarizeRuns(raw.Runs).Rate)
 			}
 		}
-		sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads,
+		sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads, flashAttn: cfg.flashAttn,
 			maxReply: max(cfg.streamTokens, cfg.replyTokens), scratch: scratch, stops: stops}
 		for _, name := range cfg.servers {
 			if ctx.Err() != nil {

@@ -105,13 +105,14 @@ func (s *server) waitHTTP(ctx context.Context, url string) error {
 
 // serverConfig is what both servers are given, so they do the same work.
 type serverConfig struct {
-	model    string // GGUF path
-	ctx      int    // tokens per session (slot)
-	parallel int    // sessions that generate at once
-	threads  int
-	maxReply int // largest reply cap the workloads ask for
-	scratch  string
-	stops    []string // stop strings of Parley's plain transcript
+	model     string // GGUF path
+	ctx       int    // tokens per session (slot)
+	parallel  int    // sessions that generate at once
+	threads   int
+	flashAttn string // off, on or auto: parley --flash-attn and OLLAMA_FLASH_ATTENTION
+	maxReply  int    // largest reply cap the workloads ask for
+	scratch   string
+	stops     []string // stop strings of Parley's plain transcript
 }
 
 // startParley runs `parley --model ... --parallel N --threads T` on a free
@@ -133,6 +134,7 @@ func startParley(ctx context.Context, bin string, sc serverConfig, extra []strin
 		"--ctx", strconv.Itoa(sc.ctx),
 		"--parallel", strconv.Itoa(sc.parallel),
 		"--threads", strconv.Itoa(sc.threads),
+		"--flash-attn", sc.flashAttn,
 		"--max-tokens", strconv.Itoa(sc.maxReply),
 		"--log-format", "json",
 		"--data-dir", dataDir,
@@ -159,6 +161,12 @@ func startParley(ctx context.Context, bin string, sc serverConfig, extra []strin
 // user's settings cannot change what is measured.
 func ollamaEnv(addr string, sc serverConfig) []string {
 	env := filterEnv(os.Environ(), "OLLAMA_", "HOME=")
+	switch sc.flashAttn {
+	case "on":
+		env = append(env, "OLLAMA_FLASH_ATTENTION=1")
+	case "off":
+		env = append(env, "OLLAMA_FLASH_ATTENTION=0")
+	}
 	return append(env,
 		"HOME="+filepath.Join(sc.scratch, "ollama-home"),
 		"OLLAMA_HOST="+addr,

@@ -350,10 +350,10 @@ func (r *report) markdown() string {
 	w("- Machine: %s, %d CPUs, %s, %s; load average %s at start, %s at end\n", r.Env.CPU, r.Env.CPUs, r.Env.Memory, r.Env.Kernel, r.Env.LoadStart, r.Env.LoadEnd)
 	w("- Build: commit %s, %s, CGO_CFLAGS=`%s`\n", r.Env.Commit, r.Env.Go, os.Getenv("CGO_CFLAGS"))
 	w("- Command: `%s`\n", r.Command)
-	w("- Servers: Parley `--parallel %d --threads %d --ctx %d` (WebSocket JSON mode, default durable session store in a scratch dir); "+
-		"Ollama %s built from the same module version and CGO flags (`OLLAMA_NUM_PARALLEL=%d`, `num_thread %d`, `num_ctx %d`, streaming `POST /api/chat` with the whole history each turn, "+
-		"a Modelfile TEMPLATE that renders Parley's plain transcript); raw = the `llm` package in-process, one slot, no server\n",
-		r.Cfg.parallel, r.Cfg.threads, r.Cfg.ctx, orUnknown(r.OllamaVersion), r.Cfg.parallel, r.Cfg.threads, r.Cfg.ctx)
+	w("- Servers: Parley `--parallel %d --threads %d --ctx %d --flash-attn %s` (WebSocket JSON mode, default durable session store in a scratch dir); "+
+		"Ollama %s built from the same module version and CGO flags (`OLLAMA_NUM_PARALLEL=%d`, `num_thread %d`, `num_ctx %d`, flash attention %s, streaming `POST /api/chat` with the whole history each turn, "+
+		"a Modelfile TEMPLATE that renders Parley's plain transcript); raw = the `llm` package in-process, one slot, no server, flash attention %s\n",
+		r.Cfg.parallel, r.Cfg.threads, r.Cfg.ctx, r.Cfg.flashAttn, orUnknown(r.OllamaVersion), r.Cfg.parallel, r.Cfg.threads, r.Cfg.ctx, r.Cfg.flashAttn, r.Cfg.flashAttn)
 	w("- Sampling: greedy (temperature 0), repetition penalty off, seed %d, the same stop strings; single stream: %d tokens, median of %d runs on fresh sessions; conversations: %s sessions x %d turns, replies capped at %d tokens\n",
 		r.Cfg.seed, r.Cfg.streamTokens, r.Cfg.repeats, joinInts(r.Cfg.concurrency), r.Cfg.turns, r.Cfg.replyTokens)
 	w("- Figures are client-side: TTFT from sending the prompt to the first token message; stream tok/s = (tokens - 1) / (first token -> end of reply), median over turns; aggregate tok/s = all tokens / wall time of the workload\n")
