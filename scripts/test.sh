@@ -109,6 +109,16 @@ node_tests() {
 suite "gofmt" gofmt_check
 suite "go vet" go vet ./...
 suite "build bin/parley" go build -o bin/parley ./cmd/parley
+# The Ollama peer (same module version, same CGO flags: llama.cpp's objects come from the build cache), so that
+# llm/source's ollama:// test resolves a store made by a real `ollama create` instead of skipping.
+build_ollama() {
+	local bin
+	bin=$(scripts/bench/build-ollama.sh | tail -n 1) || return 1
+	[ -x "$bin" ] || { echo "build-ollama: no binary at $bin" >&2; return 1; }
+	export PARLEY_OLLAMA_BIN=$bin
+	echo "PARLEY_OLLAMA_BIN=$bin"
+}
+suite "build ollama (peer for ollama:// tests)" build_ollama
 suite "go test -race" go test -race -count=1 -timeout=20m "${go_test_flags[@]}" ./...
 
 # Every `func FuzzX(` in a _test.go file, package by package ("DIR:TARGET" lines).
