@@ -176,6 +176,17 @@ describe('chat page', { timeout: 240_000 }, () => {
     assert.equal(await page.evaluate(() => localStorage.getItem('parley.session')), firstId, 'session id stored');
     assert.equal(await page.locator('#log .msg').count(), 0, 'fresh session has no messages');
     assert.equal(await page.getByRole('button', { name: 'Send' }).isDisabled(), true, 'Send is disabled with nothing typed');
+
+    // A reload before any reply: the server stores sessions at their first
+    // write, so it does not know this one; the page starts a new session
+    // quietly (no "expired" notice: there was nothing to lose).
+    await page.reload();
+    await connected();
+    const again = (await sessionId()).trim();
+    assert.match(again, /\S{4,}/, 'a session id is shown after the reload');
+    assert.equal(await page.locator('#log .msg').count(), 0, 'no notice, no messages');
+    assert.doesNotMatch(await page.locator('#log').textContent(), /expired/);
+    firstId = again;
   });
 
   test('a prompt streams a reply that grows token by token', async () => {

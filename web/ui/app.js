@@ -14,7 +14,9 @@
 (() => {
   'use strict';
 
-  const KEYS = { session: 'parley.session', settings: 'parley.settings', theme: 'parley.theme', apiKey: 'parley.key' };
+  // started: the id of the last session a reply completed in. The server stores a session at its first write, so an
+  // id it no longer knows means "expired" only when that session had a conversation.
+  const KEYS = { session: 'parley.session', settings: 'parley.settings', theme: 'parley.theme', apiKey: 'parley.key', started: 'parley.started' };
   const DEFAULTS = Object.freeze({ temperature: 0.8, max_tokens: 256, top_p: 0.95, top_k: 40, system: '' });
   // Reconnect backoff in ms: doubles from MIN to MAX, with up to 50% jitter
   // below the nominal delay so that many pages dropped by one server restart
@@ -273,6 +275,7 @@
 
   function onDone(msg) {
     if (!state.reply) return;
+    if (state.sessionId) store.set(localStorage, KEYS.started, state.sessionId);
     finishReply(msg);
   }
 
@@ -283,10 +286,12 @@
       // An error on open. not_found: the stored session expired or never
       // existed here; forget it and start a fresh one at once.
       if (code === 'not_found' && state.sessionId) {
+        const hadConversation = store.get(localStorage, KEYS.started) === state.sessionId;
         state.sessionId = null;
         store.set(localStorage, KEYS.session, null);
         state.messages = [];
-        state.notice = 'The previous session has expired; this is a new conversation.';
+        // A session that never had a reply was never stored: starting afresh is all there is to it.
+        if (hadConversation) state.notice = 'The previous session has expired; this is a new conversation.';
         dropSocket();
         state.attempt = 0;
         scheduleReconnect(true);
