@@ -3,7 +3,6 @@ package llm_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,8 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// llama.cpp logs through slog's default logger; keep test output readable.
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	llm.SetNativeLog(os.Stderr, false) // keep test output readable
 	goleak.VerifyTestMain(m)
 }
 

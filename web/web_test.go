@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -11,13 +10,13 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
 
 func TestMain(m *testing.M) {
-	// llama.cpp logs through slog's default logger; keep test output readable.
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	llm.SetNativeLog(os.Stderr, false) // keep test output readable
 	goleak.VerifyTestMain(m)
 }
 

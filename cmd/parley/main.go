@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -196,12 +195,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer log.Sync()
-	// llama.cpp logs through slog's default logger; keep its chatter off unless asked.
-	llamaLevel := slog.LevelError
-	if cfg.llamaLog {
-		llamaLevel = slog.LevelDebug
-	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: llamaLevel})))
+	llm.SetNativeLog(stderr, cfg.llamaLog) // keep llama.cpp's chatter off unless asked
 
 	defaults := parley.DefaultParams()
 	defaults.MaxTokens = cfg.maxTokens
