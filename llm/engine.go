@@ -22,8 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -697,24 +695,4 @@ func (e *Engine) shutdown() {
 			return
 		}
 	}
-}
-
-// checkModelFile gives a clear error for a path that is not a readable GGUF.
-func checkModelFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("model file %s: not found", path)
-		}
-		return fmt.Errorf("model file: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return fmt.Errorf("model file %s: is a directory", path)
-	}
-	magic := make([]byte, 4)
-	if _, err := f.Read(magic); err != nil || string(magic) != "GGUF" {
-		return fmt.Errorf("model file %s: not a GGUF file", filepath.Base(path))
-	}
-	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ollama/ollama/fs/ggml"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm/source"
 )
 
 // GGUF token types (tokenizer.ggml.token_type).
@@ -46,7 +47,7 @@ type metadata struct {
 // readMetadata reads the model's facts from its GGUF header in pure Go, so a
 // file that is not a GGUF gets a clear error before llama.cpp sees it.
 func readMetadata(path string) (metadata, error) {
-	if err := checkModelFile(path); err != nil {
+	if err := source.CheckGGUF(path); err != nil {
 		return metadata{}, err
 	}
 	f, err := os.Open(path)

@@ -230,7 +230,7 @@ func useCached(final, wantSHA string, remove bool) (bool, error) {
 	} else if err != nil {
 		return false, fmt.Errorf("cached model %s: %w", final, err)
 	}
-	err := checkGGUF(final)
+	err := CheckGGUF(final)
 	if err == nil && wantSHA != "" {
 		err = checkSHA256(final, wantSHA)
 	}
@@ -334,7 +334,7 @@ func (d *download) run(ctx context.Context) error {
 			return d.discard(fmt.Errorf("model %s: downloaded file's sha256 is %s, want %s (file removed): %w", d.ref, got, d.wantSHA, ErrChecksum))
 		}
 	}
-	if err := checkGGUF(d.partial); errors.Is(err, ErrNotGGUF) {
+	if err := CheckGGUF(d.partial); errors.Is(err, ErrNotGGUF) {
 		return d.discard(fmt.Errorf("model %s: the hub served a file that is not GGUF (file removed): %w", d.ref, err))
 	} else if err != nil {
 		return fmt.Errorf("model %s: %w", d.ref, err)

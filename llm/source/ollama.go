@@ -180,7 +180,7 @@ func resolveOllama(s string, o *options) (string, error) {
 	if o.sha256 != "" && !strings.EqualFold(dm[1], o.sha256) {
 		return "", fmt.Errorf("ollama model %s: sha256 is %s, want %s: %w", name, strings.ToLower(dm[1]), o.sha256, ErrChecksum)
 	}
-	if err := checkGGUF(blob); err != nil {
+	if err := CheckGGUF(blob); err != nil {
 		return "", fmt.Errorf("ollama model %s: %w", name, err)
 	}
 	return blob, nil

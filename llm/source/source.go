@@ -175,7 +175,7 @@ func Resolve(ctx context.Context, ref string, opts ...Option) (string, error) {
 // resolveFile checks a plain path: it exists, is a regular file, is readable,
 // starts with the GGUF magic, and has the expected sha256 if one is given.
 func resolveFile(path, wantSHA string) (string, error) {
-	if err := checkGGUF(path); err != nil {
+	if err := CheckGGUF(path); err != nil {
 		return "", err
 	}
 	if wantSHA != "" {
@@ -188,7 +188,7 @@ func resolveFile(path, wantSHA string) (string, error) {
 
 // checkGGUF opens path and checks its first bytes, naming the cause of any
 // failure: not found, permission, a directory, too short, wrong magic.
-func checkGGUF(path string) error {
+func CheckGGUF(path string) error {
 	f, err := os.Open(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
