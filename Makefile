@@ -23,7 +23,8 @@ BIN := bin/parley
 
 export PARLEY_MARCH := $(MARCH)
 export CGO_ENABLED := 1
-export CGO_CPPFLAGS := -I$(CURDIR)/llm/native
+# PARLEY_NATIVE_INCLUDE: as in scripts/env.sh, one llm/native shared by several checkouts.
+export CGO_CPPFLAGS := -I$(or $(PARLEY_NATIVE_INCLUDE),$(CURDIR)/llm/native)
 export CGO_CFLAGS := -O3 -march=$(MARCH)
 export CGO_CXXFLAGS := -O3 -march=$(MARCH)
 
