@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+
+	"github.com/parley-chat/parley/llm/gbnf"
 )
 
 // Limits on sampling parameters. Values outside them are rejected with an
@@ -27,6 +29,12 @@ const (
 	// nested 7,000 deep took 8 s and 2.9 GB to convert.
 	MaxSchemaDepth = 64
 )
+
+// grammarLimits bound a request's grammar before it reaches llama.cpp; see
+// package gbnf for why.
+func grammarLimits() gbnf.Limits {
+	return gbnf.Limits{MaxBytes: MaxGrammarLen, MaxDepth: MaxGrammarDepth}
+}
 
 // Params are the sampling and stopping parameters of one reply. The zero
 // value is not useful; start from DefaultParams (or the server's configured
@@ -131,8 +139,10 @@ func (p Params) Validate(maxTokens int) error {
 	if len(p.JSONSchema) > MaxGrammarLen {
 		return FieldErrorf("json_schema", "must be at most %d bytes", MaxGrammarLen)
 	}
-	if d := grammarDepth(p.Grammar); d > MaxGrammarDepth {
-		return FieldErrorf("grammar", "nests groups %d deep; at most %d", d, MaxGrammarDepth)
+	if p.Grammar != "" {
+		if err := gbnf.Check(p.Grammar, grammarLimits()); err != nil {
+			return FieldErrorf("grammar", "%v", err)
+		}
 	}
 	if len(p.JSONSchema) > 0 && !json.Valid(p.JSONSchema) {
 		return FieldErrorf("json_schema", "must be valid JSON")
@@ -140,39 +150,12 @@ func (p Params) Validate(maxTokens int) error {
 	if len(p.JSONSchema) > 0 && jsonDepthOver(p.JSONSchema, MaxSchemaDepth) {
 		return FieldErrorf("json_schema", "nests objects and arrays more than %d deep", MaxSchemaDepth)
 	}
-	return nil
-}
-
-// grammarDepth returns the deepest nesting of parentheses in a GBNF grammar,
-// skipping string literals, character classes (both with backslash escapes)
-// and comments. It does not validate: llama.cpp's parser does that, once
-// the depth is known to be safe for its recursion.
-func grammarDepth(g string) int {
-	depth, deepest := 0, 0
-	for i := 0; i < len(g); i++ {
-		switch g[i] {
-		case '"', '[':
-			end := byte('"')
-			if g[i] == '[' {
-				end = ']'
-			}
-			for i++; i < len(g) && g[i] != end; i++ {
-				if g[i] == '\\' {
-					i++
-				}
-			}
-		case '#':
-			for i < len(g) && g[i] != '\n' {
-				i++
-			}
-		case '(':
-			depth++
-			deepest = max(deepest, depth)
-		case ')':
-			depth = max(depth-1, 0)
+	if len(p.JSONSchema) > 0 {
+		if err := gbnf.CheckSchema(p.JSONSchema, grammarLimits()); err != nil {
+			return FieldErrorf("json_schema", "%v", err)
 		}
 	}
-	return deepest
+	return nil
 }
 
 // jsonDepthOver reports whether the valid JSON value b nests objects and

@@ -32,6 +32,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm/gbnf"
 )
 
 // Defaults for Config's zero values.
@@ -54,6 +55,10 @@ const (
 	// minReusePrefix is the shortest shared prefix for which a new sequence
 	// prefers a slot over the least recently used one.
 	minReusePrefix = 8
+
+	// DefaultStepBudget is how long one sequence's share of a decode step
+	// (its grammar check and sampling) may take before it is ended.
+	DefaultStepBudget = 2 * time.Second
 )
 
 // ErrClosed is returned by Generate after Close.
@@ -74,6 +79,10 @@ type Config struct {
 	// stories260K decodes at a quarter of its short-context rate with it on,
 	// at a steady rate with it off), while the plain path is a matrix product.
 	FlashAttention string
+	// StepBudget bounds the time one sequence spends sampling a token
+	// (grammar matching included): a sequence over it is ended with an
+	// error so it cannot stall the others. Zero means DefaultStepBudget.
+	StepBudget time.Duration
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
 	Logger   *zap.Logger
@@ -91,6 +100,8 @@ type Stats struct {
 	StepNanos        int64 // time spent in decode steps (cumulative)
 	BusyRefusals     int64 // requests refused because the queue was full (cumulative)
 	SlowConsumerDrop int64 // sequences ended because their consumer stopped reading (cumulative)
+	GrammarDeadEnds  int64 // sequences ended because their grammar admitted no token (cumulative)
+	OverBudget       int64 // sequences ended because one step took longer than the step budget (cumulative)
 }
 
 // Engine is a loaded model with its decode loop. It is safe for concurrent use.
@@ -102,11 +113,13 @@ type Engine struct {
 	log     *zap.Logger
 	nCtx    int // tokens per slot
 	batch   int // micro-batch size
+	budget  time.Duration
 	queue   chan *sequence
 	closing chan struct{}
 	done    chan struct{}
 
 	closeOnce sync.Once
+	freeOnce  sync.Once
 	closeMu   sync.RWMutex // held for reading while enqueueing, for writing when closing
 	closed    bool
 
@@ -117,7 +130,7 @@ type Engine struct {
 
 	busy, queued                                          atomic.Int64
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
-	busyRefusals, slowDrops                               atomic.Int64
+	busyRefusals, slowDrops, deadEnds, overBudget         atomic.Int64
 }
 
 // slot is one llama.cpp sequence id and what its KV cache holds. Owned by the loop.
@@ -135,7 +148,13 @@ type sequence struct {
 	req     parley.GenerateRequest
 	out     chan parley.Event
 	sampler *llama.SamplingContext
-	temp    float64
+	// guard is a second instance of the sampler's grammar (nil without
+	// one), advanced in step with it. Before each sample it checks that some
+	// token is still allowed: llama.cpp's sampler aborts the process when
+	// its grammar leaves none.
+	guard *llama.Grammar
+	cands []llama.TokenData // the guard's scratch, one per vocabulary entry
+	temp  float64
 
 	slot    *slot
 	pending []int // tokens to decode next: the rest of the prompt, or the last sampled token
@@ -174,6 +193,9 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.StepBudget <= 0 {
+		cfg.StepBudget = DefaultStepBudget
 	}
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = DefaultQueueSize
@@ -225,6 +247,7 @@ func Open(cfg Config) (*Engine, error) {
 		log:     log,
 		nCtx:    cfg.ContextLength,
 		batch:   cfg.BatchSize,
+		budget:  cfg.StepBudget,
 		queue:   make(chan *sequence, cfg.QueueSize+cfg.Parallel),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
@@ -275,6 +298,8 @@ func (e *Engine) Stats() Stats {
 		StepNanos:        e.stepNanos.Load(),
 		BusyRefusals:     e.busyRefusals.Load(),
 		SlowConsumerDrop: e.slowDrops.Load(),
+		GrammarDeadEnds:  e.deadEnds.Load(),
+		OverBudget:       e.overBudget.Load(),
 	}
 }
 
@@ -304,15 +329,26 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	if err := req.Params.Validate(0); err != nil {
 		return nil, err
 	}
-	sampler, err := e.newSampler(req.Params)
+	sampler, grammar, err := e.newSampler(req.Params)
 	if err != nil {
 		return nil, err
 	}
+	guard := e.newGuard(grammar)
+	if grammar != "" && guard == nil {
+		return nil, parley.FieldErrorf("grammar", "llama.cpp could not compile the grammar")
+	}
+	queued := false
+	defer func() {
+		if !queued && guard != nil {
+			guard.Free()
+		}
+	}()
 	seq := &sequence{
 		ctx:       ctx,
 		req:       req,
 		out:       make(chan parley.Event, min(req.Params.MaxTokens, maxEventBuffer)+1),
 		sampler:   sampler,
+		guard:     guard,
 		temp:      req.Params.Temperature,
 		iBatch:    -1,
 		submitted: time.Now(),
@@ -326,6 +362,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	select {
 	case e.queue <- seq:
 		e.queued.Add(1)
+		queued = true
 		return seq.out, nil
 	default:
 		e.busyRefusals.Add(1)
@@ -333,31 +370,53 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	}
 }
 
-// Close stops the loop (ending every sequence as cancelled) and frees the model.
+// Close stops the loop (ending every sequence as cancelled) and frees the
+// model. It waits for the loop's current step; Shutdown bounds that wait.
 func (e *Engine) Close() error {
+	return e.Shutdown(context.Background())
+}
+
+// ErrShutdownTimeout is returned by Shutdown when the loop did not stop
+// before ctx ended. The model is then left allocated (the loop may still be
+// inside llama.cpp): the caller is expected to exit the process.
+var ErrShutdownTimeout = errors.New("llm: the decode loop did not stop in time")
+
+// Shutdown stops the loop like Close, but waits for it only until ctx ends,
+// so a step stuck in llama.cpp cannot hold up the process's exit.
+func (e *Engine) Shutdown(ctx context.Context) error {
 	e.closeOnce.Do(func() {
 		e.closeMu.Lock()
 		e.closed = true
 		close(e.closing)
 		e.closeMu.Unlock()
-		<-e.done
-		llama.FreeModel(e.model)
 	})
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return ErrShutdownTimeout
+	}
+	e.freeOnce.Do(func() { llama.FreeModel(e.model) })
 	return nil
 }
 
-func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, error) {
+// newSampler builds seq's sampler and returns the GBNF it constrains to
+// ("" for none). Params.Validate has checked the client's grammar or schema;
+// the grammar a schema converts to is checked here.
+func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, string, error) {
 	grammar, field := p.Grammar, "grammar" // field: what the client sent, for errors
 	if len(p.JSONSchema) > 0 {
 		g := llama.SchemaToGrammar(p.JSONSchema)
 		if g == nil {
-			return nil, parley.FieldErrorf("json_schema", "could not be converted to a grammar (unsupported or invalid schema)")
+			return nil, "", parley.FieldErrorf("json_schema", "could not be converted to a grammar (unsupported or invalid schema)")
+		}
+		if err := gbnf.Check(string(g), gbnf.Limits{}); err != nil {
+			return nil, "", parley.FieldErrorf("json_schema", "converts to a grammar that is refused: %v", err)
 		}
 		grammar, field = string(g), "json_schema"
 	}
 	if grammar != "" {
 		if err := e.checkGrammar(grammar); err != nil {
-			return nil, parley.FieldErrorf(field, "%v", err)
+			return nil, "", parley.FieldErrorf(field, "%v", err)
 		}
 	}
 	seed := uint32(math.MaxUint32) // llama.cpp: random
@@ -383,11 +442,11 @@ func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, error) {
 	})
 	if err != nil {
 		if grammar != "" {
-			return nil, parley.FieldErrorf(field, "llama.cpp could not compile the grammar")
+			return nil, "", parley.FieldErrorf(field, "llama.cpp could not compile the grammar")
 		}
-		return nil, fmt.Errorf("sampler: %w", err)
+		return nil, "", fmt.Errorf("sampler: %w", err)
 	}
-	return sc, nil
+	return sc, grammar, nil
 }
 
 // loop owns the llama.cpp context. It exits when Close is called.
@@ -597,8 +656,25 @@ func (e *Engine) step(b *llama.Batch) (finished int) {
 func (e *Engine) sample(seq *sequence) bool {
 	idx := seq.iBatch
 	seq.iBatch = -1
+	t0 := time.Now()
+	if seq.guard != nil && !e.grammarAllowsAny(seq) {
+		e.deadEnds.Add(1)
+		e.finish(seq, parley.FinishError, parley.Errorf(parley.EInvalid,
+			"the grammar allows no token of this model's vocabulary after %d tokens", seq.generated))
+		return true
+	}
+	if time.Since(t0) > e.budget {
+		// The guard's check costs what the sampler's would: skip the second.
+		return e.overStepBudget(seq, time.Since(t0))
+	}
 	tok := seq.sampler.Sample(e.lc, idx)
 	seq.sampler.Accept(tok, true)
+	if seq.guard != nil && !e.model.TokenIsEog(tok) {
+		seq.guard.Accept(int32(tok))
+	}
+	if d := time.Since(t0); d > e.budget {
+		return e.overStepBudget(seq, d)
+	}
 
 	if e.model.TokenIsEog(tok) {
 		e.finish(seq, parley.FinishEOS, nil)
@@ -637,6 +713,16 @@ func (e *Engine) sample(seq *sequence) bool {
 	return false
 }
 
+// overStepBudget ends seq, whose sampling step took d.
+func (e *Engine) overStepBudget(seq *sequence, d time.Duration) bool {
+	e.overBudget.Add(1)
+	e.log.Warn("sequence over its step budget", zap.String("key", seq.req.Key),
+		zap.Duration("step", d), zap.Duration("budget", e.budget))
+	e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal,
+		"generating a token took %s, over the %s budget (is the grammar too complex?)", d.Round(time.Millisecond), e.budget))
+	return true
+}
+
 // logprob returns log softmax(logits / temp)[tok]. Greedy sampling (temp <= 0)
 // reports the model's own distribution (temp 1).
 func logprob(logits []float32, tok int, temp float64) float64 {
@@ -660,6 +746,10 @@ func logprob(logits []float32, tok int, temp float64) float64 {
 // finish ends seq: frees its slot (keeping the cached tokens for reuse) and
 // sends the final event, for which the channel always has room.
 func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
+	if seq.guard != nil {
+		seq.guard.Free()
+		seq.guard = nil
+	}
 	if s := seq.slot; s != nil {
 		s.seq = nil
 		seq.slot = nil

@@ -60,3 +60,32 @@ func (e *Engine) checkGrammar(grammar string) error {
 	}
 	return errors.New("no token of this model's vocabulary can start it")
 }
+
+// newGuard compiles a second instance of a sequence's grammar, the one
+// grammarAllowsAny consults. It returns nil for no grammar. The grammar
+// compiled once already (checkGrammar), so it compiles again.
+func (e *Engine) newGuard(grammar string) *llama.Grammar {
+	if grammar == "" {
+		return nil
+	}
+	gv := e.grammarVocab()
+	return llama.NewGrammar(grammar, gv.ids, gv.pieces, gv.eog)
+}
+
+// grammarAllowsAny reports whether seq's grammar, in its current state,
+// allows at least one token. Called by the loop before sampling.
+func (e *Engine) grammarAllowsAny(seq *sequence) bool {
+	if seq.cands == nil {
+		seq.cands = make([]llama.TokenData, e.info.VocabSize)
+	}
+	for i := range seq.cands {
+		seq.cands[i] = llama.TokenData{ID: int32(i)}
+	}
+	seq.guard.Apply(seq.cands)
+	for _, c := range seq.cands {
+		if !math.IsInf(float64(c.Logit), -1) {
+			return true
+		}
+	}
+	return false
+}

@@ -69,6 +69,8 @@ type config struct {
 	topK, repeatLastN                            int
 	seed                                         int64
 	llamaLog                                     bool
+	// issue 11 (hardening, round two)
+	stepBudget time.Duration
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -115,6 +117,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.maxPromptTokens, "max-prompt-tokens", web.DefaultMaxPromptTokens, "tokens in one prompt at most (over it: too_large; -1 = no cap)")
 	fs.IntVar(&c.maxQueuedPrompts, "max-queued-prompts", web.DefaultMaxQueuedPrompts, "prompts that may wait on one connection behind the reply streaming")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", web.DefaultDrainTimeout, "on shutdown, how long running replies may finish")
+	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
 
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -282,7 +285,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Warn("shutdown", zap.Error(cerr))
 	}
 	if eng != nil {
-		eng.Close()
+		// Bounded too: a step stuck in llama.cpp must not keep the process up.
+		if cerr := eng.Shutdown(closeCtx); cerr != nil {
+			log.Warn("engine shutdown", zap.Error(cerr))
+		}
 	}
 	if err != nil {
 		return err
@@ -308,6 +314,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		BatchSize:      cfg.batch,
 		FlashAttention: cfg.flashAttn,
 		QueueSize:      cfg.queue,
+		StepBudget:     cfg.stepBudget,
 		Progress:       progress.update,
 		Logger:         log.Named("llm"),
 	})

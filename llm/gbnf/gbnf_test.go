@@ -1,0 +1,155 @@
+package gbnf_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/parley-chat/parley/llm/gbnf"
+)
+
+// jsonGrammar is llama.cpp's json.gbnf, a realistic grammar that must pass.
+const jsonGrammar = `root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+`
+
+func TestCheckAccepts(t *testing.T) {
+	for name, g := range map[string]string{
+		"json":       jsonGrammar,
+		"literal":    `root ::= "yes" | "no"`,
+		"class":      `root ::= [a-z]+ [^\n]*`,
+		"repeat":     `root ::= "a"{2,5} "b"{3} "c"{1,}`,
+		"recursive":  "root ::= item\nitem ::= \"(\" item? \")\" | \"x\"",
+		"tokens":     `root ::= <[12]> !<[3]>`,
+		"any":        `root ::= . .?`,
+		"comment":    "# hello\nroot ::= \"a\" # trailing\n",
+		"crlf":       "root ::= a\r\na ::= \"x\"\r\n",
+		"max repeat": `root ::= "a"{0,2000}`,
+	} {
+		if err := gbnf.Check(g, gbnf.Limits{}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestCheckRejects(t *testing.T) {
+	nested := "root ::= a0\n"
+	for i := range 20 {
+		nested += "a" + strconv.Itoa(i) + " ::= (\"x\" | \"\") a" + strconv.Itoa(i+1) + " a" + strconv.Itoa(i+1) + "\n"
+	}
+	nested += "a20 ::= \"y\" | \"\"\n"
+	for _, tc := range []struct {
+		name, g, want string
+	}{
+		{"empty class", `root ::= "a" []`, "empty"},
+		{"empty negated class", `root ::= [^]`, "empty"},
+		{"negated all", `root ::= "a" [^\x00-\U0010FFFF]`, "matches nothing"},
+		{"reversed range", `root ::= [z-a]`, "reversed"},
+		{"max below min", `root ::= "a"{5,2}`, "maximum below its minimum"},
+		{"huge bound", `root ::= "a"{0,99999999999999999999}`, "above 2000"},
+		{"bound over cap", `root ::= "a"{2001}`, "above 2000"},
+		{"element bomb", `root ::= "` + strings.Repeat("a", 2000) + `"{2000}`, "elements"},
+		{"deep", "root ::= " + strings.Repeat("(", 300) + `"a"` + strings.Repeat(")", 300), "deep"},
+		{"nested nullable", nested, "too many ways"},
+		{"nested optional groups", "root ::= " + strings.Repeat(`("a"? `, 12) + strings.Repeat(`"b"?)? `, 12), ""},
+		{"no root", `other ::= "a"`, "no root"},
+		{"undefined", `root ::= missing`, "not defined"},
+		{"left recursion", "root ::= root \"a\" | \"b\"", "left-recursive"},
+		{"unterminated", `root ::= "abc`, "unterminated"},
+		{"bad escape", `root ::= "\q"`, "escape"},
+		{"nul", "root ::= \"a\x00\"", "NUL"},
+		{"no repeat item", `root ::= *`, "no preceding item"},
+		{"twice", "root ::= \"a\"\nroot ::= \"b\"", "twice"},
+	} {
+		err := gbnf.Check(tc.g, gbnf.Limits{})
+		if err == nil {
+			if tc.want != "" {
+				t.Errorf("%s: accepted", tc.name)
+			}
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q does not mention %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCheckSchema(t *testing.T) {
+	ok := []string{
+		`{"type":"object","properties":{"name":{"type":"string","minLength":1,"maxLength":20},"age":{"type":"integer","minimum":0,"maximum":150}},"required":["name"]}`,
+		`{"type":"array","items":{"type":"number","exclusiveMinimum":0},"minItems":1,"maxItems":5}`,
+		`{"type":"string","pattern":"^[a-z]+(-[a-z0-9]{1,8})*$"}`,
+		`{"type":"object","properties":{"pattern":{"type":"string"},"minimum":{"type":"integer"}}}`,
+		`{"type":"integer","minimum":10,"maximum":10}`,
+	}
+	for _, s := range ok {
+		if err := gbnf.CheckSchema([]byte(s), gbnf.Limits{}); err != nil {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	for _, tc := range []struct{ schema, want string }{
+		{`{"type":"string","minLength":5,"maxLength":2}`, "minLength 5 is above maxLength 2"},
+		{`{"type":"array","minItems":3,"maxItems":1}`, "minItems 3 is above maxItems 1"},
+		{`{"type":"string","maxLength":1e9}`, "at most 2000"},
+		{`{"type":"string","minLength":-1}`, "non-negative"},
+		{`{"type":"number","minimum":5,"maximum":1}`, "empty"},
+		{`{"type":"integer","minimum":10,"exclusiveMaximum":10}`, "empty"},
+		{`{"type":"integer","exclusiveMinimum":10,"exclusiveMaximum":11}`, "no integer"},
+		{`{"type":"integer","minimum":10.2,"maximum":10.8}`, "no integer"},
+		{`{"type":"integer","minimum":-1e300}`, "within"},
+		{`{"type":"object","properties":{"a":{"type":"string","maxLength":1,"minLength":4}}}`, "properties.a: minLength"},
+		{`{"type":"string","pattern":"^(?=a)b$"}`, "(?...)"},
+		{`{"type":"string","pattern":"^[[:alpha:]]+$"}`, "POSIX"},
+		{`{"type":"string","pattern":"^(a)\\1$"}`, `\1`},
+		{`{"type":"string","pattern":"^a{5,2}$"}`, "below its minimum"},
+		{`{"type":"string","pattern":"^a{0,5000}$"}`, "more than 2000"},
+		{`{"type":"string","pattern":"abc"}`, "start with ^"},
+		{`{"type":"string","pattern":"^*a$"}`, "nothing before"},
+		{`{"type":"string","pattern":"^(a$"}`, "unclosed"},
+		{`{"type":"string","pattern":"^[]$"}`, "empty character class"},
+		{`{"type":"string","pattern":""}`, "start with ^"},
+		{`{"anyOf":[{"type":"string"},{"type":"string","minItems":2,"maxItems":1}]}`, "anyOf[1]"},
+	} {
+		err := gbnf.CheckSchema([]byte(tc.schema), gbnf.Limits{})
+		if err == nil {
+			t.Errorf("%s: accepted", tc.schema)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q does not mention %q", tc.schema, err, tc.want)
+		}
+	}
+}
+
+// FuzzCheck makes sure no input panics the checker or runs away.
+func FuzzCheck(f *testing.F) {
+	f.Add(jsonGrammar)
+	f.Add(`root ::= "a"{5,2}`)
+	f.Add(`root ::= [^\x00-\U0010FFFF]`)
+	f.Fuzz(func(t *testing.T, g string) {
+		_ = gbnf.Check(g, gbnf.Limits{})
+	})
+}
