@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,4 +143,46 @@ func itoa(i int) string {
 		return digits[i : i+1]
 	}
 	return itoa(i/10) + digits[i%10:i%10+1]
+}
+
+// TestNativeLogIsStructured: with llama.cpp's log routed through zap, every
+// line a model load and a refused grammar produce is one JSON entry.
+func TestNativeLogIsStructured(t *testing.T) {
+	var buf syncBuffer
+	llm.SetNativeLog(&buf, true)
+	defer llm.SetNativeLog(os.Stderr, false)
+	e := mustOpen(t, llm.Config{ContextLength: 256, Parallel: 1})
+	p := greedy(4)
+	p.Grammar = "root ::= \"a\" | [\n{\"level\":\"error\",\"msg\":\"forged\"}\n"
+	toks, _ := e.Tokenize("Once")
+	if _, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p}); err == nil {
+		t.Fatal("bad grammar accepted")
+	}
+	out := buf.String()
+	if out == "" {
+		t.Fatal("no native log at all with verbose on")
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("raw line in the log: %q", line)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -198,7 +198,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer log.Sync()
-	llm.SetNativeLog(stderr, cfg.llamaLog) // keep llama.cpp's chatter off unless asked
+	llm.SetNativeLogger(log.Named("llama"), cfg.llamaLog) // escaped, capped, rate-limited; chatter off unless asked
 
 	defaults := parley.DefaultParams()
 	defaults.MaxTokens = cfg.maxTokens
