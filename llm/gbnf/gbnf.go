@@ -387,9 +387,12 @@ func (p *parser) sequence(i int, name string, r *[]elem, nested bool) int {
 			if p.at(i) != '<' {
 				p.fail(i, "expected '<'")
 			}
+			// Only <[id]>: llama.cpp's checker has no vocabulary to parse
+			// <text> tokens with, and it prints a grammar it cannot parse
+			// raw to stderr.
 			j := strings.IndexByte(p.src[i:], '>')
-			if j < 0 {
-				p.fail(i, "expected '>'")
+			if j < 4 || p.src[i+1] != '[' || p.src[i+j-1] != ']' || len(p.src[i+2:i+j-1]) > 9 || strings.Trim(p.src[i+2:i+j-1], "0123456789") != "" {
+				p.fail(i, "tokens must be written <[ID]> with a numeric id")
 			}
 			last = len(*r)
 			push(elem{t, 0})

@@ -82,6 +82,8 @@ func TestCheckRejects(t *testing.T) {
 		{"bad escape", `root ::= "\q"`, "escape"},
 		{"nul", "root ::= \"a\x00\"", "NUL"},
 		{"no repeat item", `root ::= *`, "no preceding item"},
+		{"text token", `root ::= <hello>`, "numeric id"},
+		{"empty token", `root ::= <[]>`, "numeric id"},
 		{"twice", "root ::= \"a\"\nroot ::= \"b\"", "twice"},
 	} {
 		err := gbnf.Check(tc.g, gbnf.Limits{})
