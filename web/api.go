@@ -29,6 +29,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -113,6 +114,8 @@ func (s *Server) apiAvailable() error {
 }
 
 // readBody reads the request body, refusing more than maxAPIBodyBytes.
+// The read deadline bodyDeadline set is lifted once the body is in, so a
+// long streamed reply is not cut by it.
 func readBody(c echo.Context) ([]byte, error) {
 	r := http.MaxBytesReader(c.Response(), c.Request().Body, maxAPIBodyBytes)
 	b, err := io.ReadAll(r)
@@ -120,6 +123,10 @@ func readBody(c echo.Context) ([]byte, error) {
 	switch {
 	case errors.As(err, &tooBig):
 		return nil, parley.Errorf(parley.ETooLarge, "the request body is over %d bytes", maxAPIBodyBytes)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, parley.Errorf(parley.EInvalid, "the request body did not arrive in time")
+	case err == nil:
+		_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{})
 	case err != nil:
 		return nil, parley.Errorf(parley.EInvalid, "reading the request body: %v", err)
 	}

@@ -43,6 +43,8 @@ const (
 	DefaultSendBuffer       = 1024             // frames queued per connection for its writer
 	DefaultMaxQueuedPrompts = 16               // prompts and control messages waiting per connection
 	DefaultMaxPromptTokens  = 8192             // tokens per prompt
+	DefaultBodyTimeout      = 30 * time.Second // to receive a request body
+	DefaultMaxHTTPConns     = 1024             // open TCP connections, WebSockets included
 )
 
 // Sentinel is the text-mode end-of-reply message.
@@ -87,6 +89,14 @@ type Config struct {
 	// client that lets them pile up is too slow: it is closed with 1008
 	// and its reply cancelled, so memory stays bounded whatever it does.
 	SendBuffer int
+	// BodyTimeout bounds the time to receive a request body, so a body that
+	// never ends (chunked) or falls short of its Content-Length cannot hold
+	// a connection.
+	BodyTimeout time.Duration
+	// MaxHTTPConns bounds open TCP connections of every kind (MaxConns
+	// covers only WebSockets). Past it a new connection gets a 503 and is
+	// closed.
+	MaxHTTPConns int
 }
 
 // Tokenizer counts the tokens of a prompt for Config.MaxPromptTokens
@@ -136,6 +146,12 @@ func WithRoutes(mount func(*echo.Echo)) Option {
 func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.MaxHTTPConns <= 0 {
+		cfg.MaxHTTPConns = DefaultMaxHTTPConns
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
@@ -229,6 +245,7 @@ func (s *Server) Open() error {
 // closes it. Call it at most once, instead of Open.
 func (s *Server) OpenListener(ln net.Listener) {
 	s.ln = ln
+	ln = newLimitListener(ln, s.cfg.MaxHTTPConns, s.log)
 	s.connWG.Add(1)
 	go func() {
 		defer s.connWG.Done()
@@ -301,7 +318,7 @@ func (s *Server) busyConns() int {
 
 func (s *Server) routes() {
 	e := s.echo
-	e.Use(s.countRefusals, s.guardHost, s.requireReady)
+	e.Use(s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady)
 	e.GET("/", s.handleRoot)
 	e.GET("/ws", s.handleWebSocket)
 	sub, _ := fs.Sub(uiFiles, "ui")

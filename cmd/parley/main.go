@@ -70,7 +70,8 @@ type config struct {
 	seed                                         int64
 	llamaLog                                     bool
 	// issue 11 (hardening, round two)
-	stepBudget time.Duration
+	stepBudget, bodyTimeout time.Duration
+	maxHTTPConns            int
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -117,6 +118,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.maxPromptTokens, "max-prompt-tokens", web.DefaultMaxPromptTokens, "tokens in one prompt at most (over it: too_large; -1 = no cap)")
 	fs.IntVar(&c.maxQueuedPrompts, "max-queued-prompts", web.DefaultMaxQueuedPrompts, "prompts that may wait on one connection behind the reply streaming")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", web.DefaultDrainTimeout, "on shutdown, how long running replies may finish")
+	fs.DurationVar(&c.bodyTimeout, "body-timeout", web.DefaultBodyTimeout, "longest a client may take to send a request body")
+	fs.IntVar(&c.maxHTTPConns, "max-http-conns", web.DefaultMaxHTTPConns, "open TCP connections at most, WebSockets included (over it: 503)")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
 
 	if err := fs.Parse(args); err != nil {
@@ -253,6 +256,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		DrainTimeout:     cfg.drainTimeout,
 		Defaults:         defaults,
 		MaxTokensCap:     cfg.maxTokensLimit,
+		BodyTimeout:      cfg.bodyTimeout,
+		MaxHTTPConns:     cfg.maxHTTPConns,
 	}, sessions,
 		web.WithLogger(log.Named("web")),
 		web.WithTokenizer(engine),

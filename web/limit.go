@@ -1,0 +1,82 @@
+package web
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+)
+
+// bodyDeadline gives a request that has a body (a Content-Length, or
+// chunked) cfg.BodyTimeout to deliver it: a read deadline on the
+// connection, lifted by readBody once the body is in. A body that never
+// ends or falls short of its length then fails its read (and the
+// connection closes) instead of holding a goroutine and a socket forever.
+// Requests without a body (the WebSocket upgrade, GETs) are untouched.
+func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if r := c.Request(); r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+		}
+		return next(c)
+	}
+}
+
+// limitListener bounds the connections open at once. One over the limit is
+// answered 503 and closed at once, rather than left in the backlog, so a
+// client learns why. Connections count until they close, hijacked
+// WebSockets included.
+type limitListener struct {
+	net.Listener
+	log     *zap.Logger
+	slot    chan struct{} // one per open connection; cap = the limit
+	refused int           // since the last warning; owned by Accept's goroutine
+	warned  time.Time
+}
+
+func newLimitListener(ln net.Listener, n int, log *zap.Logger) net.Listener {
+	return &limitListener{Listener: ln, log: log, slot: make(chan struct{}, n)}
+}
+
+// fullResponse is what a connection over the limit reads before it closes.
+const fullResponse = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 46\r\n\r\nthe server has too many open connections now\r\n"
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slot <- struct{}{}:
+			return &limitConn{Conn: c, release: func() { <-l.slot }}, nil
+		default:
+		}
+		// Over the limit: answer without blocking the accept loop.
+		go func() {
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = c.Write([]byte(fullResponse))
+			c.Close()
+		}()
+		// One warning a minute at most: a flood must not flood the log too.
+		if l.refused++; time.Since(l.warned) >= time.Minute {
+			l.log.Warn("connections refused: too many open", zap.Int("refused", l.refused), zap.Int("max_http_conns", cap(l.slot)))
+			l.refused, l.warned = 0, time.Now()
+		}
+	}
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
