@@ -72,26 +72,33 @@ func OpenBoltStore(path string, opts ...StoreOption) (*BoltStore, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open session store: %w", err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: openTimeout})
+	if st, err := os.Stat(path); err == nil && st.Size() == 0 {
+		// bbolt would take an empty file for a new one and start afresh
+		// silently; an empty file where sessions were is damage.
+		return nil, damaged(path, errors.New("the file is empty (0 bytes)"))
+	}
+	db, err := openChecked(path, &bolt.Options{Timeout: openTimeout})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open session store %s: locked by another process: %w", path, err)
 	} else if err != nil {
-		return nil, fmt.Errorf("open session store %s: %w", path, err)
+		return nil, err
 	}
 	b := &BoltStore{cfg: cfg, db: db, path: path}
-	err = db.Update(func(tx *bolt.Tx) error {
-		s, err := tx.CreateBucketIfNotExists(bucketSessions)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.CreateBucketIfNotExists(bucketUpdated); err != nil {
-			return err
-		}
-		b.count.Store(int64(s.Stats().KeyN))
-		return nil
+	err = safely(func() error {
+		return db.Update(func(tx *bolt.Tx) error {
+			s, err := tx.CreateBucketIfNotExists(bucketSessions)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.CreateBucketIfNotExists(bucketUpdated); err != nil {
+				return err
+			}
+			b.count.Store(int64(s.Stats().KeyN))
+			return nil
+		})
 	})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("open session store %s: %w", path, err), db.Close())
+		return nil, errors.Join(damaged(path, err), db.Close())
 	}
 	if cfg.ttl > 0 && cfg.interval > 0 {
 		b.jan = startJanitor(cfg.interval, cfg.log.With(zap.String("store", path)), b.Expire)

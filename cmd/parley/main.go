@@ -39,6 +39,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "store" {
+		os.Exit(storeCommand(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	stop()
@@ -144,6 +147,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if c.model == "" {
 		return c, errors.New("no model: give --model PATH (a GGUF file) or set PARLEY_MODEL")
+	}
+	if err := checkMaxTokens(c.maxTokens, c.ctx); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -272,6 +278,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""))
 
 	eng, err := loadEngine(ctx, cfg, log, stderr)
+	if err == nil {
+		// The engine may have capped --ctx at the model's training context.
+		err = checkMaxTokens(cfg.maxTokens, eng.Info().ContextLength)
+	}
 	if err == nil {
 		engine.set(eng)
 		log.Info("prompt format", zap.String("template", responder.Template().Name()))
@@ -439,6 +449,43 @@ func openStore(cfg config, log *zap.Logger) (session.Store, error) {
 	default:
 		return nil, fmt.Errorf("--store: want bolt or memory, got %q", cfg.store)
 	}
+}
+
+// checkMaxTokens refuses a default reply cap that leaves no room in the
+// context for a prompt: every text-mode prompt would fail.
+func checkMaxTokens(maxTokens, ctx int) error {
+	if maxTokens >= ctx {
+		return fmt.Errorf("--max-tokens %d must be below --ctx %d (the context holds the prompt and the reply): lower --max-tokens or raise --ctx", maxTokens, ctx)
+	}
+	return nil
+}
+
+// storeCommand is `parley store check|repair FILE`: check a session file
+// for damage, or move a damaged one aside and write a fresh file holding
+// the sessions that can still be read. The server must not be running on
+// the file. It returns the exit status.
+func storeCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 || (args[0] != "check" && args[0] != "repair") {
+		fmt.Fprintln(stderr, "usage: parley store check FILE | parley store repair FILE (the file is --data-dir/sessions.db)")
+		return 2
+	}
+	path := args[1]
+	switch args[0] {
+	case "check":
+		if err := session.CheckBoltFile(path); err != nil {
+			fmt.Fprintln(stderr, "parley:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s: sound\n", path)
+	case "repair":
+		moved, kept, err := session.RepairBoltFile(path)
+		if err != nil {
+			fmt.Fprintln(stderr, "parley:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s: moved aside to %s; the new file holds the %d sessions that could be read\n", path, moved, kept)
+	}
+	return 0
 }
 
 // defaultThreads is half the logical CPUs (at least one): about the physical
