@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -71,6 +72,57 @@ type Service struct {
 	params parley.Params
 	log    *zap.Logger
 	locks  keyLock // one per session id: turns and edits of a session run one at a time
+	// unused holds the sessions created and stored by Open but not
+	// written since, oldest first, at most maxUnused: past it the oldest is
+	// deleted again, so connections that never talk cannot fill the store
+	// and evict real conversations.
+	unused unusedSet
+}
+
+// maxUnused bounds the sessions stored at creation and not written since.
+const maxUnused = 1024
+
+// unusedSet is a bounded FIFO of session ids. Safe for concurrent use.
+type unusedSet struct {
+	mu    sync.Mutex
+	order []string
+	in    map[string]bool
+}
+
+// add records id and returns the oldest id pushed out past maxUnused, if any.
+func (u *unusedSet) add(id string) (string, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.in == nil {
+		u.in = map[string]bool{}
+	}
+	u.order = append(u.order, id)
+	u.in[id] = true
+	for len(u.order) > maxUnused {
+		old := u.order[0]
+		u.order = u.order[1:]
+		if u.in[old] {
+			delete(u.in, old)
+			return old, true
+		}
+	}
+	return "", false
+}
+
+// used forgets id: it has been written to.
+func (u *unusedSet) used(id string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.in[id] {
+		delete(u.in, id)
+		// Drop it from order too, so order stays bounded by live entries.
+		for i, o := range u.order {
+			if o == id {
+				u.order = append(u.order[:i], u.order[i+1:]...)
+				break
+			}
+		}
+	}
 }
 
 // Option configures NewService.
@@ -97,9 +149,11 @@ func NewService(store Store, r Responder, opts ...Option) *Service {
 }
 
 // Open starts or resumes a session. id "" starts a new session with the
-// default system prompt (resumed false); it is stored at its first write (a
-// committed turn, a reset, a new system prompt), so connections that never
-// talk cannot fill the store and evict real conversations. A known id
+// default system prompt (resumed false) and stores it, so a client that
+// reconnects with its id (after a server restart, say) resumes it. At most
+// maxUnused sessions stored this way and never written since are kept: past
+// that the oldest is deleted, so connections that never talk cannot fill
+// the store and evict real conversations. A known id
 // returns its session (resumed true). An unknown, expired or malformed id
 // is a parley ENotFound error: a client cannot pick its own id.
 func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
@@ -108,7 +162,18 @@ func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 		if err != nil {
 			return nil, false, err
 		}
-		return &Session{ID: nid, System: s.system}, false, nil
+		// Stored now, not at the first turn, so a client that reconnects
+		// with the id it was given (after a server restart, say) resumes
+		// it. One small record; the store's session cap and TTL bound them
+		// like any other.
+		sess := &Session{ID: nid, System: s.system}
+		if err := s.store.Put(ctx, sess); err != nil {
+			return nil, false, fmt.Errorf("create session: %w", err)
+		}
+		if old, ok := s.unused.add(nid); ok {
+			s.dropUnused(ctx, old)
+		}
+		return sess, false, nil
 	}
 	if !ValidID(id) {
 		return nil, false, errNotFound()
@@ -194,7 +259,25 @@ func (s *Service) update(ctx context.Context, id string, f func(*Session) error)
 	if err := f(sess); err != nil {
 		return err
 	}
+	s.unused.used(id)
 	return s.store.Put(ctx, sess)
+}
+
+// dropUnused deletes a session stored at creation that nothing has written
+// to since (under its lock, so a turn starting now is not lost).
+func (s *Service) dropUnused(ctx context.Context, id string) {
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	sess, err := s.store.Get(ctx, id)
+	if err != nil || len(sess.Messages) > 0 || sess.Params != nil || sess.System != s.system {
+		return
+	}
+	if err := s.store.Delete(ctx, id); err != nil {
+		s.log.Debug("drop unused session", zap.String("session", id), zap.Error(err))
+	}
 }
 
 // Turn is one prompt and its streamed reply. Its goroutine ends when the
@@ -309,6 +392,7 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 			parley.Message{Role: parley.RoleUser, Content: prompt},
 			parley.Message{Role: parley.RoleAssistant, Content: text})
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		s.unused.used(t.id)
 		err := s.store.Put(cctx, sess)
 		cancel()
 		if err != nil {

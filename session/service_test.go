@@ -160,16 +160,15 @@ func TestServiceOpen(t *testing.T) {
 	if err != nil || resumed || !session.ValidID(fresh.ID) || fresh.System != "Be kind." || len(fresh.Messages) != 0 {
 		t.Fatalf("new session = %+v, %v, %v", fresh, resumed, err)
 	}
-	// Not stored until its first write: connections that never talk cannot
-	// fill the store and evict real conversations.
-	if st.Len() != 0 {
-		t.Fatalf("a session nobody wrote to is stored: Len = %d", st.Len())
+	// Stored at once, so a reconnect with its id (after a restart, say) resumes it.
+	if st.Len() != 1 {
+		t.Fatalf("a new session is not stored: Len = %d", st.Len())
 	}
-	if _, _, err := svc.Open(ctx, fresh.ID); parley.ErrorCode(err) != parley.ENotFound {
-		t.Fatalf("resuming an unwritten session: %v, want not found", err)
+	if got, resumed, err := svc.Open(ctx, fresh.ID); err != nil || !resumed || got.ID != fresh.ID || len(got.Messages) != 0 {
+		t.Fatalf("resuming a new session: %+v, %v, %v", got, resumed, err)
 	}
 	s := mustOpenSession(t, svc)
-	if st.Len() != 1 || s.Created.IsZero() || s.System != "Be kind." {
+	if st.Len() != 2 || s.Created.IsZero() || s.System != "Be kind." {
 		t.Fatalf("after the first write: Len = %d, session %+v", st.Len(), s)
 	}
 	again, resumed, err := svc.Open(ctx, s.ID)
@@ -179,6 +178,42 @@ func TestServiceOpen(t *testing.T) {
 	for _, id := range []string{mustID(t), "nope", "../../x", strings.Repeat("A", 1000)} {
 		_, _, err := svc.Open(ctx, id)
 		wantCode(t, err, parley.ENotFound)
+	}
+}
+
+// TestUnusedSessionsAreBounded: sessions stored at creation and never
+// written are kept up to a bound; past it the oldest unused ones go, and a
+// session with a committed turn stays.
+func TestUnusedSessionsAreBounded(t *testing.T) {
+	st := mustOpen(t, storeKinds()[0])
+	svc, _ := newService(t, st, echo)
+	ctx := context.Background()
+	talked := mustOpenSession(t, svc)
+	tr, err := svc.Turn(ctx, talked.ID, "hello", parley.Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts, final := drain(t, tr)
+	if final.Err != nil || len(texts) == 0 {
+		t.Fatalf("turn: %v", final.Err)
+	}
+	first, _, err := svc.Open(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 1100 {
+		if _, _, err := svc.Open(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := st.Len(); n > 1024+2 {
+		t.Fatalf("store holds %d sessions after 1100 silent connections", n)
+	}
+	if _, _, err := svc.Open(ctx, first.ID); parley.ErrorCode(err) != parley.ENotFound {
+		t.Fatalf("the oldest unused session was kept: %v", err)
+	}
+	if got, _, err := svc.Open(ctx, talked.ID); err != nil || len(got.Messages) != 2 {
+		t.Fatalf("the session with a turn: %+v, %v", got, err)
 	}
 }
 

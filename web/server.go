@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -398,11 +399,30 @@ func (s *Server) checkOrigin(r *http.Request) bool {
 			return true
 		}
 	}
-	host := origin
-	if i := strings.Index(host, "://"); i >= 0 {
-		host = host[i+3:]
+	// Same origin: the scheme and the host both match the request's. The
+	// scheme is https when the connection is TLS or a proxy in front says
+	// so (X-Forwarded-Proto: a browser cannot set it on a WebSocket).
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") {
+		return false
 	}
-	return strings.EqualFold(host, r.Host)
+	scheme := "http"
+	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		scheme = "https"
+	}
+	if !strings.EqualFold(u.Scheme, scheme) {
+		return false
+	}
+	return strings.EqualFold(stripDefaultPort(u.Host, scheme), stripDefaultPort(r.Host, scheme))
+}
+
+// stripDefaultPort drops :80 (http) or :443 (https) from host, so that
+// "http://example.com" matches Host "example.com:80".
+func stripDefaultPort(host, scheme string) string {
+	if scheme == "http" {
+		return strings.TrimSuffix(host, ":80")
+	}
+	return strings.TrimSuffix(host, ":443")
 }
 
 // authorized checks the API key from the Authorization header or, for
@@ -412,8 +432,9 @@ func (s *Server) authorized(r *http.Request) bool {
 		return true
 	}
 	want := []byte(s.cfg.APIKey)
-	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		if subtle.ConstantTimeCompare([]byte(strings.TrimPrefix(h, "Bearer ")), want) == 1 {
+	// The scheme name is case-insensitive (RFC 9110 section 11.1).
+	if h := r.Header.Get("Authorization"); len(h) > len("Bearer ") && strings.EqualFold(h[:len("Bearer ")], "Bearer ") {
+		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len("Bearer "):])), want) == 1 {
 			return true
 		}
 	}

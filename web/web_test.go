@@ -204,6 +204,13 @@ func TestWhoMayConnect(t *testing.T) {
 		{"cross origin", http.Header{"Authorization": {"Bearer s3cret"}, "Origin": {"https://evil.example"}}, http.StatusForbidden},
 		{"allowed origin", http.Header{"Authorization": {"Bearer s3cret"}, "Origin": {"https://chat.example"}}, http.StatusSwitchingProtocols},
 		{"same origin", http.Header{"Authorization": {"Bearer s3cret"}, "Origin": {"http://" + s.srv.Addr()}}, http.StatusSwitchingProtocols},
+		{"lower-case bearer", http.Header{"Authorization": {"bearer s3cret"}}, http.StatusSwitchingProtocols},
+		{"upper-case bearer", http.Header{"Authorization": {"BEARER s3cret"}}, http.StatusSwitchingProtocols},
+		{"bearer without a key", http.Header{"Authorization": {"bearer "}}, http.StatusUnauthorized},
+		{"same host, other scheme", http.Header{"Authorization": {"Bearer s3cret"}, "Origin": {"https://" + s.srv.Addr()}}, http.StatusForbidden},
+		{"same host, ftp scheme", http.Header{"Authorization": {"Bearer s3cret"}, "Origin": {"ftp://" + s.srv.Addr()}}, http.StatusForbidden},
+		{"same host, no scheme", http.Header{"Authorization": {"Bearer s3cret"}, "Origin": {s.srv.Addr()}}, http.StatusForbidden},
+		{"https behind a proxy", http.Header{"Authorization": {"Bearer s3cret"}, "Origin": {"https://" + s.srv.Addr()}, "X-Forwarded-Proto": {"https"}}, http.StatusSwitchingProtocols},
 	}
 	for _, c := range cases {
 		if got := upgradeStatus(t, s.url+"/ws", c.hdr); got != c.want {
