@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -722,5 +723,27 @@ func TestFirstTurnStoresANewSession(t *testing.T) {
 	}
 	if _, resumed, err := svc.Open(ctx, s.ID); err != nil || !resumed {
 		t.Fatalf("resume after the first turn: %v, %v", resumed, err)
+	}
+}
+
+// TestNewSessionResumesAfterRestart: a session id handed out on connect is
+// resumable after the store is closed and opened again (a server restart),
+// before any turn was committed.
+func TestNewSessionResumesAfterRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sessions.db")
+	st := openBolt(t, path)
+	svc, _ := newService(t, st, echo)
+	ctx := context.Background()
+	fresh, _, err := svc.Open(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st = openBolt(t, path)
+	defer st.Close()
+	svc, _ = newService(t, st, echo)
+	got, resumed, err := svc.Open(ctx, fresh.ID)
+	if err != nil || !resumed || got.ID != fresh.ID {
+		t.Fatalf("after a restart: %+v, %v, %v", got, resumed, err)
 	}
 }
