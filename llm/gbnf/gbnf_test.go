@@ -155,3 +155,33 @@ func FuzzCheck(f *testing.F) {
 		_ = gbnf.Check(g, gbnf.Limits{})
 	})
 }
+
+func BenchmarkCheckJSONGrammar(b *testing.B) {
+	for b.Loop() {
+		if err := gbnf.Check(jsonGrammar, gbnf.Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCheck64KiB: a 64 KiB grammar of many rules, the largest a
+// request may send.
+func BenchmarkCheck64KiB(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("root ::= r0\n")
+	for i := 0; sb.Len() < 64<<10-100; i++ {
+		sb.WriteString("r" + strconv.Itoa(i) + ` ::= "ab" [a-z]{0,3} ("x" | "y")? r` + strconv.Itoa(i+1) + " | \"end\"\n")
+	}
+	g := sb.String()
+	g = g[:strings.LastIndex(g, "\n")]
+	g = g[:strings.LastIndex(g, "\n")+1]
+	n := strings.Count(g, "\n")
+	g += "r" + strconv.Itoa(n-1) + ` ::= "z"` + "\n"
+	if err := gbnf.Check(g, gbnf.Limits{}); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(g)))
+	for b.Loop() {
+		_ = gbnf.Check(g, gbnf.Limits{})
+	}
+}
