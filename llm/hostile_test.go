@@ -90,6 +90,7 @@ func TestSchemaGrammarsStillWork(t *testing.T) {
 		`{"type":"integer","minimum":10,"maximum":99}`,
 		`{"type":"string","pattern":"^[a-z]{1,8}$"}`,
 		`{"enum":["red","green","blue"]}`,
+		`{"type":"object","properties":{"a":{"type":"string","maxLength":2000},"b":{"type":"string","minLength":5,"maxLength":1500},"c":{"type":"array","items":{"type":"string","maxLength":2000},"maxItems":100}}}`,
 	} {
 		p := greedy(40)
 		p.JSONSchema = json.RawMessage(s)

@@ -47,7 +47,7 @@ type nativeLogger struct {
 }
 
 // SetNativeLogger routes llama.cpp's (and ggml's) own log through log:
-// errors and warnings only, everything when verbose. Each message is one
+// errors only, everything when verbose. Each message is one
 // log entry with its control characters escaped (no raw line reaches the
 // output), cut at 512 bytes, and at most 50 per 5 seconds pass (the number
 // dropped is reported with the next one). It is process-wide state: call it
@@ -97,7 +97,7 @@ func (l *nativeLogger) write(level int, msg string) {
 		lvl = zapcore.InfoLevel
 	}
 	l.level = lvl
-	if !l.verbose && lvl < zapcore.WarnLevel {
+	if !l.verbose && lvl < zapcore.ErrorLevel {
 		l.mu.Unlock()
 		return
 	}

@@ -15,8 +15,8 @@ import (
 	"unicode/utf8"
 )
 
-// Limits bound a grammar. A zero field takes the default: 256 KiB, 16,384
-// rules, 262,144 elements, depth 256, repetitions up to 2000 (llama.cpp's own
+// Limits bound a grammar. A zero field takes the default: 256 KiB, 65,536
+// rules, 1,048,576 elements, depth 256, repetitions up to 2000 (llama.cpp's own
 // cap), 1024 paths.
 type Limits struct {
 	MaxBytes    int // source length
@@ -36,8 +36,8 @@ type Limits struct {
 func defaultLimits() Limits {
 	return Limits{
 		MaxBytes:    256 << 10,
-		MaxRules:    16 << 10,
-		MaxElements: 256 << 10,
+		MaxRules:    64 << 10,
+		MaxElements: 1 << 20,
 		MaxDepth:    256,
 		MaxRepeat:   2000,
 		MaxPaths:    1024,

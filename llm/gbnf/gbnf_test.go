@@ -74,6 +74,7 @@ func TestCheckRejects(t *testing.T) {
 		{"element bomb", `root ::= "` + strings.Repeat("a", 2000) + `"{2000}`, "elements"},
 		{"deep", "root ::= " + strings.Repeat("(", 300) + `"a"` + strings.Repeat(")", 300), "deep"},
 		{"nested nullable", nested, "too many ways"},
+		{"repeated ambiguous nullable group", `root ::= ("a"? | "b"?){30} "c"`, "too many ways"},
 		{"nested optional groups", "root ::= " + strings.Repeat(`("a"? `, 12) + strings.Repeat(`"b"?)? `, 12), ""},
 		{"no root", `other ::= "a"`, "no root"},
 		{"undefined", `root ::= missing`, "not defined"},
