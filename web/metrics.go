@@ -29,6 +29,8 @@ type EngineStats struct {
 	Steps             int64         // decode steps
 	StepTime          time.Duration // time spent in decode steps
 	SlowConsumerDrops int64         // replies ended because their reader stopped reading
+	GrammarDeadEnds   int64         // replies ended because their grammar allowed no token
+	OverStepBudget    int64         // replies ended because one sampling step took longer than the step budget
 }
 
 // WithEngineStats makes /metrics report the engine's counters; stats is
@@ -202,6 +204,10 @@ func engineCollectors(stats func() EngineStats) []prometheus.Collector {
 			func(s EngineStats) float64 { return s.StepTime.Seconds() }),
 		counter("parley_slow_consumer_drops_total", "Replies the engine ended because nothing was reading them.",
 			func(s EngineStats) float64 { return float64(s.SlowConsumerDrops) }),
+		counter("parley_grammar_dead_ends_total", "Replies ended because their grammar allowed no token of the model's vocabulary.",
+			func(s EngineStats) float64 { return float64(s.GrammarDeadEnds) }),
+		counter("parley_step_budget_exceeded_total", "Replies ended because one sampling step took longer than --step-budget.",
+			func(s EngineStats) float64 { return float64(s.OverStepBudget) }),
 	}
 }
 

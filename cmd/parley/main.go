@@ -401,6 +401,8 @@ func (r *engineRef) stats() web.EngineStats {
 		Steps:             st.Steps,
 		StepTime:          time.Duration(st.StepNanos),
 		SlowConsumerDrops: st.SlowConsumerDrop,
+		GrammarDeadEnds:   st.GrammarDeadEnds,
+		OverStepBudget:    st.OverBudget,
 	}
 }
 
