@@ -670,6 +670,14 @@ func (e *Engine) sample(seq *sequence) bool {
 	tok := seq.sampler.Sample(e.lc, idx)
 	seq.sampler.Accept(tok, true)
 	if seq.guard != nil && !e.model.TokenIsEog(tok) {
+		// The guard holds the same grammar over the same pieces, so it
+		// allows what the sampler picked; were it ever not so, accepting
+		// would throw through C (an abort): end the sequence instead.
+		if tok < 0 || tok >= len(seq.cands) || math.IsInf(float64(seq.cands[tok].Logit), -1) {
+			e.deadEnds.Add(1)
+			e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal, "the grammar check lost step with the sampler"))
+			return true
+		}
 		seq.guard.Accept(int32(tok))
 	}
 	if d := time.Since(t0); d > e.budget {
