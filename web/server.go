@@ -45,7 +45,7 @@ const (
 	DefaultMaxQueuedPrompts = 16               // prompts and control messages waiting per connection
 	DefaultMaxPromptTokens  = 8192             // tokens per prompt
 	DefaultBodyTimeout      = 30 * time.Second // to receive a request body
-	DefaultMaxHTTPConns     = 1024             // open TCP connections, WebSockets included
+	DefaultMaxHTTPConns     = 2048             // open TCP connections, WebSockets included: above DefaultMaxConns, so /health and the APIs answer while WebSockets are at their cap
 )
 
 // Sentinel is the text-mode end-of-reply message.

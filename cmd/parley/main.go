@@ -209,6 +209,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer log.Sync()
 	llm.SetNativeLogger(log.Named("llama"), cfg.llamaLog) // escaped, capped, rate-limited; chatter off unless asked
 
+	if cfg.maxHTTPConns <= cfg.maxConns {
+		log.Warn("--max-http-conns is not above --max-conns: when WebSockets reach their cap, /health and the HTTP APIs are refused too",
+			zap.Int("max_http_conns", cfg.maxHTTPConns), zap.Int("max_conns", cfg.maxConns))
+	}
+
 	defaults := parley.DefaultParams()
 	defaults.MaxTokens = cfg.maxTokens
 	defaults.Temperature = cfg.temperature
