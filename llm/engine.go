@@ -329,13 +329,9 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	if err := req.Params.Validate(0); err != nil {
 		return nil, err
 	}
-	sampler, grammar, err := e.newSampler(req.Params)
+	sampler, guard, err := e.newSampler(req.Params)
 	if err != nil {
 		return nil, err
-	}
-	guard := e.newGuard(grammar)
-	if grammar != "" && guard == nil {
-		return nil, parley.FieldErrorf("grammar", "llama.cpp could not compile the grammar")
 	}
 	queued := false
 	defer func() {
@@ -399,25 +395,29 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// newSampler builds seq's sampler and returns the GBNF it constrains to
-// ("" for none). Params.Validate has checked the client's grammar or schema;
+// newSampler builds seq's sampler and, when it has a grammar, a second
+// compiled copy of it to guard the sampler with (nil without one; the caller
+// frees it). Params.Validate has checked the client's grammar or schema;
 // the grammar a schema converts to is checked here.
-func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, string, error) {
+func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, *llama.Grammar, error) {
 	grammar, field := p.Grammar, "grammar" // field: what the client sent, for errors
 	if len(p.JSONSchema) > 0 {
 		g := llama.SchemaToGrammar(p.JSONSchema)
 		if g == nil {
-			return nil, "", parley.FieldErrorf("json_schema", "could not be converted to a grammar (unsupported or invalid schema)")
+			return nil, nil, parley.FieldErrorf("json_schema", "could not be converted to a grammar (unsupported or invalid schema)")
 		}
 		if err := gbnf.Check(string(g), gbnf.Limits{}); err != nil {
-			return nil, "", parley.FieldErrorf("json_schema", "converts to a grammar that is refused: %v", err)
+			return nil, nil, parley.FieldErrorf("json_schema", "converts to a grammar that is refused: %v", err)
 		}
 		grammar, field = string(g), "json_schema"
 	}
+	var guard *llama.Grammar
 	if grammar != "" {
-		if err := e.checkGrammar(grammar); err != nil {
-			return nil, "", parley.FieldErrorf(field, "%v", err)
+		g, err := e.checkGrammar(grammar)
+		if err != nil {
+			return nil, nil, parley.FieldErrorf(field, "%v", err)
 		}
+		guard = g
 	}
 	seed := uint32(math.MaxUint32) // llama.cpp: random
 	if p.Seed >= 0 {
@@ -441,12 +441,13 @@ func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, string, er
 		Grammar:        grammar,
 	})
 	if err != nil {
-		if grammar != "" {
-			return nil, "", parley.FieldErrorf(field, "llama.cpp could not compile the grammar")
+		if guard != nil {
+			guard.Free()
+			return nil, nil, parley.FieldErrorf(field, "llama.cpp could not compile the grammar")
 		}
-		return nil, "", fmt.Errorf("sampler: %w", err)
+		return nil, nil, fmt.Errorf("sampler: %w", err)
 	}
-	return sc, grammar, nil
+	return sc, guard, nil
 }
 
 // loop owns the llama.cpp context. It exits when Close is called.

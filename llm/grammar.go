@@ -35,41 +35,32 @@ func (e *Engine) grammarVocab() *grammarVocab {
 // try/catch and checks that some token can start it. llama.cpp's sampler
 // does neither safely: a grammar that fails to parse becomes a null sampler
 // (a crash on first use), and "%llguidance" grammars abort the process.
-func (e *Engine) checkGrammar(grammar string) error {
+// The compiled grammar is returned to serve as the sequence's guard (see
+// grammarAllowsAny); the caller frees it.
+func (e *Engine) checkGrammar(grammar string) (*llama.Grammar, error) {
 	if strings.HasPrefix(strings.TrimSpace(grammar), "%llguidance") {
-		return errors.New("llguidance grammars are not supported")
+		return nil, errors.New("llguidance grammars are not supported")
 	}
 	if strings.IndexByte(grammar, 0) >= 0 {
-		return errors.New("must not contain NUL bytes")
+		return nil, errors.New("must not contain NUL bytes")
 	}
 	gv := e.grammarVocab()
 	g := llama.NewGrammar(grammar, gv.ids, gv.pieces, gv.eog)
 	if g == nil {
-		return errors.New("does not parse as GBNF with a root rule (or is left-recursive)")
+		return nil, errors.New("does not parse as GBNF with a root rule (or is left-recursive)")
 	}
-	defer g.Free()
 	cands := make([]llama.TokenData, len(gv.ids))
 	for i := range cands {
 		cands[i] = llama.TokenData{ID: int32(i)}
 	}
-	g.Apply(cands)
+	g.Apply(cands) // filters cands; the grammar's state is unchanged
 	for _, c := range cands {
 		if !math.IsInf(float64(c.Logit), -1) {
-			return nil
+			return g, nil
 		}
 	}
-	return errors.New("no token of this model's vocabulary can start it")
-}
-
-// newGuard compiles a second instance of a sequence's grammar, the one
-// grammarAllowsAny consults. It returns nil for no grammar. The grammar
-// compiled once already (checkGrammar), so it compiles again.
-func (e *Engine) newGuard(grammar string) *llama.Grammar {
-	if grammar == "" {
-		return nil
-	}
-	gv := e.grammarVocab()
-	return llama.NewGrammar(grammar, gv.ids, gv.pieces, gv.eog)
+	g.Free()
+	return nil, errors.New("no token of this model's vocabulary can start it")
 }
 
 // grammarAllowsAny reports whether seq's grammar, in its current state,
