@@ -254,6 +254,40 @@ func (e *Engine) Tokenize(text string) ([]int, error) {
 	return toks, nil
 }
 
+// TokenizeContinuation turns text that continues a prompt into tokens: no
+// BOS, special-token text parsed. SentencePiece tokenizers prefix the start
+// of every text with a space; a continuation is not the start, so a lone
+// space token that the text does not begin with is removed. When the space
+// merged into the first word instead, ErrContinuation is returned and the
+// caller must tokenize the whole prompt.
+//
+// Callers append the result to tokens they already have (a conversation's
+// earlier turns, exactly as evaluated), so only new text is tokenized.
+func (e *Engine) TokenizeContinuation(text string) ([]int, error) {
+	if text == "" {
+		return nil, nil
+	}
+	toks, err := e.model.Tokenize(text, false, true)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	if len(toks) == 0 || text[0] == ' ' {
+		return toks, nil
+	}
+	first := e.model.TokenToPiece(toks[0])
+	switch {
+	case first == " ":
+		return toks[1:], nil
+	case len(first) > 1 && first[0] == ' ' && !e.vocab.special(toks[0]):
+		return nil, ErrContinuation
+	}
+	return toks, nil
+}
+
+// ErrContinuation is returned by TokenizeContinuation when the text cannot be
+// tokenized on its own the way it would be after a prompt.
+var ErrContinuation = errors.New("llm: continuation does not tokenize on its own")
+
 // TokenText returns the text of one token (raw bytes: may be part of a UTF-8 character).
 func (e *Engine) TokenText(id int) string {
 	if id < 0 || id >= e.info.VocabSize {

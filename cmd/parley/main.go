@@ -354,6 +354,13 @@ func (r *engineRef) Tokenize(text string) ([]int, error) {
 	return nil, errLoading
 }
 
+func (r *engineRef) TokenizeContinuation(text string) ([]int, error) {
+	if e := r.p.Load(); e != nil {
+		return e.TokenizeContinuation(text)
+	}
+	return nil, errLoading
+}
+
 func (r *engineRef) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
 	if e := r.p.Load(); e != nil {
 		return e.Generate(ctx, req)

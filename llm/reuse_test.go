@@ -1,0 +1,72 @@
+package llm_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/llm"
+)
+
+// TestExactTokenReuse runs a 10-turn conversation with 160-token replies
+// through the chat layer and the real engine, and checks that every turn
+// after the first evaluates only its new tokens: the cache holds the last
+// prompt and the reply exactly as generated (all but the last sampled token,
+// which was never decoded), however the reply's text would re-tokenize.
+// Turns where the oldest turns were dropped to fit the window start a new
+// prefix and are only printed.
+func TestExactTokenReuse(t *testing.T) {
+	e := mustOpen(t, llm.Config{ContextLength: 1024, Parallel: 1, Threads: 1})
+	r := chat.NewResponder(e)
+	p := parley.DefaultParams()
+	p.MaxTokens = 160
+	p.Seed = 7
+	p.Stop = nil
+
+	var msgs []parley.Message
+	var prev parley.Usage
+	prevDropped, checked := 0, 0
+	t.Logf("context %d tokens per session", e.Info().ContextLength)
+	for turn := 1; turn <= 10; turn++ {
+		msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: fmt.Sprintf("Tell me a story about a cat called Tom number %d.", turn)})
+		rep, err := r.Reply(context.Background(), "s1", msgs, p)
+		if err != nil {
+			t.Fatalf("turn %d: %v", turn, err)
+		}
+		var final parley.Event
+		for ev := range rep.Events() {
+			if ev.Done {
+				final = ev
+			}
+		}
+		if final.Err != nil {
+			t.Fatalf("turn %d: %v", turn, final.Err)
+		}
+		u := final.Usage
+		evaluated := u.PromptTokens - u.CachedPromptTokens
+		carried := prev.PromptTokens + prev.CompletionTokens // what the last turn left in the cache, plus one sampled token
+		newTokens := u.PromptTokens - carried
+		note := ""
+		switch {
+		case turn == 1:
+		case rep.Dropped() != prevDropped:
+			note = fmt.Sprintf(" (dropped %d old messages: new prefix)", rep.Dropped())
+		default:
+			checked++
+			// newTokens+1: the last sampled token of the previous reply was
+			// never decoded, so it is evaluated with the new ones.
+			if evaluated > newTokens+1 {
+				t.Errorf("turn %d: evaluated %d prompt tokens, want at most %d (the new tokens)", turn, evaluated, newTokens+1)
+			}
+		}
+		t.Logf("turn %2d: prompt tokens %4d / evaluated %4d / cached %4d, reply %3d tokens (%s)%s",
+			turn, u.PromptTokens, evaluated, u.CachedPromptTokens, u.CompletionTokens, final.Finish, note)
+		msgs = append(msgs, parley.Message{Role: parley.RoleAssistant, Content: rep.Text()})
+		prev, prevDropped = u, rep.Dropped()
+	}
+	if checked < 3 {
+		t.Errorf("only %d turns kept their prefix; want at least 3 to check", checked)
+	}
+}
