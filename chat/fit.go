@@ -44,6 +44,21 @@ func fitFrom(msgs []parley.Message, budget, block, from int, count func(msgs []p
 	return fit(msgs, budget, max(block, 1), from, count)
 }
 
+// withoutBefore returns msgs without the non-system messages before cut. It
+// copies only what it keeps, so it costs the window, not the history.
+func withoutBefore(msgs []parley.Message, cut int) []parley.Message {
+	var out []parley.Message
+	for i := range cut {
+		if msgs[i].Role == parley.RoleSystem {
+			out = append(out, msgs[i])
+		}
+	}
+	if out == nil {
+		return msgs[cut:len(msgs):len(msgs)] // full slice: appending never writes into msgs
+	}
+	return append(out, msgs[cut:]...)
+}
+
 // turnsOf returns the index of the newest user message (len(msgs) when
 // there is none) and turnEnd: turnEnd[i] is the index just past the i-th
 // droppable turn, so dropping the first k turns removes every non-system
@@ -84,13 +99,7 @@ func fit(msgs []parley.Message, budget, block, from int, count func(msgs []parle
 	}
 
 	without := func(k int) ([]parley.Message, int) {
-		out := make([]parley.Message, 0, len(msgs))
-		for i, m := range msgs {
-			if i < turnEnd[k-1] && m.Role != parley.RoleSystem {
-				continue
-			}
-			out = append(out, m)
-		}
+		out := withoutBefore(msgs, turnEnd[k-1])
 		return out, len(msgs) - len(out)
 	}
 	// fits reports whether dropping k turns fits; it leaves the count in n

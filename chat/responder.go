@@ -135,7 +135,8 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	type rendered struct {
 		prompt string
 		tokens []int
-		reused int // tokens taken from the memo
+		reused int  // tokens taken from the memo
+		cont   bool // the prompt continues the memo's
 	}
 	seen := make(map[int]rendered)
 	count := func(cand []parley.Message) (int, error) {
@@ -143,9 +144,10 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if err != nil {
 			return 0, err
 		}
-		if m != nil {
+		cont := m != nil && strings.HasPrefix(prompt, m.prompt)
+		if cont {
 			if tokens, reused, ok := m.extend(prompt, tk); ok {
-				seen[len(cand)] = rendered{prompt, tokens, reused}
+				seen[len(cand)] = rendered{prompt, tokens, reused, true}
 				return len(tokens), nil
 			}
 		}
@@ -153,7 +155,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if err != nil {
 			return 0, fmt.Errorf("tokenize prompt: %w", err)
 		}
-		seen[len(cand)] = rendered{prompt, tokens, 0}
+		seen[len(cand)] = rendered{prompt, tokens, 0, cont}
 		return len(tokens), nil
 	}
 	from := 0
@@ -163,7 +165,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			// Only a conversation that continues the memo's may skip its
 			// dropped turns: check the candidate that keeps the most.
 			cand := dropTurns(msgs, from)
-			if _, err := count(cand); err != nil || seen[len(cand)].reused == 0 {
+			if _, err := count(cand); err != nil || !seen[len(cand)].cont {
 				from, m = 0, nil
 				clear(seen)
 			}
@@ -214,14 +216,7 @@ func dropTurns(msgs []parley.Message, k int) []parley.Message {
 	if k == 0 {
 		return msgs
 	}
-	out := make([]parley.Message, 0, len(msgs))
-	for i, m := range msgs {
-		if i < turnEnd[k-1] && m.Role != parley.RoleSystem {
-			continue
-		}
-		out = append(out, m)
-	}
-	return out
+	return withoutBefore(msgs, turnEnd[k-1])
 }
 
 // Complete is Reply for a raw prompt: no template, no history to drop (a

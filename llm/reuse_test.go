@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
@@ -68,5 +69,59 @@ func TestExactTokenReuse(t *testing.T) {
 	}
 	if checked < 3 {
 		t.Errorf("only %d turns kept their prefix; want at least 3 to check", checked)
+	}
+}
+
+// BenchmarkTurnHistory measures one turn (fit, tokenize, evaluate the new
+// tokens, generate one token) of a conversation whose stored history is
+// empty or 1 MiB, far more than the window holds. The work per turn must not
+// depend on the history the window no longer shows. "nomemo" is the same
+// without the exact-token memo (every turn renders and tokenizes the whole
+// history while fitting).
+func BenchmarkTurnHistory(b *testing.B) {
+	e := mustOpen(b, llm.Config{ContextLength: 1024, Parallel: 1, Threads: 1})
+	for _, bc := range []struct {
+		name    string
+		history int // bytes
+		memo    bool
+	}{{"empty", 0, true}, {"1MiB", 1 << 20, true}, {"1MiB-nomemo", 1 << 20, false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var g chat.Generator = e
+			if !bc.memo {
+				g = struct{ chat.Generator }{e} // hides TokenizeContinuation
+			}
+			r := chat.NewResponder(g)
+			p := parley.DefaultParams()
+			p.MaxTokens = 1
+			var msgs []parley.Message
+			for size := 0; size < bc.history; {
+				u := fmt.Sprintf("Tell me a story about a cat called Tom number %d.", len(msgs))
+				a := "Once upon a time there was a little cat called Tom. He liked to play in the garden with his friends every day."
+				msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: u}, parley.Message{Role: parley.RoleAssistant, Content: a})
+				size += len(u) + len(a)
+			}
+			key := "bench-" + bc.name
+			var prepare time.Duration // in Reply: fit, render, tokenize
+			turn := func(i int) {
+				msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: fmt.Sprintf("And then what happened on day %d?", i)})
+				t0 := time.Now()
+				rep, err := r.Reply(context.Background(), key, msgs, p)
+				prepare += time.Since(t0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for range rep.Events() {
+				}
+				msgs = append(msgs, parley.Message{Role: parley.RoleAssistant, Content: rep.Text()})
+			}
+			turn(-1) // the first turn of a session sees its whole history once
+			prepare = 0
+			b.ResetTimer()
+			for i := range b.N {
+				turn(i)
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/turn")
+			b.ReportMetric(float64(prepare.Microseconds())/float64(b.N), "prepare-µs/turn")
+		})
 	}
 }
