@@ -196,15 +196,16 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			zap.Int("budget_tokens", budget))
 	}
 	stops := append(append([]string(nil), p.Stop...), tmpl.Stops()...)
-	rep, err := r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength)
-	if err != nil {
-		return nil, err
-	}
+	var remember func(gen []int, pieces []string, special []bool)
 	if key != "" && tk != nil {
-		// The memo for the next turn is stored when this reply ends (run).
-		rep.remember = func(gen []int, pieces []string, special []bool) {
+		// The memo for the next turn, stored when this reply ends (run).
+		remember = func(gen []int, pieces []string, special []bool) {
 			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
 		}
+	}
+	rep, err := r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember)
+	if err != nil {
+		return nil, err
 	}
 	return rep, nil
 }
@@ -232,11 +233,12 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength)
+	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
-func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int) (*Reply, error) {
+func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
+	remember func(gen []int, pieces []string, special []bool)) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
 	}
@@ -261,6 +263,7 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		promptTokens: len(tokens),
 		dropped:      dropped,
 		out:          make(chan parley.Event, size),
+		remember:     remember,
 	}
 	go rep.run(ctx, cancel, events, NewStreamer(stops))
 	return rep, nil
