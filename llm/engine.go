@@ -112,6 +112,11 @@ type Engine struct {
 
 	slots []*slot // owned by the loop
 
+	// pieces is the text of every token, built once at Open: a token's text
+	// is then a slice index instead of a cgo call and two allocations per
+	// generated token. Immutable.
+	pieces []string
+
 	gvOnce sync.Once
 	gv     *grammarVocab
 
@@ -232,6 +237,10 @@ func Open(cfg Config) (*Engine, error) {
 	for i := range cfg.Parallel {
 		e.slots = append(e.slots, &slot{id: i})
 	}
+	e.pieces = make([]string, info.VocabSize)
+	for i := range e.pieces {
+		e.pieces[i] = model.TokenToPiece(i)
+	}
 	b, err := llama.NewBatch(cfg.BatchSize, cfg.Parallel, 0)
 	if err != nil {
 		llama.FreeModel(model)
@@ -274,7 +283,7 @@ func (e *Engine) TokenizeContinuation(text string) ([]int, error) {
 	if len(toks) == 0 || text[0] == ' ' {
 		return toks, nil
 	}
-	first := e.model.TokenToPiece(toks[0])
+	first := e.TokenText(toks[0])
 	switch {
 	case first == " ":
 		return toks[1:], nil
@@ -290,10 +299,10 @@ var ErrContinuation = errors.New("llm: continuation does not tokenize on its own
 
 // TokenText returns the text of one token (raw bytes: may be part of a UTF-8 character).
 func (e *Engine) TokenText(id int) string {
-	if id < 0 || id >= e.info.VocabSize {
+	if id < 0 || id >= len(e.pieces) {
 		return ""
 	}
-	return e.model.TokenToPiece(id)
+	return e.pieces[id]
 }
 
 // Stats returns a snapshot of the counters.
@@ -646,7 +655,7 @@ func (e *Engine) sample(seq *sequence) bool {
 
 	ev := parley.Event{Token: parley.Token{
 		ID:      tok,
-		Text:    e.model.TokenToPiece(tok),
+		Text:    e.TokenText(tok),
 		Logprob: logprob(e.lc.GetLogitsIth(idx), tok, seq.temp),
 		Special: e.vocab.special(tok),
 	}}
