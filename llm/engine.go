@@ -653,10 +653,14 @@ func (e *Engine) sample(seq *sequence) bool {
 	seq.generated++
 	e.generated.Add(1)
 
+	lp := math.NaN()
+	if !seq.req.Params.SkipLogprobs {
+		lp = logprob(e.lc.GetLogitsIth(idx), tok, seq.temp)
+	}
 	ev := parley.Event{Token: parley.Token{
 		ID:      tok,
 		Text:    e.TokenText(tok),
-		Logprob: logprob(e.lc.GetLogitsIth(idx), tok, seq.temp),
+		Logprob: lp,
 		Special: e.vocab.special(tok),
 	}}
 	if len(seq.out) >= cap(seq.out)-1 {

@@ -3,6 +3,7 @@ package llm_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -123,5 +124,36 @@ func BenchmarkTurnHistory(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/turn")
 			b.ReportMetric(float64(prepare.Microseconds())/float64(b.N), "prepare-µs/turn")
 		})
+	}
+}
+
+// A request that says no client reads logprobs gets NaN instead of a softmax
+// over the vocabulary per token; the others get real log-probabilities.
+func TestSkipLogprobs(t *testing.T) {
+	e := mustOpen(t, llm.Config{Parallel: 1, Threads: 1})
+	toks, err := e.Tokenize("Once upon a time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, skip := range []bool{false, true} {
+		p := greedy(4)
+		p.SkipLogprobs = skip
+		ch, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for ev := range ch {
+			if ev.Done {
+				continue
+			}
+			n++
+			if got := math.IsNaN(ev.Token.Logprob); got != skip || (!skip && ev.Token.Logprob > 0) {
+				t.Fatalf("skip %v: logprob %v", skip, ev.Token.Logprob)
+			}
+		}
+		if n == 0 {
+			t.Fatalf("skip %v: no tokens", skip)
+		}
 	}
 }

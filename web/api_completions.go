@@ -139,6 +139,7 @@ func (s *Server) parseCompletion(c echo.Context) (*completionCall, error) {
 		return nil, err
 	}
 	resolveSeed(&p)
+	p.SkipLogprobs = call.logprobs < 0
 	call.params = p
 	return call, nil
 }

@@ -278,6 +278,7 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 		return nil, err
 	}
 	resolveSeed(&p)
+	p.SkipLogprobs = !req.Logprobs
 	call.params = p
 	return call, nil
 }
