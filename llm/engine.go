@@ -54,6 +54,14 @@ const (
 	// minReusePrefix is the shortest shared prefix for which a new sequence
 	// prefers a slot over the least recently used one.
 	minReusePrefix = 8
+
+	// minCopyPrefix is how many more prompt tokens another slot must share
+	// with a new sequence than its own slot does before the engine copies
+	// that slot's KV cache instead of evaluating them. Each slot is its own
+	// llama.cpp stream, so a copy moves the whole stream's buffer (a few
+	// milliseconds): worth it for a system prompt, not for a BOS and a role
+	// marker.
+	minCopyPrefix = 32
 )
 
 // ErrClosed is returned by Generate after Close.
@@ -85,7 +93,9 @@ type Stats struct {
 	SlotsBusy        int   // slots running a sequence
 	Queued           int   // requests waiting for a slot
 	PromptEvaluated  int64 // prompt tokens decoded (cumulative)
-	PromptReused     int64 // prompt tokens served from the KV cache (cumulative)
+	PromptReused     int64 // prompt tokens served from the KV cache (cumulative), copied ones included
+	PromptCopied     int64 // prompt tokens copied from another slot's KV cache instead of evaluated (cumulative)
+	PrefixCopies     int64 // copies of another slot's KV cache (cumulative)
 	TokensGenerated  int64 // tokens sampled (cumulative)
 	Steps            int64 // decode steps (cumulative)
 	StepNanos        int64 // time spent in decode steps (cumulative)
@@ -123,6 +133,7 @@ type Engine struct {
 	busy, queued                                          atomic.Int64
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
 	busyRefusals, slowDrops                               atomic.Int64
+	promptCopied, prefixCopies                            atomic.Int64
 }
 
 // slot is one llama.cpp sequence id and what its KV cache holds. Owned by the loop.
@@ -313,6 +324,8 @@ func (e *Engine) Stats() Stats {
 		Queued:           int(e.queued.Load()),
 		PromptEvaluated:  e.promptEval.Load(),
 		PromptReused:     e.promptReused.Load(),
+		PromptCopied:     e.promptCopied.Load(),
+		PrefixCopies:     e.prefixCopies.Load(),
 		TokensGenerated:  e.generated.Load(),
 		Steps:            e.steps.Load(),
 		StepNanos:        e.stepNanos.Load(),
@@ -519,6 +532,8 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 
 	toks := seq.req.Tokens
 	keep := commonPrefix(s.cached, toks)
+	e.copyPrefix(s, toks, keep)
+	keep = commonPrefix(s.cached, toks)
 	if keep == len(toks) {
 		keep-- // at least one token must be decoded to get logits
 	}
@@ -534,6 +549,43 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	seq.usage.PromptTokens = len(toks)
 	seq.usage.CachedPromptTokens = keep
 	e.promptReused.Add(int64(keep))
+}
+
+// copyPrefix replaces the KV cache of s with another slot's when that slot
+// (busy or not) shares at least minCopyPrefix more leading tokens with toks
+// than s's own cache does (keep): typically a system prompt common to many
+// sessions, evaluated once instead of once per slot. The other slot's
+// cached tokens are all decoded (assign runs between steps), and the copy is
+// done by llama.cpp before the next decode.
+func (e *Engine) copyPrefix(s *slot, toks []int, keep int) {
+	var src *slot
+	best := keep
+	for _, o := range e.slots {
+		if o == s {
+			continue
+		}
+		if p := commonPrefix(o.cached, toks); p > best {
+			src, best = o, p
+		}
+	}
+	if src == nil || best-keep < minCopyPrefix {
+		return
+	}
+	// Slots are separate streams: llama.cpp copies only whole streams
+	// (a partial range asserts), so copy all of it and drop the rest.
+	e.lc.KvCacheSeqCp(src.id, s.id, 0, -1)
+	s.cached = append(s.cached[:0], src.cached...)
+	if best < len(s.cached) {
+		if !e.lc.KvCacheSeqRm(s.id, best, -1) {
+			e.lc.KvCacheSeqRm(s.id, 0, -1)
+			s.cached = s.cached[:0]
+			return
+		}
+		s.cached = s.cached[:best]
+	}
+	e.prefixCopies.Add(1)
+	e.promptCopied.Add(int64(best - keep))
+	e.log.Debug("prompt prefix copied from another slot", zap.Int("from", src.id), zap.Int("to", s.id), zap.Int("tokens", best))
 }
 
 func commonPrefix(a, b []int) int {

@@ -157,3 +157,53 @@ func TestSkipLogprobs(t *testing.T) {
 		}
 	}
 }
+
+// A new session whose prompt starts with a long prefix another slot holds (a
+// common system prompt) gets that slot's KV cache copied instead of
+// evaluating the prefix, even while the other slot is generating, and
+// replies exactly as without the copy.
+func TestPrefixCopiedFromAnotherSlot(t *testing.T) {
+	system := "System: You are a storyteller. You tell short, happy stories about animals who live in a small village by the sea, and every story ends well for everyone in it.\n\n"
+	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 2, Threads: 1})
+	tokA, err := e.Tokenize(system + "User: Tell me about a cat.\n\nAssistant:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokB, err := e.Tokenize(system + "User: Tell me about a dog.\n\nAssistant:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := e.Generate(ctx, parley.GenerateRequest{Key: "a", Tokens: tokA, Params: greedy(400)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-a // A is generating: its slot holds the system prompt
+	b, err := e.Generate(context.Background(), parley.GenerateRequest{Key: "b", Tokens: tokB, Params: greedy(24)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, b)
+	cancel()
+	for range a {
+	}
+	st := e.Stats()
+	shared := 0
+	for shared < len(tokA) && tokA[shared] == tokB[shared] {
+		shared++
+	}
+	if st.PrefixCopies != 1 || st.PromptCopied < int64(shared-1) || got.final.Usage.CachedPromptTokens < shared-1 {
+		t.Fatalf("copies %d, copied %d tokens, cached %d; want 1 copy of the %d shared tokens", st.PrefixCopies, st.PromptCopied, got.final.Usage.CachedPromptTokens, shared)
+	}
+	t.Logf("prompt %d tokens, %d shared, %d copied from the other slot", len(tokB), shared, st.PromptCopied)
+
+	fresh := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 1, Threads: 1})
+	ch, err := fresh.Generate(context.Background(), parley.GenerateRequest{Key: "b", Tokens: tokB, Params: greedy(24)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := collect(t, ch); want.text != got.text {
+		t.Fatalf("reply after the copy %q, evaluated in full %q", got.text, want.text)
+	}
+}

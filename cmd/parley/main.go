@@ -382,6 +382,7 @@ func (r *engineRef) stats() web.EngineStats {
 		Queued:            st.Queued,
 		PromptEvaluated:   st.PromptEvaluated,
 		PromptReused:      st.PromptReused,
+		PromptCopied:      st.PromptCopied,
 		TokensGenerated:   st.TokensGenerated,
 		Steps:             st.Steps,
 		StepTime:          time.Duration(st.StepNanos),
