@@ -12,7 +12,9 @@
 //
 // A slot remembers the tokens its KV cache holds and the key (session id) of
 // the request that filled it, so the next turn of a conversation evaluates only
-// the tokens after the longest common prefix.
+// the tokens after the longest common prefix. A new sequence whose prompt
+// shares a long prefix (a system prompt) with another slot's cache gets that
+// cache copied (KvCacheSeqCp) instead of evaluating the prefix again.
 //
 // Every use of the cgo binding stays inside this package.
 package llm
