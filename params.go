@@ -54,6 +54,10 @@ type Params struct {
 	Stop             []string        `json:"stop,omitempty"`        // reply ends before any of these
 	Grammar          string          `json:"grammar,omitempty"`     // GBNF; exclusive with JSONSchema
 	JSONSchema       json.RawMessage `json:"json_schema,omitempty"` // constrains output to JSON matching the schema
+	// SkipLogprobs says no client reads the tokens' log-probabilities, so
+	// the engine skips computing them (a softmax over the vocabulary per
+	// token) and Token.Logprob is NaN. Set by the wire layer, never sent.
+	SkipLogprobs bool `json:"-"`
 }
 
 // DefaultParams returns Parley's defaults: a short, mildly creative reply.

@@ -20,7 +20,8 @@ import (
 // here); Fit relies on it to search instead of trying every cut. It calls
 // count O(log turns) times, once when msgs already fit.
 func Fit(msgs []parley.Message, budget int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped int, err error) {
-	return fit(msgs, budget, 1, count)
+	kept, dropped, _, err = fit(msgs, budget, 1, 0, count)
+	return kept, dropped, err
 }
 
 // FitStable is Fit, but it drops turns in multiples of block. The KV cache
@@ -30,28 +31,46 @@ func Fit(msgs []parley.Message, budget int, count func(msgs []parley.Message) (i
 // Dropping in blocks keeps the cut, and so the cache, for several turns, at
 // the cost of up to block-1 turns of history that would have fitted.
 func FitStable(msgs []parley.Message, budget, block int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped int, err error) {
-	return fit(msgs, budget, max(block, 1), count)
+	kept, dropped, _, err = fit(msgs, budget, max(block, 1), 0, count)
+	return kept, dropped, err
 }
 
-func fit(msgs []parley.Message, budget, block int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped int, err error) {
-	n, err := count(msgs)
-	if err != nil {
-		return nil, 0, fmt.Errorf("count prompt tokens: %w", err)
-	}
-	if n <= budget {
-		return msgs, 0, nil
-	}
+// fitFrom is FitStable for a conversation known to need at least from turns
+// dropped (the last turn of the same conversation dropped them, and the
+// conversation has only grown since): it never counts a prompt with more
+// history than that, so its cost does not depend on how much history was
+// dropped before. It also reports the number of turns dropped.
+func fitFrom(msgs []parley.Message, budget, block, from int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped, turns int, err error) {
+	return fit(msgs, budget, max(block, 1), from, count)
+}
 
-	// turnEnd[i] is the index just past the i-th droppable turn: dropping
-	// the first k turns removes every non-system message before turnEnd[k-1].
-	last := len(msgs) // the newest user message; len(msgs) when there is none
+// withoutBefore returns msgs without the non-system messages before cut. It
+// copies only what it keeps, so it costs the window, not the history.
+func withoutBefore(msgs []parley.Message, cut int) []parley.Message {
+	var out []parley.Message
+	for i := range cut {
+		if msgs[i].Role == parley.RoleSystem {
+			out = append(out, msgs[i])
+		}
+	}
+	if out == nil {
+		return msgs[cut:len(msgs):len(msgs)] // full slice: appending never writes into msgs
+	}
+	return append(out, msgs[cut:]...)
+}
+
+// turnsOf returns the index of the newest user message (len(msgs) when
+// there is none) and turnEnd: turnEnd[i] is the index just past the i-th
+// droppable turn, so dropping the first k turns removes every non-system
+// message before turnEnd[k-1].
+func turnsOf(msgs []parley.Message) (last int, turnEnd []int) {
+	last = len(msgs)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == parley.RoleUser {
 			last = i
 			break
 		}
 	}
-	var turnEnd []int
 	for i := 0; i < last; i++ {
 		if msgs[i].Role == parley.RoleSystem {
 			continue
@@ -62,14 +81,25 @@ func fit(msgs []parley.Message, budget, block int, count func(msgs []parley.Mess
 			turnEnd[len(turnEnd)-1] = i + 1
 		}
 	}
-	without := func(k int) ([]parley.Message, int) {
-		out := make([]parley.Message, 0, len(msgs))
-		for i, m := range msgs {
-			if i < turnEnd[k-1] && m.Role != parley.RoleSystem {
-				continue
-			}
-			out = append(out, m)
+	return last, turnEnd
+}
+
+func fit(msgs []parley.Message, budget, block, from int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped, turns int, err error) {
+	_, turnEnd := turnsOf(msgs)
+	from = min(max(from, 0), len(turnEnd))
+	var n int
+	if from == 0 {
+		n, err = count(msgs)
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("count prompt tokens: %w", err)
 		}
+		if n <= budget {
+			return msgs, 0, 0, nil
+		}
+	}
+
+	without := func(k int) ([]parley.Message, int) {
+		out := withoutBefore(msgs, turnEnd[k-1])
 		return out, len(msgs) - len(out)
 	}
 	// fits reports whether dropping k turns fits; it leaves the count in n
@@ -87,22 +117,36 @@ func fit(msgs []parley.Message, budget, block int, count func(msgs []parley.Mess
 	// Gallop (1, 2, 4, ... turns) so that the usual case, a conversation
 	// just past the limit, costs one or two counts; then bisect.
 	if len(turnEnd) == 0 {
-		return nil, 0, tooLarge(n, budget)
+		return nil, 0, 0, tooLarge(n, budget)
 	}
 	lo, hi := 0, 0 // dropping lo turns does not fit; dropping hi does
-	for k := 1; hi == 0; k *= 2 {
-		if k > len(turnEnd) {
-			k = len(turnEnd)
+	if from > 0 {
+		// Dropping fewer than from turns did not fit last time, and the
+		// conversation has only grown: start there.
+		ok, err := fits(from)
+		if err != nil {
+			return nil, 0, 0, err
 		}
+		if ok {
+			kept, dropped = without(from)
+			return kept, dropped, from, nil
+		}
+		if from == len(turnEnd) {
+			return nil, 0, 0, tooLarge(n, budget)
+		}
+		lo = from
+	}
+	for step := 1; hi == 0; step *= 2 {
+		k := min(from+step, len(turnEnd))
 		ok, err := fits(k)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		switch {
 		case ok:
 			hi = k
 		case k == len(turnEnd):
-			return nil, 0, tooLarge(n, budget)
+			return nil, 0, 0, tooLarge(n, budget)
 		default:
 			lo = k
 		}
@@ -111,7 +155,7 @@ func fit(msgs []parley.Message, budget, block int, count func(msgs []parley.Mess
 		mid := lo + (hi-lo)/2
 		ok, err := fits(mid)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		if ok {
 			hi = mid
@@ -122,7 +166,7 @@ func fit(msgs []parley.Message, budget, block int, count func(msgs []parley.Mess
 	// Round up to the block: dropping more turns still fits (count does not grow).
 	hi = min((hi+block-1)/block*block, len(turnEnd))
 	kept, dropped = without(hi)
-	return kept, dropped, nil
+	return kept, dropped, hi, nil
 }
 
 // tooLarge reports a prompt that cannot fit however much history is dropped.

@@ -58,11 +58,15 @@ func WithLogger(l *zap.Logger) Option {
 // Responder produces replies: it renders and fits a conversation, tokenizes
 // it, starts generation and cleans the token stream. It holds no
 // conversation state (the session layer does, and owns the system prompt)
-// and is safe for concurrent use.
+// and is safe for concurrent use. It remembers, per key, the exact tokens of
+// the last prompt and reply (a cache: losing it costs one full tokenization),
+// so replies for one key must not run concurrently when the key is to be
+// reused well (the session layer runs one turn at a time).
 type Responder struct {
-	gen  Generator
-	tmpl Template // nil: detect from the model's metadata on every reply
-	log  *zap.Logger
+	gen   Generator
+	tmpl  Template // nil: detect from the model's metadata on every reply
+	log   *zap.Logger
+	memos memos // the last turn of each conversation, by key (see memo)
 }
 
 // NewResponder returns a Responder over gen.
@@ -110,29 +114,64 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, parley.FieldErrorf("max_tokens", "must be less than the context length (%d tokens), got %d", info.ContextLength, p.MaxTokens)
 	}
 	tmpl := r.Template()
-	msgs = neutralize(msgs, info.ControlTokens)
+
+	// The memo of this conversation's last turn, when msgs continue it:
+	// fitting starts from the turns it dropped, and prompts are built from its
+	// exact tokens. Whether msgs continue it is checked on the rendered text
+	// (extend); a conversation that was reset has fewer messages.
+	var m *memo
+	tk, _ := r.gen.(ContinuationTokenizer)
+	if key != "" {
+		if m = r.memos.get(key); m != nil && (len(msgs) <= m.msgs || tk == nil) {
+			m = nil
+		}
+	}
 
 	// Fit counts several candidate prompts; keep each one's tokens so the
 	// chosen prompt is not tokenized twice. Candidates differ in length, so
-	// the message count identifies them.
+	// the message count identifies them. Every candidate holds only the
+	// messages that may be kept, so with a memo no step here looks at the
+	// history dropped before (neutralize included).
 	type rendered struct {
 		prompt string
 		tokens []int
+		reused int  // tokens taken from the memo
+		cont   bool // the prompt continues the memo's
 	}
 	seen := make(map[int]rendered)
-	count := func(m []parley.Message) (int, error) {
-		prompt, err := tmpl.Render(m, true)
+	count := func(cand []parley.Message) (int, error) {
+		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), true)
 		if err != nil {
 			return 0, err
+		}
+		cont := m != nil && strings.HasPrefix(prompt, m.prompt)
+		if cont {
+			if tokens, reused, ok := m.extend(prompt, tk); ok {
+				seen[len(cand)] = rendered{prompt, tokens, reused, true}
+				return len(tokens), nil
+			}
 		}
 		tokens, err := r.gen.Tokenize(prompt)
 		if err != nil {
 			return 0, fmt.Errorf("tokenize prompt: %w", err)
 		}
-		seen[len(m)] = rendered{prompt, tokens}
+		seen[len(cand)] = rendered{prompt, tokens, 0, cont}
 		return len(tokens), nil
 	}
-	kept, dropped, err := FitStable(msgs, budget, dropBlock, count)
+	from := 0
+	if m != nil {
+		from = m.dropped
+		if from > 0 {
+			// Only a conversation that continues the memo's may skip its
+			// dropped turns: check the candidate that keeps the most.
+			cand := dropTurns(msgs, from)
+			if _, err := count(cand); err != nil || !seen[len(cand)].cont {
+				from, m = 0, nil
+				clear(seen)
+			}
+		}
+	}
+	kept, dropped, turns, err := fitFrom(msgs, budget, dropBlock, from, count)
 	if parley.ErrorCode(err) == parley.ETooLarge {
 		return nil, parley.Errorf(parley.ETooLarge, "%s (the context holds %d tokens, %d of them kept for the reply by max_tokens)",
 			parley.ErrorMessage(err), info.ContextLength, p.MaxTokens)
@@ -157,7 +196,28 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			zap.Int("budget_tokens", budget))
 	}
 	stops := append(append([]string(nil), p.Stop...), tmpl.Stops()...)
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength)
+	var remember func(gen []int, pieces []string, special []bool)
+	if key != "" && tk != nil {
+		// The memo for the next turn, stored when this reply ends (run).
+		remember = func(gen []int, pieces []string, special []bool) {
+			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
+		}
+	}
+	rep, err := r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember)
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// dropTurns returns msgs without their first k droppable turns (see fit).
+func dropTurns(msgs []parley.Message, k int) []parley.Message {
+	_, turnEnd := turnsOf(msgs)
+	k = min(k, len(turnEnd))
+	if k == 0 {
+		return msgs
+	}
+	return withoutBefore(msgs, turnEnd[k-1])
 }
 
 // Complete is Reply for a raw prompt: no template, no history to drop (a
@@ -173,11 +233,12 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength)
+	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
-func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int) (*Reply, error) {
+func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
+	remember func(gen []int, pieces []string, special []bool)) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
 	}
@@ -202,6 +263,7 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		promptTokens: len(tokens),
 		dropped:      dropped,
 		out:          make(chan parley.Event, size),
+		remember:     remember,
 	}
 	go rep.run(ctx, cancel, events, NewStreamer(stops))
 	return rep, nil
@@ -219,6 +281,9 @@ type Reply struct {
 	promptTokens int
 	dropped      int
 	out          chan parley.Event
+	// remember, when set, is called by run at the end with the tokens the
+	// engine generated and their raw text, up to a stop.
+	remember func(gen []int, pieces []string, special []bool)
 
 	mu   sync.Mutex
 	text strings.Builder // Token.Text of every delivered token event
@@ -262,6 +327,9 @@ func (rep *Reply) run(ctx context.Context, cancel context.CancelFunc, in <-chan 
 		specialStop bool // the stop was a special token spelling a stop string
 		pending     parley.Event
 		hasPending  bool
+		gen         []int
+		pieces      []string
+		special     []bool
 	)
 	for ev := range in {
 		switch {
@@ -276,6 +344,9 @@ func (rep *Reply) run(ctx context.Context, cancel context.CancelFunc, in <-chan 
 		if hasPending {
 			rep.deliver(ctx, pending)
 			hasPending = false
+		}
+		if rep.remember != nil {
+			gen, pieces, special = append(gen, ev.Token.ID), append(pieces, ev.Token.Text), append(special, ev.Token.Special)
 		}
 		if ev.Token.Special {
 			// Control tokens are not reply text. One that spells a stop
@@ -312,6 +383,10 @@ func (rep *Reply) run(ctx context.Context, cancel context.CancelFunc, in <-chan 
 	final.Token.Text = ""
 	if stopped && !(specialStop && final.Finish == parley.FinishEOS) {
 		final.Finish, final.Err = parley.FinishStop, nil
+	}
+	if rep.remember != nil {
+		// Before the final event: the next turn may start as soon as it is read.
+		rep.remember(gen, pieces, special)
 	}
 	rep.deliverFinal(ctx, final)
 }

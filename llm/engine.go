@@ -12,7 +12,9 @@
 //
 // A slot remembers the tokens its KV cache holds and the key (session id) of
 // the request that filled it, so the next turn of a conversation evaluates only
-// the tokens after the longest common prefix.
+// the tokens after the longest common prefix. A new sequence whose prompt
+// shares a long prefix (a system prompt) with another slot's cache gets that
+// cache copied (KvCacheSeqCp) instead of evaluating the prefix again.
 //
 // Every use of the cgo binding stays inside this package.
 package llm
@@ -59,6 +61,14 @@ const (
 	// DefaultStepBudget is how long one sequence's share of a decode step
 	// (its grammar check and sampling) may take before it is ended.
 	DefaultStepBudget = 2 * time.Second
+
+	// minCopyPrefix is how many more prompt tokens another slot must share
+	// with a new sequence than its own slot does before the engine copies
+	// that slot's KV cache instead of evaluating them. Each slot is its own
+	// llama.cpp stream, so a copy moves the whole stream's buffer (a few
+	// milliseconds): worth it for a system prompt, not for a BOS and a role
+	// marker.
+	minCopyPrefix = 32
 )
 
 // ErrClosed is returned by Generate after Close.
@@ -94,7 +104,9 @@ type Stats struct {
 	SlotsBusy        int   // slots running a sequence
 	Queued           int   // requests waiting for a slot
 	PromptEvaluated  int64 // prompt tokens decoded (cumulative)
-	PromptReused     int64 // prompt tokens served from the KV cache (cumulative)
+	PromptReused     int64 // prompt tokens served from the KV cache (cumulative), copied ones included
+	PromptCopied     int64 // prompt tokens copied from another slot's KV cache instead of evaluated (cumulative)
+	PrefixCopies     int64 // copies of another slot's KV cache (cumulative)
 	TokensGenerated  int64 // tokens sampled (cumulative)
 	Steps            int64 // decode steps (cumulative)
 	StepNanos        int64 // time spent in decode steps (cumulative)
@@ -125,12 +137,18 @@ type Engine struct {
 
 	slots []*slot // owned by the loop
 
+	// pieces is the text of every token, built once at Open: a token's text
+	// is then a slice index instead of a cgo call and two allocations per
+	// generated token. Immutable.
+	pieces []string
+
 	gvOnce sync.Once
 	gv     *grammarVocab
 
 	busy, queued                                          atomic.Int64
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
 	busyRefusals, slowDrops, deadEnds, overBudget         atomic.Int64
+	promptCopied, prefixCopies                            atomic.Int64
 }
 
 // slot is one llama.cpp sequence id and what its KV cache holds. Owned by the loop.
@@ -255,6 +273,10 @@ func Open(cfg Config) (*Engine, error) {
 	for i := range cfg.Parallel {
 		e.slots = append(e.slots, &slot{id: i})
 	}
+	e.pieces = make([]string, info.VocabSize)
+	for i := range e.pieces {
+		e.pieces[i] = model.TokenToPiece(i)
+	}
 	b, err := llama.NewBatch(cfg.BatchSize, cfg.Parallel, 0)
 	if err != nil {
 		llama.FreeModel(model)
@@ -277,12 +299,46 @@ func (e *Engine) Tokenize(text string) ([]int, error) {
 	return toks, nil
 }
 
+// TokenizeContinuation turns text that continues a prompt into tokens: no
+// BOS, special-token text parsed. SentencePiece tokenizers prefix the start
+// of every text with a space; a continuation is not the start, so a lone
+// space token that the text does not begin with is removed. When the space
+// merged into the first word instead, ErrContinuation is returned and the
+// caller must tokenize the whole prompt.
+//
+// Callers append the result to tokens they already have (a conversation's
+// earlier turns, exactly as evaluated), so only new text is tokenized.
+func (e *Engine) TokenizeContinuation(text string) ([]int, error) {
+	if text == "" {
+		return nil, nil
+	}
+	toks, err := e.model.Tokenize(text, false, true)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	if len(toks) == 0 || text[0] == ' ' {
+		return toks, nil
+	}
+	first := e.TokenText(toks[0])
+	switch {
+	case first == " ":
+		return toks[1:], nil
+	case len(first) > 1 && first[0] == ' ' && !e.vocab.special(toks[0]):
+		return nil, ErrContinuation
+	}
+	return toks, nil
+}
+
+// ErrContinuation is returned by TokenizeContinuation when the text cannot be
+// tokenized on its own the way it would be after a prompt.
+var ErrContinuation = errors.New("llm: continuation does not tokenize on its own")
+
 // TokenText returns the text of one token (raw bytes: may be part of a UTF-8 character).
 func (e *Engine) TokenText(id int) string {
-	if id < 0 || id >= e.info.VocabSize {
+	if id < 0 || id >= len(e.pieces) {
 		return ""
 	}
-	return e.model.TokenToPiece(id)
+	return e.pieces[id]
 }
 
 // Stats returns a snapshot of the counters.
@@ -293,6 +349,8 @@ func (e *Engine) Stats() Stats {
 		Queued:           int(e.queued.Load()),
 		PromptEvaluated:  e.promptEval.Load(),
 		PromptReused:     e.promptReused.Load(),
+		PromptCopied:     e.promptCopied.Load(),
+		PrefixCopies:     e.prefixCopies.Load(),
 		TokensGenerated:  e.generated.Load(),
 		Steps:            e.steps.Load(),
 		StepNanos:        e.stepNanos.Load(),
@@ -536,6 +594,8 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 
 	toks := seq.req.Tokens
 	keep := commonPrefix(s.cached, toks)
+	e.copyPrefix(s, toks, keep)
+	keep = commonPrefix(s.cached, toks)
 	if keep == len(toks) {
 		keep-- // at least one token must be decoded to get logits
 	}
@@ -551,6 +611,43 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	seq.usage.PromptTokens = len(toks)
 	seq.usage.CachedPromptTokens = keep
 	e.promptReused.Add(int64(keep))
+}
+
+// copyPrefix replaces the KV cache of s with another slot's when that slot
+// (busy or not) shares at least minCopyPrefix more leading tokens with toks
+// than s's own cache does (keep): typically a system prompt common to many
+// sessions, evaluated once instead of once per slot. The other slot's
+// cached tokens are all decoded (assign runs between steps), and the copy is
+// done by llama.cpp before the next decode.
+func (e *Engine) copyPrefix(s *slot, toks []int, keep int) {
+	var src *slot
+	best := keep
+	for _, o := range e.slots {
+		if o == s {
+			continue
+		}
+		if p := commonPrefix(o.cached, toks); p > best {
+			src, best = o, p
+		}
+	}
+	if src == nil || best-keep < minCopyPrefix {
+		return
+	}
+	// Slots are separate streams: llama.cpp copies only whole streams
+	// (a partial range asserts), so copy all of it and drop the rest.
+	e.lc.KvCacheSeqCp(src.id, s.id, 0, -1)
+	s.cached = append(s.cached[:0], src.cached...)
+	if best < len(s.cached) {
+		if !e.lc.KvCacheSeqRm(s.id, best, -1) {
+			e.lc.KvCacheSeqRm(s.id, 0, -1)
+			s.cached = s.cached[:0]
+			return
+		}
+		s.cached = s.cached[:best]
+	}
+	e.prefixCopies.Add(1)
+	e.promptCopied.Add(int64(best - keep))
+	e.log.Debug("prompt prefix copied from another slot", zap.Int("from", src.id), zap.Int("to", s.id), zap.Int("tokens", best))
 }
 
 func commonPrefix(a, b []int) int {
@@ -695,10 +792,14 @@ func (e *Engine) sample(seq *sequence) bool {
 	seq.generated++
 	e.generated.Add(1)
 
+	lp := math.NaN()
+	if !seq.req.Params.SkipLogprobs {
+		lp = logprob(e.lc.GetLogitsIth(idx), tok, seq.temp)
+	}
 	ev := parley.Event{Token: parley.Token{
 		ID:      tok,
-		Text:    e.model.TokenToPiece(tok),
-		Logprob: logprob(e.lc.GetLogitsIth(idx), tok, seq.temp),
+		Text:    e.TokenText(tok),
+		Logprob: lp,
 		Special: e.vocab.special(tok),
 	}}
 	if len(seq.out) >= cap(seq.out)-1 {

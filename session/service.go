@@ -348,7 +348,9 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 		return nil, err
 	}
 	if p.MaxTokens == 0 {
+		skip := p.SkipLogprobs // the caller's, not a setting
 		p = s.Params(sess)
+		p.SkipLogprobs = skip
 	}
 	msgs := make([]parley.Message, 0, len(sess.Messages)+2)
 	if sess.System != "" {

@@ -9,6 +9,7 @@ package web
 //	POST /generate?format=jsonlines             DJL-style JSON lines, one object per token           (api_jsonl.go)
 //	POST /generate?format=jsonlines-cumulative  the same, each line carrying the text so far
 //	POST /v1/chat/completions   OpenAI chat completions, streamed or not                              (api_openai.go)
+//	POST /v1/completions        OpenAI legacy completions (raw prompt), streamed or not               (api_completions.go)
 //	GET  /v1/models             OpenAI model list
 //
 // Every endpoint is stateless (the request carries the whole prompt or
@@ -88,6 +89,7 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	g.POST("/generate_stream", s.handleGenerateStream)
 	g.POST("/invocations", s.handleInvocations)
 	g.POST("/v1/chat/completions", s.handleChatCompletions)
+	g.POST("/v1/completions", s.handleCompletions)
 	g.GET("/v1/models", s.handleModels)
 	g.GET("/v1/models/:id", s.handleModel)
 }
@@ -219,6 +221,8 @@ type apiCall struct {
 	rep    *chat.Reply
 	params parley.Params
 	meter  *replyMeter // metrics: every event of the reply passes through it
+	// topLogprobs is how many top_logprobs an OpenAI client asked for.
+	topLogprobs int
 }
 
 // startCompletion starts a raw-prompt reply (no template) for route.

@@ -278,6 +278,7 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 		return nil, err
 	}
 	resolveSeed(&p)
+	p.SkipLogprobs = !req.Logprobs
 	call.params = p
 	return call, nil
 }
@@ -311,13 +312,15 @@ func completionID() string {
 	return fmt.Sprintf("chatcmpl-%016x%08x", rand.Uint64(), rand.Uint32())
 }
 
-func (cc *chatCall) logprob(t parley.Token) tokenLogprob {
+// tokenLogprobOf is t's logprob entry; with top > 0 its top_logprobs list
+// holds the sampled token (the engine reports no other candidates).
+func tokenLogprobOf(t parley.Token, top int) tokenLogprob {
 	b := make([]int, len(t.Text))
 	for i := range len(t.Text) {
 		b[i] = int(t.Text[i])
 	}
 	lp := tokenLogprob{topLogprob: topLogprob{Token: t.Text, Logprob: finite(t.Logprob), Bytes: b}, TopLogprobs: []topLogprob{}}
-	if cc.topLogprobs > 0 {
+	if top > 0 {
 		lp.TopLogprobs = append(lp.TopLogprobs, lp.topLogprob)
 	}
 	return lp
@@ -337,6 +340,7 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	call.topLogprobs = cc.topLogprobs
 	id, created, model := completionID(), time.Now().Unix(), s.modelName()
 	if !cc.stream {
 		toks, ev := call.collect()
@@ -350,7 +354,7 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 		if cc.logprobs {
 			choice.Logprobs = &chatLogprobs{Content: []tokenLogprob{}}
 			for _, t := range toks {
-				choice.Logprobs.Content = append(choice.Logprobs.Content, cc.logprob(t))
+				choice.Logprobs.Content = append(choice.Logprobs.Content, tokenLogprobOf(t, cc.topLogprobs))
 			}
 		}
 		timings := newTimings(ev.Timings, ev.Usage.CompletionTokens)
@@ -362,14 +366,6 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 		})
 	}
 
-	w := s.beginStream(c, "text/event-stream")
-	send := func(v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("encode chunk: %w", err)
-		}
-		return w.write(append(append([]byte("data: "), b...), '\n', '\n'))
-	}
 	chunk := func(choices []chunkChoice) chatChunk {
 		ch := chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
 			SystemFingerprint: systemFingerprint, Choices: choices}
@@ -378,32 +374,81 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 		}
 		return ch
 	}
+	s.streamOpenAI(c, call, cc.logprobs, cc.includeUsage, openAIChunks{
+		first: func() any {
+			// The first chunk carries the role, as OpenAI's does.
+			empty := ""
+			return chunk([]chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}})
+		},
+		text: func(text string, lps []tokenLogprob) any {
+			choice := chunkChoice{Delta: chunkDelta{Content: &text}}
+			if cc.logprobs {
+				choice.Logprobs = &chatLogprobs{Content: lps}
+			}
+			return chunk([]chunkChoice{choice})
+		},
+		final: func(finish string, lps []tokenLogprob, timings timingsJSON) any {
+			final := chunkChoice{Delta: chunkDelta{}, FinishReason: &finish}
+			if len(lps) > 0 {
+				final.Logprobs = &chatLogprobs{Content: lps}
+			}
+			last := chunk([]chunkChoice{final})
+			last.Timings = &timings
+			return last
+		},
+		usage: func(u json.RawMessage) any {
+			uc := chunk([]chunkChoice{})
+			uc.Usage = u
+			return uc
+		},
+	})
+	return nil
+}
+
+// openAIChunks makes the server-sent chunks of one OpenAI streaming API (chat
+// or legacy completions); streamOpenAI owns the order and the rules.
+type openAIChunks struct {
+	first func() any                                                       // optional: the chunk before any text
+	text  func(text string, lps []tokenLogprob) any                        // a chunk of reply text; lps: the logprobs of its tokens, when asked for
+	final func(finish string, lps []tokenLogprob, timings timingsJSON) any // the chunk with the finish reason
+	usage func(usage json.RawMessage) any                                  // the usage chunk (stream_options.include_usage)
+}
+
+// streamOpenAI relays call's reply as OpenAI server-sent events ("data:
+// {chunk}" ... "data: [DONE]"); an error after the stream began is one
+// OpenAI error event.
+func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUsage bool, ch openAIChunks) {
+	w := s.beginStream(c, "text/event-stream")
+	send := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode chunk: %w", err)
+		}
+		return w.write(append(append([]byte("data: "), b...), '\n', '\n'))
+	}
 	// Tokens whose text is held back (a partial character, a possible stop
 	// string) or empty (special tokens) make no chunk of their own; their
 	// logprobs ride with the next chunk.
 	var pendingLP []tokenLogprob
 	content := func(text string, t *parley.Token) error {
-		if cc.logprobs && t != nil {
-			pendingLP = append(pendingLP, cc.logprob(*t))
+		if logprobs && t != nil {
+			pendingLP = append(pendingLP, tokenLogprobOf(*t, call.topLogprobs))
 		}
 		if text == "" {
 			return nil
 		}
-		choice := chunkChoice{Delta: chunkDelta{Content: &text}}
-		if cc.logprobs {
-			choice.Logprobs = &chatLogprobs{Content: pendingLP}
-			pendingLP = nil
+		lps := pendingLP
+		pendingLP = nil
+		return send(ch.text(text, lps))
+	}
+	if ch.first != nil {
+		if err := send(ch.first()); err != nil {
+			call.cancel()
+			call.collect()
+			return
 		}
-		return send(chunk([]chunkChoice{choice}))
 	}
-	// The first chunk carries the role, as OpenAI's does.
-	empty := ""
-	if err := send(chunk([]chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}})); err != nil {
-		call.cancel()
-		call.collect()
-		return nil
-	}
-	err = call.relay(
+	err := call.relay(
 		func(t parley.Token, _ int) error { return content(t.Text, &t) },
 		func(last *parley.Token, ev parley.Event) error {
 			if last != nil {
@@ -416,34 +461,23 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 				e.Error.Message, e.Error.Type, e.Error.Code = parley.ErrorMessage(rerr), "server_error", parley.ErrorCode(rerr)
 				return send(e)
 			}
-			finish := openAIFinish(ev.Finish)
-			final := chunkChoice{Delta: chunkDelta{}, FinishReason: &finish}
-			if cc.logprobs && len(pendingLP) > 0 {
-				final.Logprobs = &chatLogprobs{Content: pendingLP}
-			}
-			timings := newTimings(ev.Timings, ev.Usage.CompletionTokens)
-			last1 := chunk([]chunkChoice{final})
-			last1.Timings = &timings
-			if err := send(last1); err != nil {
+			if err := send(ch.final(openAIFinish(ev.Finish), pendingLP, newTimings(ev.Timings, ev.Usage.CompletionTokens))); err != nil {
 				return err
 			}
-			if cc.includeUsage {
+			if includeUsage {
 				u, err := json.Marshal(newOpenAIUsage(ev.Usage))
 				if err != nil {
 					return fmt.Errorf("encode usage: %w", err)
 				}
-				uc := chunk([]chunkChoice{})
-				uc.Usage = u
-				if err := send(uc); err != nil {
+				if err := send(ch.usage(u)); err != nil {
 					return err
 				}
 			}
 			return w.write([]byte("data: [DONE]\n\n"))
 		})
 	if err != nil {
-		s.log.Debug("chat stream ended early", zap.Error(err))
+		s.log.Debug("openai stream ended early", zap.String("route", call.route), zap.Error(err))
 	}
-	return nil
 }
 
 type openAIModel struct {

@@ -53,6 +53,7 @@ func (s *Server) handlePlain(c echo.Context) error {
 		return err
 	}
 	resolveSeed(&p)
+	p.SkipLogprobs = true // plain text carries no logprobs
 	call, err := s.startCompletion(c, "plain", prompt, p)
 	if err != nil {
 		return err

@@ -25,6 +25,7 @@ type EngineStats struct {
 	Queued            int           // replies waiting for a slot
 	PromptEvaluated   int64         // prompt tokens decoded
 	PromptReused      int64         // prompt tokens served from the KV cache instead
+	PromptCopied      int64         // of those, tokens copied from another slot's cache (a shared prefix)
 	TokensGenerated   int64         // tokens sampled
 	Steps             int64         // decode steps
 	StepTime          time.Duration // time spent in decode steps
@@ -196,6 +197,8 @@ func engineCollectors(stats func() EngineStats) []prometheus.Collector {
 			func(s EngineStats) float64 { return float64(s.PromptEvaluated) }),
 		counter("parley_prompt_tokens_reused_total", "Prompt tokens served from a slot's KV cache instead of being decoded again.",
 			func(s EngineStats) float64 { return float64(s.PromptReused) }),
+		counter("parley_prompt_tokens_copied_total", "Prompt tokens copied from another slot's KV cache (a shared prefix such as a system prompt) instead of being decoded.",
+			func(s EngineStats) float64 { return float64(s.PromptCopied) }),
 		counter("parley_generated_tokens_total", "Tokens generated (end-of-generation tokens not included).",
 			func(s EngineStats) float64 { return float64(s.TokensGenerated) }),
 		counter("parley_decode_steps_total", "llama.cpp decode steps (each one batch across all active replies).",

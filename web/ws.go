@@ -488,6 +488,7 @@ func (c *conn) runTurn(prompt string, p parley.Params) {
 		c.busy.Store(false)
 	}()
 
+	p.SkipLogprobs = !c.json // text mode sends only the pieces
 	turn, err := c.srv.sessions.Turn(ctx, c.id, prompt, p)
 	if err != nil {
 		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))

@@ -381,6 +381,13 @@ func (r *engineRef) Tokenize(text string) ([]int, error) {
 	return nil, errLoading
 }
 
+func (r *engineRef) TokenizeContinuation(text string) ([]int, error) {
+	if e := r.p.Load(); e != nil {
+		return e.TokenizeContinuation(text)
+	}
+	return nil, errLoading
+}
+
 func (r *engineRef) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
 	if e := r.p.Load(); e != nil {
 		return e.Generate(ctx, req)
@@ -402,6 +409,7 @@ func (r *engineRef) stats() web.EngineStats {
 		Queued:            st.Queued,
 		PromptEvaluated:   st.PromptEvaluated,
 		PromptReused:      st.PromptReused,
+		PromptCopied:      st.PromptCopied,
 		TokensGenerated:   st.TokensGenerated,
 		Steps:             st.Steps,
 		StepTime:          time.Duration(st.StepNanos),

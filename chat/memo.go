@@ -1,0 +1,119 @@
+package chat
+
+import (
+	"container/list"
+	"strings"
+	"sync"
+)
+
+// ContinuationTokenizer is implemented by a Generator that can tokenize text
+// which continues a prompt: no BOS, no leading space a tokenizer adds to the
+// start of a text (llm.Engine does). With it, a Responder builds each turn's
+// prompt from the exact tokens of the last prompt and of the tokens the model
+// generated, tokenizing only the new text, so the KV cache is reused in full
+// whatever the model's tokenizer would make of the reply's text. It returns
+// an error when text cannot be tokenized on its own; the Responder then
+// tokenizes the whole prompt.
+type ContinuationTokenizer interface {
+	TokenizeContinuation(text string) ([]int, error)
+}
+
+// maxMemos bounds how many conversations a Responder remembers (a few
+// kilobytes each: at most a context's worth of tokens). A conversation whose
+// memo was evicted costs one full tokenization on its next turn.
+const maxMemos = 1024
+
+// memo is what a Responder remembers of a conversation's last turn (by key),
+// to build the next prompt from exact tokens and to fit it without looking
+// at the turns dropped already. Immutable once stored.
+type memo struct {
+	msgs    int      // messages in the conversation the prompt was built from
+	dropped int      // turns dropped to fit it (the next turn drops at least these)
+	prompt  string   // the rendered prompt
+	tokens  []int    // its tokens, as evaluated
+	gen     []int    // the tokens generated after it, in order
+	pieces  []string // their raw text
+	special []bool   // whether each is a control token (not reply text)
+}
+
+// extend returns the tokens of rendered, which must start with m.prompt:
+// m.tokens, then the generated tokens as far as their text is what rendered
+// holds after the prompt (a control token the model generated inside its
+// reply stays, although the reply's text left it out: the cache holds it),
+// then the rest tokenized as a continuation.
+// reused is how many tokens came from the memo. ok is false when rendered
+// does not continue m.prompt or the rest cannot be tokenized on its own.
+func (m *memo) extend(rendered string, tk ContinuationTokenizer) (tokens []int, reused int, ok bool) {
+	if !strings.HasPrefix(rendered, m.prompt) {
+		return nil, 0, false
+	}
+	pos, n := len(m.prompt), 0
+	for n < len(m.gen) {
+		switch piece := m.pieces[n]; {
+		case piece != "" && strings.HasPrefix(rendered[pos:], piece):
+			pos += len(piece)
+		case m.special[n] && n+1 < len(m.gen):
+			// Not in the text, but something of the reply follows it.
+		default:
+			goto rest
+		}
+		n++
+	}
+rest:
+	rest, err := tk.TokenizeContinuation(rendered[pos:])
+	if err != nil {
+		return nil, 0, false
+	}
+	tokens = make([]int, 0, len(m.tokens)+n+len(rest))
+	tokens = append(append(append(tokens, m.tokens...), m.gen[:n]...), rest...)
+	return tokens, len(m.tokens) + n, true
+}
+
+// memos is a bounded, least-recently-stored map of memos by key.
+type memos struct {
+	mu    sync.Mutex
+	byKey map[string]*list.Element // of *memoEntry
+	order list.List                // front: most recently stored
+}
+
+type memoEntry struct {
+	key string
+	m   *memo
+}
+
+func (ms *memos) get(key string) *memo {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if el, ok := ms.byKey[key]; ok {
+		return el.Value.(*memoEntry).m
+	}
+	return nil
+}
+
+func (ms *memos) put(key string, m *memo) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.byKey == nil {
+		ms.byKey = make(map[string]*list.Element)
+	}
+	if el, ok := ms.byKey[key]; ok {
+		el.Value.(*memoEntry).m = m
+		ms.order.MoveToFront(el)
+		return
+	}
+	ms.byKey[key] = ms.order.PushFront(&memoEntry{key, m})
+	for len(ms.byKey) > maxMemos {
+		el := ms.order.Back()
+		ms.order.Remove(el)
+		delete(ms.byKey, el.Value.(*memoEntry).key)
+	}
+}
+
+func (ms *memos) drop(key string) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if el, ok := ms.byKey[key]; ok {
+		ms.order.Remove(el)
+		delete(ms.byKey, key)
+	}
+}
