@@ -59,6 +59,7 @@ type apiDeps struct {
 	responder Responder
 	modelInfo func() parley.ModelInfo // nil: the model is described by name only
 	mounted   time.Time               // when the routes were mounted: the model's "created" for OpenAI clients
+	convs     Conversations           // the Responses and Conversations APIs' sessions (api_responses.go); nil: not mounted
 }
 
 // WithResponder mounts the HTTP streaming APIs (plain, TGI/SageMaker, JSON
@@ -89,6 +90,9 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	g.POST("/v1/chat/completions", s.handleChatCompletions)
 	g.GET("/v1/models", s.handleModels)
 	g.GET("/v1/models/:id", s.handleModel)
+	if cs, ok := s.sessions.(Conversations); ok {
+		s.mountResponses(g, cs)
+	}
 }
 
 // modelName is the id clients see for the loaded model.

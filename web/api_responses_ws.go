@@ -1,0 +1,113 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+)
+
+// The Responses API's WebSocket mode: GET /v1/responses upgrades, and each
+// text message the client sends is a "response.create" event whose fields
+// are POST /v1/responses's (stream is implied). The server answers with the
+// same events as the streamed HTTP form, one JSON text message each, and
+// runs the requests of one socket one after the other. Its sessions are the
+// HTTP API's and the chat WebSocket's: previous_response_id and
+// conversation continue any of them. Errors are an "error" event
+// ({"type": "error", "status": 400, "error": {code, message, param}}); the
+// socket stays open for the next request.
+
+// handleResponsesWS is GET /v1/responses.
+func (s *Server) handleResponsesWS(c echo.Context) error {
+	r, w := c.Request(), c.Response()
+	if !websocket.IsWebSocketUpgrade(r) {
+		return parley.Errorf(parley.EInvalid, "GET /v1/responses is the WebSocket mode: upgrade, or POST to create a response")
+	}
+	if s.draining.Load() {
+		return parley.Errorf(parley.EUnavailable, "the server is shutting down")
+	}
+	if !s.checkOrigin(r) {
+		return parley.Errorf(parley.EForbidden, "cross-origin WebSocket upgrades are not allowed")
+	}
+	ip := clientIP(r)
+	if err := s.admit(ip); err != nil {
+		return err
+	}
+	defer s.releaseIP(ip)
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return nil // the upgrader has answered
+	}
+	defer ws.Close()
+	ws.SetReadLimit(maxAPIBodyBytes)
+	pushRead := func() { _ = ws.SetReadDeadline(time.Now().Add(s.cfg.PongWait)) }
+	pushRead()
+	ws.SetPongHandler(func(string) error { pushRead(); return nil })
+	write := func(b []byte) error {
+		_ = ws.SetWriteDeadline(time.Now().Add(s.cfg.WriteWait))
+		return ws.WriteMessage(websocket.TextMessage, b)
+	}
+	ctx := r.Context()
+	for {
+		mt, data, err := ws.ReadMessage()
+		if err != nil {
+			return nil // the client left or broke the protocol; nothing to answer
+		}
+		pushRead()
+		if mt != websocket.TextMessage {
+			if write(wsErrorEvent(parley.Errorf(parley.EInvalid, "send response.create events as text messages"))) != nil {
+				return nil
+			}
+			continue
+		}
+		if err := s.wsResponse(ctx, data, write); err != nil {
+			s.log.Debug("responses websocket ended", zap.Error(err))
+			return nil
+		}
+	}
+}
+
+// wsResponse runs one response.create event. It returns an error only when
+// the socket failed.
+func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte) error) error {
+	refuse := func(err error) error { return write(wsErrorEvent(err)) }
+	if err := s.apiAvailable(); err != nil {
+		return refuse(err)
+	}
+	pr, err := s.parseResponsesRequest(data)
+	if err != nil {
+		return refuse(err)
+	}
+	var typ struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(data, &typ) // parseResponsesRequest has checked the JSON
+	if typ.Type != "response.create" {
+		return refuse(parley.FieldErrorf("type", "must be response.create, got %q", typ.Type))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := s.api.convs.Respond(ctx, pr.req)
+	if err != nil {
+		return refuse(err)
+	}
+	return s.streamResponse(ctx, cancel, resp, pr, func(_ string, b []byte) error { return write(b) })
+}
+
+func wsErrorEvent(err error) []byte {
+	var field any
+	if pe, ok := err.(*parley.Error); ok && pe.Field != "" {
+		field = pe.Field
+	}
+	b, _ := json.Marshal(map[string]any{
+		"type":   "error",
+		"status": ErrorStatus(err),
+		"error":  map[string]any{"code": parley.ErrorCode(err), "message": parley.ErrorMessage(err), "param": field},
+	})
+	return b
+}
