@@ -31,6 +31,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -152,8 +153,10 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	}
 	p, err := s.resolveParams(&req.paramsPatch)
 	if err != nil {
-		if pe, ok := err.(*parley.Error); ok && pe.Field == "max_tokens" && req.MaxOutputTokens != nil {
-			pe.Field = "max_output_tokens"
+		var pe *parley.Error
+		if errors.As(err, &pe) && pe.Field == "max_tokens" && req.MaxOutputTokens != nil {
+			// Name the field the client sent.
+			pe.Field, pe.Message = "max_output_tokens", "max_output_tokens"+strings.TrimPrefix(pe.Message, "max_tokens")
 		}
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -101,7 +102,8 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 
 func wsErrorEvent(err error) []byte {
 	var field any
-	if pe, ok := err.(*parley.Error); ok && pe.Field != "" {
+	var pe *parley.Error
+	if errors.As(err, &pe) && pe.Field != "" {
 		field = pe.Field
 	}
 	b, _ := json.Marshal(map[string]any{
