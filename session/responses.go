@@ -51,7 +51,7 @@ type ResponseRecord struct {
 	Created      int64   `json:"created"`
 	Status       string  `json:"status"`           // completed, incomplete, cancelled
 	Finish       string  `json:"finish,omitempty"` // the engine's finish reason
-	Instructions string  `json:"instructions,omitempty"`
+	Instructions string  `json:"-"`                // the system prompt it ran with; not stored (the session's System is), filled in by GetResponse
 	Previous     string  `json:"previous,omitempty"`
 	InputTokens  int     `json:"input_tokens,omitempty"`
 	CachedTokens int     `json:"cached_tokens,omitempty"`
@@ -180,10 +180,10 @@ type ResponseRequest struct {
 // Response is a turn started by Respond.
 type Response struct {
 	*Turn
-	Record  ResponseRecord   // as it will be stored; usage and status are set when Events is closed
-	Input   []parley.Message // the turn's input messages, the user prompt last
-	Stored  bool             // whether the turn will be stored (store: true)
-	rec     *ResponseRecord
+	Record ResponseRecord   // as it will be stored; usage and status are set when Events is closed
+	Input  []parley.Message // the turn's input messages, the user prompt last
+	Stored bool             // whether the turn will be stored (store: true)
+	rec    *ResponseRecord
 }
 
 // Final returns the record as stored, with status and usage; valid after
@@ -400,6 +400,7 @@ func (s *Service) GetResponse(ctx context.Context, id string) (ResponseRecord, *
 	if !ok {
 		return ResponseRecord{}, nil, parley.Errorf(parley.ENotFound, "no such response")
 	}
+	rec.Instructions = sess.System
 	return rec, sess, nil
 }
 
