@@ -23,7 +23,9 @@ func respond(t *testing.T, svc *session.Service, req session.ResponseRequest) se
 	return r.Final()
 }
 
-func user(text string) []parley.Message { return []parley.Message{{Role: parley.RoleUser, Content: text}} }
+func user(text string) []parley.Message {
+	return []parley.Message{{Role: parley.RoleUser, Content: text}}
+}
 
 // TestRespondRecordsSurviveTrimming: records point at absolute positions,
 // so the byte cap dropping old turns neither breaks newer records nor lets

@@ -38,6 +38,7 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
@@ -474,9 +475,14 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 		return err
 	}
 	if !pr.stream {
+		meter := s.meterReply(s.requestCancelCause)
 		for ev := range resp.Events() {
-			if ev.Done && ev.Finish == parley.FinishError {
-				return errOr(ev.Err)
+			meter.observe(ev)
+			if ev.Done {
+				replyLog(s.log.With(zap.String("route", "responses")), ev)
+				if ev.Finish == parley.FinishError {
+					return errOr(ev.Err)
+				}
 			}
 		}
 		return c.JSON(http.StatusOK, s.finishedResponse(resp, pr))
@@ -526,9 +532,17 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		}
 		return emit(typ, b)
 	}
+	meter := s.meterReply(s.requestCancelCause)
+	observe := func(ev parley.Event) {
+		meter.observe(ev)
+		if ev.Done {
+			replyLog(s.log.With(zap.String("route", "responses-stream")), ev)
+		}
+	}
 	drain := func(err error) error {
 		cancel()
-		for range resp.Events() {
+		for ev := range resp.Events() {
+			observe(ev)
 		}
 		return err
 	}
@@ -562,6 +576,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 	}
 	var final parley.Event
 	for ev := range resp.Events() {
+		observe(ev)
 		if ev.Done {
 			final = ev
 			continue

@@ -2,11 +2,14 @@ package web_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/parley-chat/parley/web"
 )
@@ -433,4 +436,12 @@ func TestResponsesWebSocketMode(t *testing.T) {
 	// The same response is visible over HTTP.
 	var got respObject
 	decodeBody(t, do(t, http.MethodGet, s.base+"/v1/responses/"+second["id"].(string), nil), http.StatusOK, &got)
+
+	// Shutting down closes the socket with 1001, like the chat's.
+	if err := s.srv.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code := closeCode(t, ws); code != websocket.CloseGoingAway {
+		t.Fatalf("close code %d, want %d", code, websocket.CloseGoingAway)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -22,6 +24,53 @@ import (
 // conversation continue any of them. Errors are an "error" event
 // ({"type": "error", "status": 400, "error": {code, message, param}}); the
 // socket stays open for the next request.
+
+// respSockets are the open Responses WebSocket connections, so Close can
+// wait for their running responses and then close them with 1001 (Shutdown
+// does not close hijacked connections).
+type respSockets struct {
+	mu    sync.Mutex
+	conns map[*websocket.Conn]*atomic.Bool // value: a response is running on it
+}
+
+func (r *respSockets) add(ws *websocket.Conn, busy *atomic.Bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conns == nil {
+		r.conns = make(map[*websocket.Conn]*atomic.Bool)
+	}
+	r.conns[ws] = busy
+}
+
+func (r *respSockets) remove(ws *websocket.Conn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.conns, ws)
+}
+
+func (r *respSockets) busy() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, b := range r.conns {
+		if b.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// closeAll sends every socket a going-away close frame and closes it; the
+// handlers' reads then fail and they return.
+func (r *respSockets) closeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down")
+	for ws := range r.conns {
+		_ = ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+		ws.Close()
+	}
+}
 
 // handleResponsesWS is GET /v1/responses.
 func (s *Server) handleResponsesWS(c echo.Context) error {
@@ -45,10 +94,37 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 		return nil // the upgrader has answered
 	}
 	defer ws.Close()
+	var busy atomic.Bool
+	s.api.sockets.add(ws, &busy)
+	defer s.api.sockets.remove(ws)
+
 	ws.SetReadLimit(maxAPIBodyBytes)
 	pushRead := func() { _ = ws.SetReadDeadline(time.Now().Add(s.cfg.PongWait)) }
 	pushRead()
 	ws.SetPongHandler(func(string) error { pushRead(); return nil })
+	// The pinger keeps an idle client's read deadline moving; WriteControl
+	// may run concurrently with the handler's writes (gorilla allows it).
+	stop := make(chan struct{})
+	var pinger sync.WaitGroup
+	pinger.Add(1)
+	go func() {
+		defer pinger.Done()
+		t := time.NewTicker(s.cfg.PongWait * 9 / 10)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WriteWait)) != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer pinger.Wait()
+	defer close(stop)
+
 	write := func(b []byte) error {
 		_ = ws.SetWriteDeadline(time.Now().Add(s.cfg.WriteWait))
 		return ws.WriteMessage(websocket.TextMessage, b)
@@ -66,7 +142,10 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 			}
 			continue
 		}
-		if err := s.wsResponse(ctx, data, write); err != nil {
+		busy.Store(true)
+		err = s.wsResponse(ctx, data, write)
+		busy.Store(false)
+		if err != nil {
 			s.log.Debug("responses websocket ended", zap.Error(err))
 			return nil
 		}
