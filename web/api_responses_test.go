@@ -445,3 +445,24 @@ func TestResponsesWebSocketMode(t *testing.T) {
 		t.Fatalf("close code %d, want %d", code, websocket.CloseGoingAway)
 	}
 }
+
+// TestResponsesNeedTheKey: with an API key set, every route of the
+// Responses and Conversations APIs and the WebSocket mode require it.
+func TestResponsesNeedTheKey(t *testing.T) {
+	s := mustOpenAPI(t, func(c *web.Config) { c.APIKey = "k3y" })
+	for _, path := range []string{"/v1/responses", "/v1/conversations"} {
+		wantFieldError(t, post(t, s.base+path, map[string]any{"input": "hi"}), http.StatusUnauthorized, "")
+	}
+	for _, path := range []string{"/v1/responses/resp_x", "/v1/responses/resp_x/input_items", "/v1/conversations/conv_x", "/v1/conversations/conv_x/items"} {
+		wantFieldError(t, do(t, http.MethodGet, s.base+path, nil), http.StatusUnauthorized, "")
+		wantFieldError(t, do(t, http.MethodDelete, s.base+path, nil), http.StatusUnauthorized, "")
+	}
+	if got := upgradeStatus(t, s.url+"/v1/responses", nil); got != http.StatusUnauthorized {
+		t.Fatalf("upgrade without the key: %d", got)
+	}
+	if got := upgradeStatus(t, s.url+"/v1/responses", http.Header{"Authorization": {"Bearer k3y"}}); got != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade with the key: %d", got)
+	}
+	var r respObject
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "hi", "max_output_tokens": 2}, "Authorization", "Bearer k3y"), http.StatusOK, &r)
+}
