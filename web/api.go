@@ -10,8 +10,9 @@ package web
 //	POST /generate?format=jsonlines-cumulative  the same, each line carrying the text so far
 //	POST /v1/chat/completions   OpenAI chat completions, streamed or not                              (api_openai.go)
 //	GET  /v1/models             OpenAI model list
+//	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (api_responses.go)
 //
-// Every endpoint is stateless (the request carries the whole prompt or
+// Every endpoint but the Responses and Conversations APIs is stateless (the request carries the whole prompt or
 // conversation), decodes its sampling parameters with the one paramsPatch
 // decoder and validates them with resolveParams, so a bad value is the same
 // 400 naming the field whatever the wire. Errors before the first byte of a

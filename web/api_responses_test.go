@@ -141,6 +141,10 @@ func TestResponsesChainReusesSession(t *testing.T) {
 	if fork.ID[:27] == first.ID[:27] {
 		t.Fatalf("a fork from an older response stayed in its session")
 	}
+	// The engine finds the shared history in the original session's slot.
+	if fork.Usage.InputTokensDetails.CachedTokens < first.Usage.InputTokens {
+		t.Fatalf("fork cached %d tokens, want at least the first prompt's %d", fork.Usage.InputTokensDetails.CachedTokens, first.Usage.InputTokens)
+	}
 	var conv itemsList
 	decodeBody(t, do(t, http.MethodGet, s.base+"/v1/conversations/conv_"+fork.ID[5:27]+"/items?order=asc", nil), http.StatusOK, &conv)
 	if len(conv.Data) != 5 || conv.Data[1].Content[0].Text != "Once upon a time" || conv.Data[3].Content[0].Text != "And later?" {
