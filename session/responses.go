@@ -174,7 +174,12 @@ type ResponseRequest struct {
 	Instructions *string
 	// NoStore runs the turn on a copy that is never stored.
 	NoStore bool
-	Params  parley.Params
+	// Local, when set, is where Previous is looked up instead of the store:
+	// a session a connection keeps for itself (Response.Local of an earlier
+	// NoStore turn), so unstored turns can be chained on one connection.
+	// The turn runs on a copy and is not stored (NoStore is implied).
+	Local  *Session
+	Params parley.Params
 }
 
 // Response is a turn started by Respond.
@@ -184,6 +189,17 @@ type Response struct {
 	Input  []parley.Message // the turn's input messages, the user prompt last
 	Stored bool             // whether the turn will be stored (store: true)
 	rec    *ResponseRecord
+	local  *captureStore // NoStore turns: what would have been stored
+}
+
+// Local returns the session as the turn left it, for a NoStore turn (nil
+// otherwise); pass it as ResponseRequest.Local to chain on it. Valid after
+// Events is closed; nil when the turn was not committed.
+func (r *Response) Local() *Session {
+	if r.local == nil {
+		return nil
+	}
+	return r.local.s
 }
 
 // Final returns the record as stored, with status and usage; valid after
@@ -208,7 +224,20 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		unlock = func() {}
 		prev   ResponseRecord
 	)
+	if req.Local != nil {
+		req.NoStore = true
+	}
 	switch {
+	case req.Previous != "" && req.Local != nil:
+		rec, ok := req.Local.Record(req.Previous)
+		if !ok {
+			return nil, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		prev = rec
+		sess = req.Local.Clone()
+		if i := rec.End - sess.Trimmed; i >= 0 && i <= len(sess.Messages) {
+			sess.Messages = sess.Messages[:i]
+		}
 	case req.Previous != "":
 		sid, ok := ResponseSession(req.Previous)
 		if !ok {
@@ -318,7 +347,8 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	t := &Turn{id: sess.ID, reply: rr, events: make(chan parley.Event, turnBuffer)}
 	runner := s
 	if req.NoStore {
-		runner = &Service{store: discardStore{}, r: s.r, system: s.system, params: s.params, log: s.log}
+		out.local = &captureStore{cfg: newStoreConfig(nil)}
+		runner = &Service{store: out.local, r: s.r, system: s.system, params: s.params, log: s.log}
 	}
 	out.Turn = t
 	go runner.run(ctx, t, sess, prompt, unlock)
@@ -377,14 +407,29 @@ func (r *recordingReply) forward() {
 	}
 }
 
-// discardStore is the store of turns with store: false.
-type discardStore struct{}
+// captureStore is the store of one turn with store: false: it keeps the
+// session the turn commits, bounded by the default byte cap, for
+// Response.Local, and nothing else. Its Put happens before the turn's
+// events are closed, so reading s after that needs no lock.
+type captureStore struct {
+	cfg storeConfig
+	s   *Session
+}
 
-func (discardStore) Get(context.Context, string) (*Session, error) { return nil, errNotFound() }
-func (discardStore) Put(context.Context, *Session) error           { return nil }
-func (discardStore) Delete(context.Context, string) error          { return nil }
-func (discardStore) Len() int                                      { return 0 }
-func (discardStore) Close() error                                  { return nil }
+func (c *captureStore) Get(context.Context, string) (*Session, error) { return nil, errNotFound() }
+func (c *captureStore) Delete(context.Context, string) error          { return nil }
+func (c *captureStore) Len() int                                      { return 0 }
+func (c *captureStore) Close() error                                  { return nil }
+
+func (c *captureStore) Put(_ context.Context, s *Session) error {
+	cp, err := c.cfg.prepare(s)
+	if err != nil {
+		return err
+	}
+	cp.pruneRecords()
+	c.s = cp
+	return nil
+}
 
 // GetResponse returns the record of response id and the session it is in.
 func (s *Service) GetResponse(ctx context.Context, id string) (ResponseRecord, *Session, error) {

@@ -441,6 +441,26 @@ func TestResponsesWebSocketMode(t *testing.T) {
 	var got respObject
 	decodeBody(t, do(t, http.MethodGet, s.base+"/v1/responses/"+second["id"].(string), nil), http.StatusOK, &got)
 
+	// Unstored responses chain on the socket that made them, and only there.
+	send(map[string]any{"type": "response.create", "input": "Once upon a time", "store": false, "max_output_tokens": 6})
+	_, a := checkEventOrder(t, read())
+	send(map[string]any{"type": "response.create", "input": "Then?", "store": false, "previous_response_id": a["id"], "max_output_tokens": 6})
+	_, b := checkEventOrder(t, read())
+	in := func(r map[string]any) float64 { return r["usage"].(map[string]any)["input_tokens"].(float64) }
+	if b["store"] != false || b["previous_response_id"] != a["id"] || in(b) <= in(a) {
+		t.Fatalf("unstored chain: %+v", b)
+	}
+	wantFieldError(t, do(t, http.MethodGet, s.base+"/v1/responses/"+b["id"].(string), nil), http.StatusNotFound, "")
+	other := dial(t, s.url+"/v1/responses", nil)
+	if err := other.WriteJSON(map[string]any{"type": "response.create", "input": "x", "previous_response_id": b["id"]}); err != nil {
+		t.Fatal(err)
+	}
+	var e map[string]any
+	if err := other.ReadJSON(&e); err != nil || e["type"] != "error" || e["status"] != float64(http.StatusNotFound) {
+		t.Fatalf("another socket chained on an unstored response: %v %v", e, err)
+	}
+	other.Close()
+
 	// Shutting down closes the socket with 1001, like the chat's.
 	if err := s.srv.Close(context.Background()); err != nil {
 		t.Fatal(err)

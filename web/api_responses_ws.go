@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
 )
 
 // The Responses API's WebSocket mode: GET /v1/responses upgrades, and each
@@ -21,7 +22,9 @@ import (
 // same events as the streamed HTTP form, one JSON text message each, and
 // runs the requests of one socket one after the other. Its sessions are the
 // HTTP API's and the chat WebSocket's: previous_response_id and
-// conversation continue any of them. Errors are an "error" event
+// conversation continue any of them. The socket also keeps the newest
+// store: false response in memory, so unstored responses chain on it (as
+// OpenAI's WebSocket mode does); closing the socket forgets it. Errors are an "error" event
 // ({"type": "error", "status": 400, "error": {code, message, param}}); the
 // socket stays open for the next request.
 
@@ -130,6 +133,9 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 		return ws.WriteMessage(websocket.TextMessage, b)
 	}
 	ctx := r.Context()
+	// local is the newest store: false response's session: the socket's own
+	// state, so unstored responses chain by previous_response_id here.
+	var local *session.Session
 	for {
 		mt, data, err := ws.ReadMessage()
 		if err != nil {
@@ -143,7 +149,7 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 			continue
 		}
 		busy.Store(true)
-		err = s.wsResponse(ctx, data, write)
+		err = s.wsResponse(ctx, data, write, &local)
 		busy.Store(false)
 		if err != nil {
 			s.log.Debug("responses websocket ended", zap.Error(err))
@@ -154,7 +160,7 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 
 // wsResponse runs one response.create event. It returns an error only when
 // the socket failed.
-func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte) error) error {
+func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte) error, local **session.Session) error {
 	refuse := func(err error) error { return write(wsErrorEvent(err)) }
 	if err := s.apiAvailable(); err != nil {
 		return refuse(err)
@@ -172,11 +178,20 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if l := *local; l != nil && pr.req.Previous != "" {
+		if _, ok := l.Record(pr.req.Previous); ok {
+			pr.req.Local = l
+		}
+	}
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {
 		return refuse(err)
 	}
-	return s.streamResponse(ctx, cancel, resp, pr, func(_ string, b []byte) error { return write(b) })
+	err = s.streamResponse(ctx, cancel, resp, pr, func(_ string, b []byte) error { return write(b) })
+	if l := resp.Local(); l != nil {
+		*local = l
+	}
+	return err
 }
 
 func wsErrorEvent(err error) []byte {
