@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -39,6 +40,12 @@ type Session struct {
 	Params   *parley.Params   `json:"params,omitempty"` // per-session overrides of the server's defaults; nil = defaults
 	Created  time.Time        `json:"created"`
 	Updated  time.Time        `json:"updated"` // last Put; a session idle for longer than the store's TTL expires
+
+	// The Responses and Conversations APIs' state (responses.go); all
+	// omitted when unused, so sessions stored before them read unchanged.
+	Trimmed   int               `json:"trimmed,omitempty"`   // messages the byte cap has dropped from the front, ever: Messages[0]'s absolute position
+	Responses []ResponseRecord  `json:"responses,omitempty"` // the turns run through the Responses API, oldest first
+	Metadata  map[string]string `json:"metadata,omitempty"`  // a conversation's metadata
 }
 
 // NewID returns a fresh random session id (22 URL-safe characters).
@@ -67,6 +74,8 @@ func (s *Session) Clone() *Session {
 	}
 	c := *s
 	c.Messages = slices.Clone(s.Messages)
+	c.Responses = slices.Clone(s.Responses)
+	c.Metadata = maps.Clone(s.Metadata)
 	if s.Params != nil {
 		p := *s.Params
 		p.Stop = slices.Clone(s.Params.Stop)

@@ -131,6 +131,8 @@ func (c *storeConfig) prepare(s *Session) (*Session, error) {
 		// give the caller its own copy of what was kept.
 		cp.Messages = slices.Clone(kept)
 		s.Messages = slices.Clone(kept)
+		cp.Trimmed += dropped
+		s.Trimmed = cp.Trimmed
 	}
 	return cp, nil
 }

@@ -11,8 +11,9 @@ package web
 //	POST /v1/chat/completions   OpenAI chat completions, streamed or not                              (api_openai.go)
 //	POST /v1/completions        OpenAI legacy completions (raw prompt), streamed or not               (api_completions.go)
 //	GET  /v1/models             OpenAI model list
+//	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (api_responses.go)
 //
-// Every endpoint is stateless (the request carries the whole prompt or
+// Every endpoint but the Responses and Conversations APIs is stateless (the request carries the whole prompt or
 // conversation), decodes its sampling parameters with the one paramsPatch
 // decoder and validates them with resolveParams, so a bad value is the same
 // 400 naming the field whatever the wire. Errors before the first byte of a
@@ -61,6 +62,8 @@ type apiDeps struct {
 	responder Responder
 	modelInfo func() parley.ModelInfo // nil: the model is described by name only
 	mounted   time.Time               // when the routes were mounted: the model's "created" for OpenAI clients
+	convs     Conversations           // the Responses and Conversations APIs' sessions (api_responses.go); nil: not mounted
+	sockets   respSockets             // open Responses WebSocket connections (api_responses_ws.go)
 }
 
 // WithResponder mounts the HTTP streaming APIs (plain, TGI/SageMaker, JSON
@@ -92,6 +95,9 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	g.POST("/v1/completions", s.handleCompletions)
 	g.GET("/v1/models", s.handleModels)
 	g.GET("/v1/models/:id", s.handleModel)
+	if cs, ok := s.sessions.(Conversations); ok {
+		s.mountResponses(g, cs)
+	}
 }
 
 // modelName is the id clients see for the loaded model.

@@ -294,6 +294,7 @@ func (s *Server) Close(ctx context.Context) error {
 		c.close(websocket.CloseGoingAway, "server shutting down")
 	}
 	s.mu.Unlock()
+	s.api.sockets.closeAll()
 	err := <-shutdownErr
 	if err != nil {
 		s.http.Close()
@@ -314,7 +315,7 @@ func (s *Server) busyConns() int {
 			n++
 		}
 	}
-	return n
+	return n + s.api.sockets.busy()
 }
 
 func (s *Server) routes() {

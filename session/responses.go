@@ -1,0 +1,602 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/parley-chat/parley"
+)
+
+// Responses and conversations (OpenAI's Responses and Conversations APIs)
+// are views of sessions, so a conversation started on a WebSocket can be
+// continued over HTTP and back:
+//
+//   - a conversation is a session; its id is "conv_" + the session id;
+//   - a response is one turn of a session, recorded in Session.Responses;
+//     its id is "resp_" + the session id + a random suffix, so the id alone
+//     finds the session (no index to keep besides the store);
+//   - an item is a message of the session, named by its absolute position
+//     (positions count messages dropped by the byte cap, see Session.Trimmed).
+//
+// A record points at its turn by absolute positions and checks a hash of
+// its reply, so a record whose messages were trimmed, reset or edited away
+// is reported as gone rather than showing other messages.
+
+// ID prefixes of the Responses and Conversations APIs.
+const (
+	ResponsePrefix     = "resp_"
+	ConversationPrefix = "conv_"
+)
+
+// maxResponseRecords bounds Session.Responses; the oldest records go first.
+const maxResponseRecords = 1000
+
+// responseSuffixBytes is the random part of a response id after the session id.
+const responseSuffixBytes = 6
+
+// ResponseRecord is what a session keeps of one response (one turn run
+// through the Responses API): where its messages are and what it cost.
+type ResponseRecord struct {
+	ID           string  `json:"id"`
+	Start        int     `json:"start"` // absolute position of its first input message
+	End          int     `json:"end"`   // absolute position just past its reply
+	Hash         uint64  `json:"hash"`  // FNV-1a of the reply's text
+	Created      int64   `json:"created"`
+	Status       string  `json:"status"`           // completed, incomplete, cancelled
+	Finish       string  `json:"finish,omitempty"` // the engine's finish reason
+	Instructions string  `json:"-"`                // the system prompt it ran with; not stored (the session's System is), filled in by GetResponse
+	Previous     string  `json:"previous,omitempty"`
+	InputTokens  int     `json:"input_tokens,omitempty"`
+	CachedTokens int     `json:"cached_tokens,omitempty"`
+	OutputTokens int     `json:"output_tokens,omitempty"`
+	MaxTokens    int     `json:"max_tokens,omitempty"`
+	Temperature  float64 `json:"temperature,omitempty"`
+	TopP         float64 `json:"top_p,omitempty"`
+}
+
+// Response statuses, as the Responses API spells them.
+const (
+	StatusCompleted  = "completed"
+	StatusIncomplete = "incomplete"
+	StatusCancelled  = "cancelled"
+	StatusFailed     = "failed"
+)
+
+func textHash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// ResponseSession returns the session id a response id belongs to, or
+// false when id is not a response id.
+func ResponseSession(id string) (string, bool) {
+	rest, ok := strings.CutPrefix(id, ResponsePrefix)
+	n := idEncoding().EncodedLen(idBytes)
+	if !ok || len(rest) != n+2*responseSuffixBytes || !ValidID(rest[:n]) {
+		return "", false
+	}
+	if _, err := hex.DecodeString(rest[n:]); err != nil {
+		return "", false
+	}
+	return rest[:n], true
+}
+
+// ConversationSession returns the session id of a conversation id. A bare
+// session id is accepted too (the id a WebSocket chat shows).
+func ConversationSession(id string) (string, bool) {
+	sid := strings.TrimPrefix(id, ConversationPrefix)
+	return sid, ValidID(sid)
+}
+
+func newResponseID(sid string) (string, error) {
+	var b [responseSuffixBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("response id: %w", err)
+	}
+	return ResponsePrefix + sid + hex.EncodeToString(b[:]), nil
+}
+
+// pos is the index in s.Messages of absolute position abs, or -1 when it is
+// not (or no longer) there.
+func (s *Session) pos(abs int) int {
+	i := abs - s.Trimmed
+	if i < 0 || i >= len(s.Messages) {
+		return -1
+	}
+	return i
+}
+
+// Record returns the session's record of response id, if it is still whole:
+// its messages are all in the history and its reply is the one recorded.
+func (s *Session) Record(id string) (ResponseRecord, bool) {
+	for i := len(s.Responses) - 1; i >= 0; i-- {
+		r := s.Responses[i]
+		if r.ID != id {
+			continue
+		}
+		first, last := s.pos(r.Start), s.pos(r.End-1)
+		if first < 0 || last < 0 || s.Messages[last].Role != parley.RoleAssistant ||
+			textHash(s.Messages[last].Content) != r.Hash {
+			return ResponseRecord{}, false
+		}
+		return r, true
+	}
+	return ResponseRecord{}, false
+}
+
+// Span returns the messages of absolute positions [start, end), which must
+// be in the history (see Record).
+func (s *Session) Span(start, end int) []parley.Message {
+	a, b := s.pos(start), s.pos(end-1)
+	if a < 0 || b < a {
+		return nil
+	}
+	return slices.Clone(s.Messages[a : b+1])
+}
+
+// Next is the absolute position the next message will have.
+func (s *Session) Next() int { return s.Trimmed + len(s.Messages) }
+
+// pruneRecords drops records that no longer point into the history and
+// keeps at most maxResponseRecords.
+func (s *Session) pruneRecords() {
+	s.Responses = slices.DeleteFunc(s.Responses, func(r ResponseRecord) bool {
+		return r.End <= s.Trimmed || r.End > s.Next()
+	})
+	if n := len(s.Responses) - maxResponseRecords; n > 0 {
+		s.Responses = slices.Delete(s.Responses, 0, n)
+	}
+	if len(s.Responses) == 0 {
+		s.Responses = nil
+	}
+}
+
+// ResponseRequest is one request of the Responses API, decoded by the wire.
+type ResponseRequest struct {
+	// Previous is the response to continue ("" = none). When it is the
+	// newest turn of its session the new turn joins that session (and its
+	// KV cache); an older one forks a new session with the history up to it.
+	Previous string
+	// Conversation is a session id to continue ("" = none; exclusive with Previous).
+	Conversation string
+	// Input is the new messages; the last one must be a user message.
+	// System messages replace the session's system prompt.
+	Input []parley.Message
+	// Instructions, when set, replaces the session's system prompt.
+	Instructions *string
+	// NoStore runs the turn on a copy that is never stored.
+	NoStore bool
+	// Local, when set, is where Previous is looked up instead of the store:
+	// a session a connection keeps for itself (Response.Local of an earlier
+	// NoStore turn), so unstored turns can be chained on one connection.
+	// The turn runs on a copy and is not stored (NoStore is implied).
+	Local  *Session
+	Params parley.Params
+}
+
+// Response is a turn started by Respond.
+type Response struct {
+	*Turn
+	Record ResponseRecord   // as it will be stored; usage and status are set when Events is closed
+	Input  []parley.Message // the turn's input messages, the user prompt last
+	Stored bool             // whether the turn will be stored (store: true)
+	rec    *ResponseRecord
+	local  *captureStore // NoStore turns: what would have been stored
+}
+
+// Local returns the session as the turn left it, for a NoStore turn (nil
+// otherwise); pass it as ResponseRequest.Local to chain on it. Valid after
+// Events is closed; nil when the turn was not committed.
+func (r *Response) Local() *Session {
+	if r.local == nil {
+		return nil
+	}
+	return r.local.s
+}
+
+// Final returns the record as stored, with status and usage; valid after
+// Events is closed.
+func (r *Response) Final() ResponseRecord { return *r.rec }
+
+// Respond starts a turn of the Responses API (see ResponseRequest). The
+// returned Response's Turn behaves as Service.Turn's: the turn, and its
+// record, are stored when the reply ends.
+func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, error) {
+	if len(req.Input) == 0 || req.Input[len(req.Input)-1].Role != parley.RoleUser {
+		return nil, parley.FieldErrorf("input", "must end with a user message")
+	}
+	if req.Previous != "" && req.Conversation != "" {
+		return nil, parley.FieldErrorf("conversation", "cannot be used together with previous_response_id")
+	}
+	if err := req.Params.Validate(0); err != nil {
+		return nil, err
+	}
+	var (
+		sess   *Session
+		unlock = func() {}
+		prev   ResponseRecord
+	)
+	if req.Local != nil {
+		req.NoStore = true
+	}
+	switch {
+	case req.Previous != "" && req.Local != nil:
+		rec, ok := req.Local.Record(req.Previous)
+		if !ok {
+			return nil, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		prev = rec
+		sess = req.Local.Clone()
+		if i := rec.End - sess.Trimmed; i >= 0 && i <= len(sess.Messages) {
+			sess.Messages = sess.Messages[:i]
+		}
+	case req.Previous != "":
+		sid, ok := ResponseSession(req.Previous)
+		if !ok {
+			return nil, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		u, err := s.locks.lock(ctx, sid)
+		if err != nil {
+			return nil, fmt.Errorf("wait for session: %w", err)
+		}
+		sess, err = s.store.Get(ctx, sid)
+		if err != nil {
+			u()
+			return nil, fmt.Errorf("previous response: %w", err)
+		}
+		rec, ok := sess.Record(req.Previous)
+		if !ok {
+			u()
+			return nil, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		prev = rec
+		if rec.End == sess.Next() && !req.NoStore {
+			unlock = u // continue the session itself
+			break
+		}
+		// An older response (or one not to be stored): fork a copy with the
+		// history up to it, under a new id.
+		u()
+		fork, err := s.fork(sess, rec.End)
+		if err != nil {
+			return nil, err
+		}
+		sess = fork
+	case req.Conversation != "":
+		sid, ok := ConversationSession(req.Conversation)
+		if !ok {
+			return nil, parley.Errorf(parley.ENotFound, "no such conversation")
+		}
+		u, err := s.locks.lock(ctx, sid)
+		if err != nil {
+			return nil, fmt.Errorf("wait for session: %w", err)
+		}
+		sess, err = s.store.Get(ctx, sid)
+		if err != nil {
+			u()
+			return nil, fmt.Errorf("conversation: %w", err)
+		}
+		if req.NoStore {
+			u()
+			if sess, err = s.fork(sess, sess.Next()); err != nil {
+				return nil, err
+			}
+		} else {
+			unlock = u
+		}
+	default:
+		id, err := NewID()
+		if err != nil {
+			return nil, err
+		}
+		sess = &Session{ID: id, System: s.system}
+	}
+
+	// From here unlock is released on every error path or handed to run.
+	if req.Instructions != nil {
+		sess.System = *req.Instructions
+	}
+	rid, err := newResponseID(sess.ID)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	start := sess.Next()
+	var input []parley.Message
+	for _, m := range req.Input[:len(req.Input)-1] {
+		if m.Role == parley.RoleSystem {
+			sess.System = m.Content
+			continue
+		}
+		sess.Messages = append(sess.Messages, m)
+		input = append(input, m)
+	}
+	prompt := req.Input[len(req.Input)-1].Content
+	input = append(input, req.Input[len(req.Input)-1])
+	p := req.Params
+	sess.pruneRecords()
+	sess.Responses = append(sess.Responses, ResponseRecord{
+		ID: rid, Start: start, End: sess.Next() + 2, Created: time.Now().Unix(), Status: StatusCompleted,
+		Instructions: sess.System, Previous: prev.ID,
+		MaxTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP,
+	})
+	rec := &sess.Responses[len(sess.Responses)-1]
+
+	msgs := make([]parley.Message, 0, len(sess.Messages)+2)
+	if sess.System != "" {
+		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
+	}
+	msgs = append(msgs, sess.Messages...)
+	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: prompt})
+	reply, err := s.r.Reply(ctx, sess.ID, msgs, p)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	out := &Response{Record: *rec, Input: input, Stored: !req.NoStore, rec: rec}
+	rr := &recordingReply{Reply: reply, rec: rec, events: make(chan parley.Event, 1)}
+	go rr.forward()
+	t := &Turn{id: sess.ID, reply: rr, events: make(chan parley.Event, turnBuffer)}
+	runner := s
+	if req.NoStore {
+		out.local = &captureStore{cfg: newStoreConfig(nil)}
+		runner = &Service{store: out.local, r: s.r, system: s.system, params: s.params, log: s.log}
+	}
+	out.Turn = t
+	go runner.run(ctx, t, sess, prompt, unlock)
+	return out, nil
+}
+
+// fork returns a new, unstored session with sess's system prompt and
+// history up to absolute position end. Positions are kept, so records of
+// the copied turns stay valid in the fork.
+func (s *Service) fork(sess *Session, end int) (*Session, error) {
+	id, err := NewID()
+	if err != nil {
+		return nil, err
+	}
+	f := sess.Clone()
+	f.ID, f.Created, f.Updated = id, time.Time{}, time.Time{}
+	if i := end - f.Trimmed; i >= 0 && i <= len(f.Messages) {
+		f.Messages = f.Messages[:i]
+	}
+	f.Responses = nil
+	return f, nil
+}
+
+// recordingReply fills a response record from the reply's final event
+// before passing it on, so the Put that commits the turn stores the
+// record's usage and status with it.
+type recordingReply struct {
+	Reply
+	rec    *ResponseRecord
+	events chan parley.Event
+}
+
+func (r *recordingReply) Events() <-chan parley.Event { return r.events }
+
+func (r *recordingReply) forward() {
+	defer close(r.events)
+	for ev := range r.Reply.Events() {
+		if ev.Done {
+			r.rec.Finish = string(ev.Finish)
+			r.rec.InputTokens = ev.Usage.PromptTokens
+			r.rec.CachedTokens = ev.Usage.CachedPromptTokens
+			r.rec.OutputTokens = ev.Usage.CompletionTokens
+			r.rec.Hash = textHash(r.Reply.Text())
+			switch ev.Finish {
+			case parley.FinishLength:
+				r.rec.Status = StatusIncomplete
+			case parley.FinishCancelled:
+				r.rec.Status = StatusCancelled
+			case parley.FinishError:
+				r.rec.Status = StatusFailed
+			default:
+				r.rec.Status = StatusCompleted
+			}
+		}
+		r.events <- ev
+	}
+}
+
+// captureStore is the store of one turn with store: false: it keeps the
+// session the turn commits, bounded by the default byte cap, for
+// Response.Local, and nothing else. Its Put happens before the turn's
+// events are closed, so reading s after that needs no lock.
+type captureStore struct {
+	cfg storeConfig
+	s   *Session
+}
+
+func (c *captureStore) Get(context.Context, string) (*Session, error) { return nil, errNotFound() }
+func (c *captureStore) Delete(context.Context, string) error          { return nil }
+func (c *captureStore) Len() int                                      { return 0 }
+func (c *captureStore) Close() error                                  { return nil }
+
+func (c *captureStore) Put(_ context.Context, s *Session) error {
+	cp, err := c.cfg.prepare(s)
+	if err != nil {
+		return err
+	}
+	cp.pruneRecords()
+	c.s = cp
+	return nil
+}
+
+// GetResponse returns the record of response id and the session it is in.
+func (s *Service) GetResponse(ctx context.Context, id string) (ResponseRecord, *Session, error) {
+	sid, ok := ResponseSession(id)
+	if !ok {
+		return ResponseRecord{}, nil, parley.Errorf(parley.ENotFound, "no such response")
+	}
+	sess, err := s.store.Get(ctx, sid)
+	if err != nil {
+		return ResponseRecord{}, nil, err
+	}
+	rec, ok := sess.Record(id)
+	if !ok {
+		return ResponseRecord{}, nil, parley.Errorf(parley.ENotFound, "no such response")
+	}
+	rec.Instructions = sess.System
+	return rec, sess, nil
+}
+
+// DeleteResponse removes response id's record and its messages from its
+// session. Later turns stay (their positions shift down).
+func (s *Service) DeleteResponse(ctx context.Context, id string) error {
+	sid, ok := ResponseSession(id)
+	if !ok {
+		return parley.Errorf(parley.ENotFound, "no such response")
+	}
+	return s.edit(ctx, sid, func(sess *Session) error {
+		rec, ok := sess.Record(id)
+		if !ok {
+			return parley.Errorf(parley.ENotFound, "no such response")
+		}
+		sess.removeSpan(rec.Start, rec.End)
+		return nil
+	})
+}
+
+// removeSpan deletes the messages of absolute positions [start, end) and
+// the records that overlap them, and shifts later records down.
+func (s *Session) removeSpan(start, end int) {
+	a, b := s.pos(start), s.pos(end-1)
+	if a < 0 || b < a {
+		return
+	}
+	s.Messages = slices.Delete(s.Messages, a, b+1)
+	n := end - start
+	s.Responses = slices.DeleteFunc(s.Responses, func(r ResponseRecord) bool { return r.End > start && r.Start < end })
+	for i := range s.Responses {
+		if s.Responses[i].Start >= end {
+			s.Responses[i].Start -= n
+			s.Responses[i].End -= n
+		}
+	}
+	if len(s.Responses) == 0 {
+		s.Responses = nil
+	}
+}
+
+// edit applies f to the stored session sid under its lock; unlike update,
+// the session must exist.
+func (s *Service) edit(ctx context.Context, sid string, f func(*Session) error) error {
+	if !ValidID(sid) {
+		return errNotFound()
+	}
+	unlock, err := s.locks.lock(ctx, sid)
+	if err != nil {
+		return fmt.Errorf("wait for session: %w", err)
+	}
+	defer unlock()
+	sess, err := s.store.Get(ctx, sid)
+	if err != nil {
+		return err
+	}
+	if err := f(sess); err != nil {
+		return err
+	}
+	return s.store.Put(ctx, sess)
+}
+
+// CreateConversation stores a new session holding msgs (system messages
+// set its system prompt; without one it gets the service's default) and
+// metadata.
+func (s *Service) CreateConversation(ctx context.Context, msgs []parley.Message, metadata map[string]string) (*Session, error) {
+	id, err := NewID()
+	if err != nil {
+		return nil, err
+	}
+	sess := &Session{ID: id, System: s.system, Metadata: maps.Clone(metadata)}
+	for _, m := range msgs {
+		if m.Role == parley.RoleSystem {
+			sess.System = m.Content
+			continue
+		}
+		sess.Messages = append(sess.Messages, m)
+	}
+	if err := s.store.Put(ctx, sess); err != nil {
+		return nil, err
+	}
+	return sess, nil
+}
+
+// Conversation returns the stored session sid.
+func (s *Service) Conversation(ctx context.Context, sid string) (*Session, error) {
+	if !ValidID(sid) {
+		return nil, errNotFound()
+	}
+	return s.store.Get(ctx, sid)
+}
+
+// SetMetadata replaces a conversation's metadata.
+func (s *Service) SetMetadata(ctx context.Context, sid string, metadata map[string]string) (*Session, error) {
+	var out *Session
+	err := s.edit(ctx, sid, func(sess *Session) error {
+		sess.Metadata = maps.Clone(metadata)
+		out = sess
+		return nil
+	})
+	return out, err
+}
+
+// DeleteConversation deletes the session sid; it must exist.
+func (s *Service) DeleteConversation(ctx context.Context, sid string) error {
+	if !ValidID(sid) {
+		return errNotFound()
+	}
+	unlock, err := s.locks.lock(ctx, sid)
+	if err != nil {
+		return fmt.Errorf("wait for session: %w", err)
+	}
+	defer unlock()
+	if _, err := s.store.Get(ctx, sid); err != nil {
+		return err
+	}
+	return s.store.Delete(ctx, sid)
+}
+
+// AddItems appends msgs to conversation sid without a reply and returns
+// the absolute position of the first one (system messages replace the
+// system prompt and take no position).
+func (s *Service) AddItems(ctx context.Context, sid string, msgs []parley.Message) (*Session, int, error) {
+	var out *Session
+	first := 0
+	err := s.edit(ctx, sid, func(sess *Session) error {
+		first = sess.Next()
+		for _, m := range msgs {
+			if m.Role == parley.RoleSystem {
+				sess.System = m.Content
+				continue
+			}
+			sess.Messages = append(sess.Messages, m)
+		}
+		out = sess
+		return nil
+	})
+	return out, first, err
+}
+
+// DeleteItem removes the message at absolute position abs from
+// conversation sid; the responses it belonged to are forgotten.
+func (s *Service) DeleteItem(ctx context.Context, sid string, abs int) (*Session, error) {
+	var out *Session
+	err := s.edit(ctx, sid, func(sess *Session) error {
+		if sess.pos(abs) < 0 {
+			return parley.Errorf(parley.ENotFound, "no such item")
+		}
+		sess.removeSpan(abs, abs+1)
+		out = sess
+		return nil
+	})
+	return out, err
+}

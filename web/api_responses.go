@@ -1,0 +1,909 @@
+package web
+
+// OpenAI's Responses and Conversations APIs over Parley's sessions:
+//
+//	POST   /v1/responses                      create (streamed as server-sent events when "stream": true)
+//	GET    /v1/responses                      WebSocket mode: the same requests as "response.create" messages (api_responses_ws.go)
+//	GET    /v1/responses/:id                  a stored response
+//	DELETE /v1/responses/:id                  forget a response (its turn leaves the conversation)
+//	GET    /v1/responses/:id/input_items      the response's input messages
+//	POST   /v1/conversations                  create, with items and metadata
+//	GET    /v1/conversations/:id              get
+//	POST   /v1/conversations/:id              update metadata
+//	DELETE /v1/conversations/:id              delete
+//	GET    /v1/conversations/:id/items        list items
+//	POST   /v1/conversations/:id/items        append items (no reply)
+//	GET    /v1/conversations/:id/items/:item  get an item
+//	DELETE /v1/conversations/:id/items/:item  delete an item
+//
+// A conversation is a session: "conv_" + the session id (a bare session id,
+// as the chat page shows it, is accepted too), so a conversation started on
+// the WebSocket continues here and back. A response id carries its
+// session's id; previous_response_id continues that session (and its KV
+// cache) when it names the session's newest turn, and forks a copy of the
+// history up to it otherwise. instructions is the session's system prompt.
+// Supported request fields: input (a string or message items with text
+// content), instructions, previous_response_id, conversation, store,
+// stream, max_output_tokens, temperature, top_p, metadata, and Parley's own
+// sampling fields; tools are refused rather than ignored.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
+)
+
+// Conversations is what the Responses and Conversations APIs need from the
+// session layer (*session.Service satisfies it). The APIs are mounted when
+// the server's Sessions implements it.
+type Conversations interface {
+	Respond(ctx context.Context, req session.ResponseRequest) (*session.Response, error)
+	GetResponse(ctx context.Context, id string) (session.ResponseRecord, *session.Session, error)
+	DeleteResponse(ctx context.Context, id string) error
+	CreateConversation(ctx context.Context, msgs []parley.Message, metadata map[string]string) (*session.Session, error)
+	Conversation(ctx context.Context, sid string) (*session.Session, error)
+	SetMetadata(ctx context.Context, sid string, metadata map[string]string) (*session.Session, error)
+	DeleteConversation(ctx context.Context, sid string) error
+	AddItems(ctx context.Context, sid string, msgs []parley.Message) (*session.Session, int, error)
+	DeleteItem(ctx context.Context, sid string, abs int) (*session.Session, error)
+}
+
+// Limits of the Conversations API.
+const (
+	maxMetadataKeys     = 16  // OpenAI's limit
+	maxMetadataKeyLen   = 64  // bytes
+	maxMetadataValueLen = 512 // bytes
+	maxItemsPerRequest  = 1000
+	defaultListLimit    = 20
+	maxListLimit        = 100
+)
+
+func (s *Server) mountResponses(g *echo.Group, cs Conversations) {
+	s.api.convs = cs
+	g.POST("/v1/responses", s.handleCreateResponse)
+	g.GET("/v1/responses", s.handleResponsesWS)
+	g.GET("/v1/responses/:id", s.handleGetResponse)
+	g.DELETE("/v1/responses/:id", s.handleDeleteResponse)
+	g.GET("/v1/responses/:id/input_items", s.handleInputItems)
+	g.POST("/v1/conversations", s.handleCreateConversation)
+	g.GET("/v1/conversations/:id", s.handleGetConversation)
+	g.POST("/v1/conversations/:id", s.handleUpdateConversation)
+	g.DELETE("/v1/conversations/:id", s.handleDeleteConversation)
+	g.GET("/v1/conversations/:id/items", s.handleListItems)
+	g.POST("/v1/conversations/:id/items", s.handleAddItems)
+	g.GET("/v1/conversations/:id/items/:item", s.handleGetItem)
+	g.DELETE("/v1/conversations/:id/items/:item", s.handleDeleteItem)
+}
+
+// responsesRequest is the body of POST /v1/responses and of a WebSocket
+// "response.create" message.
+type responsesRequest struct {
+	paramsPatch
+	Type               string            `json:"type"` // "response.create" on the WebSocket
+	Model              string            `json:"model"`
+	Input              json.RawMessage   `json:"input"`
+	Instructions       *string           `json:"instructions"`
+	Store              *bool             `json:"store"`
+	Stream             bool              `json:"stream"`
+	PreviousResponseID *string           `json:"previous_response_id"`
+	Conversation       json.RawMessage   `json:"conversation"`
+	MaxOutputTokens    *int              `json:"max_output_tokens"`
+	Metadata           map[string]string `json:"metadata"`
+	Tools              json.RawMessage   `json:"tools"`
+}
+
+// inputItem is one item of an input array or of a conversation.
+type inputItem struct {
+	Type    string          `json:"type"`
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// parsedResponse is a decoded, validated create request.
+type parsedResponse struct {
+	req    session.ResponseRequest
+	stream bool
+	conv   string // the conversation id as given, "" without one
+	meta   map[string]string
+}
+
+func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
+	var req responsesRequest
+	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return nil, err
+	}
+	msgs, err := parseInput(req.Input, "input")
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		return nil, parley.FieldErrorf("input", "is required")
+	}
+	if msgs[len(msgs)-1].Role != parley.RoleUser {
+		return nil, parley.FieldErrorf("input", "must end with a user message")
+	}
+	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
+		return nil, parley.FieldErrorf("tools", "tool calls are not supported")
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, err
+	}
+	var text strings.Builder
+	for _, m := range msgs {
+		text.WriteString(m.Content)
+	}
+	if req.Instructions != nil {
+		text.WriteString(*req.Instructions)
+	}
+	if err := s.checkPromptTokens(text.String()); err != nil {
+		return nil, err
+	}
+	if req.MaxOutputTokens != nil {
+		req.paramsPatch.MaxTokens = req.MaxOutputTokens
+	}
+	p, err := s.resolveParams(&req.paramsPatch)
+	if err != nil {
+		var pe *parley.Error
+		if errors.As(err, &pe) && pe.Field == "max_tokens" && req.MaxOutputTokens != nil {
+			// Name the field the client sent.
+			pe.Field, pe.Message = "max_output_tokens", "max_output_tokens"+strings.TrimPrefix(pe.Message, "max_tokens")
+		}
+		return nil, err
+	}
+	resolveSeed(&p)
+	out := &parsedResponse{stream: req.Stream, meta: req.Metadata,
+		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
+			NoStore: req.Store != nil && !*req.Store}}
+	if req.PreviousResponseID != nil {
+		out.req.Previous = *req.PreviousResponseID
+		if out.req.Previous == "" {
+			return nil, parley.FieldErrorf("previous_response_id", "must not be empty")
+		}
+	}
+	if isSet(req.Conversation) {
+		conv, err := parseConversationParam(req.Conversation)
+		if err != nil {
+			return nil, err
+		}
+		out.conv = conv
+		out.req.Conversation = conv
+	}
+	if out.req.Previous != "" && out.conv != "" {
+		return nil, parley.FieldErrorf("conversation", "cannot be used together with previous_response_id")
+	}
+	return out, nil
+}
+
+// parseConversationParam accepts "conv_..." or {"id": "conv_..."}.
+func parseConversationParam(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	var id string
+	if len(raw) > 0 && raw[0] == '{' {
+		var obj struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return "", parley.FieldErrorf("conversation", "must be a conversation id or {\"id\": ...}")
+		}
+		id = obj.ID
+	} else if err := json.Unmarshal(raw, &id); err != nil {
+		return "", parley.FieldErrorf("conversation", "must be a conversation id or {\"id\": ...}")
+	}
+	if id == "" {
+		return "", parley.FieldErrorf("conversation", "must not be empty")
+	}
+	return id, nil
+}
+
+// parseInput decodes a string (one user message) or an array of message items.
+func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, parley.FieldErrorf(field, "invalid string: %v", err)
+		}
+		if s == "" {
+			return nil, parley.FieldErrorf(field, "must not be empty")
+		}
+		return []parley.Message{{Role: parley.RoleUser, Content: s}}, nil
+	}
+	var items []inputItem
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, parley.FieldErrorf(field, "must be a string or an array of message items")
+	}
+	if len(items) > maxItemsPerRequest {
+		return nil, parley.FieldErrorf(field, "at most %d items", maxItemsPerRequest)
+	}
+	msgs := make([]parley.Message, 0, len(items))
+	for i, it := range items {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		m, err := parseItem(it, f)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+func parseItem(it inputItem, field string) (parley.Message, error) {
+	if it.Type != "" && it.Type != "message" {
+		return parley.Message{}, parley.FieldErrorf(field+".type", "only message items are supported, got %q", it.Type)
+	}
+	var role parley.Role
+	switch it.Role {
+	case "system", "developer":
+		role = parley.RoleSystem
+	case "user":
+		role = parley.RoleUser
+	case "assistant":
+		role = parley.RoleAssistant
+	case "":
+		return parley.Message{}, parley.FieldErrorf(field+".role", "is required")
+	default:
+		return parley.Message{}, parley.FieldErrorf(field+".role", "must be system, developer, user or assistant, got %q", it.Role)
+	}
+	text, err := parseItemContent(it.Content, field+".content")
+	if err != nil {
+		return parley.Message{}, err
+	}
+	return parley.Message{Role: role, Content: text}, nil
+}
+
+// parseItemContent takes a string or text parts (input_text, output_text, text).
+func parseItemContent(raw json.RawMessage, field string) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", parley.FieldErrorf(field, "is required")
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", parley.FieldErrorf(field, "invalid string: %v", err)
+		}
+		return s, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", parley.FieldErrorf(field, "must be a string or an array of content parts")
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		switch {
+		case p.Text == nil:
+			return "", parley.FieldErrorf(fmt.Sprintf("%s[%d].text", field, i), "is required")
+		case p.Type != "input_text" && p.Type != "output_text" && p.Type != "text":
+			return "", parley.FieldErrorf(fmt.Sprintf("%s[%d]", field, i), "only text parts are supported, got type %q", p.Type)
+		}
+		b.WriteString(*p.Text)
+	}
+	return b.String(), nil
+}
+
+func checkMetadata(m map[string]string) error {
+	if len(m) > maxMetadataKeys {
+		return parley.FieldErrorf("metadata", "at most %d keys", maxMetadataKeys)
+	}
+	for k, v := range m {
+		if len(k) > maxMetadataKeyLen || len(v) > maxMetadataValueLen {
+			return parley.FieldErrorf("metadata", "keys are at most %d bytes and values %d", maxMetadataKeyLen, maxMetadataValueLen)
+		}
+	}
+	return nil
+}
+
+// Wire shapes.
+
+type outputText struct {
+	Type        string   `json:"type"` // output_text or input_text
+	Text        string   `json:"text"`
+	Annotations []string `json:"annotations,omitempty"`
+}
+
+type messageItem struct {
+	Type    string       `json:"type"` // "message"
+	ID      string       `json:"id"`
+	Status  string       `json:"status"`
+	Role    string       `json:"role"`
+	Content []outputText `json:"content"`
+}
+
+type responsesUsage struct {
+	InputTokens        int `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int `json:"total_tokens"`
+}
+
+type responseObject struct {
+	ID                 string            `json:"id"`
+	Object             string            `json:"object"` // "response"
+	CreatedAt          int64             `json:"created_at"`
+	Status             string            `json:"status"`
+	Error              *responseError    `json:"error"`
+	IncompleteDetails  *incomplete       `json:"incomplete_details"`
+	Instructions       *string           `json:"instructions"`
+	MaxOutputTokens    *int              `json:"max_output_tokens"`
+	Model              string            `json:"model"`
+	Output             []messageItem     `json:"output"`
+	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
+	PreviousResponseID *string           `json:"previous_response_id"`
+	Conversation       *conversationRef  `json:"conversation"`
+	Store              bool              `json:"store"`
+	Temperature        float64           `json:"temperature"`
+	TopP               float64           `json:"top_p"`
+	ToolChoice         string            `json:"tool_choice"`
+	Tools              []string          `json:"tools"`
+	Text               json.RawMessage   `json:"text"`
+	Truncation         string            `json:"truncation"`
+	Usage              *responsesUsage   `json:"usage"`
+	Metadata           map[string]string `json:"metadata"`
+}
+
+type responseError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type incomplete struct {
+	Reason string `json:"reason"`
+}
+
+type conversationRef struct {
+	ID string `json:"id"`
+}
+
+type conversationObject struct {
+	ID        string            `json:"id"`
+	Object    string            `json:"object"` // "conversation"
+	CreatedAt int64             `json:"created_at"`
+	Metadata  map[string]string `json:"metadata"`
+}
+
+type deletedObject struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Deleted bool   `json:"deleted"`
+}
+
+type itemList struct {
+	Object  string        `json:"object"` // "list"
+	Data    []messageItem `json:"data"`
+	FirstID *string       `json:"first_id"`
+	LastID  *string       `json:"last_id"`
+	HasMore bool          `json:"has_more"`
+}
+
+// itemID names the message at absolute position abs of session sid.
+func itemID(sid string, abs int) string { return "msg_" + sid + strconv.Itoa(abs) }
+
+// parseItemID returns the absolute position an item id of session sid names.
+func parseItemID(sid, id string) (int, bool) {
+	rest, ok := strings.CutPrefix(id, "msg_"+sid)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 0 && strconv.Itoa(n) == rest
+}
+
+// systemItemID names a conversation's system prompt, shown as its first item.
+func systemItemID(sid string) string { return "msg_" + sid + "_system" }
+
+func newMessageItem(id string, m parley.Message) messageItem {
+	typ, role := "input_text", string(m.Role)
+	if m.Role == parley.RoleAssistant {
+		typ = "output_text"
+	}
+	part := outputText{Type: typ, Text: m.Content}
+	if typ == "output_text" {
+		part.Annotations = []string{}
+	}
+	return messageItem{Type: "message", ID: id, Status: "completed", Role: role, Content: []outputText{part}}
+}
+
+func convID(sid string) string { return session.ConversationPrefix + sid }
+
+func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool) *responseObject {
+	o := &responseObject{
+		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: s.modelName(),
+		Output: []messageItem{}, Store: stored, Temperature: rec.Temperature, TopP: rec.TopP,
+		ToolChoice: "auto", Tools: []string{}, Text: json.RawMessage(`{"format":{"type":"text"}}`),
+		Truncation: "disabled", Metadata: map[string]string{},
+	}
+	if rec.Instructions != "" {
+		o.Instructions = &rec.Instructions
+	}
+	if rec.MaxTokens > 0 {
+		o.MaxOutputTokens = &rec.MaxTokens
+	}
+	if rec.Previous != "" {
+		o.PreviousResponseID = &rec.Previous
+	}
+	if rec.Status == session.StatusIncomplete {
+		o.IncompleteDetails = &incomplete{Reason: "max_output_tokens"}
+	}
+	return o
+}
+
+func setUsage(o *responseObject, rec session.ResponseRecord) {
+	u := &responsesUsage{InputTokens: rec.InputTokens, OutputTokens: rec.OutputTokens, TotalTokens: rec.InputTokens + rec.OutputTokens}
+	u.InputTokensDetails.CachedTokens = rec.CachedTokens
+	o.Usage = u
+}
+
+// handleCreateResponse is POST /v1/responses.
+func (s *Server) handleCreateResponse(c echo.Context) error {
+	if err := s.apiAvailable(); err != nil {
+		return err
+	}
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	pr, err := s.parseResponsesRequest(body)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	resp, err := s.api.convs.Respond(ctx, pr.req)
+	if err != nil {
+		return err
+	}
+	if !pr.stream {
+		meter := s.meterReply(s.requestCancelCause)
+		for ev := range resp.Events() {
+			meter.observe(ev)
+			if ev.Done {
+				replyLog(s.log.With(zap.String("route", "responses")), ev)
+				if ev.Finish == parley.FinishError {
+					return errOr(ev.Err)
+				}
+			}
+		}
+		return c.JSON(http.StatusOK, s.finishedResponse(resp, pr))
+	}
+	w := s.beginStream(c, "text/event-stream")
+	emit := func(typ string, b []byte) error {
+		return w.write([]byte("event: " + typ + "\ndata: " + string(b) + "\n\n"))
+	}
+	return s.streamResponse(ctx, cancel, resp, pr, emit)
+}
+
+// finishedResponse is the response object of a turn whose events are done.
+func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
+	rec := resp.Final()
+	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored)
+	o.Output = append(o.Output, s.outputItem(resp, rec.Status, resp.Text()))
+	if pr.conv != "" {
+		o.Conversation = &conversationRef{ID: convID(resp.SessionID())}
+	}
+	if pr.meta != nil {
+		o.Metadata = pr.meta
+	}
+	setUsage(o, rec)
+	return o
+}
+
+func (s *Server) outputItem(resp *session.Response, status, text string) messageItem {
+	it := newMessageItem(itemID(resp.SessionID(), resp.Record.End-1), parley.Message{Role: parley.RoleAssistant, Content: text})
+	if status != session.StatusCompleted {
+		it.Status = "incomplete"
+	}
+	return it
+}
+
+// streamResponse writes a turn as the Responses API's stream events,
+// through emit (server-sent events, or WebSocket messages). A failed write
+// cancels the turn (through cancel) and ends the stream.
+func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, resp *session.Response, pr *parsedResponse, emit func(typ string, b []byte) error) error {
+	seq := 0
+	send := func(typ string, fields map[string]any) error {
+		fields["type"] = typ
+		fields["sequence_number"] = seq
+		seq++
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+		return emit(typ, b)
+	}
+	meter := s.meterReply(s.requestCancelCause)
+	observe := func(ev parley.Event) {
+		meter.observe(ev)
+		if ev.Done {
+			replyLog(s.log.With(zap.String("route", "responses-stream")), ev)
+		}
+	}
+	drain := func(err error) error {
+		cancel()
+		for ev := range resp.Events() {
+			observe(ev)
+		}
+		return err
+	}
+	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
+	initial.Status = "in_progress"
+	if pr.conv != "" {
+		initial.Conversation = &conversationRef{ID: convID(resp.SessionID())}
+	}
+	if pr.meta != nil {
+		initial.Metadata = pr.meta
+	}
+	item := s.outputItem(resp, session.StatusCompleted, "")
+	item.Status, item.Content = "in_progress", []outputText{}
+	part := outputText{Type: "output_text", Text: "", Annotations: []string{}}
+	loc := func(m map[string]any) map[string]any {
+		m["item_id"], m["output_index"], m["content_index"] = item.ID, 0, 0
+		return m
+	}
+	steps := []func() error{
+		func() error { return send("response.created", map[string]any{"response": initial}) },
+		func() error { return send("response.in_progress", map[string]any{"response": initial}) },
+		func() error {
+			return send("response.output_item.added", map[string]any{"output_index": 0, "item": item})
+		},
+		func() error { return send("response.content_part.added", loc(map[string]any{"part": part})) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return drain(err)
+		}
+	}
+	var final parley.Event
+	for ev := range resp.Events() {
+		observe(ev)
+		if ev.Done {
+			final = ev
+			continue
+		}
+		if ev.Token.Text == "" {
+			continue
+		}
+		if err := send("response.output_text.delta", loc(map[string]any{"delta": ev.Token.Text, "logprobs": []any{}})); err != nil {
+			return drain(err)
+		}
+	}
+	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && ctx.Err() == nil) {
+		err := errOr(final.Err)
+		if final.Finish == parley.FinishCancelled {
+			err = parley.Errorf(parley.EUnavailable, "the reply was cancelled: the server is shutting down")
+		}
+		failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored)
+		failed.Status = session.StatusFailed
+		failed.Error = &responseError{Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err)}
+		if e := send("error", map[string]any{"code": parley.ErrorCode(err), "message": parley.ErrorMessage(err), "param": nil}); e != nil {
+			return e
+		}
+		return send("response.failed", map[string]any{"response": failed})
+	}
+	done := s.finishedResponse(resp, pr)
+	text := resp.Text()
+	part.Text = text
+	out := done.Output[0]
+	final2 := []func() error{
+		func() error {
+			return send("response.output_text.done", loc(map[string]any{"text": text, "logprobs": []any{}}))
+		},
+		func() error { return send("response.content_part.done", loc(map[string]any{"part": part})) },
+		func() error { return send("response.output_item.done", map[string]any{"output_index": 0, "item": out}) },
+		func() error {
+			typ := "response.completed"
+			if done.Status == session.StatusIncomplete {
+				typ = "response.incomplete"
+			}
+			return send(typ, map[string]any{"response": done})
+		},
+	}
+	for _, step := range final2 {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handleGetResponse is GET /v1/responses/:id.
+func (s *Server) handleGetResponse(c echo.Context) error {
+	rec, sess, err := s.api.convs.GetResponse(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	o := s.newResponseObject(rec, sess.ID, true)
+	out := sess.Span(rec.End-1, rec.End)
+	if len(out) == 1 {
+		st := "completed"
+		if rec.Status != session.StatusCompleted {
+			st = "incomplete"
+		}
+		it := newMessageItem(itemID(sess.ID, rec.End-1), out[0])
+		it.Status = st
+		o.Output = append(o.Output, it)
+	}
+	setUsage(o, rec)
+	return c.JSON(http.StatusOK, o)
+}
+
+// handleDeleteResponse is DELETE /v1/responses/:id.
+func (s *Server) handleDeleteResponse(c echo.Context) error {
+	id := c.Param("id")
+	if err := s.api.convs.DeleteResponse(c.Request().Context(), id); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, deletedObject{ID: id, Object: "response.deleted", Deleted: true})
+}
+
+// handleInputItems is GET /v1/responses/:id/input_items.
+func (s *Server) handleInputItems(c echo.Context) error {
+	rec, sess, err := s.api.convs.GetResponse(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	var items []messageItem
+	for i, m := range sess.Span(rec.Start, rec.End-1) {
+		items = append(items, newMessageItem(itemID(sess.ID, rec.Start+i), m))
+	}
+	return listItems(c, items)
+}
+
+// listItems pages items (oldest first) by the query's order (default
+// desc), after and limit.
+func listItems(c echo.Context, items []messageItem) error {
+	q := c.QueryParams()
+	limit := defaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return parley.FieldErrorf("limit", "must be an integer from 1 to %d", maxListLimit)
+		}
+		limit = n
+	}
+	switch q.Get("order") {
+	case "", "desc":
+		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
+			items[i], items[j] = items[j], items[i]
+		}
+	case "asc":
+	default:
+		return parley.FieldErrorf("order", "must be asc or desc")
+	}
+	if after := q.Get("after"); after != "" {
+		for i, it := range items {
+			if it.ID == after {
+				items = items[i+1:]
+				break
+			}
+		}
+	}
+	l := itemList{Object: "list", Data: []messageItem{}}
+	if len(items) > limit {
+		items, l.HasMore = items[:limit], true
+	}
+	l.Data = append(l.Data, items...)
+	if len(items) > 0 {
+		l.FirstID, l.LastID = &items[0].ID, &items[len(items)-1].ID
+	}
+	return c.JSON(http.StatusOK, l)
+}
+
+// conversationItems is every item of a conversation, oldest first: its
+// system prompt (when it has one), then its messages.
+func conversationItems(sess *session.Session) []messageItem {
+	items := make([]messageItem, 0, len(sess.Messages)+1)
+	if sess.System != "" {
+		items = append(items, newMessageItem(systemItemID(sess.ID), parley.Message{Role: parley.RoleSystem, Content: sess.System}))
+	}
+	for i, m := range sess.Messages {
+		items = append(items, newMessageItem(itemID(sess.ID, sess.Trimmed+i), m))
+	}
+	return items
+}
+
+func newConversationObject(sess *session.Session) conversationObject {
+	meta := sess.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	return conversationObject{ID: convID(sess.ID), Object: "conversation", CreatedAt: sess.Created.Unix(), Metadata: meta}
+}
+
+// convParam is the session id of the :id path parameter.
+func convParam(c echo.Context) (string, error) {
+	sid, ok := session.ConversationSession(c.Param("id"))
+	if !ok {
+		return "", parley.Errorf(parley.ENotFound, "no such conversation")
+	}
+	return sid, nil
+}
+
+type conversationBody struct {
+	Items    json.RawMessage   `json:"items"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+func readConversationBody(c echo.Context, allowEmpty bool) (*conversationBody, []parley.Message, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	var req conversationBody
+	if len(bytes.TrimSpace(body)) == 0 && allowEmpty {
+		return &req, nil, nil
+	}
+	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return nil, nil, err
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, nil, err
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(req.Items), []byte(`"`)) {
+		return nil, nil, parley.FieldErrorf("items", "must be an array of message items")
+	}
+	msgs, err := parseInput(req.Items, "items")
+	if err != nil {
+		return nil, nil, err
+	}
+	return &req, msgs, nil
+}
+
+// handleCreateConversation is POST /v1/conversations.
+func (s *Server) handleCreateConversation(c echo.Context) error {
+	req, msgs, err := readConversationBody(c, true)
+	if err != nil {
+		return err
+	}
+	sess, err := s.api.convs.CreateConversation(c.Request().Context(), msgs, req.Metadata)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newConversationObject(sess))
+}
+
+// handleGetConversation is GET /v1/conversations/:id.
+func (s *Server) handleGetConversation(c echo.Context) error {
+	sid, err := convParam(c)
+	if err != nil {
+		return err
+	}
+	sess, err := s.api.convs.Conversation(c.Request().Context(), sid)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newConversationObject(sess))
+}
+
+// handleUpdateConversation is POST /v1/conversations/:id (metadata only).
+func (s *Server) handleUpdateConversation(c echo.Context) error {
+	sid, err := convParam(c)
+	if err != nil {
+		return err
+	}
+	req, _, err := readConversationBody(c, false)
+	if err != nil {
+		return err
+	}
+	if isSet(req.Items) {
+		return parley.FieldErrorf("items", "add items with POST /v1/conversations/{id}/items")
+	}
+	sess, err := s.api.convs.SetMetadata(c.Request().Context(), sid, req.Metadata)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newConversationObject(sess))
+}
+
+// handleDeleteConversation is DELETE /v1/conversations/:id.
+func (s *Server) handleDeleteConversation(c echo.Context) error {
+	sid, err := convParam(c)
+	if err != nil {
+		return err
+	}
+	if err := s.api.convs.DeleteConversation(c.Request().Context(), sid); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, deletedObject{ID: convID(sid), Object: "conversation.deleted", Deleted: true})
+}
+
+// handleListItems is GET /v1/conversations/:id/items.
+func (s *Server) handleListItems(c echo.Context) error {
+	sid, err := convParam(c)
+	if err != nil {
+		return err
+	}
+	sess, err := s.api.convs.Conversation(c.Request().Context(), sid)
+	if err != nil {
+		return err
+	}
+	return listItems(c, conversationItems(sess))
+}
+
+// handleAddItems is POST /v1/conversations/:id/items.
+func (s *Server) handleAddItems(c echo.Context) error {
+	sid, err := convParam(c)
+	if err != nil {
+		return err
+	}
+	_, msgs, err := readConversationBody(c, false)
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return parley.FieldErrorf("items", "at least one item is required")
+	}
+	sess, first, err := s.api.convs.AddItems(c.Request().Context(), sid, msgs)
+	if err != nil {
+		return err
+	}
+	var added []messageItem
+	for abs := first; abs < sess.Next(); abs++ {
+		if span := sess.Span(abs, abs+1); len(span) == 1 {
+			added = append(added, newMessageItem(itemID(sid, abs), span[0]))
+		}
+	}
+	l := itemList{Object: "list", Data: []messageItem{}}
+	l.Data = append(l.Data, added...)
+	if len(added) > 0 {
+		l.FirstID, l.LastID = &added[0].ID, &added[len(added)-1].ID
+	}
+	return c.JSON(http.StatusOK, l)
+}
+
+// handleGetItem is GET /v1/conversations/:id/items/:item.
+func (s *Server) handleGetItem(c echo.Context) error {
+	sid, err := convParam(c)
+	if err != nil {
+		return err
+	}
+	sess, err := s.api.convs.Conversation(c.Request().Context(), sid)
+	if err != nil {
+		return err
+	}
+	for _, it := range conversationItems(sess) {
+		if it.ID == c.Param("item") {
+			return c.JSON(http.StatusOK, it)
+		}
+	}
+	return parley.Errorf(parley.ENotFound, "no such item")
+}
+
+// handleDeleteItem is DELETE /v1/conversations/:id/items/:item; it returns
+// the conversation.
+func (s *Server) handleDeleteItem(c echo.Context) error {
+	sid, err := convParam(c)
+	if err != nil {
+		return err
+	}
+	abs, ok := parseItemID(sid, c.Param("item"))
+	if !ok {
+		return parley.Errorf(parley.ENotFound, "no such item")
+	}
+	sess, err := s.api.convs.DeleteItem(c.Request().Context(), sid, abs)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newConversationObject(sess))
+}

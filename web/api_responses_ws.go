@@ -1,0 +1,209 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
+)
+
+// The Responses API's WebSocket mode: GET /v1/responses upgrades, and each
+// text message the client sends is a "response.create" event whose fields
+// are POST /v1/responses's (stream is implied). The server answers with the
+// same events as the streamed HTTP form, one JSON text message each, and
+// runs the requests of one socket one after the other. Its sessions are the
+// HTTP API's and the chat WebSocket's: previous_response_id and
+// conversation continue any of them. The socket also keeps the newest
+// store: false response in memory, so unstored responses chain on it (as
+// OpenAI's WebSocket mode does); closing the socket forgets it. Errors are an "error" event
+// ({"type": "error", "status": 400, "error": {code, message, param}}); the
+// socket stays open for the next request.
+
+// respSockets are the open Responses WebSocket connections, so Close can
+// wait for their running responses and then close them with 1001 (Shutdown
+// does not close hijacked connections).
+type respSockets struct {
+	mu    sync.Mutex
+	conns map[*websocket.Conn]*atomic.Bool // value: a response is running on it
+}
+
+func (r *respSockets) add(ws *websocket.Conn, busy *atomic.Bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conns == nil {
+		r.conns = make(map[*websocket.Conn]*atomic.Bool)
+	}
+	r.conns[ws] = busy
+}
+
+func (r *respSockets) remove(ws *websocket.Conn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.conns, ws)
+}
+
+func (r *respSockets) busy() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, b := range r.conns {
+		if b.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// closeAll sends every socket a going-away close frame and closes it; the
+// handlers' reads then fail and they return.
+func (r *respSockets) closeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down")
+	for ws := range r.conns {
+		_ = ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+		ws.Close()
+	}
+}
+
+// handleResponsesWS is GET /v1/responses.
+func (s *Server) handleResponsesWS(c echo.Context) error {
+	r, w := c.Request(), c.Response()
+	if !websocket.IsWebSocketUpgrade(r) {
+		return parley.Errorf(parley.EInvalid, "GET /v1/responses is the WebSocket mode: upgrade, or POST to create a response")
+	}
+	if s.draining.Load() {
+		return parley.Errorf(parley.EUnavailable, "the server is shutting down")
+	}
+	if !s.checkOrigin(r) {
+		return parley.Errorf(parley.EForbidden, "cross-origin WebSocket upgrades are not allowed")
+	}
+	ip := clientIP(r)
+	if err := s.admit(ip); err != nil {
+		return err
+	}
+	defer s.releaseIP(ip)
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return nil // the upgrader has answered
+	}
+	defer ws.Close()
+	var busy atomic.Bool
+	s.api.sockets.add(ws, &busy)
+	defer s.api.sockets.remove(ws)
+
+	ws.SetReadLimit(maxAPIBodyBytes)
+	pushRead := func() { _ = ws.SetReadDeadline(time.Now().Add(s.cfg.PongWait)) }
+	pushRead()
+	ws.SetPongHandler(func(string) error { pushRead(); return nil })
+	// The pinger keeps an idle client's read deadline moving; WriteControl
+	// may run concurrently with the handler's writes (gorilla allows it).
+	stop := make(chan struct{})
+	var pinger sync.WaitGroup
+	pinger.Add(1)
+	go func() {
+		defer pinger.Done()
+		t := time.NewTicker(s.cfg.PongWait * 9 / 10)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WriteWait)) != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer pinger.Wait()
+	defer close(stop)
+
+	write := func(b []byte) error {
+		_ = ws.SetWriteDeadline(time.Now().Add(s.cfg.WriteWait))
+		return ws.WriteMessage(websocket.TextMessage, b)
+	}
+	ctx := r.Context()
+	// local is the newest store: false response's session: the socket's own
+	// state, so unstored responses chain by previous_response_id here.
+	var local *session.Session
+	for {
+		mt, data, err := ws.ReadMessage()
+		if err != nil {
+			return nil // the client left or broke the protocol; nothing to answer
+		}
+		pushRead()
+		if mt != websocket.TextMessage {
+			if write(wsErrorEvent(parley.Errorf(parley.EInvalid, "send response.create events as text messages"))) != nil {
+				return nil
+			}
+			continue
+		}
+		busy.Store(true)
+		err = s.wsResponse(ctx, data, write, &local)
+		busy.Store(false)
+		if err != nil {
+			s.log.Debug("responses websocket ended", zap.Error(err))
+			return nil
+		}
+	}
+}
+
+// wsResponse runs one response.create event. It returns an error only when
+// the socket failed.
+func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte) error, local **session.Session) error {
+	refuse := func(err error) error { return write(wsErrorEvent(err)) }
+	if err := s.apiAvailable(); err != nil {
+		return refuse(err)
+	}
+	pr, err := s.parseResponsesRequest(data)
+	if err != nil {
+		return refuse(err)
+	}
+	var typ struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(data, &typ) // parseResponsesRequest has checked the JSON
+	if typ.Type != "response.create" {
+		return refuse(parley.FieldErrorf("type", "must be response.create, got %q", typ.Type))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if l := *local; l != nil && pr.req.Previous != "" {
+		if _, ok := l.Record(pr.req.Previous); ok {
+			pr.req.Local = l
+		}
+	}
+	resp, err := s.api.convs.Respond(ctx, pr.req)
+	if err != nil {
+		return refuse(err)
+	}
+	err = s.streamResponse(ctx, cancel, resp, pr, func(_ string, b []byte) error { return write(b) })
+	if l := resp.Local(); l != nil {
+		*local = l
+	}
+	return err
+}
+
+func wsErrorEvent(err error) []byte {
+	var field any
+	var pe *parley.Error
+	if errors.As(err, &pe) && pe.Field != "" {
+		field = pe.Field
+	}
+	b, _ := json.Marshal(map[string]any{
+		"type":   "error",
+		"status": ErrorStatus(err),
+		"error":  map[string]any{"code": parley.ErrorCode(err), "message": parley.ErrorMessage(err), "param": field},
+	})
+	return b
+}
