@@ -30,7 +30,7 @@ export CGO_CXXFLAGS := -O3 -march=$(MARCH)
 
 # Debian packages the build and the tests use: the two header packages llama.cpp needs (NATIVE-BUILD.md),
 # Python's websockets for the seed client, chromium for the browser test.
-APT_PACKAGES := nlohmann-json3-dev libstb-dev python3-websockets chromium ca-certificates curl
+APT_PACKAGES := nlohmann-json3-dev libstb-dev python3-websockets chromium ca-certificates curl redis-server nginx python3-yaml
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/redistest"
 	"github.com/parley-chat/parley/session"
 )
 
@@ -59,6 +60,15 @@ func storeKinds() []storeKind {
 			s, err := session.OpenBoltStore(filepath.Join(dir, "sessions.db"), opts...)
 			if err != nil {
 				tb.Fatalf("open bolt store: %v", err)
+			}
+			return s
+		}},
+		{"redis", func(tb testing.TB, _ string, opts ...session.StoreOption) session.Store {
+			tb.Helper()
+			srv := redistest.Start(tb)
+			s, err := session.OpenRedisStore(context.Background(), srv.URL(0), "test:", opts...)
+			if err != nil {
+				tb.Fatalf("open redis store: %v", err)
 			}
 			return s
 		}},

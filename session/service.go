@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -77,6 +78,7 @@ type Service struct {
 	// deleted again, so connections that never talk cannot fill the store
 	// and evict real conversations.
 	unused unusedSet
+	served servedSet
 }
 
 // maxUnused bounds the sessions stored at creation and not written since.
@@ -252,15 +254,22 @@ func (s *Service) update(ctx context.Context, id string, f func(*Session) error)
 		return fmt.Errorf("wait for session: %w", err)
 	}
 	defer unlock()
-	sess, err := s.load(ctx, id)
-	if err != nil {
-		return err
+	for attempt := 0; ; attempt++ {
+		sess, err := s.load(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := f(sess); err != nil {
+			return err
+		}
+		s.unused.used(id)
+		err = s.store.Put(ctx, sess)
+		if !errors.Is(err, ErrConflict) || attempt == conflictRetries {
+			return err
+		}
+		// Another replica wrote the session since we read it: read it again
+		// and apply the change to what it wrote.
 	}
-	if err := f(sess); err != nil {
-		return err
-	}
-	s.unused.used(id)
-	return s.store.Put(ctx, sess)
 }
 
 // dropUnused deletes a session stored at creation that nothing has written
@@ -291,6 +300,11 @@ type Turn struct {
 
 	// committed is written before events is closed and read after.
 	committed bool
+
+	// resumedHere: the history this turn continues is the one this Service
+	// committed last for the session (so this replica's KV cache may hold it).
+	resumedHere bool
+	kv          string // KVNew, KVWarm or KVRebuilt; set before events is closed
 }
 
 // Events yields the reply's token events, then exactly one final event
@@ -363,7 +377,11 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 		unlock()
 		return nil, err
 	}
-	t := &Turn{id: id, reply: reply, events: make(chan parley.Event, turnBuffer)}
+	t := &Turn{id: id, reply: reply, events: make(chan parley.Event, turnBuffer),
+		resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated)}
+	if len(sess.Messages) == 0 {
+		t.kv = KVNew
+	}
 	go s.run(ctx, t, sess, prompt, unlock)
 	return t, nil
 }
@@ -388,14 +406,17 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 			Err: parley.Errorf(parley.EInternal, "the reply ended without a final event")}
 	}
 
+	if t.kv == "" {
+		t.kv = KVRebuilt
+		if t.resumedHere && final.Usage.CachedPromptTokens > 0 {
+			t.kv = KVWarm
+		}
+	}
 	text := t.reply.Text()
 	if final.Finish != parley.FinishError && (final.Finish != parley.FinishCancelled || text != "") {
-		sess.Messages = append(sess.Messages,
-			parley.Message{Role: parley.RoleUser, Content: prompt},
-			parley.Message{Role: parley.RoleAssistant, Content: text})
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		s.unused.used(t.id)
-		err := s.store.Put(cctx, sess)
+		err := s.commit(cctx, sess, prompt, text)
 		cancel()
 		if err != nil {
 			// The reply was streamed but not stored: say so in the final
@@ -404,6 +425,7 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 			final.Finish, final.Err = parley.FinishError, fmt.Errorf("save turn: %w", err)
 		} else {
 			t.committed = true
+			s.served.record(t.id, sess.Updated)
 			s.log.Debug("turn committed", zap.String("session", t.id),
 				zap.String("finish", string(final.Finish)), zap.Int("messages", len(sess.Messages)))
 		}

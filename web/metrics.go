@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
 )
 
 // EngineStats is what /metrics reads from the engine at every scrape. It
@@ -86,6 +87,7 @@ type ops struct {
 	replies   *prometheus.CounterVec // by finish reason
 	cancelled *prometheus.CounterVec // by who cancelled
 	refusals  *prometheus.CounterVec // by cause
+	kvTurns   *prometheus.CounterVec // committed session turns, by KV cache state
 }
 
 // ops returns the server's ops, creating it for the options that fill it.
@@ -127,6 +129,13 @@ func (s *Server) initOps() {
 		Name: "parley_refusals_total",
 		Help: "Requests, connections and prompts refused, by cause.",
 	}, []string{"cause"})
+	o.kvTurns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_session_turns_total",
+		Help: "Committed chat turns, by how they found the KV cache: new (no history), warm (this replica served the history and the engine reused it), rebuilt (history resumed from the store, e.g. written by another replica).",
+	}, []string{"kv_cache"})
+	for _, kv := range []string{session.KVNew, session.KVWarm, session.KVRebuilt} {
+		o.kvTurns.WithLabelValues(kv)
+	}
 	// Every known label value starts at 0, so rate() and dashboards see the
 	// series before the first event.
 	for _, f := range []parley.FinishReason{parley.FinishStop, parley.FinishLength, parley.FinishEOS, parley.FinishCancelled, parley.FinishError} {
@@ -140,7 +149,7 @@ func (s *Server) initOps() {
 	}
 
 	cs := []prometheus.Collector{
-		o.ttft, o.tokenGap, o.replies, o.cancelled, o.refusals,
+		o.ttft, o.tokenGap, o.replies, o.cancelled, o.refusals, o.kvTurns,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -199,6 +199,11 @@ func TestMetricsFollowAConversation(t *testing.T) {
 		{"parley_replies_cancelled_total", []string{"by", "disconnect"}, 0},
 		{"parley_refusals_total", []string{"cause", "forbidden"}, 1},
 		{"parley_sessions_open", nil, 1},
+		// The first turn had no history; the next two continued this
+		// server's own (the cancelled one is kept: it streamed text).
+		{"parley_session_turns_total", []string{"kv_cache", "new"}, 1},
+		{"parley_session_turns_total", []string{"kv_cache", "warm"}, 2},
+		{"parley_session_turns_total", []string{"kv_cache", "rebuilt"}, 0},
 	}
 	for _, f := range []parley.FinishReason{parley.FinishStop, parley.FinishLength, parley.FinishEOS, parley.FinishCancelled, parley.FinishError} {
 		checks = append(checks, struct {

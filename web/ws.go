@@ -508,6 +508,9 @@ func (c *conn) runTurn(prompt string, p parley.Params) {
 			continue
 		}
 		replyLog(c.log, ev)
+		if turn.Committed() { // set before the final event is sent: counted before the client hears the sentinel
+			c.srv.ops().kvTurns.WithLabelValues(turn.KVCache()).Inc()
+		}
 		if ev.Finish == parley.FinishError {
 			c.replyError(errOr(ev.Err))
 			continue

@@ -107,7 +107,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.logFormat, "log-format", "", "log format: console or json (default: console on a terminal, else json)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&c.llamaLog, "llama-log", false, "show llama.cpp's own log lines on stderr")
-	fs.StringVar(&c.store, "store", "bolt", "session store: bolt (durable file under --data-dir) or memory")
+	fs.StringVar(&c.store, "store", "bolt", "session store: bolt (durable file under --data-dir), memory, or redis://HOST:PORT/DB (shared by replicas)")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(getenv), "directory for the session database")
 	fs.DurationVar(&c.sessionTTL, "session-ttl", 24*time.Hour, "idle sessions expire after this long")
 	fs.IntVar(&c.maxSessions, "max-sessions", 10000, "sessions kept at most (least recently used are evicted)")
@@ -462,7 +462,17 @@ func openStore(cfg config, log *zap.Logger) (session.Store, error) {
 		log.Info("sessions stored", zap.String("path", path))
 		return st, nil
 	default:
-		return nil, fmt.Errorf("--store: want bolt or memory, got %q", cfg.store)
+		if strings.HasPrefix(cfg.store, "redis://") || strings.HasPrefix(cfg.store, "rediss://") {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := session.OpenRedisStore(ctx, cfg.store, "parley:", opts...)
+			if err != nil {
+				return nil, err
+			}
+			log.Info("sessions stored", zap.String("redis", st.Addr()))
+			return st, nil
+		}
+		return nil, fmt.Errorf("--store: want bolt, memory or redis://HOST:PORT/DB, got %q", cfg.store)
 	}
 }
 

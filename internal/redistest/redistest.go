@@ -1,0 +1,114 @@
+// Package redistest runs a real redis-server (Debian's redis-server
+// package) on a free loopback port for tests: no mock stands in for the
+// store that replicas share. Tests that need it skip, saying why, only
+// when redis-server is not installed.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parley-chat/parley/internal/proc"
+)
+
+// Server is one redis-server with append-only persistence that fsyncs
+// every write, so a restart keeps everything it acknowledged.
+type Server struct {
+	Addr string // 127.0.0.1:port
+	dir  string
+	bin  string
+	p    *proc.Proc
+	out  proc.Buffer
+}
+
+// Start starts redis-server in a temporary directory, waits until it
+// answers PING, and stops it at the end of the test. It skips the test when
+// redis-server is not installed.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Skip("redis-server is not installed (apt-get install redis-server): skipping the Redis tests")
+	}
+	addr, err := proc.FreeAddr()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &Server{Addr: addr, dir: tb.TempDir(), bin: bin}
+	s.Restart(tb)
+	tb.Cleanup(func() {
+		s.Kill()
+		if tb.Failed() {
+			tb.Logf("redis-server log:\n%s", s.out.String())
+		}
+	})
+	return s
+}
+
+// URL is the redis:// URL of database db.
+func (s *Server) URL(db int) string { return fmt.Sprintf("redis://%s/%d", s.Addr, db) }
+
+// Restart starts the server again (after Kill) on the same port and data
+// directory, and waits until it answers.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	_, port, _ := net.SplitHostPort(s.Addr)
+	cmd := exec.Command(s.bin, "--bind", "127.0.0.1", "--port", port, "--dir", s.dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
+		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning")
+	cmd.Stdout, cmd.Stderr = &s.out, &s.out
+	p, err := proc.Start(cmd)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.p = p
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		if err := ping(s.Addr); err == nil {
+			return
+		}
+		select {
+		case <-p.Done():
+			tb.Fatalf("redis-server exited: %v\n%s", p.Err(), s.out.String())
+		case <-ctx.Done():
+			tb.Fatalf("redis-server did not answer on %s\n%s", s.Addr, s.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Kill kills the server at once (SIGKILL: what it acknowledged must survive
+// on its append-only file) and waits for it to exit. Safe to call twice.
+func (s *Server) Kill() {
+	if s.p != nil {
+		s.p.Kill()
+	}
+}
+
+// ping sends PING in the inline protocol and expects +PONG.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("redis answered %q", line)
+	}
+	return nil
+}

@@ -1,0 +1,315 @@
+package session
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+)
+
+// ErrConflict is returned by RedisStore.Put when the stored session changed
+// since the caller read it (another replica committed a turn in between).
+// Nothing was written: re-read the session, reapply the change and Put
+// again. The Service does so a bounded number of times; only when those
+// retries are spent does a client see it (code busy: trying again works).
+var ErrConflict = &parley.Error{Code: parley.EBusy,
+	Message: "the session changed on another server at the same time; try again"}
+
+// Redis client limits: a store that is down must fail a request within
+// seconds with a clear error, not hang it; go-redis reconnects on the next
+// command once the server is back.
+const (
+	redisDialTimeout = 2 * time.Second
+	redisIOTimeout   = 3 * time.Second
+	redisMaxRetries  = 1
+	// redisExpirySlack is added to the TTL for Redis's own key expiry, the
+	// safety net that frees memory even when no janitor runs. The store's
+	// clock (Get and the janitor) decides expiry; Redis's must never act first.
+	redisExpirySlack = time.Hour
+	// redisLenTimeout bounds Len, which has no context.
+	redisLenTimeout = time.Second
+	// versionDigits is the width of a stored version: Unix nanoseconds,
+	// zero padded, so Lua compares versions as strings (its numbers are
+	// doubles and cannot hold nanoseconds exactly).
+	versionDigits = 20
+)
+
+// putScript stores a session if its version is still the one the caller
+// read (compare and set), then indexes it and evicts the least recently
+// updated sessions over the bound, all in one atomic step.
+//
+//	KEYS[1] session hash, KEYS[2] index (sorted set id -> updated ms)
+//	ARGV[1] expected version ("" = absent), ARGV[2] new version,
+//	ARGV[3] index score, ARGV[4] record (JSON), ARGV[5] key expiry in ms
+//	(0 = none), ARGV[6] max sessions (0 = no bound), ARGV[7] id,
+//	ARGV[8] key prefix, ARGV[9] expiry cutoff version ("" = no TTL)
+//
+// It returns {1, evicted} on success and {0, current version} on conflict.
+// A session that has expired by the store's clock counts as absent.
+//
+//go:embed redis_put.lua
+var putScriptSrc string
+
+// expireScript deletes the sessions whose version is older than the cutoff.
+//
+//	KEYS[1] index; ARGV[1] cutoff score, ARGV[2] cutoff version,
+//	ARGV[3] key prefix, ARGV[4] max sessions to delete
+//
+//go:embed redis_expire.lua
+var expireScriptSrc string
+
+// deleteScript removes a session and its index entry together.
+const deleteScriptSrc = `redis.call('DEL', KEYS[1]); redis.call('ZREM', KEYS[2], ARGV[1]); return 1`
+
+// RedisStore keeps sessions in Redis (or Valkey), so that several Parley
+// replicas share them: any replica resumes any session. Each session is a
+// hash {v: version, d: JSON record}; a sorted set indexes ids by last
+// update for eviction and expiry. Writes are optimistic: Put succeeds only
+// if the session's version (its Updated time, strictly increasing per
+// session) is the one the caller read, else it returns ErrConflict. A Put
+// returns after Redis acknowledged it; durability beyond that is Redis's
+// persistence setting (appendonly yes, appendfsync always for no loss).
+type RedisStore struct {
+	cfg    storeConfig
+	jan    *janitor
+	rdb    *redis.Client
+	prefix string
+	addr   string
+
+	put, expire, del *redis.Script
+
+	lastLen atomic.Int64 // Len's answer when Redis cannot be asked
+	closed  atomic.Bool
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// OpenRedisStore connects to the Redis named by rawURL
+// (redis://[user:password@]host:port/db, or rediss:// for TLS), checks that
+// it answers, and starts the janitor. Keys start with prefix (e.g.
+// "parley:"), so several deployments or tests can share one database.
+func OpenRedisStore(ctx context.Context, rawURL, prefix string, opts ...StoreOption) (*RedisStore, error) {
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("session store: %w", err)
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = redisDialTimeout, redisIOTimeout, redisIOTimeout
+	o.MaxRetries = redisMaxRetries
+	o.DisableIdentity = true // no CLIENT SETINFO: older servers and Valkey builds refuse it noisily
+	r := &RedisStore{
+		cfg:    newStoreConfig(opts),
+		rdb:    redis.NewClient(o),
+		prefix: prefix,
+		addr:   o.Addr,
+		put:    redis.NewScript(putScriptSrc),
+		expire: redis.NewScript(expireScriptSrc),
+		del:    redis.NewScript(deleteScriptSrc),
+	}
+	if err := r.rdb.Ping(ctx).Err(); err != nil {
+		return nil, errors.Join(fmt.Errorf("session store: redis at %s: %w", o.Addr, err), r.rdb.Close())
+	}
+	if n, err := r.rdb.ZCard(ctx, r.indexKey()).Result(); err == nil {
+		r.lastLen.Store(n)
+	}
+	if r.cfg.ttl > 0 && r.cfg.interval > 0 {
+		r.jan = startJanitor(r.cfg.interval, r.cfg.log.With(zap.String("store", "redis://"+o.Addr)), r.Expire)
+	}
+	return r, nil
+}
+
+// Addr is the Redis server's host:port.
+func (r *RedisStore) Addr() string { return r.addr }
+
+func (r *RedisStore) indexKey() string            { return r.prefix + "idx" }
+func (r *RedisStore) sessionKey(id string) string { return r.prefix + "s:" + id }
+
+// version renders t as the store compares versions; the zero time is "".
+func version(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("%0*d", versionDigits, t.UnixNano())
+}
+
+// Get implements Store.
+func (r *RedisStore) Get(ctx context.Context, id string) (*Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if r.closed.Load() {
+		return nil, errClosed()
+	}
+	if !ValidID(id) {
+		return nil, errNotFound()
+	}
+	d, err := r.rdb.HGet(ctx, r.sessionKey(id), "d").Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, errNotFound()
+	} else if err != nil {
+		return nil, r.redisError("get session", err)
+	}
+	var s Session
+	if err := json.Unmarshal([]byte(d), &s); err != nil {
+		return nil, fmt.Errorf("decode session: %w", err)
+	}
+	if r.cfg.expired(s.Updated, r.cfg.stamp()) {
+		return nil, errNotFound()
+	}
+	return &s, nil
+}
+
+// Put implements Store. It stores s only if the stored session still has
+// the version s was read with (s.Updated; zero for a session not stored
+// yet), and returns ErrConflict otherwise, leaving s as it was. The new
+// Updated is now, or one nanosecond past the version read when this
+// replica's clock lags the writer's, so versions only ever increase.
+func (r *RedisStore) Put(ctx context.Context, s *Session) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.closed.Load() {
+		return errClosed()
+	}
+	if s == nil {
+		return parley.Errorf(parley.EInvalid, "no session to store")
+	}
+	read, created := s.Updated, s.Created
+	cp, err := r.cfg.prepare(s)
+	if err != nil {
+		return err
+	}
+	if !read.IsZero() && !cp.Updated.After(read) {
+		cp.Updated = read.Add(time.Nanosecond).Round(0).UTC()
+		s.Updated = cp.Updated
+	}
+	rec, err := json.Marshal(cp)
+	if err != nil {
+		return fmt.Errorf("encode session: %w", err)
+	}
+	var keyTTL int64
+	cutoff := ""
+	if r.cfg.ttl > 0 {
+		keyTTL = (r.cfg.ttl + redisExpirySlack).Milliseconds()
+		cutoff = version(r.cfg.stamp().Add(-r.cfg.ttl))
+	}
+	res, err := r.put.Run(ctx, r.rdb, []string{r.sessionKey(cp.ID), r.indexKey()},
+		version(read), version(cp.Updated), cp.Updated.UnixMilli(), rec, keyTTL,
+		max(r.cfg.maxSessions, 0), cp.ID, r.prefix, cutoff).Slice()
+	if err != nil {
+		s.Updated, s.Created = read, created
+		return r.redisError("put session", err)
+	}
+	if ok, _ := res[0].(int64); ok != 1 {
+		s.Updated, s.Created = read, created
+		return ErrConflict
+	}
+	if n, ok := res[1].(int64); ok {
+		r.lastLen.Store(n)
+	}
+	return nil
+}
+
+// Delete implements Store.
+func (r *RedisStore) Delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.closed.Load() {
+		return errClosed()
+	}
+	if !ValidID(id) {
+		return nil
+	}
+	if err := r.del.Run(ctx, r.rdb, []string{r.sessionKey(id), r.indexKey()}, id).Err(); err != nil {
+		return r.redisError("delete session", err)
+	}
+	return nil
+}
+
+// Len implements Store: the sessions indexed in Redis (all replicas'). When
+// Redis cannot answer within a second it returns the last count it saw.
+func (r *RedisStore) Len() int {
+	if r.closed.Load() {
+		return int(r.lastLen.Load())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), redisLenTimeout)
+	defer cancel()
+	if n, err := r.rdb.ZCard(ctx, r.indexKey()).Result(); err == nil {
+		r.lastLen.Store(n)
+	}
+	return int(r.lastLen.Load())
+}
+
+// redisExpireBatch bounds the sessions one script run deletes, so a sweep of a
+// large backlog does not block Redis for long.
+const redisExpireBatch = 500
+
+// Expire deletes the sessions that have expired by the store's clock and
+// returns how many. Every replica's janitor may run it: the script is
+// atomic, so each expired session is counted once.
+func (r *RedisStore) Expire(ctx context.Context) (int, error) {
+	if r.closed.Load() {
+		return 0, errClosed()
+	}
+	if r.cfg.ttl <= 0 {
+		return 0, nil
+	}
+	cut := r.cfg.stamp().Add(-r.cfg.ttl)
+	total := 0
+	for {
+		n, err := r.expire.Run(ctx, r.rdb, []string{r.indexKey()},
+			cut.UnixMilli(), version(cut), r.prefix, redisExpireBatch).Int()
+		if err != nil {
+			return total, r.redisError("expire sessions", err)
+		}
+		total += n
+		if n < redisExpireBatch {
+			return total, nil
+		}
+	}
+}
+
+// Close implements Store.
+func (r *RedisStore) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	r.jan.stop()
+	if err := r.rdb.Close(); err != nil {
+		return fmt.Errorf("close session store: %w", err)
+	}
+	return nil
+}
+
+// redisError turns a failed Redis call into an error a client can read
+// (code unavailable: the store is down or unreachable, and trying again
+// later works), keeping the cause for the log.
+func (r *RedisStore) redisError(op string, err error) error {
+	if r.closed.Load() || errors.Is(err, redis.ErrClosed) {
+		return errClosed()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return &storeError{op: op, cause: err,
+		safe: parley.Errorf(parley.EUnavailable, "the session store is unavailable; try again shortly")}
+}
+
+// storeError is a client-safe parley error (safe, what errors.As finds)
+// that keeps its cause for logs.
+type storeError struct {
+	safe  *parley.Error
+	op    string
+	cause error
+}
+
+func (e *storeError) Error() string   { return e.op + ": " + e.cause.Error() }
+func (e *storeError) Unwrap() []error { return []error{e.safe, e.cause} }

@@ -1,0 +1,87 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/parley-chat/parley"
+)
+
+// conflictRetries bounds how often the Service re-reads a session and
+// writes again after ErrConflict (another replica wrote the same session
+// in between). Each retry costs one round trip; conflicts need two
+// replicas writing one session within a few milliseconds, so three
+// retries exhaust only under a pathological client.
+const conflictRetries = 3
+
+// How a turn found the engine's KV cache (Turn.KVCache), for the
+// parley_session_turns_total metric.
+const (
+	KVNew     = "new"     // the session had no history: nothing to reuse
+	KVWarm    = "warm"    // this replica committed the history last and the engine reused cached tokens
+	KVRebuilt = "rebuilt" // the history came from the store (another replica, or a restart): the cache was rebuilt
+)
+
+// KVCache says how the turn found the KV cache: KVNew, KVWarm or
+// KVRebuilt. Valid after the final event.
+func (t *Turn) KVCache() string { return t.kv }
+
+// commit appends the turn to the session and stores it. When the store
+// reports a conflict (a shared store that another replica wrote since the
+// turn began), it re-reads the session and appends the turn to what is
+// stored now, so neither replica's turn is lost or stored twice.
+func (s *Service) commit(ctx context.Context, sess *Session, prompt, text string) error {
+	turn := []parley.Message{
+		{Role: parley.RoleUser, Content: prompt},
+		{Role: parley.RoleAssistant, Content: text},
+	}
+	sess.Messages = append(sess.Messages, turn...)
+	for attempt := 0; ; attempt++ {
+		err := s.store.Put(ctx, sess)
+		if !errors.Is(err, ErrConflict) || attempt == conflictRetries {
+			return err
+		}
+		fresh, err := s.load(ctx, sess.ID)
+		if err != nil {
+			return err
+		}
+		*sess = *fresh
+		sess.Messages = append(sess.Messages, turn...)
+	}
+}
+
+// servedMax bounds servedSet: past it, the set forgets arbitrary sessions
+// (their next turn counts as rebuilt, which only affects the metric).
+const servedMax = 8192
+
+// servedSet remembers the version of each session this Service committed
+// last, to tell a turn that continues this replica's own history (its KV
+// cache may be warm) from one that resumes another replica's.
+type servedSet struct {
+	mu sync.Mutex
+	m  map[string]time.Time // session id -> Updated of our last commit
+}
+
+func (v *servedSet) record(id string, updated time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		v.m = make(map[string]time.Time)
+	}
+	if _, ok := v.m[id]; !ok && len(v.m) >= servedMax {
+		for k := range v.m {
+			delete(v.m, k)
+			break
+		}
+	}
+	v.m[id] = updated
+}
+
+func (v *servedSet) holds(id string, updated time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	t, ok := v.m[id]
+	return ok && t.Equal(updated)
+}
