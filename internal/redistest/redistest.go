@@ -63,6 +63,9 @@ func (s *Server) Restart(tb testing.TB) {
 		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
 		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning")
 	cmd.Stdout, cmd.Stderr = &s.out, &s.out
+	// Redis forks for append-only-file rewrites, and the child holds the
+	// output pipe: do not let Wait wait for it after a kill.
+	cmd.WaitDelay = time.Second
 	p, err := proc.Start(cmd)
 	if err != nil {
 		tb.Fatal(err)
