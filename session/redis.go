@@ -125,6 +125,16 @@ func OpenRedisStore(ctx context.Context, rawURL, prefix string, opts ...StoreOpt
 	return r, nil
 }
 
+// RedisLogger adapts a zap logger to the Redis client's logger (its pool
+// reports failed dials this way). The client's logger is process-wide, so
+// only main installs it: redis.SetLogger(session.RedisLogger{L: log}).
+type RedisLogger struct{ L *zap.Logger }
+
+// Printf implements the Redis client's Logging interface.
+func (l RedisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.L.Warn(fmt.Sprintf(format, v...))
+}
+
 // Addr is the Redis server's host:port.
 func (r *RedisStore) Addr() string { return r.addr }
 

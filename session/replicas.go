@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -11,10 +12,25 @@ import (
 
 // conflictRetries bounds how often the Service re-reads a session and
 // writes again after ErrConflict (another replica wrote the same session
-// in between). Each retry costs one round trip; conflicts need two
-// replicas writing one session within a few milliseconds, so three
-// retries exhaust only under a pathological client.
-const conflictRetries = 3
+// in between). Each retry costs a round trip and a short random pause
+// (conflictBackoff), so writers that keep colliding drift apart; conflicts
+// need two replicas writing one session within milliseconds, so the
+// retries run out only under a pathological client.
+const conflictRetries = 8
+
+// conflictBackoff is the upper bound of the random pause before retry n
+// (1-based): n times this, so colliding writers spread further each time.
+const conflictBackoff = time.Millisecond
+
+// backoff sleeps a random part of attempt*conflictBackoff, or until ctx ends.
+func backoff(ctx context.Context, attempt int) {
+	t := time.NewTimer(rand.N(time.Duration(attempt+1) * conflictBackoff))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
 
 // How a turn found the engine's KV cache (Turn.KVCache), for the
 // parley_session_turns_total metric.
@@ -43,6 +59,7 @@ func (s *Service) commit(ctx context.Context, sess *Session, prompt, text string
 		if !errors.Is(err, ErrConflict) || attempt == conflictRetries {
 			return err
 		}
+		backoff(ctx, attempt)
 		fresh, err := s.load(ctx, sess.ID)
 		if err != nil {
 			return err

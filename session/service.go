@@ -269,6 +269,7 @@ func (s *Service) update(ctx context.Context, id string, f func(*Session) error)
 		}
 		// Another replica wrote the session since we read it: read it again
 		// and apply the change to what it wrote.
+		backoff(ctx, attempt)
 	}
 }
 

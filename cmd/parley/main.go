@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -465,6 +466,7 @@ func openStore(cfg config, log *zap.Logger) (session.Store, error) {
 		if strings.HasPrefix(cfg.store, "redis://") || strings.HasPrefix(cfg.store, "rediss://") {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
+			redis.SetLogger(session.RedisLogger{L: log.Named("redis")}) // JSON log lines, not the client's own
 			st, err := session.OpenRedisStore(ctx, cfg.store, "parley:", opts...)
 			if err != nil {
 				return nil, err
