@@ -1,6 +1,7 @@
 // Package session owns conversations: one Session is a conversation's id,
 // system prompt, history, per-session settings and lifetime, and a Store
-// keeps sessions (in memory, or durably in a bbolt file). Service runs the
+// keeps sessions (in memory, durably in a bbolt file, or in Redis shared by
+// several replicas). Service runs the
 // turns of a conversation on top of a Store and a Responder, so the wire
 // layer holds no conversation logic: it loads the history, asks for a reply,
 // and commits the finished turn before the reply's final event is forwarded.
