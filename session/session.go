@@ -1,10 +1,10 @@
 // Package session owns conversations: one Session is a conversation's id,
 // system prompt, history, per-session settings and lifetime, and a Store
 // keeps sessions (in memory, durably in a bbolt file, or in Redis shared by
-// several replicas). Service runs the
-// turns of a conversation on top of a Store and a Responder, so the wire
-// layer holds no conversation logic: it loads the history, asks for a reply,
-// and commits the finished turn before the reply's final event is forwarded.
+// several replicas). Service runs the turns of a conversation on top of a
+// Store and a Responder, so the wire layer holds no conversation logic: it
+// loads the history, asks for a reply, and commits the finished turn before
+// the reply's final event is forwarded.
 //
 // The package knows nothing about the wire format and nothing about the
 // engine; it speaks the root package's Message, Params and Event types and
