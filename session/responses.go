@@ -490,22 +490,7 @@ func (s *Session) removeSpan(start, end int) {
 // edit applies f to the stored session sid under its lock; unlike update,
 // the session must exist.
 func (s *Service) edit(ctx context.Context, sid string, f func(*Session) error) error {
-	if !ValidID(sid) {
-		return errNotFound()
-	}
-	unlock, err := s.locks.lock(ctx, sid)
-	if err != nil {
-		return fmt.Errorf("wait for session: %w", err)
-	}
-	defer unlock()
-	sess, err := s.store.Get(ctx, sid)
-	if err != nil {
-		return err
-	}
-	if err := f(sess); err != nil {
-		return err
-	}
-	return s.store.Put(ctx, sess)
+	return s.modify(ctx, sid, s.store.Get, f)
 }
 
 // CreateConversation stores a new session holding msgs (system messages

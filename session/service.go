@@ -244,8 +244,16 @@ func (s *Service) load(ctx context.Context, id string) (*Session, error) {
 	return sess, err
 }
 
-// update applies f to the stored session under the session's lock.
+// update applies f to the stored session under the session's lock (an id
+// Open issued and nothing wrote yet starts from a new session).
 func (s *Service) update(ctx context.Context, id string, f func(*Session) error) error {
+	return s.modify(ctx, id, s.load, f)
+}
+
+// modify reads the session with get, applies f and stores it, all under
+// the session's lock; when another replica wrote the session in between
+// (ErrConflict), it reads it again and reapplies f.
+func (s *Service) modify(ctx context.Context, id string, get func(context.Context, string) (*Session, error), f func(*Session) error) error {
 	if !ValidID(id) {
 		return errNotFound()
 	}
@@ -255,7 +263,7 @@ func (s *Service) update(ctx context.Context, id string, f func(*Session) error)
 	}
 	defer unlock()
 	for attempt := 0; ; attempt++ {
-		sess, err := s.load(ctx, id)
+		sess, err := get(ctx, id)
 		if err != nil {
 			return err
 		}
