@@ -243,14 +243,13 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		if !ok {
 			return nil, parley.Errorf(parley.ENotFound, "no such response")
 		}
-		u, err := s.locks.lock(ctx, sid)
+		var (
+			u   func()
+			err error
+		)
+		sess, u, err = s.getLocked(ctx, sid, "previous response")
 		if err != nil {
-			return nil, fmt.Errorf("wait for session: %w", err)
-		}
-		sess, err = s.store.Get(ctx, sid)
-		if err != nil {
-			u()
-			return nil, fmt.Errorf("previous response: %w", err)
+			return nil, err
 		}
 		rec, ok := sess.Record(req.Previous)
 		if !ok {
@@ -275,14 +274,13 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		if !ok {
 			return nil, parley.Errorf(parley.ENotFound, "no such conversation")
 		}
-		u, err := s.locks.lock(ctx, sid)
+		var (
+			u   func()
+			err error
+		)
+		sess, u, err = s.getLocked(ctx, sid, "conversation")
 		if err != nil {
-			return nil, fmt.Errorf("wait for session: %w", err)
-		}
-		sess, err = s.store.Get(ctx, sid)
-		if err != nil {
-			u()
-			return nil, fmt.Errorf("conversation: %w", err)
+			return nil, err
 		}
 		if req.NoStore {
 			u()
@@ -485,6 +483,21 @@ func (s *Session) removeSpan(start, end int) {
 	if len(s.Responses) == 0 {
 		s.Responses = nil
 	}
+}
+
+// getLocked takes session sid's lock and reads the session; on success the
+// caller owns the lock and must call unlock. what names the session in
+// errors.
+func (s *Service) getLocked(ctx context.Context, sid, what string) (sess *Session, unlock func(), err error) {
+	unlock, err = s.locks.lock(ctx, sid)
+	if err != nil {
+		return nil, nil, fmt.Errorf("wait for session: %w", err)
+	}
+	if sess, err = s.store.Get(ctx, sid); err != nil {
+		unlock()
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return sess, unlock, nil
 }
 
 // edit applies f to the stored session sid under its lock; unlike update,

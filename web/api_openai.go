@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -175,7 +176,12 @@ type chatCall struct {
 	topLogprobs  int
 }
 
-func parseContent(raw json.RawMessage, field string) (string, error) {
+// parseContent takes a message's content: a string, or an array of text
+// parts whose types are among partTypes ("text" when none are given).
+func parseContent(raw json.RawMessage, field string, partTypes ...string) (string, error) {
+	if len(partTypes) == 0 {
+		partTypes = []string{"text"}
+	}
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", parley.FieldErrorf(field, "is required")
@@ -196,8 +202,11 @@ func parseContent(raw json.RawMessage, field string) (string, error) {
 	}
 	var b strings.Builder
 	for i, p := range parts {
-		if p.Type != "text" || p.Text == nil {
+		switch {
+		case !slices.Contains(partTypes, p.Type):
 			return "", parley.FieldErrorf(fmt.Sprintf("%s[%d]", field, i), "only text parts are supported, got type %q", p.Type)
+		case p.Text == nil:
+			return "", parley.FieldErrorf(fmt.Sprintf("%s[%d].text", field, i), "is required")
 		}
 		b.WriteString(*p.Text)
 	}

@@ -258,44 +258,11 @@ func parseItem(it inputItem, field string) (parley.Message, error) {
 	default:
 		return parley.Message{}, parley.FieldErrorf(field+".role", "must be system, developer, user or assistant, got %q", it.Role)
 	}
-	text, err := parseItemContent(it.Content, field+".content")
+	text, err := parseContent(it.Content, field+".content", "input_text", "output_text", "text")
 	if err != nil {
 		return parley.Message{}, err
 	}
 	return parley.Message{Role: role, Content: text}, nil
-}
-
-// parseItemContent takes a string or text parts (input_text, output_text, text).
-func parseItemContent(raw json.RawMessage, field string) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", parley.FieldErrorf(field, "is required")
-	}
-	if raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", parley.FieldErrorf(field, "invalid string: %v", err)
-		}
-		return s, nil
-	}
-	var parts []struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", parley.FieldErrorf(field, "must be a string or an array of content parts")
-	}
-	var b strings.Builder
-	for i, p := range parts {
-		switch {
-		case p.Text == nil:
-			return "", parley.FieldErrorf(fmt.Sprintf("%s[%d].text", field, i), "is required")
-		case p.Type != "input_text" && p.Type != "output_text" && p.Type != "text":
-			return "", parley.FieldErrorf(fmt.Sprintf("%s[%d]", field, i), "only text parts are supported, got type %q", p.Type)
-		}
-		b.WriteString(*p.Text)
-	}
-	return b.String(), nil
 }
 
 func checkMetadata(m map[string]string) error {
