@@ -176,6 +176,22 @@ type chatCall struct {
 	topLogprobs  int
 }
 
+// parseRole maps an OpenAI message role to Parley's ("developer" is the
+// newer name for "system").
+func parseRole(role, field string) (parley.Role, error) {
+	switch role {
+	case "system", "developer":
+		return parley.RoleSystem, nil
+	case "user":
+		return parley.RoleUser, nil
+	case "assistant":
+		return parley.RoleAssistant, nil
+	case "":
+		return "", parley.FieldErrorf(field, "is required")
+	}
+	return "", parley.FieldErrorf(field, "must be system, developer, user or assistant, got %q", role)
+}
+
 // parseContent takes a message's content: a string, or an array of text
 // parts whose types are among partTypes ("text" when none are given).
 func parseContent(raw json.RawMessage, field string, partTypes ...string) (string, error) {
@@ -228,18 +244,9 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	call := &chatCall{stream: req.Stream, logprobs: req.Logprobs}
 	for i, m := range req.Messages {
 		field := fmt.Sprintf("messages[%d]", i)
-		var role parley.Role
-		switch m.Role {
-		case "system", "developer":
-			role = parley.RoleSystem
-		case "user":
-			role = parley.RoleUser
-		case "assistant":
-			role = parley.RoleAssistant
-		case "":
-			return nil, parley.FieldErrorf(field+".role", "is required")
-		default:
-			return nil, parley.FieldErrorf(field+".role", "must be system, developer, user or assistant, got %q", m.Role)
+		role, err := parseRole(m.Role, field+".role")
+		if err != nil {
+			return nil, err
 		}
 		content, err := parseContent(m.Content, field+".content")
 		if err != nil {

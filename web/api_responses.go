@@ -245,18 +245,9 @@ func parseItem(it inputItem, field string) (parley.Message, error) {
 	if it.Type != "" && it.Type != "message" {
 		return parley.Message{}, parley.FieldErrorf(field+".type", "only message items are supported, got %q", it.Type)
 	}
-	var role parley.Role
-	switch it.Role {
-	case "system", "developer":
-		role = parley.RoleSystem
-	case "user":
-		role = parley.RoleUser
-	case "assistant":
-		role = parley.RoleAssistant
-	case "":
-		return parley.Message{}, parley.FieldErrorf(field+".role", "is required")
-	default:
-		return parley.Message{}, parley.FieldErrorf(field+".role", "must be system, developer, user or assistant, got %q", it.Role)
+	role, err := parseRole(it.Role, field+".role")
+	if err != nil {
+		return parley.Message{}, err
 	}
 	text, err := parseContent(it.Content, field+".content", "input_text", "output_text", "text")
 	if err != nil {
