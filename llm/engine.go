@@ -89,6 +89,14 @@ type Config struct {
 	// stories260K decodes at a quarter of its short-context rate with it on,
 	// at a steady rate with it off), while the plain path is a matrix product.
 	FlashAttention string
+	// KVCacheType is the KV cache's element type: "f16" (default), "q8_0"
+	// (about half the memory) or "q4_0" (about a quarter). llama.cpp
+	// quantizes the V cache only with flash attention, and its quantized
+	// blocks hold 32 values, so the quantized types need FlashAttention
+	// "on" and a model whose key and value head sizes are equal multiples
+	// of 32; Open refuses anything else with an error (llama.cpp would
+	// fail or assert).
+	KVCacheType string
 	// StepBudget bounds the time one sequence spends sampling a token
 	// (grammar matching included): a sequence over it is ended with an
 	// error so it cannot stall the others. Zero means DefaultStepBudget.
@@ -221,6 +229,10 @@ func Open(cfg Config) (*Engine, error) {
 		cfg.QueueSize = 0
 	}
 
+	if err := checkKVCacheType(cfg.KVCacheType, cfg.FlashAttention, meta); err != nil {
+		return nil, err
+	}
+
 	if cfg.Progress == nil {
 		cfg.Progress = func(float32) {} // without a callback llama.cpp prints dots to stderr
 	}
@@ -240,7 +252,7 @@ func Open(cfg Config) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("flash attention: want auto, on or off, got %q", cfg.FlashAttention)
 	}
-	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads, fa, "")
+	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads, fa, cfg.KVCacheType)
 	lc, err := llama.NewContextWithModel(model, params)
 	if err != nil {
 		llama.FreeModel(model)
@@ -895,4 +907,30 @@ func (e *Engine) shutdown() {
 			return
 		}
 	}
+}
+
+// kvQuantBlock is how many values one q8_0 or q4_0 block holds.
+const kvQuantBlock = 32
+
+// checkKVCacheType refuses KV cache types llama.cpp cannot use with this
+// model and flash-attention setting, before it sees them: the binding maps
+// an unknown name to f16 without a word, llama.cpp refuses a quantized V
+// cache without flash attention, and a head size that is not a whole
+// number of quantized blocks trips an assertion in ggml (an abort).
+func checkKVCacheType(typ, flashAttn string, meta metadata) error {
+	switch typ {
+	case "", "f16":
+		return nil
+	case "q8_0", "q4_0":
+	default:
+		return fmt.Errorf("kv cache type: want f16, q8_0 or q4_0, got %q", typ)
+	}
+	if flashAttn != "on" {
+		return fmt.Errorf("kv cache type %s needs flash attention on (llama.cpp quantizes the V cache only with it)", typ)
+	}
+	k, v := meta.headK, meta.headV
+	if k == 0 || k != v || k%kvQuantBlock != 0 {
+		return fmt.Errorf("kv cache type %s: the model's key and value heads hold %d and %d values; a quantized cache needs equal multiples of %d (use f16)", typ, k, v, kvQuantBlock)
+	}
+	return nil
 }

@@ -323,3 +323,29 @@ func TestNewSessionReusesASharedPrefix(t *testing.T) {
 		t.Fatalf("new session reused %d tokens, want about %d (the shared system prompt)", got, len(shared))
 	}
 }
+
+// TestKVCacheTypeRefusals: KV cache types llama.cpp cannot use here are
+// refused by Open with a clear error before llama.cpp sees them (an
+// unknown name would silently be f16; a quantized V cache without flash
+// attention fails; stories260K's 8-value heads are not a whole 32-value
+// quantized block, which would trip a ggml assertion and abort).
+func TestKVCacheTypeRefusals(t *testing.T) {
+	for _, tc := range []struct{ typ, fa, want string }{
+		{"q5_1", "on", "want f16, q8_0 or q4_0"},
+		{"Q8_0", "on", "want f16, q8_0 or q4_0"},
+		{"q8_0", "off", "needs flash attention on"},
+		{"q4_0", "auto", "needs flash attention on"},
+		{"q8_0", "on", "multiples of 32"},
+	} {
+		_, err := llm.Open(llm.Config{Path: testmodel.Path(t), ContextLength: 128, Parallel: 1,
+			FlashAttention: tc.fa, KVCacheType: tc.typ})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("kv cache %s, flash attention %s: error %v, want one containing %q", tc.typ, tc.fa, err, tc.want)
+		}
+	}
+	e, err := llm.Open(llm.Config{Path: testmodel.Path(t), ContextLength: 128, Parallel: 1, KVCacheType: "f16"})
+	if err != nil {
+		t.Fatalf("f16 (the default, spelled out): %v", err)
+	}
+	e.Close()
+}

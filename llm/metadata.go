@@ -42,6 +42,9 @@ func (v vocabInfo) special(tok int) bool {
 type metadata struct {
 	info  parley.ModelInfo
 	vocab vocabInfo
+	// headK and headV are the values per attention head in the K and V
+	// caches (0 when the metadata does not say).
+	headK, headV int
 }
 
 // readMetadata reads the model's facts from its GGUF header in pure Go, so a
@@ -111,7 +114,7 @@ func readMetadata(path string) (metadata, error) {
 		BOSToken:        tokenText("bos_token_id"),
 		EOSToken:        tokenText("eos_token_id"),
 	}
-	return metadata{info: info, vocab: vocab}, nil
+	return metadata{info: info, vocab: vocab, headK: int(kv.EmbeddingHeadCountK()), headV: int(kv.EmbeddingHeadCountV())}, nil
 }
 
 // dominantTensorType names the tensor type holding the most parameters, for

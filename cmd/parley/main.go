@@ -62,7 +62,7 @@ type config struct {
 	store, dataDir, apiKey, template             string
 	allowedOrigins, allowedHosts                 string
 	ctx, threads, parallel, queue, batch         int
-	flashAttn                                    string
+	flashAttn, kvCacheType                       string
 	maxTokens, maxTokensLimit                    int
 	maxConns, maxConnsPerIP, promptsPerMinute    int
 	maxPromptTokens, maxQueuedPrompts            int
@@ -94,6 +94,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.queue, "queue", llm.DefaultQueueSize, "replies that may wait for a slot before clients are told the server is busy")
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
 	fs.StringVar(&c.flashAttn, "flash-attn", "off", "flash attention: off, on or auto (off is faster on CPU as conversations grow; see BENCHMARKS.md)")
+	fs.StringVar(&c.kvCacheType, "kv-cache-type", "f16", "KV cache element type: f16, q8_0 (about half the memory per session) or q4_0 (a quarter); quantized needs --flash-attn on")
 	fs.IntVar(&c.maxTokens, "max-tokens", def.MaxTokens, "default reply cap in tokens")
 	fs.IntVar(&c.maxTokensLimit, "max-tokens-limit", 4096, "the largest reply cap a client may ask for")
 	fs.StringVar(&c.systemPrompt, "system-prompt", "", "system prompt for new sessions")
@@ -334,6 +335,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		Threads:        cfg.threads,
 		BatchSize:      cfg.batch,
 		FlashAttention: cfg.flashAttn,
+		KVCacheType:    cfg.kvCacheType,
 		QueueSize:      cfg.queue,
 		StepBudget:     cfg.stepBudget,
 		Progress:       progress.update,
@@ -352,6 +354,8 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		zap.Int("train_context", info.TrainContext),
 		zap.Int("context_per_session", info.ContextLength),
 		zap.Int("parallel", info.Parallel),
+		zap.String("flash_attn", cfg.flashAttn),
+		zap.String("kv_cache_type", cfg.kvCacheType),
 		zap.Bool("chat_template", info.ChatTemplate != ""),
 		zap.Duration("load_time", info.LoadTime))
 	return eng, nil
