@@ -300,33 +300,7 @@ func TestLlamaDecodesCycle(t *testing.T) {
 		t.Errorf("model info %+v", info)
 	}
 
-	prompt, err := eng.Tokenize("Once upon a time")
-	if err != nil {
-		t.Fatal(err)
-	}
-	params := parley.DefaultParams()
-	params.Temperature, params.RepeatPenalty, params.MaxTokens, params.Seed = 0, 1, 48, 1
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	events, err := eng.Generate(ctx, parley.GenerateRequest{Tokens: prompt, Params: params})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []int
-	var last parley.Event
-	for ev := range events {
-		if ev.Done {
-			last = ev
-			break
-		}
-		got = append(got, ev.Token.ID)
-		if ev.Token.Special {
-			t.Errorf("special token %d generated", ev.Token.ID)
-		}
-	}
-	if last.Finish != parley.FinishLength || len(got) != params.MaxTokens {
-		t.Fatalf("finish %q after %d tokens, want length after %d (err %v)", last.Finish, len(got), params.MaxTokens, last.Err)
-	}
+	prompt, got := greedyTokens(t, eng, 48)
 
 	kv := decode(t, out).KV()
 	next := cycle(spec.Seed, vocabulary{tokens: kv.Strings("tokenizer.ggml.tokens"), types: kv.Ints("tokenizer.ggml.token_type")})
@@ -378,30 +352,7 @@ func TestQuantizedKVCache(t *testing.T) {
 				t.Fatalf("open with a %s KV cache: %v", typ, err)
 			}
 			defer eng.Close()
-			prompt, err := eng.Tokenize("Once upon a time")
-			if err != nil {
-				t.Fatal(err)
-			}
-			params := parley.DefaultParams()
-			params.Temperature, params.RepeatPenalty, params.MaxTokens, params.Seed = 0, 1, 32, 1
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			events, err := eng.Generate(ctx, parley.GenerateRequest{Tokens: prompt, Params: params})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []int
-			var last parley.Event
-			for ev := range events {
-				if ev.Done {
-					last = ev
-					break
-				}
-				got = append(got, ev.Token.ID)
-			}
-			if last.Finish != parley.FinishLength || len(got) != params.MaxTokens {
-				t.Fatalf("finish %q after %d tokens (err %v)", last.Finish, len(got), last.Err)
-			}
+			_, got := greedyTokens(t, eng, 32)
 			// The cycle the weights encode survives the quantized cache:
 			// the keys and values only feed attention, and each step's
 			// token is decided by the previous token's embedding.
@@ -412,4 +363,38 @@ func TestQuantizedKVCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// greedyTokens decodes n tokens greedily after "Once upon a time" and
+// returns the prompt's tokens and the generated ones; the reply must run to
+// its cap without a special token.
+func greedyTokens(t *testing.T, eng *llm.Engine, n int) (prompt, got []int) {
+	t.Helper()
+	prompt, err := eng.Tokenize("Once upon a time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := parley.DefaultParams()
+	params.Temperature, params.RepeatPenalty, params.MaxTokens, params.Seed = 0, 1, n, 1
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	events, err := eng.Generate(ctx, parley.GenerateRequest{Tokens: prompt, Params: params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last parley.Event
+	for ev := range events {
+		if ev.Done {
+			last = ev
+			break
+		}
+		got = append(got, ev.Token.ID)
+		if ev.Token.Special {
+			t.Errorf("special token %d generated", ev.Token.ID)
+		}
+	}
+	if last.Finish != parley.FinishLength || len(got) != n {
+		t.Fatalf("finish %q after %d tokens, want length after %d (err %v)", last.Finish, len(got), n, last.Err)
+	}
+	return prompt, got
 }
