@@ -7,8 +7,9 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -139,4 +140,34 @@ export class ParleyServer {
     await mkdir(path.dirname(file), { recursive: true });
     await writeFile(file, this.output);
   }
+}
+
+// startAPIServer starts bin/parley for an HTTP API test: a free port, a
+// fresh data folder (named after name), the given store, API key and JSON
+// logs. It resolves to { server, port, dataDir }; give them to
+// stopAPIServer in the test's after hook.
+export async function startAPIServer(name, { store = 'memory', apiKey } = {}) {
+  assertBinaryAndModel();
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), `parley-${name}-`));
+  const port = await freePort();
+  const server = new ParleyServer(port, {
+    args: ['--store', store, '--data-dir', dataDir, '--api-key', apiKey, '--log-format', 'json'],
+  });
+  try {
+    await server.start(); // a server that fails to start is already gone
+  } catch (err) {
+    await rm(dataDir, { recursive: true, force: true });
+    throw err;
+  }
+  return { server, port, dataDir };
+}
+
+// stopAPIServer stops a server startAPIServer started (it must exit 0 after
+// SIGTERM) and removes its data folder; either may be undefined.
+export async function stopAPIServer(server, dataDir) {
+  const done = await server?.stop(10_000);
+  if (done) {
+    assert.equal(done.code, 0, `parley exited with ${JSON.stringify(done)} after SIGTERM:\n${server.output}`);
+  }
+  if (dataDir) await rm(dataDir, { recursive: true, force: true });
 }

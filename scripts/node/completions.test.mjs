@@ -6,12 +6,9 @@
 // streamed and the non-streamed text of one prompt must be the same.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import OpenAI from 'openai';
 import { InferenceClient } from '@huggingface/inference';
-import { ParleyServer, assertBinaryAndModel, freePort } from '../lib/parley-server.mjs';
+import { startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
 
 const API_KEY = 'node-completions-key';
 const PROMPT = 'Once upon a time, there was a little dog';
@@ -24,25 +21,13 @@ describe('/v1/completions with the openai and @huggingface/inference clients', {
   let reference = '';
 
   before(async () => {
-    assertBinaryAndModel();
-    dataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-completions-'));
-    const port = await freePort();
-    const s = new ParleyServer(port, {
-      args: ['--store', 'memory', '--data-dir', dataDir, '--api-key', API_KEY, '--log-format', 'json'],
-    });
-    await s.start();
-    server = s;
+    let port;
+    ({ server, port, dataDir } = await startAPIServer('completions', { apiKey: API_KEY }));
     base = `http://127.0.0.1:${port}`;
     openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 30_000 });
   });
 
-  after(async () => {
-    const done = await server?.stop(10_000);
-    if (done) {
-      assert.equal(done.code, 0, `parley exited with ${JSON.stringify(done)} after SIGTERM:\n${server.output}`);
-    }
-    if (dataDir) await rm(dataDir, { recursive: true, force: true });
-  });
+  after(() => stopAPIServer(server, dataDir));
 
   test('openai: completions.create with logprobs and usage', async () => {
     const res = await openai.completions.create({ model: 'parley', prompt: PROMPT, max_tokens: 20, temperature: 0, logprobs: 1 });

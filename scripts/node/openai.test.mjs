@@ -9,11 +9,8 @@
 // conversation must be the same text.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import OpenAI from 'openai';
-import { ParleyServer, assertBinaryAndModel, freePort } from '../lib/parley-server.mjs';
+import { startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
 
 const API_KEY = 'node-test-key';
 
@@ -27,24 +24,12 @@ describe('openai npm client', { timeout: 120_000 }, () => {
   ];
 
   before(async () => {
-    assertBinaryAndModel();
-    dataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-openai-'));
-    const port = await freePort();
-    const s = new ParleyServer(port, {
-      args: ['--store', 'memory', '--data-dir', dataDir, '--api-key', API_KEY, '--log-format', 'json'],
-    });
-    await s.start(); // a server that fails to start is already gone: after has nothing to stop
-    server = s;
+    let port;
+    ({ server, port, dataDir } = await startAPIServer('openai', { apiKey: API_KEY }));
     client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 30_000 });
   });
 
-  after(async () => {
-    const done = await server?.stop(10_000);
-    if (done) {
-      assert.equal(done.code, 0, `parley exited with ${JSON.stringify(done)} after SIGTERM:\n${server.output}`);
-    }
-    if (dataDir) await rm(dataDir, { recursive: true, force: true });
-  });
+  after(() => stopAPIServer(server, dataDir));
 
   let modelId;
   let streamed = '';

@@ -5,12 +5,9 @@
 // and always stops it.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import OpenAI from 'openai';
 import WebSocket from 'ws';
-import { ParleyServer, assertBinaryAndModel, freePort } from '../lib/parley-server.mjs';
+import { startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
 
 const API_KEY = 'node-responses-key';
 
@@ -21,24 +18,11 @@ describe('openai npm client: responses and conversations', { timeout: 120_000 },
   let port;
 
   before(async () => {
-    assertBinaryAndModel();
-    dataDir = await mkdtemp(path.join(os.tmpdir(), 'parley-responses-'));
-    port = await freePort();
-    const s = new ParleyServer(port, {
-      args: ['--store', 'bolt', '--data-dir', dataDir, '--api-key', API_KEY, '--log-format', 'json'],
-    });
-    await s.start();
-    server = s;
+    ({ server, port, dataDir } = await startAPIServer('responses', { store: 'bolt', apiKey: API_KEY }));
     client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 30_000 });
   });
 
-  after(async () => {
-    const done = await server?.stop(10_000);
-    if (done) {
-      assert.equal(done.code, 0, `parley exited with ${JSON.stringify(done)} after SIGTERM:\n${server.output}`);
-    }
-    if (dataDir) await rm(dataDir, { recursive: true, force: true });
-  });
+  after(() => stopAPIServer(server, dataDir));
 
   let first;
 
