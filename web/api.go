@@ -63,7 +63,6 @@ type apiDeps struct {
 	modelInfo func() parley.ModelInfo // nil: the model is described by name only
 	mounted   time.Time               // when the routes were mounted: the model's "created" for OpenAI clients
 	convs     Conversations           // the Responses and Conversations APIs' sessions (api_responses.go); nil: not mounted
-	sockets   respSockets             // open Responses WebSocket connections (api_responses_ws.go)
 }
 
 // WithResponder mounts the HTTP streaming APIs (plain, TGI/SageMaker, JSON

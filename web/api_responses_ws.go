@@ -28,51 +28,21 @@ import (
 // ({"type": "error", "status": 400, "error": {code, message, param}}); the
 // socket stays open for the next request.
 
-// respSockets are the open Responses WebSocket connections, so Close can
-// wait for their running responses and then close them with 1001 (Shutdown
-// does not close hijacked connections).
-type respSockets struct {
-	mu    sync.Mutex
-	conns map[*websocket.Conn]*atomic.Bool // value: a response is running on it
+// respSocket is one Responses API WebSocket, tracked like the chat's
+// connections so Close waits for its running response and then closes it
+// with 1001 (Shutdown does not close hijacked connections); the handler's
+// read then fails and it returns.
+type respSocket struct {
+	ws       *websocket.Conn
+	busy     atomic.Bool // a response is running on it
+	writeDue time.Duration
 }
 
-func (r *respSockets) add(ws *websocket.Conn, busy *atomic.Bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.conns == nil {
-		r.conns = make(map[*websocket.Conn]*atomic.Bool)
-	}
-	r.conns[ws] = busy
-}
+func (r *respSocket) replying() bool { return r.busy.Load() }
 
-func (r *respSockets) remove(ws *websocket.Conn) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.conns, ws)
-}
-
-func (r *respSockets) busy() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, b := range r.conns {
-		if b.Load() {
-			n++
-		}
-	}
-	return n
-}
-
-// closeAll sends every socket a going-away close frame and closes it; the
-// handlers' reads then fail and they return.
-func (r *respSockets) closeAll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down")
-	for ws := range r.conns {
-		_ = ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
-		ws.Close()
-	}
+func (r *respSocket) close(code int, text string) {
+	_ = r.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(r.writeDue))
+	r.ws.Close()
 }
 
 // handleResponsesWS is GET /v1/responses.
@@ -97,9 +67,12 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 		return nil // the upgrader has answered
 	}
 	defer ws.Close()
-	var busy atomic.Bool
-	s.api.sockets.add(ws, &busy)
-	defer s.api.sockets.remove(ws)
+	sock := &respSocket{ws: ws, writeDue: s.cfg.WriteWait}
+	if !s.track(sock) {
+		sock.close(websocket.CloseGoingAway, "server shutting down")
+		return nil
+	}
+	defer s.untrack(sock)
 
 	ws.SetReadLimit(maxAPIBodyBytes)
 	pushRead := func() { _ = ws.SetReadDeadline(time.Now().Add(s.cfg.PongWait)) }
@@ -148,9 +121,9 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 			}
 			continue
 		}
-		busy.Store(true)
+		sock.busy.Store(true)
 		err = s.wsResponse(ctx, data, write, &local)
-		busy.Store(false)
+		sock.busy.Store(false)
 		if err != nil {
 			s.log.Debug("responses websocket ended", zap.Error(err))
 			return nil

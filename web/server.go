@@ -117,7 +117,7 @@ type Server struct {
 	upgrader websocket.Upgrader
 
 	mu       sync.Mutex
-	conns    map[*conn]struct{}
+	conns    map[socket]struct{}
 	perIP    map[string]int
 	admitted int // connections past admit and not yet released; guarded by mu (the global cap counts these, so handshakes in flight count too)
 	tok      Tokenizer
@@ -188,7 +188,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		cfg:      cfg,
 		sessions: sessions,
 		log:      zap.NewNop(),
-		conns:    make(map[*conn]struct{}),
+		conns:    make(map[socket]struct{}),
 		perIP:    make(map[string]int),
 	}
 	for _, o := range opts {
@@ -294,7 +294,6 @@ func (s *Server) Close(ctx context.Context) error {
 		c.close(websocket.CloseGoingAway, "server shutting down")
 	}
 	s.mu.Unlock()
-	s.api.sockets.closeAll()
 	err := <-shutdownErr
 	if err != nil {
 		s.http.Close()
@@ -311,11 +310,11 @@ func (s *Server) busyConns() int {
 	defer s.mu.Unlock()
 	n := 0
 	for c := range s.conns {
-		if c.busy.Load() {
+		if c.replying() {
 			n++
 		}
 	}
-	return n + s.api.sockets.busy()
+	return n
 }
 
 func (s *Server) routes() {

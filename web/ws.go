@@ -213,7 +213,18 @@ func (s *Server) releaseIP(ip string) {
 	}
 }
 
-func (s *Server) track(c *conn) bool {
+// socket is an open WebSocket that Close drains: a chat connection (conn)
+// or a Responses API socket (respSocket).
+type socket interface {
+	replying() bool // a reply or response is running on it
+	close(code int, text string)
+}
+
+func (c *conn) replying() bool { return c.busy.Load() }
+
+// track registers an upgraded socket for Close to drain; false once the
+// server is draining (the caller closes it with 1001).
+func (s *Server) track(c socket) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining.Load() {
@@ -224,14 +235,15 @@ func (s *Server) track(c *conn) bool {
 	return true
 }
 
-func (s *Server) untrack(c *conn) {
+func (s *Server) untrack(c socket) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.connWG.Done()
 }
 
-// OpenConns is the number of open WebSocket connections.
+// OpenConns is the number of open WebSocket connections (chat and
+// Responses API sockets).
 func (s *Server) OpenConns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
