@@ -154,7 +154,7 @@ func (s *Server) initOps() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "parley_sessions_open",
-			Help: "Open WebSocket chat sessions (connections).",
+			Help: "Open WebSocket connections (chat sessions and Responses API sockets).",
 		}, func() float64 { return float64(s.OpenConns()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "parley_ready",
