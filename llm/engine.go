@@ -773,13 +773,14 @@ func (e *Engine) sample(seq *sequence) bool {
 			"the grammar allows no token of this model's vocabulary after %d tokens", seq.generated))
 		return true
 	}
-	if time.Since(t0) > e.budget {
+	if d := time.Since(t0); d > e.budget {
 		// The guard's check costs what the sampler's would: skip the second.
-		return e.overStepBudget(seq, time.Since(t0))
+		return e.overStepBudget(seq, d)
 	}
 	tok := seq.sampler.Sample(e.lc, idx)
 	seq.sampler.Accept(tok, true)
-	if seq.guard != nil && !e.model.TokenIsEog(tok) {
+	eog := e.model.TokenIsEog(tok)
+	if seq.guard != nil && !eog {
 		// The guard holds the same grammar over the same pieces, so it
 		// allows what the sampler picked; were it ever not so, accepting
 		// would throw through C (an abort): end the sequence instead.
@@ -794,7 +795,7 @@ func (e *Engine) sample(seq *sequence) bool {
 		return e.overStepBudget(seq, d)
 	}
 
-	if e.model.TokenIsEog(tok) {
+	if eog {
 		e.finish(seq, parley.FinishEOS, nil)
 		return true
 	}

@@ -18,10 +18,11 @@ type grammarVocab struct {
 func (e *Engine) grammarVocab() *grammarVocab {
 	e.gvOnce.Do(func() {
 		n := e.info.VocabSize
-		gv := &grammarVocab{ids: make([]uint32, n), pieces: make([]string, n)}
+		// The token texts are the table Open built: the same the sampler's
+		// and the guard's grammars match.
+		gv := &grammarVocab{ids: make([]uint32, n), pieces: e.pieces}
 		for i := range n {
 			gv.ids[i] = uint32(i)
-			gv.pieces[i] = e.model.TokenToPiece(i)
 			if e.model.TokenIsEog(i) {
 				gv.eog = append(gv.eog, int32(i))
 			}
