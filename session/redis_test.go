@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -156,5 +157,56 @@ func TestRedisPutConflict(t *testing.T) {
 	// A new session must not overwrite an existing one.
 	if err := b.Put(context.Background(), &session.Session{ID: s.ID}); err != session.ErrConflict {
 		t.Fatalf("Put of a fresh copy over a stored session = %v, want ErrConflict", err)
+	}
+}
+
+// TestRedisResponseSurvivesConflict: a Responses turn whose commit meets
+// another replica's write (its turn committed while this one ran) is
+// stored on top of it with its input items and its record, so the
+// response can still be fetched and chained.
+func TestRedisResponseSurvivesConflict(t *testing.T) {
+	srv := redistest.Start(t)
+	release := make(chan struct{})
+	held := func(ctx context.Context, c call, r *fakeReply) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		echo(ctx, c, r)
+	}
+	svcA, _ := newService(t, openRedis(t, srv), held)
+	svcB, _ := newService(t, openRedis(t, srv), echo)
+	ctx := context.Background()
+	id := mustOpenSession(t, svcA).ID
+
+	resp, err := svcA.Respond(ctx, session.ResponseRequest{Conversation: id, Params: parley.DefaultParams(),
+		Input: []parley.Message{{Role: parley.RoleUser, Content: "context item"}, {Role: parley.RoleUser, Content: "from a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := svcB.Turn(ctx, id, "from b", parley.Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, tr)
+	close(release)
+	if _, final := drain(t, resp.Turn); final.Finish != parley.FinishEOS {
+		t.Fatalf("response ended %s: %v", final.Finish, final.Err)
+	}
+
+	rec, sess, err := svcB.GetResponse(ctx, resp.Record.ID)
+	if err != nil {
+		t.Fatalf("the response is gone after the conflict: %v", err)
+	}
+	var got []string
+	for _, m := range sess.Messages {
+		got = append(got, m.Content)
+	}
+	want := []string{"from b", "reply to from b", "context item", "from a", "reply to from a"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("stored %q, want %q", got, want)
+	}
+	if rec.Start != 2 || rec.End != 5 || rec.OutputTokens != 7 {
+		t.Fatalf("record %+v, want positions 2..5 and the reply's usage", rec)
 	}
 }

@@ -47,8 +47,9 @@ func (t *Turn) KVCache() string { return t.kv }
 // commit appends the turn to the session and stores it. When the store
 // reports a conflict (a shared store that another replica wrote since the
 // turn began), it re-reads the session and appends the turn to what is
-// stored now, so neither replica's turn is lost or stored twice.
-func (s *Service) commit(ctx context.Context, sess *Session, prompt, text string) error {
+// stored now, so neither replica's turn is lost or stored twice; reapply
+// (when not nil) first redoes the turn's other changes on that copy.
+func (s *Service) commit(ctx context.Context, sess *Session, prompt, text string, reapply func(*Session)) error {
 	turn := []parley.Message{
 		{Role: parley.RoleUser, Content: prompt},
 		{Role: parley.RoleAssistant, Content: text},
@@ -65,6 +66,9 @@ func (s *Service) commit(ctx context.Context, sess *Session, prompt, text string
 			return err
 		}
 		*sess = *fresh
+		if reapply != nil {
+			reapply(sess)
+		}
 		sess.Messages = append(sess.Messages, turn...)
 	}
 }

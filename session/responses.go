@@ -145,6 +145,22 @@ func (s *Session) Span(start, end int) []parley.Message {
 // Next is the absolute position the next message will have.
 func (s *Session) Next() int { return s.Trimmed + len(s.Messages) }
 
+// addItems adds conversation items: a system message replaces the system
+// prompt, the others are appended to the history. It returns the appended
+// ones.
+func (s *Session) addItems(msgs []parley.Message) []parley.Message {
+	var added []parley.Message
+	for _, m := range msgs {
+		if m.Role == parley.RoleSystem {
+			s.System = m.Content
+			continue
+		}
+		s.Messages = append(s.Messages, m)
+		added = append(added, m)
+	}
+	return added
+}
+
 // pruneRecords drops records that no longer point into the history and
 // keeps at most maxResponseRecords.
 func (s *Session) pruneRecords() {
@@ -308,17 +324,9 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		return nil, err
 	}
 	start := sess.Next()
-	var input []parley.Message
-	for _, m := range req.Input[:len(req.Input)-1] {
-		if m.Role == parley.RoleSystem {
-			sess.System = m.Content
-			continue
-		}
-		sess.Messages = append(sess.Messages, m)
-		input = append(input, m)
-	}
-	prompt := req.Input[len(req.Input)-1].Content
-	input = append(input, req.Input[len(req.Input)-1])
+	items, last := req.Input[:len(req.Input)-1], req.Input[len(req.Input)-1]
+	input := append(sess.addItems(items), last)
+	prompt := last.Content
 	p := req.Params
 	sess.pruneRecords()
 	sess.Responses = append(sess.Responses, ResponseRecord{
@@ -343,6 +351,20 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	rr := &recordingReply{Reply: reply, rec: rec, events: make(chan parley.Event, 1)}
 	go rr.forward()
 	t := &Turn{id: sess.ID, reply: rr, events: make(chan parley.Event, turnBuffer)}
+	// Another replica wrote the session while this turn ran: redo the
+	// instructions, input items and record (its usage filled by now) on
+	// what it stored, at the positions they take there.
+	t.reapply = func(fresh *Session) {
+		if req.Instructions != nil {
+			fresh.System = *req.Instructions
+		}
+		r := *rec
+		r.Start = fresh.Next()
+		fresh.addItems(items)
+		r.End = fresh.Next() + 2
+		fresh.pruneRecords()
+		fresh.Responses = append(fresh.Responses, r)
+	}
 	runner := s
 	if req.NoStore {
 		out.local = &captureStore{cfg: newStoreConfig(nil)}
@@ -515,13 +537,7 @@ func (s *Service) CreateConversation(ctx context.Context, msgs []parley.Message,
 		return nil, err
 	}
 	sess := &Session{ID: id, System: s.system, Metadata: maps.Clone(metadata)}
-	for _, m := range msgs {
-		if m.Role == parley.RoleSystem {
-			sess.System = m.Content
-			continue
-		}
-		sess.Messages = append(sess.Messages, m)
-	}
+	sess.addItems(msgs)
 	if err := s.store.Put(ctx, sess); err != nil {
 		return nil, err
 	}
@@ -571,13 +587,7 @@ func (s *Service) AddItems(ctx context.Context, sid string, msgs []parley.Messag
 	first := 0
 	err := s.edit(ctx, sid, func(sess *Session) error {
 		first = sess.Next()
-		for _, m := range msgs {
-			if m.Role == parley.RoleSystem {
-				sess.System = m.Content
-				continue
-			}
-			sess.Messages = append(sess.Messages, m)
-		}
+		sess.addItems(msgs)
 		out = sess
 		return nil
 	})

@@ -314,6 +314,11 @@ type Turn struct {
 	// committed last for the session (so this replica's KV cache may hold it).
 	resumedHere bool
 	kv          string // KVNew, KVWarm or KVRebuilt; set before events is closed
+
+	// reapply, when set, adds what the turn changed in the session besides
+	// its prompt and reply (a Responses turn's input items and record) to
+	// a fresh copy, when committing meets another replica's write.
+	reapply func(*Session)
 }
 
 // Events yields the reply's token events, then exactly one final event
@@ -425,7 +430,7 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 	if final.Finish != parley.FinishError && (final.Finish != parley.FinishCancelled || text != "") {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		s.unused.used(t.id)
-		err := s.commit(cctx, sess, prompt, text)
+		err := s.commit(cctx, sess, prompt, text, t.reapply)
 		cancel()
 		if err != nil {
 			// The reply was streamed but not stored: say so in the final
