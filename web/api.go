@@ -343,7 +343,7 @@ func (a *apiCall) logReply(ev parley.Event) {
 // replyError is the error a reply that did not finish normally reports on
 // the wire: the engine's error, or, for a reply cancelled while its client
 // is still there, the server's shutdown. nil for a normal finish.
-func (a *apiCall) replyError(ev parley.Event) error {
+func replyError(ev parley.Event) error {
 	switch ev.Finish {
 	case parley.FinishError:
 		return errOr(ev.Err)

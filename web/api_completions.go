@@ -183,7 +183,7 @@ func (s *Server) handleCompletions(c echo.Context) error {
 	top := cc.logprobs > 0
 	if !cc.stream {
 		toks, ev := call.collect()
-		if rerr := call.replyError(ev); rerr != nil {
+		if rerr := replyError(ev); rerr != nil {
 			return rerr
 		}
 		finish := openAIFinish(ev.Finish)

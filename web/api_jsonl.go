@@ -104,7 +104,7 @@ func (s *Server) handleJSONLines(c echo.Context, cumulative bool) error {
 			l := line(last)
 			usage, timings := newUsage(ev.Usage), newTimings(ev.Timings, ev.Usage.CompletionTokens)
 			l.FinishReason, l.Usage, l.Timings = string(ev.Finish), &usage, &timings
-			if rerr := call.replyError(ev); rerr != nil {
+			if rerr := replyError(ev); rerr != nil {
 				l.Error = &lineError{Code: parley.ErrorCode(rerr), Message: parley.ErrorMessage(rerr)}
 			}
 			return send(l)

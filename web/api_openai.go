@@ -360,7 +360,7 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 	id, created, model := completionID(), time.Now().Unix(), s.modelName()
 	if !cc.stream {
 		toks, ev := call.collect()
-		if rerr := call.replyError(ev); rerr != nil {
+		if rerr := replyError(ev); rerr != nil {
 			return rerr
 		}
 		choice := chatChoice{
@@ -472,7 +472,7 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 					return err
 				}
 			}
-			if rerr := call.replyError(ev); rerr != nil {
+			if rerr := replyError(ev); rerr != nil {
 				var e openAIErrorEvent
 				e.Error.Message, e.Error.Type, e.Error.Code = parley.ErrorMessage(rerr), "server_error", parley.ErrorCode(rerr)
 				return send(e)

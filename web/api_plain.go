@@ -83,7 +83,7 @@ func (s *Server) handlePlain(c echo.Context) error {
 			t := newTimings(ev.Timings, ev.Usage.CompletionTokens)
 			h.Set(trailerTimings, "ttft_ms="+strconv.FormatFloat(t.TTFTMS, 'f', -1, 64)+
 				", tokens_per_second="+strconv.FormatFloat(t.TokensPerSecond, 'f', -1, 64))
-			if rerr := call.replyError(ev); rerr != nil {
+			if rerr := replyError(ev); rerr != nil {
 				h.Set(trailerError, parley.ErrorMessage(rerr))
 				return w.write([]byte("\nError: " + parley.ErrorMessage(rerr) + "\n"))
 			}

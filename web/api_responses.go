@@ -31,7 +31,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -113,6 +112,7 @@ type inputItem struct {
 // parsedResponse is a decoded, validated create request.
 type parsedResponse struct {
 	req    session.ResponseRequest
+	typ    string // the request's "type" ("response.create" on the WebSocket)
 	stream bool
 	conv   string // the conversation id as given, "" without one
 	meta   map[string]string
@@ -154,15 +154,13 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	}
 	p, err := s.resolveParams(&req.paramsPatch)
 	if err != nil {
-		var pe *parley.Error
-		if errors.As(err, &pe) && pe.Field == "max_tokens" && req.MaxOutputTokens != nil {
-			// Name the field the client sent.
-			pe.Field, pe.Message = "max_output_tokens", "max_output_tokens"+strings.TrimPrefix(pe.Message, "max_tokens")
+		if req.MaxOutputTokens != nil {
+			err = renameField(err, "max_tokens", "max_output_tokens") // the field the client sent
 		}
 		return nil, err
 	}
 	resolveSeed(&p)
-	out := &parsedResponse{stream: req.Stream, meta: req.Metadata,
+	out := &parsedResponse{typ: req.Type, stream: req.Stream, meta: req.Metadata,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
 	if req.PreviousResponseID != nil {
@@ -478,17 +476,34 @@ func (s *Server) outputItem(resp *session.Response, status, text string) message
 // streamResponse writes a turn as the Responses API's stream events,
 // through emit (server-sent events, or WebSocket messages). A failed write
 // cancels the turn (through cancel) and ends the stream.
+// deltaEvent is response.output_text.delta, the event of every token: a
+// struct rather than the other events' map, with its fields in the order
+// the map's sorted keys take, so the bytes are the same.
+type deltaEvent struct {
+	ContentIndex   int         `json:"content_index"`
+	Delta          string      `json:"delta"`
+	ItemID         string      `json:"item_id"`
+	Logprobs       [0]struct{} `json:"logprobs"` // always []
+	OutputIndex    int         `json:"output_index"`
+	SequenceNumber int         `json:"sequence_number"`
+	Type           string      `json:"type"`
+}
+
 func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, resp *session.Response, pr *parsedResponse, emit func(typ string, b []byte) error) error {
 	seq := 0
-	send := func(typ string, fields map[string]any) error {
-		fields["type"] = typ
-		fields["sequence_number"] = seq
-		seq++
-		b, err := json.Marshal(fields)
+	// put sends one event, v, whose sequence_number is seq.
+	put := func(typ string, v any) error {
+		b, err := json.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("encode event: %w", err)
 		}
+		seq++
 		return emit(typ, b)
+	}
+	send := func(typ string, fields map[string]any) error {
+		fields["type"] = typ
+		fields["sequence_number"] = seq
+		return put(typ, fields)
 	}
 	meter := s.meterReply(s.requestCancelCause)
 	observe := func(ev parley.Event) {
@@ -542,15 +557,13 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		if ev.Token.Text == "" {
 			continue
 		}
-		if err := send("response.output_text.delta", loc(map[string]any{"delta": ev.Token.Text, "logprobs": []any{}})); err != nil {
+		delta := deltaEvent{Delta: ev.Token.Text, ItemID: item.ID, SequenceNumber: seq, Type: "response.output_text.delta"}
+		if err := put(delta.Type, delta); err != nil {
 			return drain(err)
 		}
 	}
 	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && ctx.Err() == nil) {
-		err := errOr(final.Err)
-		if final.Finish == parley.FinishCancelled {
-			err = parley.Errorf(parley.EUnavailable, "the reply was cancelled: the server is shutting down")
-		}
+		err := replyError(final)
 		failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored)
 		failed.Status = session.StatusFailed
 		failed.Error = &responseError{Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err)}

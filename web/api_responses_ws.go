@@ -142,12 +142,8 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	if err != nil {
 		return refuse(err)
 	}
-	var typ struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal(data, &typ) // parseResponsesRequest has checked the JSON
-	if typ.Type != "response.create" {
-		return refuse(parley.FieldErrorf("type", "must be response.create, got %q", typ.Type))
+	if pr.typ != "response.create" {
+		return refuse(parley.FieldErrorf("type", "must be response.create, got %q", pr.typ))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -334,7 +334,7 @@ func (s *Server) tgiCollect(c echo.Context, route string, tc *tgiCall) (*tgiResp
 		return nil, prefixField(err, "parameters.")
 	}
 	toks, ev := call.collect()
-	if rerr := call.replyError(ev); rerr != nil {
+	if rerr := replyError(ev); rerr != nil {
 		return nil, rerr
 	}
 	text := call.rep.Text()
@@ -394,7 +394,7 @@ func (s *Server) tgiStream(c echo.Context, route string, tc *tgiCall) error {
 			return send(tgiStreamEvent{Index: index, Token: newTGIToken(t), TopTokens: tc.topTokens(t)})
 		},
 		func(last *parley.Token, ev parley.Event) error {
-			if rerr := call.replyError(ev); rerr != nil {
+			if rerr := replyError(ev); rerr != nil {
 				if last != nil {
 					if err := send(tgiStreamEvent{Index: n + 1, Token: newTGIToken(*last), TopTokens: tc.topTokens(*last)}); err != nil {
 						return err
