@@ -35,15 +35,6 @@ func FitStable(msgs []parley.Message, budget, block int, count func(msgs []parle
 	return kept, dropped, err
 }
 
-// fitFrom is FitStable for a conversation known to need at least from turns
-// dropped (the last turn of the same conversation dropped them, and the
-// conversation has only grown since): it never counts a prompt with more
-// history than that, so its cost does not depend on how much history was
-// dropped before. It also reports the number of turns dropped.
-func fitFrom(msgs []parley.Message, budget, block, from int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped, turns int, err error) {
-	return fit(msgs, budget, max(block, 1), from, count)
-}
-
 // withoutBefore returns msgs without the non-system messages before cut. It
 // copies only what it keeps, so it costs the window, not the history.
 func withoutBefore(msgs []parley.Message, cut int) []parley.Message {
@@ -59,12 +50,11 @@ func withoutBefore(msgs []parley.Message, cut int) []parley.Message {
 	return append(out, msgs[cut:]...)
 }
 
-// turnsOf returns the index of the newest user message (len(msgs) when
-// there is none) and turnEnd: turnEnd[i] is the index just past the i-th
-// droppable turn, so dropping the first k turns removes every non-system
-// message before turnEnd[k-1].
-func turnsOf(msgs []parley.Message) (last int, turnEnd []int) {
-	last = len(msgs)
+// turnsOf returns turnEnd: turnEnd[i] is the index just past the i-th
+// droppable turn (those before the newest user message), so dropping the
+// first k turns removes every non-system message before turnEnd[k-1].
+func turnsOf(msgs []parley.Message) (turnEnd []int) {
+	last := len(msgs)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == parley.RoleUser {
 			last = i
@@ -81,11 +71,16 @@ func turnsOf(msgs []parley.Message) (last int, turnEnd []int) {
 			turnEnd[len(turnEnd)-1] = i + 1
 		}
 	}
-	return last, turnEnd
+	return turnEnd
 }
 
+// fit is FitStable (block >= 1) for a conversation known to need at least
+// from turns dropped (the last turn of the same conversation dropped them,
+// and the conversation has only grown since): it never counts a prompt with
+// more history than that, so its cost does not depend on how much history
+// was dropped before. It also reports the number of turns dropped.
 func fit(msgs []parley.Message, budget, block, from int, count func(msgs []parley.Message) (int, error)) (kept []parley.Message, dropped, turns int, err error) {
-	_, turnEnd := turnsOf(msgs)
+	turnEnd := turnsOf(msgs)
 	from = min(max(from, 0), len(turnEnd))
 	var n int
 	if from == 0 {

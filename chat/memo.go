@@ -41,11 +41,11 @@ type memo struct {
 // holds after the prompt (a control token the model generated inside its
 // reply stays, although the reply's text left it out: the cache holds it),
 // then the rest tokenized as a continuation.
-// reused is how many tokens came from the memo. ok is false when rendered
+// ok is false when rendered
 // does not continue m.prompt or the rest cannot be tokenized on its own.
-func (m *memo) extend(rendered string, tk ContinuationTokenizer) (tokens []int, reused int, ok bool) {
+func (m *memo) extend(rendered string, tk ContinuationTokenizer) (tokens []int, ok bool) {
 	if !strings.HasPrefix(rendered, m.prompt) {
-		return nil, 0, false
+		return nil, false
 	}
 	pos, n := len(m.prompt), 0
 	for n < len(m.gen) {
@@ -62,11 +62,11 @@ func (m *memo) extend(rendered string, tk ContinuationTokenizer) (tokens []int, 
 rest:
 	rest, err := tk.TokenizeContinuation(rendered[pos:])
 	if err != nil {
-		return nil, 0, false
+		return nil, false
 	}
 	tokens = make([]int, 0, len(m.tokens)+n+len(rest))
 	tokens = append(append(append(tokens, m.tokens...), m.gen[:n]...), rest...)
-	return tokens, len(m.tokens) + n, true
+	return tokens, true
 }
 
 // memos is a bounded, least-recently-stored map of memos by key.

@@ -135,19 +135,21 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	type rendered struct {
 		prompt string
 		tokens []int
-		reused int  // tokens taken from the memo
 		cont   bool // the prompt continues the memo's
 	}
 	seen := make(map[int]rendered)
 	count := func(cand []parley.Message) (int, error) {
+		if c, ok := seen[len(cand)]; ok {
+			return len(c.tokens), nil
+		}
 		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), true)
 		if err != nil {
 			return 0, err
 		}
 		cont := m != nil && strings.HasPrefix(prompt, m.prompt)
 		if cont {
-			if tokens, reused, ok := m.extend(prompt, tk); ok {
-				seen[len(cand)] = rendered{prompt, tokens, reused, true}
+			if tokens, ok := m.extend(prompt, tk); ok {
+				seen[len(cand)] = rendered{prompt, tokens, true}
 				return len(tokens), nil
 			}
 		}
@@ -155,7 +157,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if err != nil {
 			return 0, fmt.Errorf("tokenize prompt: %w", err)
 		}
-		seen[len(cand)] = rendered{prompt, tokens, 0, cont}
+		seen[len(cand)] = rendered{prompt, tokens, cont}
 		return len(tokens), nil
 	}
 	from := 0
@@ -171,7 +173,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			}
 		}
 	}
-	kept, dropped, turns, err := fitFrom(msgs, budget, dropBlock, from, count)
+	kept, dropped, turns, err := fit(msgs, budget, dropBlock, from, count)
 	if parley.ErrorCode(err) == parley.ETooLarge {
 		return nil, parley.Errorf(parley.ETooLarge, "%s (the context holds %d tokens, %d of them kept for the reply by max_tokens)",
 			parley.ErrorMessage(err), info.ContextLength, p.MaxTokens)
@@ -179,14 +181,12 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	if err != nil {
 		return nil, fmt.Errorf("fit conversation: %w", err)
 	}
-	chosen, ok := seen[len(kept)]
-	if !ok {
-		// FitStable may drop more turns than any candidate it counted.
-		if _, err := count(kept); err != nil {
-			return nil, fmt.Errorf("fit conversation: %w", err)
-		}
-		chosen = seen[len(kept)]
+	// Counted already, unless fit dropped more turns than any candidate it
+	// counted.
+	if _, err := count(kept); err != nil {
+		return nil, fmt.Errorf("fit conversation: %w", err)
 	}
+	chosen := seen[len(kept)]
 	if dropped > 0 {
 		r.log.Info("dropped the oldest turns to fit the context",
 			zap.String("key", key),
@@ -203,16 +203,12 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
 		}
 	}
-	rep, err := r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember)
-	if err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember)
 }
 
 // dropTurns returns msgs without their first k droppable turns (see fit).
 func dropTurns(msgs []parley.Message, k int) []parley.Message {
-	_, turnEnd := turnsOf(msgs)
+	turnEnd := turnsOf(msgs)
 	k = min(k, len(turnEnd))
 	if k == 0 {
 		return msgs
