@@ -348,9 +348,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		return nil, err
 	}
 	out := &Response{Record: *rec, Input: input, Stored: !req.NoStore, rec: rec}
-	rr := &recordingReply{Reply: reply, rec: rec, events: make(chan parley.Event, 1)}
-	go rr.forward()
-	t := &Turn{id: sess.ID, reply: rr, events: make(chan parley.Event, turnBuffer)}
+	t := &Turn{id: sess.ID, reply: reply, events: make(chan parley.Event, turnBuffer), onFinal: rec.finish}
 	// Another replica wrote the session while this turn ran: redo the
 	// instructions, input items and record (its usage filled by now) on
 	// what it stored, at the positions they take there.
@@ -392,38 +390,23 @@ func (s *Service) fork(sess *Session, end int) (*Session, error) {
 	return f, nil
 }
 
-// recordingReply fills a response record from the reply's final event
-// before passing it on, so the Put that commits the turn stores the
-// record's usage and status with it.
-type recordingReply struct {
-	Reply
-	rec    *ResponseRecord
-	events chan parley.Event
-}
-
-func (r *recordingReply) Events() <-chan parley.Event { return r.events }
-
-func (r *recordingReply) forward() {
-	defer close(r.events)
-	for ev := range r.Reply.Events() {
-		if ev.Done {
-			r.rec.Finish = string(ev.Finish)
-			r.rec.InputTokens = ev.Usage.PromptTokens
-			r.rec.CachedTokens = ev.Usage.CachedPromptTokens
-			r.rec.OutputTokens = ev.Usage.CompletionTokens
-			r.rec.Hash = textHash(r.Reply.Text())
-			switch ev.Finish {
-			case parley.FinishLength:
-				r.rec.Status = StatusIncomplete
-			case parley.FinishCancelled:
-				r.rec.Status = StatusCancelled
-			case parley.FinishError:
-				r.rec.Status = StatusFailed
-			default:
-				r.rec.Status = StatusCompleted
-			}
-		}
-		r.events <- ev
+// finish fills the record from the reply's final event and text, before
+// the Put that commits the turn stores it.
+func (r *ResponseRecord) finish(ev parley.Event, text string) {
+	r.Finish = string(ev.Finish)
+	r.InputTokens = ev.Usage.PromptTokens
+	r.CachedTokens = ev.Usage.CachedPromptTokens
+	r.OutputTokens = ev.Usage.CompletionTokens
+	r.Hash = textHash(text)
+	switch ev.Finish {
+	case parley.FinishLength:
+		r.Status = StatusIncomplete
+	case parley.FinishCancelled:
+		r.Status = StatusCancelled
+	case parley.FinishError:
+		r.Status = StatusFailed
+	default:
+		r.Status = StatusCompleted
 	}
 }
 

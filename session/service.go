@@ -315,6 +315,10 @@ type Turn struct {
 	resumedHere bool
 	kv          string // KVNew, KVWarm or KVRebuilt; set before events is closed
 
+	// onFinal, when set, sees the reply's final event and text before the
+	// turn is committed (a Responses turn fills its record with them).
+	onFinal func(final parley.Event, text string)
+
 	// reapply, when set, adds what the turn changed in the session besides
 	// its prompt and reply (a Responses turn's input items and record) to
 	// a fresh copy, when committing meets another replica's write.
@@ -418,6 +422,8 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 	if !ended {
 		final = parley.Event{Done: true, Finish: parley.FinishError,
 			Err: parley.Errorf(parley.EInternal, "the reply ended without a final event")}
+	} else if t.onFinal != nil {
+		t.onFinal(final, t.reply.Text())
 	}
 
 	if t.kv == "" {
