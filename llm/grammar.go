@@ -50,15 +50,8 @@ func (e *Engine) checkGrammar(grammar string) (*llama.Grammar, error) {
 	if g == nil {
 		return nil, errors.New("does not parse as GBNF with a root rule (or is left-recursive)")
 	}
-	cands := make([]llama.TokenData, len(gv.ids))
-	for i := range cands {
-		cands[i] = llama.TokenData{ID: int32(i)}
-	}
-	g.Apply(cands) // filters cands; the grammar's state is unchanged
-	for _, c := range cands {
-		if !math.IsInf(float64(c.Logit), -1) {
-			return g, nil
-		}
+	if allowsAny(g, make([]llama.TokenData, len(gv.ids))) {
+		return g, nil
 	}
 	g.Free()
 	return nil, errors.New("no token of this model's vocabulary can start it")
@@ -70,11 +63,18 @@ func (e *Engine) grammarAllowsAny(seq *sequence) bool {
 	if seq.cands == nil {
 		seq.cands = make([]llama.TokenData, e.info.VocabSize)
 	}
-	for i := range seq.cands {
-		seq.cands[i] = llama.TokenData{ID: int32(i)}
+	return allowsAny(seq.guard, seq.cands)
+}
+
+// allowsAny fills cands with every token of the vocabulary, lets g mask
+// them (Apply filters; the grammar's state is unchanged) and reports
+// whether one is left.
+func allowsAny(g *llama.Grammar, cands []llama.TokenData) bool {
+	for i := range cands {
+		cands[i] = llama.TokenData{ID: int32(i)}
 	}
-	seq.guard.Apply(seq.cands)
-	for _, c := range seq.cands {
+	g.Apply(cands)
+	for _, c := range cands {
 		if !math.IsInf(float64(c.Logit), -1) {
 			return true
 		}
