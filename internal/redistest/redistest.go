@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os/exec"
 	"strings"
@@ -58,30 +59,45 @@ func (s *Server) URL(db int) string { return fmt.Sprintf("redis://%s/%d", s.Addr
 // directory, and waits until it answers.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
-	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(s.bin, "--bind", "127.0.0.1", "--port", port, "--dir", s.dir,
+	p, err := Launch(s.bin, s.Addr, s.dir, &s.out)
+	if err != nil {
+		tb.Fatalf("%v\n%s", err, s.out.String())
+	}
+	s.p = p
+}
+
+// Launch starts redis-server (bin) on addr (127.0.0.1:port) with its data
+// in dir, append-only and fsynced on every write, its output to out (nil:
+// discarded), and waits up to 10 s until it answers PING. Not a test
+// helper only: scripts/storebench runs its server with it.
+func Launch(bin, addr, dir string, out io.Writer) (*proc.Proc, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--dir", dir,
 		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
 		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning")
-	cmd.Stdout, cmd.Stderr = &s.out, &s.out
+	cmd.Stdout, cmd.Stderr = out, out
 	// Redis forks for append-only-file rewrites, and the child holds the
 	// output pipe: do not let Wait wait for it after a kill.
 	cmd.WaitDelay = time.Second
 	p, err := proc.Start(cmd)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	s.p = p
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
-		if err := ping(s.Addr); err == nil {
-			return
+		if err := ping(addr); err == nil {
+			return p, nil
 		}
 		select {
 		case <-p.Done():
-			tb.Fatalf("redis-server exited: %v\n%s", p.Err(), s.out.String())
+			return nil, fmt.Errorf("redis-server exited: %v", p.Err())
 		case <-ctx.Done():
-			tb.Fatalf("redis-server did not answer on %s\n%s", s.Addr, s.out.String())
+			p.Kill()
+			return nil, fmt.Errorf("redis-server did not answer on %s", addr)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

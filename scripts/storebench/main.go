@@ -15,10 +15,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/proc"
+	"github.com/parley-chat/parley/internal/redistest"
 	"github.com/parley-chat/parley/session"
 )
 
@@ -170,31 +169,9 @@ func startRedis(dir string) (func(), string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	port := addr[strings.LastIndexByte(addr, ':')+1:]
-	if _, err := strconv.Atoi(port); err != nil {
-		return nil, "", err
-	}
-	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--loglevel", "warning")
-	cmd.WaitDelay = time.Second
-	p, err := proc.Start(cmd)
+	p, err := redistest.Launch("redis-server", addr, dir, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("redis-server (apt-get install redis-server, or pass -redis): %w", err)
 	}
-	url := "redis://" + addr + "/0"
-	for i := 0; ; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := session.OpenRedisStore(ctx, url, "storebench:")
-		cancel()
-		if err == nil {
-			st.Close()
-			break
-		}
-		if i == 100 {
-			p.Kill()
-			return nil, "", fmt.Errorf("redis-server did not answer: %w", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return p.Kill, url, nil
+	return p.Kill, "redis://" + addr + "/0", nil
 }
