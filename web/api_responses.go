@@ -466,7 +466,13 @@ func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *r
 }
 
 func (s *Server) outputItem(resp *session.Response, status, text string) messageItem {
-	it := newMessageItem(itemID(resp.SessionID(), resp.Record.End-1), parley.Message{Role: parley.RoleAssistant, Content: text})
+	return replyItem(resp.SessionID(), resp.Record.End, status, parley.Message{Role: parley.RoleAssistant, Content: text})
+}
+
+// replyItem is the output item of a response that ends at position end of
+// session sid: its reply m, "incomplete" unless status is completed.
+func replyItem(sid string, end int, status string, m parley.Message) messageItem {
+	it := newMessageItem(itemID(sid, end-1), m)
 	if status != session.StatusCompleted {
 		it.Status = "incomplete"
 	}
@@ -607,13 +613,7 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 	o := s.newResponseObject(rec, sess.ID, true)
 	out := sess.Span(rec.End-1, rec.End)
 	if len(out) == 1 {
-		st := "completed"
-		if rec.Status != session.StatusCompleted {
-			st = "incomplete"
-		}
-		it := newMessageItem(itemID(sess.ID, rec.End-1), out[0])
-		it.Status = st
-		o.Output = append(o.Output, it)
+		o.Output = append(o.Output, replyItem(sess.ID, rec.End, rec.Status, out[0]))
 	}
 	setUsage(o, rec)
 	return c.JSON(http.StatusOK, o)
