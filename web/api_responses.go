@@ -754,13 +754,18 @@ func (s *Server) handleCreateConversation(c echo.Context) error {
 	return c.JSON(http.StatusOK, newConversationObject(sess))
 }
 
-// handleGetConversation is GET /v1/conversations/:id.
-func (s *Server) handleGetConversation(c echo.Context) error {
+// conversationParam reads the stored conversation the path's :id names.
+func (s *Server) conversationParam(c echo.Context) (*session.Session, error) {
 	sid, err := convParam(c)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	sess, err := s.api.convs.Conversation(c.Request().Context(), sid)
+	return s.api.convs.Conversation(c.Request().Context(), sid)
+}
+
+// handleGetConversation is GET /v1/conversations/:id.
+func (s *Server) handleGetConversation(c echo.Context) error {
+	sess, err := s.conversationParam(c)
 	if err != nil {
 		return err
 	}
@@ -801,11 +806,7 @@ func (s *Server) handleDeleteConversation(c echo.Context) error {
 
 // handleListItems is GET /v1/conversations/:id/items.
 func (s *Server) handleListItems(c echo.Context) error {
-	sid, err := convParam(c)
-	if err != nil {
-		return err
-	}
-	sess, err := s.api.convs.Conversation(c.Request().Context(), sid)
+	sess, err := s.conversationParam(c)
 	if err != nil {
 		return err
 	}
@@ -845,11 +846,7 @@ func (s *Server) handleAddItems(c echo.Context) error {
 
 // handleGetItem is GET /v1/conversations/:id/items/:item.
 func (s *Server) handleGetItem(c echo.Context) error {
-	sid, err := convParam(c)
-	if err != nil {
-		return err
-	}
-	sess, err := s.api.convs.Conversation(c.Request().Context(), sid)
+	sess, err := s.conversationParam(c)
 	if err != nil {
 		return err
 	}
