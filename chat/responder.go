@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
@@ -35,6 +36,12 @@ var ErrNoFinalEvent = errors.New("engine closed the stream without a final event
 // (about 130 bytes each). Replies up to this length never wait for their
 // consumer, so a slow client cannot hold back the engine's decode loop.
 const maxEventBuffer = 4096
+
+// abandonAfter is how long a reply waits for the engine to end its stream
+// after generation was cancelled (by the caller, a stop string or a
+// shutdown) before it ends the reply without it. The engine normally ends
+// within one decode step, milliseconds; this bounds a step stuck in C.
+const abandonAfter = time.Second
 
 // dropBlock is how many turns are dropped at a time when the history
 // outgrows the window (see FitStable): the prompt's prefix, and so the KV
@@ -261,7 +268,7 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		out:          make(chan parley.Event, size),
 		remember:     remember,
 	}
-	go rep.run(ctx, cancel, events, NewStreamer(stops))
+	go rep.run(ctx, genCtx, cancel, events, NewStreamer(stops))
 	return rep, nil
 }
 
@@ -307,16 +314,24 @@ func (rep *Reply) Text() string {
 
 // run is the one goroutine of a reply. It reads the engine's stream until
 // the engine closes it, which Generate's contract guarantees after the final
-// event, so run always ends; cancel is called when it does.
+// event; cancel is called when run ends. The contract also says that
+// cancelling genCtx ends generation within one step, but a step is a call
+// into llama.cpp that nothing can interrupt: when the engine has not ended
+// the stream abandonAfter after genCtx ended, run ends the reply as
+// cancelled with the text delivered so far and leaves the rest of the
+// stream to a goroutine that drains it, so a stuck step cannot hold up the
+// turn's commit or a shutdown.
 //
 // Holding back: when the Streamer holds text after a token, that token's
 // event is kept back until the next event arrives, so that text released by
 // Flush at the end can join the last token event rather than need an event
 // of its own. Token events stay one per engine token.
-func (rep *Reply) run(ctx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer) {
+func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer) {
 	defer close(rep.out)
 	defer cancel()
 	var (
+		abandon     <-chan time.Time // armed once genCtx ends
+		abandoned   bool             // the engine missed abandonAfter; the stream is drained elsewhere
 		final       parley.Event
 		gotFinal    bool
 		stopped     bool // a stop matched: later tokens are dropped and generation cancelled
@@ -327,7 +342,30 @@ func (rep *Reply) run(ctx context.Context, cancel context.CancelFunc, in <-chan 
 		pieces      []string
 		special     []bool
 	)
-	for ev := range in {
+	ended := genCtx.Done()
+	for {
+		var (
+			ev parley.Event
+			ok bool
+		)
+		select {
+		case ev, ok = <-in:
+		case <-ended:
+			ended = nil
+			t := time.NewTimer(abandonAfter)
+			defer t.Stop()
+			abandon = t.C
+			continue
+		case <-abandon:
+			abandoned = true
+			go func() {
+				for range in {
+				}
+			}()
+		}
+		if abandoned || !ok {
+			break
+		}
 		switch {
 		case gotFinal:
 			continue // nothing follows the final event; drain whatever does
@@ -372,7 +410,10 @@ func (rep *Reply) run(ctx context.Context, cancel context.CancelFunc, in <-chan 
 		rep.deliver(ctx, pending)
 	}
 
-	if !gotFinal {
+	switch {
+	case abandoned && !gotFinal:
+		final = parley.Event{Finish: parley.FinishCancelled}
+	case !gotFinal:
 		final = parley.Event{Finish: parley.FinishError, Err: ErrNoFinalEvent}
 	}
 	final.Done = true
@@ -380,7 +421,8 @@ func (rep *Reply) run(ctx context.Context, cancel context.CancelFunc, in <-chan 
 	if stopped && !(specialStop && final.Finish == parley.FinishEOS) {
 		final.Finish, final.Err = parley.FinishStop, nil
 	}
-	if rep.remember != nil {
+	if rep.remember != nil && !abandoned {
+		// Not when abandoned: the slot's cache may hold more than gen.
 		// Before the final event: the next turn may start as soon as it is read.
 		rep.remember(gen, pieces, special)
 	}

@@ -122,11 +122,17 @@ type Server struct {
 	admitted int // connections past admit and not yet released; guarded by mu (the global cap counts these, so handshakes in flight count too)
 	tok      Tokenizer
 	draining atomic.Bool
-	connWG   sync.WaitGroup
-	ready    atomic.Bool
-	mounts   []func(*echo.Echo)
-	op       *ops    // metrics, /info and readiness (metrics.go, info.go)
-	api      apiDeps // the HTTP streaming APIs' engine and model facts (api.go)
+	// stop is the parent of every request's and socket's context; Close
+	// cancels it (stopAll) when the drain deadline passes, so whatever is
+	// still running is cancelled rather than waited for.
+	stop    context.Context
+	stopAll context.CancelFunc
+	connWG  sync.WaitGroup // the serve loop and every tracked socket
+	reqWG   sync.WaitGroup // HTTP handlers running (see trackRequest)
+	ready   atomic.Bool
+	mounts  []func(*echo.Echo)
+	op      *ops    // metrics, /info and readiness (metrics.go, info.go)
+	api     apiDeps // the HTTP streaming APIs' engine and model facts (api.go)
 }
 
 // Option configures optional parts of a Server.
@@ -214,8 +220,10 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	s.echo.HTTPErrorHandler = s.httpErrorHandler
 	s.initOps()
 	s.routes()
+	s.stop, s.stopAll = context.WithCancel(context.Background())
 	s.http = &http.Server{
 		Handler:           s.echo,
+		BaseContext:       func(net.Listener) context.Context { return s.stop },
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
@@ -269,21 +277,25 @@ func (s *Server) URL() string { return "http://" + s.Addr() }
 
 // Close drains: it stops accepting connections and prompts, lets running
 // replies finish until ctx or the drain timeout ends, then closes every
-// WebSocket with 1001 (going away) and waits for their goroutines.
+// WebSocket with 1001 (going away) and cancels whatever is still running.
+// A cancelled turn stores what it delivered (see chat's abandonAfter, which
+// bounds the wait for a step stuck in llama.cpp); Close waits for that at
+// most stopGrace more, or until ctx ends, so it returns by then even if
+// something never does (the error says what was left running).
 func (s *Server) Close(ctx context.Context) error {
 	s.draining.Store(true)
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	drainCtx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
 	defer cancel()
 	// Shutdown does not close hijacked (WebSocket) connections; it does stop
 	// the listener and wait for plain HTTP requests, including streams.
 	shutdownErr := make(chan error, 1)
-	go func() { shutdownErr <- s.http.Shutdown(ctx) }()
+	go func() { shutdownErr <- s.http.Shutdown(drainCtx) }()
 
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for s.busyConns() > 0 {
 		select {
-		case <-ctx.Done():
+		case <-drainCtx.Done():
 		case <-tick.C:
 			continue
 		}
@@ -295,14 +307,56 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	err := <-shutdownErr
+	// The drain is over: cancel every request and turn still running.
+	s.stopAll()
 	if err != nil {
 		s.http.Close()
 	}
-	s.connWG.Wait()
+	graceCtx, cancelGrace := context.WithTimeout(ctx, stopGrace)
+	defer cancelGrace()
+	if werr := waitGroup(graceCtx, &s.connWG, &s.reqWG); werr != nil {
+		return fmt.Errorf("shutdown: %d sockets still open %v after the drain: %w", s.OpenConns(), stopGrace, werr)
+	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// stopGrace is how long Close waits, after cancelling what outlived the
+// drain, for handlers to store their turns and return. A cancelled reply
+// ends within chat's abandonAfter (1 s) even when its engine step does not.
+const stopGrace = 3 * time.Second
+
+// waitGroup waits for every group until ctx ends.
+func waitGroup(ctx context.Context, groups ...*sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		for _, g := range groups {
+			g.Wait()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// trackRequest counts running HTTP handlers, so that Close can wait (a
+// bounded time) for cancelled streams to store their turns. WebSocket
+// handlers are tracked as sockets instead.
+func (s *Server) trackRequest(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if websocket.IsWebSocketUpgrade(c.Request()) {
+			return next(c)
+		}
+		s.reqWG.Add(1)
+		defer s.reqWG.Done()
+		return next(c)
+	}
 }
 
 func (s *Server) busyConns() int {
@@ -319,7 +373,7 @@ func (s *Server) busyConns() int {
 
 func (s *Server) routes() {
 	e := s.echo
-	e.Use(s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady)
+	e.Use(s.trackRequest, s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady)
 	e.GET("/", s.handleRoot)
 	e.GET("/ws", s.handleWebSocket)
 	sub, _ := fs.Sub(uiFiles, "ui")

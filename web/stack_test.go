@@ -72,6 +72,8 @@ type stackOpts struct {
 	tokenizer    bool // give the server the engine as its Tokenizer
 	sndbuf       int  // > 0: the server's sockets get this send buffer (no autotuning)
 	cfg          func(*web.Config)
+	// generator, when set, wraps the engine the responder generates with.
+	generator func(*llm.Engine) chat.Generator
 	// options adds server options that need the engine or the responder
 	// (called once both exist, before web.New).
 	options func(*stack) []web.Option
@@ -99,7 +101,11 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { eng.Close() })
-	resp := chat.NewResponder(eng, chat.WithLogger(log))
+	var gen chat.Generator = eng
+	if o.generator != nil {
+		gen = o.generator(eng)
+	}
+	resp := chat.NewResponder(gen, chat.WithLogger(log))
 	store := session.NewMemoryStore()
 	tb.Cleanup(func() { store.Close() })
 	defaults := parley.DefaultParams()

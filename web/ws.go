@@ -137,7 +137,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(s.stop)
 	cn := &conn{
 		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
 		send:    make(chan []byte, s.cfg.SendBuffer),

@@ -1,0 +1,159 @@
+package web_test
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/web"
+)
+
+// stuckGenerator is the real engine with a step that never returns: each
+// stream forwards its first `pass` events, then stops and ignores
+// cancellation until release is closed, the way a call stuck inside
+// llama.cpp would. (The engine itself ends every sequence within one step
+// of its cancellation; this is what happens when a step does not.)
+type stuckGenerator struct {
+	*llm.Engine
+	pass    int
+	release chan struct{}
+	stuck   chan struct{} // a send per stream that reached its stuck point
+}
+
+func (g *stuckGenerator) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
+	req.Params.MaxTokens = 200
+	in, err := g.Engine.Generate(context.WithoutCancel(ctx), req)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan parley.Event, 256)
+	go func() {
+		defer close(out)
+		n := 0
+		for ev := range in {
+			if n == g.pass {
+				g.stuck <- struct{}{}
+				<-g.release
+			}
+			n++
+			out <- ev
+		}
+	}()
+	return out, nil
+}
+
+// TestCloseBoundedWhenAStepNeverReturns: with replies stuck inside the
+// engine on a WebSocket and on an HTTP stream, Close returns within the
+// drain timeout plus a few seconds, the socket is closed with 1001, the
+// stream ends, and the WebSocket's turn is stored with the text it had
+// delivered (an acknowledged turn is never lost).
+func TestCloseBoundedWhenAStepNeverReturns(t *testing.T) {
+	const drain = 500 * time.Millisecond
+	g := &stuckGenerator{pass: 3, release: make(chan struct{}), stuck: make(chan struct{}, 2)}
+	t.Cleanup(func() { close(g.release) })
+	h := openStack(t, stackOpts{tokenizer: true,
+		cfg: func(c *web.Config) { c.DrainTimeout = drain },
+		generator: func(e *llm.Engine) chat.Generator {
+			g.Engine = e
+			return g
+		},
+		options: func(s *stack) []web.Option {
+			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+		}})
+
+	ws, res, err := websocket.DefaultDialer.Dial(h.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	id := res.Header.Get("X-Parley-Session")
+	if err := ws.WriteMessage(websocket.TextMessage, []byte("Once upon a time")); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for range 3 {
+		_, p, err := ws.ReadMessage()
+		if err != nil || string(p) == web.Sentinel {
+			t.Fatalf("piece: %q %v", p, err)
+		}
+		got.Write(p)
+	}
+
+	// An HTTP stream stuck the same way.
+	streamDone := make(chan error, 1)
+	go func() {
+		res, err := http.Post(h.base+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"stream": true, "messages": [{"role": "user", "content": "Lily"}]}`))
+		if err != nil {
+			streamDone <- err
+			return
+		}
+		defer res.Body.Close()
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+		}
+		streamDone <- sc.Err()
+	}()
+	for range 2 { // both streams are stuck
+		select {
+		case <-g.stuck:
+		case err := <-streamDone:
+			t.Fatalf("the stream ended before it was stuck: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the streams never reached their stuck step")
+		}
+	}
+
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- h.srv.Close(context.Background()) }()
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, p, err := ws.ReadMessage()
+		if err != nil {
+			if !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+				t.Fatalf("read: %v, want a 1001 close", err)
+			}
+			break
+		}
+		got.Write(p)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(drain + 6*time.Second):
+		t.Fatal("Close hangs on a stuck step")
+	}
+	took := time.Since(start)
+	t.Logf("Close took %v with a %v drain", took, drain)
+	if took > drain+3*time.Second {
+		t.Fatalf("Close took %v with a %v drain", took, drain)
+	}
+	select {
+	case <-streamDone:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the HTTP stream is still open after Close")
+	}
+
+	sess, _, err := h.sessions.Open(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sess.Messages) != 2 || sess.Messages[0].Content != "Once upon a time" {
+		t.Fatalf("stored conversation: %+v", sess.Messages)
+	}
+	if want := got.String(); sess.Messages[1].Content != want || want == "" {
+		t.Fatalf("stored reply %q, delivered %q", sess.Messages[1].Content, want)
+	}
+}
