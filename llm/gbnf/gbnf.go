@@ -54,7 +54,8 @@ func defaultLimits() Limits {
 		// machine: ([a-z]{0,10}){0,10} (91 live stacks, work 10^8) cost
 		// 1.4 s a token, ("x" [a-z]{0,30}){0,30} (900 live) 1.7 s, and
 		// ([a-z]+){0,50} (work 8*10^5) 0.15 s; the cost grows with the
-		// vocabulary. llama.cpp's JSON grammar is at 9 and 6*10^4.
+		// vocabulary (and with the length of its tokens). llama.cpp's
+		// JSON grammar is at 9 live stacks and work 6*10^4.
 		MaxLiveStacks: 256,
 		MaxMatchWork:  1 << 20,
 	}

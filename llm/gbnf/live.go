@@ -35,9 +35,8 @@ import (
 // can go on with: then the next character decides, and at most one parse
 // survives it. Items whose starts are unique never coexist with the items
 // before them. Alternatives with disjoint first characters never coexist.
-// A reference back into a recursive cycle is counted as one stack and one
-// parse path per length: ambiguity that arises only through recursion is
-// not followed (the step budget bounds what the bound misses).
+// A recursive component is computed in rounds, each using the previous
+// round's shapes for its references back into itself.
 // The result is an upper bound, loose where characters overlap in ways it
 // does not track, exact enough for the shapes that matter.
 
@@ -179,6 +178,9 @@ type liveBound struct {
 	scc      []int   // strongly connected component of each rule
 	cyclic   []bool  // per component: it has a cycle
 	sccStack map[int]uint64
+	members  map[int][]int // rules of each cyclic component
+	guess    []*shape      // a recursive reference's shape from the previous round
+	rounds   map[int]bool  // components being iterated
 }
 
 // liveStacks returns the bounds for the root rule: the stacks alive at once,
@@ -193,6 +195,12 @@ func (p *parser) liveStacks() (live, work uint64) {
 	}
 	b.scc, b.cyclic = p.components()
 	b.first = b.firsts()
+	b.members, b.guess, b.rounds = map[int][]int{}, make([]*shape, len(p.rules)), map[int]bool{}
+	for id, c := range b.scc {
+		if b.cyclic[c] {
+			b.members[c] = append(b.members[c], id)
+		}
+	}
 	x := b.rule(p.ids["root"])
 	return x.live, x.p.work()
 }
@@ -373,12 +381,11 @@ func (b *liveBound) rule(id int) shape {
 	case 2:
 		return b.memo[id]
 	case 1:
-		// A recursive reference: its stacks are its component's, which
-		// every rule of the component counts (below); what it matches is
-		// not known yet.
-		// Counted as unambiguous (one stack, one end, one path per
-		// length): the component's own ambiguity is not followed
-		// through its cycles.
+		// A recursive reference: the previous round's shape, at first
+		// an unambiguous guess (one stack, one end, one path per length).
+		if g := b.guess[id]; g != nil {
+			return *g
+		}
 		x := shape{live: 1, distinct: 1, ends: 1, nullable: b.nullable[id], first: b.first[id]}
 		for l := range x.p.in {
 			x.p.in[l], x.p.out[l] = 1, 1
@@ -388,6 +395,33 @@ func (b *liveBound) rule(id int) shape {
 		}
 		return x
 	}
+	c := b.scc[id]
+	if !b.cyclic[c] || b.rounds[c] {
+		return b.compute(id)
+	}
+	// A recursive component is computed again with each round's shapes
+	// for its references back into itself, until paths of every length
+	// up to pathLen went round its cycles.
+	b.rounds[c] = true
+	var x shape
+	for range pathLen + 2 {
+		for _, m := range b.members[c] {
+			b.state[m] = 0
+		}
+		x = b.compute(id)
+		for _, m := range b.members[c] {
+			if b.state[m] == 2 {
+				g := b.memo[m]
+				b.guess[m] = &g
+			}
+		}
+	}
+	b.rounds[c] = false
+	return x
+}
+
+// compute works out rule id's shape from its alternatives.
+func (b *liveBound) compute(id int) shape {
 	b.state[id] = 1
 	r := b.p.rules[id]
 	var alts []shape
