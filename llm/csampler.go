@@ -261,8 +261,16 @@ type grammarSampler struct {
 	client   string
 }
 
-// startSampler starts cs's goroutine. wake is signalled after each result.
-func (e *Engine) startSampler(cs *C.parley_cs, field, client string) *grammarSampler {
+// startSampler starts cs's goroutine (which frees cs), unless the engine
+// is closing: Shutdown waits for these goroutines, and none may start once
+// it does.
+func (e *Engine) startSampler(cs *C.parley_cs, field, client string) (*grammarSampler, error) {
+	e.closeMu.RLock()
+	defer e.closeMu.RUnlock()
+	if e.closed {
+		C.parley_cs_free(cs)
+		return nil, parley.Errorf(parley.EUnavailable, "the model is shutting down")
+	}
 	gs := &grammarSampler{
 		jobs:   make(chan sampleJob, 1),
 		res:    make(chan sampleResult, 1),
@@ -295,7 +303,7 @@ func (e *Engine) startSampler(cs *C.parley_cs, field, client string) *grammarSam
 			}
 		}
 	}()
-	return gs
+	return gs, nil
 }
 
 // send hands the sampler its next job and starts its clock.

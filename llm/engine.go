@@ -481,13 +481,15 @@ func (e *Engine) Close() error {
 	return e.Shutdown(context.Background())
 }
 
-// ErrShutdownTimeout is returned by Shutdown when the loop did not stop
-// before ctx ended. The model is then left allocated (the loop may still be
+// ErrShutdownTimeout is returned by Shutdown when the loop, or a grammar
+// sampler abandoned inside llama.cpp, did not stop before ctx ended. When
+// the loop did not, the model is left allocated (the loop may still be
 // inside llama.cpp): the caller is expected to exit the process.
 var ErrShutdownTimeout = errors.New("llm: the decode loop did not stop in time")
 
-// Shutdown stops the loop like Close, but waits for it only until ctx ends,
-// so a step stuck in llama.cpp cannot hold up the process's exit.
+// Shutdown stops the loop like Close, but waits for it (and for the grammar
+// samplers' goroutines, which end when their C call returns) only until ctx
+// ends, so a step stuck in llama.cpp cannot hold up the process's exit.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.closeOnce.Do(func() {
 		e.closeMu.Lock()
@@ -546,7 +548,10 @@ func (e *Engine) newSampler(p parley.Params, client string) (*llama.SamplingCont
 		if err != nil {
 			return nil, nil, parley.FieldErrorf(field, "%v", err)
 		}
-		gs := e.startSampler(cs, field, client)
+		gs, err := e.startSampler(cs, field, client)
+		if err != nil {
+			return nil, nil, err
+		}
 		if err := e.probe(gs); err != nil {
 			e.stopSampler(gs)
 			return nil, nil, err
