@@ -67,10 +67,11 @@ static void parley_cs_free(parley_cs *cs) {
 static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_t n_vocab,
 		uint32_t *eog, size_t n_eog, parley_sparams sp) {
 	parley_cs *cs = calloc(1, sizeof(parley_cs));
+	if (cs == NULL) return NULL;
 	const char **pieces = malloc(sizeof(char *) * (size_t)n_vocab);
 	uint32_t *ids = malloc(sizeof(uint32_t) * (size_t)n_vocab);
 	cs->cur = malloc(sizeof(parley_token_data) * (size_t)n_vocab);
-	if (cs == NULL || pieces == NULL || ids == NULL || cs->cur == NULL) {
+	if (pieces == NULL || ids == NULL || cs->cur == NULL) {
 		free(pieces);
 		free(ids);
 		parley_cs_free(cs);
