@@ -188,12 +188,12 @@ type liveBound struct {
 func (p *parser) liveStacks() (live, work uint64) {
 	b := &liveBound{
 		p:        p,
-		nullable: p.nullables(),
 		memo:     make([]shape, len(p.rules)),
 		state:    make([]uint8, len(p.rules)),
 		sccStack: map[int]uint64{},
 	}
 	b.scc, b.cyclic = p.components()
+	b.nullable = b.nullables()
 	b.first = b.firsts()
 	b.members, b.guess, b.rounds = map[int][]int{}, make([]*shape, len(p.rules)), map[int]bool{}
 	for id, c := range b.scc {
@@ -273,11 +273,8 @@ func (b *liveBound) sccDistinct(c int) uint64 {
 	}
 	b.sccStack[c] = 0 // guards re-entry; external rules cannot lead back here
 	var d uint64
-	for id, r := range b.p.rules {
-		if b.scc[id] != c {
-			continue
-		}
-		for _, e := range r {
+	for _, id := range b.members[c] {
+		for _, e := range b.p.rules[id] {
 			switch e.t {
 			case tEnd, tAlt, tRngUpper, tCharAlt:
 			case tRef:
@@ -293,74 +290,94 @@ func (b *liveBound) sccDistinct(c int) uint64 {
 	return d
 }
 
-// nullables returns which rules can match the empty string (a fixpoint).
-func (p *parser) nullables() []bool {
-	n := make([]bool, len(p.rules))
-	for changed := true; changed; {
-		changed = false
-		for id, r := range p.rules {
-			if n[id] {
-				continue
+// byComponent calls f on the rules of each component, components in the
+// order Tarjan's algorithm completes them (every rule a component refers
+// to outside itself is in an earlier one), until f reports no change
+// within the component: a fixpoint per component, linear in the grammar
+// whatever order its rules are written in.
+func (b *liveBound) byComponent(f func(id int) bool) {
+	order := make([][]int, len(b.cyclic))
+	for id, c := range b.scc {
+		order[c] = append(order[c], id)
+	}
+	for _, ids := range order {
+		for changed := true; changed; {
+			changed = false
+			for _, id := range ids {
+				if f(id) {
+					changed = true
+				}
 			}
-			ok := true // the current alternative is nullable so far
-			for _, e := range r {
-				switch e.t {
-				case tEnd, tAlt:
-					if ok {
-						n[id], changed = true, true
-					}
-					ok = true
-				case tRef:
-					ok = ok && n[e.v]
-				case tRngUpper, tCharAlt:
-				default:
-					ok = false
-				}
-				if n[id] {
-					break
-				}
+			if len(ids) == 1 && !b.cyclic[b.scc[ids[0]]] {
+				break
 			}
 		}
 	}
+}
+
+// nullables works out which rules can match the empty string.
+func (b *liveBound) nullables() []bool {
+	n := make([]bool, len(b.p.rules))
+	b.byComponent(func(id int) bool {
+		if n[id] {
+			return false
+		}
+		ok := true // the current alternative is nullable so far
+		for _, e := range b.p.rules[id] {
+			switch e.t {
+			case tEnd, tAlt:
+				if ok {
+					n[id] = true
+					return true
+				}
+				ok = true
+			case tRef:
+				ok = ok && n[e.v]
+			case tRngUpper, tCharAlt:
+			default:
+				ok = false
+			}
+		}
+		return false
+	})
 	return n
 }
 
-// firsts returns the characters each rule can start with (a fixpoint).
+// firsts works out the characters each rule can start with.
 func (b *liveBound) firsts() []charSet {
-	p := b.p
-	f := make([]charSet, len(p.rules))
-	for changed := true; changed; {
-		changed = false
-		for id, r := range p.rules {
-			set := f[id]
-			lead := true // at the start of an alternative, or after nullable items only
-			for i := 0; i < len(r); {
-				e := r[i]
-				if e.t == tEnd || e.t == tAlt {
-					lead = true
-					i++
-					continue
-				}
-				if !lead {
-					i++
-					continue
-				}
-				if e.t == tRef {
-					set = set.union(f[e.v])
-					lead = b.nullable[e.v]
-					i++
-					continue
-				}
-				var it shape
-				it, i = b.item(r, i)
-				set = set.union(it.first)
-				lead = false
+	f := make([]charSet, len(b.p.rules))
+	b.byComponent(func(id int) bool {
+		r := b.p.rules[id]
+		set := f[id]
+		lead := true // at the start of an alternative, or after nullable items only
+		for i := 0; i < len(r); {
+			e := r[i]
+			if e.t == tEnd || e.t == tAlt {
+				lead = true
+				i++
+				continue
 			}
-			if !sameSet(set, f[id]) {
-				f[id], changed = set, true
+			if !lead {
+				i++
+				continue
 			}
+			if e.t == tRef {
+				set = set.union(f[e.v])
+				lead = b.nullable[e.v]
+				i++
+				continue
+			}
+			var it shape
+			it, i = b.item(r, i)
+			set = set.union(it.first)
+			lead = false
 		}
-	}
+		if sameSet(set, f[id]) {
+			return false
+		}
+		f[id] = set
+		return true
+	})
 	return f
 }
 
@@ -569,19 +586,25 @@ func terminal(first charSet) shape {
 }
 
 // checkLive refuses a grammar whose live stacks, or whose parse paths per
-// token, may exceed the limits.
+// token, exceed the limits. The static bound is an upper bound: a grammar
+// over it is refused only when a text that keeps that many stacks alive is
+// found (see witness.go), and the work is counted with the stacks found.
 func (p *parser) checkLive() error {
 	live, work := p.liveStacks()
-	work = satMul(live, work)
+	if live <= uint64(p.lim.MaxLiveStacks) && satMul(live, work) <= uint64(p.lim.MaxMatchWork) {
+		return nil
+	}
+	found := uint64(p.witnessLive(p.lim.MaxLiveStacks))
 	const fix = "nested repetitions over characters they share multiply them: " +
 		"give inner repetitions a fixed length or a delimiter the outer one does not match, or lower their bounds"
-	if live > uint64(p.lim.MaxLiveStacks) {
-		return &Error{Msg: fmt.Sprintf("is too costly to match: llama.cpp may keep %s parse stacks alive at once while matching it, over the limit of %d (%s)",
-			countText(live), p.lim.MaxLiveStacks, fix)}
+	if found > uint64(p.lim.MaxLiveStacks) {
+		return &Error{Msg: fmt.Sprintf("is too costly to match: llama.cpp keeps more than %d parse stacks alive at once while matching it "+
+			"(%d on a text of at most %d characters; bound %s) (%s)",
+			p.lim.MaxLiveStacks, found, witnessChars, countText(live), fix)}
 	}
-	if work > uint64(p.lim.MaxMatchWork) {
+	if w := satMul(found, work); w > uint64(p.lim.MaxMatchWork) {
 		return &Error{Msg: fmt.Sprintf("is too costly to match: llama.cpp may follow %s parse paths to check one token against it, over the limit of %d (%s)",
-			countText(work), p.lim.MaxMatchWork, fix)}
+			countText(w), p.lim.MaxMatchWork, fix)}
 	}
 	return nil
 }
