@@ -176,6 +176,10 @@ func TestOverrunEndsOnlyItsSequence(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d ended mid-reply (the others at admission, or finished within the budget)", ended, len(grammars))
+
+	if ended > 0 && e.Stats().OverBudget == 0 {
+		t.Fatal("OverBudget not counted")
+	}
 	waitNoOverruns(t, e)
 }
 
