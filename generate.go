@@ -1,6 +1,9 @@
 package parley
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // GenerateRequest asks the engine for one reply to a tokenized prompt.
 type GenerateRequest struct {
@@ -38,4 +41,20 @@ type ModelInfo struct {
 	// markers, BOS/EOS). The tokenizer turns these texts into the tokens
 	// themselves, so message contents must not carry them verbatim.
 	ControlTokens []string `json:"-"`
+}
+
+// clientKey is the context key of WithClient.
+type clientKey struct{}
+
+// WithClient returns a context that names the client a request comes from
+// (its address, say): the engine caps per client what one client's
+// requests may hold (grammar samplers that overran their step budget).
+func WithClient(ctx context.Context, client string) context.Context {
+	return context.WithValue(ctx, clientKey{}, client)
+}
+
+// ClientFrom returns the client WithClient put in ctx, or "".
+func ClientFrom(ctx context.Context) string {
+	c, _ := ctx.Value(clientKey{}).(string)
+	return c
 }

@@ -62,6 +62,11 @@ const (
 	// (its grammar check and sampling) may take before it is ended.
 	DefaultStepBudget = 2 * time.Second
 
+	// DefaultMaxOverrunsPerClient and DefaultMaxOverruns cap the abandoned
+	// grammar samplers still running in llama.cpp (see Config).
+	DefaultMaxOverrunsPerClient = 2
+	DefaultMaxOverruns          = 8
+
 	// minCopyPrefix is how many more prompt tokens another slot must share
 	// with a new sequence than its own slot does before the engine copies
 	// that slot's KV cache instead of evaluating them. Each slot is its own
@@ -99,8 +104,17 @@ type Config struct {
 	KVCacheType string
 	// StepBudget bounds the time one sequence spends sampling a token
 	// (grammar matching included): a sequence over it is ended with an
-	// error so it cannot stall the others. Zero means DefaultStepBudget.
+	// error. Grammar-constrained sequences sample off the decode loop, so
+	// theirs never stalls the others. Zero means DefaultStepBudget.
 	StepBudget time.Duration
+	// MaxOverrunsPerClient and MaxOverruns cap the grammar samplers that
+	// overran the step budget and are still inside llama.cpp (a C call
+	// cannot be interrupted: each holds a CPU thread until it returns), per
+	// client (parley.WithClient) and in all. While a cap is reached, new
+	// grammar-constrained requests are refused. Zero means the defaults
+	// (DefaultMaxOverrunsPerClient, DefaultMaxOverruns).
+	MaxOverrunsPerClient int
+	MaxOverruns          int
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
 	Logger   *zap.Logger
@@ -122,6 +136,9 @@ type Stats struct {
 	SlowConsumerDrop int64 // sequences ended because their consumer stopped reading (cumulative)
 	GrammarDeadEnds  int64 // sequences ended because their grammar admitted no token (cumulative)
 	OverBudget       int64 // sequences ended because one step took longer than the step budget (cumulative)
+	// SamplersOverrunning is the number of grammar samplers whose sequence
+	// ended while they were still inside llama.cpp, and that are still there.
+	SamplersOverrunning int
 }
 
 // Engine is a loaded model with its decode loop. It is safe for concurrent use.
@@ -137,6 +154,14 @@ type Engine struct {
 	queue   chan *sequence
 	closing chan struct{}
 	done    chan struct{}
+	// wake is signalled (never blocking) by a grammar sampler with a
+	// result, so a loop waiting only on samplers resumes.
+	wake chan struct{}
+
+	// samplers counts the grammar samplers' goroutines; overruns the
+	// abandoned ones still in C.
+	samplers sync.WaitGroup
+	overruns overruns
 
 	closeOnce sync.Once
 	freeOnce  sync.Once
@@ -170,17 +195,15 @@ type slot struct {
 
 // sequence is one request in flight.
 type sequence struct {
-	ctx     context.Context
-	req     parley.GenerateRequest
-	out     chan parley.Event
+	ctx context.Context
+	req parley.GenerateRequest
+	out chan parley.Event
+	// sampler samples an unconstrained sequence inline, on the loop; gs a
+	// grammar-constrained one off it (exactly one is set).
 	sampler *llama.SamplingContext
-	// guard is a second instance of the sampler's grammar (nil without
-	// one), advanced in step with it. Before each sample it checks that some
-	// token is still allowed: llama.cpp's sampler aborts the process when
-	// its grammar leaves none.
-	guard *llama.Grammar
-	cands []llama.TokenData // the guard's scratch, one per vocabulary entry
-	temp  float64
+	gs      *grammarSampler
+	logits  []float32 // gs's copy of the last logits, for the logprob
+	temp    float64
 
 	slot    *slot
 	pending []int // tokens to decode next: the rest of the prompt, or the last sampled token
@@ -222,6 +245,12 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	if cfg.StepBudget <= 0 {
 		cfg.StepBudget = DefaultStepBudget
+	}
+	if cfg.MaxOverrunsPerClient <= 0 {
+		cfg.MaxOverrunsPerClient = DefaultMaxOverrunsPerClient
+	}
+	if cfg.MaxOverruns <= 0 {
+		cfg.MaxOverruns = DefaultMaxOverruns
 	}
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = DefaultQueueSize
@@ -281,7 +310,9 @@ func Open(cfg Config) (*Engine, error) {
 		queue:   make(chan *sequence, cfg.QueueSize+cfg.Parallel),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
+		wake:    make(chan struct{}, 1),
 	}
+	e.overruns.perClient, e.overruns.global = cfg.MaxOverrunsPerClient, cfg.MaxOverruns
 	for i := range cfg.Parallel {
 		e.slots = append(e.slots, &slot{id: i})
 	}
@@ -370,6 +401,8 @@ func (e *Engine) Stats() Stats {
 		SlowConsumerDrop: e.slowDrops.Load(),
 		GrammarDeadEnds:  e.deadEnds.Load(),
 		OverBudget:       e.overBudget.Load(),
+
+		SamplersOverrunning: e.overruns.count(),
 	}
 }
 
@@ -399,14 +432,20 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	if err := req.Params.Validate(0); err != nil {
 		return nil, err
 	}
-	sampler, guard, err := e.newSampler(req.Params)
+	client := parley.ClientFrom(ctx)
+	if req.Params.Grammar != "" || len(req.Params.JSONSchema) > 0 {
+		if err := e.overruns.admit(client); err != nil {
+			return nil, err
+		}
+	}
+	sampler, gs, err := e.newSampler(req.Params, client)
 	if err != nil {
 		return nil, err
 	}
 	queued := false
 	defer func() {
-		if !queued && guard != nil {
-			guard.Free()
+		if !queued && gs != nil {
+			e.stopSampler(gs)
 		}
 	}()
 	seq := &sequence{
@@ -414,7 +453,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		req:       req,
 		out:       make(chan parley.Event, min(req.Params.MaxTokens, maxEventBuffer)+1),
 		sampler:   sampler,
-		guard:     guard,
+		gs:        gs,
 		temp:      req.Params.Temperature,
 		iBatch:    -1,
 		submitted: time.Now(),
@@ -442,13 +481,15 @@ func (e *Engine) Close() error {
 	return e.Shutdown(context.Background())
 }
 
-// ErrShutdownTimeout is returned by Shutdown when the loop did not stop
-// before ctx ended. The model is then left allocated (the loop may still be
+// ErrShutdownTimeout is returned by Shutdown when the loop, or a grammar
+// sampler abandoned inside llama.cpp, did not stop before ctx ended. When
+// the loop did not, the model is left allocated (the loop may still be
 // inside llama.cpp): the caller is expected to exit the process.
 var ErrShutdownTimeout = errors.New("llm: the decode loop did not stop in time")
 
-// Shutdown stops the loop like Close, but waits for it only until ctx ends,
-// so a step stuck in llama.cpp cannot hold up the process's exit.
+// Shutdown stops the loop like Close, but waits for it (and for the grammar
+// samplers' goroutines, which end when their C call returns) only until ctx
+// ends, so a step stuck in llama.cpp cannot hold up the process's exit.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.closeOnce.Do(func() {
 		e.closeMu.Lock()
@@ -461,15 +502,28 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return ErrShutdownTimeout
 	}
+	// Grammar samplers use neither the model nor the context.
 	e.freeOnce.Do(func() { llama.FreeModel(e.model) })
-	return nil
+	samplersDone := make(chan struct{})
+	go func() {
+		e.samplers.Wait()
+		close(samplersDone)
+	}()
+	select {
+	case <-samplersDone:
+		return nil
+	case <-ctx.Done():
+		// The waiter ends with the last sampler's C call.
+		return ErrShutdownTimeout
+	}
 }
 
-// newSampler builds seq's sampler and, when it has a grammar, a second
-// compiled copy of it to guard the sampler with (nil without one; the caller
-// frees it). Params.Validate has checked the client's grammar or schema;
-// the grammar a schema converts to is checked here.
-func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, *llama.Grammar, error) {
+// newSampler builds seq's sampler: an inline llama.cpp sampler without a
+// grammar, or with one a grammarSampler whose goroutine has already checked
+// (under the step budget) that some token can start the grammar.
+// Params.Validate has checked the client's grammar or schema; the grammar a
+// schema converts to is checked here.
+func (e *Engine) newSampler(p parley.Params, client string) (*llama.SamplingContext, *grammarSampler, error) {
 	grammar, field := p.Grammar, "grammar" // field: what the client sent, for errors
 	if len(p.JSONSchema) > 0 {
 		g := llama.SchemaToGrammar(p.JSONSchema)
@@ -481,14 +535,6 @@ func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, *llama.Gra
 		}
 		grammar, field = string(g), "json_schema"
 	}
-	var guard *llama.Grammar
-	if grammar != "" {
-		g, err := e.checkGrammar(grammar)
-		if err != nil {
-			return nil, nil, parley.FieldErrorf(field, "%v", err)
-		}
-		guard = g
-	}
 	seed := uint32(math.MaxUint32) // llama.cpp: random
 	if p.Seed >= 0 {
 		seed = uint32(p.Seed)
@@ -496,6 +542,21 @@ func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, *llama.Gra
 	lastN := p.RepeatLastN
 	if lastN < 0 {
 		lastN = e.nCtx
+	}
+	if grammar != "" {
+		cs, err := e.compileGrammar(grammar, p, lastN, seed)
+		if err != nil {
+			return nil, nil, parley.FieldErrorf(field, "%v", err)
+		}
+		gs, err := e.startSampler(cs, field, client)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := e.probe(gs); err != nil {
+			e.stopSampler(gs)
+			return nil, nil, err
+		}
+		return nil, gs, nil
 	}
 	sc, err := llama.NewSamplingContext(e.model, llama.SamplingParams{
 		TopK:           p.TopK,
@@ -508,16 +569,33 @@ func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, *llama.Gra
 		PenaltyFreq:    float32(p.FrequencyPenalty),
 		PenaltyPresent: float32(p.PresencePenalty),
 		Seed:           seed,
-		Grammar:        grammar,
 	})
 	if err != nil {
-		if guard != nil {
-			guard.Free()
-			return nil, nil, parley.FieldErrorf(field, "llama.cpp could not compile the grammar")
-		}
 		return nil, nil, fmt.Errorf("sampler: %w", err)
 	}
-	return sc, guard, nil
+	return sc, nil, nil
+}
+
+// probe checks, on gs's goroutine and within the step budget, that some
+// token of the vocabulary can start the grammar: the first sample's work
+// without its logits. A grammar that cannot even do that in time is
+// refused (its sampler is abandoned and counted until llama.cpp returns).
+func (e *Engine) probe(gs *grammarSampler) error {
+	gs.send(sampleJob{probe: true})
+	t := time.NewTimer(e.budget)
+	defer t.Stop()
+	select {
+	case r := <-gs.res:
+		gs.inFlight = false
+		if r.tok == sampleDeadEnd {
+			return parley.FieldErrorf(gs.field, "no token of this model's vocabulary can start it")
+		}
+		return nil
+	case <-t.C:
+		e.overBudget.Add(1)
+		return grammarError(gs.field, "is too costly to match: finding the tokens that can start it took longer than the %s step budget "+
+			"(nested repetitions over overlapping characters multiply llama.cpp's work)", e.budget)
+	}
 }
 
 // loop owns the llama.cpp context. It exits when Close is called.
@@ -526,6 +604,15 @@ func (e *Engine) loop(b *llama.Batch) {
 	defer b.Free()
 	var tick uint64
 	active := 0
+	admit := func(seq *sequence) {
+		e.queued.Add(-1)
+		if seq.ctx.Err() != nil {
+			e.finish(seq, parley.FinishCancelled, nil)
+			return
+		}
+		e.assign(seq, tick)
+		active++
+	}
 	for {
 		tick++
 		// Admit queued requests into free slots. With nothing active, block.
@@ -550,13 +637,7 @@ func (e *Engine) loop(b *llama.Batch) {
 			if seq == nil {
 				break
 			}
-			e.queued.Add(-1)
-			if seq.ctx.Err() != nil {
-				e.finish(seq, parley.FinishCancelled, nil)
-				continue
-			}
-			e.assign(seq, tick)
-			active++
+			admit(seq)
 		}
 		select {
 		case <-e.closing:
@@ -565,8 +646,87 @@ func (e *Engine) loop(b *llama.Batch) {
 		default:
 		}
 
+		done, next := e.collect()
+		active -= done
+		if active > 0 && next > 0 {
+			// Every active sequence waits for its grammar sampler: sleep
+			// until one answers, its deadline passes or a request comes.
+			queue := e.queue
+			if active >= len(e.slots) {
+				queue = nil
+			}
+			t := time.NewTimer(next)
+			select {
+			case <-e.wake:
+			case <-t.C:
+			case seq := <-queue:
+				admit(seq)
+			case <-e.closing:
+				t.Stop()
+				e.shutdown()
+				return
+			}
+			t.Stop()
+			continue
+		}
 		active -= e.step(b)
 	}
+}
+
+// collect takes the results of the grammar samplers that have one and ends
+// the sequences whose sampler is past the step budget (their sampler is
+// abandoned: it keeps its C memory until llama.cpp returns). It returns how
+// many sequences finished and, when every active sequence is waiting for
+// its sampler, how long until the first deadline (else 0).
+func (e *Engine) collect() (finished int, next time.Duration) {
+	waiting, ready := false, false
+	now := time.Now()
+	for _, s := range e.slots {
+		seq := s.seq
+		if seq == nil {
+			continue
+		}
+		if seq.gs == nil || !seq.gs.inFlight {
+			ready = true
+			continue
+		}
+		select {
+		case r := <-seq.gs.res:
+			seq.gs.inFlight = false
+			if e.took(seq, r) {
+				finished++
+			} else {
+				ready = true
+			}
+			continue
+		default:
+		}
+		if seq.ctx.Err() != nil {
+			e.finish(seq, parley.FinishCancelled, nil)
+			finished++
+			continue
+		}
+		if d := now.Sub(seq.gs.sentAt); d > e.budget {
+			e.overBudget.Add(1)
+			e.log.Warn("grammar sampler over its step budget", zap.String("key", seq.req.Key),
+				zap.Duration("waited", d), zap.Duration("budget", e.budget))
+			e.finish(seq, parley.FinishError, grammarError(seq.gs.field,
+				"is too costly to match: choosing token %d took longer than the %s step budget "+
+					"(nested repetitions over overlapping characters multiply llama.cpp's work); the reply was ended",
+				seq.generated+1, e.budget))
+			finished++
+			continue
+		}
+		d := e.budget - now.Sub(seq.gs.sentAt) + time.Millisecond
+		if !waiting || d < next {
+			next = d
+		}
+		waiting = true
+	}
+	if ready || !waiting {
+		return finished, 0
+	}
+	return finished, next
 }
 
 // assign binds seq to a free slot: the one this key used last if it is free,
@@ -753,6 +913,15 @@ func (e *Engine) step(b *llama.Batch) (finished int) {
 		if seq.iBatch < 0 {
 			continue // more prompt to evaluate
 		}
+		if seq.gs != nil {
+			// Off the loop: the sampler gets its own copy of the logits
+			// (the next decode overwrites llama.cpp's), and the sequence
+			// sits out of the batch until its token comes back.
+			seq.logits = e.lc.GetLogitsIth(seq.iBatch)
+			seq.iBatch = -1
+			seq.gs.send(sampleJob{logits: seq.logits})
+			continue
+		}
 		if done := e.sample(seq); done {
 			finished++
 		}
@@ -760,42 +929,49 @@ func (e *Engine) step(b *llama.Batch) (finished int) {
 	return finished
 }
 
-// sample draws the next token for seq from the logits of the last step,
-// sends it, and decides whether the sequence is done. It reports whether the
-// sequence finished.
+// sample draws the next token for an unconstrained seq from the logits of
+// the last step, inline, sends it, and decides whether the sequence is done.
+// It reports whether the sequence finished.
 func (e *Engine) sample(seq *sequence) bool {
 	idx := seq.iBatch
 	seq.iBatch = -1
 	t0 := time.Now()
-	if seq.guard != nil && !e.grammarAllowsAny(seq) {
-		e.deadEnds.Add(1)
-		e.finish(seq, parley.FinishError, parley.Errorf(parley.EInvalid,
-			"the grammar allows no token of this model's vocabulary after %d tokens", seq.generated))
-		return true
-	}
-	if d := time.Since(t0); d > e.budget {
-		// The guard's check costs what the sampler's would: skip the second.
-		return e.overStepBudget(seq, d)
-	}
 	tok := seq.sampler.Sample(e.lc, idx)
 	seq.sampler.Accept(tok, true)
-	eog := e.model.TokenIsEog(tok)
-	if seq.guard != nil && !eog {
-		// The guard holds the same grammar over the same pieces, so it
-		// allows what the sampler picked; were it ever not so, accepting
-		// would throw through C (an abort): end the sequence instead.
-		if tok < 0 || tok >= len(seq.cands) || math.IsInf(float64(seq.cands[tok].Logit), -1) {
-			e.deadEnds.Add(1)
-			e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal, "the grammar check lost step with the sampler"))
-			return true
-		}
-		seq.guard.Accept(int32(tok))
-	}
 	if d := time.Since(t0); d > e.budget {
 		return e.overStepBudget(seq, d)
 	}
+	var logits []float32
+	if !seq.req.Params.SkipLogprobs {
+		logits = e.lc.GetLogitsIth(idx)
+	}
+	return e.emit(seq, tok, logits)
+}
 
-	if eog {
+// took handles a grammar sampler's result for seq. It reports whether the
+// sequence finished.
+func (e *Engine) took(seq *sequence, r sampleResult) bool {
+	switch r.tok {
+	case sampleDeadEnd:
+		e.deadEnds.Add(1)
+		e.finish(seq, parley.FinishError, grammarError(seq.gs.field,
+			"the grammar allows no token of this model's vocabulary after %d tokens", seq.generated))
+		return true
+	case sampleLostStep:
+		e.deadEnds.Add(1)
+		e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal, "the sampler chose no token the grammar allows"))
+		return true
+	}
+	logits := seq.logits
+	seq.logits = nil
+	return e.emit(seq, r.tok, logits)
+}
+
+// emit sends tok and decides whether seq is done; logits (nil when not
+// wanted) are the raw logits it was drawn from, for its logprob. It
+// reports whether the sequence finished.
+func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
+	if e.model.TokenIsEog(tok) {
 		e.finish(seq, parley.FinishEOS, nil)
 		return true
 	}
@@ -806,8 +982,8 @@ func (e *Engine) sample(seq *sequence) bool {
 	e.generated.Add(1)
 
 	lp := math.NaN()
-	if !seq.req.Params.SkipLogprobs {
-		lp = logprob(e.lc.GetLogitsIth(idx), tok, seq.temp)
+	if !seq.req.Params.SkipLogprobs && logits != nil {
+		lp = logprob(logits, tok, seq.temp)
 	}
 	ev := parley.Event{Token: parley.Token{
 		ID:      tok,
@@ -869,9 +1045,8 @@ func logprob(logits []float32, tok int, temp float64) float64 {
 // finish ends seq: frees its slot (keeping the cached tokens for reuse) and
 // sends the final event, for which the channel always has room.
 func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
-	if seq.guard != nil {
-		seq.guard.Free()
-		seq.guard = nil
+	if seq.gs != nil {
+		e.stopSampler(seq.gs)
 	}
 	if s := seq.slot; s != nil {
 		s.seq = nil

@@ -91,6 +91,12 @@ func TestSchemaGrammarsStillWork(t *testing.T) {
 		`{"type":"string","pattern":"^[a-z]{1,8}$"}`,
 		`{"enum":["red","green","blue"]}`,
 		`{"type":"object","properties":{"a":{"type":"string","maxLength":2000},"b":{"type":"string","minLength":5,"maxLength":1500},"c":{"type":"array","items":{"type":"string","maxLength":2000},"maxItems":100}}}`,
+		// Items that share a first character (the quote of every optional
+		// property's name) are not mistaken for costly repetitions.
+		optionalProperties(60),
+		`{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"type":"object","properties":{"b":{"type":"string"}},"required":["b"]}]}`,
+		`{"type":"array","items":{"type":"object","properties":{"name":{"type":"string","maxLength":50},"tags":{"type":"array","items":{"type":"string","maxLength":20},"maxItems":10}},"required":["name"]},"maxItems":50}`,
+		`{"type":"string","format":"date-time"}`,
 	} {
 		p := greedy(40)
 		p.JSONSchema = json.RawMessage(s)
@@ -99,6 +105,15 @@ func TestSchemaGrammarsStillWork(t *testing.T) {
 			t.Errorf("%s: %v", s, r.final.Err)
 		}
 	}
+}
+
+// optionalProperties is an object schema of n optional short strings.
+func optionalProperties(n int) string {
+	var ps []string
+	for i := range n {
+		ps = append(ps, `"field_`+itoa(i)+`":{"type":"string","maxLength":40}`)
+	}
+	return `{"type":"object","properties":{` + strings.Join(ps, ",") + `}}`
 }
 
 // TestStepBudgetEndsASlowSequence: a sequence whose sampling step takes

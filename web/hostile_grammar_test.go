@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/parley-chat/parley"
 )
 
 // TestHostileGrammars sends, through the OpenAI and TGI endpoints and the
@@ -69,5 +72,44 @@ func TestHostileGrammars(t *testing.T) {
 	decodeBody(t, post(t, s.base+"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "Once upon a time"}}, "max_tokens": 8}), http.StatusOK, &ok)
 	if len(ok.Choices) != 1 || ok.Choices[0].Message.Content == "" {
 		t.Fatalf("normal prompt after the hostile grammars: %+v", ok)
+	}
+}
+
+// TestCostlyGrammarsAreRefusedOnEveryAPI: a grammar or schema of nested
+// repetitions over shared characters (issue 25's family) is refused with
+// a 400 that says it is too costly to match, on every API, fast; never a
+// 500.
+func TestCostlyGrammarsAreRefusedOnEveryAPI(t *testing.T) {
+	s := mustOpenAPI(t, nil)
+	const g = `root ::= ([a-z ]{0,1000}){0,500}`
+	schema := json.RawMessage(`{"type":"string","pattern":"^([a-z]{0,1000}){0,500}$"}`)
+	msgs := []map[string]any{{"role": "user", "content": "Once upon a time"}}
+	for _, c := range []struct {
+		api, path string
+		body      map[string]any
+	}{
+		{"openai chat", "/v1/chat/completions", map[string]any{"messages": msgs, "grammar": g}},
+		{"openai chat schema", "/v1/chat/completions", map[string]any{"messages": msgs, "response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "x", "schema": schema}}}},
+		{"openai chat stream", "/v1/chat/completions", map[string]any{"messages": msgs, "grammar": g, "stream": true}},
+		{"openai completions", "/v1/completions", map[string]any{"prompt": "Once", "grammar": g}},
+		{"tgi", "/generate", map[string]any{"inputs": "Once", "parameters": map[string]any{"grammar": g}}},
+		{"tgi schema", "/generate", map[string]any{"inputs": "Once", "parameters": map[string]any{"grammar": map[string]any{"type": "json", "value": schema}}}},
+		{"responses", "/v1/responses", map[string]any{"input": "Once upon a time", "grammar": g}},
+	} {
+		start := time.Now()
+		res := post(t, s.base+c.path, c.body)
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "too costly to match") {
+			t.Errorf("%s: status %d %s", c.api, res.StatusCode, b)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s: refused after %s", c.api, d)
+		}
+	}
+	ws := dial(t, strings.Replace(s.base, "http", "ws", 1)+"/ws?format=json", nil)
+	readJSON(t, ws)
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "Once upon a time", "params": map[string]any{"grammar": g}})
+	if _, m := readUntilDone(t, ws); m.Type != "error" || m.Code != parley.EInvalid || !strings.Contains(m.Message, "too costly to match") {
+		t.Errorf("websocket json mode: %+v", m)
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
 )
 
 // bodyDeadline gives a request that has a body (a Content-Length, or
@@ -21,6 +23,17 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 		if r := c.Request(); r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 			_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 		}
+		return next(c)
+	}
+}
+
+// tagClient names the request's client (its address, as clientIP sees
+// it) in its context, so that the engine can cap what one client's
+// requests hold (grammar samplers that overran their step budget).
+func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		c.SetRequest(r.WithContext(parley.WithClient(r.Context(), clientIP(r))))
 		return next(c)
 	}
 }

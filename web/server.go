@@ -373,7 +373,7 @@ func (s *Server) busyConns() int {
 
 func (s *Server) routes() {
 	e := s.echo
-	e.Use(s.trackRequest, s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady)
+	e.Use(s.trackRequest, s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady, s.tagClient)
 	e.GET("/", s.handleRoot)
 	e.GET("/ws", s.handleWebSocket)
 	sub, _ := fs.Sub(uiFiles, "ui")

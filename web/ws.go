@@ -137,7 +137,9 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 
-	ctx, cancel := context.WithCancel(s.stop)
+	// The connection outlives the upgrade request: its own context, a child
+	// of the server's stop context, which names the client like the request's.
+	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, ip))
 	cn := &conn{
 		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
 		send:    make(chan []byte, s.cfg.SendBuffer),

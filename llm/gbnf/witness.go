@@ -1,0 +1,242 @@
+package gbnf
+
+import (
+	"encoding/binary"
+	"sort"
+)
+
+// The static bound of live.go is an upper bound, loose where the items of a
+// sequence share a first character but differ later (the optional
+// properties of a JSON schema object all start with a quote). Before a
+// grammar is refused for its live stacks, it is run the way llama.cpp runs
+// it, over a text chosen one character at a time to keep the most stacks
+// alive: the stacks counted then exist, and a grammar is refused only on
+// such a witness.
+
+// witness bounds: characters of text, characters tried at each one, and
+// stack expansions in all (the search gives up, admitting, past it).
+const (
+	witnessChars    = 320
+	witnessTries    = 24
+	witnessMaxSteps = 4_000_000
+)
+
+// gpos is a position in a rule: llama.cpp's stacks hold pointers to these.
+type gpos struct{ rule, i int32 }
+
+type stack []gpos
+
+func (s stack) key() string {
+	b := make([]byte, 0, len(s)*8)
+	for _, p := range s {
+		b = binary.LittleEndian.AppendUint32(b, uint32(p.rule))
+		b = binary.LittleEndian.AppendUint32(b, uint32(p.i))
+	}
+	return string(b)
+}
+
+type simulator struct {
+	p     *parser
+	steps int
+}
+
+func (m *simulator) endOfSeq(p gpos) bool {
+	t := m.p.rules[p.rule][p.i].t
+	return t == tEnd || t == tAlt
+}
+
+// advance is llama_grammar_advance_stack: expand references until every
+// stack's top is a terminal (or the stack is empty), merging identical ones.
+func (m *simulator) advance(s stack, out *[]stack, seen map[string]bool) bool {
+	if m.steps++; m.steps > witnessMaxSteps {
+		return false
+	}
+	if len(s) == 0 {
+		if k := ""; !seen[k] {
+			seen[k] = true
+			*out = append(*out, s)
+		}
+		return true
+	}
+	top := s[len(s)-1]
+	e := m.p.rules[top.rule][top.i]
+	if e.t != tRef {
+		if k := s.key(); !seen[k] {
+			seen[k] = true
+			*out = append(*out, s)
+		}
+		return true
+	}
+	r := m.p.rules[e.v]
+	sub := int32(0)
+	for {
+		ns := append(stack(nil), s[:len(s)-1]...)
+		if next := (gpos{top.rule, top.i + 1}); !m.endOfSeq(next) {
+			ns = append(ns, next)
+		}
+		if sp := (gpos{int32(e.v), sub}); !m.endOfSeq(sp) {
+			ns = append(ns, sp)
+		}
+		if !m.advance(ns, out, seen) {
+			return false
+		}
+		for r[sub].t != tEnd && r[sub].t != tAlt {
+			sub++
+		}
+		if r[sub].t != tAlt {
+			return true
+		}
+		sub++
+	}
+}
+
+// matches reports whether the terminal at p matches c, and the position
+// after it (past its alternate characters).
+func (m *simulator) matches(p gpos, c uint32) (bool, gpos) {
+	r := m.p.rules[p.rule]
+	e := r[p.i]
+	switch e.t {
+	case tCharAny:
+		return true, gpos{p.rule, p.i + 1}
+	case tToken, tTokenNot:
+		return false, p
+	}
+	in := false
+	i := p.i
+	for {
+		lo := r[i].v
+		hi := lo
+		if r[i+1].t == tRngUpper {
+			hi = r[i+1].v
+			i++
+		}
+		if lo <= c && c <= hi {
+			in = true
+		}
+		i++
+		if r[i].t != tCharAlt {
+			break
+		}
+	}
+	return in == (e.t == tChar), gpos{p.rule, i}
+}
+
+// accept is llama_grammar_accept for one character.
+func (m *simulator) accept(stacks []stack, c uint32) ([]stack, bool) {
+	var out []stack
+	seen := map[string]bool{}
+	for _, s := range stacks {
+		if len(s) == 0 {
+			continue
+		}
+		ok, after := m.matches(s[len(s)-1], c)
+		if !ok {
+			continue
+		}
+		ns := append(stack(nil), s[:len(s)-1]...)
+		if !m.endOfSeq(after) {
+			ns = append(ns, after)
+		}
+		if !m.advance(ns, &out, seen) {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// candidates are characters worth trying next: the ends of the ranges at
+// the stacks' tops, and one character outside each negated class.
+func (m *simulator) candidates(stacks []stack) []uint32 {
+	set := map[uint32]bool{}
+	for _, s := range stacks {
+		if len(s) == 0 {
+			continue
+		}
+		top := s[len(s)-1]
+		r := m.p.rules[top.rule]
+		e := r[top.i]
+		switch e.t {
+		case tCharAny, tCharNot:
+			set['a'], set[' '] = true, true
+			if e.t == tCharAny {
+				continue
+			}
+		case tToken, tTokenNot:
+			continue
+		}
+		for i := top.i; ; {
+			set[r[i].v] = true
+			if r[i+1].t == tRngUpper {
+				set[r[i+1].v] = true
+				i++
+			}
+			i++
+			if r[i].t != tCharAlt {
+				break
+			}
+		}
+	}
+	out := make([]uint32, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	if len(out) > witnessTries {
+		// Spread the tries over the candidates.
+		step := float64(len(out)) / witnessTries
+		picked := out[:0:0]
+		for k := range witnessTries {
+			picked = append(picked, out[int(float64(k)*step)])
+		}
+		out = picked
+	}
+	return out
+}
+
+// witnessLive runs the grammar over a text chosen to keep the most stacks
+// alive and returns the most it saw at once (stopping once over limit).
+func (p *parser) witnessLive(limit int) int {
+	m := &simulator{p: p}
+	var stacks []stack
+	seen := map[string]bool{}
+	root := int32(p.ids["root"])
+	r := p.rules[root]
+	for i := int32(0); ; {
+		s := stack{}
+		if !m.endOfSeq(gpos{root, i}) {
+			s = stack{{root, i}}
+		}
+		if !m.advance(s, &stacks, seen) {
+			return len(stacks)
+		}
+		for r[i].t != tEnd && r[i].t != tAlt {
+			i++
+		}
+		if r[i].t != tAlt {
+			break
+		}
+		i++
+	}
+	most := len(stacks)
+	for range witnessChars {
+		if most > limit {
+			break
+		}
+		var best []stack
+		for _, c := range m.candidates(stacks) {
+			next, ok := m.accept(stacks, c)
+			if !ok {
+				return most
+			}
+			if len(next) > len(best) {
+				best = next
+			}
+		}
+		if len(best) == 0 {
+			break
+		}
+		stacks = best
+		most = max(most, len(stacks))
+	}
+	return most
+}
