@@ -289,6 +289,14 @@ func (p *parser) char(i int) (uint32, int) {
 			if err != nil {
 				p.fail(i, "expected %d hex digits", n)
 			}
+			// A surrogate is no character: the model would emit its
+			// three UTF-8-shaped bytes, which are not valid UTF-8.
+			if v >= 0xD800 && v <= 0xDFFF {
+				p.fail(i, "escape %s is a lone UTF-16 surrogate, not a character", p.src[i:i+2+n])
+			}
+			if v > utf8.MaxRune {
+				p.fail(i, "escape %s is beyond U+10FFFF", p.src[i:i+2+n])
+			}
 			return uint32(v), i + 2 + n
 		}
 		switch p.at(i + 1) {
