@@ -101,6 +101,7 @@ func SchemaToGrammar(raw []byte, lim Limits) (string, error) {
 	}
 	c.names = append(c.names, "root") // defined last, printed first
 	c.bodies["root"] = ""
+	c.primitive("space") // nearly every rule ends with it
 	top, err := c.convert(root)
 	if err != nil {
 		return "", err
