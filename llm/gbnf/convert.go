@@ -22,7 +22,7 @@ const (
 	// MaxSchemaNesting bounds the nesting of objects and arrays in a schema.
 	MaxSchemaNesting = 64
 	// MaxSchemaGrammar bounds the converted grammar in bytes.
-	MaxSchemaGrammar = 256 << 10
+	MaxSchemaGrammar = 1 << 20
 	// maxSchemaVisits bounds the sub-schemas converted: a type array
 	// converts its schema once per type, so nested type arrays multiply.
 	maxSchemaVisits = 4 * MaxSchemaNodes
@@ -143,12 +143,15 @@ func (c *converter) convert(root *jnode) (name string, err error) {
 }
 
 func (c *converter) fail(path, format string, args ...any) {
+	if len(path) > 120 { // deep schemas: the end of the path says where
+		path = "..." + path[len(path)-117:]
+	}
 	panic(bail{schemaErr(path, format, args...).(*Error)})
 }
 
 // ruleName turns a hint (a property name, say) into a rule name llama.cpp
-// accepts: [a-zA-Z0-9-], at most 40 bytes so deep schemas do not grow
-// quadratically.
+// accepts: [a-zA-Z0-9-], at most 28 bytes so that names do not make up
+// most of a large grammar (fresh adds a suffix where two collide).
 func ruleName(hint string) string {
 	var b strings.Builder
 	dash := false
@@ -160,7 +163,7 @@ func ruleName(hint string) string {
 			b.WriteByte('-')
 			dash = true
 		}
-		if b.Len() >= 40 {
+		if b.Len() >= 28 {
 			break
 		}
 	}
@@ -416,9 +419,6 @@ func (c *converter) bound(n *jnode, key, path string, def int) int {
 		c.fail(join(path, key), "must be a non-negative integer")
 	}
 	if f > float64(defaultLimits().MaxRepeat) {
-		if def < 0 {
-			return -1 // a huge maximum is no maximum
-		}
 		c.fail(join(path, key), "is over %d", defaultLimits().MaxRepeat)
 	}
 	return int(f)

@@ -24,8 +24,11 @@ func (c *converter) pattern(v *jnode, path, hint string) string {
 	if v.lone {
 		c.fail(path, "has a lone UTF-16 surrogate escape")
 	}
-	if err := checkPattern(v.str, defaultLimits()); err != nil {
-		c.fail(path, "%v", err)
+	if len(v.str) > maxPatternLen {
+		c.fail(path, "is over %d bytes", maxPatternLen)
+	}
+	if len(v.str) < 2 || v.str[0] != '^' || v.str[len(v.str)-1] != '$' || strings.HasSuffix(v.str, `\$`) {
+		c.fail(path, "must start with ^ and end with $")
 	}
 	p := &regex{c: c, src: v.str[1 : len(v.str)-1]}
 	body, err := p.parse()
@@ -204,6 +207,12 @@ func (p *regex) quantifier() (lo, hi int, ok bool) {
 		}
 	default:
 		return 0, 0, false
+	}
+	if limit := defaultLimits().MaxRepeat; lo > limit || hi > limit {
+		p.fail("repeats more than %d times", limit)
+	}
+	if hi >= 0 && hi < lo {
+		p.fail("has a quantifier {%d,%d} whose maximum is below its minimum", lo, hi)
 	}
 	if p.i < len(p.src) && p.src[p.i] == '?' {
 		p.i++ // lazy: the same strings match the whole pattern
