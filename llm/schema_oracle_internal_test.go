@@ -2,6 +2,7 @@ package llm
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/ollama/ollama/llama"
 
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm/gbnf"
 )
 
@@ -392,4 +395,107 @@ func TestSchemaGrammarMatchesLlamaCpp(t *testing.T) {
 // examples on purpose, so their refusal by both is expected.
 func isExampleMismatch(schema, doc string) bool {
 	return strings.Contains(schema, `"examples"`) || bytes.Contains([]byte(doc), []byte("1234567890123456789"))
+}
+
+// TestSchemaGenerationMatchesSchema: the real model generating under each
+// corpus schema (through the engine, so with the Go converter's grammar)
+// writes JSON that llama.cpp's own converter's grammar accepts whenever the
+// reply ends on its own.
+func TestSchemaGenerationMatchesSchema(t *testing.T) {
+	e, err := Open(Config{Path: testmodel.Path(t), ContextLength: 512, Parallel: 1, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	prompt, err := e.Tokenize("Once upon a time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, tried := 0, 0
+	for i, schema := range schemaCorpus() {
+		if i%3 != 0 && i < 40 {
+			continue // a third of the hand-written ones and every generated one keep the test short
+		}
+		t0 := time.Now()
+		for _, seed := range []int64{1} {
+			tried++
+			p := parley.DefaultParams()
+			p.MaxTokens, p.Seed, p.Temperature = 120, seed, 0.7
+			p.JSONSchema = json.RawMessage(schema)
+			ch, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: prompt, Params: p})
+			if err != nil {
+				t.Fatalf("schema %d: %v", i, err)
+			}
+			var text strings.Builder
+			var final parley.Event
+			for ev := range ch {
+				if ev.Done {
+					final = ev
+					continue
+				}
+				text.WriteString(ev.Token.Text)
+			}
+			if final.Err != nil {
+				t.Fatalf("schema %d: %v", i, final.Err)
+			}
+			if final.Finish != parley.FinishEOS {
+				continue // cut at the cap: nothing to check as a whole
+			}
+			ended++
+			out := text.String()
+			if !json.Valid([]byte(out)) {
+				t.Errorf("schema %d: reply %q is not JSON", i, out)
+			}
+			if !llamaAccepts(t, string(llama.SchemaToGrammar([]byte(schema))), out) {
+				t.Errorf("schema %d: reply %q does not match the schema (llama.cpp's grammar refuses it)\n%s", i, out, schema)
+			}
+		}
+		if d := time.Since(t0); d > time.Second {
+			t.Logf("schema %d: two replies took %v", i, d)
+		}
+	}
+	if ended < tried/2 {
+		t.Errorf("only %d of %d replies ended on their own", ended, tried)
+	}
+	t.Logf("%d of %d replies ended on their own and match their schema", ended, tried)
+}
+
+// TestSchemaConversionSpeed compares the Go converter with the binding's on
+// a 500-property schema, and shows the binding's output cut short.
+func TestSchemaConversionSpeed(t *testing.T) {
+	var props []string
+	for i := range 500 {
+		props = append(props, fmt.Sprintf(`"customer_record_field_number_%d":{"type":"string","maxLength":40,"description":"Field %d."}`, i, i))
+	}
+	schema := []byte(`{"type":"object","properties":{` + strings.Join(props, ",") + `}}`)
+	best := func(f func()) time.Duration {
+		var b time.Duration
+		for k := range 5 {
+			t0 := time.Now()
+			f()
+			if d := time.Since(t0); k == 0 || d < b {
+				b = d
+			}
+		}
+		return b
+	}
+	var ours string
+	goTime := best(func() {
+		var err error
+		if ours, err = gbnf.SchemaToGrammar(schema, gbnf.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var theirs []byte
+	cppTime := best(func() { theirs = llama.SchemaToGrammar(schema) })
+	g := llama.NewGrammar(ours, []uint32{0}, []string{""}, []int32{0})
+	if g == nil {
+		t.Fatal("llama.cpp does not parse the Go grammar")
+	}
+	g.Free()
+	cut := gbnf.Check(string(theirs), gbnf.Limits{MaxBytes: 1 << 20}) != nil
+	t.Logf("500 properties (%d-byte schema): Go %v (%d-byte grammar, checked); binding %v (%d bytes, cut short: %v)", len(schema), goTime, len(ours), cppTime, len(theirs), cut)
+	if !cut {
+		t.Log("the binding's grammar was not cut short: its buffer limit changed?")
+	}
 }

@@ -484,7 +484,7 @@ func (c *converter) ref(v *jnode, path string) string {
 // each appears at most once.
 func (c *converter) object(n *jnode, path, hint string) string {
 	required := map[string]bool{}
-	if r := n.get("required"); r != nil {
+	if r := n.get("required"); r != nil && r.kind != 'z' { // null: Go clients' nil slice
 		if r.kind != 'a' {
 			c.fail(join(path, "required"), "must be an array of strings")
 		}

@@ -323,7 +323,7 @@ func dumpJSON(b *strings.Builder, v *jnode) error {
 		b.WriteByte('{')
 		for i, k := range v.keys {
 			if v.lones[i] {
-				return fmt.Errorf("key %q has a lone UTF-16 surrogate escape", k)
+				return fmt.Errorf("a key has a lone UTF-16 surrogate escape (\\uD800-\\uDFFF without its pair)")
 			}
 			if i > 0 {
 				b.WriteByte(',')
@@ -348,7 +348,7 @@ func dumpJSON(b *strings.Builder, v *jnode) error {
 		b.WriteByte(']')
 	case 's':
 		if v.lone {
-			return fmt.Errorf("string %q has a lone UTF-16 surrogate escape", v.str)
+			return fmt.Errorf("a string has a lone UTF-16 surrogate escape (\\uD800-\\uDFFF without its pair)")
 		}
 		quoteJSON(b, v.str)
 	case 'n':
