@@ -807,9 +807,13 @@ func (c *converter) array(n *jnode, path, hint string) string {
 	c.primitive("space")
 	key := "items"
 	items := n.get("items")
-	if items == nil {
-		key = "prefixItems"
-		items = n.get("prefixItems")
+	if pre := n.get("prefixItems"); pre != nil && (items == nil || items.kind == 'b') {
+		// A tuple (draft 2020-12); "items": false, its usual companion,
+		// says no more items follow, which a tuple rule says already.
+		key, items = "prefixItems", pre
+	}
+	if items.kind == 'b' && !items.b {
+		return c.addRule(hint, `"[" space "]" space`)
 	}
 	if items.kind == 'a' {
 		var b strings.Builder

@@ -183,6 +183,9 @@ func TestSchemaToGrammarShapes(t *testing.T) {
 		// Patterns: \d, a quote and a backslash as JSON writes them, (?:...).
 		{`{"type":"string","pattern":"^\\d{3}\"\\\\(?:x|y)$"}`, []string{`[0-9]{3} "\\\"\\\\" ("x" | "y")`}},
 		{`{"type":"string","pattern":"^[^a]$"}`, []string{`"\\\""`, `"\\\\"`, `"\\n"`}},
+		// A draft 2020-12 tuple, closed by "items": false.
+		{`{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":false}`, []string{`"[" space integer "," space string "]" space`}},
+		{`{"type":"array","items":false}`, []string{`"[" space "]" space`}},
 		// An empty schema is any value.
 		{`{"type":"object","properties":{"x":{}}}`, []string{`x-kv ::= "\"x\"" space ":" space value`}},
 	}
