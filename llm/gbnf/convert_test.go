@@ -242,3 +242,28 @@ func BenchmarkSchemaToGrammar500(b *testing.B) {
 		}
 	}
 }
+
+// FuzzSchemaToGrammar: any input either converts to a grammar that passes
+// Check or is refused with an *Error; nothing panics.
+func FuzzSchemaToGrammar(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]+(?:-\\d{2,4})?$"},"b":{"$ref":"#/$defs/b"}},"required":["a"],"$defs":{"b":{"anyOf":[{"type":"integer","minimum":-5,"maximum":70},{"type":"null"}]}}}`,
+		`{"type":"array","prefixItems":[{"enum":["x",1,null]},{"const":{"k":[1,2]}}],"items":false}`,
+		`{"allOf":[{"properties":{"a":{"type":"boolean"}},"required":["a"]},{"anyOf":[{"properties":{"b":{"type":"string","format":"date"}}}]}]}`,
+		`{"type":["string","null"],"minLength":1,"maxLength":3}`,
+		`{"type":"object","additionalProperties":{"type":"number"},"properties":{"é\"\\":{"type":"string"}}}`,
+		`{"type":"string","pattern":"^[^\"\\\\]*\\.(x|[A-F0-9]{2})?$"}`,
+		`{"type":"integer","exclusiveMinimum":-1000000,"maximum":999999999}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		g, err := gbnf.SchemaToGrammar([]byte(s), gbnf.Limits{})
+		if err != nil {
+			return
+		}
+		if err := gbnf.Check(g, gbnf.Limits{MaxBytes: gbnf.MaxSchemaGrammar}); err != nil {
+			t.Fatalf("%s converts to a grammar Check refuses: %v\n%s", s, err, g)
+		}
+	})
+}
