@@ -391,6 +391,39 @@ func TestSchemaGrammarMatchesLlamaCpp(t *testing.T) {
 	t.Logf("%d schemas, %d documents (%d accepted, %d refused by both); conversion: Go %v, llama.cpp %v", len(schemaCorpus()), docs, accepted, rejected, goTime, cppTime)
 }
 
+// TestSchemaGrammarMatchesLlamaCppOnChosenDocuments: documents written for
+// the corners the generator rarely reaches (names that are prefixes of
+// other names under additionalProperties, escapes, numbers at the edges of
+// integer ranges).
+func TestSchemaGrammarMatchesLlamaCppOnChosenDocuments(t *testing.T) {
+	cases := []struct {
+		schema string
+		docs   []string
+	}{
+		{`{"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"integer"},"abc":{"type":"string"}},"additionalProperties":{"type":"boolean"}}`,
+			[]string{`{"ab":true}`, `{"a":true}`, `{"abc":true}`, `{"abd":true}`, `{"b":false}`, `{"":true}`, `{"a":1,"ab":2,"x":true,"y":false}`, `{"a":1,"abcd":true}`, `{"ab":1,"a":2}`}},
+		{`{"type":"integer","minimum":-105,"maximum":2001}`,
+			[]string{`-105`, `-106`, `-100`, `-0`, `0`, `2001`, `2002`, `1999`, `999`, `0999`, `10000`}},
+		{`{"type":"integer","minimum":17}`, []string{`16`, `17`, `99`, `100`, `9`, `1000000`, `-1`}},
+		{`{"type":"integer","maximum":-17}`, []string{`-16`, `-17`, `-100`, `0`, `-9`}},
+		{`{"enum":["a\"b","c\\d","tab\t","é"]}`, []string{`"a\"b"`, `"c\\d"`, `"tab\t"`, `"é"`, `"\u00e9"`, `"ab"`}},
+		{`{"type":"object","properties":{"x":{"type":"string","minLength":2,"maxLength":3}},"required":["x"]}`,
+			[]string{`{"x":"a"}`, `{"x":"ab"}`, `{"x":"abc"}`, `{"x":"abcd"}`, `{"x":"\n\u1234"}`, `{ "x" : "ab" }`, `{"x":"ab"} `}},
+	}
+	for _, c := range cases {
+		ours, err := gbnf.SchemaToGrammar([]byte(c.schema), gbnf.Limits{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.schema, err)
+		}
+		theirs := string(llama.SchemaToGrammar([]byte(c.schema)))
+		for _, doc := range c.docs {
+			if a, b := llamaAccepts(t, ours, doc), llamaAccepts(t, theirs, doc); a != b {
+				t.Errorf("%s: document %s: ours accepts %v, llama.cpp's %v\nours:\n%s\ntheirs:\n%s", c.schema, doc, a, b, ours, theirs)
+			}
+		}
+	}
+}
+
 // isExampleMismatch: the corpus's pattern schemas list non-matching
 // examples on purpose, so their refusal by both is expected.
 func isExampleMismatch(schema, doc string) bool {

@@ -648,9 +648,6 @@ func (c *converter) notStrings(names []string) string {
 		}
 		if len(t.kids) > 0 {
 			b.WriteString(` | [^"\\\x7F\x00-\x1F` + rejects.String() + "] " + char + "*")
-			if t != root && t.end {
-				b.WriteString(" | " + char + "+")
-			}
 		}
 	}
 	walk(root)
