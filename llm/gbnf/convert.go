@@ -483,7 +483,9 @@ func (c *converter) ref(v *jnode, path string) string {
 	target := c.resolve(ref, path)
 	name := c.fresh("ref-" + ref[strings.LastIndexByte(ref, '/')+1:])
 	c.refs[ref] = name
-	body := c.visit(target, path, name+"-def", "")
+	// Errors inside the target name its place in the schema, not the
+	// first reference to it.
+	body := c.visit(target, strings.ReplaceAll(strings.TrimPrefix(ref[1:], "/"), "/", "."), name+"-def", "")
 	c.define(name, body)
 	return name
 }

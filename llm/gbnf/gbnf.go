@@ -6,6 +6,8 @@
 // nullable alternatives make every decode step cost 2^N. Check parses the
 // grammar the way llama.cpp does (same syntax, same rewriting of repetitions),
 // under size limits, and rejects those shapes with an error naming the place.
+// SchemaToGrammar converts a JSON schema to such a grammar, writing what
+// llama.cpp's converter writes but with no cap on its output, and checks it.
 package gbnf
 
 import (
