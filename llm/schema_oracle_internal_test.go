@@ -123,6 +123,27 @@ func (g *docGen) str(lo, hi int) string {
 	return b.String()
 }
 
+// dumpOrdered writes a decoded value back as compact JSON, objects in
+// their order.
+func dumpOrdered(v any) string {
+	switch x := v.(type) {
+	case *omap:
+		parts := make([]string, len(x.keys))
+		for i, k := range x.keys {
+			parts[i] = quote(k) + ":" + dumpOrdered(x.vals[k])
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = dumpOrdered(e)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
@@ -141,12 +162,10 @@ func (g *docGen) value(s *omap, depth int) string {
 		}
 	}
 	if c := s.get("const"); c != nil {
-		b, _ := json.Marshal(c)
-		return string(b)
+		return dumpOrdered(c)
 	}
 	if e, ok := s.get("enum").([]any); ok {
-		b, _ := json.Marshal(e[g.r.Intn(len(e))])
-		return string(b)
+		return dumpOrdered(e[g.r.Intn(len(e))])
 	}
 	typ := s.get("type")
 	if ts, ok := typ.([]any); ok {
@@ -342,7 +361,54 @@ func schemaCorpus() []string {
 		return `{"type":"object","properties":{` + strings.Join(props, ",") + `},"required":["n` + strconv.Itoa(d) + `_0"]}`
 	}
 	c = append(c, nest(2), nest(3), `{"type":"array","items":`+nest(2)+`,"maxItems":2}`)
+	for range 40 {
+		c = append(c, randomSchema(r, 3))
+	}
 	return c
+}
+
+// randomSchema mixes the keywords the generator and both converters know,
+// nested up to depth levels.
+func randomSchema(r *rand.Rand, depth int) string {
+	k := r.Intn(12)
+	if depth == 0 {
+		k = r.Intn(7)
+	}
+	switch k {
+	case 0:
+		return `{"type":"string"}`
+	case 1:
+		lo := r.Intn(3)
+		return fmt.Sprintf(`{"type":"string","minLength":%d,"maxLength":%d}`, lo, lo+r.Intn(4))
+	case 2:
+		lo := r.Intn(2000) - 1000
+		return fmt.Sprintf(`{"type":"integer","minimum":%d,"maximum":%d}`, lo, lo+r.Intn(5000))
+	case 3:
+		return []string{`{"type":"number"}`, `{"type":"boolean"}`, `{"type":"null"}`, `{"type":"integer"}`}[r.Intn(4)]
+	case 4:
+		return []string{`{"enum":["on","off",0,false]}`, `{"const":{"v":[1,"x"]}}`, `{"enum":[1.5,-2,"three"]}`}[r.Intn(3)]
+	case 5:
+		return []string{`{"type":["string","integer"]}`, `{"type":["boolean","null"]}`}[r.Intn(2)]
+	case 6:
+		return []string{`{"type":"string","format":"date"}`, `{"type":"string","format":"uuid"}`, `{"type":"integer","minimum":5}`}[r.Intn(3)]
+	case 7, 8:
+		n := r.Intn(5)
+		var props, req []string
+		for i := range n {
+			props = append(props, fmt.Sprintf(`"k%d":%s`, i, randomSchema(r, depth-1)))
+			if r.Intn(2) == 0 {
+				req = append(req, fmt.Sprintf(`"k%d"`, i))
+			}
+		}
+		extra := []string{``, `,"additionalProperties":false`, `,"additionalProperties":` + randomSchema(r, 0)}[r.Intn(3)]
+		return `{"type":"object","properties":{` + strings.Join(props, ",") + `},"required":[` + strings.Join(req, ",") + `]` + extra + `}`
+	case 9:
+		lo := r.Intn(3)
+		return fmt.Sprintf(`{"type":"array","items":%s,"minItems":%d,"maxItems":%d}`, randomSchema(r, depth-1), lo, lo+r.Intn(3))
+	case 10:
+		return `{"anyOf":[` + randomSchema(r, depth-1) + `,` + randomSchema(r, depth-1) + `]}`
+	}
+	return `{"type":"array","prefixItems":[` + randomSchema(r, depth-1) + `,` + randomSchema(r, depth-1) + `]}`
 }
 
 // TestSchemaGrammarMatchesLlamaCpp converts each schema of the corpus with

@@ -150,6 +150,7 @@ func TestSchemaToGrammarRefuses(t *testing.T) {
 		{`{"$ref":"https://example.com/s.json"}`, "$ref: \"https://example.com/s.json\" is not supported"},
 		{`{"$ref":"#/$defs/missing"}`, "does not resolve"},
 		{`{"$ref":"#"}`, "left-recursive"},
+		{`{"type":"object","properties":{"a":{"type":"string"},"a":{"type":"integer"}}}`, `properties: has the property "a" twice`},
 		{`{"$defs":{"a":{"type":"object","properties":{"b":{"type":"strin"}}}},"type":"object","properties":{"x":{"$ref":"#/$defs/a"}}}`, `$defs.a.properties.b.type: unknown type "strin"`},
 		{`{"type":"uuid"}`, `type: unknown type "uuid"`},
 		{`{"enum":[]}`, "enum: must be a non-empty array"},

@@ -27,7 +27,12 @@ func (c *converter) object(n *jnode, path, hint string) string {
 		if p.kind != 'o' {
 			c.fail(join(path, "properties"), "must be an object")
 		}
+		seen := make(map[string]bool, len(p.keys))
 		for i, k := range p.keys {
+			if seen[k] {
+				c.fail(join(path, "properties"), "has the property %q twice", k)
+			}
+			seen[k] = true
 			props = append(props, objProp{k, p.lones[i], p.vals[i], ""})
 		}
 	}
