@@ -13,12 +13,17 @@ import (
 const (
 	MaxStopStrings = 16       // stop strings per request
 	MaxStopLen     = 256      // bytes per stop string
-	MaxGrammarLen  = 64 << 10 // bytes of GBNF grammar or JSON schema
-	MaxTemperature = 10.0     // higher is noise
-	MaxPenalty     = 10.0     // repetition penalty upper bound (1 = off)
-	MaxAbsPenalty  = 10.0     // presence/frequency penalties live in [-MaxAbsPenalty, MaxAbsPenalty]
-	MaxRepeatLastN = 1 << 16  // tokens in the repetition window
-	MaxTopK        = 1 << 20  // larger than any vocabulary
+	MaxGrammarLen  = 64 << 10 // bytes of GBNF grammar
+	// MaxSchemaLen bounds a JSON schema in bytes. It is larger than
+	// MaxGrammarLen because descriptions and titles, which never reach the
+	// grammar, make up much of a real extraction schema; gbnf's
+	// MaxSchema* limits bound what does.
+	MaxSchemaLen   = 256 << 10
+	MaxTemperature = 10.0    // higher is noise
+	MaxPenalty     = 10.0    // repetition penalty upper bound (1 = off)
+	MaxAbsPenalty  = 10.0    // presence/frequency penalties live in [-MaxAbsPenalty, MaxAbsPenalty]
+	MaxRepeatLastN = 1 << 16 // tokens in the repetition window
+	MaxTopK        = 1 << 20 // larger than any vocabulary
 	// MaxGrammarDepth bounds the nesting of parentheses in a GBNF grammar.
 	// llama.cpp parses groups recursively on the C stack: around 20,000
 	// levels (well within MaxGrammarLen) overflow it and kill the process.
@@ -140,8 +145,8 @@ func (p Params) Validate(maxTokens int) error {
 	if len(p.Grammar) > MaxGrammarLen {
 		return FieldErrorf("grammar", "must be at most %d bytes", MaxGrammarLen)
 	}
-	if len(p.JSONSchema) > MaxGrammarLen {
-		return FieldErrorf("json_schema", "must be at most %d bytes", MaxGrammarLen)
+	if len(p.JSONSchema) > MaxSchemaLen {
+		return FieldErrorf("json_schema", "must be at most %d bytes", MaxSchemaLen)
 	}
 	if p.Grammar != "" {
 		if err := gbnf.Check(p.Grammar, grammarLimits()); err != nil {
@@ -156,6 +161,11 @@ func (p Params) Validate(maxTokens int) error {
 	}
 	if len(p.JSONSchema) > 0 {
 		if err := gbnf.CheckSchema(p.JSONSchema, grammarLimits()); err != nil {
+			return FieldErrorf("json_schema", "%v", err)
+		}
+		// Converted here, at the edge, so that a schema over a limit is
+		// refused before it is queued; the engine converts it again.
+		if _, err := gbnf.SchemaToGrammar(p.JSONSchema, grammarLimits()); err != nil {
 			return FieldErrorf("json_schema", "%v", err)
 		}
 	}

@@ -55,3 +55,39 @@ func TestValidateNesting(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateSchemaLimits: a schema is converted at the edge, so one over
+// a limit of the converter is refused by Validate, naming json_schema; a
+// large schema whose descriptions take it past the grammar's 64 KiB is fine.
+func TestValidateSchemaLimits(t *testing.T) {
+	props := func(n int, desc string) json.RawMessage {
+		var ps []string
+		for i := range n {
+			ps = append(ps, `"field_`+strings.Repeat("x", i%7)+string(rune('a'+i%26))+strings.Repeat("y", i/26)+`":{"type":"string","description":"`+desc+`"}`)
+		}
+		return json.RawMessage(`{"type":"object","properties":{` + strings.Join(ps, ",") + `}}`)
+	}
+	cases := []struct {
+		name   string
+		schema json.RawMessage
+		want   string // "" = valid
+	}{
+		{"500 properties with descriptions, 100+ KiB", props(500, strings.Repeat("d", 200)), ""},
+		{"1001 properties", props(1001, ""), "at most 1000"},
+		{"over MaxSchemaLen", props(600, strings.Repeat("d", parley.MaxSchemaLen/600)), "at most 262144 bytes"},
+		{"lone surrogate in an enum", json.RawMessage(`{"enum":["\udfff"]}`), "lone UTF-16 surrogate"},
+		{"unsupported $ref", json.RawMessage(`{"$ref":"other.json#/x"}`), "$ref"},
+	}
+	for _, c := range cases {
+		p := parley.DefaultParams()
+		p.JSONSchema = c.schema
+		err := p.Validate(0)
+		var pe *parley.Error
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s (%d bytes): %v", c.name, len(c.schema), err)
+		case c.want != "" && (!errors.As(err, &pe) || pe.Field != "json_schema" || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: err = %v, want a json_schema error with %q", c.name, err, c.want)
+		}
+	}
+}

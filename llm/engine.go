@@ -526,14 +526,11 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 func (e *Engine) newSampler(p parley.Params, client string) (*llama.SamplingContext, *grammarSampler, error) {
 	grammar, field := p.Grammar, "grammar" // field: what the client sent, for errors
 	if len(p.JSONSchema) > 0 {
-		g := llama.SchemaToGrammar(p.JSONSchema)
-		if g == nil {
-			return nil, nil, parley.FieldErrorf("json_schema", "could not be converted to a grammar (unsupported or invalid schema)")
+		g, err := gbnf.SchemaToGrammar(p.JSONSchema, gbnf.Limits{})
+		if err != nil {
+			return nil, nil, parley.FieldErrorf("json_schema", "%v", err)
 		}
-		if err := gbnf.Check(string(g), gbnf.Limits{}); err != nil {
-			return nil, nil, parley.FieldErrorf("json_schema", "converts to a grammar that is refused: %v", err)
-		}
-		grammar, field = string(g), "json_schema"
+		grammar, field = g, "json_schema"
 	}
 	seed := uint32(math.MaxUint32) // llama.cpp: random
 	if p.Seed >= 0 {

@@ -8,6 +8,8 @@
 // live.go). Check parses the grammar the way llama.cpp does (same syntax,
 // same rewriting of repetitions), under size limits, and rejects those shapes
 // with an error naming the place or the cause.
+// SchemaToGrammar converts a JSON schema to such a grammar, writing what
+// llama.cpp's converter writes but with no cap on its output, and checks it.
 package gbnf
 
 import (
@@ -314,6 +316,14 @@ func (p *parser) char(i int) (uint32, int) {
 			v, err := strconv.ParseUint(p.src[i+2:i+2+n], 16, 32)
 			if err != nil {
 				p.fail(i, "expected %d hex digits", n)
+			}
+			// A surrogate is no character: the model would emit its
+			// three UTF-8-shaped bytes, which are not valid UTF-8.
+			if v >= 0xD800 && v <= 0xDFFF {
+				p.fail(i, "escape %s is a lone UTF-16 surrogate, not a character", p.src[i:i+2+n])
+			}
+			if v > utf8.MaxRune {
+				p.fail(i, "escape %s is beyond U+10FFFF", p.src[i:i+2+n])
 			}
 			return uint32(v), i + 2 + n
 		}

@@ -244,8 +244,8 @@ func checkPattern(p string, lim Limits) error {
 			}
 			item = true
 		case '(':
-			if i+1 < len(s) && s[i+1] == '?' {
-				return fmt.Errorf("uses (?...) (lookaround or flags), which is not supported")
+			if i+1 < len(s) && s[i+1] == '?' && (i+2 >= len(s) || s[i+2] != ':') {
+				return fmt.Errorf("uses (?...) other than (?:...) (lookaround or flags), which is not supported")
 			}
 			depth++
 			if depth > lim.MaxDepth {
