@@ -472,7 +472,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 func (e *Engine) newSampler(p parley.Params) (*llama.SamplingContext, *llama.Grammar, error) {
 	grammar, field := p.Grammar, "grammar" // field: what the client sent, for errors
 	if len(p.JSONSchema) > 0 {
-		g := llama.SchemaToGrammar(p.JSONSchema)
+		g := llama.SchemaToGrammar(gbnf.StripUnbounded(p.JSONSchema))
 		if g == nil {
 			return nil, nil, parley.FieldErrorf("json_schema", "could not be converted to a grammar (unsupported or invalid schema)")
 		}

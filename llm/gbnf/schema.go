@@ -9,7 +9,8 @@ import (
 )
 
 // maxSchemaInt bounds integer bounds in a schema: llama.cpp reads them as
-// int64 and builds digit-by-digit rules for at most 16 decimals.
+// int64 and builds digit-by-digit rules for at most 16 decimals. Bounds at
+// or beyond ±(2^53-1) mean no bound (Unbounded) and are not checked.
 const maxSchemaInt = 1e15
 
 // maxPatternLen bounds a schema's regular expression.
@@ -160,11 +161,11 @@ func checkObject(o map[string]any, path string, lim Limits) error {
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
+		if !ok || Unbounded(f) {
+			continue // "no bound", as schema generators write it
 		}
 		if hasType(o, "integer") && math.Abs(f) > maxSchemaInt {
-			return schemaErr(path, "%s of an integer must be within ±%g", k, float64(maxSchemaInt))
+			return schemaErr(path, "%s of an integer must be within ±%g (or beyond ±(2^53-1) for no bound)", k, float64(maxSchemaInt))
 		}
 		switch k {
 		case "minimum":
