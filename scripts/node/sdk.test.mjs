@@ -155,7 +155,7 @@ describe('AI SDK and LangChain', { timeout: 180_000 }, () => {
       });
 
       test('withStructuredOutput from a zod schema', async () => {
-        const structured = chat({ maxTokens: 400 }).withStructuredOutput(person, { name: 'person', method: 'jsonSchema' });
+        const structured = chat({ maxTokens: 400 }).withStructuredOutput(person, { name: 'person' });
         checkPerson(await structured.invoke('Describe a person.'));
       });
 
