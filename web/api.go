@@ -394,14 +394,3 @@ func (w *streamWriter) write(b []byte) error {
 	}
 	return nil
 }
-
-// errorType is TGI's name for the kind of an error (its ErrorResponse.error_type).
-func errorType(err error) string {
-	switch parley.ErrorCode(err) {
-	case parley.EInvalid, parley.ETooLarge:
-		return "validation"
-	case parley.EBusy, parley.ERateLimited, parley.EUnavailable:
-		return "overloaded"
-	}
-	return "generation"
-}

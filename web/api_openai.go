@@ -143,15 +143,6 @@ type chatChunk struct {
 	Timings           *timingsJSON    `json:"timings,omitempty"`
 }
 
-type openAIErrorEvent struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Code    string  `json:"code"`
-		Param   *string `json:"param"`
-	} `json:"error"`
-}
-
 // openAIFinish maps a finish reason to OpenAI's; "" for the ones reported as errors.
 func openAIFinish(f parley.FinishReason) string {
 	switch f {
@@ -174,6 +165,7 @@ type chatCall struct {
 	includeUsage bool
 	logprobs     bool
 	topLogprobs  int
+	renameSent   func(error) error // names the field the client sent in an error from the engine
 }
 
 // parseRole maps an OpenAI message role to Parley's ("developer" is the
@@ -229,6 +221,18 @@ func parseContent(raw json.RawMessage, field string, partTypes ...string) (strin
 	return b.String(), nil
 }
 
+// checkNotEmpty refuses a message with no text (an empty string, no parts,
+// or parts of empty text) from anyone but the assistant, on every API, as
+// an empty prompt is refused: a request must not generate from nothing.
+// An empty assistant message is history (a reply that ended at once), and
+// clients resend it.
+func checkNotEmpty(role parley.Role, content, field string) error {
+	if content == "" && role != parley.RoleAssistant {
+		return parley.FieldErrorf(field, "must not be empty")
+	}
+	return nil
+}
+
 func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	body, err := readBody(c)
 	if err != nil {
@@ -250,6 +254,9 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 		}
 		content, err := parseContent(m.Content, field+".content")
 		if err != nil {
+			return nil, err
+		}
+		if err := checkNotEmpty(role, content, field+".content"); err != nil {
 			return nil, err
 		}
 		call.msgs = append(call.msgs, parley.Message{Role: role, Content: content})
@@ -280,11 +287,13 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 		case "", "text":
 		case "json_object":
 			req.paramsPatch.JSONSchema = json.RawMessage(`{"type":"object"}`)
+			req.paramsPatch.schemaField = "response_format"
 		case "json_schema":
 			if rf.JSONSchema == nil || !isSet(rf.JSONSchema.Schema) {
 				return nil, parley.FieldErrorf("response_format.json_schema.schema", "is required")
 			}
 			req.paramsPatch.JSONSchema = rf.JSONSchema.Schema
+			req.paramsPatch.schemaField = "response_format.json_schema.schema"
 		default:
 			return nil, parley.FieldErrorf("response_format.type", "must be text, json_object or json_schema, got %q", rf.Type)
 		}
@@ -296,6 +305,7 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	resolveSeed(&p)
 	p.SkipLogprobs = !req.Logprobs
 	call.params = p
+	call.renameSent = req.paramsPatch.renameSent
 	return call, nil
 }
 
@@ -354,14 +364,14 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 	}
 	call, err := s.startChat(c, route, conversationKey(cc.msgs), cc.msgs, cc.params)
 	if err != nil {
-		return err
+		return cc.renameSent(err)
 	}
 	call.topLogprobs = cc.topLogprobs
 	id, created, model := completionID(), time.Now().Unix(), s.modelName()
 	if !cc.stream {
 		toks, ev := call.collect()
 		if rerr := replyError(ev); rerr != nil {
-			return rerr
+			return cc.renameSent(rerr)
 		}
 		choice := chatChoice{
 			Message:      chatMessageOut{Role: "assistant", Content: call.rep.Text()},
@@ -473,9 +483,7 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 				}
 			}
 			if rerr := replyError(ev); rerr != nil {
-				var e openAIErrorEvent
-				e.Error.Message, e.Error.Type, e.Error.Code = parley.ErrorMessage(rerr), "server_error", parley.ErrorCode(rerr)
-				return send(e)
+				return send(openAIErrorBody{newOpenAIError(rerr)})
 			}
 			if err := send(ch.final(openAIFinish(ev.Finish), pendingLP, newTimings(ev.Timings, ev.Usage.CompletionTokens))); err != nil {
 				return err

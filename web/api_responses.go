@@ -100,6 +100,19 @@ type responsesRequest struct {
 	MaxOutputTokens    *int              `json:"max_output_tokens"`
 	Metadata           map[string]string `json:"metadata"`
 	Tools              json.RawMessage   `json:"tools"`
+	Text               *responseText     `json:"text"`
+}
+
+// responseText is the request's (and the response's) text configuration:
+// its format is text, json_object, or json_schema with the schema that
+// constrains the reply (structured output).
+type responseText struct {
+	Format *struct {
+		Type   string          `json:"type"`
+		Name   string          `json:"name,omitempty"`
+		Schema json.RawMessage `json:"schema,omitempty"`
+		Strict *bool           `json:"strict,omitempty"`
+	} `json:"format"`
 }
 
 // inputItem is one item of an input array or of a conversation.
@@ -116,6 +129,9 @@ type parsedResponse struct {
 	stream bool
 	conv   string // the conversation id as given, "" without one
 	meta   map[string]string
+	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
+	// renameSent names the field the client sent in an error from the engine.
+	renameSent func(error) error
 }
 
 func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
@@ -152,6 +168,26 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	if req.MaxOutputTokens != nil {
 		req.paramsPatch.MaxTokens = req.MaxOutputTokens
 	}
+	var textConfig json.RawMessage
+	if req.Text != nil && req.Text.Format != nil {
+		switch f := req.Text.Format; f.Type {
+		case "", "text":
+		case "json_object":
+			req.paramsPatch.JSONSchema = json.RawMessage(`{"type":"object"}`)
+			req.paramsPatch.schemaField = "text.format"
+		case "json_schema":
+			if !isSet(f.Schema) {
+				return nil, parley.FieldErrorf("text.format.schema", "is required")
+			}
+			req.paramsPatch.JSONSchema = f.Schema
+			req.paramsPatch.schemaField = "text.format.schema"
+		default:
+			return nil, parley.FieldErrorf("text.format.type", "must be text, json_object or json_schema, got %q", f.Type)
+		}
+		if textConfig, err = json.Marshal(req.Text); err != nil {
+			return nil, fmt.Errorf("encode text: %w", err)
+		}
+	}
 	p, err := s.resolveParams(&req.paramsPatch)
 	if err != nil {
 		if req.MaxOutputTokens != nil {
@@ -160,7 +196,8 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 		return nil, err
 	}
 	resolveSeed(&p)
-	out := &parsedResponse{typ: req.Type, stream: req.Stream, meta: req.Metadata,
+	out := &parsedResponse{typ: req.Type, stream: req.Stream, meta: req.Metadata, text: textConfig,
+		renameSent: req.paramsPatch.renameSent,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
 	if req.PreviousResponseID != nil {
@@ -251,6 +288,9 @@ func parseItem(it inputItem, field string) (parley.Message, error) {
 	if err != nil {
 		return parley.Message{}, err
 	}
+	if err := checkNotEmpty(role, text, field+".content"); err != nil {
+		return parley.Message{}, err
+	}
 	return parley.Message{Role: role, Content: text}, nil
 }
 
@@ -268,10 +308,24 @@ func checkMetadata(m map[string]string) error {
 
 // Wire shapes.
 
+// outputText is a content part: input_text {type, text}, or output_text,
+// which always carries annotations and logprobs (empty arrays: Parley makes
+// neither) since OpenAI's schema requires them and strict clients (the AI
+// SDK) refuse a part without them.
 type outputText struct {
-	Type        string   `json:"type"` // output_text or input_text
-	Text        string   `json:"text"`
-	Annotations []string `json:"annotations,omitempty"`
+	Type        string          `json:"type"` // output_text or input_text
+	Text        string          `json:"text"`
+	Annotations json.RawMessage `json:"annotations,omitempty"` // "[]" on output_text, absent on input_text
+	Logprobs    json.RawMessage `json:"logprobs,omitempty"`    // the same
+}
+
+// newPart is a content part of type typ holding text.
+func newPart(typ, text string) outputText {
+	p := outputText{Type: typ, Text: text}
+	if typ == "output_text" {
+		p.Annotations, p.Logprobs = json.RawMessage("[]"), json.RawMessage("[]")
+	}
+	return p
 }
 
 type messageItem struct {
@@ -296,7 +350,8 @@ type responsesUsage struct {
 
 type responseObject struct {
 	ID                 string            `json:"id"`
-	Object             string            `json:"object"` // "response"
+	Object             string            `json:"object"`          // "response"
+	AccessPrograms     *struct{}         `json:"access_programs"` // always null; OpenAI's schema requires the key
 	CreatedAt          int64             `json:"created_at"`
 	Status             string            `json:"status"`
 	Error              *responseError    `json:"error"`
@@ -374,11 +429,7 @@ func newMessageItem(id string, m parley.Message) messageItem {
 	if m.Role == parley.RoleAssistant {
 		typ = "output_text"
 	}
-	part := outputText{Type: typ, Text: m.Content}
-	if typ == "output_text" {
-		part.Annotations = []string{}
-	}
-	return messageItem{Type: "message", ID: id, Status: "completed", Role: role, Content: []outputText{part}}
+	return messageItem{Type: "message", ID: id, Status: "completed", Role: role, Content: []outputText{newPart(typ, m.Content)}}
 }
 
 func convID(sid string) string { return session.ConversationPrefix + sid }
@@ -428,7 +479,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	defer cancel()
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {
-		return err
+		return pr.renameSent(err)
 	}
 	if !pr.stream {
 		meter := s.meterReply(s.requestCancelCause)
@@ -437,7 +488,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 			if ev.Done {
 				replyLog(s.log.With(zap.String("route", "responses")), ev)
 				if ev.Finish == parley.FinishError {
-					return errOr(ev.Err)
+					return pr.renameSent(errOr(ev.Err))
 				}
 			}
 		}
@@ -460,6 +511,9 @@ func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *r
 	}
 	if pr.meta != nil {
 		o.Metadata = pr.meta
+	}
+	if pr.text != nil {
+		o.Text = pr.text
 	}
 	setUsage(o, rec)
 	return o
@@ -533,9 +587,12 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 	if pr.meta != nil {
 		initial.Metadata = pr.meta
 	}
+	if pr.text != nil {
+		initial.Text = pr.text
+	}
 	item := s.outputItem(resp, session.StatusCompleted, "")
 	item.Status, item.Content = "in_progress", []outputText{}
-	part := outputText{Type: "output_text", Text: "", Annotations: []string{}}
+	part := newPart("output_text", "")
 	loc := func(m map[string]any) map[string]any {
 		m["item_id"], m["output_index"], m["content_index"] = item.ID, 0, 0
 		return m
@@ -569,11 +626,12 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		}
 	}
 	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && ctx.Err() == nil) {
-		err := replyError(final)
+		err := pr.renameSent(replyError(final))
 		failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored)
 		failed.Status = session.StatusFailed
-		failed.Error = &responseError{Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err)}
-		if e := send("error", map[string]any{"code": parley.ErrorCode(err), "message": parley.ErrorMessage(err), "param": nil}); e != nil {
+		failed.Error = &responseError{Code: responseErrorCode(err), Message: parley.ErrorMessage(err)}
+		oe := newOpenAIError(err)
+		if e := send("error", map[string]any{"code": oe.Code, "message": oe.Message, "param": oe.Param}); e != nil {
 			return e
 		}
 		return send("response.failed", map[string]any{"response": failed})

@@ -345,6 +345,14 @@ func TestResponsesHostileInput(t *testing.T) {
 		{"no input", map[string]any{}, http.StatusBadRequest, "input"},
 		{"input number", map[string]any{"input": 5}, http.StatusBadRequest, "input"},
 		{"empty input", map[string]any{"input": ""}, http.StatusBadRequest, "input"},
+		{"content no parts", map[string]any{"input": []map[string]any{{"role": "user", "content": []any{}}}}, http.StatusBadRequest, "input[0].content"},
+		{"content empty string", map[string]any{"input": []map[string]any{{"role": "user", "content": ""}}}, http.StatusBadRequest, "input[0].content"},
+		{"content an empty part", map[string]any{"input": []map[string]any{{"role": "developer", "content": []map[string]any{{"type": "input_text", "text": ""}}}, {"role": "user", "content": "hi"}}}, http.StatusBadRequest, "input[0].content"},
+		{"max_completion_tokens -1", map[string]any{"input": "hi", "max_completion_tokens": -1}, http.StatusBadRequest, "max_completion_tokens"},
+		{"text.format unknown", map[string]any{"input": "hi", "text": map[string]any{"format": map[string]any{"type": "yaml"}}}, http.StatusBadRequest, "text.format.type"},
+		{"text.format without schema", map[string]any{"input": "hi", "text": map[string]any{"format": map[string]any{"type": "json_schema", "name": "x"}}}, http.StatusBadRequest, "text.format.schema"},
+		{"text.format huge integer range", map[string]any{"input": "hi", "text": map[string]any{"format": map[string]any{"type": "json_schema", "name": "x",
+			"schema": map[string]any{"type": "integer", "minimum": -5e15}}}}, http.StatusBadRequest, "text.format.schema"},
 		{"ends with assistant", map[string]any{"input": []map[string]any{{"role": "assistant", "content": "x"}}}, http.StatusBadRequest, "input"},
 		{"bad role", map[string]any{"input": []map[string]any{{"role": "tool", "content": "x"}}}, http.StatusBadRequest, "input[0].role"},
 		{"image part", map[string]any{"input": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "input_image", "image_url": "x"}}}}}, http.StatusBadRequest, "input[0].content[0]"},
@@ -378,6 +386,7 @@ func TestResponsesHostileInput(t *testing.T) {
 	conv := s.base + "/v1/conversations"
 	wantFieldError(t, post(t, conv, `{"items": "hi"}`), http.StatusBadRequest, "items")
 	wantFieldError(t, post(t, conv, `{"items": [{"role": "user"}]}`), http.StatusBadRequest, "items[0].content")
+	wantFieldError(t, post(t, conv, `{"items": [{"role": "user", "content": []}]}`), http.StatusBadRequest, "items[0].content")
 	wantFieldError(t, post(t, conv, `{"metadata": {"k": 5}}`), http.StatusBadRequest, "metadata")
 	wantFieldError(t, post(t, conv, `[1,2]`), http.StatusBadRequest, "")
 	var c convObject

@@ -3,7 +3,6 @@ package web
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,7 +153,7 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	}
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {
-		return refuse(err)
+		return refuse(pr.renameSent(err))
 	}
 	err = s.streamResponse(ctx, cancel, resp, pr, func(_ string, b []byte) error { return write(b) })
 	if l := resp.Local(); l != nil {
@@ -164,15 +163,10 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 }
 
 func wsErrorEvent(err error) []byte {
-	var field any
-	var pe *parley.Error
-	if errors.As(err, &pe) && pe.Field != "" {
-		field = pe.Field
-	}
-	b, _ := json.Marshal(map[string]any{
-		"type":   "error",
-		"status": ErrorStatus(err),
-		"error":  map[string]any{"code": parley.ErrorCode(err), "message": parley.ErrorMessage(err), "param": field},
-	})
+	b, _ := json.Marshal(struct {
+		Type   string      `json:"type"`
+		Status int         `json:"status"`
+		Error  openAIError `json:"error"`
+	}{"error", ErrorStatus(err), newOpenAIError(err)})
 	return b
 }

@@ -173,7 +173,7 @@ func TestOpenAILargeSchemas(t *testing.T) {
 		"lone surrogate":  {json.RawMessage(`{"enum":["ok","\ud800"]}`), "enum[1]"},
 	} {
 		t0 := time.Now()
-		e := wantFieldError(t, ask(c.schema, 10), http.StatusBadRequest, "json_schema")
+		e := wantFieldError(t, ask(c.schema, 10), http.StatusBadRequest, "response_format.json_schema.schema")
 		d := time.Since(t0)
 		if !strings.Contains(e.Error.Message, c.want) || d > 500*time.Millisecond {
 			t.Errorf("%s: refused in %v with %q, want %q within 0.5 s", name, d, e.Error.Message, c.want)

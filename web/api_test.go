@@ -58,22 +58,72 @@ func decodeBody(tb testing.TB, res *http.Response, want int, v any) {
 	}
 }
 
-// errorBody is the JSON error every endpoint returns before streaming.
+// errorBody is the JSON error an endpoint returns before streaming, in any
+// of the three shapes: Parley's {"error": {code, message, field}}, OpenAI's
+// {"error": {message, type, param, code}} (param read into Field) and TGI's
+// {"error": "...", "error_type": "..."} (read into Message and Type).
 type errorBody struct {
 	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 		Field   string `json:"field"`
+		Type    string `json:"type"`
 	} `json:"error"`
+	shape string // "parley", "openai" or "tgi"
 }
 
-// wantFieldError checks a 400 (or want) whose error names field.
+func (e *errorBody) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Error     json.RawMessage `json:"error"`
+		ErrorType *string         `json:"error_type"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if raw.ErrorType != nil {
+		e.shape, e.Error.Type = "tgi", *raw.ErrorType
+		return json.Unmarshal(raw.Error, &e.Error.Message)
+	}
+	var obj struct {
+		Code    *string `json:"code"`
+		Message string  `json:"message"`
+		Field   string  `json:"field"`
+		Param   *string `json:"param"`
+		Type    *string `json:"type"`
+	}
+	if err := json.Unmarshal(raw.Error, &obj); err != nil {
+		return err
+	}
+	e.shape = "parley"
+	if obj.Type != nil {
+		e.shape, e.Error.Type = "openai", *obj.Type
+		if obj.Param != nil {
+			e.Error.Field = *obj.Param
+		}
+	} else {
+		e.Error.Field = obj.Field
+	}
+	if obj.Code != nil {
+		e.Error.Code = *obj.Code
+	}
+	e.Error.Message = obj.Message
+	return nil
+}
+
+// wantFieldError checks a 400 (or want) whose error names field (TGI's
+// errors have no field of their own: their message names it).
 func wantFieldError(tb testing.TB, res *http.Response, want int, field string) errorBody {
 	tb.Helper()
 	var e errorBody
 	decodeBody(tb, res, want, &e)
 	if e.Error.Message == "" {
 		tb.Fatalf("error without a message: %+v", e)
+	}
+	if e.shape == "tgi" {
+		if field != "" && !strings.Contains(e.Error.Message, field) {
+			tb.Fatalf("error message %q does not name %q", e.Error.Message, field)
+		}
+		return e
 	}
 	if field != "" && (e.Error.Field != field || !strings.Contains(e.Error.Message, field)) {
 		tb.Fatalf("error names field %q (message %q), want %q", e.Error.Field, e.Error.Message, field)
@@ -193,7 +243,7 @@ func TestAPIPromptTokenCap(t *testing.T) {
 		{"/v1/chat/completions", map[string]any{"messages": userMsgs(long)}},
 	} {
 		e := wantFieldError(t, post(t, s.base+c.path, c.body), http.StatusRequestEntityTooLarge, "")
-		if e.Error.Code != "too_large" {
+		if e.Error.Code != "too_large" && !(e.shape == "tgi" && e.Error.Type == "validation") {
 			t.Fatalf("%s: %+v", c.path, e)
 		}
 	}

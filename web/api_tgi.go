@@ -83,6 +83,7 @@ var endMarker = tgiToken{ID: 0, Text: "", Logprob: 0, Special: true}
 type tgiStreamDetails struct {
 	FinishReason    string `json:"finish_reason"`
 	GeneratedTokens int    `json:"generated_tokens"`
+	InputLength     int    `json:"input_length"` // prompt tokens
 	Seed            *int64 `json:"seed"`
 }
 
@@ -108,11 +109,6 @@ type tgiDetails struct {
 type tgiResponse struct {
 	GeneratedText string      `json:"generated_text"`
 	Details       *tgiDetails `json:"details,omitempty"`
-}
-
-type tgiError struct {
-	Error     string `json:"error"`
-	ErrorType string `json:"error_type"`
 }
 
 // tgiFinish is TGI's name for a finish reason; "" for the ones TGI reports as errors.
@@ -400,7 +396,7 @@ func (s *Server) tgiStream(c echo.Context, route string, tc *tgiCall) error {
 						return err
 					}
 				}
-				return send(tgiError{Error: parley.ErrorMessage(rerr), ErrorType: errorType(rerr)})
+				return send(newTGIError(rerr))
 			}
 			text := call.rep.Text()
 			if tc.fullText {
@@ -414,6 +410,7 @@ func (s *Server) tgiStream(c echo.Context, route string, tc *tgiCall) error {
 				Details: &tgiStreamDetails{
 					FinishReason:    tgiFinish(ev.Finish),
 					GeneratedTokens: ev.Usage.CompletionTokens,
+					InputLength:     ev.Usage.PromptTokens,
 					Seed:            tc.seed(),
 				},
 				Usage:   &usage,

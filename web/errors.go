@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
@@ -14,18 +15,20 @@ import (
 
 // errorMapping is the one table from error codes to what each wire shows.
 var errorMapping = map[string]struct {
-	status    int // HTTP status
-	closeCode int // WebSocket close code when the error ends a connection
+	status     int    // HTTP status
+	closeCode  int    // WebSocket close code when the error ends a connection
+	openAIType string // OpenAI's error "type" (its client libraries pick their exception class by the status)
+	tgiType    string // TGI's ErrorResponse.error_type
 }{
-	parley.EInvalid:      {http.StatusBadRequest, websocket.ClosePolicyViolation},
-	parley.ETooLarge:     {http.StatusRequestEntityTooLarge, websocket.CloseMessageTooBig},
-	parley.EBusy:         {http.StatusServiceUnavailable, websocket.CloseTryAgainLater},
-	parley.ERateLimited:  {http.StatusTooManyRequests, websocket.ClosePolicyViolation},
-	parley.ENotFound:     {http.StatusNotFound, websocket.ClosePolicyViolation},
-	parley.EUnauthorized: {http.StatusUnauthorized, websocket.ClosePolicyViolation},
-	parley.EForbidden:    {http.StatusForbidden, websocket.ClosePolicyViolation},
-	parley.EUnavailable:  {http.StatusServiceUnavailable, websocket.CloseGoingAway},
-	parley.EInternal:     {http.StatusInternalServerError, websocket.CloseInternalServerErr},
+	parley.EInvalid:      {http.StatusBadRequest, websocket.ClosePolicyViolation, "invalid_request_error", "validation"},
+	parley.ETooLarge:     {http.StatusRequestEntityTooLarge, websocket.CloseMessageTooBig, "invalid_request_error", "validation"},
+	parley.EBusy:         {http.StatusServiceUnavailable, websocket.CloseTryAgainLater, "server_error", "overloaded"},
+	parley.ERateLimited:  {http.StatusTooManyRequests, websocket.ClosePolicyViolation, "rate_limit_error", "overloaded"},
+	parley.ENotFound:     {http.StatusNotFound, websocket.ClosePolicyViolation, "invalid_request_error", "validation"},
+	parley.EUnauthorized: {http.StatusUnauthorized, websocket.ClosePolicyViolation, "authentication_error", "validation"},
+	parley.EForbidden:    {http.StatusForbidden, websocket.ClosePolicyViolation, "permission_error", "validation"},
+	parley.EUnavailable:  {http.StatusServiceUnavailable, websocket.CloseGoingAway, "server_error", "overloaded"},
+	parley.EInternal:     {http.StatusInternalServerError, websocket.CloseInternalServerErr, "server_error", "generation"},
 }
 
 // ErrorStatus returns the HTTP status for err's code.
@@ -55,7 +58,9 @@ func statusCode(status int) string {
 	return parley.EInternal
 }
 
-// ErrorBody is the JSON error every HTTP endpoint returns.
+// ErrorBody is the JSON error of Parley's own endpoints (the WebSocket
+// upgrade, the plain-text and JSON-lines APIs, /info). The OpenAI and TGI
+// routes answer in their own conventions' shapes (errorShape).
 type ErrorBody struct {
 	Error struct {
 		Code    string `json:"code"`
@@ -70,10 +75,111 @@ func newErrorBody(code, msg, field string) ErrorBody {
 	return b
 }
 
-func writeHTTPError(w http.ResponseWriter, status int, code, msg string) {
+// openAIError is OpenAI's error object, {"message", "type", "param",
+// "code"}: param is the request field the client sent (null when the error
+// is not about one), code Parley's error code.
+type openAIError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// openAIErrorBody is what an OpenAI route answers with an error status.
+type openAIErrorBody struct {
+	Error openAIError `json:"error"`
+}
+
+// newOpenAIError is err in OpenAI's shape.
+func newOpenAIError(err error) openAIError {
+	code := parley.ErrorCode(err)
+	e := openAIError{Message: parley.ErrorMessage(err), Type: errorMapping[code].openAIType, Code: &code}
+	if e.Type == "" {
+		e.Type = "server_error"
+	}
+	if f := errorField(err); f != "" {
+		e.Param = &f
+	}
+	return e
+}
+
+// responseErrorCode is the code of a failed Responses object's error
+// (OpenAI's ResponseError.code names a few kinds, not HTTP-level ones).
+func responseErrorCode(err error) string {
+	switch parley.ErrorCode(err) {
+	case parley.EInvalid, parley.ETooLarge:
+		return "invalid_prompt"
+	case parley.ERateLimited:
+		return "rate_limit_exceeded"
+	}
+	return "server_error"
+}
+
+// tgiError is TGI's error (router/src/lib.rs ErrorResponse), before a
+// stream and as a stream's last event.
+type tgiError struct {
+	Error     string `json:"error"`
+	ErrorType string `json:"error_type"`
+}
+
+func newTGIError(err error) tgiError {
+	t := errorMapping[parley.ErrorCode(err)].tgiType
+	if t == "" {
+		t = "generation"
+	}
+	return tgiError{Error: parley.ErrorMessage(err), ErrorType: t}
+}
+
+// errorField is the request field err names, "" when none.
+func errorField(err error) string {
+	var pe *parley.Error
+	if errors.As(err, &pe) {
+		return pe.Field
+	}
+	return ""
+}
+
+// An errorShape is a wire convention's error body.
+type errorShape int
+
+const (
+	shapeParley errorShape = iota // {"error": {"code", "message", "field"}}
+	shapeOpenAI                   // {"error": {"message", "type", "param", "code"}}
+	shapeTGI                      // {"error": "...", "error_type": "..."}
+)
+
+// errorShapeFor is the shape of errors on r's route: OpenAI's under /v1/,
+// TGI's on TGI's and SageMaker's routes (but not /generate's JSON lines,
+// which are Parley's), Parley's everywhere else.
+func errorShapeFor(r *http.Request) errorShape {
+	switch p := r.URL.Path; {
+	case strings.HasPrefix(p, "/v1/"):
+		return shapeOpenAI
+	case p == "/generate_stream" || p == "/invocations":
+		return shapeTGI
+	case p == "/generate" && r.URL.Query().Get("format") == "":
+		return shapeTGI
+	}
+	return shapeParley
+}
+
+// errorBodyFor is err as the JSON body of r's route.
+func errorBodyFor(r *http.Request, err error) any {
+	switch errorShapeFor(r) {
+	case shapeOpenAI:
+		return openAIErrorBody{newOpenAIError(err)}
+	case shapeTGI:
+		return newTGIError(err)
+	}
+	return newErrorBody(parley.ErrorCode(err), parley.ErrorMessage(err), errorField(err))
+}
+
+// writeHTTPError writes an error that arrives as a status (the WebSocket
+// upgrader's) in r's route's shape.
+func writeHTTPError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(newErrorBody(code, msg, ""))
+	json.NewEncoder(w).Encode(errorBodyFor(r, &parley.Error{Code: statusCode(status), Message: msg}))
 }
 
 // httpErrorHandler renders every error a handler returns, in one place.
@@ -82,21 +188,17 @@ func (s *Server) httpErrorHandler(err error, c echo.Context) {
 		return
 	}
 	var he *echo.HTTPError
-	status, code, msg, field := 0, "", "", ""
+	status := 0
 	if errors.As(err, &he) {
 		status = he.Code
-		code = statusCode(he.Code)
-		msg = http.StatusText(he.Code)
+		msg := http.StatusText(he.Code)
 		if m, ok := he.Message.(string); ok {
 			msg = m
 		}
+		err = &parley.Error{Code: statusCode(he.Code), Message: msg}
 	} else {
-		status, code, msg = ErrorStatus(err), parley.ErrorCode(err), parley.ErrorMessage(err)
-		var pe *parley.Error
-		if errors.As(err, &pe) {
-			field = pe.Field
-		}
-		if code == parley.EInternal {
+		status = ErrorStatus(err)
+		if parley.ErrorCode(err) == parley.EInternal {
 			s.log.Error("request failed", zap.String("path", c.Request().URL.Path), zap.Error(err))
 		}
 	}
@@ -104,5 +206,5 @@ func (s *Server) httpErrorHandler(err error, c echo.Context) {
 		c.NoContent(status)
 		return
 	}
-	c.JSON(status, newErrorBody(code, msg, field))
+	c.JSON(status, errorBodyFor(c.Request(), err))
 }

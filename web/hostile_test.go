@@ -147,6 +147,8 @@ func TestHostileInput(t *testing.T) {
 		{"schema nested 5000 deep", prompt(`{"json_schema":` + deepSchema + `}`), parley.EInvalid, "json_schema"},
 		{"content of 60 KB", `{"type":"prompt","content":"` + strings.Repeat("tree ", 12000) + `"}`, parley.ETooLarge, ""},
 		{"system without content", `{"type":"system"}`, parley.EInvalid, "content"},
+		{"empty prompt", `{"type":"prompt","content":""}`, parley.EInvalid, "content"},
+		{"schema with unbounded integers works", prompt(`{"max_tokens":40,"json_schema":{"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991}}`), "", ""},
 		// Inputs that are strange but valid get replies.
 		{"lone surrogate escapes", `{"type":"prompt","content":"\ud800 and \udfff alone","params":{"max_tokens":8}}`, "", ""},
 		{"NUL and control escapes", `{"type":"prompt","content":"a\u0000b\u0001c\u001b[0m","params":{"max_tokens":8}}`, "", ""},

@@ -36,6 +36,57 @@ type paramsPatch struct {
 	StopSequences     stopList        `json:"stop_sequences"` // DJL / Anthropic-style name
 	Grammar           *string         `json:"grammar"`
 	JSONSchema        json.RawMessage `json:"json_schema"`
+	// schemaField is where the client put JSONSchema when a wire's own
+	// field carried it (OpenAI's response_format.json_schema.schema); ""
+	// for json_schema itself. Errors name it.
+	schemaField string
+}
+
+// sentName is the name under which the client sent the parameter that
+// validation calls field: paramsPatch takes several names for some
+// parameters, and an error must name the one in the request
+// (max_completion_tokens: -1 is an error about max_completion_tokens).
+// The later names in apply's lists win there, so they win here.
+func (p *paramsPatch) sentName(field string) string {
+	switch field {
+	case "max_tokens":
+		if p.MaxCompletion != nil {
+			return "max_completion_tokens"
+		} else if p.MaxNewTokens != nil {
+			return "max_new_tokens"
+		}
+	case "repetition_penalty":
+		if p.RepetitionPenalty == nil && p.RepeatPenalty != nil {
+			return "repeat_penalty"
+		}
+	case "seed":
+		if p.ManualSeed != nil {
+			return "manual_seed"
+		}
+	case "stop":
+		if len(p.Stop) == 0 && len(p.StopSequences) > 0 {
+			return "stop_sequences"
+		}
+	case "json_schema":
+		if p.schemaField != "" {
+			return p.schemaField
+		}
+	}
+	return field
+}
+
+// renameSent renames the field err names to the name the client sent it
+// under (sentName). Errors from the engine (a schema that does not
+// convert) pass through it too.
+func (p *paramsPatch) renameSent(err error) error {
+	var pe *parley.Error
+	if p == nil || !errors.As(err, &pe) || pe.Field == "" {
+		return err
+	}
+	if sent := p.sentName(pe.Field); sent != pe.Field {
+		return renameField(err, pe.Field, sent)
+	}
+	return err
 }
 
 // stopList accepts a string or an array of strings.
@@ -183,7 +234,7 @@ func (s *Server) resolveParams(patch *paramsPatch) (parley.Params, error) {
 		p = patch.apply(p)
 	}
 	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
-		return p, err
+		return p, patch.renameSent(err)
 	}
 	return p, nil
 }

@@ -211,7 +211,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		Subprotocols:    []string{subprotocolJSON},
 		CheckOrigin:     s.checkOrigin,
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
-			writeHTTPError(w, status, statusCode(status), reason.Error())
+			writeHTTPError(w, r, status, reason.Error())
 		},
 	}
 	s.echo = echo.New()

@@ -383,6 +383,9 @@ func parseClientMessage(data []byte) (clientMessage, error) {
 		if m.Content == nil {
 			return m, parley.FieldErrorf("content", "is required")
 		}
+		if m.Type == "prompt" && *m.Content == "" {
+			return m, parley.FieldErrorf("content", "must not be empty")
+		}
 	case "cancel", "reset":
 	case "":
 		return m, parley.FieldErrorf("type", "is required")

@@ -594,7 +594,8 @@ func (p *parser) checkLive() error {
 	if live <= uint64(p.lim.MaxLiveStacks) && satMul(live, work) <= uint64(p.lim.MaxMatchWork) {
 		return nil
 	}
-	found := uint64(p.witnessLive(p.lim.MaxLiveStacks))
+	f, broad := p.witnessLive(p.lim.MaxLiveStacks)
+	found := uint64(f)
 	const fix = "nested repetitions over characters they share multiply them: " +
 		"give inner repetitions a fixed length or a delimiter the outer one does not match, or lower their bounds"
 	if found > uint64(p.lim.MaxLiveStacks) {
@@ -602,7 +603,7 @@ func (p *parser) checkLive() error {
 			"(%d on a text of at most %d characters; bound %s) (%s)",
 			p.lim.MaxLiveStacks, found, witnessChars, countText(live), fix)}
 	}
-	if w := satMul(found, work); w > uint64(p.lim.MaxMatchWork) {
+	if w := satMul(uint64(max(broad, 1)), work); w > uint64(p.lim.MaxMatchWork) {
 		return &Error{Msg: fmt.Sprintf("is too costly to match: llama.cpp may follow %s parse paths to check one token against it, over the limit of %d (%s)",
 			countText(w), p.lim.MaxMatchWork, fix)}
 	}

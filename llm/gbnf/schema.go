@@ -9,7 +9,8 @@ import (
 )
 
 // maxSchemaInt bounds integer bounds in a schema: llama.cpp reads them as
-// int64 and builds digit-by-digit rules for at most 16 decimals.
+// int64 and builds digit-by-digit rules for at most 16 decimals. Bounds at
+// or beyond ±(2^53-1) mean no bound (Unbounded) and are not checked.
 const maxSchemaInt = 1e15
 
 // maxPatternLen bounds a schema's regular expression.
@@ -160,11 +161,11 @@ func checkObject(o map[string]any, path string, lim Limits) error {
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
+		if !ok || Unbounded(f) {
+			continue // "no bound", as schema generators write it
 		}
 		if hasType(o, "integer") && math.Abs(f) > maxSchemaInt {
-			return schemaErr(path, "%s of an integer must be within ±%g", k, float64(maxSchemaInt))
+			return schemaErr(path, "%s of an integer must be within ±%g (or beyond ±(2^53-1) for no bound)", k, float64(maxSchemaInt))
 		}
 		switch k {
 		case "minimum":
@@ -339,4 +340,13 @@ func checkBounds(b string, lim Limits) error {
 		return fmt.Errorf("has a quantifier {%d,%d} whose maximum is below its minimum", nums[0], nums[1])
 	}
 	return nil
+}
+
+// Unbounded reports whether a schema's minimum, maximum, exclusiveMinimum or
+// exclusiveMaximum of f means "no bound": a finite value at or beyond
+// ±(2^53-1), as schema generators write it (zod 4's z.number().int():
+// ±(2^53-1); others Number.MAX_VALUE or 1e308). Such a bound is checked and
+// converted as if it were absent.
+func Unbounded(f float64) bool {
+	return !math.IsInf(f, 0) && math.Abs(f) >= maxSafeInteger
 }
