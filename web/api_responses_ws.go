@@ -57,7 +57,7 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 	if !s.checkOrigin(r) {
 		return parley.Errorf(parley.EForbidden, "cross-origin WebSocket upgrades are not allowed")
 	}
-	ip := clientIP(r)
+	ip := clientKey(r)
 	if err := s.admit(ip); err != nil {
 		return err
 	}
@@ -169,10 +169,14 @@ func wsErrorEvent(err error) []byte {
 	if errors.As(err, &pe) && pe.Field != "" {
 		field = pe.Field
 	}
-	b, _ := json.Marshal(map[string]any{
+	ev := map[string]any{
 		"type":   "error",
 		"status": ErrorStatus(err),
 		"error":  map[string]any{"code": parley.ErrorCode(err), "message": parley.ErrorMessage(err), "param": field},
-	})
+	}
+	if d := retryAfterSeconds(err); d > 0 {
+		ev["retry_after"] = d // seconds, as the HTTP Retry-After header says it
+	}
+	b, _ := json.Marshal(ev)
 	return b
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
@@ -26,6 +28,10 @@ var errorMapping = map[string]struct {
 	parley.EForbidden:    {http.StatusForbidden, websocket.ClosePolicyViolation},
 	parley.EUnavailable:  {http.StatusServiceUnavailable, websocket.CloseGoingAway},
 	parley.EInternal:     {http.StatusInternalServerError, websocket.CloseInternalServerErr},
+	// A full session store is not the client's fault (4xx) nor a fault of
+	// the server (500): 507 says the server cannot store what the request
+	// needs, which is exactly the case, and a client backs off on it.
+	parley.EStoreFull: {http.StatusInsufficientStorage, websocket.CloseTryAgainLater},
 }
 
 // ErrorStatus returns the HTTP status for err's code.
@@ -53,6 +59,16 @@ func statusCode(status int) string {
 		}
 	}
 	return parley.EInternal
+}
+
+// retryAfterSeconds is err's RetryAfter in whole seconds, rounded up (0:
+// none).
+func retryAfterSeconds(err error) int {
+	d := parley.RetryAfter(err)
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
 }
 
 // ErrorBody is the JSON error every HTTP endpoint returns.
@@ -98,6 +114,9 @@ func (s *Server) httpErrorHandler(err error, c echo.Context) {
 		}
 		if code == parley.EInternal {
 			s.log.Error("request failed", zap.String("path", c.Request().URL.Path), zap.Error(err))
+		}
+		if d := retryAfterSeconds(err); d > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(d))
 		}
 	}
 	if c.Request().Method == http.MethodHead {

@@ -319,7 +319,7 @@ func (s *Server) busyConns() int {
 
 func (s *Server) routes() {
 	e := s.echo
-	e.Use(s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady)
+	e.Use(s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady, withClient)
 	e.GET("/", s.handleRoot)
 	e.GET("/ws", s.handleWebSocket)
 	sub, _ := fs.Sub(uiFiles, "ui")

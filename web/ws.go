@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
 )
 
 // WebSocket timing and sizes. The invariants follow gorilla's examples;
@@ -103,7 +104,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		s.log.Warn("cross-origin upgrade refused", zap.String("origin", r.Header.Get("Origin")))
 		return parley.Errorf(parley.EForbidden, "cross-origin WebSocket upgrades are not allowed")
 	}
-	ip := clientIP(r)
+	ip := clientKey(r)
 	if err := s.admit(ip); err != nil {
 		s.log.Warn("connection refused", zap.String("remote", ip), zap.Error(err))
 		return err
@@ -124,7 +125,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		}
 	}
 	sess, resumed, err := s.sessions.Open(r.Context(), r.URL.Query().Get("session"))
-	if err != nil && parley.ErrorCode(err) != parley.ENotFound {
+	if err != nil && !answerOnSocket(err) {
 		return err
 	}
 	hdr := http.Header{}
@@ -137,7 +138,9 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 
-	ctx, cancel := context.WithCancel(context.Background())
+	// The connection's context outlives the request's, and carries its
+	// client: a session the connection writes first is the client's.
+	ctx, cancel := context.WithCancel(session.WithClient(context.Background(), ip))
 	cn := &conn{
 		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
 		send:    make(chan []byte, s.cfg.SendBuffer),
@@ -159,9 +162,19 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	writerDone.Add(1)
 	go func() { defer writerDone.Done(); cn.writer() }()
 
-	if err != nil { // unknown or expired session: say so, then close
-		cn.sendError(err)
-		cn.close(closeCodeFor(err), "unknown session")
+	if err != nil { // unknown or expired session, or no new one allowed: say so, then close
+		cn.log.Info("session refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
+		reason := "unknown session"
+		if parley.ErrorCode(err) == parley.ENotFound {
+			cn.sendError(err)
+		} else {
+			// A readable line and the sentinel (text mode), so a simple
+			// client that sends its prompt at once never hangs.
+			s.countRefusal(err)
+			cn.replyError(err)
+			reason = "no new session: " + parley.ErrorCode(err)
+		}
+		cn.close(closeCodeFor(err), reason)
 		writerDone.Wait()
 		cn.finishClose()
 		return nil
@@ -250,12 +263,16 @@ func (s *Server) OpenConns() int {
 	return len(s.conns)
 }
 
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+// answerOnSocket reports whether an error of Open is told over the
+// upgraded socket (a readable message, then a close) rather than as an
+// HTTP error before the upgrade: an unknown session, and a new session
+// the client may not have now (over its limits, or the store is full).
+func answerOnSocket(err error) bool {
+	switch parley.ErrorCode(err) {
+	case parley.ENotFound, parley.ERateLimited, parley.EStoreFull:
+		return true
 	}
-	return host
+	return false
 }
 
 // close ends the connection with a close code: the writer sends the close
