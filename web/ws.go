@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -588,7 +589,7 @@ func (c *conn) replyError(err error) {
 
 func (c *conn) sendError(err error) {
 	if !c.json {
-		c.sendText("Error: " + parley.ErrorMessage(err))
+		c.sendText(errorLine(err))
 		return
 	}
 	var pe *parley.Error
@@ -596,7 +597,7 @@ func (c *conn) sendError(err error) {
 	if errors.As(err, &pe) {
 		field = pe.Field
 	}
-	c.sendJSON(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field})
+	c.sendJSON(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field, RetryAfter: retryAfterSeconds(err)})
 }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
@@ -733,15 +734,25 @@ func (c *conn) replyErrorWait(err error) bool {
 // mode a readable line then the sentinel, in JSON mode an error event.
 func (c *conn) errorFrames(err error) [][]byte {
 	if !c.json {
-		return [][]byte{[]byte("Error: " + parley.ErrorMessage(err)), []byte(Sentinel)}
+		return [][]byte{[]byte(errorLine(err)), []byte(Sentinel)}
 	}
 	var pe *parley.Error
 	field := ""
 	if errors.As(err, &pe) {
 		field = pe.Field
 	}
-	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field})
+	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field, RetryAfter: retryAfterSeconds(err)})
 	return [][]byte{b}
+}
+
+// errorLine is an error as text mode shows it: one line a person reads,
+// with when to try again when the error says.
+func errorLine(err error) string {
+	line := "Error: " + parley.ErrorMessage(err)
+	if d := retryAfterSeconds(err); d > 0 {
+		line += " (try again in " + strconv.Itoa(d) + " s)"
+	}
+	return line
 }
 
 // sendWait queues a frame for the writer, waiting up to WriteWait for room;
