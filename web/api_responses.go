@@ -578,7 +578,13 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored)
 		failed.Status = session.StatusFailed
 		failed.Error = &responseError{Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err)}
-		if e := send("error", map[string]any{"code": parley.ErrorCode(err), "message": parley.ErrorMessage(err), "param": nil}); e != nil {
+		ev := map[string]any{"code": parley.ErrorCode(err), "message": parley.ErrorMessage(err), "param": nil}
+		if d := retryAfterSeconds(err); d > 0 {
+			// A new session the store refused when the turn was committed
+			// (the client's cap, a full store): when to try again.
+			ev["status"], ev["retry_after"] = ErrorStatus(err), d
+		}
+		if e := send("error", ev); e != nil {
 			return e
 		}
 		return send("response.failed", map[string]any{"response": failed})

@@ -202,9 +202,10 @@ func creators() []creator {
 						Type       string `json:"type"`
 						Status     int    `json:"status"`
 						RetryAfter int    `json:"retry_after"`
+						Message    string `json:"message"` // a refusal when the turn was stored
 						Error      struct {
 							Message string `json:"message"`
-						} `json:"error"`
+						} `json:"error"` // a refusal before the turn
 					}
 					ws.SetReadDeadline(time.Now().Add(30 * time.Second))
 					if err := ws.ReadJSON(&m); err != nil {
@@ -214,7 +215,7 @@ func creators() []creator {
 					case "response.completed", "response.incomplete":
 						return outcome{ok: true}
 					case "error":
-						return outcome{status: m.Status, retry: m.RetryAfter, msg: m.Error.Message}
+						return outcome{status: m.Status, retry: m.RetryAfter, msg: m.Error.Message + m.Message}
 					}
 				}
 			}
@@ -365,5 +366,37 @@ func TestOneClientCannotEvictAnother(t *testing.T) {
 				v.check(t, s)
 			})
 		}
+	}
+}
+
+// TestIPv6ClientsGroupedBy64: through the real server on ::1, the sessions
+// a client creates are owned by its /64, and the per-client connection cap
+// counts the /64.
+func TestIPv6ClientsGroupedBy64(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	ln.Close()
+	s := openStack(t, stackOpts{maxTokens: 4, cfg: func(c *web.Config) { c.Addr = "[::1]:0"; c.MaxConnsPerIP = 1 },
+		options: func(s *stack) []web.Option {
+			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+		}})
+	o, b := postFrom(t, "::1", s.base+"/v1/conversations", map[string]any{})
+	if !o.ok {
+		t.Fatalf("create: %+v", o)
+	}
+	var c struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal(b, &c)
+	sess, err := s.sessions.Conversation(context.Background(), strings.TrimPrefix(c.ID, session.ConversationPrefix))
+	if err != nil || sess.Owner != "::/64" {
+		t.Fatalf("owner %q, %v; want ::/64", sess.Owner, err)
+	}
+	ws := dial(t, s.url, nil)
+	defer ws.Close()
+	if st := upgradeStatus(t, s.url, nil); st != http.StatusTooManyRequests {
+		t.Fatalf("a second socket from the same /64 got %d, want 429", st)
 	}
 }
