@@ -79,6 +79,7 @@ type BoltStore struct {
 var (
 	_ Store      = (*BoltStore)(nil)
 	_ IDKeyStore = (*BoltStore)(nil)
+	_ Admitter   = (*BoltStore)(nil)
 )
 
 // OpenBoltStore opens (creating it and its directory when missing) the
@@ -466,4 +467,33 @@ func decodeRecord(v []byte) (*Session, error) {
 		return nil, fmt.Errorf("decode session: %w", err)
 	}
 	return &s, nil
+}
+
+// Admit implements Admitter.
+func (b *BoltStore) Admit(ctx context.Context, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.closed.Load() {
+		return errClosed()
+	}
+	now := b.cfg.stamp()
+	var refused error
+	err := b.db.View(func(tx *bolt.Tx) error {
+		if refused = b.ownerFull(tx, owner, now); refused != nil {
+			return nil
+		}
+		if b.cfg.maxSessions > 0 && b.count.Load() >= int64(b.cfg.maxSessions) {
+			if k, _ := tx.Bucket(bucketUpdated).Cursor().First(); len(k) >= stampLen {
+				if ok, wait := b.cfg.evictable(decodeStamp(k[:stampLen]), now); !ok {
+					refused = b.cfg.errStoreFull(wait)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return b.dbError("admit session", err)
+	}
+	return refused
 }

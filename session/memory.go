@@ -30,6 +30,7 @@ type MemoryStore struct {
 var (
 	_ Store      = (*MemoryStore)(nil)
 	_ IDKeyStore = (*MemoryStore)(nil)
+	_ Admitter   = (*MemoryStore)(nil)
 )
 
 // NewMemoryStore returns an empty in-memory store and starts its janitor;
@@ -188,3 +189,32 @@ func (m *MemoryStore) own(owner string, d int) {
 
 // IDKey implements IDKeyStore: a random key for the store's life.
 func (m *MemoryStore) IDKey(context.Context) ([]byte, error) { return m.idKey, nil }
+
+// Admit implements Admitter.
+func (m *MemoryStore) Admit(ctx context.Context, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errClosed()
+	}
+	now := m.cfg.stamp()
+	if owner != "" && m.cfg.maxPerOwner > 0 && m.owned[owner] >= m.cfg.maxPerOwner {
+		var oldest time.Time
+		for e := m.lru.Back(); e != nil; e = e.Prev() {
+			if v := e.Value.(*Session); v.Owner == owner {
+				oldest = v.Updated
+				break
+			}
+		}
+		return m.cfg.errOwnerFull(oldest, now)
+	}
+	if m.cfg.maxSessions > 0 && m.lru.Len() >= m.cfg.maxSessions {
+		if ok, wait := m.cfg.evictable(m.lru.Back().Value.(*Session).Updated, now); !ok {
+			return m.cfg.errStoreFull(wait)
+		}
+	}
+	return nil
+}

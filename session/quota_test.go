@@ -340,3 +340,46 @@ func TestResponseIDsHideTheirSession(t *testing.T) {
 		})
 	}
 }
+
+// TestRespondRefusedBeforeTheTurn: a new Responses session that the store
+// would refuse (the client's cap, a full store) is refused before the
+// engine is asked for a reply, not when the turn is committed.
+func TestRespondRefusedBeforeTheTurn(t *testing.T) {
+	for _, k := range storeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			st := mustOpen(t, k, session.WithMaxPerOwner(1), session.WithMaxSessions(2), session.WithEvictFloor(time.Hour))
+			svc, fake := newService(t, st, echo)
+			calls := func() int { fake.mu.Lock(); defer fake.mu.Unlock(); return len(fake.calls) }
+			a := session.WithClient(context.Background(), "10.0.0.1")
+			b := session.WithClient(context.Background(), "10.0.0.2")
+			c := session.WithClient(context.Background(), "10.0.0.3")
+			p := parley.DefaultParams()
+			r, err := svc.Respond(a, session.ResponseRequest{Input: user("one"), Params: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			drain(t, r.Turn)
+			r2, err := svc.Respond(a, session.ResponseRequest{Previous: r.Final().ID, Input: user("on"), Params: p})
+			if err != nil { // continuing its own session creates nothing
+				t.Fatal(err)
+			}
+			drain(t, r2.Turn)
+			n := calls()
+			_, err = svc.Respond(a, session.ResponseRequest{Input: user("two"), Params: p})
+			wantRetry(t, err, parley.ERateLimited)
+			_, err = svc.Respond(a, session.ResponseRequest{Previous: r.Final().ID, Input: user("fork"), Params: p})
+			wantRetry(t, err, parley.ERateLimited) // a fork of the older response
+			if calls() != n {
+				t.Fatalf("the engine was asked %d times for refused sessions", calls()-n)
+			}
+			if _, err := svc.CreateConversation(b, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			_, err = svc.Respond(c, session.ResponseRequest{Input: user("three"), Params: p})
+			wantRetry(t, err, parley.EStoreFull)
+			if calls() != n {
+				t.Fatalf("the engine was asked for a session of a full store")
+			}
+		})
+	}
+}

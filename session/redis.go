@@ -105,6 +105,7 @@ type RedisStore struct {
 var (
 	_ Store      = (*RedisStore)(nil)
 	_ IDKeyStore = (*RedisStore)(nil)
+	_ Admitter   = (*RedisStore)(nil)
 )
 
 // OpenRedisStore connects to the Redis named by rawURL
@@ -385,3 +386,54 @@ type storeError struct {
 
 func (e *storeError) Error() string   { return e.op + ": " + e.cause.Error() }
 func (e *storeError) Unwrap() []error { return []error{e.safe, e.cause} }
+
+// Admit implements Admitter (two reads; the put script decides).
+func (r *RedisStore) Admit(ctx context.Context, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.closed.Load() {
+		return errClosed()
+	}
+	now := r.cfg.stamp()
+	oldest := func(key string) (time.Time, error) {
+		zs, err := r.rdb.ZRangeWithScores(ctx, key, 0, 0).Result()
+		if err != nil || len(zs) == 0 {
+			return time.Time{}, err
+		}
+		return time.UnixMilli(int64(zs[0].Score)).UTC(), nil
+	}
+	if owner != "" && r.cfg.maxPerOwner > 0 {
+		okey, low := r.prefix+"o:"+owner, "-inf"
+		if r.cfg.ttl > 0 {
+			low = fmt.Sprint(now.Add(-r.cfg.ttl).UnixMilli())
+		}
+		n, err := r.rdb.ZCount(ctx, okey, low, "+inf").Result()
+		if err != nil {
+			return r.redisError("admit session", err)
+		}
+		if n >= int64(r.cfg.maxPerOwner) {
+			t, err := oldest(okey)
+			if err != nil {
+				return r.redisError("admit session", err)
+			}
+			return r.cfg.errOwnerFull(t, now)
+		}
+	}
+	if r.cfg.maxSessions > 0 {
+		n, err := r.rdb.ZCard(ctx, r.indexKey()).Result()
+		if err != nil {
+			return r.redisError("admit session", err)
+		}
+		if n >= int64(r.cfg.maxSessions) {
+			t, err := oldest(r.indexKey())
+			if err != nil {
+				return r.redisError("admit session", err)
+			}
+			if ok, wait := r.cfg.evictable(t, now); !ok {
+				return r.cfg.errStoreFull(wait)
+			}
+		}
+	}
+	return nil
+}

@@ -258,7 +258,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		// of the requesting client.
 		u()
 		if !req.NoStore {
-			if err := s.creates.allow(ClientFrom(ctx)); err != nil {
+			if err := s.mayCreate(ctx); err != nil {
 				return nil, err
 			}
 		}
@@ -291,7 +291,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	default:
 		client := ClientFrom(ctx)
 		if !req.NoStore {
-			if err := s.creates.allow(client); err != nil {
+			if err := s.mayCreate(ctx); err != nil {
 				return nil, err
 			}
 		}
@@ -592,4 +592,18 @@ func (s *Service) DeleteItem(ctx context.Context, sid string, abs int) (*Session
 		return nil
 	})
 	return out, err
+}
+
+// mayCreate refuses a new session of ctx's client that the store would
+// refuse (Admitter) or that is over the client's creation rate, before a
+// turn runs for a session stored only when it ends. A refusal by the store
+// spends none of the client's rate.
+func (s *Service) mayCreate(ctx context.Context) error {
+	client := ClientFrom(ctx)
+	if a, ok := s.store.(Admitter); ok {
+		if err := a.Admit(ctx, client); err != nil {
+			return err
+		}
+	}
+	return s.creates.allow(client)
 }

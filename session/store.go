@@ -202,3 +202,12 @@ func atLeastSecond(d time.Duration) time.Duration { return max(d, time.Second) }
 func errNotFound() error { return parley.Errorf(parley.ENotFound, "no such session") }
 
 func errClosed() error { return parley.Errorf(parley.EUnavailable, "the session store is closed") }
+
+// Admitter is a Store that can tell, without writing, whether it would
+// refuse a new session of owner now (the owner's cap, a full store with
+// nothing evictable). The Service asks before it runs a turn for a session
+// it has not stored yet, so a refused client gets its answer before the
+// engine works for it; the Put that commits the turn still decides.
+type Admitter interface {
+	Admit(ctx context.Context, owner string) error
+}
