@@ -3,6 +3,7 @@ package parley
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error codes. The web package maps each to an HTTP status, a WebSocket
@@ -17,6 +18,7 @@ const (
 	EForbidden    = "forbidden"    // the origin or host is not allowed
 	EUnavailable  = "unavailable"  // the server is loading, draining or shutting down
 	EInternal     = "internal"     // a bug or an engine failure; the message is safe to show
+	EStoreFull    = "store_full"   // the session store holds as many sessions as it may, none of them idle long enough to evict
 )
 
 // Error is an application error whose message is safe to show a client.
@@ -25,6 +27,10 @@ type Error struct {
 	Code    string
 	Field   string
 	Message string
+	// RetryAfter, when positive, is how long the client should wait before
+	// trying again (rate limits, a full store); the wire shows it as
+	// Retry-After.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -63,4 +69,14 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// RetryAfter returns the RetryAfter of the *Error in err's chain (0 when
+// there is none or it sets none).
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -20,18 +21,30 @@ import (
 	"github.com/parley-chat/parley"
 )
 
-// The bolt file holds two buckets, written only together in one transaction:
+// The bolt file holds these buckets, written only together in one transaction:
 //
 //	sessions: id -> stamp(updated) || JSON(Session)
 //	updated:  stamp(updated) || id -> empty
+//	owners:   id -> Session.Owner (sessions with an owner only)
+//	owned:    Owner || 0x00 || id -> stamp(updated) (the same sessions)
+//	meta:     "response-id-key" -> the key of response ids (IDKeyStore)
 //
 // stamp is 8 bytes that sort like the time they encode, so the updated
 // index iterates from the least recently updated session: the first to
 // evict and to expire. The record carries its own stamp so that replacing a
 // session finds its old index key without decoding JSON.
+//
+// owners and owned let a Put count an owner's sessions (a prefix scan of
+// at most the per-owner cap) and find their owner when a session is
+// deleted, evicted or expired, without decoding records. Files written
+// before them have sessions without owners, which no owner counts.
 var (
 	bucketSessions = []byte("sessions")
 	bucketUpdated  = []byte("updated")
+	bucketOwners   = []byte("owners")
+	bucketOwned    = []byte("owned")
+	bucketMeta     = []byte("meta")
+	keyIDKey       = []byte("response-id-key")
 )
 
 const (
@@ -60,9 +73,14 @@ type BoltStore struct {
 	mu     sync.Mutex
 	count  atomic.Int64
 	closed atomic.Bool
+	idKey  []byte // response ids' key, read or made at open
 }
 
-var _ Store = (*BoltStore)(nil)
+var (
+	_ Store      = (*BoltStore)(nil)
+	_ IDKeyStore = (*BoltStore)(nil)
+	_ Admitter   = (*BoltStore)(nil)
+)
 
 // OpenBoltStore opens (creating it and its directory when missing) the
 // session file at path and starts its janitor; Close stops it and closes the
@@ -90,8 +108,23 @@ func OpenBoltStore(path string, opts ...StoreOption) (*BoltStore, error) {
 			if err != nil {
 				return err
 			}
-			if _, err := tx.CreateBucketIfNotExists(bucketUpdated); err != nil {
+			for _, name := range [][]byte{bucketUpdated, bucketOwners, bucketOwned} {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return err
+				}
+			}
+			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+			if err != nil {
 				return err
+			}
+			if k := meta.Get(keyIDKey); len(k) == idKeyBytes {
+				b.idKey = bytes.Clone(k)
+			} else {
+				b.idKey = make([]byte, idKeyBytes)
+				_, _ = rand.Read(b.idKey) // never fails (crypto/rand crashes rather than return an error)
+				if err := meta.Put(keyIDKey, b.idKey); err != nil {
+					return err
+				}
 			}
 			b.count.Store(int64(s.Stats().KeyN))
 			return nil
@@ -105,6 +138,9 @@ func OpenBoltStore(path string, opts ...StoreOption) (*BoltStore, error) {
 	}
 	return b, nil
 }
+
+// IDKey implements IDKeyStore: the key kept in the file.
+func (b *BoltStore) IDKey(context.Context) ([]byte, error) { return b.idKey, nil }
 
 // Path is the file the store keeps its sessions in.
 func (b *BoltStore) Path() string { return b.path }
@@ -160,6 +196,7 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 	id := []byte(cp.ID)
 	count := b.count.Load()
 	evicted := 0
+	var refused error // a parley error that rolls the transaction back
 	err = b.db.Update(func(tx *bolt.Tx) error {
 		sessions, updated := tx.Bucket(bucketSessions), tx.Bucket(bucketUpdated)
 		if old := sessions.Get(id); old != nil {
@@ -168,10 +205,22 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 					return err
 				}
 			}
+			if err := dropOwner(tx, id); err != nil {
+				return err
+			}
 		} else {
+			if refused = b.ownerFull(tx, cp.Owner, cp.Updated); refused != nil {
+				return refused
+			}
 			c := updated.Cursor()
 			for k, _ := c.First(); k != nil && b.cfg.maxSessions > 0 && count >= int64(b.cfg.maxSessions); k, _ = c.First() {
-				if err := deleteIndexed(sessions, updated, k); err != nil {
+				if len(k) >= stampLen {
+					if ok, wait := b.cfg.evictable(decodeStamp(k[:stampLen]), cp.Updated); !ok {
+						refused = b.cfg.errStoreFull(wait)
+						return refused
+					}
+				}
+				if err := deleteIndexed(tx, k); err != nil {
 					return err
 				}
 				count--
@@ -182,8 +231,14 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 		if err := sessions.Put(id, val); err != nil {
 			return err
 		}
+		if err := addOwner(tx, cp.Owner, id, val[:stampLen]); err != nil {
+			return err
+		}
 		return updated.Put(indexKey(val[:stampLen], id), nil)
 	})
+	if refused != nil && errors.Is(err, refused) {
+		return refused
+	}
 	if err != nil {
 		return b.dbError("put session", err)
 	}
@@ -215,6 +270,9 @@ func (b *BoltStore) Delete(ctx context.Context, id string) error {
 			if err := updated.Delete(indexKey(old[:stampLen], []byte(id))); err != nil {
 				return err
 			}
+		}
+		if err := dropOwner(tx, []byte(id)); err != nil {
+			return err
 		}
 		count--
 		return sessions.Delete([]byte(id))
@@ -259,7 +317,7 @@ func (b *BoltStore) expireBatch() (int, error) {
 	count := b.count.Load()
 	n := 0
 	err := b.db.Update(func(tx *bolt.Tx) error {
-		sessions, updated := tx.Bucket(bucketSessions), tx.Bucket(bucketUpdated)
+		updated := tx.Bucket(bucketUpdated)
 		// Collect first: deleting under a moving cursor can skip keys.
 		var keys [][]byte
 		c := updated.Cursor()
@@ -270,7 +328,7 @@ func (b *BoltStore) expireBatch() (int, error) {
 			keys = append(keys, bytes.Clone(k))
 		}
 		for _, k := range keys {
-			if err := deleteIndexed(sessions, updated, k); err != nil {
+			if err := deleteIndexed(tx, k); err != nil {
 				return err
 			}
 		}
@@ -306,12 +364,73 @@ func (b *BoltStore) dbError(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// deleteIndexed removes the session an updated-index key points at, and the key.
-func deleteIndexed(sessions, updated *bolt.Bucket, k []byte) error {
-	if err := sessions.Delete(k[stampLen:]); err != nil {
+// deleteIndexed removes the session an updated-index key points at, its
+// owner entries, and the key.
+func deleteIndexed(tx *bolt.Tx, k []byte) error {
+	id := k[stampLen:]
+	if err := dropOwner(tx, id); err != nil {
 		return err
 	}
-	return updated.Delete(k)
+	if err := tx.Bucket(bucketSessions).Delete(id); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketUpdated).Delete(k)
+}
+
+// ownedKey is id's key in the owned bucket.
+func ownedKey(owner, id []byte) []byte {
+	k := make([]byte, 0, len(owner)+1+len(id))
+	return append(append(append(k, owner...), 0), id...)
+}
+
+// dropOwner removes session id's owner entries, if it has any.
+func dropOwner(tx *bolt.Tx, id []byte) error {
+	owners := tx.Bucket(bucketOwners)
+	owner := owners.Get(id)
+	if owner == nil {
+		return nil
+	}
+	if err := tx.Bucket(bucketOwned).Delete(ownedKey(owner, id)); err != nil {
+		return err
+	}
+	return owners.Delete(id)
+}
+
+// addOwner records session id under owner ("" records nothing).
+func addOwner(tx *bolt.Tx, owner string, id, stamp []byte) error {
+	if owner == "" {
+		return nil
+	}
+	if err := tx.Bucket(bucketOwners).Put(id, []byte(owner)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketOwned).Put(ownedKey([]byte(owner), id), stamp)
+}
+
+// ownerFull returns errOwnerFull when owner already holds maxPerOwner
+// sessions; it reads at most that many keys.
+func (b *BoltStore) ownerFull(tx *bolt.Tx, owner string, now time.Time) error {
+	limit := b.cfg.maxPerOwner
+	if owner == "" || limit <= 0 {
+		return nil
+	}
+	prefix := append([]byte(owner), 0)
+	n := 0
+	var oldest []byte
+	c := tx.Bucket(bucketOwned).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if len(v) == stampLen && (oldest == nil || bytes.Compare(v, oldest) < 0) {
+			oldest = v
+		}
+		if n++; n >= limit {
+			var t time.Time
+			if oldest != nil {
+				t = decodeStamp(oldest)
+			}
+			return b.cfg.errOwnerFull(t, now)
+		}
+	}
+	return nil
 }
 
 func indexKey(stamp, id []byte) []byte {
@@ -348,4 +467,33 @@ func decodeRecord(v []byte) (*Session, error) {
 		return nil, fmt.Errorf("decode session: %w", err)
 	}
 	return &s, nil
+}
+
+// Admit implements Admitter.
+func (b *BoltStore) Admit(ctx context.Context, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.closed.Load() {
+		return errClosed()
+	}
+	now := b.cfg.stamp()
+	var refused error
+	err := b.db.View(func(tx *bolt.Tx) error {
+		if refused = b.ownerFull(tx, owner, now); refused != nil {
+			return nil
+		}
+		if b.cfg.maxSessions > 0 && b.count.Load() >= int64(b.cfg.maxSessions) {
+			if k, _ := tx.Bucket(bucketUpdated).Cursor().First(); len(k) >= stampLen {
+				if ok, wait := b.cfg.evictable(decodeStamp(k[:stampLen]), now); !ok {
+					refused = b.cfg.errStoreFull(wait)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return b.dbError("admit session", err)
+	}
+	return refused
 }

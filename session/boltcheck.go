@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -110,8 +111,14 @@ func RepairBoltFile(path string) (movedTo string, kept int, err error) {
 	if err := os.Rename(path, movedTo); err != nil {
 		return "", 0, fmt.Errorf("move %s aside: %w", path, err)
 	}
-	type rec struct{ k, v []byte }
-	var recs []rec
+	type rec struct {
+		k, v  []byte
+		owner string
+	}
+	var (
+		recs  []rec
+		idKey []byte // response ids' key, kept so that they still resolve
+	)
 	if st, err := os.Stat(movedTo); err == nil && st.Size() > 0 {
 		// Salvage: read what can be read, stop at the first panic.
 		_ = safely(func() error {
@@ -121,14 +128,19 @@ func RepairBoltFile(path string) (movedTo string, kept int, err error) {
 			}
 			defer old.Close()
 			return old.View(func(tx *bolt.Tx) error {
+				if m := tx.Bucket(bucketMeta); m != nil {
+					if k := m.Get(keyIDKey); len(k) == idKeyBytes {
+						idKey = bytes.Clone(k)
+					}
+				}
 				b := tx.Bucket(bucketSessions)
 				if b == nil {
 					return nil
 				}
 				return b.ForEach(func(k, v []byte) error {
 					if ValidID(string(k)) && len(v) > stampLen {
-						if _, err := decodeRecord(v); err == nil {
-							recs = append(recs, rec{append([]byte(nil), k...), append([]byte(nil), v...)})
+						if s, err := decodeRecord(v); err == nil {
+							recs = append(recs, rec{bytes.Clone(k), bytes.Clone(v), s.Owner})
 						}
 					}
 					return nil
@@ -149,7 +161,24 @@ func RepairBoltFile(path string) (movedTo string, kept int, err error) {
 		if err != nil {
 			return err
 		}
+		for _, name := range [][]byte{bucketOwners, bucketOwned} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		if idKey != nil {
+			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+			if err != nil {
+				return err
+			}
+			if err := meta.Put(keyIDKey, idKey); err != nil {
+				return err
+			}
+		}
 		for _, r := range recs {
+			if err := addOwner(tx, r.owner, r.k, r.v[:stampLen]); err != nil {
+				return err
+			}
 			if err := sessions.Put(r.k, r.v); err != nil {
 				return err
 			}

@@ -3,7 +3,9 @@ package session
 import (
 	"container/list"
 	"context"
+	"crypto/rand"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -21,14 +23,22 @@ type MemoryStore struct {
 	byID   map[string]*list.Element // values of lru are *Session
 	lru    *list.List
 	closed bool
+	owned  map[string]int // Owner -> sessions in lru with that owner ("" not counted)
+	idKey  []byte         // response ids' key (IDKey); fixed at creation
 }
 
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Store      = (*MemoryStore)(nil)
+	_ IDKeyStore = (*MemoryStore)(nil)
+	_ Admitter   = (*MemoryStore)(nil)
+)
 
 // NewMemoryStore returns an empty in-memory store and starts its janitor;
 // Close stops it.
 func NewMemoryStore(opts ...StoreOption) *MemoryStore {
-	m := &MemoryStore{cfg: newStoreConfig(opts), byID: make(map[string]*list.Element), lru: list.New()}
+	m := &MemoryStore{cfg: newStoreConfig(opts), byID: make(map[string]*list.Element), lru: list.New(),
+		owned: make(map[string]int), idKey: make([]byte, idKeyBytes)}
+	_, _ = rand.Read(m.idKey) // never fails (crypto/rand panics rather than return an error)
 	if m.cfg.ttl > 0 && m.cfg.interval > 0 {
 		m.jan = startJanitor(m.cfg.interval, m.cfg.log.With(zap.String("store", "memory")), m.Expire)
 	}
@@ -72,14 +82,32 @@ func (m *MemoryStore) Put(ctx context.Context, s *Session) error {
 		return err
 	}
 	if e, ok := m.byID[cp.ID]; ok {
+		m.own(e.Value.(*Session).Owner, -1)
+		m.own(cp.Owner, 1)
 		e.Value = cp
 		m.lru.MoveToFront(e)
 		return nil
 	}
+	now := cp.Updated
+	if o := cp.Owner; o != "" && m.cfg.maxPerOwner > 0 && m.owned[o] >= m.cfg.maxPerOwner {
+		var oldest time.Time
+		for e := m.lru.Back(); e != nil; e = e.Prev() {
+			if v := e.Value.(*Session); v.Owner == o {
+				oldest = v.Updated
+				break
+			}
+		}
+		return m.cfg.errOwnerFull(oldest, now)
+	}
 	for m.cfg.maxSessions > 0 && m.lru.Len() >= m.cfg.maxSessions {
-		m.removeLocked(m.lru.Back())
+		back := m.lru.Back()
+		if ok, wait := m.cfg.evictable(back.Value.(*Session).Updated, now); !ok {
+			return m.cfg.errStoreFull(wait)
+		}
+		m.removeLocked(back)
 	}
 	m.byID[cp.ID] = m.lru.PushFront(cp)
+	m.own(cp.Owner, 1)
 	return nil
 }
 
@@ -144,5 +172,49 @@ func (m *MemoryStore) Close() error {
 }
 
 func (m *MemoryStore) removeLocked(e *list.Element) {
-	delete(m.byID, m.lru.Remove(e).(*Session).ID)
+	s := m.lru.Remove(e).(*Session)
+	delete(m.byID, s.ID)
+	m.own(s.Owner, -1)
+}
+
+// own adds d to owner's count (under mu).
+func (m *MemoryStore) own(owner string, d int) {
+	if owner == "" {
+		return
+	}
+	if m.owned[owner] += d; m.owned[owner] <= 0 {
+		delete(m.owned, owner)
+	}
+}
+
+// IDKey implements IDKeyStore: a random key for the store's life.
+func (m *MemoryStore) IDKey(context.Context) ([]byte, error) { return m.idKey, nil }
+
+// Admit implements Admitter.
+func (m *MemoryStore) Admit(ctx context.Context, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errClosed()
+	}
+	now := m.cfg.stamp()
+	if owner != "" && m.cfg.maxPerOwner > 0 && m.owned[owner] >= m.cfg.maxPerOwner {
+		var oldest time.Time
+		for e := m.lru.Back(); e != nil; e = e.Prev() {
+			if v := e.Value.(*Session); v.Owner == owner {
+				oldest = v.Updated
+				break
+			}
+		}
+		return m.cfg.errOwnerFull(oldest, now)
+	}
+	if m.cfg.maxSessions > 0 && m.lru.Len() >= m.cfg.maxSessions {
+		if ok, wait := m.cfg.evictable(m.lru.Back().Value.(*Session).Updated, now); !ok {
+			return m.cfg.errStoreFull(wait)
+		}
+	}
+	return nil
 }

@@ -2,10 +2,12 @@ package session
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -50,9 +52,16 @@ const (
 //	ARGV[1] expected version ("" = absent), ARGV[2] new version,
 //	ARGV[3] index score, ARGV[4] record (JSON), ARGV[5] key expiry in ms
 //	(0 = none), ARGV[6] max sessions (0 = no bound), ARGV[7] id,
-//	ARGV[8] key prefix, ARGV[9] expiry cutoff version ("" = no TTL)
+//	ARGV[8] key prefix, ARGV[9] expiry cutoff version ("" = no TTL),
+//	ARGV[10] owner ("" = none), ARGV[11] max sessions per owner (0 = no
+//	bound), ARGV[12] eviction cutoff score ("" = evict any), ARGV[13]
+//	expiry cutoff score ("" = no TTL)
 //
-// It returns {1, evicted} on success and {0, current version} on conflict.
+// It returns {1, sessions stored} on success, {0, current version} on
+// conflict, {2, oldest score} when the owner holds its maximum and {3,
+// oldest score} when the store is full and none may be evicted. A
+// session's owner is its hash's field o; the sorted set prefix+"o:"+owner
+// indexes the owner's sessions by last update, as the index does all.
 // A session that has expired by the store's clock counts as absent.
 //
 //go:embed redis_put.lua
@@ -66,8 +75,11 @@ var putScriptSrc string
 //go:embed redis_expire.lua
 var expireScriptSrc string
 
-// deleteScript removes a session and its index entry together.
-const deleteScriptSrc = `redis.call('DEL', KEYS[1]); redis.call('ZREM', KEYS[2], ARGV[1]); return 1`
+// deleteScript removes a session and its index entries together
+// (ARGV[2] is the key prefix).
+const deleteScriptSrc = `local o = redis.call('HGET', KEYS[1], 'o')
+if o then redis.call('ZREM', ARGV[2] .. 'o:' .. o, ARGV[1]) end
+redis.call('DEL', KEYS[1]); redis.call('ZREM', KEYS[2], ARGV[1]); return 1`
 
 // RedisStore keeps sessions in Redis (or Valkey), so that several Parley
 // replicas share them: any replica resumes any session. Each session is a
@@ -90,7 +102,11 @@ type RedisStore struct {
 	closed  atomic.Bool
 }
 
-var _ Store = (*RedisStore)(nil)
+var (
+	_ Store      = (*RedisStore)(nil)
+	_ IDKeyStore = (*RedisStore)(nil)
+	_ Admitter   = (*RedisStore)(nil)
+)
 
 // OpenRedisStore connects to the Redis named by rawURL
 // (redis://[user:password@]host:port/db, or rediss:// for TLS), checks that
@@ -135,10 +151,32 @@ func (l RedisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.L.Warn(fmt.Sprintf(format, v...))
 }
 
+// IDKey implements IDKeyStore: the key is kept in Redis (made by the first
+// replica that asks), so every replica reads the same response ids.
+func (r *RedisStore) IDKey(ctx context.Context) ([]byte, error) {
+	if r.closed.Load() {
+		return nil, errClosed()
+	}
+	fresh := make([]byte, idKeyBytes)
+	_, _ = rand.Read(fresh) // never fails (crypto/rand crashes rather than return an error)
+	if err := r.rdb.SetNX(ctx, r.idKeyKey(), fresh, 0).Err(); err != nil {
+		return nil, r.redisError("response id key", err)
+	}
+	k, err := r.rdb.Get(ctx, r.idKeyKey()).Bytes()
+	if err != nil {
+		return nil, r.redisError("response id key", err)
+	}
+	if len(k) != idKeyBytes {
+		return nil, parley.Errorf(parley.EInternal, "the response id key in redis is %d bytes, want %d", len(k), idKeyBytes)
+	}
+	return k, nil
+}
+
 // Addr is the Redis server's host:port.
 func (r *RedisStore) Addr() string { return r.addr }
 
 func (r *RedisStore) indexKey() string            { return r.prefix + "idx" }
+func (r *RedisStore) idKeyKey() string            { return r.prefix + "idkey" }
 func (r *RedisStore) sessionKey(id string) string { return r.prefix + "s:" + id }
 
 // version renders t as the store compares versions; the zero time is "".
@@ -205,19 +243,44 @@ func (r *RedisStore) Put(ctx context.Context, s *Session) error {
 		return fmt.Errorf("encode session: %w", err)
 	}
 	var keyTTL int64
-	cutoff := ""
+	cutoff, scoreCutoff, evictCutoff := "", "", ""
+	now := cp.Updated
 	if r.cfg.ttl > 0 {
 		keyTTL = (r.cfg.ttl + redisExpirySlack).Milliseconds()
-		cutoff = version(r.cfg.stamp().Add(-r.cfg.ttl))
+		cutoff = version(now.Add(-r.cfg.ttl))
+		scoreCutoff = fmt.Sprint(now.Add(-r.cfg.ttl).UnixMilli())
+	}
+	if r.cfg.evictFloor > 0 {
+		// The newest update a session may have and still be evicted (see
+		// storeConfig.evictable): idle past the floor, or expired.
+		d := r.cfg.evictFloor
+		if r.cfg.ttl > 0 && r.cfg.ttl < d {
+			d = r.cfg.ttl
+		}
+		evictCutoff = fmt.Sprint(now.Add(-d).UnixMilli() - 1)
 	}
 	res, err := r.put.Run(ctx, r.rdb, []string{r.sessionKey(cp.ID), r.indexKey()},
 		version(read), version(cp.Updated), cp.Updated.UnixMilli(), rec, keyTTL,
-		max(r.cfg.maxSessions, 0), cp.ID, r.prefix, cutoff).Slice()
+		max(r.cfg.maxSessions, 0), cp.ID, r.prefix, cutoff,
+		cp.Owner, max(r.cfg.maxPerOwner, 0), evictCutoff, scoreCutoff).Slice()
 	if err != nil {
 		s.Updated, s.Created = read, created
 		return r.redisError("put session", err)
 	}
-	if ok, _ := res[0].(int64); ok != 1 {
+	switch code, _ := res[0].(int64); code {
+	case 1:
+	case 2, 3:
+		s.Updated, s.Created = read, created
+		var oldest time.Time
+		if ms, err := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64); err == nil {
+			oldest = time.UnixMilli(ms).UTC()
+		}
+		if code == 2 {
+			return r.cfg.errOwnerFull(oldest, now)
+		}
+		_, wait := r.cfg.evictable(oldest, now)
+		return r.cfg.errStoreFull(wait)
+	default:
 		s.Updated, s.Created = read, created
 		return ErrConflict
 	}
@@ -238,7 +301,7 @@ func (r *RedisStore) Delete(ctx context.Context, id string) error {
 	if !ValidID(id) {
 		return nil
 	}
-	if err := r.del.Run(ctx, r.rdb, []string{r.sessionKey(id), r.indexKey()}, id).Err(); err != nil {
+	if err := r.del.Run(ctx, r.rdb, []string{r.sessionKey(id), r.indexKey()}, id, r.prefix).Err(); err != nil {
 		return r.redisError("delete session", err)
 	}
 	return nil
@@ -323,3 +386,54 @@ type storeError struct {
 
 func (e *storeError) Error() string   { return e.op + ": " + e.cause.Error() }
 func (e *storeError) Unwrap() []error { return []error{e.safe, e.cause} }
+
+// Admit implements Admitter (two reads; the put script decides).
+func (r *RedisStore) Admit(ctx context.Context, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.closed.Load() {
+		return errClosed()
+	}
+	now := r.cfg.stamp()
+	oldest := func(key string) (time.Time, error) {
+		zs, err := r.rdb.ZRangeWithScores(ctx, key, 0, 0).Result()
+		if err != nil || len(zs) == 0 {
+			return time.Time{}, err
+		}
+		return time.UnixMilli(int64(zs[0].Score)).UTC(), nil
+	}
+	if owner != "" && r.cfg.maxPerOwner > 0 {
+		okey, low := r.prefix+"o:"+owner, "-inf"
+		if r.cfg.ttl > 0 {
+			low = fmt.Sprint(now.Add(-r.cfg.ttl).UnixMilli())
+		}
+		n, err := r.rdb.ZCount(ctx, okey, low, "+inf").Result()
+		if err != nil {
+			return r.redisError("admit session", err)
+		}
+		if n >= int64(r.cfg.maxPerOwner) {
+			t, err := oldest(okey)
+			if err != nil {
+				return r.redisError("admit session", err)
+			}
+			return r.cfg.errOwnerFull(t, now)
+		}
+	}
+	if r.cfg.maxSessions > 0 {
+		n, err := r.rdb.ZCard(ctx, r.indexKey()).Result()
+		if err != nil {
+			return r.redisError("admit session", err)
+		}
+		if n >= int64(r.cfg.maxSessions) {
+			t, err := oldest(r.indexKey())
+			if err != nil {
+				return r.redisError("admit session", err)
+			}
+			if ok, wait := r.cfg.evictable(t, now); !ok {
+				return r.cfg.errStoreFull(wait)
+			}
+		}
+	}
+	return nil
+}

@@ -7,6 +7,8 @@ for _, id in ipairs(cands) do
   local key = ARGV[3] .. 's:' .. id
   local v = redis.call('HGET', key, 'v')
   if (not v) or v < ARGV[2] then
+    local o = redis.call('HGET', key, 'o')
+    if o then redis.call('ZREM', ARGV[3] .. 'o:' .. o, id) end
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], id)
     n = n + 1

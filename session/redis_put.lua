@@ -11,18 +11,42 @@ if cur ~= ARGV[1] then
   end
 end
 local isNew = redis.call('ZSCORE', KEYS[2], ARGV[7]) == false
+local owner = ARGV[10]
+local okey = ARGV[8] .. 'o:' .. owner
+if isNew and owner ~= '' and tonumber(ARGV[11]) > 0 then
+  -- The owner's set may still hold sessions Redis expired by itself.
+  if ARGV[13] ~= '' then
+    redis.call('ZREMRANGEBYSCORE', okey, '-inf', '(' .. ARGV[13])
+  end
+  if redis.call('ZCARD', okey) >= tonumber(ARGV[11]) then
+    local oldest = redis.call('ZRANGE', okey, 0, 0, 'WITHSCORES')
+    return {2, oldest[2] or ''}
+  end
+end
 local max = tonumber(ARGV[6])
 if isNew and max > 0 then
-  -- Evict the least recently updated sessions to make room for this one.
+  -- Evict the least recently updated sessions to make room for this one,
+  -- but only those idle past the floor (ARGV[12], a score; '' = any).
   local n = redis.call('ZCARD', KEYS[2])
   while n >= max do
-    local oldest = redis.call('ZPOPMIN', KEYS[2])
+    local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     if #oldest == 0 then break end
-    redis.call('DEL', ARGV[8] .. 's:' .. oldest[1])
+    if ARGV[12] ~= '' and tonumber(oldest[2]) > tonumber(ARGV[12]) then
+      return {3, oldest[2]}
+    end
+    redis.call('ZREM', KEYS[2], oldest[1])
+    local skey = ARGV[8] .. 's:' .. oldest[1]
+    local o = redis.call('HGET', skey, 'o')
+    if o then redis.call('ZREM', ARGV[8] .. 'o:' .. o, oldest[1]) end
+    redis.call('DEL', skey)
     n = n - 1
   end
 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[4])
+if owner ~= '' then
+  redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[4], 'o', owner)
+else
+  redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[4])
+end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
@@ -30,4 +54,8 @@ else
   redis.call('PERSIST', KEYS[1])
 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[7])
+if owner ~= '' then
+  redis.call('ZADD', okey, ARGV[3], ARGV[7])
+  if ttl > 0 then redis.call('PEXPIRE', okey, ttl) end
+end
 return {1, redis.call('ZCARD', KEYS[2])}

@@ -2,8 +2,6 @@ package session
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -20,8 +18,8 @@ import (
 //
 //   - a conversation is a session; its id is "conv_" + the session id;
 //   - a response is one turn of a session, recorded in Session.Responses;
-//     its id is "resp_" + the session id + a random suffix, so the id alone
-//     finds the session (no index to keep besides the store);
+//     its id holds the session id encrypted (ids.go), so the id alone finds
+//     the session (no index to keep besides the store) without revealing it;
 //   - an item is a message of the session, named by its absolute position
 //     (positions count messages dropped by the byte cap, see Session.Trimmed).
 //
@@ -38,7 +36,8 @@ const (
 // maxResponseRecords bounds Session.Responses; the oldest records go first.
 const maxResponseRecords = 1000
 
-// responseSuffixBytes is the random part of a response id after the session id.
+// responseSuffixBytes is the random part of a response id of the earlier
+// form, after the session id (ids.go).
 const responseSuffixBytes = 6
 
 // ResponseRecord is what a session keeps of one response (one turn run
@@ -75,33 +74,11 @@ func textHash(s string) uint64 {
 	return h.Sum64()
 }
 
-// ResponseSession returns the session id a response id belongs to, or
-// false when id is not a response id.
-func ResponseSession(id string) (string, bool) {
-	rest, ok := strings.CutPrefix(id, ResponsePrefix)
-	n := idEncoding().EncodedLen(idBytes)
-	if !ok || len(rest) != n+2*responseSuffixBytes || !ValidID(rest[:n]) {
-		return "", false
-	}
-	if _, err := hex.DecodeString(rest[n:]); err != nil {
-		return "", false
-	}
-	return rest[:n], true
-}
-
 // ConversationSession returns the session id of a conversation id. A bare
 // session id is accepted too (the id a WebSocket chat shows).
 func ConversationSession(id string) (string, bool) {
 	sid := strings.TrimPrefix(id, ConversationPrefix)
 	return sid, ValidID(sid)
-}
-
-func newResponseID(sid string) (string, error) {
-	var b [responseSuffixBytes]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("response id: %w", err)
-	}
-	return ResponsePrefix + sid + hex.EncodeToString(b[:]), nil
 }
 
 // pos is the index in s.Messages of absolute position abs, or -1 when it is
@@ -255,14 +232,13 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			sess.Messages = sess.Messages[:i]
 		}
 	case req.Previous != "":
-		sid, ok := ResponseSession(req.Previous)
-		if !ok {
+		sid, ok, err := s.ids.responseSession(ctx, req.Previous)
+		if err != nil {
+			return nil, err
+		} else if !ok {
 			return nil, parley.Errorf(parley.ENotFound, "no such response")
 		}
-		var (
-			u   func()
-			err error
-		)
+		var u func()
 		sess, u, err = s.getLocked(ctx, sid, "previous response")
 		if err != nil {
 			return nil, err
@@ -278,9 +254,15 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			break
 		}
 		// An older response (or one not to be stored): fork a copy with the
-		// history up to it, under a new id.
+		// history up to it, under a new id. A stored fork is a new session
+		// of the requesting client.
 		u()
-		fork, err := s.fork(sess, rec.End)
+		if !req.NoStore {
+			if err := s.mayCreate(ctx); err != nil {
+				return nil, err
+			}
+		}
+		fork, err := s.fork(ctx, sess, rec.End)
 		if err != nil {
 			return nil, err
 		}
@@ -300,25 +282,31 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		}
 		if req.NoStore {
 			u()
-			if sess, err = s.fork(sess, sess.Next()); err != nil {
+			if sess, err = s.fork(ctx, sess, sess.Next()); err != nil {
 				return nil, err
 			}
 		} else {
 			unlock = u
 		}
 	default:
+		client := ClientFrom(ctx)
+		if !req.NoStore {
+			if err := s.mayCreate(ctx); err != nil {
+				return nil, err
+			}
+		}
 		id, err := NewID()
 		if err != nil {
 			return nil, err
 		}
-		sess = &Session{ID: id, System: s.system}
+		sess = &Session{ID: id, System: s.system, Owner: client}
 	}
 
 	// From here unlock is released on every error path or handed to run.
 	if req.Instructions != nil {
 		sess.System = *req.Instructions
 	}
-	rid, err := newResponseID(sess.ID)
+	rid, err := s.ids.newResponseID(ctx, sess.ID)
 	if err != nil {
 		unlock()
 		return nil, err
@@ -367,6 +355,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	if req.NoStore {
 		out.local = &captureStore{cfg: newStoreConfig(nil)}
 		runner = &Service{store: out.local, r: s.r, system: s.system, params: s.params, log: s.log}
+		runner.unused.maxPer = s.unused.maxPer
 	}
 	out.Turn = t
 	go runner.run(ctx, t, sess, prompt, unlock)
@@ -375,14 +364,18 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 
 // fork returns a new, unstored session with sess's system prompt and
 // history up to absolute position end. Positions are kept, so records of
-// the copied turns stay valid in the fork.
-func (s *Service) fork(sess *Session, end int) (*Session, error) {
+// the copied turns stay valid in the fork. Its owner is ctx's client (it
+// counts against whoever forks), or sess's when ctx has none.
+func (s *Service) fork(ctx context.Context, sess *Session, end int) (*Session, error) {
 	id, err := NewID()
 	if err != nil {
 		return nil, err
 	}
 	f := sess.Clone()
 	f.ID, f.Created, f.Updated = id, time.Time{}, time.Time{}
+	if c := ClientFrom(ctx); c != "" {
+		f.Owner = c
+	}
 	if i := end - f.Trimmed; i >= 0 && i <= len(f.Messages) {
 		f.Messages = f.Messages[:i]
 	}
@@ -436,8 +429,10 @@ func (c *captureStore) Put(_ context.Context, s *Session) error {
 
 // GetResponse returns the record of response id and the session it is in.
 func (s *Service) GetResponse(ctx context.Context, id string) (ResponseRecord, *Session, error) {
-	sid, ok := ResponseSession(id)
-	if !ok {
+	sid, ok, err := s.ids.responseSession(ctx, id)
+	if err != nil {
+		return ResponseRecord{}, nil, err
+	} else if !ok {
 		return ResponseRecord{}, nil, parley.Errorf(parley.ENotFound, "no such response")
 	}
 	sess, err := s.store.Get(ctx, sid)
@@ -455,8 +450,10 @@ func (s *Service) GetResponse(ctx context.Context, id string) (ResponseRecord, *
 // DeleteResponse removes response id's record and its messages from its
 // session. Later turns stay (their positions shift down).
 func (s *Service) DeleteResponse(ctx context.Context, id string) error {
-	sid, ok := ResponseSession(id)
-	if !ok {
+	sid, ok, err := s.ids.responseSession(ctx, id)
+	if err != nil {
+		return err
+	} else if !ok {
 		return parley.Errorf(parley.ENotFound, "no such response")
 	}
 	return s.edit(ctx, sid, func(sess *Session) error {
@@ -513,13 +510,18 @@ func (s *Service) edit(ctx context.Context, sid string, f func(*Session) error) 
 
 // CreateConversation stores a new session holding msgs (system messages
 // set its system prompt; without one it gets the service's default) and
-// metadata.
+// metadata, owned by ctx's client; it counts against the client's creation
+// rate and the store's per-client cap.
 func (s *Service) CreateConversation(ctx context.Context, msgs []parley.Message, metadata map[string]string) (*Session, error) {
+	client := ClientFrom(ctx)
+	if err := s.creates.allow(client); err != nil {
+		return nil, err
+	}
 	id, err := NewID()
 	if err != nil {
 		return nil, err
 	}
-	sess := &Session{ID: id, System: s.system, Metadata: maps.Clone(metadata)}
+	sess := &Session{ID: id, System: s.system, Metadata: maps.Clone(metadata), Owner: client}
 	sess.addItems(msgs)
 	if err := s.store.Put(ctx, sess); err != nil {
 		return nil, err
@@ -590,4 +592,18 @@ func (s *Service) DeleteItem(ctx context.Context, sid string, abs int) (*Session
 		return nil
 	})
 	return out, err
+}
+
+// mayCreate refuses a new session of ctx's client that the store would
+// refuse (Admitter) or that is over the client's creation rate, before a
+// turn runs for a session stored only when it ends. A refusal by the store
+// spends none of the client's rate.
+func (s *Service) mayCreate(ctx context.Context) error {
+	client := ClientFrom(ctx)
+	if a, ok := s.store.(Admitter); ok {
+		if err := a.Admit(ctx, client); err != nil {
+			return err
+		}
+	}
+	return s.creates.allow(client)
 }

@@ -40,13 +40,9 @@ func TestRespondRecordsSurviveTrimming(t *testing.T) {
 	for i := range 4 {
 		last = respond(t, svc, session.ResponseRequest{Previous: last.ID, Input: user(strings.Repeat("b", 10+i))})
 	}
-	sid, ok := session.ResponseSession(last.ID)
-	if !ok {
-		t.Fatalf("response id %q names no session", last.ID)
-	}
-	sess, err := svc.Conversation(ctx, sid)
+	_, sess, err := svc.GetResponse(ctx, last.ID)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("response id %q names no session: %v", last.ID, err)
 	}
 	if sess.Trimmed == 0 {
 		t.Fatalf("nothing trimmed: %d bytes", sess.Bytes())

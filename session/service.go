@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -73,58 +72,14 @@ type Service struct {
 	params parley.Params
 	log    *zap.Logger
 	locks  keyLock // one per session id: turns and edits of a session run one at a time
-	// unused holds the sessions created and stored by Open but not
-	// written since, oldest first, at most maxUnused: past it the oldest is
-	// deleted again, so connections that never talk cannot fill the store
-	// and evict real conversations.
-	unused unusedSet
-	served servedSet
-}
-
-// maxUnused bounds the sessions stored at creation and not written since.
-const maxUnused = 1024
-
-// unusedSet is a bounded FIFO of session ids. Safe for concurrent use.
-type unusedSet struct {
-	mu    sync.Mutex
-	order []string
-	in    map[string]bool
-}
-
-// add records id and returns the oldest id pushed out past maxUnused, if any.
-func (u *unusedSet) add(id string) (string, bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.in == nil {
-		u.in = map[string]bool{}
-	}
-	u.order = append(u.order, id)
-	u.in[id] = true
-	for len(u.order) > maxUnused {
-		old := u.order[0]
-		u.order = u.order[1:]
-		if u.in[old] {
-			delete(u.in, old)
-			return old, true
-		}
-	}
-	return "", false
-}
-
-// used forgets id: it has been written to.
-func (u *unusedSet) used(id string) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.in[id] {
-		delete(u.in, id)
-		// Drop it from order too, so order stays bounded by live entries.
-		for i, o := range u.order {
-			if o == id {
-				u.order = append(u.order[:i], u.order[i+1:]...)
-				break
-			}
-		}
-	}
+	// unused holds, per client, the sessions Open stored that have not run
+	// a turn since, oldest first, at most maxUnused per client: past it the
+	// client's oldest is deleted again, so connections that never talk
+	// hold little and push out only their own client's sessions.
+	unused  unusedSet
+	creates createLimiter // sessions each client may create per minute
+	served  servedSet
+	ids     idCipher // response ids (ids.go)
 }
 
 // Option configures NewService.
@@ -137,6 +92,26 @@ func WithSystemPrompt(text string) Option { return func(s *Service) { s.system =
 // (parley.DefaultParams by default).
 func WithDefaultParams(p parley.Params) Option { return func(s *Service) { s.params = p } }
 
+// WithClientLimits bounds what one client (see WithClient) may do:
+// createsPerMinute sessions created per minute (a burst of as many; over
+// it, ERateLimited with RetryAfter; <= 0: no limit), and maxUnused
+// WebSocket sessions held that never ran a turn (past it, the client's
+// oldest such session is deleted; <= 0: DefaultMaxUnused). How many
+// sessions one client may hold in all is the store's WithMaxPerOwner.
+func WithClientLimits(createsPerMinute, maxUnused int) Option {
+	return func(s *Service) {
+		s.creates.perMinute = float64(createsPerMinute)
+		if maxUnused > 0 {
+			s.unused.maxPer = maxUnused
+		}
+	}
+}
+
+// WithServiceClock replaces time.Now for the per-client creation rate.
+func WithServiceClock(now func() time.Time) Option {
+	return func(s *Service) { s.creates.now = now }
+}
+
 // WithLogger sets the service's logger; the default discards.
 func WithLogger(l *zap.Logger) Option { return func(s *Service) { s.log = l } }
 
@@ -144,35 +119,45 @@ func WithLogger(l *zap.Logger) Option { return func(s *Service) { s.log = l } }
 // caller's: close it after the last turn has ended.
 func NewService(store Store, r Responder, opts ...Option) *Service {
 	s := &Service{store: store, r: r, params: parley.DefaultParams(), log: zap.NewNop()}
+	s.creates.now = time.Now
+	s.unused.maxPer = DefaultMaxUnused
 	for _, o := range opts {
 		o(s)
 	}
+	s.ids.store = store
 	return s
 }
 
 // Open starts or resumes a session. id "" starts a new session with the
-// default system prompt (resumed false) and stores it, so a client that
-// reconnects with its id (after a server restart, say) resumes it. At most
-// maxUnused sessions stored this way and never written since are kept: past
-// that the oldest is deleted, so connections that never talk cannot fill
-// the store and evict real conversations. A known id
+// default system prompt (resumed false), owned by ctx's client, and stores
+// it, so a client that reconnects with its id (after a server restart, say)
+// resumes it. It counts against the client's creation rate and the store's
+// per-client cap (ERateLimited past either, EStoreFull when the store is
+// full). Per client, at most maxUnused sessions stored this way that never
+// ran a turn are kept (a reset or a system prompt does not count as a
+// turn): past that the client's oldest is deleted, so connections that
+// never talk hold little and push out only their own. A known id
 // returns its session (resumed true). An unknown, expired or malformed id
 // is a parley ENotFound error: a client cannot pick its own id.
 func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 	if id == "" {
+		client := ClientFrom(ctx)
+		if err := s.creates.allow(client); err != nil {
+			return nil, false, err
+		}
 		nid, err := NewID()
 		if err != nil {
 			return nil, false, err
 		}
 		// Stored now, not at the first turn, so a client that reconnects
 		// with the id it was given (after a server restart, say) resumes
-		// it. One small record; the store's session cap and TTL bound them
+		// it. One small record; the store's session caps and TTL bound them
 		// like any other.
-		sess := &Session{ID: nid, System: s.system}
+		sess := &Session{ID: nid, System: s.system, Owner: client}
 		if err := s.store.Put(ctx, sess); err != nil {
 			return nil, false, fmt.Errorf("create session: %w", err)
 		}
-		if old, ok := s.unused.add(nid); ok {
+		for _, old := range s.unused.add(client, nid) {
 			s.dropUnused(ctx, old)
 		}
 		return sess, false, nil
@@ -232,14 +217,14 @@ func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) er
 	})
 }
 
-// load returns the stored session, or a new one for an id that Open issued
-// and nothing has written yet (or that expired while its connection stayed
-// open: it starts over). Callers only pass ids that Open returned, so a
-// client still cannot pick its own.
+// load returns the stored session, or a new one (owned by ctx's client)
+// for an id that Open issued and nothing has written yet (or that expired
+// while its connection stayed open: it starts over). Callers only pass ids
+// that Open returned, so a client still cannot pick its own.
 func (s *Service) load(ctx context.Context, id string) (*Session, error) {
 	sess, err := s.store.Get(ctx, id)
 	if parley.ErrorCode(err) == parley.ENotFound {
-		return &Session{ID: id, System: s.system}, nil
+		return &Session{ID: id, System: s.system, Owner: ClientFrom(ctx)}, nil
 	}
 	return sess, err
 }
@@ -270,7 +255,8 @@ func (s *Service) modify(ctx context.Context, id string, get func(context.Contex
 		if err := f(sess); err != nil {
 			return err
 		}
-		s.unused.used(id)
+		// Not s.unused.used: an edit (a reset, a system prompt) is not a
+		// turn, so a socket that only edits stays unused.
 		err = s.store.Put(ctx, sess)
 		if !errors.Is(err, ErrConflict) || attempt == conflictRetries {
 			return err
@@ -281,8 +267,9 @@ func (s *Service) modify(ctx context.Context, id string, get func(context.Contex
 	}
 }
 
-// dropUnused deletes a session stored at creation that nothing has written
-// to since (under its lock, so a turn starting now is not lost).
+// dropUnused deletes a session stored at creation that has no messages
+// (under its lock, so a turn starting now is not lost). A system prompt or
+// settings set since do not keep it.
 func (s *Service) dropUnused(ctx context.Context, id string) {
 	unlock, err := s.locks.lock(ctx, id)
 	if err != nil {
@@ -290,12 +277,14 @@ func (s *Service) dropUnused(ctx context.Context, id string) {
 	}
 	defer unlock()
 	sess, err := s.store.Get(ctx, id)
-	if err != nil || len(sess.Messages) > 0 || sess.Params != nil || sess.System != s.system {
+	if err != nil || len(sess.Messages) > 0 {
 		return
 	}
 	if err := s.store.Delete(ctx, id); err != nil {
 		s.log.Debug("drop unused session", zap.String("session", id), zap.Error(err))
+		return
 	}
+	s.log.Debug("dropped unused session", zap.String("session", id), zap.String("client", sess.Owner))
 }
 
 // Turn is one prompt and its streamed reply. Its goroutine ends when the
@@ -435,7 +424,7 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 	text := t.reply.Text()
 	if final.Finish != parley.FinishError && (final.Finish != parley.FinishCancelled || text != "") {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		s.unused.used(t.id)
+		s.unused.used(sess.Owner, t.id)
 		err := s.commit(cctx, sess, prompt, text, t.reapply)
 		cancel()
 		if err != nil {

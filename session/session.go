@@ -47,6 +47,12 @@ type Session struct {
 	Trimmed   int               `json:"trimmed,omitempty"`   // messages the byte cap has dropped from the front, ever: Messages[0]'s absolute position
 	Responses []ResponseRecord  `json:"responses,omitempty"` // the turns run through the Responses API, oldest first
 	Metadata  map[string]string `json:"metadata,omitempty"`  // a conversation's metadata
+
+	// Owner is the key of the client that created the session (see
+	// WithClient; never a secret), fixed at creation: the store counts a
+	// client's sessions by it. "" for sessions created without a client,
+	// and for those stored before owners were recorded.
+	Owner string `json:"owner,omitempty"`
 }
 
 // NewID returns a fresh random session id (22 URL-safe characters).

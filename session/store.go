@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -23,7 +24,11 @@ type Store interface {
 	// byte cap. It writes those changes back into s, so after a nil return
 	// *s equals what Get returns. Durable stores have committed it to disk
 	// when Put returns. Storing a new id when the store is full evicts the
-	// least recently updated sessions.
+	// least recently updated sessions, but only those idle for longer than
+	// the eviction floor (WithEvictFloor): when the least recently updated
+	// is younger, Put stores nothing and returns a parley EStoreFull error.
+	// Storing a new id whose Owner already holds WithMaxPerOwner sessions
+	// returns a parley ERateLimited error. Both carry a RetryAfter.
 	Put(ctx context.Context, s *Session) error
 	// Delete removes the session; deleting an absent id is not an error.
 	Delete(ctx context.Context, id string) error
@@ -40,6 +45,8 @@ const (
 	DefaultMaxSessions     = 10000          // sessions per store
 	DefaultMaxBytes        = 1 << 20        // bytes of system prompt + history per session
 	DefaultJanitorInterval = time.Minute    // how often expired sessions are deleted
+	DefaultMaxPerOwner     = 500            // sessions one client may hold (cmd/parley's default; the library's is no bound)
+	DefaultEvictFloor      = 24 * time.Hour // idle time before a session may be evicted (cmd/parley's default; the library's is none)
 )
 
 // StoreOption configures NewMemoryStore and OpenBoltStore.
@@ -52,6 +59,8 @@ type storeConfig struct {
 	interval    time.Duration
 	now         func() time.Time
 	log         *zap.Logger
+	maxPerOwner int           // sessions one Owner may hold; <= 0: no bound
+	evictFloor  time.Duration // idle time before eviction may take a session; <= 0: any
 }
 
 func newStoreConfig(opts []StoreOption) storeConfig {
@@ -79,6 +88,19 @@ func WithMaxSessions(n int) StoreOption { return func(c *storeConfig) { c.maxSes
 // WithMaxBytes caps the bytes of one session (see Session.Bytes); Put drops
 // the oldest turns to fit. n <= 0 means no cap.
 func WithMaxBytes(n int) StoreOption { return func(c *storeConfig) { c.maxBytes = n } }
+
+// WithMaxPerOwner bounds the sessions one owner (Session.Owner, a client)
+// may hold: storing a new id past it returns ERateLimited, whose
+// RetryAfter is when the owner's least recently updated session expires.
+// Sessions without an owner are not counted. n <= 0 means no bound.
+func WithMaxPerOwner(n int) StoreOption { return func(c *storeConfig) { c.maxPerOwner = n } }
+
+// WithEvictFloor sets how long a session must have been idle (not Put)
+// before a full store may evict it to make room: a full store whose least
+// recently updated session is younger refuses the new one (EStoreFull)
+// instead. Expired sessions may always go. d <= 0 means any session may be
+// evicted.
+func WithEvictFloor(d time.Duration) StoreOption { return func(c *storeConfig) { c.evictFloor = d } }
 
 // WithJanitorInterval sets how often the janitor deletes expired sessions;
 // d <= 0 disables the janitor (Get still hides expired sessions, and
@@ -137,6 +159,55 @@ func (c *storeConfig) prepare(s *Session) (*Session, error) {
 	return cp, nil
 }
 
+// evictable reports whether a full store may evict a session last updated
+// at updated, at now; when not, wait is how long until it may.
+func (c *storeConfig) evictable(updated, now time.Time) (ok bool, wait time.Duration) {
+	if c.evictFloor <= 0 || c.expired(updated, now) {
+		return true, 0
+	}
+	d := c.evictFloor
+	if c.ttl > 0 && c.ttl < d {
+		d = c.ttl
+	}
+	idle := now.Sub(updated)
+	if idle > d {
+		return true, 0
+	}
+	return false, d - idle
+}
+
+// errStoreFull is what storing a new session into a full store returns
+// when no session has been idle long enough to evict.
+func (c *storeConfig) errStoreFull(wait time.Duration) error {
+	return &parley.Error{Code: parley.EStoreFull, RetryAfter: atLeastSecond(wait),
+		Message: fmt.Sprintf("the session store is full (--max-sessions %d) and no session has been idle for %s; try again later",
+			c.maxSessions, c.evictFloor)}
+}
+
+// errOwnerFull is what storing a new session of an owner that holds
+// maxPerOwner returns; oldest is the Updated of its least recently updated
+// session (zero when unknown).
+func (c *storeConfig) errOwnerFull(oldest, now time.Time) error {
+	wait := time.Minute
+	if c.ttl > 0 && !oldest.IsZero() {
+		wait = c.ttl - now.Sub(oldest)
+	}
+	return &parley.Error{Code: parley.ERateLimited, RetryAfter: atLeastSecond(wait),
+		Message: fmt.Sprintf("your address holds %d sessions, the most one client may (--max-sessions-per-client); delete some or wait for idle ones to expire",
+			c.maxPerOwner)}
+}
+
+func atLeastSecond(d time.Duration) time.Duration { return max(d, time.Second) }
+
 func errNotFound() error { return parley.Errorf(parley.ENotFound, "no such session") }
 
 func errClosed() error { return parley.Errorf(parley.EUnavailable, "the session store is closed") }
+
+// Admitter is a Store that can tell, without writing, whether it would
+// refuse a new session of owner now (the owner's cap, a full store with
+// nothing evictable). The Service asks before it runs a turn for a session
+// it has not stored yet, so a refused client gets its answer before the
+// engine works for it; the Put that commits the turn still decides.
+type Admitter interface {
+	Admit(ctx context.Context, owner string) error
+}

@@ -408,21 +408,26 @@ type itemList struct {
 	HasMore bool          `json:"has_more"`
 }
 
-// itemID names the message at absolute position abs of session sid.
-func itemID(sid string, abs int) string { return "msg_" + sid + strconv.Itoa(abs) }
+// itemID names the message at absolute position abs of session sid. It
+// names the session by a one-way digest (session.ItemKey), so an item id
+// shown with a response does not hand out its conversation.
+func itemID(sid string, abs int) string { return "msg_" + session.ItemKey(sid) + strconv.Itoa(abs) }
 
-// parseItemID returns the absolute position an item id of session sid names.
+// parseItemID returns the absolute position an item id of session sid
+// names; ids of the earlier form, "msg_" + sid + position, still work.
 func parseItemID(sid, id string) (int, bool) {
-	rest, ok := strings.CutPrefix(id, "msg_"+sid)
+	rest, ok := strings.CutPrefix(id, "msg_"+session.ItemKey(sid))
 	if !ok {
-		return 0, false
+		if rest, ok = strings.CutPrefix(id, "msg_"+sid); !ok {
+			return 0, false
+		}
 	}
 	n, err := strconv.Atoi(rest)
 	return n, err == nil && n >= 0 && strconv.Itoa(n) == rest
 }
 
 // systemItemID names a conversation's system prompt, shown as its first item.
-func systemItemID(sid string) string { return "msg_" + sid + "_system" }
+func systemItemID(sid string) string { return "msg_" + session.ItemKey(sid) + "_system" }
 
 func newMessageItem(id string, m parley.Message) messageItem {
 	typ, role := "input_text", string(m.Role)
@@ -631,7 +636,13 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		failed.Status = session.StatusFailed
 		failed.Error = &responseError{Code: responseErrorCode(err), Message: parley.ErrorMessage(err)}
 		oe := newOpenAIError(err)
-		if e := send("error", map[string]any{"code": oe.Code, "message": oe.Message, "param": oe.Param}); e != nil {
+		ev := map[string]any{"code": oe.Code, "message": oe.Message, "param": oe.Param}
+		if d := retryAfterSeconds(err); d > 0 {
+			// A new session the store refused when the turn was committed
+			// (the client's cap, a full store): when to try again.
+			ev["status"], ev["retry_after"] = ErrorStatus(err), d
+		}
+		if e := send("error", ev); e != nil {
 			return e
 		}
 		return send("response.failed", map[string]any{"response": failed})
@@ -908,8 +919,12 @@ func (s *Server) handleGetItem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	want := c.Param("item")
+	if rest, ok := strings.CutPrefix(want, "msg_"+sess.ID); ok {
+		want = "msg_" + session.ItemKey(sess.ID) + rest // an id of the earlier form
+	}
 	for _, it := range conversationItems(sess) {
-		if it.ID == c.Param("item") {
+		if it.ID == want {
 			return c.JSON(http.StatusOK, it)
 		}
 	}

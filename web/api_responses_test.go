@@ -86,6 +86,20 @@ func createResponse(tb testing.TB, s *stack, body map[string]any) respObject {
 	return r
 }
 
+// sessionOf is the session response id is in, as the server finds it (the
+// id itself does not show it).
+func sessionOf(tb testing.TB, s *stack, id string) string {
+	tb.Helper()
+	_, sess, err := s.sessions.GetResponse(context.Background(), id)
+	if err != nil {
+		tb.Fatalf("response %s: %v", id, err)
+	}
+	if strings.Contains(id, sess.ID) {
+		tb.Fatalf("response id %s shows its session %s", id, sess.ID)
+	}
+	return sess.ID
+}
+
 func do(tb testing.TB, method, url string, body any) *http.Response {
 	tb.Helper()
 	if method == http.MethodPost {
@@ -117,7 +131,7 @@ func TestResponsesChainReusesSession(t *testing.T) {
 	if second.PreviousResponseID == nil || *second.PreviousResponseID != first.ID {
 		t.Fatalf("second.previous_response_id %v", second.PreviousResponseID)
 	}
-	if second.ID[:27] != first.ID[:27] {
+	if sessionOf(t, s, second.ID) != sessionOf(t, s, first.ID) {
 		t.Fatalf("chained response %s left the session of %s", second.ID, first.ID)
 	}
 	// The chained prompt starts with the whole first turn, which is in the
@@ -138,7 +152,7 @@ func TestResponsesChainReusesSession(t *testing.T) {
 
 	// A fork from the first response: a new session with the first turn only.
 	fork := createResponse(t, s, map[string]any{"input": "And later?", "previous_response_id": first.ID, "max_output_tokens": 4})
-	if fork.ID[:27] == first.ID[:27] {
+	if sessionOf(t, s, fork.ID) == sessionOf(t, s, first.ID) {
 		t.Fatalf("a fork from an older response stayed in its session")
 	}
 	// The engine finds the shared history in the original session's slot.
@@ -146,7 +160,7 @@ func TestResponsesChainReusesSession(t *testing.T) {
 		t.Fatalf("fork cached %d tokens, want at least the first prompt's %d", fork.Usage.InputTokensDetails.CachedTokens, first.Usage.InputTokens)
 	}
 	var conv itemsList
-	decodeBody(t, do(t, http.MethodGet, s.base+"/v1/conversations/conv_"+fork.ID[5:27]+"/items?order=asc", nil), http.StatusOK, &conv)
+	decodeBody(t, do(t, http.MethodGet, s.base+"/v1/conversations/conv_"+sessionOf(t, s, fork.ID)+"/items?order=asc", nil), http.StatusOK, &conv)
 	if len(conv.Data) != 5 || conv.Data[1].Content[0].Text != "Once upon a time" || conv.Data[3].Content[0].Text != "And later?" {
 		t.Fatalf("fork items %+v", conv.Data)
 	}

@@ -56,7 +56,7 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 	if !s.checkOrigin(r) {
 		return parley.Errorf(parley.EForbidden, "cross-origin WebSocket upgrades are not allowed")
 	}
-	ip := clientIP(r)
+	ip := clientKey(r)
 	if err := s.admit(ip); err != nil {
 		return err
 	}
@@ -164,9 +164,10 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 
 func wsErrorEvent(err error) []byte {
 	b, _ := json.Marshal(struct {
-		Type   string      `json:"type"`
-		Status int         `json:"status"`
-		Error  openAIError `json:"error"`
-	}{"error", ErrorStatus(err), newOpenAIError(err)})
+		Type       string      `json:"type"`
+		Status     int         `json:"status"`
+		Error      openAIError `json:"error"`
+		RetryAfter int         `json:"retry_after,omitempty"` // seconds, as the HTTP Retry-After header says it
+	}{"error", ErrorStatus(err), newOpenAIError(err), retryAfterSeconds(err)})
 	return b
 }

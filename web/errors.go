@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
@@ -29,6 +31,10 @@ var errorMapping = map[string]struct {
 	parley.EForbidden:    {http.StatusForbidden, websocket.ClosePolicyViolation, "permission_error", "validation"},
 	parley.EUnavailable:  {http.StatusServiceUnavailable, websocket.CloseGoingAway, "server_error", "overloaded"},
 	parley.EInternal:     {http.StatusInternalServerError, websocket.CloseInternalServerErr, "server_error", "generation"},
+	// A full session store is not the client's fault (4xx) nor a fault of
+	// the server (500): 507 says the server cannot store what the request
+	// needs, which is exactly the case, and a client backs off on it.
+	parley.EStoreFull: {http.StatusInsufficientStorage, websocket.CloseTryAgainLater, "server_error", "overloaded"},
 }
 
 // ErrorStatus returns the HTTP status for err's code.
@@ -56,6 +62,16 @@ func statusCode(status int) string {
 		}
 	}
 	return parley.EInternal
+}
+
+// retryAfterSeconds is err's RetryAfter in whole seconds, rounded up (0:
+// none).
+func retryAfterSeconds(err error) int {
+	d := parley.RetryAfter(err)
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
 }
 
 // ErrorBody is the JSON error of Parley's own endpoints (the WebSocket
@@ -200,6 +216,9 @@ func (s *Server) httpErrorHandler(err error, c echo.Context) {
 		status = ErrorStatus(err)
 		if parley.ErrorCode(err) == parley.EInternal {
 			s.log.Error("request failed", zap.String("path", c.Request().URL.Path), zap.Error(err))
+		}
+		if d := retryAfterSeconds(err); d > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(d))
 		}
 	}
 	if c.Request().Method == http.MethodHead {

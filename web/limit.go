@@ -27,13 +27,14 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// tagClient names the request's client (its address, as clientIP sees
-// it) in its context, so that the engine can cap what one client's
-// requests hold (grammar samplers that overran their step budget).
+// tagClient names the request's client (clientKey: its address, IPv6 per
+// /64) in its context, for every per-client limit: the session layer
+// stamps it on the sessions the request creates (session.ClientFrom), the
+// engine caps the grammar samplers one client's requests hold.
 func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		c.SetRequest(r.WithContext(parley.WithClient(r.Context(), clientIP(r))))
+		c.SetRequest(r.WithContext(parley.WithClient(r.Context(), clientKey(r))))
 		return next(c)
 	}
 }

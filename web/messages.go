@@ -51,6 +51,9 @@ type errorMessage struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// RetryAfter is when to try again, in seconds (rate limits, a full
+	// store), as HTTP's Retry-After says it.
+	RetryAfter int `json:"retry_after,omitempty"`
 }
 
 func newUsage(u parley.Usage) usageJSON {

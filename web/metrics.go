@@ -70,6 +70,7 @@ func refusalCodes() []string {
 	return []string{
 		parley.EBusy, parley.ERateLimited, parley.ETooLarge,
 		parley.EUnauthorized, parley.EForbidden, parley.EUnavailable,
+		parley.EStoreFull,
 	}
 }
 

@@ -77,6 +77,8 @@ type stackOpts struct {
 	// options adds server options that need the engine or the responder
 	// (called once both exist, before web.New).
 	options func(*stack) []web.Option
+	store   session.Store    // the sessions' store (default: a new memory store); closed at cleanup
+	svcOpts []session.Option // more options of the session service
 }
 
 // openStack starts the real stack on a loopback port; tb's cleanup closes
@@ -106,12 +108,16 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 		gen = o.generator(eng)
 	}
 	resp := chat.NewResponder(gen, chat.WithLogger(log))
-	store := session.NewMemoryStore()
+	store := o.store
+	if store == nil {
+		store = session.NewMemoryStore()
+	}
 	tb.Cleanup(func() { store.Close() })
 	defaults := parley.DefaultParams()
 	defaults.Temperature = 0
 	defaults.MaxTokens = o.maxTokens
-	rec := &recorder{Service: session.NewService(store, session.Adapt(resp.Reply), session.WithDefaultParams(defaults), session.WithLogger(log))}
+	svcOpts := append([]session.Option{session.WithDefaultParams(defaults), session.WithLogger(log)}, o.svcOpts...)
+	rec := &recorder{Service: session.NewService(store, session.Adapt(resp.Reply), svcOpts...)}
 	// cfg.Defaults is a copy: a test's cfg tweak of the server's defaults
 	// leaves the sessions' defaults as they are.
 	cfg := web.Config{Addr: "127.0.0.1:0", Defaults: defaults, MaxTokensCap: o.maxTokensCap, DrainTimeout: 2 * time.Second}

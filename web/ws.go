@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,7 +104,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		s.log.Warn("cross-origin upgrade refused", zap.String("origin", r.Header.Get("Origin")))
 		return parley.Errorf(parley.EForbidden, "cross-origin WebSocket upgrades are not allowed")
 	}
-	ip := clientIP(r)
+	ip := clientKey(r)
 	if err := s.admit(ip); err != nil {
 		s.log.Warn("connection refused", zap.String("remote", ip), zap.Error(err))
 		return err
@@ -124,7 +125,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		}
 	}
 	sess, resumed, err := s.sessions.Open(r.Context(), r.URL.Query().Get("session"))
-	if err != nil && parley.ErrorCode(err) != parley.ENotFound {
+	if err != nil && !answerOnSocket(err) {
 		return err
 	}
 	hdr := http.Header{}
@@ -138,7 +139,8 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 
 	// The connection outlives the upgrade request: its own context, a child
-	// of the server's stop context, which names the client like the request's.
+	// of the server's stop context, which names the client like the request's
+	// (a session the connection writes first is the client's).
 	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, ip))
 	cn := &conn{
 		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
@@ -161,9 +163,19 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	writerDone.Add(1)
 	go func() { defer writerDone.Done(); cn.writer() }()
 
-	if err != nil { // unknown or expired session: say so, then close
-		cn.sendError(err)
-		cn.close(closeCodeFor(err), "unknown session")
+	if err != nil { // unknown or expired session, or no new one allowed: say so, then close
+		cn.log.Info("session refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
+		reason := "unknown session"
+		if parley.ErrorCode(err) == parley.ENotFound {
+			cn.sendError(err)
+		} else {
+			// A readable line and the sentinel (text mode), so a simple
+			// client that sends its prompt at once never hangs.
+			s.countRefusal(err)
+			cn.replyError(err)
+			reason = "no new session: " + parley.ErrorCode(err)
+		}
+		cn.close(closeCodeFor(err), reason)
 		writerDone.Wait()
 		cn.finishClose()
 		return nil
@@ -252,12 +264,16 @@ func (s *Server) OpenConns() int {
 	return len(s.conns)
 }
 
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+// answerOnSocket reports whether an error of Open is told over the
+// upgraded socket (a readable message, then a close) rather than as an
+// HTTP error before the upgrade: an unknown session, and a new session
+// the client may not have now (over its limits, or the store is full).
+func answerOnSocket(err error) bool {
+	switch parley.ErrorCode(err) {
+	case parley.ENotFound, parley.ERateLimited, parley.EStoreFull:
+		return true
 	}
-	return host
+	return false
 }
 
 // close ends the connection with a close code: the writer sends the close
@@ -576,7 +592,7 @@ func (c *conn) replyError(err error) {
 
 func (c *conn) sendError(err error) {
 	if !c.json {
-		c.sendText("Error: " + parley.ErrorMessage(err))
+		c.sendText(errorLine(err))
 		return
 	}
 	var pe *parley.Error
@@ -584,7 +600,7 @@ func (c *conn) sendError(err error) {
 	if errors.As(err, &pe) {
 		field = pe.Field
 	}
-	c.sendJSON(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field})
+	c.sendJSON(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field, RetryAfter: retryAfterSeconds(err)})
 }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
@@ -721,15 +737,25 @@ func (c *conn) replyErrorWait(err error) bool {
 // mode a readable line then the sentinel, in JSON mode an error event.
 func (c *conn) errorFrames(err error) [][]byte {
 	if !c.json {
-		return [][]byte{[]byte("Error: " + parley.ErrorMessage(err)), []byte(Sentinel)}
+		return [][]byte{[]byte(errorLine(err)), []byte(Sentinel)}
 	}
 	var pe *parley.Error
 	field := ""
 	if errors.As(err, &pe) {
 		field = pe.Field
 	}
-	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field})
+	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field, RetryAfter: retryAfterSeconds(err)})
 	return [][]byte{b}
+}
+
+// errorLine is an error as text mode shows it: one line a person reads,
+// with when to try again when the error says.
+func errorLine(err error) string {
+	line := "Error: " + parley.ErrorMessage(err)
+	if d := retryAfterSeconds(err); d > 0 {
+		line += " (try again in " + strconv.Itoa(d) + " s)"
+	}
+	return line
 }
 
 // sendWait queues a frame for the writer, waiting up to WriteWait for room;

@@ -76,6 +76,9 @@ type config struct {
 	// issue 11 (hardening, round two)
 	stepBudget, bodyTimeout time.Duration
 	maxHTTPConns            int
+	// issue 27 (hardening, round four)
+	maxSessionsPerClient, sessionCreatesPerMinute, maxUnusedPerClient int
+	evictIdleFloor                                                    time.Duration
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -112,7 +115,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.store, "store", "bolt", "session store: bolt (durable file under --data-dir), memory, or redis://HOST:PORT/DB (shared by replicas)")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(getenv), "directory for the session database")
 	fs.DurationVar(&c.sessionTTL, "session-ttl", 24*time.Hour, "idle sessions expire after this long")
-	fs.IntVar(&c.maxSessions, "max-sessions", 10000, "sessions kept at most (least recently used are evicted)")
+	fs.IntVar(&c.maxSessions, "max-sessions", 10000, "sessions kept at most; when full, the least recently used one is evicted if idle past --evict-idle-floor, else the new session is refused (507)")
+	fs.DurationVar(&c.evictIdleFloor, "evict-idle-floor", session.DefaultEvictFloor, "a full store evicts only sessions idle for longer than this (0 = any, the least recently used first)")
+	fs.IntVar(&c.maxSessionsPerClient, "max-sessions-per-client", session.DefaultMaxPerOwner, "sessions one client (an IPv4 address or an IPv6 /64) may hold at once (over it: 429; 0 = no bound)")
+	fs.IntVar(&c.sessionCreatesPerMinute, "session-creates-per-minute", session.DefaultCreatesPerMinute, "sessions one client may create per minute, WebSocket chats, conversations and responses together (over it: 429; 0 = no bound)")
+	fs.IntVar(&c.maxUnusedPerClient, "max-unused-per-client", session.DefaultMaxUnused, "WebSocket sessions one client may hold that never ran a turn; past it its oldest such session is deleted")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated origins allowed to open WebSockets besides the server's own (* = any)")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host header values accepted (DNS-rebinding guard; * = any); default: IP addresses, localhost and the --addr host")
 	fs.StringVar(&c.apiKey, "api-key", "", "require this key (Authorization: Bearer, or WebSocket subprotocol parley.key.KEY)")
@@ -253,6 +260,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	sessions := session.NewService(store, session.Adapt(responder.Reply),
 		session.WithSystemPrompt(cfg.systemPrompt),
 		session.WithDefaultParams(defaults),
+		session.WithClientLimits(cfg.sessionCreatesPerMinute, cfg.maxUnusedPerClient),
 		session.WithLogger(log.Named("session")))
 
 	srv := web.New(web.Config{
@@ -450,6 +458,8 @@ func openStore(cfg config, log *zap.Logger) (session.Store, error) {
 	opts := []session.StoreOption{
 		session.WithTTL(cfg.sessionTTL),
 		session.WithMaxSessions(cfg.maxSessions),
+		session.WithMaxPerOwner(cfg.maxSessionsPerClient),
+		session.WithEvictFloor(cfg.evictIdleFloor),
 		session.WithStoreLogger(log.Named("store")),
 	}
 	switch cfg.store {

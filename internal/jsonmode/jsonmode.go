@@ -33,9 +33,10 @@ type Message struct {
 	Usage        Usage   `json:"usage"`
 	Timings      Timings `json:"timings"`
 
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field"`
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	Field      string `json:"field"`
+	RetryAfter int    `json:"retry_after"`
 }
 
 // Usage is a done message's token counts.

@@ -138,6 +138,9 @@ func startParley(ctx context.Context, bin string, sc serverConfig, extra []strin
 		"--max-tokens", strconv.Itoa(sc.maxReply),
 		"--log-format", "json",
 		"--data-dir", dataDir,
+		// Every bench session comes from one address: the per-client
+		// session limits would refuse the later ones.
+		"--session-creates-per-minute", "0", "--max-sessions-per-client", "0",
 	}
 	args = append(args, extra...)
 	env := filterEnv(os.Environ(), "PARLEY_")

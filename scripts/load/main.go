@@ -240,6 +240,10 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 		// every active one prompting as fast as it is answered, all of
 		// them queued behind the slots at once.
 		"--max-conns", caps, "--max-conns-per-ip", caps,
+		// Every load connection comes from one address: lift the per-client
+		// session limits, or most sessions would be refused (creation rate)
+		// or deleted (idle ones past the unused bound).
+		"--session-creates-per-minute", "0", "--max-sessions-per-client", "0", "--max-unused-per-client", caps,
 		"--prompts-per-minute", "100000", "--queue", strconv.Itoa(cfg.conns),
 		"--log-format", "json", "--log-level", "warn")
 	logPath := filepath.Join(dir, "parley.log")
