@@ -16,6 +16,7 @@ const (
 	EUnauthorized = "unauthorized" // a required API key is missing or wrong
 	EForbidden    = "forbidden"    // the origin or host is not allowed
 	EUnavailable  = "unavailable"  // the server is loading, draining or shutting down
+	EStorageFull  = "storage_full" // the session store's byte budget (or its disk) has no room for the write
 	EInternal     = "internal"     // a bug or an engine failure; the message is safe to show
 )
 

@@ -32,6 +32,9 @@ import (
 var (
 	bucketSessions = []byte("sessions")
 	bucketUpdated  = []byte("updated")
+	// owners: id -> the client key that created the session (budget.go);
+	// absent for sessions without one. Written with the other two.
+	bucketOwners = []byte("owners")
 )
 
 const (
@@ -60,6 +63,10 @@ type BoltStore struct {
 	mu     sync.Mutex
 	count  atomic.Int64
 	closed atomic.Bool
+	// led counts the bytes of every stored record (budget.go); guarded by
+	// mu, changed only after a commit succeeded, like count.
+	led     *ledger
+	refused refusals
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -83,7 +90,10 @@ func OpenBoltStore(path string, opts ...StoreOption) (*BoltStore, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	b := &BoltStore{cfg: cfg, db: db, path: path}
+	if db, err = compactWasteful(db, path, cfg.log); err != nil {
+		return nil, err
+	}
+	b := &BoltStore{cfg: cfg, db: db, path: path, led: newLedger()}
 	err = safely(func() error {
 		return db.Update(func(tx *bolt.Tx) error {
 			s, err := tx.CreateBucketIfNotExists(bucketSessions)
@@ -93,8 +103,12 @@ func OpenBoltStore(path string, opts ...StoreOption) (*BoltStore, error) {
 			if _, err := tx.CreateBucketIfNotExists(bucketUpdated); err != nil {
 				return err
 			}
+			o, err := tx.CreateBucketIfNotExists(bucketOwners)
+			if err != nil {
+				return err
+			}
 			b.count.Store(int64(s.Stats().KeyN))
-			return nil
+			return b.loadLedger(s, o)
 		})
 	})
 	if err != nil {
@@ -158,8 +172,14 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 		return err
 	}
 	id := []byte(cp.ID)
+	client := ClientOf(ctx)
+	if err := b.led.check(&b.cfg, cp.ID, client, int64(len(val))); err != nil {
+		b.refused.count(err)
+		return err
+	}
+	owner := b.led.owner(cp.ID, client)
 	count := b.count.Load()
-	evicted := 0
+	var evicted []string
 	err = b.db.Update(func(tx *bolt.Tx) error {
 		sessions, updated := tx.Bucket(bucketSessions), tx.Bucket(bucketUpdated)
 		if old := sessions.Get(id); old != nil {
@@ -171,13 +191,18 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 		} else {
 			c := updated.Cursor()
 			for k, _ := c.First(); k != nil && b.cfg.maxSessions > 0 && count >= int64(b.cfg.maxSessions); k, _ = c.First() {
+				evicted = append(evicted, string(k[stampLen:]))
 				if err := deleteIndexed(sessions, updated, k); err != nil {
 					return err
 				}
 				count--
-				evicted++
 			}
 			count++
+			if owner != "" {
+				if err := tx.Bucket(bucketOwners).Put(id, []byte(owner)); err != nil {
+					return err
+				}
+			}
 		}
 		if err := sessions.Put(id, val); err != nil {
 			return err
@@ -185,11 +210,17 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 		return updated.Put(indexKey(val[:stampLen], id), nil)
 	})
 	if err != nil {
-		return b.dbError("put session", err)
+		err = b.dbError("put session", err)
+		b.refused.count(err)
+		return err
 	}
 	b.count.Store(count)
-	if evicted > 0 {
-		b.cfg.log.Debug("evicted least recently updated sessions", zap.Int("count", evicted))
+	for _, e := range evicted {
+		b.led.remove(e)
+	}
+	b.led.set(cp.ID, client, int64(len(val)))
+	if len(evicted) > 0 {
+		b.cfg.log.Debug("evicted least recently updated sessions", zap.Int("count", len(evicted)))
 	}
 	return nil
 }
@@ -217,12 +248,16 @@ func (b *BoltStore) Delete(ctx context.Context, id string) error {
 			}
 		}
 		count--
+		if err := tx.Bucket(bucketOwners).Delete([]byte(id)); err != nil {
+			return err
+		}
 		return sessions.Delete([]byte(id))
 	})
 	if err != nil {
 		return b.dbError("delete session", err)
 	}
 	b.count.Store(count)
+	b.led.remove(id)
 	return nil
 }
 
@@ -258,10 +293,11 @@ func (b *BoltStore) expireBatch() (int, error) {
 	now := b.cfg.stamp()
 	count := b.count.Load()
 	n := 0
+	var keys [][]byte
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		sessions, updated := tx.Bucket(bucketSessions), tx.Bucket(bucketUpdated)
 		// Collect first: deleting under a moving cursor can skip keys.
-		var keys [][]byte
+		keys = keys[:0]
 		c := updated.Cursor()
 		for k, _ := c.First(); k != nil && len(keys) < expireBatch; k, _ = c.Next() {
 			if len(k) < stampLen || !b.cfg.expired(decodeStamp(k[:stampLen]), now) {
@@ -281,6 +317,9 @@ func (b *BoltStore) expireBatch() (int, error) {
 		return 0, b.dbError("expire sessions", err)
 	}
 	b.count.Store(count - int64(n))
+	for _, k := range keys {
+		b.led.remove(string(k[stampLen:]))
+	}
 	return n, nil
 }
 
@@ -303,15 +342,55 @@ func (b *BoltStore) dbError(op string, err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) || b.closed.Load() {
 		return errClosed()
 	}
+	if diskFull(err) {
+		return errDiskFull(op, err)
+	}
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// deleteIndexed removes the session an updated-index key points at, and the key.
+// deleteIndexed removes the session an updated-index key points at, its
+// owner, and the key.
 func deleteIndexed(sessions, updated *bolt.Bucket, k []byte) error {
 	if err := sessions.Delete(k[stampLen:]); err != nil {
 		return err
 	}
+	if o := sessions.Tx().Bucket(bucketOwners); o != nil {
+		if err := o.Delete(k[stampLen:]); err != nil {
+			return err
+		}
+	}
 	return updated.Delete(k)
+}
+
+// loadLedger counts the bytes of every stored record and their owners.
+func (b *BoltStore) loadLedger(sessions, owners *bolt.Bucket) error {
+	own := map[string]string{}
+	if err := owners.ForEach(func(k, v []byte) error {
+		own[string(k)] = string(v)
+		return nil
+	}); err != nil {
+		return err
+	}
+	return sessions.ForEach(func(k, v []byte) error {
+		b.led.set(string(k), own[string(k)], int64(len(v)))
+		return nil
+	})
+}
+
+// Usage implements UsageReporter.
+func (b *BoltStore) Usage() Usage {
+	b.mu.Lock()
+	u := Usage{Bytes: b.led.total, Budget: max(b.cfg.maxStoreBytes, 0), ClientShare: b.cfg.clientShareBytes()}
+	b.mu.Unlock()
+	b.refused.fill(&u)
+	return u
+}
+
+// ClientBytes implements UsageReporter.
+func (b *BoltStore) ClientBytes(key string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.led.owners[key]
 }
 
 func indexKey(stamp, id []byte) []byte {

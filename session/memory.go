@@ -18,9 +18,11 @@ type MemoryStore struct {
 	// Invariants (under mu): byID and lru hold the same sessions; lru is
 	// ordered by last Put, most recent at the front, so its back is the
 	// least recently updated session, the first to evict or expire.
-	byID   map[string]*list.Element // values of lru are *Session
-	lru    *list.List
-	closed bool
+	byID    map[string]*list.Element // values of lru are *Session
+	lru     *list.List
+	closed  bool
+	led     *ledger // the bytes of each session in byID (budget.go)
+	refused refusals
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -28,7 +30,7 @@ var _ Store = (*MemoryStore)(nil)
 // NewMemoryStore returns an empty in-memory store and starts its janitor;
 // Close stops it.
 func NewMemoryStore(opts ...StoreOption) *MemoryStore {
-	m := &MemoryStore{cfg: newStoreConfig(opts), byID: make(map[string]*list.Element), lru: list.New()}
+	m := &MemoryStore{cfg: newStoreConfig(opts), byID: make(map[string]*list.Element), lru: list.New(), led: newLedger()}
 	if m.cfg.ttl > 0 && m.cfg.interval > 0 {
 		m.jan = startJanitor(m.cfg.interval, m.cfg.log.With(zap.String("store", "memory")), m.Expire)
 	}
@@ -71,6 +73,16 @@ func (m *MemoryStore) Put(ctx context.Context, s *Session) error {
 	if err != nil {
 		return err
 	}
+	n, err := recordBytes(cp)
+	if err != nil {
+		return err
+	}
+	client := ClientOf(ctx)
+	if err := m.led.check(&m.cfg, cp.ID, client, n); err != nil {
+		m.refused.count(err)
+		return err
+	}
+	defer m.led.set(cp.ID, client, n) // after the evictions below
 	if e, ok := m.byID[cp.ID]; ok {
 		e.Value = cp
 		m.lru.MoveToFront(e)
@@ -138,11 +150,29 @@ func (m *MemoryStore) Close() error {
 	// Stop outside mu: a sweep in progress needs mu to finish.
 	m.jan.stop()
 	m.mu.Lock()
-	m.byID, m.lru = nil, list.New()
+	m.byID, m.lru, m.led = nil, list.New(), newLedger()
 	m.mu.Unlock()
 	return nil
 }
 
 func (m *MemoryStore) removeLocked(e *list.Element) {
-	delete(m.byID, m.lru.Remove(e).(*Session).ID)
+	id := m.lru.Remove(e).(*Session).ID
+	delete(m.byID, id)
+	m.led.remove(id)
+}
+
+// Usage implements UsageReporter.
+func (m *MemoryStore) Usage() Usage {
+	m.mu.Lock()
+	u := Usage{Bytes: m.led.total, Budget: max(m.cfg.maxStoreBytes, 0), ClientShare: m.cfg.clientShareBytes()}
+	m.mu.Unlock()
+	m.refused.fill(&u)
+	return u
+}
+
+// ClientBytes implements UsageReporter.
+func (m *MemoryStore) ClientBytes(key string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.led.owners[key]
 }

@@ -50,9 +50,12 @@ const (
 //	ARGV[1] expected version ("" = absent), ARGV[2] new version,
 //	ARGV[3] index score, ARGV[4] record (JSON), ARGV[5] key expiry in ms
 //	(0 = none), ARGV[6] max sessions (0 = no bound), ARGV[7] id,
-//	ARGV[8] key prefix, ARGV[9] expiry cutoff version ("" = no TTL)
+//	ARGV[8] key prefix, ARGV[9] expiry cutoff version ("" = no TTL),
+//	ARGV[10] client key of a new session's owner, ARGV[11] byte budget
+//	(0 = none), ARGV[12] one owner's share (0 = none)
 //
-// It returns {1, evicted} on success and {0, current version} on conflict.
+// It returns {1, sessions} on success, {0, current version} on conflict,
+// and {2, "budget" or "share", bytes held} when the byte budget refuses it.
 // A session that has expired by the store's clock counts as absent.
 //
 //go:embed redis_put.lua
@@ -66,8 +69,31 @@ var putScriptSrc string
 //go:embed redis_expire.lua
 var expireScriptSrc string
 
-// deleteScript removes a session and its index entry together.
-const deleteScriptSrc = `redis.call('DEL', KEYS[1]); redis.call('ZREM', KEYS[2], ARGV[1]); return 1`
+// forgetScriptSrc is the byte accounting the other scripts share.
+//
+//go:embed redis_forget.lua
+var forgetScriptSrc string
+
+// deleteScript removes a session, its index entry and its bytes together.
+// ARGV[1] id, ARGV[2] key prefix.
+const deleteScriptSrc = `redis.call('DEL', KEYS[1]); redis.call('ZREM', KEYS[2], ARGV[1]); forget(ARGV[2], ARGV[1]); return 1`
+
+// initBytesScript counts the bytes of sessions stored before the byte
+// budget existed, once (when the total is absent), atomically, so replicas
+// starting together count them once. KEYS[1] index; ARGV[1] key prefix.
+const initBytesScriptSrc = `
+local pfx = ARGV[1]
+if redis.call('EXISTS', pfx .. 'bytes') == 1 then return 0 end
+local total = 0
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local n = redis.call('HSTRLEN', pfx .. 's:' .. id, 'd')
+  if n > 0 then
+    redis.call('HSET', pfx .. 'sz', id, n)
+    total = total + n
+  end
+end
+redis.call('SET', pfx .. 'bytes', total)
+return total`
 
 // RedisStore keeps sessions in Redis (or Valkey), so that several Parley
 // replicas share them: any replica resumes any session. Each session is a
@@ -88,6 +114,9 @@ type RedisStore struct {
 
 	lastLen atomic.Int64 // Len's answer when Redis cannot be asked
 	closed  atomic.Bool
+	refused refusals
+	// lastBytes is Usage's answer when Redis cannot be asked.
+	lastBytes atomic.Int64
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -109,12 +138,15 @@ func OpenRedisStore(ctx context.Context, rawURL, prefix string, opts ...StoreOpt
 		rdb:    redis.NewClient(o),
 		prefix: prefix,
 		addr:   o.Addr,
-		put:    redis.NewScript(putScriptSrc),
-		expire: redis.NewScript(expireScriptSrc),
-		del:    redis.NewScript(deleteScriptSrc),
+		put:    redis.NewScript(forgetScriptSrc + putScriptSrc),
+		expire: redis.NewScript(forgetScriptSrc + expireScriptSrc),
+		del:    redis.NewScript(forgetScriptSrc + deleteScriptSrc),
 	}
 	if err := r.rdb.Ping(ctx).Err(); err != nil {
 		return nil, errors.Join(fmt.Errorf("session store: redis at %s: %w", o.Addr, err), r.rdb.Close())
+	}
+	if err := redis.NewScript(initBytesScriptSrc).Run(ctx, r.rdb, []string{r.indexKey()}, r.prefix).Err(); err != nil {
+		return nil, errors.Join(fmt.Errorf("session store: count stored bytes: %w", err), r.rdb.Close())
 	}
 	if n, err := r.rdb.ZCard(ctx, r.indexKey()).Result(); err == nil {
 		r.lastLen.Store(n)
@@ -212,12 +244,24 @@ func (r *RedisStore) Put(ctx context.Context, s *Session) error {
 	}
 	res, err := r.put.Run(ctx, r.rdb, []string{r.sessionKey(cp.ID), r.indexKey()},
 		version(read), version(cp.Updated), cp.Updated.UnixMilli(), rec, keyTTL,
-		max(r.cfg.maxSessions, 0), cp.ID, r.prefix, cutoff).Slice()
+		max(r.cfg.maxSessions, 0), cp.ID, r.prefix, cutoff,
+		ClientOf(ctx), max(r.cfg.maxStoreBytes, 0), r.cfg.clientShareBytes()).Slice()
 	if err != nil {
 		s.Updated, s.Created = read, created
-		return r.redisError("put session", err)
+		err = r.redisError("put session", err)
+		r.refused.count(err)
+		return err
 	}
-	if ok, _ := res[0].(int64); ok != 1 {
+	if ok, _ := res[0].(int64); ok == 2 {
+		s.Updated, s.Created = read, created
+		err = errBudget(r.cfg.maxStoreBytes)
+		if why, _ := res[1].(string); why == FullShare || why == "share" {
+			held, _ := res[2].(int64)
+			err = errShare(held, r.cfg.clientShareBytes())
+		}
+		r.refused.count(err)
+		return err
+	} else if ok != 1 {
 		s.Updated, s.Created = read, created
 		return ErrConflict
 	}
@@ -238,7 +282,7 @@ func (r *RedisStore) Delete(ctx context.Context, id string) error {
 	if !ValidID(id) {
 		return nil
 	}
-	if err := r.del.Run(ctx, r.rdb, []string{r.sessionKey(id), r.indexKey()}, id).Err(); err != nil {
+	if err := r.del.Run(ctx, r.rdb, []string{r.sessionKey(id), r.indexKey()}, id, r.prefix).Err(); err != nil {
 		return r.redisError("delete session", err)
 	}
 	return nil
@@ -309,6 +353,9 @@ func (r *RedisStore) redisError(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	if redisFull(err) {
+		return errDiskFull(op, err)
+	}
 	return &storeError{op: op, cause: err,
 		safe: parley.Errorf(parley.EUnavailable, "the session store is unavailable; try again shortly")}
 }
@@ -323,3 +370,27 @@ type storeError struct {
 
 func (e *storeError) Error() string   { return e.op + ": " + e.cause.Error() }
 func (e *storeError) Unwrap() []error { return []error{e.safe, e.cause} }
+
+// Usage implements UsageReporter: the bytes all replicas stored. When Redis
+// cannot answer within a second it reports the last total it saw.
+func (r *RedisStore) Usage() Usage {
+	u := Usage{Budget: max(r.cfg.maxStoreBytes, 0), ClientShare: r.cfg.clientShareBytes()}
+	if !r.closed.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), redisLenTimeout)
+		defer cancel()
+		if n, err := r.rdb.Get(ctx, r.prefix+"bytes").Int64(); err == nil || errors.Is(err, redis.Nil) {
+			r.lastBytes.Store(n)
+		}
+	}
+	u.Bytes = r.lastBytes.Load()
+	r.refused.fill(&u)
+	return u
+}
+
+// ClientBytes implements UsageReporter (0 when Redis cannot answer).
+func (r *RedisStore) ClientBytes(key string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), redisLenTimeout)
+	defer cancel()
+	n, _ := r.rdb.HGet(ctx, r.prefix+"ob", key).Int64()
+	return n
+}

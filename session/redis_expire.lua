@@ -9,6 +9,7 @@ for _, id in ipairs(cands) do
   if (not v) or v < ARGV[2] then
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], id)
+    forget(ARGV[3], id)
     n = n + 1
   end
 end

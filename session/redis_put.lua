@@ -10,6 +10,30 @@ if cur ~= ARGV[1] then
     return {0, cur}
   end
 end
+-- The byte budget: refuse a write that grows what is held past the budget
+-- or past its owner's share, before anything changes.
+local pfx, id = ARGV[8], ARGV[7]
+local size = string.len(ARGV[4])
+local old, owner = 0, ARGV[10]
+local szv = redis.call('HGET', pfx .. 'sz', id)
+if szv then
+  old = tonumber(szv)
+  owner = redis.call('HGET', pfx .. 'ow', id) or ''
+end
+local grow = size - old
+if grow > 0 then
+  local budget, share = tonumber(ARGV[11]), tonumber(ARGV[12])
+  local total = tonumber(redis.call('GET', pfx .. 'bytes') or '0')
+  if budget > 0 and total + grow > budget then
+    return {2, 'budget', total}
+  end
+  if share > 0 and owner ~= '' then
+    local held = tonumber(redis.call('HGET', pfx .. 'ob', owner) or '0')
+    if held + grow > share then
+      return {2, 'share', held}
+    end
+  end
+end
 local isNew = redis.call('ZSCORE', KEYS[2], ARGV[7]) == false
 local max = tonumber(ARGV[6])
 if isNew and max > 0 then
@@ -19,6 +43,7 @@ if isNew and max > 0 then
     local oldest = redis.call('ZPOPMIN', KEYS[2])
     if #oldest == 0 then break end
     redis.call('DEL', ARGV[8] .. 's:' .. oldest[1])
+    forget(pfx, oldest[1])
     n = n - 1
   end
 end
@@ -30,4 +55,10 @@ else
   redis.call('PERSIST', KEYS[1])
 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[7])
+redis.call('INCRBY', pfx .. 'bytes', grow)
+redis.call('HSET', pfx .. 'sz', id, size)
+if owner ~= '' then
+  redis.call('HSET', pfx .. 'ow', id, owner)
+  redis.call('HINCRBY', pfx .. 'ob', owner, grow)
+end
 return {1, redis.call('ZCARD', KEYS[2])}

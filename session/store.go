@@ -52,6 +52,9 @@ type storeConfig struct {
 	interval    time.Duration
 	now         func() time.Time
 	log         *zap.Logger
+	// The byte budget (budget.go).
+	maxStoreBytes int64
+	clientShare   float64
 }
 
 func newStoreConfig(opts []StoreOption) storeConfig {
@@ -62,6 +65,9 @@ func newStoreConfig(opts []StoreOption) storeConfig {
 		interval:    DefaultJanitorInterval,
 		now:         time.Now,
 		log:         zap.NewNop(),
+
+		maxStoreBytes: DefaultMaxStoreBytes,
+		clientShare:   DefaultClientShare,
 	}
 	for _, o := range opts {
 		o(&c)

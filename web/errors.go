@@ -25,6 +25,7 @@ var errorMapping = map[string]struct {
 	parley.EUnauthorized: {http.StatusUnauthorized, websocket.ClosePolicyViolation},
 	parley.EForbidden:    {http.StatusForbidden, websocket.ClosePolicyViolation},
 	parley.EUnavailable:  {http.StatusServiceUnavailable, websocket.CloseGoingAway},
+	parley.EStorageFull:  {http.StatusInsufficientStorage, websocket.CloseTryAgainLater},
 	parley.EInternal:     {http.StatusInternalServerError, websocket.CloseInternalServerErr},
 }
 

@@ -69,7 +69,7 @@ const (
 func refusalCodes() []string {
 	return []string{
 		parley.EBusy, parley.ERateLimited, parley.ETooLarge,
-		parley.EUnauthorized, parley.EForbidden, parley.EUnavailable,
+		parley.EUnauthorized, parley.EForbidden, parley.EUnavailable, parley.EStorageFull,
 	}
 }
 
