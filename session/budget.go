@@ -259,3 +259,17 @@ func recordBytes(s *Session) (int64, error) {
 	}
 	return int64(stampLen + len(j)), nil
 }
+
+// fullMapped is the store a Service writes through: a write error that says
+// the disk is full, from any Store (one of another package, a test's), is
+// the client-safe storage_full error rather than internal. This package's
+// stores map their own already; the wrapper leaves those as they are.
+type fullMapped struct{ Store }
+
+func (f fullMapped) Put(ctx context.Context, s *Session) error {
+	err := f.Store.Put(ctx, s)
+	if err != nil && parley.ErrorCode(err) == parley.EInternal && diskFull(err) {
+		return errDiskFull("put session", err)
+	}
+	return err
+}

@@ -143,7 +143,7 @@ func WithLogger(l *zap.Logger) Option { return func(s *Service) { s.log = l } }
 // NewService returns a Service over store and r. The store stays the
 // caller's: close it after the last turn has ended.
 func NewService(store Store, r Responder, opts ...Option) *Service {
-	s := &Service{store: store, r: r, params: parley.DefaultParams(), log: zap.NewNop()}
+	s := &Service{store: fullMapped{store}, r: r, params: parley.DefaultParams(), log: zap.NewNop()}
 	for _, o := range opts {
 		o(s)
 	}
