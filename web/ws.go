@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
 )
 
 // WebSocket timing and sizes. The invariants follow gorilla's examples;
@@ -137,7 +138,8 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 
-	ctx, cancel := context.WithCancel(context.Background())
+	// What the connection stores counts against its client (session.WithClient).
+	ctx, cancel := context.WithCancel(session.WithClient(context.Background(), ip))
 	cn := &conn{
 		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
 		send:    make(chan []byte, s.cfg.SendBuffer),
