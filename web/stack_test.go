@@ -75,6 +75,8 @@ type stackOpts struct {
 	// options adds server options that need the engine or the responder
 	// (called once both exist, before web.New).
 	options func(*stack) []web.Option
+	// store, when set, wraps the stack's memory store (a test's faults).
+	store func(session.Store) session.Store
 }
 
 // openStack starts the real stack on a loopback port; tb's cleanup closes
@@ -100,8 +102,11 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	}
 	tb.Cleanup(func() { eng.Close() })
 	resp := chat.NewResponder(eng, chat.WithLogger(log))
-	store := session.NewMemoryStore()
+	var store session.Store = session.NewMemoryStore()
 	tb.Cleanup(func() { store.Close() })
+	if o.store != nil {
+		store = o.store(store)
+	}
 	defaults := parley.DefaultParams()
 	defaults.Temperature = 0
 	defaults.MaxTokens = o.maxTokens
