@@ -4,8 +4,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -55,7 +57,20 @@ type bodyBudget struct {
 	mu       sync.Mutex
 	used     int64
 	byClient map[string]int64
+	peak     int64     // the most used since the last return of memory
+	returned time.Time // when memory was last returned to the OS
 }
+
+// Returning memory after a burst: the buffers of bodies that ended are
+// garbage, but with no allocation going on the collector may not run for
+// minutes (its forced period is two), and the runtime returns freed pages
+// to the OS only after that. So when the bodies in flight drop to none
+// after holding at least returnAfter bytes, the last one to end collects
+// and returns the pages, at most once per returnEvery.
+const (
+	returnAfter = 8 << 20
+	returnEvery = 10 * time.Second
+)
 
 func newBodyBudget(limit int64) *bodyBudget {
 	return &bodyBudget{limit: limit, share: max(limit/bodyShareDivisor, maxAPIBodyBytes), byClient: map[string]int64{}}
@@ -83,10 +98,18 @@ func (b *bodyBudget) give(client string, n int64) {
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.peak = max(b.peak, b.used)
 	b.used -= n
 	if b.byClient[client] -= n; b.byClient[client] <= 0 {
 		delete(b.byClient, client)
+	}
+	burstEnded := b.used == 0 && b.peak >= returnAfter && time.Since(b.returned) >= returnEvery
+	if burstEnded {
+		b.peak, b.returned = 0, time.Now()
+	}
+	b.mu.Unlock()
+	if burstEnded {
+		debug.FreeOSMemory()
 	}
 }
 
