@@ -11,7 +11,10 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/redistest"
 	"github.com/parley-chat/parley/session"
 )
 
@@ -297,5 +300,43 @@ func TestBoltDiskFull(t *testing.T) {
 	mustPut(t, st, sizedSession(t, 30_000))
 	for _, s := range acked {
 		mustGet(t, st, s.ID)
+	}
+}
+
+// TestRedisFull: Redis at its maxmemory refuses writes (OOM); the store
+// answers storage_full, not unavailable or internal, and reads keep working.
+func TestRedisFull(t *testing.T) {
+	srv := redistest.Start(t)
+	st := openRedis(t, srv, session.WithMaxStoreBytes(0))
+	ctx := context.Background()
+	kept := sizedSession(t, 10_000)
+	mustPut(t, st, kept)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	used, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now int64
+	for _, line := range strings.Split(used, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			fmt.Sscan(v, &now)
+		}
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", fmt.Sprint(now+200_000)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var perr error
+	for range 100 {
+		if perr = st.Put(ctx, sizedSession(t, 20_000)); perr != nil {
+			break
+		}
+	}
+	wantCode(t, perr, parley.EStorageFull)
+	if !errors.Is(perr, session.ErrStoreFull) || st.Usage().RefusedDisk != 1 {
+		t.Fatalf("Redis at maxmemory: %v, %+v", perr, st.Usage())
+	}
+	if got := mustGet(t, st, kept.ID); len(got.Messages) != 2 {
+		t.Fatalf("read at maxmemory: %+v", got)
 	}
 }
