@@ -240,6 +240,7 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 		// every active one prompting as fast as it is answered, all of
 		// them queued behind the slots at once.
 		"--max-conns", caps, "--max-conns-per-ip", caps,
+		"--max-http-conns-per-ip", strconv.Itoa(2*cfg.conns+64), // every connection comes from loopback
 		"--prompts-per-minute", "100000", "--queue", strconv.Itoa(cfg.conns),
 		"--log-format", "json", "--log-level", "warn")
 	logPath := filepath.Join(dir, "parley.log")
