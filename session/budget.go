@@ -260,6 +260,87 @@ func recordBytes(s *Session) (int64, error) {
 	return int64(stampLen + len(j)), nil
 }
 
+// roomChecker is a store that can tell, before a turn is generated, that
+// storing it will be refused: the budget, or the share of the session's
+// owner, has no room for need more bytes (the turn's input, which it will
+// store at least). Only a hint: the commit checks again.
+type roomChecker interface {
+	Room(ctx context.Context, id string, need int64) error
+}
+
+// room refuses a turn of session id up front when the store has no room
+// for it, so the client gets storage_full before the reply is generated
+// rather than after.
+func (s *Service) room(ctx context.Context, id string, need int) error {
+	st := s.store
+	if f, ok := st.(fullMapped); ok {
+		st = f.Store
+	}
+	if r, ok := st.(roomChecker); ok {
+		return r.Room(ctx, id, int64(need))
+	}
+	return nil
+}
+
+// room is roomChecker's answer from a ledger.
+func (l *ledger) room(c *storeConfig, id, client string, need int64) error {
+	if c.maxStoreBytes > 0 && l.total+need > c.maxStoreBytes {
+		return errBudget(c.maxStoreBytes)
+	}
+	owner := l.owner(id, client)
+	if share := c.clientShareBytes(); share > 0 && owner != "" && l.owners[owner]+need > share {
+		return errShare(l.owners[owner], share)
+	}
+	return nil
+}
+
+// Room implements roomChecker.
+func (m *MemoryStore) Room(ctx context.Context, id string, need int64) error {
+	m.mu.Lock()
+	err := m.led.room(&m.cfg, id, ClientOf(ctx), need)
+	m.mu.Unlock()
+	m.refused.count(err)
+	return err
+}
+
+// Room implements roomChecker.
+func (b *BoltStore) Room(ctx context.Context, id string, need int64) error {
+	b.mu.Lock()
+	err := b.led.room(&b.cfg, id, ClientOf(ctx), need)
+	b.mu.Unlock()
+	b.refused.count(err)
+	return err
+}
+
+// Room implements roomChecker from the counts in Redis; when Redis cannot
+// answer it says nothing (the commit will).
+func (r *RedisStore) Room(ctx context.Context, id string, need int64) error {
+	pipe := r.rdb.Pipeline()
+	total := pipe.Get(ctx, r.prefix+"bytes")
+	size := pipe.HExists(ctx, r.prefix+"sz", id)
+	owner := pipe.HGet(ctx, r.prefix+"ow", id)
+	_, _ = pipe.Exec(ctx)
+	if n, err := total.Int64(); err == nil && r.cfg.maxStoreBytes > 0 && n+need > r.cfg.maxStoreBytes {
+		err := errBudget(r.cfg.maxStoreBytes)
+		r.refused.count(err)
+		return err
+	}
+	who := ClientOf(ctx)
+	if known, err := size.Result(); err == nil && known {
+		who, _ = owner.Result()
+	}
+	share := r.cfg.clientShareBytes()
+	if share <= 0 || who == "" {
+		return nil
+	}
+	if held, err := r.rdb.HGet(ctx, r.prefix+"ob", who).Int64(); err == nil && held+need > share {
+		err := errShare(held, share)
+		r.refused.count(err)
+		return err
+	}
+	return nil
+}
+
 // fullMapped is the store a Service writes through: a write error that says
 // the disk is full, from any Store (one of another package, a test's), is
 // the client-safe storage_full error rather than internal. This package's

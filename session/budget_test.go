@@ -340,3 +340,41 @@ func TestRedisFull(t *testing.T) {
 		t.Fatalf("read at maxmemory: %+v", got)
 	}
 }
+
+// TestTurnRefusedUpFront: once a client's share is spent, its next turn is
+// refused with storage_full before a reply is generated (the responder is
+// not called), on the chat and the Responses API alike; another client's
+// turn runs.
+func TestTurnRefusedUpFront(t *testing.T) {
+	for _, k := range storeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			st := mustOpen(t, k, session.WithMaxStoreBytes(1_000_000), session.WithClientShare(0.05))
+			svc, f := newService(t, st, echo)
+			alice := session.WithClient(context.Background(), "192.0.2.1")
+			var err error
+			var last *session.Session
+			for range 10 {
+				var c *session.Session
+				if c, err = svc.CreateConversation(alice, turnMsgs(strings.Repeat("x", 20_000)), nil); err != nil {
+					break
+				}
+				last = c
+			}
+			wantCode(t, err, parley.EStorageFull)
+			calls := len(f.callList())
+			_, err = svc.Turn(alice, last.ID, strings.Repeat("y", 15_000), parley.Params{})
+			wantCode(t, err, parley.EStorageFull)
+			_, err = svc.Respond(alice, session.ResponseRequest{Conversation: last.ID, Input: user(strings.Repeat("y", 15_000)), Params: parley.DefaultParams()})
+			wantCode(t, err, parley.EStorageFull)
+			if n := len(f.callList()); n != calls {
+				t.Fatalf("the responder was called %d times for refused turns", n-calls)
+			}
+			bob := session.WithClient(context.Background(), "192.0.2.2")
+			r, err := svc.Respond(bob, session.ResponseRequest{Input: user("hello"), Params: parley.DefaultParams()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			drain(t, r.Turn)
+		})
+	}
+}

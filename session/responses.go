@@ -342,6 +342,17 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	}
 	msgs = append(msgs, sess.Messages...)
 	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: prompt})
+	if !req.NoStore {
+		// A new session (a fork's copy included) stores all it holds.
+		need := inputBytes(req.Input)
+		if sess.Created.IsZero() {
+			need = sess.Bytes() + messageBytes(last)
+		}
+		if err := s.room(ctx, sess.ID, need); err != nil {
+			unlock()
+			return nil, err
+		}
+	}
 	reply, err := s.r.Reply(ctx, sess.ID, msgs, p)
 	if err != nil {
 		unlock()
@@ -590,4 +601,13 @@ func (s *Service) DeleteItem(ctx context.Context, sid string, abs int) (*Session
 		return nil
 	})
 	return out, err
+}
+
+// inputBytes is what a turn's input messages add to its session at least.
+func inputBytes(msgs []parley.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += messageBytes(m)
+	}
+	return n
 }

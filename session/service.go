@@ -375,6 +375,9 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 	// From here the lock is released on every error path, or handed to the
 	// turn's goroutine, which releases it when the turn has ended.
 	sess, err := s.load(ctx, id)
+	if err == nil {
+		err = s.room(ctx, id, len(parley.RoleUser)+len(prompt))
+	}
 	if err != nil {
 		unlock()
 		return nil, err
