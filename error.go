@@ -18,7 +18,11 @@ const (
 	EForbidden    = "forbidden"    // the origin or host is not allowed
 	EUnavailable  = "unavailable"  // the server is loading, draining or shutting down
 	EInternal     = "internal"     // a bug or an engine failure; the message is safe to show
-	EStoreFull    = "store_full"   // the session store holds as many sessions as it may, none of them idle long enough to evict
+	// EStoreFull: the session store has no room for the write: it holds as
+	// many sessions as it may and none is idle long enough to evict, or the
+	// write would take it (or the owner's share of it) past its byte
+	// budget, or its disk is full. The message says which.
+	EStoreFull = "store_full"
 )
 
 // Error is an application error whose message is safe to show a client.

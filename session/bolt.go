@@ -36,8 +36,10 @@ import (
 //
 // owners and owned let a Put count an owner's sessions (a prefix scan of
 // at most the per-owner cap) and find their owner when a session is
-// deleted, evicted or expired, without decoding records. Files written
-// before them have sessions without owners, which no owner counts.
+// deleted, evicted or expired, without decoding records; owners also tells
+// whose share of the byte budget each record counts against when the file
+// is opened (budget.go). Files written before them have sessions without
+// owners, which no owner counts.
 var (
 	bucketSessions = []byte("sessions")
 	bucketUpdated  = []byte("updated")
@@ -74,6 +76,10 @@ type BoltStore struct {
 	count  atomic.Int64
 	closed atomic.Bool
 	idKey  []byte // response ids' key, read or made at open
+	// led counts the bytes of every stored record (budget.go); guarded by
+	// mu, changed only after a commit succeeded, like count.
+	led     *ledger
+	refused refusals
 }
 
 var (
@@ -101,7 +107,10 @@ func OpenBoltStore(path string, opts ...StoreOption) (*BoltStore, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	b := &BoltStore{cfg: cfg, db: db, path: path}
+	if db, err = compactWasteful(db, path, cfg.log); err != nil {
+		return nil, err
+	}
+	b := &BoltStore{cfg: cfg, db: db, path: path, led: newLedger()}
 	err = safely(func() error {
 		return db.Update(func(tx *bolt.Tx) error {
 			s, err := tx.CreateBucketIfNotExists(bucketSessions)
@@ -127,7 +136,7 @@ func OpenBoltStore(path string, opts ...StoreOption) (*BoltStore, error) {
 				}
 			}
 			b.count.Store(int64(s.Stats().KeyN))
-			return nil
+			return b.loadLedger(s, tx.Bucket(bucketOwners))
 		})
 	})
 	if err != nil {
@@ -194,8 +203,12 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 		return err
 	}
 	id := []byte(cp.ID)
+	if err := b.led.check(&b.cfg, cp.ID, cp.Owner, int64(len(val))); err != nil {
+		b.refused.count(err)
+		return err
+	}
 	count := b.count.Load()
-	evicted := 0
+	var evicted []string
 	var refused error // a parley error that rolls the transaction back
 	err = b.db.Update(func(tx *bolt.Tx) error {
 		sessions, updated := tx.Bucket(bucketSessions), tx.Bucket(bucketUpdated)
@@ -220,11 +233,11 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 						return refused
 					}
 				}
+				evicted = append(evicted, string(k[stampLen:]))
 				if err := deleteIndexed(tx, k); err != nil {
 					return err
 				}
 				count--
-				evicted++
 			}
 			count++
 		}
@@ -240,11 +253,17 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 		return refused
 	}
 	if err != nil {
-		return b.dbError("put session", err)
+		err = b.dbError("put session", err)
+		b.refused.count(err)
+		return err
 	}
 	b.count.Store(count)
-	if evicted > 0 {
-		b.cfg.log.Debug("evicted least recently updated sessions", zap.Int("count", evicted))
+	for _, e := range evicted {
+		b.led.remove(e)
+	}
+	b.led.set(cp.ID, cp.Owner, int64(len(val)))
+	if len(evicted) > 0 {
+		b.cfg.log.Debug("evicted least recently updated sessions", zap.Int("count", len(evicted)))
 	}
 	return nil
 }
@@ -281,6 +300,7 @@ func (b *BoltStore) Delete(ctx context.Context, id string) error {
 		return b.dbError("delete session", err)
 	}
 	b.count.Store(count)
+	b.led.remove(id)
 	return nil
 }
 
@@ -316,10 +336,11 @@ func (b *BoltStore) expireBatch() (int, error) {
 	now := b.cfg.stamp()
 	count := b.count.Load()
 	n := 0
+	var keys [][]byte
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		updated := tx.Bucket(bucketUpdated)
 		// Collect first: deleting under a moving cursor can skip keys.
-		var keys [][]byte
+		keys = keys[:0]
 		c := updated.Cursor()
 		for k, _ := c.First(); k != nil && len(keys) < expireBatch; k, _ = c.Next() {
 			if len(k) < stampLen || !b.cfg.expired(decodeStamp(k[:stampLen]), now) {
@@ -339,6 +360,9 @@ func (b *BoltStore) expireBatch() (int, error) {
 		return 0, b.dbError("expire sessions", err)
 	}
 	b.count.Store(count - int64(n))
+	for _, k := range keys {
+		b.led.remove(string(k[stampLen:]))
+	}
 	return n, nil
 }
 
@@ -360,6 +384,9 @@ func (b *BoltStore) Close() error {
 func (b *BoltStore) dbError(op string, err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) || b.closed.Load() {
 		return errClosed()
+	}
+	if diskFull(err) {
+		return errDiskFull(op, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
@@ -431,6 +458,37 @@ func (b *BoltStore) ownerFull(tx *bolt.Tx, owner string, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// loadLedger counts the bytes of every stored record and their owners.
+func (b *BoltStore) loadLedger(sessions, owners *bolt.Bucket) error {
+	own := map[string]string{}
+	if err := owners.ForEach(func(k, v []byte) error {
+		own[string(k)] = string(v)
+		return nil
+	}); err != nil {
+		return err
+	}
+	return sessions.ForEach(func(k, v []byte) error {
+		b.led.set(string(k), own[string(k)], int64(len(v)))
+		return nil
+	})
+}
+
+// Usage implements UsageReporter.
+func (b *BoltStore) Usage() Usage {
+	b.mu.Lock()
+	u := Usage{Bytes: b.led.total, Budget: max(b.cfg.maxStoreBytes, 0), ClientShare: b.cfg.clientShareBytes()}
+	b.mu.Unlock()
+	b.refused.fill(&u)
+	return u
+}
+
+// ClientBytes implements UsageReporter.
+func (b *BoltStore) ClientBytes(key string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.led.owners[key]
 }
 
 func indexKey(stamp, id []byte) []byte {

@@ -20,11 +20,13 @@ type MemoryStore struct {
 	// Invariants (under mu): byID and lru hold the same sessions; lru is
 	// ordered by last Put, most recent at the front, so its back is the
 	// least recently updated session, the first to evict or expire.
-	byID   map[string]*list.Element // values of lru are *Session
-	lru    *list.List
-	closed bool
-	owned  map[string]int // Owner -> sessions in lru with that owner ("" not counted)
-	idKey  []byte         // response ids' key (IDKey); fixed at creation
+	byID    map[string]*list.Element // values of lru are *Session
+	lru     *list.List
+	closed  bool
+	owned   map[string]int // Owner -> sessions in lru with that owner ("" not counted)
+	led     *ledger        // the bytes of each session in byID, by Owner (budget.go)
+	refused refusals
+	idKey   []byte // response ids' key (IDKey); fixed at creation
 }
 
 var (
@@ -37,7 +39,7 @@ var (
 // Close stops it.
 func NewMemoryStore(opts ...StoreOption) *MemoryStore {
 	m := &MemoryStore{cfg: newStoreConfig(opts), byID: make(map[string]*list.Element), lru: list.New(),
-		owned: make(map[string]int), idKey: make([]byte, idKeyBytes)}
+		owned: make(map[string]int), led: newLedger(), idKey: make([]byte, idKeyBytes)}
 	_, _ = rand.Read(m.idKey) // never fails (crypto/rand panics rather than return an error)
 	if m.cfg.ttl > 0 && m.cfg.interval > 0 {
 		m.jan = startJanitor(m.cfg.interval, m.cfg.log.With(zap.String("store", "memory")), m.Expire)
@@ -81,9 +83,18 @@ func (m *MemoryStore) Put(ctx context.Context, s *Session) error {
 	if err != nil {
 		return err
 	}
+	n, err := recordBytes(cp)
+	if err != nil {
+		return err
+	}
+	if err := m.led.check(&m.cfg, cp.ID, cp.Owner, n); err != nil {
+		m.refused.count(err)
+		return err
+	}
 	if e, ok := m.byID[cp.ID]; ok {
 		m.own(e.Value.(*Session).Owner, -1)
 		m.own(cp.Owner, 1)
+		m.led.set(cp.ID, cp.Owner, n)
 		e.Value = cp
 		m.lru.MoveToFront(e)
 		return nil
@@ -108,6 +119,7 @@ func (m *MemoryStore) Put(ctx context.Context, s *Session) error {
 	}
 	m.byID[cp.ID] = m.lru.PushFront(cp)
 	m.own(cp.Owner, 1)
+	m.led.set(cp.ID, cp.Owner, n) // after the evictions above
 	return nil
 }
 
@@ -166,7 +178,7 @@ func (m *MemoryStore) Close() error {
 	// Stop outside mu: a sweep in progress needs mu to finish.
 	m.jan.stop()
 	m.mu.Lock()
-	m.byID, m.lru = nil, list.New()
+	m.byID, m.lru, m.led = nil, list.New(), newLedger()
 	m.mu.Unlock()
 	return nil
 }
@@ -175,6 +187,7 @@ func (m *MemoryStore) removeLocked(e *list.Element) {
 	s := m.lru.Remove(e).(*Session)
 	delete(m.byID, s.ID)
 	m.own(s.Owner, -1)
+	m.led.remove(s.ID)
 }
 
 // own adds d to owner's count (under mu).
@@ -217,4 +230,20 @@ func (m *MemoryStore) Admit(ctx context.Context, owner string) error {
 		}
 	}
 	return nil
+}
+
+// Usage implements UsageReporter.
+func (m *MemoryStore) Usage() Usage {
+	m.mu.Lock()
+	u := Usage{Bytes: m.led.total, Budget: max(m.cfg.maxStoreBytes, 0), ClientShare: m.cfg.clientShareBytes()}
+	m.mu.Unlock()
+	m.refused.fill(&u)
+	return u
+}
+
+// ClientBytes implements UsageReporter.
+func (m *MemoryStore) ClientBytes(key string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.led.owners[key]
 }

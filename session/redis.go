@@ -55,13 +55,16 @@ const (
 //	ARGV[8] key prefix, ARGV[9] expiry cutoff version ("" = no TTL),
 //	ARGV[10] owner ("" = none), ARGV[11] max sessions per owner (0 = no
 //	bound), ARGV[12] eviction cutoff score ("" = evict any), ARGV[13]
-//	expiry cutoff score ("" = no TTL)
+//	expiry cutoff score ("" = no TTL), ARGV[14] byte budget (0 = none),
+//	ARGV[15] one owner's share of it (0 = none)
 //
 // It returns {1, sessions stored} on success, {0, current version} on
-// conflict, {2, oldest score} when the owner holds its maximum and {3,
-// oldest score} when the store is full and none may be evicted. A
+// conflict, {2, oldest score} when the owner holds its maximum, {3,
+// oldest score} when the store is full and none may be evicted, and {4,
+// "budget" or "share", bytes held} when the byte budget refuses it. A
 // session's owner is its hash's field o; the sorted set prefix+"o:"+owner
-// indexes the owner's sessions by last update, as the index does all.
+// indexes the owner's sessions by last update, as the index does all. The
+// byte accounting is in redis_forget.lua.
 // A session that has expired by the store's clock counts as absent.
 //
 //go:embed redis_put.lua
@@ -75,11 +78,40 @@ var putScriptSrc string
 //go:embed redis_expire.lua
 var expireScriptSrc string
 
-// deleteScript removes a session and its index entries together
-// (ARGV[2] is the key prefix).
+// forgetScriptSrc is the byte accounting the other scripts share.
+//
+//go:embed redis_forget.lua
+var forgetScriptSrc string
+
+// deleteScript removes a session, its index entries and its bytes
+// together. ARGV[1] id, ARGV[2] key prefix.
 const deleteScriptSrc = `local o = redis.call('HGET', KEYS[1], 'o')
 if o then redis.call('ZREM', ARGV[2] .. 'o:' .. o, ARGV[1]) end
-redis.call('DEL', KEYS[1]); redis.call('ZREM', KEYS[2], ARGV[1]); return 1`
+redis.call('DEL', KEYS[1]); redis.call('ZREM', KEYS[2], ARGV[1]); forget(ARGV[2], ARGV[1]); return 1`
+
+// initBytesScript counts the bytes of sessions stored before the byte
+// budget existed, once (when the total is absent), atomically, so replicas
+// starting together count them once; a record's owner (field o) is charged
+// its bytes. KEYS[1] index; ARGV[1] key prefix.
+const initBytesScriptSrc = `
+local pfx = ARGV[1]
+if redis.call('EXISTS', pfx .. 'bytes') == 1 then return 0 end
+local total = 0
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local key = pfx .. 's:' .. id
+  local n = redis.call('HSTRLEN', key, 'd')
+  if n > 0 then
+    redis.call('HSET', pfx .. 'sz', id, n)
+    total = total + n
+    local o = redis.call('HGET', key, 'o')
+    if o and o ~= '' then
+      redis.call('HSET', pfx .. 'ow', id, o)
+      redis.call('HINCRBY', pfx .. 'ob', o, n)
+    end
+  end
+end
+redis.call('SET', pfx .. 'bytes', total)
+return total`
 
 // RedisStore keeps sessions in Redis (or Valkey), so that several Parley
 // replicas share them: any replica resumes any session. Each session is a
@@ -100,6 +132,9 @@ type RedisStore struct {
 
 	lastLen atomic.Int64 // Len's answer when Redis cannot be asked
 	closed  atomic.Bool
+	refused refusals
+	// lastBytes is Usage's answer when Redis cannot be asked.
+	lastBytes atomic.Int64
 }
 
 var (
@@ -125,12 +160,15 @@ func OpenRedisStore(ctx context.Context, rawURL, prefix string, opts ...StoreOpt
 		rdb:    redis.NewClient(o),
 		prefix: prefix,
 		addr:   o.Addr,
-		put:    redis.NewScript(putScriptSrc),
-		expire: redis.NewScript(expireScriptSrc),
-		del:    redis.NewScript(deleteScriptSrc),
+		put:    redis.NewScript(forgetScriptSrc + putScriptSrc),
+		expire: redis.NewScript(forgetScriptSrc + expireScriptSrc),
+		del:    redis.NewScript(forgetScriptSrc + deleteScriptSrc),
 	}
 	if err := r.rdb.Ping(ctx).Err(); err != nil {
 		return nil, errors.Join(fmt.Errorf("session store: redis at %s: %w", o.Addr, err), r.rdb.Close())
+	}
+	if err := redis.NewScript(initBytesScriptSrc).Run(ctx, r.rdb, []string{r.indexKey()}, r.prefix).Err(); err != nil {
+		return nil, errors.Join(fmt.Errorf("session store: count stored bytes: %w", err), r.rdb.Close())
 	}
 	if n, err := r.rdb.ZCard(ctx, r.indexKey()).Result(); err == nil {
 		r.lastLen.Store(n)
@@ -262,10 +300,13 @@ func (r *RedisStore) Put(ctx context.Context, s *Session) error {
 	res, err := r.put.Run(ctx, r.rdb, []string{r.sessionKey(cp.ID), r.indexKey()},
 		version(read), version(cp.Updated), cp.Updated.UnixMilli(), rec, keyTTL,
 		max(r.cfg.maxSessions, 0), cp.ID, r.prefix, cutoff,
-		cp.Owner, max(r.cfg.maxPerOwner, 0), evictCutoff, scoreCutoff).Slice()
+		cp.Owner, max(r.cfg.maxPerOwner, 0), evictCutoff, scoreCutoff,
+		max(r.cfg.maxStoreBytes, 0), r.cfg.clientShareBytes()).Slice()
 	if err != nil {
 		s.Updated, s.Created = read, created
-		return r.redisError("put session", err)
+		err = r.redisError("put session", err)
+		r.refused.count(err)
+		return err
 	}
 	switch code, _ := res[0].(int64); code {
 	case 1:
@@ -280,6 +321,15 @@ func (r *RedisStore) Put(ctx context.Context, s *Session) error {
 		}
 		_, wait := r.cfg.evictable(oldest, now)
 		return r.cfg.errStoreFull(wait)
+	case 4:
+		s.Updated, s.Created = read, created
+		err = errBudget(r.cfg.maxStoreBytes)
+		if why, _ := res[1].(string); why == "share" {
+			held, _ := res[2].(int64)
+			err = errShare(held, r.cfg.clientShareBytes())
+		}
+		r.refused.count(err)
+		return err
 	default:
 		s.Updated, s.Created = read, created
 		return ErrConflict
@@ -372,6 +422,9 @@ func (r *RedisStore) redisError(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	if redisFull(err) {
+		return errDiskFull(op, err)
+	}
 	return &storeError{op: op, cause: err,
 		safe: parley.Errorf(parley.EUnavailable, "the session store is unavailable; try again shortly")}
 }
@@ -436,4 +489,28 @@ func (r *RedisStore) Admit(ctx context.Context, owner string) error {
 		}
 	}
 	return nil
+}
+
+// Usage implements UsageReporter: the bytes all replicas stored. When Redis
+// cannot answer within a second it reports the last total it saw.
+func (r *RedisStore) Usage() Usage {
+	u := Usage{Budget: max(r.cfg.maxStoreBytes, 0), ClientShare: r.cfg.clientShareBytes()}
+	if !r.closed.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), redisLenTimeout)
+		defer cancel()
+		if n, err := r.rdb.Get(ctx, r.prefix+"bytes").Int64(); err == nil || errors.Is(err, redis.Nil) {
+			r.lastBytes.Store(n)
+		}
+	}
+	u.Bytes = r.lastBytes.Load()
+	r.refused.fill(&u)
+	return u
+}
+
+// ClientBytes implements UsageReporter (0 when Redis cannot answer).
+func (r *RedisStore) ClientBytes(key string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), redisLenTimeout)
+	defer cancel()
+	n, _ := r.rdb.HGet(ctx, r.prefix+"ob", key).Int64()
+	return n
 }

@@ -11,6 +11,7 @@ for _, id in ipairs(cands) do
     if o then redis.call('ZREM', ARGV[3] .. 'o:' .. o, id) end
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], id)
+    forget(ARGV[3], id)
     n = n + 1
   end
 end

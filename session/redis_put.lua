@@ -10,8 +10,32 @@ if cur ~= ARGV[1] then
     return {0, cur}
   end
 end
+-- The byte budget: refuse a write that grows what is held past the budget
+-- or past its owner's share, before anything changes. The owner is the
+-- record's (ARGV[10]); 'sz' and 'ow' hold what the session was charged
+-- last, and to whom.
+local pfx, id, owner = ARGV[8], ARGV[7], ARGV[10]
+local size = string.len(ARGV[4])
+local old = tonumber(redis.call('HGET', pfx .. 'sz', id) or '0')
+local grow = size - old
+if grow > 0 then
+  local budget, share = tonumber(ARGV[14]), tonumber(ARGV[15])
+  local total = tonumber(redis.call('GET', pfx .. 'bytes') or '0')
+  if budget > 0 and total + grow > budget then
+    return {4, 'budget', total}
+  end
+  if share > 0 and owner ~= '' then
+    local ownerGrow = grow
+    if (redis.call('HGET', pfx .. 'ow', id) or '') ~= owner then
+      ownerGrow = size
+    end
+    local held = tonumber(redis.call('HGET', pfx .. 'ob', owner) or '0')
+    if held + ownerGrow > share then
+      return {4, 'share', held}
+    end
+  end
+end
 local isNew = redis.call('ZSCORE', KEYS[2], ARGV[7]) == false
-local owner = ARGV[10]
 local okey = ARGV[8] .. 'o:' .. owner
 if isNew and owner ~= '' and tonumber(ARGV[11]) > 0 then
   -- The owner's set may still hold sessions Redis expired by itself.
@@ -39,6 +63,7 @@ if isNew and max > 0 then
     local o = redis.call('HGET', skey, 'o')
     if o then redis.call('ZREM', ARGV[8] .. 'o:' .. o, oldest[1]) end
     redis.call('DEL', skey)
+    forget(pfx, oldest[1])
     n = n - 1
   end
 end
@@ -57,5 +82,13 @@ redis.call('ZADD', KEYS[2], ARGV[3], ARGV[7])
 if owner ~= '' then
   redis.call('ZADD', okey, ARGV[3], ARGV[7])
   if ttl > 0 then redis.call('PEXPIRE', okey, ttl) end
+end
+-- Charge the record's bytes to its owner (forget undoes the last charge).
+forget(pfx, id)
+redis.call('INCRBY', pfx .. 'bytes', size)
+redis.call('HSET', pfx .. 'sz', id, size)
+if owner ~= '' then
+  redis.call('HSET', pfx .. 'ow', id, owner)
+  redis.call('HINCRBY', pfx .. 'ob', owner, size)
 end
 return {1, redis.call('ZCARD', KEYS[2])}

@@ -56,7 +56,7 @@ func (s *Service) commit(ctx context.Context, sess *Session, prompt, text string
 	}
 	sess.Messages = append(sess.Messages, turn...)
 	for attempt := 0; ; attempt++ {
-		err := s.store.Put(ctx, sess)
+		err := s.put(ctx, sess)
 		if !errors.Is(err, ErrConflict) || attempt == conflictRetries {
 			return err
 		}

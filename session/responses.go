@@ -330,6 +330,17 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	}
 	msgs = append(msgs, sess.Messages...)
 	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: prompt})
+	if !req.NoStore {
+		// A new session (a fork's copy included) stores all it holds.
+		need := inputBytes(req.Input)
+		if sess.Created.IsZero() {
+			need = sess.Bytes() + messageBytes(last)
+		}
+		if err := s.room(ctx, sess.Owner, need); err != nil {
+			unlock()
+			return nil, err
+		}
+	}
 	reply, err := s.r.Reply(ctx, sess.ID, msgs, p)
 	if err != nil {
 		unlock()
@@ -523,7 +534,7 @@ func (s *Service) CreateConversation(ctx context.Context, msgs []parley.Message,
 	}
 	sess := &Session{ID: id, System: s.system, Metadata: maps.Clone(metadata), Owner: client}
 	sess.addItems(msgs)
-	if err := s.store.Put(ctx, sess); err != nil {
+	if err := s.put(ctx, sess); err != nil {
 		return nil, err
 	}
 	return sess, nil
@@ -606,4 +617,13 @@ func (s *Service) mayCreate(ctx context.Context) error {
 		}
 	}
 	return s.creates.allow(client)
+}
+
+// inputBytes is what a turn's input messages add to its session at least.
+func inputBytes(msgs []parley.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += messageBytes(m)
+	}
+	return n
 }

@@ -154,7 +154,7 @@ func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 		// it. One small record; the store's session caps and TTL bound them
 		// like any other.
 		sess := &Session{ID: nid, System: s.system, Owner: client}
-		if err := s.store.Put(ctx, sess); err != nil {
+		if err := s.put(ctx, sess); err != nil {
 			return nil, false, fmt.Errorf("create session: %w", err)
 		}
 		for _, old := range s.unused.add(client, nid) {
@@ -257,7 +257,7 @@ func (s *Service) modify(ctx context.Context, id string, get func(context.Contex
 		}
 		// Not s.unused.used: an edit (a reset, a system prompt) is not a
 		// turn, so a socket that only edits stays unused.
-		err = s.store.Put(ctx, sess)
+		err = s.put(ctx, sess)
 		if !errors.Is(err, ErrConflict) || attempt == conflictRetries {
 			return err
 		}
@@ -364,6 +364,9 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 	// From here the lock is released on every error path, or handed to the
 	// turn's goroutine, which releases it when the turn has ended.
 	sess, err := s.load(ctx, id)
+	if err == nil {
+		err = s.room(ctx, sess.Owner, len(parley.RoleUser)+len(prompt))
+	}
 	if err != nil {
 		unlock()
 		return nil, err

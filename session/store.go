@@ -28,7 +28,11 @@ type Store interface {
 	// the eviction floor (WithEvictFloor): when the least recently updated
 	// is younger, Put stores nothing and returns a parley EStoreFull error.
 	// Storing a new id whose Owner already holds WithMaxPerOwner sessions
-	// returns a parley ERateLimited error. Both carry a RetryAfter.
+	// returns a parley ERateLimited error. Both carry a RetryAfter. A write
+	// that grows what is stored past the byte budget (WithMaxStoreBytes),
+	// or its Owner's share of it (WithClientShare), stores nothing and
+	// returns ErrStoreFull with a parley EStoreFull error; so does a full
+	// disk.
 	Put(ctx context.Context, s *Session) error
 	// Delete removes the session; deleting an absent id is not an error.
 	Delete(ctx context.Context, id string) error
@@ -61,6 +65,9 @@ type storeConfig struct {
 	log         *zap.Logger
 	maxPerOwner int           // sessions one Owner may hold; <= 0: no bound
 	evictFloor  time.Duration // idle time before eviction may take a session; <= 0: any
+	// The byte budget (budget.go).
+	maxStoreBytes int64
+	clientShare   float64
 }
 
 func newStoreConfig(opts []StoreOption) storeConfig {
@@ -71,6 +78,9 @@ func newStoreConfig(opts []StoreOption) storeConfig {
 		interval:    DefaultJanitorInterval,
 		now:         time.Now,
 		log:         zap.NewNop(),
+
+		maxStoreBytes: DefaultMaxStoreBytes,
+		clientShare:   DefaultClientShare,
 	}
 	for _, o := range opts {
 		o(&c)

@@ -26,7 +26,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
+
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -123,11 +123,19 @@ func (s *Server) apiAvailable() error {
 // readBody reads the request body, refusing more than maxAPIBodyBytes.
 // The read deadline bodyDeadline set is lifted once the body is in, so a
 // long streamed reply is not cut by it.
+//
+// The body grows its buffer as bytes arrive (readAll), and its bytes were
+// taken from the body budget by limitBodies; a chunked body the budget has
+// no room for is refused mid-way, with Retry-After.
 func readBody(c echo.Context) ([]byte, error) {
 	r := http.MaxBytesReader(c.Response(), c.Request().Body, maxAPIBodyBytes)
-	b, err := io.ReadAll(r)
+	b, err := readAll(r, c.Request().ContentLength)
 	var tooBig *http.MaxBytesError
+	var budget *errBodyBudget
 	switch {
+	case errors.As(err, &budget):
+		retryAfter(c, 1)
+		return nil, budget.refusal
 	case errors.As(err, &tooBig):
 		return nil, parley.Errorf(parley.ETooLarge, "the request body is over %d bytes", maxAPIBodyBytes)
 	case errors.Is(err, os.ErrDeadlineExceeded):

@@ -16,10 +16,14 @@ const ipv6ClientBits = 64
 // its IPv6 /64 ("2001:db8:1:2::/64"). The address is the TCP peer's; no
 // forwarding header is trusted. An IPv4-mapped IPv6 address is its IPv4
 // address.
-func clientKey(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+func clientKey(r *http.Request) string { return remoteKey(r.RemoteAddr) }
+
+// remoteKey is clientKey for a peer's host:port (a request's RemoteAddr, a
+// connection's RemoteAddr().String()).
+func remoteKey(hostport string) string {
+	host, _, err := net.SplitHostPort(hostport)
 	if err != nil {
-		host = r.RemoteAddr
+		host = hostport
 	}
 	return addrKey(host)
 }

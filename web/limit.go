@@ -39,24 +39,58 @@ func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// limitListener bounds the connections open at once. One over the limit is
-// answered 503 and closed at once, rather than left in the backlog, so a
-// client learns why. Connections count until they close, hijacked
-// WebSockets included.
+// limitListener bounds the connections open at once, in all and per client
+// address. One over the limit is answered 503 (429 over the per-address
+// limit) and closed at once, rather than left in the backlog, so a client
+// learns why. Connections count until they close, hijacked WebSockets
+// included.
 type limitListener struct {
 	net.Listener
 	log     *zap.Logger
 	slot    chan struct{} // one per open connection; cap = the limit
 	refused int           // since the last warning; owned by Accept's goroutine
 	warned  time.Time
+
+	perIPMax int
+	count    func(cause string) // counts a refusal in the metrics
+	mu       sync.Mutex
+	perIP    map[string]int // open connections by client key; guarded by mu
 }
 
-func newLimitListener(ln net.Listener, n int, log *zap.Logger) net.Listener {
-	return &limitListener{Listener: ln, log: log, slot: make(chan struct{}, n)}
+func newLimitListener(ln net.Listener, n, perIP int, log *zap.Logger, count func(string)) net.Listener {
+	return &limitListener{Listener: ln, log: log, slot: make(chan struct{}, n),
+		perIPMax: perIP, perIP: map[string]int{}, count: count}
 }
 
-// fullResponse is what a connection over the limit reads before it closes.
-const fullResponse = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 46\r\n\r\nthe server has too many open connections now\r\n"
+// connKey is the client key of a connection, by the same function as every
+// other per-client limit (clientKey): its IPv4 address, or its IPv6 /64.
+func connKey(c net.Conn) string { return remoteKey(c.RemoteAddr().String()) }
+
+// takeIP counts a connection of key; false when key is at its limit.
+func (l *limitListener) takeIP(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.perIPMax > 0 && l.perIP[key] >= l.perIPMax {
+		return false
+	}
+	l.perIP[key]++
+	return true
+}
+
+func (l *limitListener) releaseIP(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.perIP[key]--; l.perIP[key] <= 0 {
+		delete(l.perIP, key)
+	}
+}
+
+// fullResponse is what a connection over the limit reads before it closes;
+// perIPResponse, one over the per-address limit.
+const (
+	fullResponse  = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 46\r\n\r\nthe server has too many open connections now\r\n"
+	perIPResponse = "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 45\r\n\r\ntoo many open connections from your address\r\n"
+)
 
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
@@ -64,23 +98,37 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		key := connKey(c)
+		if !l.takeIP(key) {
+			l.answer(c, perIPResponse)
+			if l.count != nil {
+				l.count(refusedHTTPConnsPerIP)
+			}
+			continue
+		}
 		select {
 		case l.slot <- struct{}{}:
-			return &limitConn{Conn: c, release: func() { <-l.slot }}, nil
+			return &limitConn{Conn: c, release: func() { <-l.slot; l.releaseIP(key) }}, nil
 		default:
 		}
+		l.releaseIP(key)
 		// Over the limit: answer without blocking the accept loop.
-		go func() {
-			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = c.Write([]byte(fullResponse))
-			c.Close()
-		}()
+		l.answer(c, fullResponse)
 		// One warning a minute at most: a flood must not flood the log too.
 		if l.refused++; time.Since(l.warned) >= time.Minute {
 			l.log.Warn("connections refused: too many open", zap.Int("refused", l.refused), zap.Int("max_http_conns", cap(l.slot)))
 			l.refused, l.warned = 0, time.Now()
 		}
 	}
+}
+
+// answer writes a refusal and closes c, without blocking the accept loop.
+func (l *limitListener) answer(c net.Conn, response string) {
+	go func() {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write([]byte(response))
+		c.Close()
+	}()
 }
 
 type limitConn struct {

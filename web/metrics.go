@@ -77,9 +77,10 @@ func refusalCodes() []string {
 // ops holds what the operational endpoints (/metrics, /info, /ready) need.
 // Options fill stats and info before New builds the rest.
 type ops struct {
-	stats           func() EngineStats // nil: no engine metrics
-	info            func() Info        // nil: /info answers 404
-	version, engine string             // from the build, for /info
+	stats           func() EngineStats   // nil: no engine metrics
+	storeUsage      func() session.Usage // nil: no store byte metrics (budgetmetrics.go)
+	info            func() Info          // nil: /info answers 404
+	version, engine string               // from the build, for /info
 
 	reg       *prometheus.Registry // private: no global registry
 	handler   http.Handler         // serves reg in the text format
@@ -145,7 +146,8 @@ func (s *Server) initOps() {
 	for _, by := range []string{cancelByClient, cancelByDisconnect, cancelBySlowClient, cancelByShutdown} {
 		o.cancelled.WithLabelValues(by)
 	}
-	for _, c := range append([]string{refusedConns, refusedConnsPerIP, refusedRate, refusedQueueFull, refusedPromptTokens, refusedMessageSize}, refusalCodes()...) {
+	for _, c := range append([]string{refusedConns, refusedConnsPerIP, refusedRate, refusedQueueFull, refusedPromptTokens, refusedMessageSize,
+		refusedBodyBudget, refusedBodyShare, refusedHTTPConnsPerIP}, refusalCodes()...) {
 		o.refusals.WithLabelValues(c)
 	}
 
@@ -177,6 +179,7 @@ func (s *Server) initOps() {
 	if o.stats != nil {
 		cs = append(cs, engineCollectors(o.stats)...)
 	}
+	cs = append(cs, s.budgetCollectors()...)
 	// The names are distinct constants, so registration fails only on a
 	// programming error, which the package's tests catch.
 	o.reg.MustRegister(cs...)

@@ -98,6 +98,15 @@ type Config struct {
 	// covers only WebSockets). Past it a new connection gets a 503 and is
 	// closed.
 	MaxHTTPConns int
+	// MaxHTTPConnsPerIP bounds the open TCP connections of one client
+	// address, WebSockets included; past it a new connection gets a 429
+	// with Retry-After and is closed.
+	MaxHTTPConnsPerIP int
+	// MaxBodyBytesInflight bounds the bytes of the request bodies of all
+	// requests being handled at once (bodybudget.go); one client address
+	// may hold a quarter of it. Past it requests are refused before their
+	// body is read: 503 (429 for one address's quarter), with Retry-After.
+	MaxBodyBytesInflight int64
 }
 
 // Tokenizer counts the tokens of a prompt for Config.MaxPromptTokens
@@ -131,8 +140,9 @@ type Server struct {
 	reqWG   sync.WaitGroup // HTTP handlers running (see trackRequest)
 	ready   atomic.Bool
 	mounts  []func(*echo.Echo)
-	op      *ops    // metrics, /info and readiness (metrics.go, info.go)
-	api     apiDeps // the HTTP streaming APIs' engine and model facts (api.go)
+	op      *ops        // metrics, /info and readiness (metrics.go, info.go)
+	api     apiDeps     // the HTTP streaming APIs' engine and model facts (api.go)
+	bodies  *bodyBudget // the bytes request bodies hold (bodybudget.go)
 }
 
 // Option configures optional parts of a Server.
@@ -159,6 +169,12 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	}
 	if cfg.MaxHTTPConns <= 0 {
 		cfg.MaxHTTPConns = DefaultMaxHTTPConns
+	}
+	if cfg.MaxHTTPConnsPerIP <= 0 {
+		cfg.MaxHTTPConnsPerIP = DefaultMaxHTTPConnsPerIP
+	}
+	if cfg.MaxBodyBytesInflight <= 0 {
+		cfg.MaxBodyBytesInflight = DefaultMaxBodyBytesInflight
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
@@ -196,6 +212,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		log:      zap.NewNop(),
 		conns:    make(map[socket]struct{}),
 		perIP:    make(map[string]int),
+		bodies:   newBodyBudget(cfg.MaxBodyBytesInflight),
 	}
 	for _, o := range opts {
 		o(s)
@@ -254,7 +271,7 @@ func (s *Server) Open() error {
 // closes it. Call it at most once, instead of Open.
 func (s *Server) OpenListener(ln net.Listener) {
 	s.ln = ln
-	ln = newLimitListener(ln, s.cfg.MaxHTTPConns, s.log)
+	ln = newLimitListener(ln, s.cfg.MaxHTTPConns, s.cfg.MaxHTTPConnsPerIP, s.log, s.refused)
 	s.connWG.Add(1)
 	go func() {
 		defer s.connWG.Done()
@@ -373,7 +390,7 @@ func (s *Server) busyConns() int {
 
 func (s *Server) routes() {
 	e := s.echo
-	e.Use(s.trackRequest, s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady, s.tagClient)
+	e.Use(s.trackRequest, s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady, s.tagClient, s.limitBodies)
 	e.GET("/", s.handleRoot)
 	e.GET("/ws", s.handleWebSocket)
 	sub, _ := fs.Sub(uiFiles, "ui")

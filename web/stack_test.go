@@ -79,6 +79,9 @@ type stackOpts struct {
 	options func(*stack) []web.Option
 	store   session.Store    // the sessions' store (default: a new memory store); closed at cleanup
 	svcOpts []session.Option // more options of the session service
+	// wrapStore, when set, wraps the store the service writes (a test's
+	// faults); the cleanup closes the store, not the wrapper.
+	wrapStore func(session.Store) session.Store
 }
 
 // openStack starts the real stack on a loopback port; tb's cleanup closes
@@ -113,6 +116,9 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 		store = session.NewMemoryStore()
 	}
 	tb.Cleanup(func() { store.Close() })
+	if o.wrapStore != nil {
+		store = o.wrapStore(store)
+	}
 	defaults := parley.DefaultParams()
 	defaults.Temperature = 0
 	defaults.MaxTokens = o.maxTokens

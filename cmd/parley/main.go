@@ -76,9 +76,12 @@ type config struct {
 	// issue 11 (hardening, round two)
 	stepBudget, bodyTimeout time.Duration
 	maxHTTPConns            int
-	// issue 27 (hardening, round four)
+	// issue 27 (hardening, round four): per-client limits, byte budgets
 	maxSessionsPerClient, sessionCreatesPerMinute, maxUnusedPerClient int
 	evictIdleFloor                                                    time.Duration
+	maxStoreBytes, maxBodyBytesInflight                               int64
+	clientStoreShare                                                  float64
+	maxHTTPConnsPerIP                                                 int
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -132,6 +135,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", web.DefaultDrainTimeout, "on shutdown, how long running replies may finish")
 	fs.DurationVar(&c.bodyTimeout, "body-timeout", web.DefaultBodyTimeout, "longest a client may take to send a request body")
 	fs.IntVar(&c.maxHTTPConns, "max-http-conns", web.DefaultMaxHTTPConns, "open TCP connections at most, WebSockets included (over it: 503)")
+	fs.Int64Var(&c.maxStoreBytes, "max-store-bytes", 0, "bytes the session store may hold (records); a write past it is refused with 507 store_full. 0 = 1 GiB, and with --store bolt at most half the free space of --data-dir at start; -1 = no budget")
+	fs.Float64Var(&c.clientStoreShare, "client-store-share", session.DefaultClientShare, "fraction of --max-store-bytes the sessions created by one client (an IPv4 address or an IPv6 /64) may hold (over it: 507; 1 = no share limit)")
+	fs.Int64Var(&c.maxBodyBytesInflight, "max-body-bytes-inflight", web.DefaultMaxBodyBytesInflight, "bytes of request bodies held at once by the requests being handled (one address: a quarter); over it: 503 (429), Retry-After")
+	fs.IntVar(&c.maxHTTPConnsPerIP, "max-http-conns-per-ip", web.DefaultMaxHTTPConnsPerIP, "open TCP connections per client address at most, WebSockets included (over it: 429)")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
 
 	if err := fs.Parse(args); err != nil {
@@ -279,11 +286,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		MaxTokensCap:     cfg.maxTokensLimit,
 		BodyTimeout:      cfg.bodyTimeout,
 		MaxHTTPConns:     cfg.maxHTTPConns,
+
+		MaxHTTPConnsPerIP:    cfg.maxHTTPConnsPerIP,
+		MaxBodyBytesInflight: cfg.maxBodyBytesInflight,
 	}, sessions,
 		web.WithLogger(log.Named("web")),
 		web.WithTokenizer(engine),
 		web.WithResponder(responder), web.WithModelInfo(engine.Info),
 		web.WithEngineStats(engine.stats),
+		web.WithStoreUsage(storeUsage(store)),
 		web.WithInfo(func() web.Info {
 			return web.Info{ModelInfo: engine.Info(), Template: responder.Template().Name()}
 		}))
@@ -455,12 +466,15 @@ func resolveModel(ctx context.Context, cfg config, stderr io.Writer) (string, er
 }
 
 func openStore(cfg config, log *zap.Logger) (session.Store, error) {
+	budget := storeBudget(cfg, log)
 	opts := []session.StoreOption{
 		session.WithTTL(cfg.sessionTTL),
 		session.WithMaxSessions(cfg.maxSessions),
 		session.WithMaxPerOwner(cfg.maxSessionsPerClient),
 		session.WithEvictFloor(cfg.evictIdleFloor),
 		session.WithStoreLogger(log.Named("store")),
+		session.WithMaxStoreBytes(budget),
+		session.WithClientShare(cfg.clientStoreShare),
 	}
 	switch cfg.store {
 	case "memory":
@@ -490,6 +504,48 @@ func openStore(cfg config, log *zap.Logger) (session.Store, error) {
 		}
 		return nil, fmt.Errorf("--store: want bolt, memory or redis://HOST:PORT/DB, got %q", cfg.store)
 	}
+}
+
+// storeBudget is the store's byte budget: --max-store-bytes, or by default
+// session.DefaultMaxStoreBytes, and for bbolt at most half of the data
+// directory's free space at start (the other half leaves room for the
+// compaction copy and for the file's growth steps), never under 16 MiB. A
+// disk that fills anyway answers writes with store_full.
+func storeBudget(cfg config, log *zap.Logger) int64 {
+	switch {
+	case cfg.maxStoreBytes < 0:
+		return 0
+	case cfg.maxStoreBytes > 0:
+		return cfg.maxStoreBytes
+	}
+	budget := int64(session.DefaultMaxStoreBytes)
+	if cfg.store == "bolt" {
+		if free, err := freeBytes(cfg.dataDir); err == nil && free/2 < budget {
+			budget = max(free/2, 16<<20)
+			log.Info("store budget sized to the data dir's free space", zap.Int64("max_store_bytes", budget), zap.Int64("free_bytes", free))
+		}
+	}
+	return budget
+}
+
+// freeBytes is the space an unprivileged process may still use under dir.
+func freeBytes(dir string) (int64, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, err
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// storeUsage is what /metrics reads of the store's byte budget.
+func storeUsage(st session.Store) func() session.Usage {
+	if u, ok := st.(session.UsageReporter); ok {
+		return u.Usage
+	}
+	return func() session.Usage { return session.Usage{} }
 }
 
 // checkMaxTokens refuses a default reply cap that leaves no room in the

@@ -139,8 +139,9 @@ func startParley(ctx context.Context, bin string, sc serverConfig, extra []strin
 		"--log-format", "json",
 		"--data-dir", dataDir,
 		// Every bench session comes from one address: the per-client
-		// session limits would refuse the later ones.
-		"--session-creates-per-minute", "0", "--max-sessions-per-client", "0",
+		// session limits (and its share of the store's bytes) would refuse
+		// the later ones.
+		"--session-creates-per-minute", "0", "--max-sessions-per-client", "0", "--client-store-share", "1",
 	}
 	args = append(args, extra...)
 	env := filterEnv(os.Environ(), "PARLEY_")

@@ -241,9 +241,11 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 		// them queued behind the slots at once.
 		"--max-conns", caps, "--max-conns-per-ip", caps,
 		// Every load connection comes from one address: lift the per-client
-		// session limits, or most sessions would be refused (creation rate)
-		// or deleted (idle ones past the unused bound).
+		// limits, or most sessions would be refused (creation rate, the
+		// client's share of the store's bytes), deleted (idle ones past the
+		// unused bound) or never connected (TCP connections per address).
 		"--session-creates-per-minute", "0", "--max-sessions-per-client", "0", "--max-unused-per-client", caps,
+		"--client-store-share", "1", "--max-http-conns-per-ip", strconv.Itoa(2*cfg.conns+64),
 		"--prompts-per-minute", "100000", "--queue", strconv.Itoa(cfg.conns),
 		"--log-format", "json", "--log-level", "warn")
 	logPath := filepath.Join(dir, "parley.log")
