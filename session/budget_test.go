@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -403,5 +404,50 @@ func TestTurnRefusedUpFront(t *testing.T) {
 			}
 			drain(t, r.Turn)
 		})
+	}
+}
+
+// TestRedisOwnerBytes: the Redis store charges a record's owner (its field
+// o) even when the accounting did not see it written: sessions stored before
+// the byte budget existed are charged to their owners when a store opens,
+// and a session whose key Redis expired by itself (its fields gone) still
+// leaves its owner's count when the janitor sweeps it.
+func TestRedisOwnerBytes(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	clk := newClock()
+	opts := []session.StoreOption{session.WithClock(clk.Now), session.WithTTL(time.Hour), session.WithJanitorInterval(0)}
+	st := openRedis(t, srv, opts...)
+	const owner = "2001:db8:1:2::/64"
+	a, b := ownedSized(t, 20_000, owner), ownedSized(t, 20_000, owner)
+	mustPut(t, st, a)
+	mustPut(t, st, b)
+	held := st.ClientBytes(owner)
+	if held < 40_000 {
+		t.Fatalf("the owner holds %d bytes after two sessions of 20 kB", held)
+	}
+	st.Close()
+
+	// The accounting of a version before the budget: none.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	if err := rdb.Del(ctx, "test:bytes", "test:sz", "test:ow", "test:ob").Err(); err != nil {
+		t.Fatal(err)
+	}
+	st = openRedis(t, srv, opts...)
+	if got := st.ClientBytes(owner); got != held {
+		t.Fatalf("after counting the stored sessions at open the owner holds %d bytes, want %d", got, held)
+	}
+
+	// Redis expires a key by itself: the record and its owner field go.
+	if err := rdb.Del(ctx, "test:s:"+a.ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Hour)
+	if _, err := st.Expire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, u := st.ClientBytes(owner), st.Usage(); got != 0 || u.Bytes != 0 {
+		t.Fatalf("after the sweep the owner holds %d bytes, the store %d", got, u.Bytes)
 	}
 }

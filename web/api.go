@@ -26,7 +26,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -134,7 +133,6 @@ func readBody(c echo.Context) ([]byte, error) {
 	var budget *errBodyBudget
 	switch {
 	case errors.As(err, &budget):
-		retryAfter(c, 1)
 		return nil, budget.refusal
 	case errors.As(err, &tooBig):
 		return nil, parley.Errorf(parley.ETooLarge, "the request body is over %d bytes", maxAPIBodyBytes)

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 // bounds the bytes of all bodies of the requests being handled at once, and
 // the share of it one client key may hold; over either, a request is
 // refused before its body is read (503 busy, or 429 rate_limited for one
-// client's share), with Retry-After.
+// client's share), with Retry-After (the error's RetryAfter).
 //
 // A body with a Content-Length takes that many bytes of the budget before
 // it is read (so a body that will not fit is refused at once, without being
@@ -80,12 +79,12 @@ func (b *bodyBudget) take(client string, n int64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.byClient[client]+n > b.share {
-		return withCause(refusedBodyShare, parley.Errorf(parley.ERateLimited,
-			"too many request bodies from your address are being received now; try again shortly"))
+		return withCause(refusedBodyShare, &parley.Error{Code: parley.ERateLimited, RetryAfter: time.Second,
+			Message: "too many request bodies from your address are being received now; try again shortly"})
 	}
 	if b.used+n > b.limit {
-		return withCause(refusedBodyBudget, parley.Errorf(parley.EBusy,
-			"the server is receiving too many request bodies now; try again shortly"))
+		return withCause(refusedBodyBudget, &parley.Error{Code: parley.EBusy, RetryAfter: time.Second,
+			Message: "the server is receiving too many request bodies now; try again shortly"})
 	}
 	b.used += n
 	b.byClient[client] += n
@@ -135,7 +134,6 @@ func (s *Server) limitBodies(next echo.HandlerFunc) echo.HandlerFunc {
 		defer body.release()
 		if r.ContentLength > 0 {
 			if err := s.bodies.take(client, r.ContentLength); err != nil {
-				retryAfter(c, 1)
 				return err
 			}
 			body.held = r.ContentLength
@@ -212,10 +210,4 @@ func readAll(r io.Reader, cl int64) ([]byte, error) {
 			return buf, err
 		}
 	}
-}
-
-// retryAfter sets the Retry-After header (seconds) on refusals that say
-// "try again shortly".
-func retryAfter(c echo.Context, seconds int) {
-	c.Response().Header().Set("Retry-After", strconv.Itoa(seconds))
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"net"
 	"net/http"
 	"testing"
 )
@@ -23,5 +24,22 @@ func TestClientKeyGroupsIPv6By64(t *testing.T) {
 		if got := clientKey(r); got != tc.want {
 			t.Errorf("clientKey(%q) = %q, want %q", tc.remote, got, tc.want)
 		}
+		// The per-address TCP cap keys a connection the same way.
+		if got := connKey(peerConn{remote: tc.remote}); got != tc.want {
+			t.Errorf("connKey(%q) = %q, want %q", tc.remote, got, tc.want)
+		}
 	}
 }
+
+// peerConn is a connection that only knows its peer's address.
+type peerConn struct {
+	net.Conn
+	remote string
+}
+
+func (c peerConn) RemoteAddr() net.Addr { return textAddr(c.remote) }
+
+type textAddr string
+
+func (a textAddr) Network() string { return "tcp" }
+func (a textAddr) String() string  { return string(a) }
