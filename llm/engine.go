@@ -153,8 +153,8 @@ type Stats struct {
 	SamplersOverrunning int
 	// DeviceMemoryUsed and DeviceMemoryTotal are the memory of the device
 	// the model runs on (Info().Device), read now: used is total less free,
-	// so other processes on the same GPU count too. On the CPU they are
-	// the host's.
+	// so other processes on the same GPU count too. Zero on the CPU (ggml
+	// does not track host memory in use).
 	DeviceMemoryUsed, DeviceMemoryTotal uint64
 }
 
@@ -438,7 +438,7 @@ func (e *Engine) Stats() Stats {
 
 		SamplersOverrunning: e.overruns.count(),
 	}
-	if free, total := e.dev.memory(); total >= free {
+	if free, total := e.dev.memory(); e.dev.gpu && total >= free {
 		st.DeviceMemoryUsed, st.DeviceMemoryTotal = total-free, total
 	}
 	return st

@@ -229,9 +229,9 @@ func engineCollectors(stats func() EngineStats) []prometheus.Collector {
 			func(s EngineStats) float64 { return float64(s.GrammarDeadEnds) }),
 		counter("parley_step_budget_exceeded_total", "Replies ended because one sampling step took longer than --step-budget.",
 			func(s EngineStats) float64 { return float64(s.OverStepBudget) }),
-		gauge("parley_device_memory_used_bytes", "Memory in use on the device the model runs on (total less free, other processes included); host memory on the CPU.",
+		gauge("parley_device_memory_used_bytes", "Memory in use on the device the model runs on (total less free, other processes included); 0 on the CPU.",
 			func(s EngineStats) float64 { return float64(s.DeviceMemoryUsed) }),
-		gauge("parley_device_memory_total_bytes", "Memory of the device the model runs on; host memory on the CPU.",
+		gauge("parley_device_memory_total_bytes", "Memory of the device the model runs on; 0 on the CPU.",
 			func(s EngineStats) float64 { return float64(s.DeviceMemoryTotal) }),
 	}
 }

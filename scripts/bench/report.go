@@ -347,7 +347,11 @@ const (
 func (r *report) markdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	w("## Results\n\n")
+	if r.Cfg.section != "" {
+		w("## Results (%s)\n\n", r.Cfg.section)
+	} else {
+		w("## Results\n\n")
+	}
 	w("- Date: %s (%s)\n", r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Finished.Sub(r.Started).Round(time.Second))
 	w("- Machine: %s, %d CPUs, %s, %s; load average %s at start, %s at end\n", r.Env.CPU, r.Env.CPUs, r.Env.Memory, r.Env.Kernel, r.Env.LoadStart, r.Env.LoadEnd)
 	w("- Build: commit %s, %s, CGO_CFLAGS=`%s`\n", r.Env.Commit, r.Env.Go, os.Getenv("CGO_CFLAGS"))
@@ -452,7 +456,11 @@ func (r *report) markdown() string {
 		}
 	}
 
-	w("\n### Targets (issue 3)\n\n")
+	if r.Cfg.section == "gpu" {
+		w("\n### Targets (issues 3 and 18)\n\n")
+	} else {
+		w("\n### Targets (issue 3)\n\n")
+	}
 	for _, line := range r.targets() {
 		w("- %s\n", line)
 	}
