@@ -31,6 +31,7 @@ type Device struct {
 	LayersOffloaded  int    `json:"layers_offloaded"` // of them, layers the model has (blocks plus the output head)
 	LayersTotal      int    `json:"layers_total"`     // offloadable layers: blocks plus the output head
 	FlashAttention   bool   `json:"flash_attention"`  // as resolved from on, off or auto
+	KVUnified        bool   `json:"kv_unified"`       // one KV buffer shared by all slots (else one stream per slot)
 }
 
 // ModelInfo describes the loaded model.

@@ -106,6 +106,11 @@ type Config struct {
 	// more than the model has means all. Without a GPU it is 0 whatever it
 	// says, and Open logs so.
 	GPULayers int
+	// KVUnified: "auto" (default: on when layers are offloaded to a GPU,
+	// off on the CPU), "on" or "off". On, all slots share one KV buffer
+	// and a decode step is one pass however the busy slots are spread;
+	// off, each slot is its own stream (see tuneContextParams).
+	KVUnified string
 	// KVCacheType is the KV cache's element type: "f16" (default), "q8_0"
 	// (about half the memory) or "q4_0" (about a quarter). llama.cpp
 	// quantizes the V cache only with flash attention, and its quantized
@@ -281,6 +286,11 @@ func Open(cfg Config) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("flash attention: want auto, on or off, got %q", cfg.FlashAttention)
 	}
+	switch cfg.KVUnified {
+	case "", "off", "on", "auto":
+	default:
+		return nil, fmt.Errorf("kv unified: want auto, on or off, got %q", cfg.KVUnified)
+	}
 
 	start := time.Now()
 	// Loads the backend libraries beside the executable (lib/ollama): the
@@ -314,6 +324,13 @@ func Open(cfg Config) (*Engine, error) {
 		fa = ml.FlashAttentionEnabled
 	}
 	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads, fa, cfg.KVCacheType)
+	unified := dp.info.KVUnified
+	if !tuneContextParams(&params, contextShape{cfg.ContextLength * cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads}, unified) {
+		dp.info.KVUnified = false
+		if unified {
+			log.Warn("the binding's context parameters are not the ones this build knows: the KV cache stays one stream per slot")
+		}
+	}
 	lc, err := llama.NewContextWithModel(model, params)
 	if err != nil {
 		llama.FreeModel(model)

@@ -44,6 +44,15 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 			p.index = uint64(i)
 		}
 	}
+	unified := func(offloaded bool) bool {
+		switch cfg.KVUnified {
+		case "on":
+			return true
+		case "auto", "":
+			return offloaded
+		}
+		return false
+	}
 	fa := func(offloaded bool) bool {
 		switch cfg.FlashAttention {
 		case "on":
@@ -58,12 +67,12 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 		p := placement{dev: cpu, info: parley.Device{
 			Backend: cpu.name, Name: cpu.description, Type: "cpu",
 			MemoryTotal: cpu.total, MemoryFreeAtLoad: cpu.free,
-			LayersTotal: layersTotal, FlashAttention: fa(false),
+			LayersTotal: layersTotal, FlashAttention: fa(false), KVUnified: unified(false),
 		}}
 		log.Info("running on the CPU: "+why,
 			zap.String("backend", cpu.name), zap.String("device", cpu.description),
 			zap.Uint64("memory_total_mib", cpu.total/offload.MiB), zap.Uint64("memory_free_mib", cpu.free/offload.MiB),
-			zap.Int("gpu_layers", 0), zap.Bool("flash_attn", p.info.FlashAttention))
+			zap.Int("gpu_layers", 0), zap.Bool("flash_attn", p.info.FlashAttention), zap.Bool("kv_unified", p.info.KVUnified))
 		return p
 	}
 	if cfg.GPULayers < offload.Auto {
@@ -105,13 +114,13 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 		Backend: gpu.name, Name: gpu.description, Type: "gpu",
 		MemoryTotal: gpu.total, MemoryFreeAtLoad: gpu.free,
 		GPULayers: layers, LayersOffloaded: layers, LayersTotal: layersTotal,
-		FlashAttention: fa(true),
+		FlashAttention: fa(true), KVUnified: unified(true),
 	}
 	log.Info("running on the GPU",
 		zap.String("backend", gpu.name), zap.String("device", gpu.description),
 		zap.Uint64("memory_total_mib", gpu.total/offload.MiB), zap.Uint64("memory_free_mib", gpu.free/offload.MiB),
 		zap.Int("gpu_layers", layers), zap.Int("layers_total", layersTotal),
 		zap.Uint64("estimate_mib", offload.Need(m, layers)/offload.MiB),
-		zap.Bool("flash_attn", p.info.FlashAttention), zap.String("why", reason))
+		zap.Bool("flash_attn", p.info.FlashAttention), zap.Bool("kv_unified", p.info.KVUnified), zap.String("why", reason))
 	return p, nil
 }

@@ -66,6 +66,7 @@ type config struct {
 	ctx, threads, parallel, queue, batch         int
 	flashAttn, kvCacheType                       string
 	gpuLayers                                    gpuLayersFlag
+	kvUnified                                    string
 	maxTokens, maxTokensLimit                    int
 	maxConns, maxConnsPerIP, promptsPerMinute    int
 	maxPromptTokens, maxQueuedPrompts            int
@@ -98,6 +99,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
 	fs.StringVar(&c.flashAttn, "flash-attn", "auto", "flash attention: off, on or auto (auto: on when layers run on a GPU, off on the CPU, where off is faster as conversations grow; see BENCHMARKS.md)")
 	fs.StringVar(&c.kvCacheType, "kv-cache-type", "f16", "KV cache element type: f16, q8_0 (about half the memory per session) or q4_0 (a quarter); quantized needs flash attention (on, or auto on a GPU)")
+	fs.StringVar(&c.kvUnified, "kv-unified", "auto", "one KV cache buffer shared by all --parallel slots: on, off or auto (auto: on when layers run on a GPU, where it keeps each decode step one pass over the weights; off on the CPU)")
 	c.gpuLayers = gpuLayersFlag(offload.Auto)
 	fs.Var(&c.gpuLayers, "gpu-layers", "layers offloaded to the GPU: auto (as many as fit in its free memory with the KV cache for --parallel x --ctx), 0 (CPU only) or a count; without a GPU the model runs on the CPU")
 	fs.IntVar(&c.maxTokens, "max-tokens", def.MaxTokens, "default reply cap in tokens")
@@ -341,6 +343,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		BatchSize:      cfg.batch,
 		FlashAttention: cfg.flashAttn,
 		GPULayers:      int(cfg.gpuLayers),
+		KVUnified:      cfg.kvUnified,
 		KVCacheType:    cfg.kvCacheType,
 		QueueSize:      cfg.queue,
 		StepBudget:     cfg.stepBudget,
@@ -363,6 +366,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		zap.String("device", info.Device.Name),
 		zap.Int("gpu_layers", info.Device.LayersOffloaded),
 		zap.Bool("flash_attn", info.Device.FlashAttention),
+		zap.Bool("kv_unified", info.Device.KVUnified),
 		zap.String("kv_cache_type", cfg.kvCacheType),
 		zap.Bool("chat_template", info.ChatTemplate != ""),
 		zap.Duration("load_time", info.LoadTime))
