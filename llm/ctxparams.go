@@ -44,14 +44,15 @@ type contextShape struct {
 //   - embeddings off: the binding turns them on (for its embedding
 //     endpoint), which copies every output token's hidden state back from
 //     the device at each decode; Parley reads only logits.
-//   - kv_unified: one KV buffer shared by all slots instead of one stream
-//     per slot. With streams, llama.cpp splits a batch into micro-batches
-//     of equal tokens per sequence and consecutive sequence ids only, so a
-//     step whose busy slots have gaps (sessions between turns) or mixes a
-//     prompt with single generated tokens becomes several full passes over
-//     the weights; unified, any batch up to the micro-batch size is one pass
-//     (each token then attends over the shared buffer, masked to its own
-//     sequence, which a GPU does cheaply and a CPU does not).
+//   - kv_unified, when asked for (Config.KVUnified): one KV buffer shared
+//     by all slots instead of one stream per slot. With streams, llama.cpp
+//     splits a batch into micro-batches of equal tokens per sequence and
+//     consecutive sequence ids only, so a step whose busy slots have gaps
+//     or mixes a prompt with single generated tokens becomes several passes
+//     over the weights; shared, any batch up to the micro-batch size is one
+//     pass, but each token attends over the whole buffer (masked to its own
+//     sequence). On an H100 at 64 sessions the second cost won (3,094 tok/s
+//     shared against 5,196 with streams), hence off by default.
 func tuneContextParams(p *llama.ContextParams, s contextShape, unified bool) bool {
 	if unsafe.Sizeof(*p) != C.sizeof_struct_parley_context_params {
 		return false

@@ -13,11 +13,11 @@ import (
 
 // TestDeviceWithoutGPU: these machines have no GPU (and the test binary no
 // lib/ollama beside it), so --gpu-layers auto must land on the CPU, say so
-// in Info, resolve flash attention and the KV layout "auto" to the CPU's
-// choices (off), and generate.
+// in Info, resolve flash attention "auto" to the CPU's choice (off), and
+// generate.
 func TestDeviceWithoutGPU(t *testing.T) {
 	for _, layers := range []int{offload.Auto, 0, 99} {
-		e := mustOpen(t, llm.Config{ContextLength: 128, Parallel: 2, GPULayers: layers, FlashAttention: "auto", KVUnified: "auto"})
+		e := mustOpen(t, llm.Config{ContextLength: 128, Parallel: 2, GPULayers: layers, FlashAttention: "auto"})
 		d := e.Info().Device
 		if d.Type != "cpu" || d.Backend != "CPU" || d.LayersOffloaded != 0 || d.GPULayers != 0 {
 			t.Errorf("gpu layers %d: device %+v, want the CPU with nothing offloaded", layers, d)
@@ -26,7 +26,7 @@ func TestDeviceWithoutGPU(t *testing.T) {
 			t.Errorf("layers total %d, want blocks + output head = %d", d.LayersTotal, e.Info().Layers+1)
 		}
 		if d.FlashAttention || d.KVUnified {
-			t.Errorf("gpu layers %d: auto resolved to flash attention %v, kv unified %v on the CPU; want both off", layers, d.FlashAttention, d.KVUnified)
+			t.Errorf("gpu layers %d: flash attention %v, kv unified %v on the CPU; want both off (auto, default)", layers, d.FlashAttention, d.KVUnified)
 		}
 		if r := generate(t, e, "", "Once upon a time", greedy(8)); len(r.ids) == 0 {
 			t.Errorf("gpu layers %d: no tokens generated on the CPU", layers)

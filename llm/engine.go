@@ -106,10 +106,12 @@ type Config struct {
 	// more than the model has means all. Without a GPU it is 0 whatever it
 	// says, and Open logs so.
 	GPULayers int
-	// KVUnified: "auto" (default: on when layers are offloaded to a GPU,
-	// off on the CPU), "on" or "off". On, all slots share one KV buffer
-	// and a decode step is one pass however the busy slots are spread;
-	// off, each slot is its own stream (see tuneContextParams).
+	// KVUnified: "off" (default): each slot is its own KV stream; "on":
+	// all slots share one buffer, so a decode step is one pass over the
+	// weights however the busy slots are spread, but every token's
+	// attention then spans the whole shared buffer. Measured on an H100 at
+	// 64 sessions (BENCHMARKS.md, GPU section) the shared buffer lost:
+	// 3,094 tok/s against 5,196 with streams. See tuneContextParams.
 	KVUnified string
 	// KVCacheType is the KV cache's element type: "f16" (default), "q8_0"
 	// (about half the memory) or "q4_0" (about a quarter). llama.cpp
@@ -287,9 +289,9 @@ func Open(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("flash attention: want auto, on or off, got %q", cfg.FlashAttention)
 	}
 	switch cfg.KVUnified {
-	case "", "off", "on", "auto":
+	case "", "off", "on":
 	default:
-		return nil, fmt.Errorf("kv unified: want auto, on or off, got %q", cfg.KVUnified)
+		return nil, fmt.Errorf("kv unified: want on or off, got %q", cfg.KVUnified)
 	}
 
 	start := time.Now()

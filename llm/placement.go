@@ -44,15 +44,6 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 			p.index = uint64(i)
 		}
 	}
-	unified := func(offloaded bool) bool {
-		switch cfg.KVUnified {
-		case "on":
-			return true
-		case "auto", "":
-			return offloaded
-		}
-		return false
-	}
 	fa := func(offloaded bool) bool {
 		switch cfg.FlashAttention {
 		case "on":
@@ -67,7 +58,7 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 		p := placement{dev: cpu, info: parley.Device{
 			Backend: cpu.name, Name: cpu.description, Type: "cpu",
 			MemoryTotal: cpu.total, MemoryFreeAtLoad: cpu.free,
-			LayersTotal: layersTotal, FlashAttention: fa(false), KVUnified: unified(false),
+			LayersTotal: layersTotal, FlashAttention: fa(false), KVUnified: cfg.KVUnified == "on",
 		}}
 		log.Info("running on the CPU: "+why,
 			zap.String("backend", cpu.name), zap.String("device", cpu.description),
@@ -114,7 +105,7 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 		Backend: gpu.name, Name: gpu.description, Type: "gpu",
 		MemoryTotal: gpu.total, MemoryFreeAtLoad: gpu.free,
 		GPULayers: layers, LayersOffloaded: layers, LayersTotal: layersTotal,
-		FlashAttention: fa(true), KVUnified: unified(true),
+		FlashAttention: fa(true), KVUnified: cfg.KVUnified == "on",
 	}
 	log.Info("running on the GPU",
 		zap.String("backend", gpu.name), zap.String("device", gpu.description),

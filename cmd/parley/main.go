@@ -99,7 +99,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
 	fs.StringVar(&c.flashAttn, "flash-attn", "auto", "flash attention: off, on or auto (auto: on when layers run on a GPU, off on the CPU, where off is faster as conversations grow; see BENCHMARKS.md)")
 	fs.StringVar(&c.kvCacheType, "kv-cache-type", "f16", "KV cache element type: f16, q8_0 (about half the memory per session) or q4_0 (a quarter); quantized needs flash attention (on, or auto on a GPU)")
-	fs.StringVar(&c.kvUnified, "kv-unified", "auto", "one KV cache buffer shared by all --parallel slots: on, off or auto (auto: on when layers run on a GPU, where it keeps each decode step one pass over the weights; off on the CPU)")
+	fs.StringVar(&c.kvUnified, "kv-unified", "off", "one KV cache buffer shared by all --parallel slots (on) instead of one per slot (off; faster at 64 sessions on an H100, see BENCHMARKS.md)")
 	c.gpuLayers = gpuLayersFlag(offload.Auto)
 	fs.Var(&c.gpuLayers, "gpu-layers", "layers offloaded to the GPU: auto (as many as fit in its free memory with the KV cache for --parallel x --ctx), 0 (CPU only) or a count; without a GPU the model runs on the CPU")
 	fs.IntVar(&c.maxTokens, "max-tokens", def.MaxTokens, "default reply cap in tokens")
