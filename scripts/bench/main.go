@@ -25,6 +25,11 @@
 //	scripts/bench/build-ollama.sh
 //	go run ./scripts/mkgguf
 //	go run ./scripts/bench -parley bin/parley
+//
+// On a GPU (issue 18), scripts/bench-gpu.sh runs it with -gpu-layers auto,
+// flash attention on, 64 slots and 1, 16 and 64 sessions on a synthetic
+// Llama-3.2-1B-shaped model, and -section gpu, which writes a section of its
+// own into BENCHMARKS.md and checks the GPU targets.
 package main
 
 import (
