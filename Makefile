@@ -6,7 +6,9 @@
 #   make MARCH=native        build for this machine's best SIMD (default x86-64-v3: AVX2/FMA/F16C)
 #   make run MODEL=path.gguf serve another model (ARGS='--ctx 4096' for more flags)
 #
-# Targets: setup build run test bench ui fmt vet clean (see `make help`).
+#   make cuda                the CUDA backend into lib/ollama (CUDA_ARCHITECTURES='80;86;89;90'; not part of test)
+#
+# Targets: setup build run test bench cuda bench-gpu ui fmt vet clean (see `make help`).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -34,7 +36,7 @@ APT_PACKAGES := nlohmann-json3-dev libstb-dev python3-websockets chromium ca-cer
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
-.PHONY: help setup setup-apt setup-go setup-npm build run test bench ui fmt vet clean
+.PHONY: help setup setup-apt setup-go setup-npm setup-cuda build run test bench cuda bench-gpu ui fmt vet clean
 
 help:
 	@echo 'make setup   install Debian packages (only missing ones), Go modules, npm packages'
@@ -42,6 +44,9 @@ help:
 	@echo 'make run     setup + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
 	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
 	@echo 'make bench   build ollama + the synthetic model, then scripts/bench (BENCH_ARGS=...)'
+	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
+	@echo '             installs Debian'"'"'s nvidia-cuda-toolkit if nvcc is missing; ~17 min per architecture on 2 cores)'
+	@echo 'make bench-gpu  the GPU benchmark (needs make cuda and a GPU): Parley vs raw decode vs Ollama'
 	@echo 'make ui      rebuild the chat page bundle (npm run build-ui)'
 	@echo 'make fmt | vet | clean'
 
@@ -92,6 +97,25 @@ bench: build
 	$(GO) run ./scripts/mkgguf
 	$(GO) run ./scripts/bench -parley $(BIN) $(BENCH_ARGS)
 
+# The CUDA backend (issue 18): ggml's CUDA source from the pinned module, compiled by nvcc into lib/ollama, which
+# bin/parley finds as ../lib/ollama with no environment variable. Every kernel is compiled once per architecture:
+# about 17 minutes per architecture on 2 cores, 3 on 16; the default covers Ampere (80, 86), Ada (89) and Hopper (90).
+# CUDA_ARCHITECTURES=native builds for this machine's GPUs only. Never part of `make test`.
+CUDA_ARCHITECTURES ?= 80;86;89;90
+# Debian bookworm ships CUDA 11.8 as nvidia-cuda-toolkit in its non-free component; this source adds contrib and
+# non-free for it (the default bookworm source has main only). Written only by `make cuda`, only when nvcc is missing.
+CUDA_APT_SOURCE := /etc/apt/sources.list.d/parley-cuda.sources
+
+cuda: setup-cuda
+	CUDA_ARCHITECTURES='$(CUDA_ARCHITECTURES)' scripts/build-cuda.sh
+
+# nvcc from NVIDIA's CUDA 12/13 (PATH, /usr/local/cuda or CUDACXX) is used as it is; without one, Debian's toolkit.
+setup-cuda:
+	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "$${CUDACXX:-}" ]; then 	  command -v cmake >/dev/null || { echo "cuda: cmake is needed (apt-get install cmake)" >&2; exit 1; }; 	  echo "cuda: using $$(command -v nvcc || echo $${CUDACXX:-/usr/local/cuda/bin/nvcc})"; exit 0; fi; 	. /etc/os-release; 	if [ "$${ID:-}" != debian ]; then echo "cuda: no nvcc; install NVIDIA's CUDA toolkit (12 or 13) and cmake" >&2; exit 1; fi; 	if [ "$$(id -u)" = 0 ]; then sudo=""; 	elif command -v sudo >/dev/null; then sudo="sudo"; 	else echo "cuda: need root to install nvidia-cuda-toolkit" >&2; exit 1; fi; 	echo "cuda: adding $(CUDA_APT_SOURCE) ($$VERSION_CODENAME contrib non-free) and installing nvidia-cuda-toolkit cmake"; 	printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' 	  "$$VERSION_CODENAME" "$$VERSION_CODENAME" | $$sudo tee $(CUDA_APT_SOURCE) >/dev/null; 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q; 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nvidia-cuda-toolkit cmake
+
+bench-gpu:
+	scripts/bench-gpu.sh $(BENCH_ARGS)
+
 ui: setup-npm
 	cd scripts && $(NPM) run build-ui
 
@@ -102,4 +126,4 @@ vet:
 	$(GO) vet ./...
 
 clean:
-	rm -rf bin test-results
+	rm -rf bin test-results lib

@@ -19,6 +19,21 @@ type GenerateRequest struct {
 	Params Params
 }
 
+// Device is where the engine runs the model: the ggml backend device that
+// holds the offloaded layers, or the CPU when none are.
+type Device struct {
+	Backend          string `json:"backend"`            // ggml device name, e.g. "CUDA0" or "CPU"
+	Name             string `json:"name"`               // its description, e.g. "NVIDIA H100 80GB HBM3"
+	Type             string `json:"type"`               // "gpu" or "cpu"
+	MemoryTotal      uint64 `json:"memory_total_bytes"` // device memory (host memory for the CPU)
+	MemoryFreeAtLoad uint64 `json:"memory_free_at_load_bytes"`
+	GPULayers        int    `json:"gpu_layers"`       // n_gpu_layers asked of llama.cpp (0: CPU only)
+	LayersOffloaded  int    `json:"layers_offloaded"` // of them, layers the model has (blocks plus the output head)
+	LayersTotal      int    `json:"layers_total"`     // offloadable layers: blocks plus the output head
+	FlashAttention   bool   `json:"flash_attention"`  // as resolved from on, off or auto
+	KVUnified        bool   `json:"kv_unified"`       // one KV buffer shared by all slots (else one stream per slot)
+}
+
 // ModelInfo describes the loaded model.
 type ModelInfo struct {
 	Path            string        `json:"path"`
@@ -37,6 +52,7 @@ type ModelInfo struct {
 	BOSToken        string        `json:"bos_token"`      // text of the BOS token, "" when none
 	EOSToken        string        `json:"eos_token"`      // text of the EOS token, "" when none
 	LoadTime        time.Duration `json:"load_time"`
+	Device          Device        `json:"device"` // where the model runs
 	// ControlTokens are the texts of the vocabulary's control tokens (role
 	// markers, BOS/EOS). The tokenizer turns these texts into the tokens
 	// themselves, so message contents must not carry them verbatim.

@@ -87,13 +87,32 @@ type Config struct {
 	Threads       int    // CPU threads for decoding; default runtime.NumCPU()
 	BatchSize     int    // tokens per llama.cpp micro-batch
 	QueueSize     int    // requests that may wait for a free slot before Generate returns EBusy; < 0 means none
-	// FlashAttention: "off" (default), "on", or "auto" (llama.cpp decides,
-	// which on CPU means on). Off by default: on CPU, ggml's flash-attention
-	// kernel walks the keys one at a time, so every token costs more as the
-	// conversation grows (measured in BENCHMARKS.md: at 500 tokens of context
-	// stories260K decodes at a quarter of its short-context rate with it on,
-	// at a steady rate with it off), while the plain path is a matrix product.
+	// FlashAttention: "off" (default), "on", or "auto": on when layers are
+	// offloaded to a GPU, off on the CPU. Off on the CPU because there
+	// ggml's flash-attention kernel walks the keys one at a time, so every
+	// token costs more as the conversation grows (measured in
+	// BENCHMARKS.md: at 500 tokens of context stories260K decodes at a
+	// quarter of its short-context rate with it on, at a steady rate with
+	// it off), while the plain path is a matrix product. On a GPU it is the
+	// other way round: without it the attention scores of every session are
+	// materialised, and at 64 sessions the compute buffer outgrows the step
+	// (BENCHMARKS.md, GPU section).
 	FlashAttention string
+	// GPULayers is how many layers go to the first GPU (llama.cpp's
+	// n_gpu_layers: the model's blocks from the last backwards, then its
+	// output head). 0 (the default) keeps everything on the CPU;
+	// offload.Auto (-1) offloads as many as fit in the device's free memory
+	// with their KV cache and the compute buffers (see package offload);
+	// more than the model has means all. Without a GPU it is 0 whatever it
+	// says, and Open logs so.
+	GPULayers int
+	// KVUnified: "off" (default): each slot is its own KV stream; "on":
+	// all slots share one buffer, so a decode step is one pass over the
+	// weights however the busy slots are spread, but every token's
+	// attention then spans the whole shared buffer. Measured on an H100 at
+	// 64 sessions (BENCHMARKS.md, GPU section) the shared buffer lost:
+	// 3,094 tok/s against 5,196 with streams. See tuneContextParams.
+	KVUnified string
 	// KVCacheType is the KV cache's element type: "f16" (default), "q8_0"
 	// (about half the memory) or "q4_0" (about a quarter). llama.cpp
 	// quantizes the V cache only with flash attention, and its quantized
@@ -139,12 +158,18 @@ type Stats struct {
 	// SamplersOverrunning is the number of grammar samplers whose sequence
 	// ended while they were still inside llama.cpp, and that are still there.
 	SamplersOverrunning int
+	// DeviceMemoryUsed and DeviceMemoryTotal are the memory of the device
+	// the model runs on (Info().Device), read now: used is total less free,
+	// so other processes on the same GPU count too. Zero on the CPU (ggml
+	// does not track host memory in use).
+	DeviceMemoryUsed, DeviceMemoryTotal uint64
 }
 
 // Engine is a loaded model with its decode loop. It is safe for concurrent use.
 type Engine struct {
 	model   *llama.Model
 	lc      *llama.Context
+	dev     device // where the offloaded layers are (the CPU when none are); its memory is read at each Stats
 	info    parley.ModelInfo
 	vocab   vocabInfo
 	log     *zap.Logger
@@ -258,30 +283,56 @@ func Open(cfg Config) (*Engine, error) {
 		cfg.QueueSize = 0
 	}
 
-	if err := checkKVCacheType(cfg.KVCacheType, cfg.FlashAttention, meta); err != nil {
+	switch cfg.FlashAttention {
+	case "", "off", "on", "auto":
+	default:
+		return nil, fmt.Errorf("flash attention: want auto, on or off, got %q", cfg.FlashAttention)
+	}
+	switch cfg.KVUnified {
+	case "", "off", "on":
+	default:
+		return nil, fmt.Errorf("kv unified: want on or off, got %q", cfg.KVUnified)
+	}
+
+	start := time.Now()
+	// Loads the backend libraries beside the executable (lib/ollama): the
+	// devices are known from here on.
+	llama.BackendInit()
+	dp, err := placeModel(cfg, meta, devices(), log)
+	if err != nil {
+		return nil, err
+	}
+	faName := "off"
+	if dp.info.FlashAttention {
+		faName = "on"
+	}
+	if err := checkKVCacheType(cfg.KVCacheType, faName, meta); err != nil {
 		return nil, err
 	}
 
 	if cfg.Progress == nil {
 		cfg.Progress = func(float32) {} // without a callback llama.cpp prints dots to stderr
 	}
-	start := time.Now()
-	llama.BackendInit()
-	model, err := llama.LoadModelFromFile(cfg.Path, llama.ModelParams{UseMmap: true, Progress: cfg.Progress})
+	mp := llama.ModelParams{UseMmap: true, Progress: cfg.Progress, NumGpuLayers: dp.info.GPULayers}
+	if dp.info.GPULayers > 0 {
+		mp.Devices = []uint64{dp.index}
+	}
+	model, err := llama.LoadModelFromFile(cfg.Path, mp)
 	if err != nil {
-		return nil, fmt.Errorf("load model %s: llama.cpp could not load it (unsupported architecture or damaged file)", cfg.Path)
+		return nil, fmt.Errorf("load model %s: llama.cpp could not load it (unsupported architecture, damaged file, or too little device memory for --gpu-layers)", cfg.Path)
 	}
 	fa := ml.FlashAttentionDisabled
-	switch cfg.FlashAttention {
-	case "on":
+	if dp.info.FlashAttention {
 		fa = ml.FlashAttentionEnabled
-	case "auto":
-		fa = ml.FlashAttentionAuto
-	case "", "off":
-	default:
-		return nil, fmt.Errorf("flash attention: want auto, on or off, got %q", cfg.FlashAttention)
 	}
 	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads, fa, cfg.KVCacheType)
+	unified := dp.info.KVUnified
+	if !tuneContextParams(&params, contextShape{cfg.ContextLength * cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads}, unified) {
+		dp.info.KVUnified = false
+		if unified {
+			log.Warn("the binding's context parameters are not the ones this build knows: the KV cache stays one stream per slot")
+		}
+	}
 	lc, err := llama.NewContextWithModel(model, params)
 	if err != nil {
 		llama.FreeModel(model)
@@ -297,10 +348,12 @@ func Open(cfg Config) (*Engine, error) {
 	info.Parallel = cfg.Parallel
 	info.VocabSize = model.NumVocab()
 	info.LoadTime = time.Since(start)
+	info.Device = dp.info
 
 	e := &Engine{
 		model:   model,
 		lc:      lc,
+		dev:     dp.dev,
 		info:    info,
 		vocab:   meta.vocab,
 		log:     log,
@@ -386,7 +439,7 @@ func (e *Engine) TokenText(id int) string {
 
 // Stats returns a snapshot of the counters.
 func (e *Engine) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Slots:            len(e.slots),
 		SlotsBusy:        int(e.busy.Load()),
 		Queued:           int(e.queued.Load()),
@@ -404,6 +457,10 @@ func (e *Engine) Stats() Stats {
 
 		SamplersOverrunning: e.overruns.count(),
 	}
+	if free, total := e.dev.memory(); e.dev.gpu && total >= free {
+		st.DeviceMemoryUsed, st.DeviceMemoryTotal = total-free, total
+	}
+	return st
 }
 
 // Generate submits a request and returns its event stream at once. The

@@ -10,6 +10,7 @@ import (
 	"github.com/ollama/ollama/fs/ggml"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
 )
 
@@ -45,6 +46,12 @@ type metadata struct {
 	// headK and headV are the values per attention head in the K and V
 	// caches (0 when the metadata does not say).
 	headK, headV int
+	// offload is the model's side of the GPU fitting: blocks' weights and
+	// the output head (the KV cache and compute buffers depend on the
+	// context and are filled in by Open), and shape is its dimensions.
+	offload offload.Model
+	shape   offload.Shape
+	headsKV int // key/value heads (grouped-query attention)
 }
 
 // readMetadata reads the model's facts from its GGUF header in pure Go, so a
@@ -114,7 +121,35 @@ func readMetadata(path string) (metadata, error) {
 		BOSToken:        tokenText("bos_token_id"),
 		EOSToken:        tokenText("eos_token_id"),
 	}
-	return metadata{info: info, vocab: vocab, headK: int(kv.EmbeddingHeadCountK()), headV: int(kv.EmbeddingHeadCountV())}, nil
+	md := metadata{info: info, vocab: vocab, headK: int(kv.EmbeddingHeadCountK()), headV: int(kv.EmbeddingHeadCountV())}
+	md.headsKV = int(kv.HeadCountKVMax())
+	md.shape = offload.Shape{
+		Embedding:   int(kv.EmbeddingLength()),
+		FeedForward: int(kv.Uint("feed_forward_length")),
+		Heads:       int(kv.HeadCountMax()),
+		Vocab:       len(vocab.tokens),
+	}
+	md.offload = offloadModel(g.Tensors().GroupLayers(), info.Layers)
+	return md, nil
+}
+
+// offloadModel sums the tensor sizes of each block and of the output head.
+// A model whose output projection is tied to the token embeddings gets a
+// copy of them on the device (llama.cpp duplicates the tensor), so they
+// count as the head's.
+func offloadModel(groups map[string]ggml.Layer, layers int) offload.Model {
+	m := offload.Model{Layers: layers, LayerBytes: make([]uint64, layers)}
+	for i := range layers {
+		m.LayerBytes[i] = groups[fmt.Sprintf("blk.%d", i)].Size()
+	}
+	out := groups["output"]
+	m.OutputBytes = out.Size() + groups["output_norm"].Size()
+	if _, ok := out["weight"]; !ok {
+		if embd, ok := groups["token_embd"]["weight"]; ok {
+			m.OutputBytes += embd.Size()
+		}
+	}
+	return m
 }
 
 // dominantTensorType names the tensor type holding the most parameters, for

@@ -14,13 +14,19 @@
 #     dependencies, which is what debian:bookworm-slim holds);
 #   - checks the runtime stage: non-root USER, VOLUME /models holding PARLEY_MODEL, EXPOSE 8000, COPY --from the
 #     builder's output, a HEALTHCHECK;
+#   - for Dockerfile.cuda (runtime FROM nvidia/cuda:*, Ubuntu): checks the binary's libraries by name against what
+#     every Ubuntu base holds, the CUDA stage statically (a devel image, scripts/build-cuda.sh with architectures
+#     80;86;89;90 at least, its output copied to ../lib/ollama beside the binary, where the binding looks);
+#   - checks that the server, on this machine without a GPU, reports the CPU in /health and says so in one log line;
 #   - runs the binary the way the image would (ENTRYPOINT, the runtime ENV with PARLEY_MODEL pointing at the test
 #     model and PARLEY_ADDR moved to a free loopback port), runs the HEALTHCHECK command until it passes, checks it
 #     fails once the server has stopped, and that SIGTERM ends the server with status 0.
 # What it cannot check
 #   the real base images' contents (the host is Debian bookworm like both stages, and the package model above
 #   stands in for them), BuildKit's cache mount, COPY/.dockerignore semantics, file ownership and the non-root user at
-#   run time (the check runs as whoever runs it), and networking inside a container.
+#   run time (the check runs as whoever runs it), and networking inside a container; for Dockerfile.cuda also the
+#   CUDA compile itself (17 minutes per architecture on 2 cores: `make cuda`), NVIDIA's image contents beyond the
+#   Ubuntu base, and the GPU (scripts/bench-gpu.sh on a GPU machine covers that).
 #
 # The go build uses -trimpath and other paths than `make build`, so its first run compiles llama.cpp once more
 # (about 3 minutes on 2 cores); later runs reuse Go's build cache.
@@ -203,6 +209,48 @@ def apt_packages(stage):
     return pkgs
 
 
+# Libraries of libc6, libstdc++6 and libgcc-s1, which every Ubuntu image (NVIDIA's CUDA images too) holds.
+UBUNTU_BASE_LIBS = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2",
+                    "/lib64/ld-linux-x86-64.so.2", "libpthread.so.0", "libdl.so.2", "libresolv.so.2", "librt.so.1"}
+
+
+def check_cuda_stage(stages, final, image_binary):
+    """Dockerfile.cuda's CUDA stage, statically (nvcc needs 17 minutes per architecture here, and no GPU is needed
+    to check where its output lands): a devel image, scripts/build-cuda.sh run with architectures covering Ampere to
+    Hopper, and its output copied to the ../lib/ollama beside the binary, where the binding looks."""
+    cuda = [st for st in stages if "-devel" in st.image and st.image.startswith("nvidia/cuda:")]
+    if not cuda:
+        fail("a CUDA runtime image but no nvidia/cuda:*-devel* stage that builds the backend")
+        return
+    st = cuda[0]
+    ok(f"CUDA stage {st.name}: {st.image}")
+    archs = st.args.get("CUDA_ARCHITECTURES", "").strip('"')
+    want = {"80", "86", "89", "90"}
+    if not want <= set(archs.split(";")):
+        fail(f"CUDA_ARCHITECTURES={archs!r}: want at least 80;86;89;90 (Ampere to Hopper)")
+    else:
+        ok(f"CUDA_ARCHITECTURES={archs} (Ampere to Hopper)")
+    runs = " ".join(cmd for _, cmd, _, _ in st.runs)
+    m = re.search(r"build-cuda\.sh\s+(\S+)", runs)
+    if not m:
+        fail(f"stage {st.name} does not run scripts/build-cuda.sh OUT_DIR")
+        return
+    out_dir = m.group(1)
+    script = os.path.join(ROOT, "scripts", "build-cuda.sh")
+    if not any(args[0] == "scripts/build-cuda.sh" for src, args in st.copies if not src):
+        fail(f"stage {st.name} does not COPY scripts/build-cuda.sh")
+    elif run(["bash", "-n", script]).returncode != 0:
+        fail("scripts/build-cuda.sh: bash -n finds a syntax error")
+    else:
+        ok(f"stage {st.name} runs scripts/build-cuda.sh into {out_dir} (bash -n clean)")
+    want_lib = os.path.join(os.path.dirname(os.path.dirname(image_binary)), "lib", "ollama")
+    got = [args[-1].rstrip("/") for src, args in final.copies if src == st.name and args[0].rstrip("/") == out_dir]
+    if got != [want_lib]:
+        fail(f"the runtime copies {out_dir} to {got or 'nowhere'}: the binding looks in {want_lib} (../lib/ollama beside {image_binary})")
+    else:
+        ok(f"COPY --from={st.name} {out_dir} {want_lib}: ../lib/ollama beside {image_binary}, found with no environment variable")
+
+
 # ---- host facts --------------------------------------------------------------------------------------------
 
 def run(args, **kw):
@@ -266,8 +314,13 @@ with open("/etc/os-release") as f:
     for line in f:
         if line.startswith("VERSION_CODENAME="):
             codename = line.strip().split("=", 1)[1].strip('"')
+# NVIDIA's CUDA images (Dockerfile.cuda's runtime) are Ubuntu: Debian's package facts do not describe them, so the
+# runtime's libraries are checked by name against what every Ubuntu base holds, and the CUDA stage statically.
+cuda_runtime = final.image.startswith("nvidia/cuda:")
 for st in (builder, final):
-    if codename and codename not in st.image:
+    if st is final and cuda_runtime:
+        ok(f"{st.image}: NVIDIA's CUDA runtime image (Ubuntu); its libraries are checked by name below")
+    elif codename and codename not in st.image:
         fail(f"{st.image} is not Debian {codename} like this host: the package checks below do not apply to it")
     else:
         ok(f"{st.image}: same Debian release as this host ({codename})")
@@ -352,6 +405,12 @@ for line in r.stdout.splitlines() if r.returncode == 0 else []:
     if not m or m.group(1).startswith("linux-vdso"):
         continue
     lib, path = m.group(1), m.group(2) or m.group(1)
+    if cuda_runtime:
+        if lib in UBUNTU_BASE_LIBS:
+            ok(f"{lib}: in every Ubuntu base image (libc6, libstdc++6, libgcc-s1), so in the CUDA runtime image")
+        else:
+            fail(f"{lib}: not a library every Ubuntu base image holds, and the CUDA runtime stage installs nothing")
+        continue
     pkg = owner(path)
     if pkg is None:
         fail(f"{lib} ({path}): no Debian package ships it, so no image has it")
@@ -361,6 +420,10 @@ for line in r.stdout.splitlines() if r.returncode == 0 else []:
         ok(f"{lib}: {pkg}, part of the slim base (essential + apt)")
     else:
         fail(f"{lib}: package {pkg} is neither installed by the runtime stage nor part of the slim base")
+
+if cuda_runtime:
+    print()
+    check_cuda_stage(stages, final, image_binary)
 
 # Runtime stage facts.
 print()
@@ -414,6 +477,29 @@ def healthcheck():
                           text=True, timeout=10)
 
 
+def check_device():
+    """This machine has no GPU (and the check no CUDA backend beside the binary): the server must say it runs on
+    the CPU, in /health and in one log line, and not have crashed getting there."""
+    import json
+    try:
+        body = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5))
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        fail(f"/health: {e}")
+        return
+    dev = body.get("device") or {}
+    if dev.get("type") != "cpu":
+        fail(f"/health device {dev}: want the CPU on a machine without a GPU")
+    else:
+        ok(f"/health: device {dev.get('backend')} ({dev.get('name')}), type cpu, {dev.get('layers_offloaded')} layers offloaded")
+    log.flush()
+    with open(log.name) as f:
+        lines = [l for l in f if "running on the CPU" in l]
+    if len(lines) != 1:
+        fail(f"want one log line saying the server runs on the CPU, found {len(lines)}")
+    else:
+        ok("one log line: " + re.sub(r'.*"msg":"([^"]*)".*', r"\1", lines[0].strip())[:160])
+
+
 try:
     deadline, last = time.time() + START_TIMEOUT, None
     while True:
@@ -425,6 +511,7 @@ try:
             last = healthcheck()
             if last.returncode == 0:
                 ok(f"HEALTHCHECK {' '.join(final.healthcheck)}: exit 0 once the model is loaded")
+                check_device()
                 break
         else:
             try:

@@ -142,6 +142,7 @@ if [ ${#node_dirs[@]} -gt 0 ]; then
 fi
 
 suite "Dockerfile check" scripts/dockerfile-check.sh
+suite "Dockerfile.cuda check" scripts/dockerfile-check.sh "$root/Dockerfile.cuda"
 
 summary
 tally 0

@@ -81,7 +81,39 @@ func (s *Server) opsRoutes(e *echo.Echo) {
 
 // statusBody is the JSON of /health and /ready.
 type statusBody struct {
-	Status string `json:"status"` // loading, ok or draining
+	Status string        `json:"status"`           // loading, ok or draining
+	Device *deviceStatus `json:"device,omitempty"` // where the model runs, once loaded (/health only)
+}
+
+// deviceStatus is /health's account of the device: what the model runs on,
+// how much of it is offloaded, and the device's memory now.
+type deviceStatus struct {
+	Backend         string `json:"backend"` // CUDA0, CPU
+	Name            string `json:"name"`
+	Type            string `json:"type"` // gpu or cpu
+	LayersOffloaded int    `json:"layers_offloaded"`
+	LayersTotal     int    `json:"layers_total"`
+	MemoryUsed      uint64 `json:"memory_used_bytes,omitempty"`
+	MemoryTotal     uint64 `json:"memory_total_bytes,omitempty"`
+}
+
+// deviceStatus reads the device for /health; nil when the server has no
+// model information or the engine does not name its device.
+func (s *Server) deviceStatus() *deviceStatus {
+	if s.op.info == nil {
+		return nil
+	}
+	d := s.op.info().Device
+	if d.Backend == "" {
+		return nil
+	}
+	ds := &deviceStatus{Backend: d.Backend, Name: d.Name, Type: d.Type,
+		LayersOffloaded: d.LayersOffloaded, LayersTotal: d.LayersTotal}
+	if s.op.stats != nil {
+		st := s.op.stats()
+		ds.MemoryUsed, ds.MemoryTotal = st.DeviceMemoryUsed, st.DeviceMemoryTotal
+	}
+	return ds
 }
 
 // handleHealth is liveness: 503 while the model loads, 200 once it has
@@ -90,11 +122,11 @@ type statusBody struct {
 func (s *Server) handleHealth(c echo.Context) error {
 	switch {
 	case !s.ready.Load():
-		return c.JSON(http.StatusServiceUnavailable, statusBody{"loading"})
+		return c.JSON(http.StatusServiceUnavailable, statusBody{Status: "loading"})
 	case s.draining.Load():
-		return c.JSON(http.StatusOK, statusBody{"draining"})
+		return c.JSON(http.StatusOK, statusBody{Status: "draining", Device: s.deviceStatus()})
 	}
-	return c.JSON(http.StatusOK, statusBody{"ok"})
+	return c.JSON(http.StatusOK, statusBody{Status: "ok", Device: s.deviceStatus()})
 }
 
 // handleReady is readiness: 200 only while the server takes new work, so a
@@ -102,11 +134,11 @@ func (s *Server) handleHealth(c echo.Context) error {
 func (s *Server) handleReady(c echo.Context) error {
 	switch {
 	case !s.ready.Load():
-		return c.JSON(http.StatusServiceUnavailable, statusBody{"loading"})
+		return c.JSON(http.StatusServiceUnavailable, statusBody{Status: "loading"})
 	case s.draining.Load():
-		return c.JSON(http.StatusServiceUnavailable, statusBody{"draining"})
+		return c.JSON(http.StatusServiceUnavailable, statusBody{Status: "draining"})
 	}
-	return c.JSON(http.StatusOK, statusBody{"ok"})
+	return c.JSON(http.StatusOK, statusBody{Status: "ok"})
 }
 
 func (s *Server) handleInfo(c echo.Context) error {

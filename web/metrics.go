@@ -33,6 +33,8 @@ type EngineStats struct {
 	SlowConsumerDrops int64         // replies ended because their reader stopped reading
 	GrammarDeadEnds   int64         // replies ended because their grammar allowed no token
 	OverStepBudget    int64         // replies ended because one sampling step took longer than the step budget
+	DeviceMemoryUsed  uint64        // bytes in use on the device the model runs on (total less free: other processes count too)
+	DeviceMemoryTotal uint64        // bytes of memory of that device
 }
 
 // WithEngineStats makes /metrics report the engine's counters; stats is
@@ -165,7 +167,14 @@ func (s *Server) initOps() {
 		}, func() float64 { return b2f(s.isReady()) }),
 		&modelCollector{s: s, info: prometheus.NewDesc("parley_model_info",
 			"The loaded model (value 1); absent while loading.",
-			[]string{"name", "architecture", "quantization", "template", "version"}, nil)},
+			[]string{"name", "architecture", "quantization", "template", "version"}, nil),
+			device: prometheus.NewDesc("parley_device_info",
+				"The device the model runs on (value 1): backend (CUDA0, CPU), name, type (gpu, cpu); absent while loading.",
+				[]string{"backend", "name", "type"}, nil),
+			layers: prometheus.NewDesc("parley_gpu_layers_offloaded",
+				"Model layers (blocks and output head) offloaded to the GPU; 0 on the CPU. Absent while loading.", nil, nil),
+			layersTotal: prometheus.NewDesc("parley_model_layers",
+				"Offloadable layers of the model (blocks plus the output head). Absent while loading.", nil, nil)},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "parley_model_load_seconds",
 			Help: "How long loading the model took (0 while loading).",
@@ -224,17 +233,26 @@ func engineCollectors(stats func() EngineStats) []prometheus.Collector {
 			func(s EngineStats) float64 { return float64(s.GrammarDeadEnds) }),
 		counter("parley_step_budget_exceeded_total", "Replies ended because one sampling step took longer than --step-budget.",
 			func(s EngineStats) float64 { return float64(s.OverStepBudget) }),
+		gauge("parley_device_memory_used_bytes", "Memory in use on the device the model runs on (total less free, other processes included); 0 on the CPU.",
+			func(s EngineStats) float64 { return float64(s.DeviceMemoryUsed) }),
+		gauge("parley_device_memory_total_bytes", "Memory of the device the model runs on; 0 on the CPU.",
+			func(s EngineStats) float64 { return float64(s.DeviceMemoryTotal) }),
 	}
 }
 
 // modelCollector reports parley_model_info once the model has loaded; its
 // labels are only known then, so it cannot be a labelled GaugeFunc.
 type modelCollector struct {
-	s    *Server
-	info *prometheus.Desc
+	s                                 *Server
+	info, device, layers, layersTotal *prometheus.Desc
 }
 
-func (c *modelCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.info }
+func (c *modelCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.info
+	ch <- c.device
+	ch <- c.layers
+	ch <- c.layersTotal
+}
 
 func (c *modelCollector) Collect(ch chan<- prometheus.Metric) {
 	if !c.s.ready.Load() || c.s.op.info == nil {
@@ -247,6 +265,13 @@ func (c *modelCollector) Collect(ch chan<- prometheus.Metric) {
 		m = prometheus.NewInvalidMetric(c.info, err)
 	}
 	ch <- m
+	d := in.Device
+	if d.Backend == "" {
+		return // an engine that does not say (a test fake)
+	}
+	ch <- prometheus.MustNewConstMetric(c.device, prometheus.GaugeValue, 1, d.Backend, d.Name, d.Type)
+	ch <- prometheus.MustNewConstMetric(c.layers, prometheus.GaugeValue, float64(d.LayersOffloaded))
+	ch <- prometheus.MustNewConstMetric(c.layersTotal, prometheus.GaugeValue, float64(d.LayersTotal))
 }
 
 func (s *Server) handleMetrics(c echo.Context) error {

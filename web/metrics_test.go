@@ -462,3 +462,48 @@ func TestOpsEndpointsKeyAndHost(t *testing.T) {
 		t.Errorf("forbidden refusals %v, want 1", got)
 	}
 }
+
+// TestHealthReportsDevice: /health and /metrics say what the model runs on,
+// from the engine's Info (static) and stats (memory, read at each request).
+func TestHealthReportsDevice(t *testing.T) {
+	info := fixedInfo()
+	info.Device = parley.Device{Backend: "CUDA0", Name: "NVIDIA H100 80GB HBM3", Type: "gpu",
+		MemoryTotal: 80 << 30, GPULayers: 17, LayersOffloaded: 17, LayersTotal: 17, FlashAttention: true}
+	srv := web.New(web.Config{Addr: "127.0.0.1:0", DrainTimeout: time.Second}, nil,
+		web.WithLogger(zaptest.NewLogger(t)),
+		web.WithInfo(func() web.Info { return info }),
+		web.WithEngineStats(func() web.EngineStats {
+			return web.EngineStats{DeviceMemoryUsed: 7 << 30, DeviceMemoryTotal: 80 << 30}
+		}))
+	if err := srv.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(context.Background()) })
+	srv.SetReady(true)
+	resp, err := http.Get(srv.URL() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`"status":"ok"`, `"backend":"CUDA0"`, `"name":"NVIDIA H100 80GB HBM3"`, `"type":"gpu"`,
+		`"layers_offloaded":17`, `"layers_total":17`, `"memory_used_bytes":7516192768`, `"memory_total_bytes":85899345920`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/health = %s, want %s in it", b, want)
+		}
+	}
+	m := scrape(t, srv.URL())
+	if got := m.value(t, "parley_device_info", "backend", "CUDA0", "type", "gpu"); got != 1 {
+		t.Errorf("parley_device_info = %v, want 1", got)
+	}
+	for name, want := range map[string]float64{
+		"parley_gpu_layers_offloaded":      17,
+		"parley_model_layers":              17,
+		"parley_device_memory_used_bytes":  7 << 30,
+		"parley_device_memory_total_bytes": 80 << 30,
+	} {
+		if got := m.value(t, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +32,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
@@ -63,6 +65,8 @@ type config struct {
 	allowedOrigins, allowedHosts                 string
 	ctx, threads, parallel, queue, batch         int
 	flashAttn, kvCacheType                       string
+	gpuLayers                                    gpuLayersFlag
+	kvUnified                                    string
 	maxTokens, maxTokensLimit                    int
 	maxConns, maxConnsPerIP, promptsPerMinute    int
 	maxPromptTokens, maxQueuedPrompts            int
@@ -99,8 +103,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.parallel, "parallel", llm.DefaultParallel, "replies generated at once (KV-cache slots)")
 	fs.IntVar(&c.queue, "queue", llm.DefaultQueueSize, "replies that may wait for a slot before clients are told the server is busy")
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
-	fs.StringVar(&c.flashAttn, "flash-attn", "off", "flash attention: off, on or auto (off is faster on CPU as conversations grow; see BENCHMARKS.md)")
-	fs.StringVar(&c.kvCacheType, "kv-cache-type", "f16", "KV cache element type: f16, q8_0 (about half the memory per session) or q4_0 (a quarter); quantized needs --flash-attn on")
+	fs.StringVar(&c.flashAttn, "flash-attn", "auto", "flash attention: off, on or auto (auto: on when layers run on a GPU, off on the CPU, where off is faster as conversations grow; see BENCHMARKS.md)")
+	fs.StringVar(&c.kvCacheType, "kv-cache-type", "f16", "KV cache element type: f16, q8_0 (about half the memory per session) or q4_0 (a quarter); quantized needs flash attention (on, or auto on a GPU)")
+	fs.StringVar(&c.kvUnified, "kv-unified", "off", "one KV cache buffer shared by all --parallel slots (on) instead of one per slot (off; faster at 64 sessions on an H100, see BENCHMARKS.md)")
+	c.gpuLayers = gpuLayersFlag(offload.Auto)
+	fs.Var(&c.gpuLayers, "gpu-layers", "layers offloaded to the GPU: auto (as many as fit in its free memory with the KV cache for --parallel x --ctx), 0 (CPU only) or a count; without a GPU the model runs on the CPU")
 	fs.IntVar(&c.maxTokens, "max-tokens", def.MaxTokens, "default reply cap in tokens")
 	fs.IntVar(&c.maxTokensLimit, "max-tokens-limit", 4096, "the largest reply cap a client may ask for")
 	fs.StringVar(&c.systemPrompt, "system-prompt", "", "system prompt for new sessions")
@@ -354,6 +361,8 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		Threads:        cfg.threads,
 		BatchSize:      cfg.batch,
 		FlashAttention: cfg.flashAttn,
+		GPULayers:      int(cfg.gpuLayers),
+		KVUnified:      cfg.kvUnified,
 		KVCacheType:    cfg.kvCacheType,
 		QueueSize:      cfg.queue,
 		StepBudget:     cfg.stepBudget,
@@ -373,7 +382,10 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		zap.Int("train_context", info.TrainContext),
 		zap.Int("context_per_session", info.ContextLength),
 		zap.Int("parallel", info.Parallel),
-		zap.String("flash_attn", cfg.flashAttn),
+		zap.String("device", info.Device.Name),
+		zap.Int("gpu_layers", info.Device.LayersOffloaded),
+		zap.Bool("flash_attn", info.Device.FlashAttention),
+		zap.Bool("kv_unified", info.Device.KVUnified),
 		zap.String("kv_cache_type", cfg.kvCacheType),
 		zap.Bool("chat_template", info.ChatTemplate != ""),
 		zap.Duration("load_time", info.LoadTime))
@@ -440,6 +452,8 @@ func (r *engineRef) stats() web.EngineStats {
 		SlowConsumerDrops: st.SlowConsumerDrop,
 		GrammarDeadEnds:   st.GrammarDeadEnds,
 		OverStepBudget:    st.OverBudget,
+		DeviceMemoryUsed:  st.DeviceMemoryUsed,
+		DeviceMemoryTotal: st.DeviceMemoryTotal,
 	}
 }
 
@@ -590,6 +604,29 @@ func storeCommand(args []string, stdout, stderr io.Writer) int {
 // other, so more threads than free cores stalls every decode step whenever
 // anything else (the Go side of the server included) wants a core.
 func defaultThreads() int { return max(1, runtime.NumCPU()/2) }
+
+// gpuLayersFlag is --gpu-layers: "auto" (offload.Auto) or a count of layers.
+type gpuLayersFlag int
+
+func (g *gpuLayersFlag) String() string {
+	if int(*g) == offload.Auto {
+		return "auto"
+	}
+	return strconv.Itoa(int(*g))
+}
+
+func (g *gpuLayersFlag) Set(v string) error {
+	if v == "auto" {
+		*g = gpuLayersFlag(offload.Auto)
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want auto or a number of layers (0 = CPU only), got %q", v)
+	}
+	*g = gpuLayersFlag(n)
+	return nil
+}
 
 // healthHost turns a listen address into one to dial: unspecified hosts
 // (":8000", "0.0.0.0:8000", "[::]:8000") become loopback.

@@ -66,9 +66,6 @@ func TestSchemaToGrammarLarge(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if d > 500*time.Millisecond {
-			t.Errorf("%s: conversion took %v", c.name, d)
-		}
 		t.Logf("%s: schema %d bytes, grammar %d bytes, converted and checked in %v", c.name, len(c.schema), len(g), d)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/internal/benchmd"
 	"github.com/parley-chat/parley/internal/testbin"
 	"github.com/parley-chat/parley/internal/testmodel"
 )
@@ -157,11 +158,35 @@ func TestFlagsRejectBadInput(t *testing.T) {
 		{"-models", model, "-servers", "", "-stream-tokens", "1"},
 		{"-models", model, "-servers", "parley", "-parley", "/nonexistent/parley"},
 		{"-models", model, "-servers", "", "-timeout", "0s"},
+		{"-models", model, "-servers", "", "-gpu-layers", "all"},
+		{"-models", model, "-servers", "", "-gpu-layers", "-1"},
 	}
 	for _, args := range tests {
 		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted", args)
 		}
+	}
+}
+
+// TestGPUSection: a GPU run (-section gpu) writes a section of its own, so
+// the CPU figures stay, and checks issue 18's targets.
+func TestGPUSection(t *testing.T) {
+	cpu, gpu := sectionMarkers(""), sectionMarkers("gpu")
+	if cpu.Begin != beginMarker || gpu.Begin == cpu.Begin || gpu.End == cpu.End {
+		t.Errorf("markers: cpu %+v, gpu %+v; want the gpu section's own", cpu, gpu)
+	}
+	if gpuLayers("auto") != -1 || gpuLayers("12") != 12 {
+		t.Errorf("gpuLayers: auto -> %d, 12 -> %d", gpuLayers("auto"), gpuLayers("12"))
+	}
+	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	for _, m := range []benchmd.Markers{cpu, gpu, cpu} {
+		if err := benchmd.WriteSection(path, m, "figures of "+m.Begin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(path)
+	if strings.Count(string(b), "figures of") != 2 {
+		t.Errorf("rewriting the CPU section touched the GPU one:\n%s", b)
 	}
 }
 

@@ -25,6 +25,11 @@
 //	scripts/bench/build-ollama.sh
 //	go run ./scripts/mkgguf
 //	go run ./scripts/bench -parley bin/parley
+//
+// On a GPU (issue 18), scripts/bench-gpu.sh runs it with -gpu-layers auto,
+// flash attention on, 64 slots and 1, 16 and 64 sessions on a synthetic
+// Llama-3.2-1B-shaped model, and -section gpu, which writes a section of its
+// own into BENCHMARKS.md and checks the GPU targets.
 package main
 
 import (
@@ -69,6 +74,8 @@ type config struct {
 	servers         []string
 	threads         int
 	flashAttn       string
+	gpuLayers       string // parley --gpu-layers and the raw decode's llm.Config.GPULayers: auto or a count
+	section         string // "" (the CPU section of BENCHMARKS.md) or a name for a section of its own ("gpu")
 	parallel        int
 	ctx             int
 	streamTokens    int
@@ -105,6 +112,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&servers, "servers", "parley,ollama", "comma-separated servers to measure: parley, ollama")
 	fs.IntVar(&c.threads, "threads", max(1, runtime.NumCPU()/2), "CPU threads, the same for every server and the raw decode (default: parley's own default)")
 	fs.StringVar(&c.flashAttn, "flash-attn", "off", "flash attention (off, on, auto), the same for every server and the raw decode")
+	fs.StringVar(&c.gpuLayers, "gpu-layers", "0", "layers offloaded to the GPU by Parley and the raw decode: 0 (CPU), auto or a count; Ollama offloads what fits by itself. Needs lib/ollama/libggml-cuda.so beside bin/ (make cuda)")
+	fs.StringVar(&c.section, "section", "", "BENCHMARKS.md section to rewrite: \"\" for the CPU one, or a name (gpu) for a section of its own, which also checks the GPU targets")
 	fs.IntVar(&c.parallel, "parallel", 8, "parallel sequences: parley --parallel and OLLAMA_NUM_PARALLEL")
 	fs.IntVar(&c.ctx, "ctx", 2048, "context tokens per session: parley --ctx and Ollama num_ctx")
 	fs.IntVar(&c.streamTokens, "stream-tokens", 256, "tokens of the single-stream workload")
@@ -149,6 +158,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-threads, -parallel, -repeats and -turns must be positive, -ctx at least 64")
 	case c.streamTokens < 2 || c.replyTokens < 2:
 		return c, errors.New("-stream-tokens and -reply-tokens must be at least 2")
+	case c.gpuLayers != "auto" && !isCount(c.gpuLayers):
+		return c, fmt.Errorf("-gpu-layers: want auto or a count, got %q", c.gpuLayers)
 	case c.timeout <= 0 || c.workloadTimeout <= 0:
 		return c, errors.New("-timeout and -workload-timeout must be positive")
 	}
@@ -186,6 +197,34 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		*bin = abs
 	}
 	return c, nil
+}
+
+// isCount reports whether s is a non-negative decimal number.
+func isCount(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0
+}
+
+// gpuLayers turns -gpu-layers into llm.Config.GPULayers (auto is -1).
+func gpuLayers(s string) int {
+	if s == "auto" {
+		return -1
+	}
+	n, _ := strconv.Atoi(s) // checked by parseFlags
+	return n
+}
+
+// sectionMarkers are the markers of the BENCHMARKS.md section a run
+// rewrites: the CPU section's, or those of a named one, so a GPU run does
+// not overwrite the CPU figures.
+func sectionMarkers(name string) benchmd.Markers {
+	if name == "" {
+		return benchmd.Markers{Begin: beginMarker, End: endMarker}
+	}
+	return benchmd.Markers{
+		Begin: "<!-- scripts/bench " + name + ": generated section, rewritten by `scripts/bench -section " + name + "` -->",
+		End:   "<!-- /scripts/bench " + name + " -->",
+	}
 }
 
 func splitList(s string) []string {
@@ -244,7 +283,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if cfg.raw {
 			logf("%s: raw decode (%d x %d tokens)", mr.Name, cfg.repeats, cfg.streamTokens)
 			wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
-			raw := runRaw(wctx, model, cfg.ctx, cfg.threads, cfg.flashAttn, cfg.streamTokens, cfg.repeats, cfg.seed)
+			raw := runRaw(wctx, model, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.repeats, cfg.seed)
 			wcancel()
 			mr.Raw = &raw
 			if raw.Err != "" {
@@ -254,7 +293,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				logf("%s: raw decode %.1f tok/s", mr.Name, summarizeRuns(raw.Runs).Rate)
 			}
 		}
-		sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads, flashAttn: cfg.flashAttn,
+		sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads, flashAttn: cfg.flashAttn, gpuLayers: cfg.gpuLayers,
 			maxReply: max(cfg.streamTokens, cfg.replyTokens), scratch: scratch, stops: stops}
 		for _, name := range cfg.servers {
 			if ctx.Err() != nil {
@@ -281,7 +320,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "target:", strings.ReplaceAll(line, "**", ""))
 	}
 	if cfg.out != "" {
-		if err := benchmd.WriteSection(cfg.out, benchmd.Markers{Begin: beginMarker, End: endMarker}, rep.markdown()); err != nil {
+		if err := benchmd.WriteSection(cfg.out, sectionMarkers(cfg.section), rep.markdown()); err != nil {
 			return err
 		}
 		logf("wrote %s", cfg.out)

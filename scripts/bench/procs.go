@@ -110,6 +110,7 @@ type serverConfig struct {
 	parallel  int    // sessions that generate at once
 	threads   int
 	flashAttn string // off, on or auto: parley --flash-attn and OLLAMA_FLASH_ATTENTION
+	gpuLayers string // parley --gpu-layers (Ollama offloads what fits by itself)
 	maxReply  int    // largest reply cap the workloads ask for
 	scratch   string
 	stops     []string // stop strings of Parley's plain transcript
@@ -135,6 +136,7 @@ func startParley(ctx context.Context, bin string, sc serverConfig, extra []strin
 		"--parallel", strconv.Itoa(sc.parallel),
 		"--threads", strconv.Itoa(sc.threads),
 		"--flash-attn", sc.flashAttn,
+		"--gpu-layers", sc.gpuLayers,
 		"--max-tokens", strconv.Itoa(sc.maxReply),
 		"--log-format", "json",
 		"--data-dir", dataDir,

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/parley-chat/parley"
 )
 
 // ---- statistics ----
@@ -345,11 +347,19 @@ const (
 func (r *report) markdown() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	w("## Results\n\n")
+	if r.Cfg.section != "" {
+		w("## Results (%s)\n\n", r.Cfg.section)
+	} else {
+		w("## Results\n\n")
+	}
 	w("- Date: %s (%s)\n", r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Finished.Sub(r.Started).Round(time.Second))
 	w("- Machine: %s, %d CPUs, %s, %s; load average %s at start, %s at end\n", r.Env.CPU, r.Env.CPUs, r.Env.Memory, r.Env.Kernel, r.Env.LoadStart, r.Env.LoadEnd)
 	w("- Build: commit %s, %s, CGO_CFLAGS=`%s`\n", r.Env.Commit, r.Env.Go, os.Getenv("CGO_CFLAGS"))
 	w("- Command: `%s`\n", r.Command)
+	if d := r.device(); d.Backend != "" {
+		w("- Device (raw decode's engine): %s %s (%s), %.1f GiB, %d of %d layers offloaded, flash attention %v; Parley `--gpu-layers %s`\n",
+			d.Backend, d.Name, d.Type, float64(d.MemoryTotal)/(1<<30), d.LayersOffloaded, d.LayersTotal, d.FlashAttention, r.Cfg.gpuLayers)
+	}
 	w("- Servers: Parley `--parallel %d --threads %d --ctx %d --flash-attn %s` (WebSocket JSON mode, default durable session store in a scratch dir); "+
 		"Ollama %s built from the same module version and CGO flags (`OLLAMA_NUM_PARALLEL=%d`, `num_thread %d`, `num_ctx %d`, flash attention %s, streaming `POST /api/chat` with the whole history each turn, "+
 		"a Modelfile TEMPLATE that renders Parley's plain transcript); raw = the `llm` package in-process, one slot, no server, flash attention %s\n",
@@ -446,7 +456,11 @@ func (r *report) markdown() string {
 		}
 	}
 
-	w("\n### Targets (issue 3)\n\n")
+	if r.Cfg.section == "gpu" {
+		w("\n### Targets (issues 3 and 18)\n\n")
+	} else {
+		w("\n### Targets (issue 3)\n\n")
+	}
 	for _, line := range r.targets() {
 		w("- %s\n", line)
 	}
@@ -454,6 +468,24 @@ func (r *report) markdown() string {
 }
 
 // targets checks the figures against issue 3's targets, one line each.
+// device is where the raw decode ran (the first model's), which is where
+// Parley runs with the same -gpu-layers.
+func (r *report) device() parley.Device {
+	for _, m := range r.Models {
+		if m.Raw != nil && m.Raw.Info.Device.Backend != "" {
+			return m.Raw.Info.Device
+		}
+	}
+	return parley.Device{}
+}
+
+// gpuTargets are issue 18's targets for a GPU run (-section gpu): Parley's
+// aggregate over Ollama's at these numbers of sessions, with 0 errors.
+var gpuTargets = map[int]float64{16: 3, 64: 10}
+
+// gpuStreamTarget is the GPU run's single stream over the raw decode.
+const gpuStreamTarget = 0.95
+
 func (r *report) targets() []string {
 	mark := func(ok bool) string {
 		if ok {
@@ -484,6 +516,28 @@ func (r *report) targets() []string {
 			out = append(out, fmt.Sprintf("%s: aggregate with %d sessions >= 1.5x one session's: %sx (%s)", m.Name, maxC, f2(x), mark(x >= 1.5)))
 		}
 		ol := m.server("ollama")
+		if r.Cfg.section == "gpu" {
+			if raw != nil && p != nil {
+				x := ratio(p.Rate, raw.Rate)
+				out = append(out, fmt.Sprintf("%s (GPU): single stream >= 95%% of raw decode: %s (%s)", m.Name, pct(x), mark(x >= gpuStreamTarget)))
+			}
+			for _, c := range r.Cfg.concurrency {
+				want, ok := gpuTargets[c]
+				pc, oc := ps.conv(c), ol.conv(c)
+				if !ok || pc == nil || oc == nil {
+					continue
+				}
+				var errs int
+				for _, cr := range ps.Conv {
+					if cr.Sessions == c {
+						errs = len(cr.Errors)
+					}
+				}
+				x := ratio(pc.Aggregate, oc.Aggregate)
+				out = append(out, fmt.Sprintf("%s (GPU), %d sessions: aggregate >= %gx Ollama's with 0 errors: %s vs %s tok/s = %sx, %d errors (%s)",
+					m.Name, c, want, f1(pc.Aggregate), f1(oc.Aggregate), f2(x), errs, mark(x >= want && errs == 0)))
+			}
+		}
 		if p != nil && o != nil {
 			out = append(out, fmt.Sprintf("%s: single stream ahead of Ollama: %s vs %s tok/s (%s); TTFT %s vs %s ms (%s)", m.Name,
 				f1(p.Rate), f1(o.Rate), mark(p.Rate > o.Rate), f1(p.TTFT), f1(o.TTFT), mark(p.TTFT < o.TTFT)))
