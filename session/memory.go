@@ -100,15 +100,8 @@ func (m *MemoryStore) Put(ctx context.Context, s *Session) error {
 		return nil
 	}
 	now := cp.Updated
-	if o := cp.Owner; o != "" && m.cfg.maxPerOwner > 0 && m.owned[o] >= m.cfg.maxPerOwner {
-		var oldest time.Time
-		for e := m.lru.Back(); e != nil; e = e.Prev() {
-			if v := e.Value.(*Session); v.Owner == o {
-				oldest = v.Updated
-				break
-			}
-		}
-		return m.cfg.errOwnerFull(oldest, now)
+	if err := m.ownerFullLocked(cp.Owner, now); err != nil {
+		return err
 	}
 	for m.cfg.maxSessions > 0 && m.lru.Len() >= m.cfg.maxSessions {
 		back := m.lru.Back()
@@ -203,6 +196,22 @@ func (m *MemoryStore) own(owner string, d int) {
 // IDKey implements IDKeyStore: a random key for the store's life.
 func (m *MemoryStore) IDKey(context.Context) ([]byte, error) { return m.idKey, nil }
 
+// ownerFullLocked returns errOwnerFull when owner already holds
+// maxPerOwner sessions (Retry-After from its oldest one); m.mu is held.
+func (m *MemoryStore) ownerFullLocked(owner string, now time.Time) error {
+	if owner == "" || m.cfg.maxPerOwner <= 0 || m.owned[owner] < m.cfg.maxPerOwner {
+		return nil
+	}
+	var oldest time.Time
+	for e := m.lru.Back(); e != nil; e = e.Prev() {
+		if v := e.Value.(*Session); v.Owner == owner {
+			oldest = v.Updated
+			break
+		}
+	}
+	return m.cfg.errOwnerFull(oldest, now)
+}
+
 // Admit implements Admitter.
 func (m *MemoryStore) Admit(ctx context.Context, owner string) error {
 	if err := ctx.Err(); err != nil {
@@ -214,15 +223,8 @@ func (m *MemoryStore) Admit(ctx context.Context, owner string) error {
 		return errClosed()
 	}
 	now := m.cfg.stamp()
-	if owner != "" && m.cfg.maxPerOwner > 0 && m.owned[owner] >= m.cfg.maxPerOwner {
-		var oldest time.Time
-		for e := m.lru.Back(); e != nil; e = e.Prev() {
-			if v := e.Value.(*Session); v.Owner == owner {
-				oldest = v.Updated
-				break
-			}
-		}
-		return m.cfg.errOwnerFull(oldest, now)
+	if err := m.ownerFullLocked(owner, now); err != nil {
+		return err
 	}
 	if m.cfg.maxSessions > 0 && m.lru.Len() >= m.cfg.maxSessions {
 		if ok, wait := m.cfg.evictable(m.lru.Back().Value.(*Session).Updated, now); !ok {
