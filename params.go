@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"math"
 
-	"github.com/parley-chat/parley/llm/gbnf"
+	"github.com/parley-chat/parley/internal/gbnf"
 )
 
 // Limits on sampling parameters. Values outside them are rejected with an

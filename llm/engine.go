@@ -34,7 +34,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/llm/gbnf"
+	"github.com/parley-chat/parley/internal/gbnf"
 )
 
 // Defaults for Config's zero values.

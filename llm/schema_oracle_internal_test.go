@@ -15,8 +15,8 @@ import (
 	"github.com/ollama/ollama/llama"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/gbnf"
 	"github.com/parley-chat/parley/internal/testmodel"
-	"github.com/parley-chat/parley/llm/gbnf"
 )
 
 // llamaAccepts reports whether llama.cpp's grammar engine accepts doc as a

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-chat/parley/llm/gbnf"
+	"github.com/parley-chat/parley/internal/gbnf"
 )
 
 // jsonGrammar is llama.cpp's json.gbnf, a realistic grammar that must pass.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-chat/parley/llm/gbnf"
+	"github.com/parley-chat/parley/internal/gbnf"
 )
 
 // flatSchema is an object of n properties with descriptive names, a

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-chat/parley/llm/gbnf"
+	"github.com/parley-chat/parley/internal/gbnf"
 )
 
 // TestCheckRefusesCostlyGrammars: nested repetitions over shared
