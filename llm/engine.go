@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/internal/gbnf"
 )
 
 // Defaults for Config's zero values.
@@ -535,83 +534,6 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 }
 
-// newSampler builds seq's sampler: an inline llama.cpp sampler without a
-// grammar, or with one a grammarSampler whose goroutine has already checked
-// (under the step budget) that some token can start the grammar.
-// Params.Validate has checked the client's grammar or schema; the grammar a
-// schema converts to is checked here.
-func (e *Engine) newSampler(p parley.Params, client string) (*llama.SamplingContext, *grammarSampler, error) {
-	grammar, field := p.Grammar, "grammar" // field: what the client sent, for errors
-	if len(p.JSONSchema) > 0 {
-		g, err := gbnf.SchemaToGrammar(p.JSONSchema, gbnf.Limits{})
-		if err != nil {
-			return nil, nil, parley.FieldErrorf("json_schema", "%v", err)
-		}
-		grammar, field = g, "json_schema"
-	}
-	seed := uint32(math.MaxUint32) // llama.cpp: random
-	if p.Seed >= 0 {
-		seed = uint32(p.Seed)
-	}
-	lastN := p.RepeatLastN
-	if lastN < 0 {
-		lastN = e.nCtx
-	}
-	if grammar != "" {
-		cs, err := e.compileGrammar(grammar, p, lastN, seed)
-		if err != nil {
-			return nil, nil, parley.FieldErrorf(field, "%v", err)
-		}
-		gs, err := e.startSampler(cs, field, client)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := e.probe(gs); err != nil {
-			e.stopSampler(gs)
-			return nil, nil, err
-		}
-		return nil, gs, nil
-	}
-	sc, err := llama.NewSamplingContext(e.model, llama.SamplingParams{
-		TopK:           p.TopK,
-		TopP:           float32(p.TopP),
-		MinP:           float32(p.MinP),
-		TypicalP:       float32(p.TypicalP),
-		Temp:           float32(p.Temperature),
-		RepeatLastN:    lastN,
-		PenaltyRepeat:  float32(p.RepeatPenalty),
-		PenaltyFreq:    float32(p.FrequencyPenalty),
-		PenaltyPresent: float32(p.PresencePenalty),
-		Seed:           seed,
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("sampler: %w", err)
-	}
-	return sc, nil, nil
-}
-
-// probe checks, on gs's goroutine and within the step budget, that some
-// token of the vocabulary can start the grammar: the first sample's work
-// without its logits. A grammar that cannot even do that in time is
-// refused (its sampler is abandoned and counted until llama.cpp returns).
-func (e *Engine) probe(gs *grammarSampler) error {
-	gs.send(sampleJob{probe: true})
-	t := time.NewTimer(e.budget)
-	defer t.Stop()
-	select {
-	case r := <-gs.res:
-		gs.inFlight = false
-		if r.tok == sampleDeadEnd {
-			return parley.FieldErrorf(gs.field, "no token of this model's vocabulary can start it")
-		}
-		return nil
-	case <-t.C:
-		e.overBudget.Add(1)
-		return grammarError(gs.field, "is too costly to match: finding the tokens that can start it took longer than the %s step budget "+
-			"(nested repetitions over overlapping characters multiply llama.cpp's work)", e.budget)
-	}
-}
-
 // loop owns the llama.cpp context. It exits when Close is called.
 func (e *Engine) loop(b *llama.Batch) {
 	defer close(e.done)
@@ -840,44 +762,6 @@ func (e *Engine) step(b *llama.Batch) (finished int) {
 	return finished
 }
 
-// sample draws the next token for an unconstrained seq from the logits of
-// the last step, inline, sends it, and decides whether the sequence is done.
-// It reports whether the sequence finished.
-func (e *Engine) sample(seq *sequence) bool {
-	idx := seq.iBatch
-	seq.iBatch = -1
-	t0 := time.Now()
-	tok := seq.sampler.Sample(e.lc, idx)
-	seq.sampler.Accept(tok, true)
-	if d := time.Since(t0); d > e.budget {
-		return e.overStepBudget(seq, d)
-	}
-	var logits []float32
-	if !seq.req.Params.SkipLogprobs {
-		logits = e.lc.GetLogitsIth(idx)
-	}
-	return e.emit(seq, tok, logits)
-}
-
-// took handles a grammar sampler's result for seq. It reports whether the
-// sequence finished.
-func (e *Engine) took(seq *sequence, r sampleResult) bool {
-	switch r.tok {
-	case sampleDeadEnd:
-		e.deadEnds.Add(1)
-		e.finish(seq, parley.FinishError, grammarError(seq.gs.field,
-			"the grammar allows no token of this model's vocabulary after %d tokens", seq.generated))
-		return true
-	case sampleLostStep:
-		e.deadEnds.Add(1)
-		e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal, "the sampler chose no token the grammar allows"))
-		return true
-	}
-	logits := seq.logits
-	seq.logits = nil
-	return e.emit(seq, r.tok, logits)
-}
-
 // emit sends tok and decides whether seq is done; logits (nil when not
 // wanted) are the raw logits it was drawn from, for its logprob. It
 // reports whether the sequence finished.
@@ -921,36 +805,6 @@ func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
 	}
 	seq.pending = append(seq.pending[:0], tok)
 	return false
-}
-
-// overStepBudget ends seq, whose sampling step took d.
-func (e *Engine) overStepBudget(seq *sequence, d time.Duration) bool {
-	e.overBudget.Add(1)
-	e.log.Warn("sequence over its step budget", zap.String("key", seq.req.Key),
-		zap.Duration("step", d), zap.Duration("budget", e.budget))
-	e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal,
-		"generating a token took %s, over the %s budget (is the grammar too complex?)", d.Round(time.Millisecond), e.budget))
-	return true
-}
-
-// logprob returns log softmax(logits / temp)[tok]. Greedy sampling (temp <= 0)
-// reports the model's own distribution (temp 1).
-func logprob(logits []float32, tok int, temp float64) float64 {
-	if tok < 0 || tok >= len(logits) {
-		return math.NaN()
-	}
-	if temp <= 0 {
-		temp = 1
-	}
-	maxL := math.Inf(-1)
-	for _, l := range logits {
-		maxL = math.Max(maxL, float64(l)/temp)
-	}
-	var sum float64
-	for _, l := range logits {
-		sum += math.Exp(float64(l)/temp - maxL)
-	}
-	return float64(logits[tok])/temp - maxL - math.Log(sum)
 }
 
 // finish ends seq: frees its slot (keeping the cached tokens for reuse) and
