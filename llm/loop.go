@@ -1,0 +1,333 @@
+package llm
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ollama/ollama/llama"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+)
+
+// minPromptChunk is the least number of prompt tokens evaluated per step
+// while other sequences are generating, so a long prompt makes progress
+// without freezing their streams for long.
+const minPromptChunk = 64
+
+// loop owns the llama.cpp context. It exits when Close is called.
+func (e *Engine) loop(b *llama.Batch) {
+	defer close(e.done)
+	defer b.Free()
+	var tick uint64
+	active := 0
+	admit := func(seq *sequence) {
+		e.queued.Add(-1)
+		if seq.ctx.Err() != nil {
+			e.finish(seq, parley.FinishCancelled, nil)
+			return
+		}
+		e.assign(seq, tick)
+		active++
+	}
+	for {
+		tick++
+		// Admit queued requests into free slots. With nothing active, block.
+		for active < len(e.slots) {
+			var seq *sequence
+			if active == 0 {
+				select {
+				case seq = <-e.queue:
+				case <-e.closing:
+					e.shutdown()
+					return
+				}
+			} else {
+				select {
+				case seq = <-e.queue:
+				case <-e.closing:
+					e.shutdown()
+					return
+				default:
+				}
+			}
+			if seq == nil {
+				break
+			}
+			admit(seq)
+		}
+		select {
+		case <-e.closing:
+			e.shutdown()
+			return
+		default:
+		}
+
+		done, next := e.collect()
+		active -= done
+		if active > 0 && next > 0 {
+			// Every active sequence waits for its grammar sampler: sleep
+			// until one answers, its deadline passes or a request comes.
+			queue := e.queue
+			if active >= len(e.slots) {
+				queue = nil
+			}
+			t := time.NewTimer(next)
+			select {
+			case <-e.wake:
+			case <-t.C:
+			case seq := <-queue:
+				admit(seq)
+			case <-e.closing:
+				t.Stop()
+				e.shutdown()
+				return
+			}
+			t.Stop()
+			continue
+		}
+		active -= e.step(b)
+	}
+}
+
+// collect takes the results of the grammar samplers that have one and ends
+// the sequences whose sampler is past the step budget (their sampler is
+// abandoned: it keeps its C memory until llama.cpp returns). It returns how
+// many sequences finished and, when every active sequence is waiting for
+// its sampler, how long until the first deadline (else 0).
+func (e *Engine) collect() (finished int, next time.Duration) {
+	waiting, ready := false, false
+	now := time.Now()
+	for _, s := range e.slots {
+		seq := s.seq
+		if seq == nil {
+			continue
+		}
+		if seq.gs == nil || !seq.gs.inFlight {
+			ready = true
+			continue
+		}
+		select {
+		case r := <-seq.gs.res:
+			seq.gs.inFlight = false
+			if e.took(seq, r) {
+				finished++
+			} else {
+				ready = true
+			}
+			continue
+		default:
+		}
+		if seq.ctx.Err() != nil {
+			e.finish(seq, parley.FinishCancelled, nil)
+			finished++
+			continue
+		}
+		if d := now.Sub(seq.gs.sentAt); d > e.budget {
+			e.overBudget.Add(1)
+			e.log.Warn("grammar sampler over its step budget", zap.String("key", seq.req.Key),
+				zap.Duration("waited", d), zap.Duration("budget", e.budget))
+			e.finish(seq, parley.FinishError, grammarError(seq.gs.field,
+				"is too costly to match: choosing token %d took longer than the %s step budget "+
+					"(nested repetitions over overlapping characters multiply llama.cpp's work); the reply was ended",
+				seq.generated+1, e.budget))
+			finished++
+			continue
+		}
+		d := e.budget - now.Sub(seq.gs.sentAt) + time.Millisecond
+		if !waiting || d < next {
+			next = d
+		}
+		waiting = true
+	}
+	if ready || !waiting {
+		return finished, 0
+	}
+	return finished, next
+}
+
+// step runs one decode step over every active sequence and returns how many
+// sequences finished.
+func (e *Engine) step(b *llama.Batch) (finished int) {
+	capacity := b.Size() * len(e.slots)
+	b.Clear()
+
+	// Cancelled sequences leave first, within one step of their cancellation.
+	generating := 0
+	for _, s := range e.slots {
+		if s.seq == nil {
+			continue
+		}
+		if s.seq.ctx.Err() != nil {
+			e.finish(s.seq, parley.FinishCancelled, nil)
+			finished++
+			continue
+		}
+		if len(s.seq.pending) == 1 && s.seq.generated > 0 {
+			generating++
+		}
+	}
+
+	// Generating sequences get their one token each; prompts share what is
+	// left, capped while others are generating so their streams keep flowing.
+	promptBudget := capacity - generating
+	if generating > 0 {
+		promptBudget = min(promptBudget, max(minPromptChunk, e.batch/4))
+	}
+	var inBatch []*sequence
+	for _, s := range e.slots {
+		seq := s.seq
+		if seq == nil {
+			continue
+		}
+		n := len(seq.pending)
+		if !(n == 1 && seq.generated > 0) {
+			n = min(n, promptBudget)
+			promptBudget -= n
+		}
+		if n == 0 {
+			continue
+		}
+		pos := len(s.cached)
+		for i := range n {
+			last := i == n-1 && n == len(seq.pending)
+			b.Add(seq.pending[i], nil, pos+i, last, s.id)
+			if last {
+				seq.iBatch = b.NumTokens() - 1
+			}
+		}
+		s.cached = append(s.cached, seq.pending[:n]...)
+		if seq.generated == 0 {
+			e.promptEval.Add(int64(n))
+		}
+		seq.pending = seq.pending[n:]
+		inBatch = append(inBatch, seq)
+	}
+	if b.NumTokens() == 0 {
+		return finished
+	}
+
+	t0 := time.Now()
+	err := e.lc.Decode(b)
+	e.steps.Add(1)
+	e.stepNanos.Add(int64(time.Since(t0)))
+	if err != nil {
+		e.log.Error("decode failed", zap.Error(err), zap.Int("batch_tokens", b.NumTokens()))
+		for _, seq := range inBatch {
+			// The cache state of these slots is unknown now: forget it.
+			e.lc.KvCacheSeqRm(seq.slot.id, 0, -1)
+			seq.slot.cached = seq.slot.cached[:0]
+			e.finish(seq, parley.FinishError, fmt.Errorf("decode: %w", err))
+			finished++
+		}
+		return finished
+	}
+
+	for _, seq := range inBatch {
+		if seq.iBatch < 0 {
+			continue // more prompt to evaluate
+		}
+		if seq.gs != nil {
+			// Off the loop: the sampler gets its own copy of the logits
+			// (the next decode overwrites llama.cpp's), and the sequence
+			// sits out of the batch until its token comes back.
+			seq.logits = e.lc.GetLogitsIth(seq.iBatch)
+			seq.iBatch = -1
+			seq.gs.send(sampleJob{logits: seq.logits})
+			continue
+		}
+		if done := e.sample(seq); done {
+			finished++
+		}
+	}
+	return finished
+}
+
+// emit sends tok and decides whether seq is done; logits (nil when not
+// wanted) are the raw logits it was drawn from, for its logprob. It
+// reports whether the sequence finished.
+func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
+	if e.model.TokenIsEog(tok) {
+		e.finish(seq, parley.FinishEOS, nil)
+		return true
+	}
+	if seq.generated == 0 {
+		seq.firstTok = time.Now()
+	}
+	seq.generated++
+	e.generated.Add(1)
+
+	lp := math.NaN()
+	if !seq.req.Params.SkipLogprobs && logits != nil {
+		lp = logprob(logits, tok, seq.temp)
+	}
+	ev := parley.Event{Token: parley.Token{
+		ID:      tok,
+		Text:    e.TokenText(tok),
+		Logprob: lp,
+		Special: e.vocab.special(tok),
+	}}
+	if len(seq.out) >= cap(seq.out)-1 {
+		// The consumer is maxEventBuffer events behind: it is not reading.
+		e.slowDrops.Add(1)
+		e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal, "the client stopped reading the reply"))
+		return true
+	}
+	seq.out <- ev
+
+	switch {
+	case seq.generated >= seq.req.Params.MaxTokens:
+		e.finish(seq, parley.FinishLength, nil)
+		return true
+	case len(seq.slot.cached)+1 > e.nCtx-1:
+		// The next token would need the last free position: stop before the context is full.
+		e.finish(seq, parley.FinishLength, nil)
+		return true
+	}
+	seq.pending = append(seq.pending[:0], tok)
+	return false
+}
+
+// finish ends seq: frees its slot (keeping the cached tokens for reuse) and
+// sends the final event, for which the channel always has room.
+func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
+	if seq.gs != nil {
+		e.stopSampler(seq.gs)
+	}
+	if s := seq.slot; s != nil {
+		s.seq = nil
+		seq.slot = nil
+		e.busy.Add(-1)
+	}
+	now := time.Now()
+	seq.usage.CompletionTokens = seq.generated
+	final := parley.Event{Done: true, Finish: reason, Usage: seq.usage, Err: err}
+	final.Timings.Total = now.Sub(seq.submitted)
+	if !seq.started.IsZero() {
+		final.Timings.Queued = seq.started.Sub(seq.submitted)
+	}
+	if !seq.firstTok.IsZero() {
+		final.Timings.TimeToFirstToken = seq.firstTok.Sub(seq.submitted)
+	}
+	seq.out <- final
+	close(seq.out)
+}
+
+// shutdown ends every active and queued sequence as cancelled. Called by the loop.
+func (e *Engine) shutdown() {
+	for _, s := range e.slots {
+		if s.seq != nil {
+			e.finish(s.seq, parley.FinishCancelled, nil)
+		}
+	}
+	for {
+		select {
+		case seq := <-e.queue:
+			e.queued.Add(-1)
+			e.finish(seq, parley.FinishCancelled, nil)
+		default:
+			return
+		}
+	}
+}
