@@ -1,0 +1,111 @@
+package llm
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultContextLength = 2048 // tokens per slot
+	DefaultParallel      = 4    // slots
+	DefaultBatchSize     = 512  // tokens per llama.cpp micro-batch
+	DefaultQueueSize     = 64   // requests that may wait for a slot
+
+	// DefaultStepBudget is how long one sequence's share of a decode step
+	// (its grammar check and sampling) may take before it is ended.
+	DefaultStepBudget = 2 * time.Second
+
+	// DefaultMaxOverrunsPerClient and DefaultMaxOverruns cap the abandoned
+	// grammar samplers still running in llama.cpp (see Config).
+	DefaultMaxOverrunsPerClient = 2
+	DefaultMaxOverruns          = 8
+)
+
+// Config configures Open. Zero values take the defaults above.
+type Config struct {
+	Path          string // GGUF file
+	ContextLength int    // tokens per slot (each session's window); capped at the model's training context
+	Parallel      int    // sequences that generate at once, each with its own KV-cache slot
+	Threads       int    // CPU threads for decoding; default runtime.NumCPU()
+	BatchSize     int    // tokens per llama.cpp micro-batch
+	QueueSize     int    // requests that may wait for a free slot before Generate returns EBusy; < 0 means none
+	// FlashAttention: "off" (default), "on", or "auto": on when layers are
+	// offloaded to a GPU, off on the CPU. Off on the CPU because there
+	// ggml's flash-attention kernel walks the keys one at a time, so every
+	// token costs more as the conversation grows (measured in
+	// BENCHMARKS.md: at 500 tokens of context stories260K decodes at a
+	// quarter of its short-context rate with it on, at a steady rate with
+	// it off), while the plain path is a matrix product. On a GPU it is the
+	// other way round: without it the attention scores of every session are
+	// materialised, and at 64 sessions the compute buffer outgrows the step
+	// (BENCHMARKS.md, GPU section).
+	FlashAttention string
+	// GPULayers is how many layers go to the first GPU (llama.cpp's
+	// n_gpu_layers: the model's blocks from the last backwards, then its
+	// output head). 0 (the default) keeps everything on the CPU;
+	// offload.Auto (-1) offloads as many as fit in the device's free memory
+	// with their KV cache and the compute buffers (see package offload);
+	// more than the model has means all. Without a GPU it is 0 whatever it
+	// says, and Open logs so.
+	GPULayers int
+	// KVUnified: "off" (default): each slot is its own KV stream; "on":
+	// all slots share one buffer, so a decode step is one pass over the
+	// weights however the busy slots are spread, but every token's
+	// attention then spans the whole shared buffer. Measured on an H100 at
+	// 64 sessions (BENCHMARKS.md, GPU section) the shared buffer lost:
+	// 3,094 tok/s against 5,196 with streams. See tuneContextParams.
+	KVUnified string
+	// KVCacheType is the KV cache's element type: "f16" (default), "q8_0"
+	// (about half the memory) or "q4_0" (about a quarter). llama.cpp
+	// quantizes the V cache only with flash attention, and its quantized
+	// blocks hold 32 values, so the quantized types need FlashAttention
+	// "on" and a model whose key and value head sizes are equal multiples
+	// of 32; Open refuses anything else with an error (llama.cpp would
+	// fail or assert).
+	KVCacheType string
+	// StepBudget bounds the time one sequence spends sampling a token
+	// (grammar matching included): a sequence over it is ended with an
+	// error. Grammar-constrained sequences sample off the decode loop, so
+	// theirs never stalls the others. Zero means DefaultStepBudget.
+	StepBudget time.Duration
+	// MaxOverrunsPerClient and MaxOverruns cap the grammar samplers that
+	// overran the step budget and are still inside llama.cpp (a C call
+	// cannot be interrupted: each holds a CPU thread until it returns), per
+	// client (parley.WithClient) and in all. While a cap is reached, new
+	// grammar-constrained requests are refused. Zero means the defaults
+	// (DefaultMaxOverrunsPerClient, DefaultMaxOverruns).
+	MaxOverrunsPerClient int
+	MaxOverruns          int
+	// Progress, when set, is called with the load progress in [0, 1].
+	Progress func(float32)
+	Logger   *zap.Logger
+}
+
+// kvQuantBlock is how many values one q8_0 or q4_0 block holds.
+const kvQuantBlock = 32
+
+// checkKVCacheType refuses KV cache types llama.cpp cannot use with this
+// model and flash-attention setting, before it sees them: the binding maps
+// an unknown name to f16 without a word, llama.cpp refuses a quantized V
+// cache without flash attention, and a head size that is not a whole
+// number of quantized blocks trips an assertion in ggml (an abort).
+func checkKVCacheType(typ, flashAttn string, meta metadata) error {
+	switch typ {
+	case "", "f16":
+		return nil
+	case "q8_0", "q4_0":
+	default:
+		return fmt.Errorf("kv cache type: want f16, q8_0 or q4_0, got %q", typ)
+	}
+	if flashAttn != "on" {
+		return fmt.Errorf("kv cache type %s needs flash attention on (llama.cpp quantizes the V cache only with it)", typ)
+	}
+	k, v := meta.headK, meta.headV
+	if k == 0 || k != v || k%kvQuantBlock != 0 {
+		return fmt.Errorf("kv cache type %s: the model's key and value heads hold %d and %d values; a quantized cache needs equal multiples of %d (use f16)", typ, k, v, kvQuantBlock)
+	}
+	return nil
+}
