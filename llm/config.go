@@ -2,6 +2,7 @@ package llm
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -82,6 +83,55 @@ type Config struct {
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
 	Logger   *zap.Logger
+}
+
+// applyDefaults gives cfg's zero fields their defaults, caps the context
+// length at the model's training context (meta) and refuses unknown
+// FlashAttention and KVUnified values.
+func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
+	if cfg.ContextLength <= 0 {
+		cfg.ContextLength = DefaultContextLength
+	}
+	if meta.info.TrainContext > 0 && cfg.ContextLength > meta.info.TrainContext {
+		log.Warn("context length capped at the model's training context",
+			zap.Int("requested", cfg.ContextLength), zap.Int("train_context", meta.info.TrainContext))
+		cfg.ContextLength = meta.info.TrainContext
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = DefaultParallel
+	}
+	if cfg.Threads <= 0 {
+		cfg.Threads = runtime.NumCPU()
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.StepBudget <= 0 {
+		cfg.StepBudget = DefaultStepBudget
+	}
+	if cfg.MaxOverrunsPerClient <= 0 {
+		cfg.MaxOverrunsPerClient = DefaultMaxOverrunsPerClient
+	}
+	if cfg.MaxOverruns <= 0 {
+		cfg.MaxOverruns = DefaultMaxOverruns
+	}
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = DefaultQueueSize
+	} else if cfg.QueueSize < 0 {
+		cfg.QueueSize = 0
+	}
+
+	switch cfg.FlashAttention {
+	case "", "off", "on", "auto":
+	default:
+		return fmt.Errorf("flash attention: want auto, on or off, got %q", cfg.FlashAttention)
+	}
+	switch cfg.KVUnified {
+	case "", "off", "on":
+	default:
+		return fmt.Errorf("kv unified: want on or off, got %q", cfg.KVUnified)
+	}
+	return nil
 }
 
 // kvQuantBlock is how many values one q8_0 or q4_0 block holds.

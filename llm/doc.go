@@ -18,12 +18,12 @@
 //
 // Every use of the cgo binding stays inside this package.
 //
-// The engine's files, one role each: engine.go (Open, Generate, Shutdown and the types
-// they share), config.go (Config, its defaults and the checks Open makes
-// before llama.cpp sees it), loop.go (the decode loop: admitting sequences,
-// one batched decode step, sending events, ending sequences), slots.go
-// (choosing a slot and reusing its KV cache, or another slot's, for the
-// longest common prefix), sampling.go (building a sequence's sampler,
+// The engine's files, one role each: engine.go (Open, Generate, Shutdown and
+// the types they share), config.go (Config, its defaults and the checks Open
+// makes before llama.cpp sees it), loop.go (the decode loop: admitting
+// sequences, one batched decode step, sending events, ending sequences),
+// slots.go (choosing a slot and reusing its KV cache, or another slot's, for
+// the longest common prefix), sampling.go (building a sequence's sampler,
 // sampling inline under the step budget, logprobs) and csampler.go (the
 // grammar-constrained sampler that runs off the loop).
 package llm

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,95 +126,14 @@ func Open(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.ContextLength <= 0 {
-		cfg.ContextLength = DefaultContextLength
-	}
-	if meta.info.TrainContext > 0 && cfg.ContextLength > meta.info.TrainContext {
-		log.Warn("context length capped at the model's training context",
-			zap.Int("requested", cfg.ContextLength), zap.Int("train_context", meta.info.TrainContext))
-		cfg.ContextLength = meta.info.TrainContext
-	}
-	if cfg.Parallel <= 0 {
-		cfg.Parallel = DefaultParallel
-	}
-	if cfg.Threads <= 0 {
-		cfg.Threads = runtime.NumCPU()
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = DefaultBatchSize
-	}
-	if cfg.StepBudget <= 0 {
-		cfg.StepBudget = DefaultStepBudget
-	}
-	if cfg.MaxOverrunsPerClient <= 0 {
-		cfg.MaxOverrunsPerClient = DefaultMaxOverrunsPerClient
-	}
-	if cfg.MaxOverruns <= 0 {
-		cfg.MaxOverruns = DefaultMaxOverruns
-	}
-	if cfg.QueueSize == 0 {
-		cfg.QueueSize = DefaultQueueSize
-	} else if cfg.QueueSize < 0 {
-		cfg.QueueSize = 0
-	}
-
-	switch cfg.FlashAttention {
-	case "", "off", "on", "auto":
-	default:
-		return nil, fmt.Errorf("flash attention: want auto, on or off, got %q", cfg.FlashAttention)
-	}
-	switch cfg.KVUnified {
-	case "", "off", "on":
-	default:
-		return nil, fmt.Errorf("kv unified: want on or off, got %q", cfg.KVUnified)
+	if err := cfg.applyDefaults(meta, log); err != nil {
+		return nil, err
 	}
 
 	start := time.Now()
-	// Loads the backend libraries beside the executable (lib/ollama): the
-	// devices are known from here on.
-	llama.BackendInit()
-	dp, err := placeModel(cfg, meta, devices(), log)
+	model, lc, dp, err := loadModel(cfg, meta, log)
 	if err != nil {
 		return nil, err
-	}
-	faName := "off"
-	if dp.info.FlashAttention {
-		faName = "on"
-	}
-	if err := checkKVCacheType(cfg.KVCacheType, faName, meta); err != nil {
-		return nil, err
-	}
-
-	if cfg.Progress == nil {
-		cfg.Progress = func(float32) {} // without a callback llama.cpp prints dots to stderr
-	}
-	mp := llama.ModelParams{UseMmap: true, Progress: cfg.Progress, NumGpuLayers: dp.info.GPULayers}
-	if dp.info.GPULayers > 0 {
-		mp.Devices = []uint64{dp.index}
-	}
-	model, err := llama.LoadModelFromFile(cfg.Path, mp)
-	if err != nil {
-		return nil, fmt.Errorf("load model %s: llama.cpp could not load it (unsupported architecture, damaged file, or too little device memory for --gpu-layers)", cfg.Path)
-	}
-	fa := ml.FlashAttentionDisabled
-	if dp.info.FlashAttention {
-		fa = ml.FlashAttentionEnabled
-	}
-	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads, fa, cfg.KVCacheType)
-	unified := dp.info.KVUnified
-	if !tuneContextParams(&params, contextShape{cfg.ContextLength * cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads}, unified) {
-		dp.info.KVUnified = false
-		if unified {
-			log.Warn("the binding's context parameters are not the ones this build knows: the KV cache stays one stream per slot")
-		}
-	}
-	lc, err := llama.NewContextWithModel(model, params)
-	if err != nil {
-		llama.FreeModel(model)
-		return nil, fmt.Errorf("create context: %w", err)
-	}
-	if n := model.NumVocab(); n != meta.vocab.size() && meta.vocab.size() > 0 {
-		log.Warn("vocabulary size differs between metadata and llama.cpp", zap.Int("metadata", meta.vocab.size()), zap.Int("llama", n))
 	}
 
 	info := meta.info
@@ -256,6 +174,59 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	go e.loop(b)
 	return e, nil
+}
+
+// loadModel places the model on a device, checks the KV cache type against
+// that placement, loads the weights and creates the llama.cpp context.
+// cfg has its defaults (applyDefaults).
+func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama.Context, placement, error) {
+	// Loads the backend libraries beside the executable (lib/ollama): the
+	// devices are known from here on.
+	llama.BackendInit()
+	dp, err := placeModel(cfg, meta, devices(), log)
+	if err != nil {
+		return nil, nil, placement{}, err
+	}
+	faName := "off"
+	if dp.info.FlashAttention {
+		faName = "on"
+	}
+	if err := checkKVCacheType(cfg.KVCacheType, faName, meta); err != nil {
+		return nil, nil, placement{}, err
+	}
+
+	if cfg.Progress == nil {
+		cfg.Progress = func(float32) {} // without a callback llama.cpp prints dots to stderr
+	}
+	mp := llama.ModelParams{UseMmap: true, Progress: cfg.Progress, NumGpuLayers: dp.info.GPULayers}
+	if dp.info.GPULayers > 0 {
+		mp.Devices = []uint64{dp.index}
+	}
+	model, err := llama.LoadModelFromFile(cfg.Path, mp)
+	if err != nil {
+		return nil, nil, placement{}, fmt.Errorf("load model %s: llama.cpp could not load it (unsupported architecture, damaged file, or too little device memory for --gpu-layers)", cfg.Path)
+	}
+	fa := ml.FlashAttentionDisabled
+	if dp.info.FlashAttention {
+		fa = ml.FlashAttentionEnabled
+	}
+	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads, fa, cfg.KVCacheType)
+	unified := dp.info.KVUnified
+	if !tuneContextParams(&params, contextShape{cfg.ContextLength * cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads}, unified) {
+		dp.info.KVUnified = false
+		if unified {
+			log.Warn("the binding's context parameters are not the ones this build knows: the KV cache stays one stream per slot")
+		}
+	}
+	lc, err := llama.NewContextWithModel(model, params)
+	if err != nil {
+		llama.FreeModel(model)
+		return nil, nil, placement{}, fmt.Errorf("create context: %w", err)
+	}
+	if n := model.NumVocab(); n != meta.vocab.size() && meta.vocab.size() > 0 {
+		log.Warn("vocabulary size differs between metadata and llama.cpp", zap.Int("metadata", meta.vocab.size()), zap.Int("llama", n))
+	}
+	return model, lc, dp, nil
 }
 
 // Info describes the loaded model.
