@@ -590,18 +590,9 @@ func (c *conn) replyError(err error) {
 	}
 }
 
-func (c *conn) sendError(err error) {
-	if !c.json {
-		c.sendText(errorLine(err))
-		return
-	}
-	var pe *parley.Error
-	field := ""
-	if errors.As(err, &pe) {
-		field = pe.Field
-	}
-	c.sendJSON(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field, RetryAfter: retryAfterSeconds(err)})
-}
+// sendError tells the client err outside a reply (a failed reset or
+// system prompt, an unknown session): one frame, no sentinel.
+func (c *conn) sendError(err error) { c.sendRaw(c.errorFrame(err)) }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
 	if msgs == nil {
@@ -737,15 +728,19 @@ func (c *conn) replyErrorWait(err error) bool {
 // mode a readable line then the sentinel, in JSON mode an error event.
 func (c *conn) errorFrames(err error) [][]byte {
 	if !c.json {
-		return [][]byte{[]byte(errorLine(err)), []byte(Sentinel)}
+		return [][]byte{c.errorFrame(err), []byte(Sentinel)}
 	}
-	var pe *parley.Error
-	field := ""
-	if errors.As(err, &pe) {
-		field = pe.Field
+	return [][]byte{c.errorFrame(err)}
+}
+
+// errorFrame is the one frame that tells the client err: in text mode a
+// readable line, in JSON mode an error event.
+func (c *conn) errorFrame(err error) []byte {
+	if !c.json {
+		return []byte(errorLine(err))
 	}
-	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field, RetryAfter: retryAfterSeconds(err)})
-	return [][]byte{b}
+	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: errorField(err), RetryAfter: retryAfterSeconds(err)})
+	return b
 }
 
 // errorLine is an error as text mode shows it: one line a person reads,
