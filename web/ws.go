@@ -94,19 +94,8 @@ type clientMessage struct {
 
 func (s *Server) handleWebSocket(c echo.Context) error {
 	r, w := c.Request(), c.Response()
-	if s.draining.Load() {
-		return parley.Errorf(parley.EUnavailable, "the server is shutting down")
-	}
-	if !s.authorized(r) {
-		return parley.Errorf(parley.EUnauthorized, "missing or wrong API key")
-	}
-	if !s.checkOrigin(r) {
-		s.log.Warn("cross-origin upgrade refused", zap.String("origin", r.Header.Get("Origin")))
-		return parley.Errorf(parley.EForbidden, "cross-origin WebSocket upgrades are not allowed")
-	}
-	ip := clientKey(r)
-	if err := s.admit(ip); err != nil {
-		s.log.Warn("connection refused", zap.String("remote", ip), zap.Error(err))
+	ip, err := s.accept(r, true)
+	if err != nil {
 		return err
 	}
 	released := false
@@ -132,11 +121,10 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	if sess != nil {
 		hdr.Set("X-Parley-Session", sess.ID)
 	}
-	ws, uerr := s.upgrader.Upgrade(w, r, hdr)
-	if uerr != nil {
+	ws, ok := s.upgrade(w, r, hdr, s.cfg.MaxMessageBytes)
+	if !ok {
 		return nil // the upgrader has written the response
 	}
-	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 
 	// The connection outlives the upgrade request: its own context, a child
 	// of the server's stop context, which names the client like the request's
@@ -150,11 +138,8 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		cancel:  cancel,
 		limiter: newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
-	if !s.track(cn) {
+	if !s.trackOrRefuse(cn, ws) {
 		cancel()
-		ws.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down"), time.Now().Add(s.cfg.WriteWait))
-		ws.Close()
 		return nil
 	}
 	defer s.untrack(cn)
@@ -201,68 +186,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	return nil
 }
 
-// admit enforces the connection caps. It counts the connection from here
-// (not from the upgrade), so a burst of simultaneous handshakes cannot
-// overshoot the global cap. Every nil return is paired with one releaseIP.
-func (s *Server) admit(ip string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.admitted >= s.cfg.MaxConns {
-		return withCause(refusedConns, parley.Errorf(parley.EBusy, "too many open connections; try again later"))
-	}
-	if s.perIP[ip] >= s.cfg.MaxConnsPerIP {
-		return withCause(refusedConnsPerIP, parley.Errorf(parley.ERateLimited, "too many open connections from your address"))
-	}
-	s.perIP[ip]++
-	s.admitted++
-	return nil
-}
-
-func (s *Server) releaseIP(ip string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.admitted--
-	if s.perIP[ip]--; s.perIP[ip] <= 0 {
-		delete(s.perIP, ip)
-	}
-}
-
-// socket is an open WebSocket that Close drains: a chat connection (conn)
-// or a Responses API socket (respSocket).
-type socket interface {
-	replying() bool // a reply or response is running on it
-	close(code int, text string)
-}
-
 func (c *conn) replying() bool { return c.busy.Load() }
-
-// track registers an upgraded socket for Close to drain; false once the
-// server is draining (the caller closes it with 1001).
-func (s *Server) track(c socket) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.draining.Load() {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	s.connWG.Add(1)
-	return true
-}
-
-func (s *Server) untrack(c socket) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-	s.connWG.Done()
-}
-
-// OpenConns is the number of open WebSocket connections (chat and
-// Responses API sockets).
-func (s *Server) OpenConns() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
 
 // answerOnSocket reports whether an error of Open is told over the
 // upgraded socket (a readable message, then a close) rather than as an
@@ -636,8 +560,7 @@ func (c *conn) writer() {
 	// reader must not wait for a pong wait: give it closeGrace for the
 	// peer's close frame.
 	defer c.endRead()
-	// Pings go out at 9/10 of the pong wait, leaving room for the pong.
-	ping := time.NewTicker(c.srv.cfg.PongWait * 9 / 10)
+	ping := time.NewTicker(c.srv.pingPeriod())
 	defer ping.Stop()
 	for {
 		select {
