@@ -1,15 +1,12 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,13 +80,6 @@ type job struct {
 	params  parley.Params
 	err     error // jobAnswer: what to tell the client
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
-}
-
-// clientMessage is what a client sends in JSON mode.
-type clientMessage struct {
-	Type    string       `json:"type"`
-	Content *string      `json:"content"`
-	Params  *paramsPatch `json:"params"`
 }
 
 func (s *Server) handleWebSocket(c echo.Context) error {
@@ -200,27 +190,6 @@ func answerOnSocket(err error) bool {
 	return false
 }
 
-// close ends the connection with a close code: the writer sends the close
-// frame, the reader and worker stop. Safe to call many times; the first wins.
-func (c *conn) close(code int, text string) {
-	c.closeOnce.Do(func() {
-		c.closeCode, c.closeText = code, text
-		c.cancel()
-		c.cancelTurn()
-	})
-}
-
-// finishClose waits briefly for the peer's close frame, then drops the TCP connection.
-func (c *conn) finishClose() {
-	c.ws.SetReadDeadline(time.Now().Add(closeGrace))
-	for {
-		if _, _, err := c.ws.NextReader(); err != nil {
-			break
-		}
-	}
-	c.ws.Close()
-}
-
 func (c *conn) cancelTurn() {
 	c.turnMu.Lock()
 	defer c.turnMu.Unlock()
@@ -307,32 +276,6 @@ func (c *conn) handleJSON(data []byte) {
 	case "system":
 		c.enqueue(job{kind: jobSystem, content: *m.Content})
 	}
-}
-
-// parseClientMessage decodes and checks one JSON-mode client message: a
-// known type, and the content that type needs. Errors are EInvalid *Errors
-// naming the field, safe to show the client. (Sampling parameters are
-// checked against the server's defaults and cap by resolveParams.)
-func parseClientMessage(data []byte) (clientMessage, error) {
-	var m clientMessage
-	if err := decodeJSON(bytes.NewReader(data), &m); err != nil {
-		return m, err
-	}
-	switch m.Type {
-	case "prompt", "system":
-		if m.Content == nil {
-			return m, parley.FieldErrorf("content", "is required")
-		}
-		if m.Type == "prompt" && *m.Content == "" {
-			return m, parley.FieldErrorf("content", "must not be empty")
-		}
-	case "cancel", "reset":
-	case "":
-		return m, parley.FieldErrorf("type", "is required")
-	default:
-		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, cancel, reset or system)", m.Type)
-	}
-	return m, nil
 }
 
 // enqueuePrompt queues a prompt, or its refusal: shutting down, over the
@@ -525,115 +468,6 @@ func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
 	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: msgs})
 }
 
-func (c *conn) sendJSON(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		c.log.Error("encode message", zap.Error(err))
-		return
-	}
-	c.sendRaw(b)
-}
-
-func (c *conn) sendText(s string) { c.sendRaw([]byte(s)) }
-
-// sendRaw queues a frame for the writer without ever blocking: a full
-// buffer means the client stopped reading.
-func (c *conn) sendRaw(b []byte) {
-	if c.ctx.Err() != nil {
-		return
-	}
-	select {
-	case c.send <- b:
-	default:
-		if c.log != nil {
-			c.log.Warn("client too slow: disconnecting", zap.Int("buffered", len(c.send)))
-		}
-		c.close(closeTooSlow, "client too slow")
-	}
-}
-
-// writer is the only goroutine that writes to the socket (besides gorilla's
-// own control frames). It drains queued frames, pings, and on close sends
-// the close frame.
-func (c *conn) writer() {
-	// Once the writer is done (close frame sent, or the socket failed), the
-	// reader must not wait for a pong wait: give it closeGrace for the
-	// peer's close frame.
-	defer c.endRead()
-	ping := time.NewTicker(c.srv.pingPeriod())
-	defer ping.Stop()
-	for {
-		select {
-		case b := <-c.send:
-			if err := c.write(websocket.TextMessage, b); err != nil {
-				c.close(websocket.CloseAbnormalClosure, "")
-				return
-			}
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.srv.cfg.WriteWait)); err != nil {
-				c.close(websocket.CloseAbnormalClosure, "")
-				return
-			}
-		case <-c.ctx.Done():
-			// Flush what is queued (the error or the sentinel that explains the close).
-			for {
-				select {
-				case b := <-c.send:
-					if c.write(websocket.TextMessage, b) != nil {
-						return
-					}
-					continue
-				default:
-				}
-				break
-			}
-			if c.closeCode != websocket.CloseAbnormalClosure {
-				msg := websocket.FormatCloseMessage(c.closeCode, c.closeText)
-				c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.srv.cfg.WriteWait))
-			}
-			return
-		}
-	}
-}
-
-func (c *conn) write(mt int, b []byte) error {
-	c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteWait))
-	return c.ws.WriteMessage(mt, b)
-}
-
-// extendRead pushes the read deadline a pong wait ahead, unless the
-// connection is closing.
-func (c *conn) extendRead() {
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
-	if !c.readEnding {
-		c.ws.SetReadDeadline(time.Now().Add(c.srv.cfg.PongWait))
-	}
-}
-
-// endRead bounds the reader's wait once the writer has ended: it sees the
-// peer's close frame within closeGrace, or times out. Without it a peer
-// that never answers our close frame (one that stopped reading, say) would
-// hold its connection, and its place under the caps, for a whole pong wait.
-func (c *conn) endRead() {
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
-	c.readEnding = true
-	c.ws.SetReadDeadline(time.Now().Add(closeGrace))
-}
-
-// isProtocolError reports whether a read error is gorilla's verdict on a
-// malformed frame (after which it has sent close 1002), as opposed to a
-// close, a timeout or a broken socket. gorilla has no type for these.
-func isProtocolError(err error) bool {
-	var ce *websocket.CloseError
-	var ne net.Error
-	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return false
-	}
-	return strings.HasPrefix(err.Error(), "websocket: ")
-}
-
 // replyErrorWait is replyError for the worker's queued answers: it waits up
 // to WriteWait for room in the send buffer (so a long run of answers is
 // paced by the client, not dropped), and reports whether the connection
@@ -674,30 +508,4 @@ func errorLine(err error) string {
 		line += " (try again in " + strconv.Itoa(d) + " s)"
 	}
 	return line
-}
-
-// sendWait queues a frame for the writer, waiting up to WriteWait for room;
-// a client that leaves none for that long is too slow. Only the worker
-// waits here: the reader never blocks on the client's reading.
-func (c *conn) sendWait(b []byte) bool {
-	if c.ctx.Err() != nil {
-		return false
-	}
-	select {
-	case c.send <- b:
-		return true
-	default:
-	}
-	t := time.NewTimer(c.srv.cfg.WriteWait)
-	defer t.Stop()
-	select {
-	case c.send <- b:
-		return true
-	case <-c.ctx.Done():
-		return false
-	case <-t.C:
-		c.log.Warn("client too slow: disconnecting", zap.Int("buffered", len(c.send)))
-		c.close(closeTooSlow, "client too slow")
-		return false
-	}
 }
