@@ -40,7 +40,7 @@ type respSocket struct {
 func (r *respSocket) replying() bool { return r.busy.Load() }
 
 func (r *respSocket) close(code int, text string) {
-	_ = r.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(r.writeDue))
+	_ = writeClose(r.ws, code, text, r.writeDue)
 	r.ws.Close()
 }
 
@@ -67,9 +67,8 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 	}
 	defer s.untrack(sock)
 
-	pushRead := func() { _ = ws.SetReadDeadline(time.Now().Add(s.cfg.PongWait)) }
-	pushRead()
-	ws.SetPongHandler(func(string) error { pushRead(); return nil })
+	rd := &readDeadline{ws: ws, pongWait: s.cfg.PongWait}
+	rd.start()
 	// The pinger keeps an idle client's read deadline moving; WriteControl
 	// may run concurrently with the handler's writes (gorilla allows it).
 	stop := make(chan struct{})
@@ -84,7 +83,7 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 			case <-stop:
 				return
 			case <-t.C:
-				if ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WriteWait)) != nil {
+				if ping(ws, s.cfg.WriteWait) != nil {
 					return
 				}
 			}
@@ -106,7 +105,7 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 		if err != nil {
 			return nil // the client left or broke the protocol; nothing to answer
 		}
-		pushRead()
+		rd.extend()
 		if mt != websocket.TextMessage {
 			if write(wsErrorEvent(parley.Errorf(parley.EInvalid, "send response.create events as text messages"))) != nil {
 				return nil

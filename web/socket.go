@@ -7,6 +7,7 @@ package web
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -61,10 +62,63 @@ func (s *Server) trackOrRefuse(sk socket, ws *websocket.Conn) bool {
 	if s.track(sk) {
 		return true
 	}
-	_ = ws.WriteControl(websocket.CloseMessage,
-		websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down"), time.Now().Add(s.cfg.WriteWait))
+	_ = writeClose(ws, websocket.CloseGoingAway, "server shutting down", s.cfg.WriteWait)
 	ws.Close()
 	return false
+}
+
+// ping sends a ping within wait. Control frames may be written
+// concurrently with the socket's one writer (gorilla allows it).
+func ping(ws *websocket.Conn, wait time.Duration) error {
+	return ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wait))
+}
+
+// writeClose sends a close frame with code and text within wait.
+func writeClose(ws *websocket.Conn, code int, text string, wait time.Duration) error {
+	return ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(wait))
+}
+
+// readDeadline moves a socket's read deadline: a pong wait ahead on every
+// message and every pong, until end. mu orders the changes: once ended,
+// the deadline is only ever shortened, so a late pong cannot keep a
+// closing socket's reader blocked.
+type readDeadline struct {
+	ws       *websocket.Conn
+	pongWait time.Duration
+
+	mu     sync.Mutex
+	ending bool // guarded by mu
+}
+
+// start sets the first deadline and lets every pong extend it. It must be
+// called from the reader before its first read.
+func (d *readDeadline) start() {
+	d.extend()
+	d.ws.SetPongHandler(func(string) error {
+		d.extend()
+		return nil
+	})
+}
+
+// extend pushes the read deadline a pong wait ahead, unless the socket is
+// closing.
+func (d *readDeadline) extend() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.ending {
+		d.ws.SetReadDeadline(time.Now().Add(d.pongWait))
+	}
+}
+
+// end bounds the reader's wait once the socket closes: it sees the peer's
+// close frame within closeGrace, or times out. Without it a peer that
+// never answers our close frame (one that stopped reading, say) would hold
+// its connection, and its place under the caps, for a whole pong wait.
+func (d *readDeadline) end() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ending = true
+	d.ws.SetReadDeadline(time.Now().Add(closeGrace))
 }
 
 // admit enforces the connection caps. It counts the connection from here

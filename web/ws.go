@@ -56,11 +56,8 @@ type conn struct {
 	turnMu     sync.Mutex
 	turnCancel context.CancelFunc // cancels the running turn; guarded by turnMu
 
-	// readMu orders read-deadline changes: once the writer has ended
-	// (readEnding), the reader's deadline is only ever shortened, so a late
-	// pong cannot keep a closing connection's reader blocked.
-	readMu     sync.Mutex
-	readEnding bool
+	// rd is the reader's deadline; the writer ends it when it has ended.
+	rd *readDeadline
 
 	limiter *rateLimiter
 }
@@ -122,6 +119,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, ip))
 	cn := &conn{
 		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
+		rd:      &readDeadline{ws: ws, pongWait: s.cfg.PongWait},
 		send:    make(chan []byte, s.cfg.SendBuffer),
 		inbox:   newInbox(s.cfg.MaxQueuedPrompts),
 		ctx:     ctx,
@@ -202,11 +200,7 @@ func (c *conn) cancelTurn() {
 // frames (text only, valid UTF-8, size limit via SetReadLimit) and hands
 // prompts to the worker.
 func (c *conn) reader() {
-	c.extendRead()
-	c.ws.SetPongHandler(func(string) error {
-		c.extendRead()
-		return nil
-	})
+	c.rd.start()
 	for {
 		mt, data, err := c.ws.ReadMessage()
 		if err != nil {
@@ -219,7 +213,7 @@ func (c *conn) reader() {
 				c.close(websocket.CloseMessageTooBig, "")
 			case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived):
 			case c.ctx.Err() != nil:
-				// We are closing: the writer ended the read (see endRead).
+				// We are closing: the writer ended the read (see readDeadline.end).
 			case errors.As(err, &ne) && ne.Timeout():
 				// Nothing, not even a pong, for PongWait: the peer or its
 				// network is gone. A close frame would go unanswered.
@@ -234,7 +228,7 @@ func (c *conn) reader() {
 			}
 			return
 		}
-		c.extendRead()
+		c.rd.extend()
 		if mt != websocket.TextMessage {
 			c.close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
 			return

@@ -96,9 +96,9 @@ func (c *conn) writer() {
 	// Once the writer is done (close frame sent, or the socket failed), the
 	// reader must not wait for a pong wait: give it closeGrace for the
 	// peer's close frame.
-	defer c.endRead()
-	ping := time.NewTicker(c.srv.pingPeriod())
-	defer ping.Stop()
+	defer c.rd.end()
+	pings := time.NewTicker(c.srv.pingPeriod())
+	defer pings.Stop()
 	for {
 		select {
 		case b := <-c.send:
@@ -106,8 +106,8 @@ func (c *conn) writer() {
 				c.close(websocket.CloseAbnormalClosure, "")
 				return
 			}
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.srv.cfg.WriteWait)); err != nil {
+		case <-pings.C:
+			if err := ping(c.ws, c.srv.cfg.WriteWait); err != nil {
 				c.close(websocket.CloseAbnormalClosure, "")
 				return
 			}
@@ -125,8 +125,7 @@ func (c *conn) writer() {
 				break
 			}
 			if c.closeCode != websocket.CloseAbnormalClosure {
-				msg := websocket.FormatCloseMessage(c.closeCode, c.closeText)
-				c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.srv.cfg.WriteWait))
+				writeClose(c.ws, c.closeCode, c.closeText, c.srv.cfg.WriteWait)
 			}
 			return
 		}
@@ -136,27 +135,6 @@ func (c *conn) writer() {
 func (c *conn) write(mt int, b []byte) error {
 	c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteWait))
 	return c.ws.WriteMessage(mt, b)
-}
-
-// extendRead pushes the read deadline a pong wait ahead, unless the
-// connection is closing.
-func (c *conn) extendRead() {
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
-	if !c.readEnding {
-		c.ws.SetReadDeadline(time.Now().Add(c.srv.cfg.PongWait))
-	}
-}
-
-// endRead bounds the reader's wait once the writer has ended: it sees the
-// peer's close frame within closeGrace, or times out. Without it a peer
-// that never answers our close frame (one that stopped reading, say) would
-// hold its connection, and its place under the caps, for a whole pong wait.
-func (c *conn) endRead() {
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
-	c.readEnding = true
-	c.ws.SetReadDeadline(time.Now().Add(closeGrace))
 }
 
 // isProtocolError reports whether a read error is gorilla's verdict on a
