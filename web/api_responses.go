@@ -489,8 +489,16 @@ func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *r
 	rec := resp.Final()
 	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored)
 	o.Output = append(o.Output, s.outputItem(resp, rec.Status, resp.Text()))
+	pr.echo(o, resp.SessionID())
+	setUsage(o, rec)
+	return o
+}
+
+// echo sets on o, a response of session sid, what it repeats of the
+// request: the conversation, the metadata and the text configuration.
+func (pr *parsedResponse) echo(o *responseObject, sid string) {
 	if pr.conv != "" {
-		o.Conversation = &conversationRef{ID: convID(resp.SessionID())}
+		o.Conversation = &conversationRef{ID: convID(sid)}
 	}
 	if pr.meta != nil {
 		o.Metadata = pr.meta
@@ -498,8 +506,6 @@ func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *r
 	if pr.text != nil {
 		o.Text = pr.text
 	}
-	setUsage(o, rec)
-	return o
 }
 
 func (s *Server) outputItem(resp *session.Response, status, text string) messageItem {

@@ -84,15 +84,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 	}
 	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
 	initial.Status = "in_progress"
-	if pr.conv != "" {
-		initial.Conversation = &conversationRef{ID: convID(resp.SessionID())}
-	}
-	if pr.meta != nil {
-		initial.Metadata = pr.meta
-	}
-	if pr.text != nil {
-		initial.Text = pr.text
-	}
+	pr.echo(initial, resp.SessionID())
 	item := s.outputItem(resp, session.StatusCompleted, "")
 	item.Status, item.Content = "in_progress", []outputText{}
 	part := newPart("output_text", "")
