@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -168,59 +166,6 @@ type chatCall struct {
 	renameSent   func(error) error // names the field the client sent in an error from the engine
 }
 
-// parseRole maps an OpenAI message role to Parley's ("developer" is the
-// newer name for "system").
-func parseRole(role, field string) (parley.Role, error) {
-	switch role {
-	case "system", "developer":
-		return parley.RoleSystem, nil
-	case "user":
-		return parley.RoleUser, nil
-	case "assistant":
-		return parley.RoleAssistant, nil
-	case "":
-		return "", parley.FieldErrorf(field, "is required")
-	}
-	return "", parley.FieldErrorf(field, "must be system, developer, user or assistant, got %q", role)
-}
-
-// parseContent takes a message's content: a string, or an array of text
-// parts whose types are among partTypes ("text" when none are given).
-func parseContent(raw json.RawMessage, field string, partTypes ...string) (string, error) {
-	if len(partTypes) == 0 {
-		partTypes = []string{"text"}
-	}
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", parley.FieldErrorf(field, "is required")
-	}
-	if raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", parley.FieldErrorf(field, "invalid string: %v", err)
-		}
-		return s, nil
-	}
-	var parts []struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", parley.FieldErrorf(field, "must be a string or an array of content parts")
-	}
-	var b strings.Builder
-	for i, p := range parts {
-		switch {
-		case !slices.Contains(partTypes, p.Type):
-			return "", parley.FieldErrorf(fmt.Sprintf("%s[%d]", field, i), "only text parts are supported, got type %q", p.Type)
-		case p.Text == nil:
-			return "", parley.FieldErrorf(fmt.Sprintf("%s[%d].text", field, i), "is required")
-		}
-		b.WriteString(*p.Text)
-	}
-	return b.String(), nil
-}
-
 // checkNotEmpty refuses a message with no text (an empty string, no parts,
 // or parts of empty text) from anyone but the assistant, on every API, as
 // an empty prompt is refused: a request must not generate from nothing.
@@ -307,11 +252,6 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	call.params = p
 	call.renameSent = req.paramsPatch.renameSent
 	return call, nil
-}
-
-func isSet(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
 }
 
 // conversationKey is the KV-cache key of a stateless chat: a hash of the

@@ -207,7 +207,7 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 		}
 	}
 	if isSet(req.Conversation) {
-		conv, err := parseConversationParam(req.Conversation)
+		conv, err := parseConversationField(req.Conversation)
 		if err != nil {
 			return nil, err
 		}
@@ -220,8 +220,9 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	return out, nil
 }
 
-// parseConversationParam accepts "conv_..." or {"id": "conv_..."}.
-func parseConversationParam(raw json.RawMessage) (string, error) {
+// parseConversationField reads a create request's conversation field:
+// "conv_..." or {"id": "conv_..."}.
+func parseConversationField(raw json.RawMessage) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	var id string
 	if len(raw) > 0 && raw[0] == '{' {
@@ -387,13 +388,6 @@ type conversationRef struct {
 	ID string `json:"id"`
 }
 
-type conversationObject struct {
-	ID        string            `json:"id"`
-	Object    string            `json:"object"` // "conversation"
-	CreatedAt int64             `json:"created_at"`
-	Metadata  map[string]string `json:"metadata"`
-}
-
 type deletedObject struct {
 	ID      string `json:"id"`
 	Object  string `json:"object"`
@@ -412,22 +406,6 @@ type itemList struct {
 // names the session by a one-way digest (session.ItemKey), so an item id
 // shown with a response does not hand out its conversation.
 func itemID(sid string, abs int) string { return "msg_" + session.ItemKey(sid) + strconv.Itoa(abs) }
-
-// parseItemID returns the absolute position an item id of session sid
-// names; ids of the earlier form, "msg_" + sid + position, still work.
-func parseItemID(sid, id string) (int, bool) {
-	rest, ok := strings.CutPrefix(id, "msg_"+session.ItemKey(sid))
-	if !ok {
-		if rest, ok = strings.CutPrefix(id, "msg_"+sid); !ok {
-			return 0, false
-		}
-	}
-	n, err := strconv.Atoi(rest)
-	return n, err == nil && n >= 0 && strconv.Itoa(n) == rest
-}
-
-// systemItemID names a conversation's system prompt, shown as its first item.
-func systemItemID(sid string) string { return "msg_" + session.ItemKey(sid) + "_system" }
 
 func newMessageItem(id string, m parley.Message) messageItem {
 	typ, role := "input_text", string(m.Role)
@@ -511,8 +489,16 @@ func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *r
 	rec := resp.Final()
 	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored)
 	o.Output = append(o.Output, s.outputItem(resp, rec.Status, resp.Text()))
+	pr.echo(o, resp.SessionID())
+	setUsage(o, rec)
+	return o
+}
+
+// echo sets on o, a response of session sid, what it repeats of the
+// request: the conversation, the metadata and the text configuration.
+func (pr *parsedResponse) echo(o *responseObject, sid string) {
 	if pr.conv != "" {
-		o.Conversation = &conversationRef{ID: convID(resp.SessionID())}
+		o.Conversation = &conversationRef{ID: convID(sid)}
 	}
 	if pr.meta != nil {
 		o.Metadata = pr.meta
@@ -520,8 +506,6 @@ func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *r
 	if pr.text != nil {
 		o.Text = pr.text
 	}
-	setUsage(o, rec)
-	return o
 }
 
 func (s *Server) outputItem(resp *session.Response, status, text string) messageItem {
@@ -536,141 +520,6 @@ func replyItem(sid string, end int, status string, m parley.Message) messageItem
 		it.Status = "incomplete"
 	}
 	return it
-}
-
-// streamResponse writes a turn as the Responses API's stream events,
-// through emit (server-sent events, or WebSocket messages). A failed write
-// cancels the turn (through cancel) and ends the stream.
-// deltaEvent is response.output_text.delta, the event of every token: a
-// struct rather than the other events' map, with its fields in the order
-// the map's sorted keys take, so the bytes are the same.
-type deltaEvent struct {
-	ContentIndex   int         `json:"content_index"`
-	Delta          string      `json:"delta"`
-	ItemID         string      `json:"item_id"`
-	Logprobs       [0]struct{} `json:"logprobs"` // always []
-	OutputIndex    int         `json:"output_index"`
-	SequenceNumber int         `json:"sequence_number"`
-	Type           string      `json:"type"`
-}
-
-func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, resp *session.Response, pr *parsedResponse, emit func(typ string, b []byte) error) error {
-	seq := 0
-	// put sends one event, v, whose sequence_number is seq.
-	put := func(typ string, v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("encode event: %w", err)
-		}
-		seq++
-		return emit(typ, b)
-	}
-	send := func(typ string, fields map[string]any) error {
-		fields["type"] = typ
-		fields["sequence_number"] = seq
-		return put(typ, fields)
-	}
-	meter := s.meterReply(s.requestCancelCause)
-	observe := func(ev parley.Event) {
-		meter.observe(ev)
-		if ev.Done {
-			replyLog(s.log.With(zap.String("route", "responses-stream")), ev)
-		}
-	}
-	drain := func(err error) error {
-		cancel()
-		for ev := range resp.Events() {
-			observe(ev)
-		}
-		return err
-	}
-	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
-	initial.Status = "in_progress"
-	if pr.conv != "" {
-		initial.Conversation = &conversationRef{ID: convID(resp.SessionID())}
-	}
-	if pr.meta != nil {
-		initial.Metadata = pr.meta
-	}
-	if pr.text != nil {
-		initial.Text = pr.text
-	}
-	item := s.outputItem(resp, session.StatusCompleted, "")
-	item.Status, item.Content = "in_progress", []outputText{}
-	part := newPart("output_text", "")
-	loc := func(m map[string]any) map[string]any {
-		m["item_id"], m["output_index"], m["content_index"] = item.ID, 0, 0
-		return m
-	}
-	steps := []func() error{
-		func() error { return send("response.created", map[string]any{"response": initial}) },
-		func() error { return send("response.in_progress", map[string]any{"response": initial}) },
-		func() error {
-			return send("response.output_item.added", map[string]any{"output_index": 0, "item": item})
-		},
-		func() error { return send("response.content_part.added", loc(map[string]any{"part": part})) },
-	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return drain(err)
-		}
-	}
-	var final parley.Event
-	for ev := range resp.Events() {
-		observe(ev)
-		if ev.Done {
-			final = ev
-			continue
-		}
-		if ev.Token.Text == "" {
-			continue
-		}
-		delta := deltaEvent{Delta: ev.Token.Text, ItemID: item.ID, SequenceNumber: seq, Type: "response.output_text.delta"}
-		if err := put(delta.Type, delta); err != nil {
-			return drain(err)
-		}
-	}
-	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && ctx.Err() == nil) {
-		err := pr.renameSent(replyError(final))
-		failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored)
-		failed.Status = session.StatusFailed
-		failed.Error = &responseError{Code: responseErrorCode(err), Message: parley.ErrorMessage(err)}
-		oe := newOpenAIError(err)
-		ev := map[string]any{"code": oe.Code, "message": oe.Message, "param": oe.Param}
-		if d := retryAfterSeconds(err); d > 0 {
-			// A new session the store refused when the turn was committed
-			// (the client's cap, a full store): when to try again.
-			ev["status"], ev["retry_after"] = ErrorStatus(err), d
-		}
-		if e := send("error", ev); e != nil {
-			return e
-		}
-		return send("response.failed", map[string]any{"response": failed})
-	}
-	done := s.finishedResponse(resp, pr)
-	text := resp.Text()
-	part.Text = text
-	out := done.Output[0]
-	final2 := []func() error{
-		func() error {
-			return send("response.output_text.done", loc(map[string]any{"text": text, "logprobs": []any{}}))
-		},
-		func() error { return send("response.content_part.done", loc(map[string]any{"part": part})) },
-		func() error { return send("response.output_item.done", map[string]any{"output_index": 0, "item": out}) },
-		func() error {
-			typ := "response.completed"
-			if done.Status == session.StatusIncomplete {
-				typ = "response.incomplete"
-			}
-			return send(typ, map[string]any{"response": done})
-		},
-	}
-	for _, step := range final2 {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // handleGetResponse is GET /v1/responses/:id.
@@ -748,203 +597,4 @@ func listItems(c echo.Context, items []messageItem) error {
 		l.FirstID, l.LastID = &items[0].ID, &items[len(items)-1].ID
 	}
 	return c.JSON(http.StatusOK, l)
-}
-
-// conversationItems is every item of a conversation, oldest first: its
-// system prompt (when it has one), then its messages.
-func conversationItems(sess *session.Session) []messageItem {
-	items := make([]messageItem, 0, len(sess.Messages)+1)
-	if sess.System != "" {
-		items = append(items, newMessageItem(systemItemID(sess.ID), parley.Message{Role: parley.RoleSystem, Content: sess.System}))
-	}
-	for i, m := range sess.Messages {
-		items = append(items, newMessageItem(itemID(sess.ID, sess.Trimmed+i), m))
-	}
-	return items
-}
-
-func newConversationObject(sess *session.Session) conversationObject {
-	meta := sess.Metadata
-	if meta == nil {
-		meta = map[string]string{}
-	}
-	return conversationObject{ID: convID(sess.ID), Object: "conversation", CreatedAt: sess.Created.Unix(), Metadata: meta}
-}
-
-// convParam is the session id of the :id path parameter.
-func convParam(c echo.Context) (string, error) {
-	sid, ok := session.ConversationSession(c.Param("id"))
-	if !ok {
-		return "", parley.Errorf(parley.ENotFound, "no such conversation")
-	}
-	return sid, nil
-}
-
-type conversationBody struct {
-	Items    json.RawMessage   `json:"items"`
-	Metadata map[string]string `json:"metadata"`
-}
-
-func readConversationBody(c echo.Context, allowEmpty bool) (*conversationBody, []parley.Message, error) {
-	body, err := readBody(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	var req conversationBody
-	if len(bytes.TrimSpace(body)) == 0 && allowEmpty {
-		return &req, nil, nil
-	}
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
-		return nil, nil, err
-	}
-	if err := checkMetadata(req.Metadata); err != nil {
-		return nil, nil, err
-	}
-	if bytes.HasPrefix(bytes.TrimSpace(req.Items), []byte(`"`)) {
-		return nil, nil, parley.FieldErrorf("items", "must be an array of message items")
-	}
-	msgs, err := parseInput(req.Items, "items")
-	if err != nil {
-		return nil, nil, err
-	}
-	return &req, msgs, nil
-}
-
-// handleCreateConversation is POST /v1/conversations.
-func (s *Server) handleCreateConversation(c echo.Context) error {
-	req, msgs, err := readConversationBody(c, true)
-	if err != nil {
-		return err
-	}
-	sess, err := s.api.convs.CreateConversation(c.Request().Context(), msgs, req.Metadata)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, newConversationObject(sess))
-}
-
-// conversationParam reads the stored conversation the path's :id names.
-func (s *Server) conversationParam(c echo.Context) (*session.Session, error) {
-	sid, err := convParam(c)
-	if err != nil {
-		return nil, err
-	}
-	return s.api.convs.Conversation(c.Request().Context(), sid)
-}
-
-// handleGetConversation is GET /v1/conversations/:id.
-func (s *Server) handleGetConversation(c echo.Context) error {
-	sess, err := s.conversationParam(c)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, newConversationObject(sess))
-}
-
-// handleUpdateConversation is POST /v1/conversations/:id (metadata only).
-func (s *Server) handleUpdateConversation(c echo.Context) error {
-	sid, err := convParam(c)
-	if err != nil {
-		return err
-	}
-	req, _, err := readConversationBody(c, false)
-	if err != nil {
-		return err
-	}
-	if isSet(req.Items) {
-		return parley.FieldErrorf("items", "add items with POST /v1/conversations/{id}/items")
-	}
-	sess, err := s.api.convs.SetMetadata(c.Request().Context(), sid, req.Metadata)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, newConversationObject(sess))
-}
-
-// handleDeleteConversation is DELETE /v1/conversations/:id.
-func (s *Server) handleDeleteConversation(c echo.Context) error {
-	sid, err := convParam(c)
-	if err != nil {
-		return err
-	}
-	if err := s.api.convs.DeleteConversation(c.Request().Context(), sid); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, deletedObject{ID: convID(sid), Object: "conversation.deleted", Deleted: true})
-}
-
-// handleListItems is GET /v1/conversations/:id/items.
-func (s *Server) handleListItems(c echo.Context) error {
-	sess, err := s.conversationParam(c)
-	if err != nil {
-		return err
-	}
-	return listItems(c, conversationItems(sess))
-}
-
-// handleAddItems is POST /v1/conversations/:id/items.
-func (s *Server) handleAddItems(c echo.Context) error {
-	sid, err := convParam(c)
-	if err != nil {
-		return err
-	}
-	_, msgs, err := readConversationBody(c, false)
-	if err != nil {
-		return err
-	}
-	if len(msgs) == 0 {
-		return parley.FieldErrorf("items", "at least one item is required")
-	}
-	sess, first, err := s.api.convs.AddItems(c.Request().Context(), sid, msgs)
-	if err != nil {
-		return err
-	}
-	var added []messageItem
-	for abs := first; abs < sess.Next(); abs++ {
-		if span := sess.Span(abs, abs+1); len(span) == 1 {
-			added = append(added, newMessageItem(itemID(sid, abs), span[0]))
-		}
-	}
-	l := itemList{Object: "list", Data: []messageItem{}}
-	l.Data = append(l.Data, added...)
-	if len(added) > 0 {
-		l.FirstID, l.LastID = &added[0].ID, &added[len(added)-1].ID
-	}
-	return c.JSON(http.StatusOK, l)
-}
-
-// handleGetItem is GET /v1/conversations/:id/items/:item.
-func (s *Server) handleGetItem(c echo.Context) error {
-	sess, err := s.conversationParam(c)
-	if err != nil {
-		return err
-	}
-	want := c.Param("item")
-	if rest, ok := strings.CutPrefix(want, "msg_"+sess.ID); ok {
-		want = "msg_" + session.ItemKey(sess.ID) + rest // an id of the earlier form
-	}
-	for _, it := range conversationItems(sess) {
-		if it.ID == want {
-			return c.JSON(http.StatusOK, it)
-		}
-	}
-	return parley.Errorf(parley.ENotFound, "no such item")
-}
-
-// handleDeleteItem is DELETE /v1/conversations/:id/items/:item; it returns
-// the conversation.
-func (s *Server) handleDeleteItem(c echo.Context) error {
-	sid, err := convParam(c)
-	if err != nil {
-		return err
-	}
-	abs, ok := parseItemID(sid, c.Param("item"))
-	if !ok {
-		return parley.Errorf(parley.ENotFound, "no such item")
-	}
-	sess, err := s.api.convs.DeleteItem(c.Request().Context(), sid, abs)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, newConversationObject(sess))
 }

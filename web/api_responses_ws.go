@@ -40,7 +40,7 @@ type respSocket struct {
 func (r *respSocket) replying() bool { return r.busy.Load() }
 
 func (r *respSocket) close(code int, text string) {
-	_ = r.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(r.writeDue))
+	_ = writeClose(r.ws, code, text, r.writeDue)
 	r.ws.Close()
 }
 
@@ -50,33 +50,25 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 	if !websocket.IsWebSocketUpgrade(r) {
 		return parley.Errorf(parley.EInvalid, "GET /v1/responses is the WebSocket mode: upgrade, or POST to create a response")
 	}
-	if s.draining.Load() {
-		return parley.Errorf(parley.EUnavailable, "the server is shutting down")
-	}
-	if !s.checkOrigin(r) {
-		return parley.Errorf(parley.EForbidden, "cross-origin WebSocket upgrades are not allowed")
-	}
-	ip := clientKey(r)
-	if err := s.admit(ip); err != nil {
+	// The API group's middleware has checked the API key.
+	ip, err := s.accept(r, false)
+	if err != nil {
 		return err
 	}
 	defer s.releaseIP(ip)
-	ws, err := s.upgrader.Upgrade(w, r, nil)
-	if err != nil {
+	ws, ok := s.upgrade(w, r, nil, maxAPIBodyBytes)
+	if !ok {
 		return nil // the upgrader has answered
 	}
 	defer ws.Close()
 	sock := &respSocket{ws: ws, writeDue: s.cfg.WriteWait}
-	if !s.track(sock) {
-		sock.close(websocket.CloseGoingAway, "server shutting down")
+	if !s.trackOrRefuse(sock, ws) {
 		return nil
 	}
 	defer s.untrack(sock)
 
-	ws.SetReadLimit(maxAPIBodyBytes)
-	pushRead := func() { _ = ws.SetReadDeadline(time.Now().Add(s.cfg.PongWait)) }
-	pushRead()
-	ws.SetPongHandler(func(string) error { pushRead(); return nil })
+	rd := &readDeadline{ws: ws, pongWait: s.cfg.PongWait}
+	rd.start()
 	// The pinger keeps an idle client's read deadline moving; WriteControl
 	// may run concurrently with the handler's writes (gorilla allows it).
 	stop := make(chan struct{})
@@ -84,14 +76,14 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 	pinger.Add(1)
 	go func() {
 		defer pinger.Done()
-		t := time.NewTicker(s.cfg.PongWait * 9 / 10)
+		t := time.NewTicker(s.pingPeriod())
 		defer t.Stop()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				if ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WriteWait)) != nil {
+				if ping(ws, s.cfg.WriteWait) != nil {
 					return
 				}
 			}
@@ -113,7 +105,7 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 		if err != nil {
 			return nil // the client left or broke the protocol; nothing to answer
 		}
-		pushRead()
+		rd.extend()
 		if mt != websocket.TextMessage {
 			if write(wsErrorEvent(parley.Errorf(parley.EInvalid, "send response.create events as text messages"))) != nil {
 				return nil

@@ -3,7 +3,6 @@ package web
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -252,26 +251,6 @@ func (tp *tgiParameters) applyGrammar(patch *paramsPatch) error {
 		return parley.FieldErrorf("parameters.grammar.type", "must be json or gbnf, got %q", typed.Type)
 	}
 	return nil
-}
-
-// renameField renames the field an error names from one wire's name to another's.
-func renameField(err error, from, to string) error {
-	var pe *parley.Error
-	if !errors.As(err, &pe) || pe.Field != from {
-		return err
-	}
-	return &parley.Error{Code: pe.Code, Field: to, Message: to + strings.TrimPrefix(pe.Message, from)}
-}
-
-// prefixField puts prefix before the field an EInvalid error names, so a
-// TGI client reads parameters.temperature where the shared validation says
-// temperature.
-func prefixField(err error, prefix string) error {
-	var pe *parley.Error
-	if !errors.As(err, &pe) || pe.Field == "" || pe.Field == "prompt" || strings.HasPrefix(pe.Field, prefix) {
-		return err
-	}
-	return &parley.Error{Code: pe.Code, Field: prefix + pe.Field, Message: prefix + pe.Message}
 }
 
 // handleGenerate is POST /generate: TGI's one-response form, or JSON lines

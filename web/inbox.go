@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/parley-chat/parley"
@@ -109,13 +108,5 @@ func (q *inbox) signal() {
 
 // sameAnswer reports whether two answers would read the same to the client.
 func sameAnswer(a, b error) bool {
-	var ea, eb *parley.Error
-	var fa, fb string
-	if errors.As(a, &ea) {
-		fa = ea.Field
-	}
-	if errors.As(b, &eb) {
-		fb = eb.Field
-	}
-	return parley.ErrorCode(a) == parley.ErrorCode(b) && parley.ErrorMessage(a) == parley.ErrorMessage(b) && fa == fb
+	return parley.ErrorCode(a) == parley.ErrorCode(b) && parley.ErrorMessage(a) == parley.ErrorMessage(b) && errorField(a) == errorField(b)
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"math"
 	"sync"
 	"time"
@@ -8,7 +9,8 @@ import (
 	"github.com/parley-chat/parley"
 )
 
-// Server -> client messages of the structured (JSON) WebSocket mode.
+// Messages of the structured (JSON) WebSocket mode: server -> client, then
+// client -> server (clientMessage) at the end.
 
 type sessionMessage struct {
 	Type     string           `json:"type"` // "session"
@@ -121,4 +123,37 @@ func (r *rateLimiter) allow(now time.Time) bool {
 	}
 	r.tokens--
 	return true
+}
+
+// clientMessage is what a client sends in JSON mode.
+type clientMessage struct {
+	Type    string       `json:"type"`
+	Content *string      `json:"content"`
+	Params  *paramsPatch `json:"params"`
+}
+
+// parseClientMessage decodes and checks one JSON-mode client message: a
+// known type, and the content that type needs. Errors are EInvalid *Errors
+// naming the field, safe to show the client. (Sampling parameters are
+// checked against the server's defaults and cap by resolveParams.)
+func parseClientMessage(data []byte) (clientMessage, error) {
+	var m clientMessage
+	if err := decodeJSON(bytes.NewReader(data), &m); err != nil {
+		return m, err
+	}
+	switch m.Type {
+	case "prompt", "system":
+		if m.Content == nil {
+			return m, parley.FieldErrorf("content", "is required")
+		}
+		if m.Type == "prompt" && *m.Content == "" {
+			return m, parley.FieldErrorf("content", "must not be empty")
+		}
+	case "cancel", "reset":
+	case "":
+		return m, parley.FieldErrorf("type", "is required")
+	default:
+		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, cancel, reset or system)", m.Type)
+	}
+	return m, nil
 }

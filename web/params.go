@@ -79,12 +79,12 @@ func (p *paramsPatch) sentName(field string) string {
 // under (sentName). Errors from the engine (a schema that does not
 // convert) pass through it too.
 func (p *paramsPatch) renameSent(err error) error {
-	var pe *parley.Error
-	if p == nil || !errors.As(err, &pe) || pe.Field == "" {
+	field := errorField(err)
+	if p == nil || field == "" {
 		return err
 	}
-	if sent := p.sentName(pe.Field); sent != pe.Field {
-		return renameField(err, pe.Field, sent)
+	if sent := p.sentName(field); sent != field {
+		return renameField(err, field, sent)
 	}
 	return err
 }

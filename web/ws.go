@@ -1,15 +1,12 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,11 +56,8 @@ type conn struct {
 	turnMu     sync.Mutex
 	turnCancel context.CancelFunc // cancels the running turn; guarded by turnMu
 
-	// readMu orders read-deadline changes: once the writer has ended
-	// (readEnding), the reader's deadline is only ever shortened, so a late
-	// pong cannot keep a closing connection's reader blocked.
-	readMu     sync.Mutex
-	readEnding bool
+	// rd is the reader's deadline; the writer ends it when it has ended.
+	rd *readDeadline
 
 	limiter *rateLimiter
 }
@@ -85,28 +79,10 @@ type job struct {
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
 }
 
-// clientMessage is what a client sends in JSON mode.
-type clientMessage struct {
-	Type    string       `json:"type"`
-	Content *string      `json:"content"`
-	Params  *paramsPatch `json:"params"`
-}
-
 func (s *Server) handleWebSocket(c echo.Context) error {
 	r, w := c.Request(), c.Response()
-	if s.draining.Load() {
-		return parley.Errorf(parley.EUnavailable, "the server is shutting down")
-	}
-	if !s.authorized(r) {
-		return parley.Errorf(parley.EUnauthorized, "missing or wrong API key")
-	}
-	if !s.checkOrigin(r) {
-		s.log.Warn("cross-origin upgrade refused", zap.String("origin", r.Header.Get("Origin")))
-		return parley.Errorf(parley.EForbidden, "cross-origin WebSocket upgrades are not allowed")
-	}
-	ip := clientKey(r)
-	if err := s.admit(ip); err != nil {
-		s.log.Warn("connection refused", zap.String("remote", ip), zap.Error(err))
+	ip, err := s.accept(r, true)
+	if err != nil {
 		return err
 	}
 	released := false
@@ -132,11 +108,10 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	if sess != nil {
 		hdr.Set("X-Parley-Session", sess.ID)
 	}
-	ws, uerr := s.upgrader.Upgrade(w, r, hdr)
-	if uerr != nil {
+	ws, ok := s.upgrade(w, r, hdr, s.cfg.MaxMessageBytes)
+	if !ok {
 		return nil // the upgrader has written the response
 	}
-	ws.SetReadLimit(s.cfg.MaxMessageBytes)
 
 	// The connection outlives the upgrade request: its own context, a child
 	// of the server's stop context, which names the client like the request's
@@ -144,17 +119,15 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, ip))
 	cn := &conn{
 		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
+		rd:      &readDeadline{ws: ws, pongWait: s.cfg.PongWait},
 		send:    make(chan []byte, s.cfg.SendBuffer),
 		inbox:   newInbox(s.cfg.MaxQueuedPrompts),
 		ctx:     ctx,
 		cancel:  cancel,
 		limiter: newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
-	if !s.track(cn) {
+	if !s.trackOrRefuse(cn, ws) {
 		cancel()
-		ws.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down"), time.Now().Add(s.cfg.WriteWait))
-		ws.Close()
 		return nil
 	}
 	defer s.untrack(cn)
@@ -201,68 +174,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	return nil
 }
 
-// admit enforces the connection caps. It counts the connection from here
-// (not from the upgrade), so a burst of simultaneous handshakes cannot
-// overshoot the global cap. Every nil return is paired with one releaseIP.
-func (s *Server) admit(ip string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.admitted >= s.cfg.MaxConns {
-		return withCause(refusedConns, parley.Errorf(parley.EBusy, "too many open connections; try again later"))
-	}
-	if s.perIP[ip] >= s.cfg.MaxConnsPerIP {
-		return withCause(refusedConnsPerIP, parley.Errorf(parley.ERateLimited, "too many open connections from your address"))
-	}
-	s.perIP[ip]++
-	s.admitted++
-	return nil
-}
-
-func (s *Server) releaseIP(ip string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.admitted--
-	if s.perIP[ip]--; s.perIP[ip] <= 0 {
-		delete(s.perIP, ip)
-	}
-}
-
-// socket is an open WebSocket that Close drains: a chat connection (conn)
-// or a Responses API socket (respSocket).
-type socket interface {
-	replying() bool // a reply or response is running on it
-	close(code int, text string)
-}
-
 func (c *conn) replying() bool { return c.busy.Load() }
-
-// track registers an upgraded socket for Close to drain; false once the
-// server is draining (the caller closes it with 1001).
-func (s *Server) track(c socket) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.draining.Load() {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	s.connWG.Add(1)
-	return true
-}
-
-func (s *Server) untrack(c socket) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-	s.connWG.Done()
-}
-
-// OpenConns is the number of open WebSocket connections (chat and
-// Responses API sockets).
-func (s *Server) OpenConns() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
 
 // answerOnSocket reports whether an error of Open is told over the
 // upgraded socket (a readable message, then a close) rather than as an
@@ -274,27 +186,6 @@ func answerOnSocket(err error) bool {
 		return true
 	}
 	return false
-}
-
-// close ends the connection with a close code: the writer sends the close
-// frame, the reader and worker stop. Safe to call many times; the first wins.
-func (c *conn) close(code int, text string) {
-	c.closeOnce.Do(func() {
-		c.closeCode, c.closeText = code, text
-		c.cancel()
-		c.cancelTurn()
-	})
-}
-
-// finishClose waits briefly for the peer's close frame, then drops the TCP connection.
-func (c *conn) finishClose() {
-	c.ws.SetReadDeadline(time.Now().Add(closeGrace))
-	for {
-		if _, _, err := c.ws.NextReader(); err != nil {
-			break
-		}
-	}
-	c.ws.Close()
 }
 
 func (c *conn) cancelTurn() {
@@ -309,11 +200,7 @@ func (c *conn) cancelTurn() {
 // frames (text only, valid UTF-8, size limit via SetReadLimit) and hands
 // prompts to the worker.
 func (c *conn) reader() {
-	c.extendRead()
-	c.ws.SetPongHandler(func(string) error {
-		c.extendRead()
-		return nil
-	})
+	c.rd.start()
 	for {
 		mt, data, err := c.ws.ReadMessage()
 		if err != nil {
@@ -326,7 +213,7 @@ func (c *conn) reader() {
 				c.close(websocket.CloseMessageTooBig, "")
 			case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived):
 			case c.ctx.Err() != nil:
-				// We are closing: the writer ended the read (see endRead).
+				// We are closing: the writer ended the read (see readDeadline.end).
 			case errors.As(err, &ne) && ne.Timeout():
 				// Nothing, not even a pong, for PongWait: the peer or its
 				// network is gone. A close frame would go unanswered.
@@ -341,7 +228,7 @@ func (c *conn) reader() {
 			}
 			return
 		}
-		c.extendRead()
+		c.rd.extend()
 		if mt != websocket.TextMessage {
 			c.close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
 			return
@@ -383,32 +270,6 @@ func (c *conn) handleJSON(data []byte) {
 	case "system":
 		c.enqueue(job{kind: jobSystem, content: *m.Content})
 	}
-}
-
-// parseClientMessage decodes and checks one JSON-mode client message: a
-// known type, and the content that type needs. Errors are EInvalid *Errors
-// naming the field, safe to show the client. (Sampling parameters are
-// checked against the server's defaults and cap by resolveParams.)
-func parseClientMessage(data []byte) (clientMessage, error) {
-	var m clientMessage
-	if err := decodeJSON(bytes.NewReader(data), &m); err != nil {
-		return m, err
-	}
-	switch m.Type {
-	case "prompt", "system":
-		if m.Content == nil {
-			return m, parley.FieldErrorf("content", "is required")
-		}
-		if m.Type == "prompt" && *m.Content == "" {
-			return m, parley.FieldErrorf("content", "must not be empty")
-		}
-	case "cancel", "reset":
-	case "":
-		return m, parley.FieldErrorf("type", "is required")
-	default:
-		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, cancel, reset or system)", m.Type)
-	}
-	return m, nil
 }
 
 // enqueuePrompt queues a prompt, or its refusal: shutting down, over the
@@ -590,134 +451,15 @@ func (c *conn) replyError(err error) {
 	}
 }
 
-func (c *conn) sendError(err error) {
-	if !c.json {
-		c.sendText(errorLine(err))
-		return
-	}
-	var pe *parley.Error
-	field := ""
-	if errors.As(err, &pe) {
-		field = pe.Field
-	}
-	c.sendJSON(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field, RetryAfter: retryAfterSeconds(err)})
-}
+// sendError tells the client err outside a reply (a failed reset or
+// system prompt, an unknown session): one frame, no sentinel.
+func (c *conn) sendError(err error) { c.sendRaw(c.errorFrame(err)) }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
 	if msgs == nil {
 		msgs = []parley.Message{}
 	}
 	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: msgs})
-}
-
-func (c *conn) sendJSON(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		c.log.Error("encode message", zap.Error(err))
-		return
-	}
-	c.sendRaw(b)
-}
-
-func (c *conn) sendText(s string) { c.sendRaw([]byte(s)) }
-
-// sendRaw queues a frame for the writer without ever blocking: a full
-// buffer means the client stopped reading.
-func (c *conn) sendRaw(b []byte) {
-	if c.ctx.Err() != nil {
-		return
-	}
-	select {
-	case c.send <- b:
-	default:
-		if c.log != nil {
-			c.log.Warn("client too slow: disconnecting", zap.Int("buffered", len(c.send)))
-		}
-		c.close(closeTooSlow, "client too slow")
-	}
-}
-
-// writer is the only goroutine that writes to the socket (besides gorilla's
-// own control frames). It drains queued frames, pings, and on close sends
-// the close frame.
-func (c *conn) writer() {
-	// Once the writer is done (close frame sent, or the socket failed), the
-	// reader must not wait for a pong wait: give it closeGrace for the
-	// peer's close frame.
-	defer c.endRead()
-	// Pings go out at 9/10 of the pong wait, leaving room for the pong.
-	ping := time.NewTicker(c.srv.cfg.PongWait * 9 / 10)
-	defer ping.Stop()
-	for {
-		select {
-		case b := <-c.send:
-			if err := c.write(websocket.TextMessage, b); err != nil {
-				c.close(websocket.CloseAbnormalClosure, "")
-				return
-			}
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.srv.cfg.WriteWait)); err != nil {
-				c.close(websocket.CloseAbnormalClosure, "")
-				return
-			}
-		case <-c.ctx.Done():
-			// Flush what is queued (the error or the sentinel that explains the close).
-			for {
-				select {
-				case b := <-c.send:
-					if c.write(websocket.TextMessage, b) != nil {
-						return
-					}
-					continue
-				default:
-				}
-				break
-			}
-			if c.closeCode != websocket.CloseAbnormalClosure {
-				msg := websocket.FormatCloseMessage(c.closeCode, c.closeText)
-				c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.srv.cfg.WriteWait))
-			}
-			return
-		}
-	}
-}
-
-func (c *conn) write(mt int, b []byte) error {
-	c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteWait))
-	return c.ws.WriteMessage(mt, b)
-}
-
-// extendRead pushes the read deadline a pong wait ahead, unless the
-// connection is closing.
-func (c *conn) extendRead() {
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
-	if !c.readEnding {
-		c.ws.SetReadDeadline(time.Now().Add(c.srv.cfg.PongWait))
-	}
-}
-
-// endRead bounds the reader's wait once the writer has ended: it sees the
-// peer's close frame within closeGrace, or times out. Without it a peer
-// that never answers our close frame (one that stopped reading, say) would
-// hold its connection, and its place under the caps, for a whole pong wait.
-func (c *conn) endRead() {
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
-	c.readEnding = true
-	c.ws.SetReadDeadline(time.Now().Add(closeGrace))
-}
-
-// isProtocolError reports whether a read error is gorilla's verdict on a
-// malformed frame (after which it has sent close 1002), as opposed to a
-// close, a timeout or a broken socket. gorilla has no type for these.
-func isProtocolError(err error) bool {
-	var ce *websocket.CloseError
-	var ne net.Error
-	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return false
-	}
-	return strings.HasPrefix(err.Error(), "websocket: ")
 }
 
 // replyErrorWait is replyError for the worker's queued answers: it waits up
@@ -737,15 +479,19 @@ func (c *conn) replyErrorWait(err error) bool {
 // mode a readable line then the sentinel, in JSON mode an error event.
 func (c *conn) errorFrames(err error) [][]byte {
 	if !c.json {
-		return [][]byte{[]byte(errorLine(err)), []byte(Sentinel)}
+		return [][]byte{c.errorFrame(err), []byte(Sentinel)}
 	}
-	var pe *parley.Error
-	field := ""
-	if errors.As(err, &pe) {
-		field = pe.Field
+	return [][]byte{c.errorFrame(err)}
+}
+
+// errorFrame is the one frame that tells the client err: in text mode a
+// readable line, in JSON mode an error event.
+func (c *conn) errorFrame(err error) []byte {
+	if !c.json {
+		return []byte(errorLine(err))
 	}
-	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: field, RetryAfter: retryAfterSeconds(err)})
-	return [][]byte{b}
+	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: errorField(err), RetryAfter: retryAfterSeconds(err)})
+	return b
 }
 
 // errorLine is an error as text mode shows it: one line a person reads,
@@ -756,30 +502,4 @@ func errorLine(err error) string {
 		line += " (try again in " + strconv.Itoa(d) + " s)"
 	}
 	return line
-}
-
-// sendWait queues a frame for the writer, waiting up to WriteWait for room;
-// a client that leaves none for that long is too slow. Only the worker
-// waits here: the reader never blocks on the client's reading.
-func (c *conn) sendWait(b []byte) bool {
-	if c.ctx.Err() != nil {
-		return false
-	}
-	select {
-	case c.send <- b:
-		return true
-	default:
-	}
-	t := time.NewTimer(c.srv.cfg.WriteWait)
-	defer t.Stop()
-	select {
-	case c.send <- b:
-		return true
-	case <-c.ctx.Done():
-		return false
-	case <-t.C:
-		c.log.Warn("client too slow: disconnecting", zap.Int("buffered", len(c.send)))
-		c.close(closeTooSlow, "client too slow")
-		return false
-	}
 }

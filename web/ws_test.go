@@ -3,22 +3,14 @@ package web_test
 import (
 	"context"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/gorilla/websocket"
-	"go.uber.org/goleak"
 
-	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
-
-func TestMain(m *testing.M) {
-	llm.SetNativeLog(os.Stderr, false) // keep test output readable
-	goleak.VerifyTestMain(m)
-}
 
 func TestTextModeStreamsThenSentinel(t *testing.T) {
 	s := openStack(t, stackOpts{})

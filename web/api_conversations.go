@@ -1,0 +1,241 @@
+package web
+
+// OpenAI's Conversations API (the routes are listed with the Responses
+// API's in api_responses.go): a conversation is a session, its items are
+// the session's system prompt and messages.
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
+)
+
+type conversationObject struct {
+	ID        string            `json:"id"`
+	Object    string            `json:"object"` // "conversation"
+	CreatedAt int64             `json:"created_at"`
+	Metadata  map[string]string `json:"metadata"`
+}
+
+// systemItemID names a conversation's system prompt, shown as its first item.
+func systemItemID(sid string) string { return "msg_" + session.ItemKey(sid) + "_system" }
+
+// parseItemID returns the absolute position an item id of session sid
+// names; ids of the earlier form, "msg_" + sid + position, still work.
+func parseItemID(sid, id string) (int, bool) {
+	rest, ok := strings.CutPrefix(id, "msg_"+session.ItemKey(sid))
+	if !ok {
+		if rest, ok = strings.CutPrefix(id, "msg_"+sid); !ok {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 0 && strconv.Itoa(n) == rest
+}
+
+// conversationItems is every item of a conversation, oldest first: its
+// system prompt (when it has one), then its messages.
+func conversationItems(sess *session.Session) []messageItem {
+	items := make([]messageItem, 0, len(sess.Messages)+1)
+	if sess.System != "" {
+		items = append(items, newMessageItem(systemItemID(sess.ID), parley.Message{Role: parley.RoleSystem, Content: sess.System}))
+	}
+	for i, m := range sess.Messages {
+		items = append(items, newMessageItem(itemID(sess.ID, sess.Trimmed+i), m))
+	}
+	return items
+}
+
+func newConversationObject(sess *session.Session) conversationObject {
+	meta := sess.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	return conversationObject{ID: convID(sess.ID), Object: "conversation", CreatedAt: sess.Created.Unix(), Metadata: meta}
+}
+
+// conversationPathID is the session id that the conversation id in the
+// path's :id names (it reads no store).
+func conversationPathID(c echo.Context) (string, error) {
+	sid, ok := session.ConversationSession(c.Param("id"))
+	if !ok {
+		return "", parley.Errorf(parley.ENotFound, "no such conversation")
+	}
+	return sid, nil
+}
+
+type conversationBody struct {
+	Items    json.RawMessage   `json:"items"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+func readConversationBody(c echo.Context, allowEmpty bool) (*conversationBody, []parley.Message, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	var req conversationBody
+	if len(bytes.TrimSpace(body)) == 0 && allowEmpty {
+		return &req, nil, nil
+	}
+	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return nil, nil, err
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, nil, err
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(req.Items), []byte(`"`)) {
+		return nil, nil, parley.FieldErrorf("items", "must be an array of message items")
+	}
+	msgs, err := parseInput(req.Items, "items")
+	if err != nil {
+		return nil, nil, err
+	}
+	return &req, msgs, nil
+}
+
+// loadConversation reads the stored conversation the path's :id names.
+func (s *Server) loadConversation(c echo.Context) (*session.Session, error) {
+	sid, err := conversationPathID(c)
+	if err != nil {
+		return nil, err
+	}
+	return s.api.convs.Conversation(c.Request().Context(), sid)
+}
+
+// handleCreateConversation is POST /v1/conversations.
+func (s *Server) handleCreateConversation(c echo.Context) error {
+	req, msgs, err := readConversationBody(c, true)
+	if err != nil {
+		return err
+	}
+	sess, err := s.api.convs.CreateConversation(c.Request().Context(), msgs, req.Metadata)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newConversationObject(sess))
+}
+
+// handleGetConversation is GET /v1/conversations/:id.
+func (s *Server) handleGetConversation(c echo.Context) error {
+	sess, err := s.loadConversation(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newConversationObject(sess))
+}
+
+// handleUpdateConversation is POST /v1/conversations/:id (metadata only).
+func (s *Server) handleUpdateConversation(c echo.Context) error {
+	sid, err := conversationPathID(c)
+	if err != nil {
+		return err
+	}
+	req, _, err := readConversationBody(c, false)
+	if err != nil {
+		return err
+	}
+	if isSet(req.Items) {
+		return parley.FieldErrorf("items", "add items with POST /v1/conversations/{id}/items")
+	}
+	sess, err := s.api.convs.SetMetadata(c.Request().Context(), sid, req.Metadata)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newConversationObject(sess))
+}
+
+// handleDeleteConversation is DELETE /v1/conversations/:id.
+func (s *Server) handleDeleteConversation(c echo.Context) error {
+	sid, err := conversationPathID(c)
+	if err != nil {
+		return err
+	}
+	if err := s.api.convs.DeleteConversation(c.Request().Context(), sid); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, deletedObject{ID: convID(sid), Object: "conversation.deleted", Deleted: true})
+}
+
+// handleListItems is GET /v1/conversations/:id/items.
+func (s *Server) handleListItems(c echo.Context) error {
+	sess, err := s.loadConversation(c)
+	if err != nil {
+		return err
+	}
+	return listItems(c, conversationItems(sess))
+}
+
+// handleAddItems is POST /v1/conversations/:id/items.
+func (s *Server) handleAddItems(c echo.Context) error {
+	sid, err := conversationPathID(c)
+	if err != nil {
+		return err
+	}
+	_, msgs, err := readConversationBody(c, false)
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return parley.FieldErrorf("items", "at least one item is required")
+	}
+	sess, first, err := s.api.convs.AddItems(c.Request().Context(), sid, msgs)
+	if err != nil {
+		return err
+	}
+	var added []messageItem
+	for abs := first; abs < sess.Next(); abs++ {
+		if span := sess.Span(abs, abs+1); len(span) == 1 {
+			added = append(added, newMessageItem(itemID(sid, abs), span[0]))
+		}
+	}
+	l := itemList{Object: "list", Data: []messageItem{}}
+	l.Data = append(l.Data, added...)
+	if len(added) > 0 {
+		l.FirstID, l.LastID = &added[0].ID, &added[len(added)-1].ID
+	}
+	return c.JSON(http.StatusOK, l)
+}
+
+// handleGetItem is GET /v1/conversations/:id/items/:item.
+func (s *Server) handleGetItem(c echo.Context) error {
+	sess, err := s.loadConversation(c)
+	if err != nil {
+		return err
+	}
+	want := c.Param("item")
+	if rest, ok := strings.CutPrefix(want, "msg_"+sess.ID); ok {
+		want = "msg_" + session.ItemKey(sess.ID) + rest // an id of the earlier form
+	}
+	for _, it := range conversationItems(sess) {
+		if it.ID == want {
+			return c.JSON(http.StatusOK, it)
+		}
+	}
+	return parley.Errorf(parley.ENotFound, "no such item")
+}
+
+// handleDeleteItem is DELETE /v1/conversations/:id/items/:item; it returns
+// the conversation.
+func (s *Server) handleDeleteItem(c echo.Context) error {
+	sid, err := conversationPathID(c)
+	if err != nil {
+		return err
+	}
+	abs, ok := parseItemID(sid, c.Param("item"))
+	if !ok {
+		return parley.Errorf(parley.ENotFound, "no such item")
+	}
+	sess, err := s.api.convs.DeleteItem(c.Request().Context(), sid, abs)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newConversationObject(sess))
+}

@@ -1,0 +1,170 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
+)
+
+// deltaEvent is response.output_text.delta, the event of every token: a
+// struct rather than the other events' map, with its fields in the order
+// the map's sorted keys take, so the bytes are the same.
+type deltaEvent struct {
+	ContentIndex   int         `json:"content_index"`
+	Delta          string      `json:"delta"`
+	ItemID         string      `json:"item_id"`
+	Logprobs       [0]struct{} `json:"logprobs"` // always []
+	OutputIndex    int         `json:"output_index"`
+	SequenceNumber int         `json:"sequence_number"`
+	Type           string      `json:"type"`
+}
+
+// eventStream numbers and writes one response's stream events.
+type eventStream struct {
+	emit func(typ string, b []byte) error
+	seq  int // the sequence_number of the next event
+}
+
+// put sends one event, v, whose sequence_number is es.seq.
+func (es *eventStream) put(typ string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	es.seq++
+	return es.emit(typ, b)
+}
+
+// send sends an event of type typ with fields (and its type and sequence_number).
+func (es *eventStream) send(typ string, fields map[string]any) error {
+	fields["type"] = typ
+	fields["sequence_number"] = es.seq
+	return es.put(typ, fields)
+}
+
+// steps sends events one after the other, until one fails.
+func steps(fns ...func() error) error {
+	for _, fn := range fns {
+		if err := fn(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// atPart adds the location of the response's one content part to an event's fields.
+func atPart(itemID string, m map[string]any) map[string]any {
+	m["item_id"], m["output_index"], m["content_index"] = itemID, 0, 0
+	return m
+}
+
+// streamResponse writes a turn as the Responses API's stream events,
+// through emit (server-sent events, or WebSocket messages). A failed write
+// cancels the turn (through cancel) and ends the stream.
+func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, resp *session.Response, pr *parsedResponse, emit func(typ string, b []byte) error) error {
+	es := &eventStream{emit: emit}
+	meter := s.meterReply(s.requestCancelCause)
+	observe := func(ev parley.Event) {
+		meter.observe(ev)
+		if ev.Done {
+			replyLog(s.log.With(zap.String("route", "responses-stream")), ev)
+		}
+	}
+	drain := func(err error) error {
+		cancel()
+		for ev := range resp.Events() {
+			observe(ev)
+		}
+		return err
+	}
+	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
+	initial.Status = "in_progress"
+	pr.echo(initial, resp.SessionID())
+	item := s.outputItem(resp, session.StatusCompleted, "")
+	item.Status, item.Content = "in_progress", []outputText{}
+	part := newPart("output_text", "")
+	err := steps(
+		func() error { return es.send("response.created", map[string]any{"response": initial}) },
+		func() error { return es.send("response.in_progress", map[string]any{"response": initial}) },
+		func() error {
+			return es.send("response.output_item.added", map[string]any{"output_index": 0, "item": item})
+		},
+		func() error {
+			return es.send("response.content_part.added", atPart(item.ID, map[string]any{"part": part}))
+		},
+	)
+	if err != nil {
+		return drain(err)
+	}
+	var final parley.Event
+	for ev := range resp.Events() {
+		observe(ev)
+		if ev.Done {
+			final = ev
+			continue
+		}
+		if ev.Token.Text == "" {
+			continue
+		}
+		delta := deltaEvent{Delta: ev.Token.Text, ItemID: item.ID, SequenceNumber: es.seq, Type: "response.output_text.delta"}
+		if err := es.put(delta.Type, delta); err != nil {
+			return drain(err)
+		}
+	}
+	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && ctx.Err() == nil) {
+		return s.streamFailed(es, resp, pr.renameSent(replyError(final)))
+	}
+	return s.streamDone(es, resp, pr, item.ID, part)
+}
+
+// streamFailed ends the stream of a turn that failed with err: an error
+// event, then response.failed.
+func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error) error {
+	failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored)
+	failed.Status = session.StatusFailed
+	failed.Error = &responseError{Code: responseErrorCode(err), Message: parley.ErrorMessage(err)}
+	oe := newOpenAIError(err)
+	ev := map[string]any{"code": oe.Code, "message": oe.Message, "param": oe.Param}
+	if d := retryAfterSeconds(err); d > 0 {
+		// A new session the store refused when the turn was committed
+		// (the client's cap, a full store): when to try again.
+		ev["status"], ev["retry_after"] = ErrorStatus(err), d
+	}
+	if e := es.send("error", ev); e != nil {
+		return e
+	}
+	return es.send("response.failed", map[string]any{"response": failed})
+}
+
+// streamDone ends the stream of a turn that finished: the text, the
+// content part and the output item done, then response.completed (or
+// response.incomplete).
+func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, itemID string, part outputText) error {
+	done := s.finishedResponse(resp, pr)
+	text := resp.Text()
+	part.Text = text
+	out := done.Output[0]
+	return steps(
+		func() error {
+			return es.send("response.output_text.done", atPart(itemID, map[string]any{"text": text, "logprobs": []any{}}))
+		},
+		func() error {
+			return es.send("response.content_part.done", atPart(itemID, map[string]any{"part": part}))
+		},
+		func() error {
+			return es.send("response.output_item.done", map[string]any{"output_index": 0, "item": out})
+		},
+		func() error {
+			typ := "response.completed"
+			if done.Status == session.StatusIncomplete {
+				typ = "response.incomplete"
+			}
+			return es.send(typ, map[string]any{"response": done})
+		},
+	)
+}
