@@ -25,15 +25,14 @@ func ConversationSession(id string) (string, bool) {
 // metadata, owned by ctx's client; it counts against the client's creation
 // rate and the store's per-client cap.
 func (s *Service) CreateConversation(ctx context.Context, msgs []parley.Message, metadata map[string]string) (*Session, error) {
-	client := ClientFrom(ctx)
-	if err := s.creates.allow(client); err != nil {
+	if err := s.creates.allow(ClientFrom(ctx)); err != nil {
 		return nil, err
 	}
-	id, err := NewID()
+	sess, err := s.newSession(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sess := &Session{ID: id, System: s.system, Metadata: maps.Clone(metadata), Owner: client}
+	sess.Metadata = maps.Clone(metadata)
 	sess.addItems(msgs)
 	if err := s.put(ctx, sess); err != nil {
 		return nil, err

@@ -280,17 +280,15 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			unlock = u
 		}
 	default:
-		client := ClientFrom(ctx)
 		if !req.NoStore {
 			if err := s.mayCreate(ctx); err != nil {
 				return nil, err
 			}
 		}
-		id, err := NewID()
-		if err != nil {
+		var err error
+		if sess, err = s.newSession(ctx); err != nil {
 			return nil, err
 		}
-		sess = &Session{ID: id, System: s.system, Owner: client}
 	}
 
 	// From here unlock is released on every error path or handed to run.
@@ -369,14 +367,14 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 // the copied turns stay valid in the fork. Its owner is ctx's client (it
 // counts against whoever forks), or sess's when ctx has none.
 func (s *Service) fork(ctx context.Context, sess *Session, end int) (*Session, error) {
-	id, err := NewID()
+	n, err := s.newSession(ctx)
 	if err != nil {
 		return nil, err
 	}
 	f := sess.Clone()
-	f.ID, f.Created, f.Updated = id, time.Time{}, time.Time{}
-	if c := ClientFrom(ctx); c != "" {
-		f.Owner = c
+	f.ID, f.Created, f.Updated = n.ID, time.Time{}, time.Time{}
+	if n.Owner != "" {
+		f.Owner = n.Owner
 	}
 	if i := end - f.Trimmed; i >= 0 && i <= len(f.Messages) {
 		f.Messages = f.Messages[:i]

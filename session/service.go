@@ -141,11 +141,10 @@ func NewService(store Store, r Responder, opts ...Option) *Service {
 // is a parley ENotFound error: a client cannot pick its own id.
 func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 	if id == "" {
-		client := ClientFrom(ctx)
-		if err := s.creates.allow(client); err != nil {
+		if err := s.creates.allow(ClientFrom(ctx)); err != nil {
 			return nil, false, err
 		}
-		nid, err := NewID()
+		sess, err := s.newSession(ctx)
 		if err != nil {
 			return nil, false, err
 		}
@@ -153,11 +152,10 @@ func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 		// with the id it was given (after a server restart, say) resumes
 		// it. One small record; the store's session caps and TTL bound them
 		// like any other.
-		sess := &Session{ID: nid, System: s.system, Owner: client}
 		if err := s.put(ctx, sess); err != nil {
 			return nil, false, fmt.Errorf("create session: %w", err)
 		}
-		for _, old := range s.unused.add(client, nid) {
+		for _, old := range s.unused.add(sess.Owner, sess.ID) {
 			s.dropUnused(ctx, old)
 		}
 		return sess, false, nil
@@ -227,6 +225,18 @@ func (s *Service) load(ctx context.Context, id string) (*Session, error) {
 		return &Session{ID: id, System: s.system, Owner: ClientFrom(ctx)}, nil
 	}
 	return sess, err
+}
+
+// newSession returns a new, unstored session owned by ctx's client, with
+// the service's system prompt. It is the one place the Service mints
+// session ids (Open, CreateConversation, a new or forked Responses turn);
+// the caller checks the client's creation limits first.
+func (s *Service) newSession(ctx context.Context) (*Session, error) {
+	id, err := NewID()
+	if err != nil {
+		return nil, err
+	}
+	return &Session{ID: id, System: s.system, Owner: ClientFrom(ctx)}, nil
 }
 
 // update applies f to the stored session under the session's lock (an id
