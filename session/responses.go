@@ -351,14 +351,12 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		fresh.pruneRecords()
 		fresh.Responses = append(fresh.Responses, r)
 	}
-	runner := s
 	if req.NoStore {
 		out.local = &captureStore{cfg: newStoreConfig(nil)}
-		runner = &Service{store: out.local, r: s.r, system: s.system, params: s.params, log: s.log}
-		runner.unused.maxPer = s.unused.maxPer
+		t.capture = out.local
 	}
 	out.Turn = t
-	go runner.run(ctx, t, sess, prompt, unlock)
+	go s.run(ctx, t, sess, prompt, unlock)
 	return out, nil
 }
 

@@ -322,6 +322,11 @@ type Turn struct {
 	// its prompt and reply (a Responses turn's input items and record) to
 	// a fresh copy, when committing meets another replica's write.
 	reapply func(*Session)
+
+	// capture, when set, is where a turn that is not to be stored
+	// (store: false) commits instead of the store; such a turn leaves the
+	// service's own bookkeeping (unused sessions, served versions) alone.
+	capture *captureStore
 }
 
 // Events yields the reply's token events, then exactly one final event
@@ -437,8 +442,13 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 	text := t.reply.Text()
 	if final.Finish != parley.FinishError && (final.Finish != parley.FinishCancelled || text != "") {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		s.unused.used(sess.Owner, t.id)
-		err := s.commit(cctx, sess, prompt, text, t.reapply)
+		put := s.put
+		if t.capture != nil {
+			put = t.capture.Put
+		} else {
+			s.unused.used(sess.Owner, t.id)
+		}
+		err := s.commit(cctx, put, sess, prompt, text, t.reapply)
 		cancel()
 		if err != nil {
 			// The reply was streamed but not stored: say so in the final
@@ -447,7 +457,9 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 			final.Finish, final.Err = parley.FinishError, fmt.Errorf("save turn: %w", err)
 		} else {
 			t.committed = true
-			s.served.record(t.id, sess.Updated)
+			if t.capture == nil {
+				s.served.record(t.id, sess.Updated)
+			}
 			s.log.Debug("turn committed", zap.String("session", t.id),
 				zap.String("finish", string(final.Finish)), zap.Int("messages", len(sess.Messages)))
 		}
