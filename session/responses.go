@@ -203,95 +203,15 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	if err := req.Params.Validate(0); err != nil {
 		return nil, err
 	}
-	var (
-		sess   *Session
-		unlock = func() {}
-		prev   ResponseRecord
-	)
 	if req.Local != nil {
 		req.NoStore = true
 	}
-	switch {
-	case req.Previous != "" && req.Local != nil:
-		rec, ok := req.Local.Record(req.Previous)
-		if !ok {
-			return nil, parley.Errorf(parley.ENotFound, "no such response")
-		}
-		prev = rec
-		sess = req.Local.Clone()
-		if i := rec.End - sess.Trimmed; i >= 0 && i <= len(sess.Messages) {
-			sess.Messages = sess.Messages[:i]
-		}
-	case req.Previous != "":
-		sid, ok, err := s.ids.responseSession(ctx, req.Previous)
-		if err != nil {
-			return nil, err
-		} else if !ok {
-			return nil, parley.Errorf(parley.ENotFound, "no such response")
-		}
-		var u func()
-		sess, u, err = s.getLocked(ctx, sid, "previous response")
-		if err != nil {
-			return nil, err
-		}
-		rec, ok := sess.Record(req.Previous)
-		if !ok {
-			u()
-			return nil, parley.Errorf(parley.ENotFound, "no such response")
-		}
-		prev = rec
-		if rec.End == sess.Next() && !req.NoStore {
-			unlock = u // continue the session itself
-			break
-		}
-		// An older response (or one not to be stored): fork a copy with the
-		// history up to it, under a new id. A stored fork is a new session
-		// of the requesting client.
-		u()
-		if !req.NoStore {
-			if err := s.mayCreate(ctx); err != nil {
-				return nil, err
-			}
-		}
-		fork, err := s.fork(ctx, sess, rec.End)
-		if err != nil {
-			return nil, err
-		}
-		sess = fork
-	case req.Conversation != "":
-		sid, ok := ConversationSession(req.Conversation)
-		if !ok {
-			return nil, parley.Errorf(parley.ENotFound, "no such conversation")
-		}
-		var (
-			u   func()
-			err error
-		)
-		sess, u, err = s.getLocked(ctx, sid, "conversation")
-		if err != nil {
-			return nil, err
-		}
-		if req.NoStore {
-			u()
-			if sess, err = s.fork(ctx, sess, sess.Next()); err != nil {
-				return nil, err
-			}
-		} else {
-			unlock = u
-		}
-	default:
-		if !req.NoStore {
-			if err := s.mayCreate(ctx); err != nil {
-				return nil, err
-			}
-		}
-		var err error
-		if sess, err = s.newSession(ctx); err != nil {
-			return nil, err
-		}
+	sess, unlock, prev, err := s.responseSession(ctx, req)
+	if err != nil {
+		return nil, err
 	}
 
-	// From here unlock is released on every error path or handed to run.
+	// From here unlock is released on every error path or handed to start.
 	if req.Instructions != nil {
 		sess.System = *req.Instructions
 	}
@@ -303,7 +223,6 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	start := sess.Next()
 	items, last := req.Input[:len(req.Input)-1], req.Input[len(req.Input)-1]
 	input := append(sess.addItems(items), last)
-	prompt := last.Content
 	p := req.Params
 	sess.pruneRecords()
 	sess.Responses = append(sess.Responses, ResponseRecord{
@@ -313,30 +232,8 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	})
 	rec := &sess.Responses[len(sess.Responses)-1]
 
-	msgs := make([]parley.Message, 0, len(sess.Messages)+2)
-	if sess.System != "" {
-		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
-	}
-	msgs = append(msgs, sess.Messages...)
-	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: prompt})
-	if !req.NoStore {
-		// A new session (a fork's copy included) stores all it holds.
-		need := inputBytes(req.Input)
-		if sess.Created.IsZero() {
-			need = sess.Bytes() + messageBytes(last)
-		}
-		if err := s.room(ctx, sess.Owner, need); err != nil {
-			unlock()
-			return nil, err
-		}
-	}
-	reply, err := s.r.Reply(ctx, sess.ID, msgs, p)
-	if err != nil {
-		unlock()
-		return nil, err
-	}
 	out := &Response{Record: *rec, Input: input, Stored: !req.NoStore, rec: rec}
-	t := &Turn{id: sess.ID, reply: reply, events: make(chan parley.Event, turnBuffer), onFinal: rec.finish}
+	t := &Turn{onFinal: rec.finish}
 	// Another replica wrote the session while this turn ran: redo the
 	// instructions, input items and record (its usage filled by now) on
 	// what it stored, at the positions they take there.
@@ -351,13 +248,103 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		fresh.pruneRecords()
 		fresh.Responses = append(fresh.Responses, r)
 	}
+	need := -1 // an unstored turn needs no room in the store
 	if req.NoStore {
 		out.local = &captureStore{cfg: newStoreConfig(nil)}
 		t.capture = out.local
+	} else {
+		// A new session (a fork's copy included) stores all it holds.
+		need = inputBytes(req.Input)
+		if sess.Created.IsZero() {
+			need = sess.Bytes() + messageBytes(last)
+		}
+	}
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, prompt: last.Content, p: p, need: need}); err != nil {
+		return nil, err
 	}
 	out.Turn = t
-	go s.run(ctx, t, sess, prompt, unlock)
 	return out, nil
+}
+
+// responseSession returns the session a Responses turn runs on, and the
+// record of the response it continues (zero when none): the stored session
+// itself under its lock (the caller owns unlock), or a new, unlocked copy
+// (a new session, a fork of an older response, or any unstored turn's),
+// whose unlock does nothing. req.Local implies req.NoStore.
+func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (sess *Session, unlock func(), prev ResponseRecord, err error) {
+	unlock = func() {}
+	switch {
+	case req.Previous != "" && req.Local != nil:
+		rec, ok := req.Local.Record(req.Previous)
+		if !ok {
+			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		sess = req.Local.Clone()
+		if i := rec.End - sess.Trimmed; i >= 0 && i <= len(sess.Messages) {
+			sess.Messages = sess.Messages[:i]
+		}
+		return sess, unlock, rec, nil
+	case req.Previous != "":
+		sid, ok, err := s.ids.responseSession(ctx, req.Previous)
+		if err != nil {
+			return nil, nil, prev, err
+		} else if !ok {
+			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		sess, u, err := s.getLocked(ctx, sid, "previous response")
+		if err != nil {
+			return nil, nil, prev, err
+		}
+		rec, ok := sess.Record(req.Previous)
+		if !ok {
+			u()
+			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		if rec.End == sess.Next() && !req.NoStore {
+			return sess, u, rec, nil // continue the session itself
+		}
+		// An older response (or one not to be stored): fork a copy with the
+		// history up to it, under a new id. A stored fork is a new session
+		// of the requesting client.
+		u()
+		if !req.NoStore {
+			if err := s.mayCreate(ctx); err != nil {
+				return nil, nil, prev, err
+			}
+		}
+		fork, err := s.fork(ctx, sess, rec.End)
+		if err != nil {
+			return nil, nil, prev, err
+		}
+		return fork, unlock, rec, nil
+	case req.Conversation != "":
+		sid, ok := ConversationSession(req.Conversation)
+		if !ok {
+			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such conversation")
+		}
+		sess, u, err := s.getLocked(ctx, sid, "conversation")
+		if err != nil {
+			return nil, nil, prev, err
+		}
+		if !req.NoStore {
+			return sess, u, prev, nil
+		}
+		u()
+		if sess, err = s.fork(ctx, sess, sess.Next()); err != nil {
+			return nil, nil, prev, err
+		}
+		return sess, unlock, prev, nil
+	default:
+		if !req.NoStore {
+			if err := s.mayCreate(ctx); err != nil {
+				return nil, nil, prev, err
+			}
+		}
+		if sess, err = s.newSession(ctx); err != nil {
+			return nil, nil, prev, err
+		}
+		return sess, unlock, prev, nil
+	}
 }
 
 // fork returns a new, unstored session with sess's system prompt and

@@ -376,12 +376,8 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 	if err != nil {
 		return nil, fmt.Errorf("wait for turn: %w", err)
 	}
-	// From here the lock is released on every error path, or handed to the
-	// turn's goroutine, which releases it when the turn has ended.
+	// From here the lock is released on every error path, or handed to start.
 	sess, err := s.load(ctx, id)
-	if err == nil {
-		err = s.room(ctx, sess.Owner, len(parley.RoleUser)+len(prompt))
-	}
 	if err != nil {
 		unlock()
 		return nil, err
@@ -391,24 +387,56 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 		p = s.Params(sess)
 		p.SkipLogprobs = skip
 	}
+	t := &Turn{resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated)}
+	if len(sess.Messages) == 0 {
+		t.kv = KVNew
+	}
+	need := messageBytes(parley.Message{Role: parley.RoleUser, Content: prompt})
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, prompt: prompt, p: p, need: need}); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// turnStart is a turn ready to start, as Turn and Respond prepare it.
+type turnStart struct {
+	sess   *Session // the session the turn continues, its other changes (a Responses turn's input items, record) made
+	unlock func()   // releases sess's lock (a no-op for an unlocked copy); start owns it
+	prompt string   // the new user message
+	p      parley.Params
+	// need is the bytes the store must have room for before the reply
+	// starts (see room); < 0 for a turn that is not stored.
+	need int
+}
+
+// start is what every turn shares once its session is locked and ready:
+// check the store has room for it, ask for the reply to the session's
+// system prompt, history and ts.prompt, and start the goroutine that
+// streams t (which carries its API's own fields; start sets the rest) and
+// commits it. ts.unlock is start's from the call on: released on error, or
+// by the turn's goroutine when the turn has ended.
+func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
+	sess := ts.sess
+	if ts.need >= 0 {
+		if err := s.room(ctx, sess.Owner, ts.need); err != nil {
+			ts.unlock()
+			return err
+		}
+	}
 	msgs := make([]parley.Message, 0, len(sess.Messages)+2)
 	if sess.System != "" {
 		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
 	}
 	msgs = append(msgs, sess.Messages...)
-	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: prompt})
-	reply, err := s.r.Reply(ctx, id, msgs, p)
+	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: ts.prompt})
+	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
-		unlock()
-		return nil, err
+		ts.unlock()
+		return err
 	}
-	t := &Turn{id: id, reply: reply, events: make(chan parley.Event, turnBuffer),
-		resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated)}
-	if len(sess.Messages) == 0 {
-		t.kv = KVNew
-	}
-	go s.run(ctx, t, sess, prompt, unlock)
-	return t, nil
+	t.id, t.reply, t.events = sess.ID, reply, make(chan parley.Event, turnBuffer)
+	go s.run(ctx, t, sess, ts.prompt, ts.unlock)
+	return nil
 }
 
 // run forwards the reply's events, commits the turn when the final event
