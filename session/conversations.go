@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"strings"
 
@@ -61,12 +60,9 @@ func (s *Service) SetMetadata(ctx context.Context, sid string, metadata map[stri
 
 // DeleteConversation deletes the session sid; it must exist.
 func (s *Service) DeleteConversation(ctx context.Context, sid string) error {
-	if !ValidID(sid) {
-		return errNotFound()
-	}
-	unlock, err := s.locks.lock(ctx, sid)
+	unlock, err := s.lockSession(ctx, sid)
 	if err != nil {
-		return fmt.Errorf("wait for session: %w", err)
+		return err
 	}
 	defer unlock()
 	if _, err := s.store.Get(ctx, sid); err != nil {

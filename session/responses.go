@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"fmt"
 	"hash/fnv"
 	"slices"
 	"time"
@@ -470,27 +469,6 @@ func (s *Session) removeSpan(start, end int) {
 	if len(s.Responses) == 0 {
 		s.Responses = nil
 	}
-}
-
-// getLocked takes session sid's lock and reads the session; on success the
-// caller owns the lock and must call unlock. what names the session in
-// errors.
-func (s *Service) getLocked(ctx context.Context, sid, what string) (sess *Session, unlock func(), err error) {
-	unlock, err = s.locks.lock(ctx, sid)
-	if err != nil {
-		return nil, nil, fmt.Errorf("wait for session: %w", err)
-	}
-	if sess, err = s.store.Get(ctx, sid); err != nil {
-		unlock()
-		return nil, nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return sess, unlock, nil
-}
-
-// edit applies f to the stored session sid under its lock; unlike update,
-// the session must exist.
-func (s *Service) edit(ctx context.Context, sid string, f func(*Session) error) error {
-	return s.modify(ctx, sid, s.store.Get, f)
 }
 
 // mayCreate refuses a new session of ctx's client that the store would

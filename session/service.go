@@ -245,16 +245,45 @@ func (s *Service) update(ctx context.Context, id string, f func(*Session) error)
 	return s.modify(ctx, id, s.load, f)
 }
 
+// lockSession takes session id's lock; on success the caller owns it and
+// must call unlock. A malformed id is ENotFound, as an unknown one is.
+func (s *Service) lockSession(ctx context.Context, id string) (unlock func(), err error) {
+	if !ValidID(id) {
+		return nil, errNotFound()
+	}
+	if unlock, err = s.locks.lock(ctx, id); err != nil {
+		return nil, fmt.Errorf("wait for session: %w", err)
+	}
+	return unlock, nil
+}
+
+// getLocked takes session sid's lock and reads the stored session; on
+// success the caller owns the lock and must call unlock. what names the
+// session in errors.
+func (s *Service) getLocked(ctx context.Context, sid, what string) (sess *Session, unlock func(), err error) {
+	if unlock, err = s.lockSession(ctx, sid); err != nil {
+		return nil, nil, err
+	}
+	if sess, err = s.store.Get(ctx, sid); err != nil {
+		unlock()
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return sess, unlock, nil
+}
+
+// edit applies f to the stored session sid under its lock; unlike update,
+// the session must exist.
+func (s *Service) edit(ctx context.Context, sid string, f func(*Session) error) error {
+	return s.modify(ctx, sid, s.store.Get, f)
+}
+
 // modify reads the session with get, applies f and stores it, all under
 // the session's lock; when another replica wrote the session in between
 // (ErrConflict), it reads it again and reapplies f.
 func (s *Service) modify(ctx context.Context, id string, get func(context.Context, string) (*Session, error), f func(*Session) error) error {
-	if !ValidID(id) {
-		return errNotFound()
-	}
-	unlock, err := s.locks.lock(ctx, id)
+	unlock, err := s.lockSession(ctx, id)
 	if err != nil {
-		return fmt.Errorf("wait for session: %w", err)
+		return err
 	}
 	defer unlock()
 	for attempt := 0; ; attempt++ {
