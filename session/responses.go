@@ -172,17 +172,16 @@ type Response struct {
 	Input  []parley.Message // the turn's input messages, the user prompt last
 	Stored bool             // whether the turn will be stored (store: true)
 	rec    *ResponseRecord
-	local  *captureStore // NoStore turns: what would have been stored
 }
 
 // Local returns the session as the turn left it, for a NoStore turn (nil
 // otherwise); pass it as ResponseRequest.Local to chain on it. Valid after
 // Events is closed; nil when the turn was not committed.
 func (r *Response) Local() *Session {
-	if r.local == nil {
+	if r.Turn == nil || r.capture == nil {
 		return nil
 	}
-	return r.local.s
+	return r.capture.s
 }
 
 // Final returns the record as stored, with status and usage; valid after
@@ -249,8 +248,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	}
 	need := -1 // an unstored turn needs no room in the store
 	if req.NoStore {
-		out.local = &captureStore{cfg: newStoreConfig(nil)}
-		t.capture = out.local
+		t.capture = &captureStore{cfg: newStoreConfig(nil)}
 	} else {
 		// A new session (a fork's copy included) stores all it holds.
 		need = inputBytes(req.Input)
