@@ -44,19 +44,20 @@ const (
 // KVRebuilt. Valid after the final event.
 func (t *Turn) KVCache() string { return t.kv }
 
-// commit appends the turn to the session and stores it. When the store
-// reports a conflict (a shared store that another replica wrote since the
-// turn began), it re-reads the session and appends the turn to what is
-// stored now, so neither replica's turn is lost or stored twice; reapply
-// (when not nil) first redoes the turn's other changes on that copy.
-func (s *Service) commit(ctx context.Context, sess *Session, prompt, text string, reapply func(*Session)) error {
+// commit appends the turn to the session and stores it with put (the
+// service's put, or an unstored turn's capture, which never conflicts).
+// When the store reports a conflict (a shared store that another replica
+// wrote since the turn began), it re-reads the session and appends the turn
+// to what is stored now, so neither replica's turn is lost or stored twice;
+// reapply (when not nil) first redoes the turn's other changes on that copy.
+func (s *Service) commit(ctx context.Context, put func(context.Context, *Session) error, sess *Session, prompt, text string, reapply func(*Session)) error {
 	turn := []parley.Message{
 		{Role: parley.RoleUser, Content: prompt},
 		{Role: parley.RoleAssistant, Content: text},
 	}
 	sess.Messages = append(sess.Messages, turn...)
 	for attempt := 0; ; attempt++ {
-		err := s.put(ctx, sess)
+		err := put(ctx, sess)
 		if !errors.Is(err, ErrConflict) || attempt == conflictRetries {
 			return err
 		}

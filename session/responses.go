@@ -2,11 +2,8 @@ package session
 
 import (
 	"context"
-	"fmt"
 	"hash/fnv"
-	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/parley-chat/parley"
@@ -72,13 +69,6 @@ func textHash(s string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
 	return h.Sum64()
-}
-
-// ConversationSession returns the session id of a conversation id. A bare
-// session id is accepted too (the id a WebSocket chat shows).
-func ConversationSession(id string) (string, bool) {
-	sid := strings.TrimPrefix(id, ConversationPrefix)
-	return sid, ValidID(sid)
 }
 
 // pos is the index in s.Messages of absolute position abs, or -1 when it is
@@ -182,17 +172,16 @@ type Response struct {
 	Input  []parley.Message // the turn's input messages, the user prompt last
 	Stored bool             // whether the turn will be stored (store: true)
 	rec    *ResponseRecord
-	local  *captureStore // NoStore turns: what would have been stored
 }
 
 // Local returns the session as the turn left it, for a NoStore turn (nil
 // otherwise); pass it as ResponseRequest.Local to chain on it. Valid after
 // Events is closed; nil when the turn was not committed.
 func (r *Response) Local() *Session {
-	if r.local == nil {
+	if r.Turn == nil || r.capture == nil {
 		return nil
 	}
-	return r.local.s
+	return r.capture.s
 }
 
 // Final returns the record as stored, with status and usage; valid after
@@ -212,97 +201,15 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	if err := req.Params.Validate(0); err != nil {
 		return nil, err
 	}
-	var (
-		sess   *Session
-		unlock = func() {}
-		prev   ResponseRecord
-	)
 	if req.Local != nil {
 		req.NoStore = true
 	}
-	switch {
-	case req.Previous != "" && req.Local != nil:
-		rec, ok := req.Local.Record(req.Previous)
-		if !ok {
-			return nil, parley.Errorf(parley.ENotFound, "no such response")
-		}
-		prev = rec
-		sess = req.Local.Clone()
-		if i := rec.End - sess.Trimmed; i >= 0 && i <= len(sess.Messages) {
-			sess.Messages = sess.Messages[:i]
-		}
-	case req.Previous != "":
-		sid, ok, err := s.ids.responseSession(ctx, req.Previous)
-		if err != nil {
-			return nil, err
-		} else if !ok {
-			return nil, parley.Errorf(parley.ENotFound, "no such response")
-		}
-		var u func()
-		sess, u, err = s.getLocked(ctx, sid, "previous response")
-		if err != nil {
-			return nil, err
-		}
-		rec, ok := sess.Record(req.Previous)
-		if !ok {
-			u()
-			return nil, parley.Errorf(parley.ENotFound, "no such response")
-		}
-		prev = rec
-		if rec.End == sess.Next() && !req.NoStore {
-			unlock = u // continue the session itself
-			break
-		}
-		// An older response (or one not to be stored): fork a copy with the
-		// history up to it, under a new id. A stored fork is a new session
-		// of the requesting client.
-		u()
-		if !req.NoStore {
-			if err := s.mayCreate(ctx); err != nil {
-				return nil, err
-			}
-		}
-		fork, err := s.fork(ctx, sess, rec.End)
-		if err != nil {
-			return nil, err
-		}
-		sess = fork
-	case req.Conversation != "":
-		sid, ok := ConversationSession(req.Conversation)
-		if !ok {
-			return nil, parley.Errorf(parley.ENotFound, "no such conversation")
-		}
-		var (
-			u   func()
-			err error
-		)
-		sess, u, err = s.getLocked(ctx, sid, "conversation")
-		if err != nil {
-			return nil, err
-		}
-		if req.NoStore {
-			u()
-			if sess, err = s.fork(ctx, sess, sess.Next()); err != nil {
-				return nil, err
-			}
-		} else {
-			unlock = u
-		}
-	default:
-		client := ClientFrom(ctx)
-		if !req.NoStore {
-			if err := s.mayCreate(ctx); err != nil {
-				return nil, err
-			}
-		}
-		id, err := NewID()
-		if err != nil {
-			return nil, err
-		}
-		sess = &Session{ID: id, System: s.system, Owner: client}
+	sess, unlock, prev, err := s.responseSession(ctx, req)
+	if err != nil {
+		return nil, err
 	}
 
-	// From here unlock is released on every error path or handed to run.
+	// From here unlock is released on every error path or handed to start.
 	if req.Instructions != nil {
 		sess.System = *req.Instructions
 	}
@@ -314,7 +221,6 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	start := sess.Next()
 	items, last := req.Input[:len(req.Input)-1], req.Input[len(req.Input)-1]
 	input := append(sess.addItems(items), last)
-	prompt := last.Content
 	p := req.Params
 	sess.pruneRecords()
 	sess.Responses = append(sess.Responses, ResponseRecord{
@@ -324,30 +230,8 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	})
 	rec := &sess.Responses[len(sess.Responses)-1]
 
-	msgs := make([]parley.Message, 0, len(sess.Messages)+2)
-	if sess.System != "" {
-		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
-	}
-	msgs = append(msgs, sess.Messages...)
-	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: prompt})
-	if !req.NoStore {
-		// A new session (a fork's copy included) stores all it holds.
-		need := inputBytes(req.Input)
-		if sess.Created.IsZero() {
-			need = sess.Bytes() + messageBytes(last)
-		}
-		if err := s.room(ctx, sess.Owner, need); err != nil {
-			unlock()
-			return nil, err
-		}
-	}
-	reply, err := s.r.Reply(ctx, sess.ID, msgs, p)
-	if err != nil {
-		unlock()
-		return nil, err
-	}
 	out := &Response{Record: *rec, Input: input, Stored: !req.NoStore, rec: rec}
-	t := &Turn{id: sess.ID, reply: reply, events: make(chan parley.Event, turnBuffer), onFinal: rec.finish}
+	t := &Turn{onFinal: rec.finish}
 	// Another replica wrote the session while this turn ran: redo the
 	// instructions, input items and record (its usage filled by now) on
 	// what it stored, at the positions they take there.
@@ -362,15 +246,102 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		fresh.pruneRecords()
 		fresh.Responses = append(fresh.Responses, r)
 	}
-	runner := s
+	need := -1 // an unstored turn needs no room in the store
 	if req.NoStore {
-		out.local = &captureStore{cfg: newStoreConfig(nil)}
-		runner = &Service{store: out.local, r: s.r, system: s.system, params: s.params, log: s.log}
-		runner.unused.maxPer = s.unused.maxPer
+		t.capture = &captureStore{cfg: newStoreConfig(nil)}
+	} else {
+		// A new session (a fork's copy included) stores all it holds.
+		need = inputBytes(req.Input)
+		if sess.Created.IsZero() {
+			need = sess.Bytes() + messageBytes(last)
+		}
+	}
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, prompt: last.Content, p: p, need: need}); err != nil {
+		return nil, err
 	}
 	out.Turn = t
-	go runner.run(ctx, t, sess, prompt, unlock)
 	return out, nil
+}
+
+// responseSession returns the session a Responses turn runs on, and the
+// record of the response it continues (zero when none): the stored session
+// itself under its lock (the caller owns unlock), or a new, unlocked copy
+// (a new session, a fork of an older response, or any unstored turn's),
+// whose unlock does nothing. req.Local implies req.NoStore.
+func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (sess *Session, unlock func(), prev ResponseRecord, err error) {
+	unlock = func() {}
+	switch {
+	case req.Previous != "" && req.Local != nil:
+		rec, ok := req.Local.Record(req.Previous)
+		if !ok {
+			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		sess = req.Local.Clone()
+		if i := rec.End - sess.Trimmed; i >= 0 && i <= len(sess.Messages) {
+			sess.Messages = sess.Messages[:i]
+		}
+		return sess, unlock, rec, nil
+	case req.Previous != "":
+		sid, ok, err := s.ids.responseSession(ctx, req.Previous)
+		if err != nil {
+			return nil, nil, prev, err
+		} else if !ok {
+			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		sess, u, err := s.getLocked(ctx, sid, "previous response")
+		if err != nil {
+			return nil, nil, prev, err
+		}
+		rec, ok := sess.Record(req.Previous)
+		if !ok {
+			u()
+			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such response")
+		}
+		if rec.End == sess.Next() && !req.NoStore {
+			return sess, u, rec, nil // continue the session itself
+		}
+		// An older response (or one not to be stored): fork a copy with the
+		// history up to it, under a new id. A stored fork is a new session
+		// of the requesting client.
+		u()
+		if !req.NoStore {
+			if err := s.mayCreate(ctx); err != nil {
+				return nil, nil, prev, err
+			}
+		}
+		fork, err := s.fork(ctx, sess, rec.End)
+		if err != nil {
+			return nil, nil, prev, err
+		}
+		return fork, unlock, rec, nil
+	case req.Conversation != "":
+		sid, ok := ConversationSession(req.Conversation)
+		if !ok {
+			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such conversation")
+		}
+		sess, u, err := s.getLocked(ctx, sid, "conversation")
+		if err != nil {
+			return nil, nil, prev, err
+		}
+		if !req.NoStore {
+			return sess, u, prev, nil
+		}
+		u()
+		if sess, err = s.fork(ctx, sess, sess.Next()); err != nil {
+			return nil, nil, prev, err
+		}
+		return sess, unlock, prev, nil
+	default:
+		if !req.NoStore {
+			if err := s.mayCreate(ctx); err != nil {
+				return nil, nil, prev, err
+			}
+		}
+		if sess, err = s.newSession(ctx); err != nil {
+			return nil, nil, prev, err
+		}
+		return sess, unlock, prev, nil
+	}
 }
 
 // fork returns a new, unstored session with sess's system prompt and
@@ -378,14 +349,14 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 // the copied turns stay valid in the fork. Its owner is ctx's client (it
 // counts against whoever forks), or sess's when ctx has none.
 func (s *Service) fork(ctx context.Context, sess *Session, end int) (*Session, error) {
-	id, err := NewID()
+	n, err := s.newSession(ctx)
 	if err != nil {
 		return nil, err
 	}
 	f := sess.Clone()
-	f.ID, f.Created, f.Updated = id, time.Time{}, time.Time{}
-	if c := ClientFrom(ctx); c != "" {
-		f.Owner = c
+	f.ID, f.Created, f.Updated = n.ID, time.Time{}, time.Time{}
+	if n.Owner != "" {
+		f.Owner = n.Owner
 	}
 	if i := end - f.Trimmed; i >= 0 && i <= len(f.Messages) {
 		f.Messages = f.Messages[:i]
@@ -496,113 +467,6 @@ func (s *Session) removeSpan(start, end int) {
 	if len(s.Responses) == 0 {
 		s.Responses = nil
 	}
-}
-
-// getLocked takes session sid's lock and reads the session; on success the
-// caller owns the lock and must call unlock. what names the session in
-// errors.
-func (s *Service) getLocked(ctx context.Context, sid, what string) (sess *Session, unlock func(), err error) {
-	unlock, err = s.locks.lock(ctx, sid)
-	if err != nil {
-		return nil, nil, fmt.Errorf("wait for session: %w", err)
-	}
-	if sess, err = s.store.Get(ctx, sid); err != nil {
-		unlock()
-		return nil, nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return sess, unlock, nil
-}
-
-// edit applies f to the stored session sid under its lock; unlike update,
-// the session must exist.
-func (s *Service) edit(ctx context.Context, sid string, f func(*Session) error) error {
-	return s.modify(ctx, sid, s.store.Get, f)
-}
-
-// CreateConversation stores a new session holding msgs (system messages
-// set its system prompt; without one it gets the service's default) and
-// metadata, owned by ctx's client; it counts against the client's creation
-// rate and the store's per-client cap.
-func (s *Service) CreateConversation(ctx context.Context, msgs []parley.Message, metadata map[string]string) (*Session, error) {
-	client := ClientFrom(ctx)
-	if err := s.creates.allow(client); err != nil {
-		return nil, err
-	}
-	id, err := NewID()
-	if err != nil {
-		return nil, err
-	}
-	sess := &Session{ID: id, System: s.system, Metadata: maps.Clone(metadata), Owner: client}
-	sess.addItems(msgs)
-	if err := s.put(ctx, sess); err != nil {
-		return nil, err
-	}
-	return sess, nil
-}
-
-// Conversation returns the stored session sid.
-func (s *Service) Conversation(ctx context.Context, sid string) (*Session, error) {
-	if !ValidID(sid) {
-		return nil, errNotFound()
-	}
-	return s.store.Get(ctx, sid)
-}
-
-// SetMetadata replaces a conversation's metadata.
-func (s *Service) SetMetadata(ctx context.Context, sid string, metadata map[string]string) (*Session, error) {
-	var out *Session
-	err := s.edit(ctx, sid, func(sess *Session) error {
-		sess.Metadata = maps.Clone(metadata)
-		out = sess
-		return nil
-	})
-	return out, err
-}
-
-// DeleteConversation deletes the session sid; it must exist.
-func (s *Service) DeleteConversation(ctx context.Context, sid string) error {
-	if !ValidID(sid) {
-		return errNotFound()
-	}
-	unlock, err := s.locks.lock(ctx, sid)
-	if err != nil {
-		return fmt.Errorf("wait for session: %w", err)
-	}
-	defer unlock()
-	if _, err := s.store.Get(ctx, sid); err != nil {
-		return err
-	}
-	return s.store.Delete(ctx, sid)
-}
-
-// AddItems appends msgs to conversation sid without a reply and returns
-// the absolute position of the first one (system messages replace the
-// system prompt and take no position).
-func (s *Service) AddItems(ctx context.Context, sid string, msgs []parley.Message) (*Session, int, error) {
-	var out *Session
-	first := 0
-	err := s.edit(ctx, sid, func(sess *Session) error {
-		first = sess.Next()
-		sess.addItems(msgs)
-		out = sess
-		return nil
-	})
-	return out, first, err
-}
-
-// DeleteItem removes the message at absolute position abs from
-// conversation sid; the responses it belonged to are forgotten.
-func (s *Service) DeleteItem(ctx context.Context, sid string, abs int) (*Session, error) {
-	var out *Session
-	err := s.edit(ctx, sid, func(sess *Session) error {
-		if sess.pos(abs) < 0 {
-			return parley.Errorf(parley.ENotFound, "no such item")
-		}
-		sess.removeSpan(abs, abs+1)
-		out = sess
-		return nil
-	})
-	return out, err
 }
 
 // mayCreate refuses a new session of ctx's client that the store would

@@ -141,11 +141,10 @@ func NewService(store Store, r Responder, opts ...Option) *Service {
 // is a parley ENotFound error: a client cannot pick its own id.
 func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 	if id == "" {
-		client := ClientFrom(ctx)
-		if err := s.creates.allow(client); err != nil {
+		if err := s.creates.allow(ClientFrom(ctx)); err != nil {
 			return nil, false, err
 		}
-		nid, err := NewID()
+		sess, err := s.newSession(ctx)
 		if err != nil {
 			return nil, false, err
 		}
@@ -153,11 +152,10 @@ func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 		// with the id it was given (after a server restart, say) resumes
 		// it. One small record; the store's session caps and TTL bound them
 		// like any other.
-		sess := &Session{ID: nid, System: s.system, Owner: client}
 		if err := s.put(ctx, sess); err != nil {
 			return nil, false, fmt.Errorf("create session: %w", err)
 		}
-		for _, old := range s.unused.add(client, nid) {
+		for _, old := range s.unused.add(sess.Owner, sess.ID) {
 			s.dropUnused(ctx, old)
 		}
 		return sess, false, nil
@@ -229,22 +227,63 @@ func (s *Service) load(ctx context.Context, id string) (*Session, error) {
 	return sess, err
 }
 
+// newSession returns a new, unstored session owned by ctx's client, with
+// the service's system prompt. It is the one place the Service mints
+// session ids (Open, CreateConversation, a new or forked Responses turn);
+// the caller checks the client's creation limits first.
+func (s *Service) newSession(ctx context.Context) (*Session, error) {
+	id, err := NewID()
+	if err != nil {
+		return nil, err
+	}
+	return &Session{ID: id, System: s.system, Owner: ClientFrom(ctx)}, nil
+}
+
 // update applies f to the stored session under the session's lock (an id
 // Open issued and nothing wrote yet starts from a new session).
 func (s *Service) update(ctx context.Context, id string, f func(*Session) error) error {
 	return s.modify(ctx, id, s.load, f)
 }
 
+// lockSession takes session id's lock; on success the caller owns it and
+// must call unlock. A malformed id is ENotFound, as an unknown one is.
+func (s *Service) lockSession(ctx context.Context, id string) (unlock func(), err error) {
+	if !ValidID(id) {
+		return nil, errNotFound()
+	}
+	if unlock, err = s.locks.lock(ctx, id); err != nil {
+		return nil, fmt.Errorf("wait for session: %w", err)
+	}
+	return unlock, nil
+}
+
+// getLocked takes session sid's lock and reads the stored session; on
+// success the caller owns the lock and must call unlock. what names the
+// session in errors.
+func (s *Service) getLocked(ctx context.Context, sid, what string) (sess *Session, unlock func(), err error) {
+	if unlock, err = s.lockSession(ctx, sid); err != nil {
+		return nil, nil, err
+	}
+	if sess, err = s.store.Get(ctx, sid); err != nil {
+		unlock()
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return sess, unlock, nil
+}
+
+// edit applies f to the stored session sid under its lock; unlike update,
+// the session must exist.
+func (s *Service) edit(ctx context.Context, sid string, f func(*Session) error) error {
+	return s.modify(ctx, sid, s.store.Get, f)
+}
+
 // modify reads the session with get, applies f and stores it, all under
 // the session's lock; when another replica wrote the session in between
 // (ErrConflict), it reads it again and reapplies f.
 func (s *Service) modify(ctx context.Context, id string, get func(context.Context, string) (*Session, error), f func(*Session) error) error {
-	if !ValidID(id) {
-		return errNotFound()
-	}
-	unlock, err := s.locks.lock(ctx, id)
+	unlock, err := s.lockSession(ctx, id)
 	if err != nil {
-		return fmt.Errorf("wait for session: %w", err)
+		return err
 	}
 	defer unlock()
 	for attempt := 0; ; attempt++ {
@@ -312,6 +351,11 @@ type Turn struct {
 	// its prompt and reply (a Responses turn's input items and record) to
 	// a fresh copy, when committing meets another replica's write.
 	reapply func(*Session)
+
+	// capture, when set, is where a turn that is not to be stored
+	// (store: false) commits instead of the store; such a turn leaves the
+	// service's own bookkeeping (unused sessions, served versions) alone.
+	capture *captureStore
 }
 
 // Events yields the reply's token events, then exactly one final event
@@ -361,12 +405,8 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 	if err != nil {
 		return nil, fmt.Errorf("wait for turn: %w", err)
 	}
-	// From here the lock is released on every error path, or handed to the
-	// turn's goroutine, which releases it when the turn has ended.
+	// From here the lock is released on every error path, or handed to start.
 	sess, err := s.load(ctx, id)
-	if err == nil {
-		err = s.room(ctx, sess.Owner, len(parley.RoleUser)+len(prompt))
-	}
 	if err != nil {
 		unlock()
 		return nil, err
@@ -376,24 +416,56 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 		p = s.Params(sess)
 		p.SkipLogprobs = skip
 	}
+	t := &Turn{resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated)}
+	if len(sess.Messages) == 0 {
+		t.kv = KVNew
+	}
+	need := messageBytes(parley.Message{Role: parley.RoleUser, Content: prompt})
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, prompt: prompt, p: p, need: need}); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// turnStart is a turn ready to start, as Turn and Respond prepare it.
+type turnStart struct {
+	sess   *Session // the session the turn continues, its other changes (a Responses turn's input items, record) made
+	unlock func()   // releases sess's lock (a no-op for an unlocked copy); start owns it
+	prompt string   // the new user message
+	p      parley.Params
+	// need is the bytes the store must have room for before the reply
+	// starts (see room); < 0 for a turn that is not stored.
+	need int
+}
+
+// start is what every turn shares once its session is locked and ready:
+// check the store has room for it, ask for the reply to the session's
+// system prompt, history and ts.prompt, and start the goroutine that
+// streams t (which carries its API's own fields; start sets the rest) and
+// commits it. ts.unlock is start's from the call on: released on error, or
+// by the turn's goroutine when the turn has ended.
+func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
+	sess := ts.sess
+	if ts.need >= 0 {
+		if err := s.room(ctx, sess.Owner, ts.need); err != nil {
+			ts.unlock()
+			return err
+		}
+	}
 	msgs := make([]parley.Message, 0, len(sess.Messages)+2)
 	if sess.System != "" {
 		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
 	}
 	msgs = append(msgs, sess.Messages...)
-	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: prompt})
-	reply, err := s.r.Reply(ctx, id, msgs, p)
+	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: ts.prompt})
+	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
-		unlock()
-		return nil, err
+		ts.unlock()
+		return err
 	}
-	t := &Turn{id: id, reply: reply, events: make(chan parley.Event, turnBuffer),
-		resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated)}
-	if len(sess.Messages) == 0 {
-		t.kv = KVNew
-	}
-	go s.run(ctx, t, sess, prompt, unlock)
-	return t, nil
+	t.id, t.reply, t.events = sess.ID, reply, make(chan parley.Event, turnBuffer)
+	go s.run(ctx, t, sess, ts.prompt, ts.unlock)
+	return nil
 }
 
 // run forwards the reply's events, commits the turn when the final event
@@ -427,8 +499,13 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 	text := t.reply.Text()
 	if final.Finish != parley.FinishError && (final.Finish != parley.FinishCancelled || text != "") {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		s.unused.used(sess.Owner, t.id)
-		err := s.commit(cctx, sess, prompt, text, t.reapply)
+		put := s.put
+		if t.capture != nil {
+			put = t.capture.Put
+		} else {
+			s.unused.used(sess.Owner, t.id)
+		}
+		err := s.commit(cctx, put, sess, prompt, text, t.reapply)
 		cancel()
 		if err != nil {
 			// The reply was streamed but not stored: say so in the final
@@ -437,7 +514,9 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 			final.Finish, final.Err = parley.FinishError, fmt.Errorf("save turn: %w", err)
 		} else {
 			t.committed = true
-			s.served.record(t.id, sess.Updated)
+			if t.capture == nil {
+				s.served.record(t.id, sess.Updated)
+			}
 			s.log.Debug("turn committed", zap.String("session", t.id),
 				zap.String("finish", string(final.Finish)), zap.Int("messages", len(sess.Messages)))
 		}

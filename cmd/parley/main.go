@@ -57,6 +57,15 @@ func main() {
 	}
 }
 
+// The web server takes the session layer as a web.Sessions and mounts the
+// Responses and Conversations APIs only when a type assertion finds
+// web.Conversations on it; these lines make a Service that stops
+// satisfying either a compile error here instead of a silent 404 there.
+var (
+	_ web.Sessions      = (*session.Service)(nil)
+	_ web.Conversations = (*session.Service)(nil)
+)
+
 // config is every flag's value.
 type config struct {
 	model, modelSHA256, modelCache, ollamaModels string
