@@ -330,8 +330,7 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 	defer close(rep.out)
 	defer cancel()
 	var (
-		abandon     <-chan time.Time // armed once genCtx ends
-		abandoned   bool             // the engine missed abandonAfter; the stream is drained elsewhere
+		abandoned   bool // the engine missed abandonAfter; the stream is drained elsewhere
 		final       parley.Event
 		gotFinal    bool
 		stopped     bool // a stop matched: later tokens are dropped and generation cancelled
@@ -342,28 +341,12 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		pieces      []string
 		special     []bool
 	)
-	ended := genCtx.Done()
+	src := &engineStream{in: in, ended: genCtx.Done()}
+	defer src.stop()
 	for {
-		var (
-			ev parley.Event
-			ok bool
-		)
-		select {
-		case ev, ok = <-in:
-		case <-ended:
-			ended = nil
-			t := time.NewTimer(abandonAfter)
-			defer t.Stop()
-			abandon = t.C
-			continue
-		case <-abandon:
-			abandoned = true
-			go func() {
-				for range in {
-				}
-			}()
-		}
-		if abandoned || !ok {
+		ev, ok := src.next()
+		if !ok {
+			abandoned = src.abandoned
 			break
 		}
 		switch {
@@ -427,6 +410,45 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		rep.remember(gen, pieces, special)
 	}
 	rep.deliverFinal(ctx, final)
+}
+
+// engineStream reads the engine's stream for Reply.run, giving up on it
+// abandonAfter after ended (generation's context) is done.
+type engineStream struct {
+	in        <-chan parley.Event
+	ended     <-chan struct{} // nil once seen
+	timer     *time.Timer     // armed when ended is seen
+	abandoned bool            // the engine missed abandonAfter; a goroutine drains in
+}
+
+// next returns the next event, or false when the stream is closed or abandoned.
+func (s *engineStream) next() (parley.Event, bool) {
+	var abandon <-chan time.Time
+	for {
+		if s.timer != nil {
+			abandon = s.timer.C
+		}
+		select {
+		case ev, ok := <-s.in:
+			return ev, ok
+		case <-s.ended:
+			s.ended = nil
+			s.timer = time.NewTimer(abandonAfter)
+		case <-abandon:
+			s.abandoned = true
+			go func(in <-chan parley.Event) {
+				for range in {
+				}
+			}(s.in)
+			return parley.Event{}, false
+		}
+	}
+}
+
+func (s *engineStream) stop() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
 }
 
 // deliver sends a token event unless the consumer has cancelled, and adds its
