@@ -246,17 +246,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			zap.Int("max_http_conns", cfg.maxHTTPConns), zap.Int("max_conns", cfg.maxConns))
 	}
 
-	defaults := parley.DefaultParams()
-	defaults.MaxTokens = cfg.maxTokens
-	defaults.Temperature = cfg.temperature
-	defaults.TopK = cfg.topK
-	defaults.TopP = cfg.topP
-	defaults.MinP = cfg.minP
-	defaults.RepeatPenalty = cfg.repeatPenalty
-	defaults.RepeatLastN = cfg.repeatLastN
-	defaults.Seed = cfg.seed
-	if err := defaults.Validate(cfg.maxTokensLimit); err != nil {
-		return fmt.Errorf("default sampling flags: %s", parley.ErrorMessage(err))
+	defaults, err := defaultParams(cfg)
+	if err != nil {
+		return err
 	}
 
 	ropts := []chat.Option{chat.WithLogger(log.Named("chat"))}
@@ -286,26 +278,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		session.WithClientLimits(cfg.sessionCreatesPerMinute, cfg.maxUnusedPerClient),
 		session.WithLogger(log.Named("session")))
 
-	srv := web.New(web.Config{
-		Addr:             cfg.addr,
-		AllowedOrigins:   splitList(cfg.allowedOrigins),
-		AllowedHosts:     splitList(cfg.allowedHosts),
-		APIKey:           cfg.apiKey,
-		MaxMessageBytes:  cfg.maxMessageBytes,
-		MaxConns:         cfg.maxConns,
-		MaxConnsPerIP:    cfg.maxConnsPerIP,
-		PromptsPerMinute: cfg.promptsPerMinute,
-		MaxPromptTokens:  cfg.maxPromptTokens,
-		MaxQueuedPrompts: cfg.maxQueuedPrompts,
-		DrainTimeout:     cfg.drainTimeout,
-		Defaults:         defaults,
-		MaxTokensCap:     cfg.maxTokensLimit,
-		BodyTimeout:      cfg.bodyTimeout,
-		MaxHTTPConns:     cfg.maxHTTPConns,
-
-		MaxHTTPConnsPerIP:    cfg.maxHTTPConnsPerIP,
-		MaxBodyBytesInflight: cfg.maxBodyBytesInflight,
-	}, sessions,
+	srv := web.New(serverConfig(cfg, defaults), sessions,
 		web.WithLogger(log.Named("web")),
 		web.WithTokenizer(engine),
 		web.WithResponder(responder), web.WithModelInfo(engine.Info),
@@ -352,6 +325,47 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// defaultParams is the sampling defaults the flags set, validated.
+func defaultParams(cfg config) (parley.Params, error) {
+	defaults := parley.DefaultParams()
+	defaults.MaxTokens = cfg.maxTokens
+	defaults.Temperature = cfg.temperature
+	defaults.TopK = cfg.topK
+	defaults.TopP = cfg.topP
+	defaults.MinP = cfg.minP
+	defaults.RepeatPenalty = cfg.repeatPenalty
+	defaults.RepeatLastN = cfg.repeatLastN
+	defaults.Seed = cfg.seed
+	if err := defaults.Validate(cfg.maxTokensLimit); err != nil {
+		return defaults, fmt.Errorf("default sampling flags: %s", parley.ErrorMessage(err))
+	}
+	return defaults, nil
+}
+
+// serverConfig is the web server's configuration from the flags.
+func serverConfig(cfg config, defaults parley.Params) web.Config {
+	return web.Config{
+		Addr:             cfg.addr,
+		AllowedOrigins:   splitList(cfg.allowedOrigins),
+		AllowedHosts:     splitList(cfg.allowedHosts),
+		APIKey:           cfg.apiKey,
+		MaxMessageBytes:  cfg.maxMessageBytes,
+		MaxConns:         cfg.maxConns,
+		MaxConnsPerIP:    cfg.maxConnsPerIP,
+		PromptsPerMinute: cfg.promptsPerMinute,
+		MaxPromptTokens:  cfg.maxPromptTokens,
+		MaxQueuedPrompts: cfg.maxQueuedPrompts,
+		DrainTimeout:     cfg.drainTimeout,
+		Defaults:         defaults,
+		MaxTokensCap:     cfg.maxTokensLimit,
+		BodyTimeout:      cfg.bodyTimeout,
+		MaxHTTPConns:     cfg.maxHTTPConns,
+
+		MaxHTTPConnsPerIP:    cfg.maxHTTPConnsPerIP,
+		MaxBodyBytesInflight: cfg.maxBodyBytesInflight,
+	}
 }
 
 // loadEngine resolves --model (downloading hf:// references) and loads it,
