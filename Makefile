@@ -43,7 +43,7 @@ help:
 	@echo 'make build   build $(BIN) (MARCH=$(MARCH))'
 	@echo 'make run     setup + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
 	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
-	@echo 'make bench   build ollama + the synthetic model, then scripts/bench (BENCH_ARGS=...)'
+	@echo 'make bench   build ollama + the synthetic model, then cmd/bench (BENCH_ARGS=...)'
 	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
 	@echo '             installs Debian'"'"'s nvidia-cuda-toolkit if nvcc is missing; ~17 min per architecture on 2 cores)'
 	@echo 'make bench-gpu  the GPU benchmark (needs make cuda and a GPU): Parley vs raw decode vs Ollama'
@@ -90,12 +90,12 @@ test: setup build
 	scripts/test.sh
 
 # The peer (ollama, same module version and CGO flags), the synthetic model (kept outside the repo, made once),
-# then the measurements; writes BENCHMARKS.md. BENCH_ARGS go to scripts/bench (e.g. BENCH_ARGS='-servers parley').
+# then the measurements; writes BENCHMARKS.md. BENCH_ARGS go to cmd/bench (e.g. BENCH_ARGS='-servers parley').
 BENCH_ARGS ?=
 bench: build
-	scripts/bench/build-ollama.sh
-	$(GO) run ./scripts/mkgguf
-	$(GO) run ./scripts/bench -parley $(BIN) $(BENCH_ARGS)
+	scripts/build-ollama.sh
+	$(GO) run ./cmd/mkgguf
+	$(GO) run ./cmd/bench -parley $(BIN) $(BENCH_ARGS)
 
 # The CUDA backend (issue 18): ggml's CUDA source from the pinned module, compiled by nvcc into lib/ollama, which
 # bin/parley finds as ../lib/ollama with no environment variable. Every kernel is compiled once per architecture:

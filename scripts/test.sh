@@ -113,7 +113,7 @@ suite "build bin/parley" go build -o bin/parley ./cmd/parley
 # llm/source's ollama:// test resolves a store made by a real `ollama create` instead of skipping.
 build_ollama() {
 	local bin
-	bin=$(scripts/bench/build-ollama.sh | tail -n 1) || return 1
+	bin=$(scripts/build-ollama.sh | tail -n 1) || return 1
 	[ -x "$bin" ] || { echo "build-ollama: no binary at $bin" >&2; return 1; }
 	export PARLEY_OLLAMA_BIN=$bin
 	echo "PARLEY_OLLAMA_BIN=$bin"

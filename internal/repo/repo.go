@@ -1,6 +1,6 @@
 // Package repo locates the repository and what the project keeps beside it
-// (the shared test model), for the tests and the tools under scripts/. It is
-// never needed by the server itself.
+// (the shared test model), for the tests and the tools in cmd/ beside the
+// server (bench, load, mkgguf). It is never needed by the server itself.
 package repo
 
 import (

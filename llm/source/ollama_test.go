@@ -177,7 +177,7 @@ func TestResolveOllamaStore(t *testing.T) {
 }
 
 // ollamaBin returns a real ollama binary: env PARLEY_OLLAMA_BIN, else the
-// one scripts/bench/build-ollama.sh builds by default.
+// one scripts/build-ollama.sh builds by default.
 func ollamaBin(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("PARLEY_OLLAMA_BIN"); p != "" {
@@ -189,7 +189,7 @@ func ollamaBin(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no ollama binary: set PARLEY_OLLAMA_BIN or run scripts/bench/build-ollama.sh")
+	t.Skip("no ollama binary: set PARLEY_OLLAMA_BIN or run scripts/build-ollama.sh")
 	return ""
 }
 

@@ -192,7 +192,7 @@ func TestGPUSection(t *testing.T) {
 
 // TestRunEndToEnd runs the whole tool with small settings on stories260K:
 // the raw decode, a real parley process over WebSocket, and, when it has been
-// built (scripts/bench/build-ollama.sh), a real `ollama serve`. It checks the
+// built (scripts/build-ollama.sh), a real `ollama serve`. It checks the
 // measurements are complete and plausible and that BENCHMARKS.md is written.
 func TestRunEndToEnd(t *testing.T) {
 	if testing.Short() {
@@ -207,7 +207,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if _, err := os.Stat(ollamaBin); err == nil {
 		servers += ",ollama"
 	} else {
-		t.Logf("no ollama binary at %s (scripts/bench/build-ollama.sh builds it): measuring Parley only", ollamaBin)
+		t.Logf("no ollama binary at %s (scripts/build-ollama.sh builds it): measuring Parley only", ollamaBin)
 	}
 	dir := t.TempDir()
 	out, js := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "bench.json")

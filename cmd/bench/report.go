@@ -339,8 +339,8 @@ func errSummary(errs []string) string {
 // Markers of the generated section of BENCHMARKS.md. Text outside them
 // (commentary, other tools' sections) is kept when the file is rewritten.
 const (
-	beginMarker = "<!-- scripts/bench: generated section, rewritten by `make bench` -->"
-	endMarker   = "<!-- /scripts/bench -->"
+	beginMarker = "<!-- cmd/bench: generated section, rewritten by `make bench` -->"
+	endMarker   = "<!-- /cmd/bench -->"
 )
 
 // markdown renders the generated section.

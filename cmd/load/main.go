@@ -8,8 +8,8 @@
 // "## Load" section into BENCHMARKS.md (between its own markers, leaving
 // the other sections as they are).
 //
-//	go run ./scripts/load                         # 500 sessions, 32 generating, 60 s
-//	go run ./scripts/load -conns 50 -duration 5s  # a quick look
+//	go run ./cmd/load                         # 500 sessions, 32 generating, 60 s
+//	go run ./cmd/load -conns 50 -duration 5s  # a quick look
 //
 // The run is bounded: -duration of load, and -timeout for everything; it
 // talks to loopback only and stops the server it started whatever happens.
@@ -544,8 +544,8 @@ func markdown(r *results) string {
 	c := r.cfg
 	f := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	perConn := float64(r.rssIdle-r.rssBase) / float64(max(c.conns, 1))
-	f("## Load (scripts/load)\n\n")
-	f("`go run ./scripts/load -conns %d -active %d -duration %v` on %s: bin/parley on stories260K, `--parallel %d --threads %d --ctx 512 --max-tokens %d`, bolt store; ",
+	f("## Load (cmd/load)\n\n")
+	f("`go run ./cmd/load -conns %d -active %d -duration %v` on %s: bin/parley on stories260K, `--parallel %d --threads %d --ctx 512 --max-tokens %d`, bolt store; ",
 		c.conns, c.active, c.duration, r.start.UTC().Format("2006-01-02"), c.parallel, c.threads, c.maxTokens)
 	f("%d WebSocket sessions (JSON mode) held open, %d of them prompting back to back, the rest idle; %d connections attempted past `--max-conns %d`. Loopback, %d CPUs shared with other work.\n\n",
 		c.conns, c.active, c.probes, c.conns, runtime.NumCPU())
@@ -595,6 +595,6 @@ func sum(m map[string]int) int {
 // Markers of this tool's section of BENCHMARKS.md; the rest of the file is
 // left as it is.
 const (
-	beginMarker = "<!-- scripts/load: generated section, rewritten by `go run ./scripts/load` -->"
-	endMarker   = "<!-- /scripts/load -->"
+	beginMarker = "<!-- cmd/load: generated section, rewritten by `go run ./cmd/load` -->"
+	endMarker   = "<!-- /cmd/load -->"
 )

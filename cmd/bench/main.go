@@ -3,13 +3,13 @@
 // one bounded run on loopback, and writes the table into BENCHMARKS.md.
 //
 // For each model (by default stories260K and the synthetic SmolLM2-135M-shaped
-// model that scripts/mkgguf writes):
+// model that cmd/mkgguf writes):
 //
 //  1. raw: the model opened in-process with llm.Open and decoded greedily,
 //     no server: the limit a single stream can approach;
 //  2. parley: `parley --model M --parallel N --threads T --ctx C` on a free
 //     loopback port, driven over its WebSocket JSON mode;
-//  3. ollama: `ollama serve` (built by scripts/bench/build-ollama.sh from the
+//  3. ollama: `ollama serve` (built by scripts/build-ollama.sh from the
 //     same github.com/ollama/ollama version and CGO flags) with
 //     OLLAMA_NUM_PARALLEL=N, the same GGUF imported by `ollama create`, driven
 //     by streaming POST /api/chat with the whole history each turn.
@@ -22,9 +22,9 @@
 //
 // Usage (what `make bench` runs):
 //
-//	scripts/bench/build-ollama.sh
-//	go run ./scripts/mkgguf
-//	go run ./scripts/bench -parley bin/parley
+//	scripts/build-ollama.sh
+//	go run ./cmd/mkgguf
+//	go run ./cmd/bench -parley bin/parley
 //
 // On a GPU (issue 18), scripts/bench-gpu.sh runs it with -gpu-layers auto,
 // flash attention on, 64 slots and 1, 16 and 64 sessions on a synthetic
@@ -104,7 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.parleyBin, "parley", filepath.Join(root, "bin", "parley"), "parley binary (make build)")
-	fs.StringVar(&c.ollamaBin, "ollama", filepath.Join(cache, "parley", "ollama", "ollama"), "ollama binary (scripts/bench/build-ollama.sh)")
+	fs.StringVar(&c.ollamaBin, "ollama", filepath.Join(cache, "parley", "ollama", "ollama"), "ollama binary (scripts/build-ollama.sh)")
 	fs.StringVar(&models, "models", strings.Join([]string{
 		repo.TestModel(root),
 		filepath.Join(cache, "parley", "models", "synthetic-smollm2-135m-f16.gguf"),
@@ -176,7 +176,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if _, err := os.Stat(abs); err != nil {
 			hint := ""
 			if strings.Contains(filepath.Base(abs), "synthetic") {
-				hint = " (write it with: go run ./scripts/mkgguf -o " + abs + ")"
+				hint = " (write it with: go run ./cmd/mkgguf -o " + abs + ")"
 			}
 			return c, fmt.Errorf("model %s: %w%s", abs, err, hint)
 		}
@@ -185,7 +185,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	for _, s := range c.servers {
 		bin, hint := &c.parleyBin, "make build"
 		if s == "ollama" {
-			bin, hint = &c.ollamaBin, "scripts/bench/build-ollama.sh"
+			bin, hint = &c.ollamaBin, "scripts/build-ollama.sh"
 		}
 		abs, err := filepath.Abs(*bin)
 		if err != nil {
@@ -222,8 +222,8 @@ func sectionMarkers(name string) benchmd.Markers {
 		return benchmd.Markers{Begin: beginMarker, End: endMarker}
 	}
 	return benchmd.Markers{
-		Begin: "<!-- scripts/bench " + name + ": generated section, rewritten by `scripts/bench -section " + name + "` -->",
-		End:   "<!-- /scripts/bench " + name + " -->",
+		Begin: "<!-- cmd/bench " + name + ": generated section, rewritten by `cmd/bench -section " + name + "` -->",
+		End:   "<!-- /cmd/bench " + name + " -->",
 	}
 }
 
@@ -268,7 +268,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep := &report{
 		Started: time.Now(),
 		Env:     collectEnv(repo.WorkingRoot()),
-		Command: "go run ./scripts/bench " + strings.Join(args, " "),
+		Command: "go run ./cmd/bench " + strings.Join(args, " "),
 		Cfg:     cfg,
 	}
 	failures := 0
