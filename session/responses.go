@@ -198,6 +198,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	if req.Previous != "" && req.Conversation != "" {
 		return nil, parley.FieldErrorf("conversation", "cannot be used together with previous_response_id")
 	}
+	// Cheap for parameters the edge validated (see Turn).
 	if err := req.Params.Validate(0); err != nil {
 		return nil, err
 	}
