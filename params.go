@@ -63,6 +63,11 @@ type Params struct {
 	// the engine skips computing them (a softmax over the vocabulary per
 	// token) and Token.Logprob is NaN. Set by the wire layer, never sent.
 	SkipLogprobs bool `json:"-"`
+
+	// checked records the grammar Validate checked or converted, so that
+	// neither a later Validate nor the engine repeats the work; see
+	// CheckedGrammar. Copying a Params copies it.
+	checked checkedGrammar
 }
 
 // DefaultParams returns Parley's defaults: a short, mildly creative reply.
@@ -82,7 +87,13 @@ func DefaultParams() Params {
 
 // Validate checks every field and returns an EInvalid *Error naming the first
 // bad one. maxTokens bounds MaxTokens (the server's cap); <= 0 means no cap.
-func (p Params) Validate(maxTokens int) error {
+//
+// It records in p the grammar it checked, or the one a JSONSchema converts
+// to (see CheckedGrammar), and does not check or convert them again while
+// Grammar and JSONSchema are unchanged: a request is validated at the edge,
+// and again (cheaply) by the layers below it that must not trust their
+// callers. Keep the validated value.
+func (p *Params) Validate(maxTokens int) error {
 	finite := func(name string, v, lo, hi float64) error {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return FieldErrorf(name, "must be a finite number")
@@ -148,28 +159,91 @@ func (p Params) Validate(maxTokens int) error {
 	if len(p.JSONSchema) > MaxSchemaLen {
 		return FieldErrorf("json_schema", "must be at most %d bytes", MaxSchemaLen)
 	}
-	if p.Grammar != "" {
+	return p.checkGrammar()
+}
+
+// checkGrammar checks the grammar or JSON schema (converting the schema to
+// the grammar it stands for) and records the result in p.checked. It does
+// nothing when p.checked was derived from the current Grammar or JSONSchema:
+// a 500-property schema takes ~100 ms to convert, and a request's
+// parameters are validated at the edge, in the session and in the engine.
+func (p *Params) checkGrammar() error {
+	if p.checked.of(p) {
+		return nil
+	}
+	p.checked = checkedGrammar{}
+	c := checkedGrammar{done: true, field: p.grammarField()}
+	switch c.field {
+	case "grammar":
 		if err := gbnf.Check(p.Grammar, grammarLimits()); err != nil {
 			return FieldErrorf("grammar", "%v", err)
 		}
-	}
-	if len(p.JSONSchema) > 0 && !json.Valid(p.JSONSchema) {
-		return FieldErrorf("json_schema", "must be valid JSON")
-	}
-	if len(p.JSONSchema) > 0 && jsonDepthOver(p.JSONSchema, MaxSchemaDepth) {
-		return FieldErrorf("json_schema", "nests objects and arrays more than %d deep", MaxSchemaDepth)
-	}
-	if len(p.JSONSchema) > 0 {
+		c.src, c.grammar = p.Grammar, p.Grammar
+	case "json_schema":
+		if !json.Valid(p.JSONSchema) {
+			return FieldErrorf("json_schema", "must be valid JSON")
+		}
+		if jsonDepthOver(p.JSONSchema, MaxSchemaDepth) {
+			return FieldErrorf("json_schema", "nests objects and arrays more than %d deep", MaxSchemaDepth)
+		}
 		if err := gbnf.CheckSchema(p.JSONSchema, grammarLimits()); err != nil {
 			return FieldErrorf("json_schema", "%v", err)
 		}
 		// Converted here, at the edge, so that a schema over a limit is
-		// refused before it is queued; the engine converts it again.
-		if _, err := gbnf.SchemaToGrammar(p.JSONSchema, grammarLimits()); err != nil {
+		// refused before it is queued; the engine samples with the result.
+		g, err := gbnf.SchemaToGrammar(p.JSONSchema, grammarLimits())
+		if err != nil {
 			return FieldErrorf("json_schema", "%v", err)
 		}
+		c.src, c.grammar = string(p.JSONSchema), g // a copy: the caller may reuse its bytes
 	}
+	p.checked = c
 	return nil
+}
+
+// grammarField returns the field that constrains the reply: "grammar",
+// "json_schema", or "" for neither. (Validate refuses both at once.)
+func (p *Params) grammarField() string {
+	switch {
+	case p.Grammar != "":
+		return "grammar"
+	case len(p.JSONSchema) > 0:
+		return "json_schema"
+	}
+	return ""
+}
+
+// CheckedGrammar returns the GBNF grammar that constrains the reply ("" for
+// none) and the field the client gave it in ("grammar" or "json_schema"),
+// as the last Validate checked (and, for a schema, converted) it. ok is
+// false unless Validate has succeeded on p's current Grammar and
+// JSONSchema: the caller must validate first.
+func (p *Params) CheckedGrammar() (grammar, field string, ok bool) {
+	if !p.checked.of(p) {
+		return "", "", false
+	}
+	return p.checked.grammar, p.checked.field, true
+}
+
+// checkedGrammar is what Validate derived from a Params' Grammar or
+// JSONSchema. It is valid while the Params' source text equals src; src is
+// a copy, so a change to the caller's bytes shows.
+type checkedGrammar struct {
+	done    bool   // Validate succeeded on src
+	field   string // "grammar", "json_schema", or "" when neither is set
+	src     string // the Grammar or JSONSchema text checked
+	grammar string // the GBNF to sample with: Grammar itself, or the schema converted
+}
+
+// of reports whether c was derived from p's current Grammar or JSONSchema.
+func (c checkedGrammar) of(p *Params) bool {
+	if !c.done || c.field != p.grammarField() {
+		return false
+	}
+	if c.field == "json_schema" {
+		return c.src == string(p.JSONSchema) // compared without a copy
+	}
+	return c.src == p.Grammar
 }
 
 // jsonDepthOver reports whether the valid JSON value b nests objects and

@@ -91,3 +91,61 @@ func TestValidateSchemaLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateRecordsGrammar: Validate records the grammar it checked (a
+// schema's converted) for CheckedGrammar, and a change to Grammar or to
+// JSONSchema's bytes, even in place, makes the record stale: it is not
+// used, and the next Validate checks the new text.
+func TestValidateRecordsGrammar(t *testing.T) {
+	p := parley.DefaultParams()
+	if g, f, ok := p.CheckedGrammar(); ok {
+		t.Fatalf("unvalidated params: CheckedGrammar = %q, %q, true", g, f)
+	}
+	if err := p.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	if g, f, ok := p.CheckedGrammar(); !ok || g != "" || f != "" {
+		t.Fatalf("no grammar: CheckedGrammar = %q, %q, %v", g, f, ok)
+	}
+
+	p.JSONSchema = json.RawMessage(`{"type":"boolean"}`)
+	if _, _, ok := p.CheckedGrammar(); ok {
+		t.Fatal("a schema set after Validate reads as checked")
+	}
+	if err := p.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	g, f, ok := p.CheckedGrammar()
+	if !ok || f != "json_schema" || !strings.Contains(g, `root ::= boolean`) {
+		t.Fatalf("schema: CheckedGrammar = %q, %q, %v", g, f, ok)
+	}
+	copied := p // a copy keeps the record
+	if g2, _, ok := copied.CheckedGrammar(); !ok || g2 != g {
+		t.Fatalf("copy: CheckedGrammar = %q, %v", g2, ok)
+	}
+
+	copy(p.JSONSchema, `{"type":"boolea!"}`) // same length, changed in place
+	if _, _, ok := p.CheckedGrammar(); ok {
+		t.Fatal("a schema changed in place reads as checked")
+	}
+	var pe *parley.Error
+	if err := p.Validate(0); !errors.As(err, &pe) || pe.Field != "json_schema" {
+		t.Fatalf("changed schema: Validate = %v, want a json_schema error", err)
+	}
+	if _, _, ok := p.CheckedGrammar(); ok {
+		t.Fatal("a refused schema reads as checked")
+	}
+
+	p.JSONSchema = nil
+	p.Grammar = `root ::= "yes" | "no"`
+	if err := p.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	if g, f, ok := p.CheckedGrammar(); !ok || g != p.Grammar || f != "grammar" {
+		t.Fatalf("grammar: CheckedGrammar = %q, %q, %v", g, f, ok)
+	}
+	p.Grammar = `root ::= "no"`
+	if _, _, ok := p.CheckedGrammar(); ok {
+		t.Fatal("a grammar changed after Validate reads as checked")
+	}
+}

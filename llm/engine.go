@@ -333,6 +333,9 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 			return nil, parley.FieldErrorf("prompt", "token id %d is outside the vocabulary", t)
 		}
 	}
+	// A guard for callers that never validated (tests, scripts): for
+	// parameters validated above, it rechecks the numbers and reuses the
+	// grammar their Validate recorded (newSampler samples with it).
 	if err := req.Params.Validate(0); err != nil {
 		return nil, err
 	}

@@ -9,22 +9,18 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/internal/gbnf"
 )
 
 // newSampler builds seq's sampler: an inline llama.cpp sampler without a
 // grammar, or with one a grammarSampler whose goroutine has already checked
 // (under the step budget) that some token can start the grammar.
-// Params.Validate has checked the client's grammar or schema; the grammar a
-// schema converts to is checked here.
+// Params.Validate has checked the client's grammar or schema, and converted
+// the schema: the grammar is taken from p as it recorded it, not converted
+// again (Generate validates first, so p's record is current).
 func (e *Engine) newSampler(p parley.Params, client string) (*llama.SamplingContext, *grammarSampler, error) {
-	grammar, field := p.Grammar, "grammar" // field: what the client sent, for errors
-	if len(p.JSONSchema) > 0 {
-		g, err := gbnf.SchemaToGrammar(p.JSONSchema, gbnf.Limits{})
-		if err != nil {
-			return nil, nil, parley.FieldErrorf("json_schema", "%v", err)
-		}
-		grammar, field = g, "json_schema"
+	grammar, field, ok := p.CheckedGrammar() // field: what the client sent, for errors
+	if !ok {
+		return nil, nil, parley.Errorf(parley.EInternal, "sampling parameters were not validated")
 	}
 	seed := uint32(math.MaxUint32) // llama.cpp: random
 	if p.Seed >= 0 {

@@ -188,16 +188,38 @@ func (r *Response) Local() *Session {
 // Events is closed.
 func (r *Response) Final() ResponseRecord { return *r.rec }
 
+// CheckResponseInput refuses the input of a Responses request unless it ends
+// with a user message (the turn's prompt). Respond checks it; the wire calls
+// it too, where it reads the input, so that it refuses such a request before
+// reading the rest, in the same words.
+func CheckResponseInput(input []parley.Message) error {
+	if len(input) == 0 || input[len(input)-1].Role != parley.RoleUser {
+		return parley.FieldErrorf("input", "must end with a user message")
+	}
+	return nil
+}
+
+// CheckResponseContinuation refuses a Responses request that continues both
+// a response (previous, a response id) and a conversation. Respond checks
+// it; the wire calls it too, as for CheckResponseInput.
+func CheckResponseContinuation(previous, conversation string) error {
+	if previous != "" && conversation != "" {
+		return parley.FieldErrorf("conversation", "cannot be used together with previous_response_id")
+	}
+	return nil
+}
+
 // Respond starts a turn of the Responses API (see ResponseRequest). The
 // returned Response's Turn behaves as Service.Turn's: the turn, and its
 // record, are stored when the reply ends.
 func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, error) {
-	if len(req.Input) == 0 || req.Input[len(req.Input)-1].Role != parley.RoleUser {
-		return nil, parley.FieldErrorf("input", "must end with a user message")
+	if err := CheckResponseInput(req.Input); err != nil {
+		return nil, err
 	}
-	if req.Previous != "" && req.Conversation != "" {
-		return nil, parley.FieldErrorf("conversation", "cannot be used together with previous_response_id")
+	if err := CheckResponseContinuation(req.Previous, req.Conversation); err != nil {
+		return nil, err
 	}
+	// Cheap for parameters the edge validated (see Turn).
 	if err := req.Params.Validate(0); err != nil {
 		return nil, err
 	}

@@ -397,6 +397,9 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
 	}
 	if p.MaxTokens != 0 {
+		// Parameters the edge validated carry the grammar it checked (or
+		// the schema it converted): this rechecks the numbers only, and p
+		// takes the record on to the engine.
 		if err := p.Validate(0); err != nil {
 			return nil, err
 		}

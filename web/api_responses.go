@@ -146,8 +146,8 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	if len(msgs) == 0 {
 		return nil, parley.FieldErrorf("input", "is required")
 	}
-	if msgs[len(msgs)-1].Role != parley.RoleUser {
-		return nil, parley.FieldErrorf("input", "must end with a user message")
+	if err := session.CheckResponseInput(msgs); err != nil {
+		return nil, err
 	}
 	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
 		return nil, parley.FieldErrorf("tools", "tool calls are not supported")
@@ -214,8 +214,8 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 		out.conv = conv
 		out.req.Conversation = conv
 	}
-	if out.req.Previous != "" && out.conv != "" {
-		return nil, parley.FieldErrorf("conversation", "cannot be used together with previous_response_id")
+	if err := session.CheckResponseContinuation(out.req.Previous, out.req.Conversation); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

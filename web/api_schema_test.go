@@ -3,10 +3,13 @@ package web_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parley-chat/parley/internal/gbnf"
 )
 
 // wideSchema is an object of n properties p0..p(n-1) of mixed types; the
@@ -191,6 +194,41 @@ func TestLoneSurrogateGrammarRefused(t *testing.T) {
 		e := wantFieldError(t, post(t, s.base+"/v1/chat/completions", map[string]any{"messages": userMsgs("Hi"), "grammar": g}), http.StatusBadRequest, "grammar")
 		if !strings.Contains(e.Error.Message, "surrogate") {
 			t.Errorf("%s: %q does not say why", g, e.Error.Message)
+		}
+	}
+}
+
+// TestSchemaConvertedOnce: a request's JSON schema is converted to a grammar
+// once (a 500-property one takes ~100 ms), though the web edge, the session
+// and the engine each validate the request's parameters. Both APIs whose
+// requests pass through Service.Turn and Service.Respond are checked,
+// streamed and not.
+func TestSchemaConvertedOnce(t *testing.T) {
+	s := mustOpenAPI(t, nil)
+	schema := wideSchema(20, 2)
+	for name, c := range map[string]struct {
+		path string
+		body map[string]any
+	}{
+		"chat completions": {"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "Form:"}}, "max_tokens": 8,
+			"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "form", "schema": schema}}}},
+		"chat completions streamed": {"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "Form:"}}, "max_tokens": 8, "stream": true,
+			"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "form", "schema": schema}}}},
+		"responses": {"/v1/responses", map[string]any{"input": "Form:", "max_output_tokens": 8,
+			"text": map[string]any{"format": map[string]any{"type": "json_schema", "name": "form", "schema": schema}}}},
+		"responses streamed": {"/v1/responses", map[string]any{"input": "Form:", "max_output_tokens": 8, "stream": true,
+			"text": map[string]any{"format": map[string]any{"type": "json_schema", "name": "form", "schema": schema}}}},
+	} {
+		before := gbnf.Conversions()
+		res := post(t, s.base+c.path, c.body)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d: %s (%v)", name, res.StatusCode, body, err)
+		}
+		s.waitIdle(t)
+		if n := gbnf.Conversions() - before; n != 1 {
+			t.Errorf("%s: the schema was converted %d times, want once", name, n)
 		}
 	}
 }

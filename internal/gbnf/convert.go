@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Limits on a JSON schema that SchemaToGrammar converts. Each is checked as
@@ -62,6 +63,16 @@ var primitiveRules = map[string]struct {
 	"pattern-dot": {`[^"\\\x7F\x00-\x1F] | "\\" ["\\/bft]`, nil},
 }
 
+// conversions counts SchemaToGrammar's calls in this process. It only
+// grows, like an expvar counter; see Conversions.
+var conversions atomic.Int64
+
+// Conversions reports how many schemas SchemaToGrammar has been asked to
+// convert in this process. A large schema takes ~100 ms to convert, so a
+// request's is converted once (by parley.Params.Validate); tests use this
+// to hold it to that.
+func Conversions() int64 { return conversions.Load() }
+
 type converter struct {
 	root   *jnode
 	names  []string          // rule names in the order they were defined
@@ -88,6 +99,7 @@ type converter struct {
 // enforced (neither does llama.cpp); integer bounds are, exactly, with the
 // same digit-range rules as llama.cpp.
 func SchemaToGrammar(raw []byte, lim Limits) (string, error) {
+	conversions.Add(1)
 	root, err := parseJSON(string(raw), MaxSchemaNodes, MaxSchemaNesting)
 	if err != nil {
 		return "", err
