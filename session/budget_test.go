@@ -107,7 +107,7 @@ func TestStoreClientShare(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			st := mustOpen(t, k, session.WithMaxStoreBytes(1_000_000), session.WithClientShare(0.1))
 			ctx := context.Background()
-			bob := session.WithClient(ctx, "192.0.2.2") // the store reads owners from records, not the context
+			bob := parley.WithClient(ctx, "192.0.2.2") // the store reads owners from records, not the context
 			n := 0
 			var err error
 			var first *session.Session
@@ -157,8 +157,8 @@ func TestForkAmplification(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			st := mustOpen(t, k, session.WithMaxStoreBytes(10<<20), session.WithClientShare(0.05))
 			svc, _ := newService(t, st, echo)
-			owner := session.WithClient(context.Background(), "198.51.100.7")
-			attacker := session.WithClient(context.Background(), "203.0.113.9")
+			owner := parley.WithClient(context.Background(), "198.51.100.7")
+			attacker := parley.WithClient(context.Background(), "203.0.113.9")
 			big := strings.Repeat("Lily had a red ball. ", 5000) // about 100 kB
 			r, err := svc.Respond(owner, session.ResponseRequest{Input: user(big), Params: parley.DefaultParams()})
 			if err != nil {
@@ -378,7 +378,7 @@ func TestTurnRefusedUpFront(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			st := mustOpen(t, k, session.WithMaxStoreBytes(1_000_000), session.WithClientShare(0.05))
 			svc, f := newService(t, st, echo)
-			alice := session.WithClient(context.Background(), "192.0.2.1")
+			alice := parley.WithClient(context.Background(), "192.0.2.1")
 			var err error
 			var last *session.Session
 			for range 10 {
@@ -397,7 +397,7 @@ func TestTurnRefusedUpFront(t *testing.T) {
 			if n := len(f.callList()); n != calls {
 				t.Fatalf("the responder was called %d times for refused turns", n-calls)
 			}
-			bob := session.WithClient(context.Background(), "192.0.2.2")
+			bob := parley.WithClient(context.Background(), "192.0.2.2")
 			r, err := svc.Respond(bob, session.ResponseRequest{Input: user("hello"), Params: parley.DefaultParams()})
 			if err != nil {
 				t.Fatal(err)

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"context"
 	"math"
 	"strconv"
 	"sync"
@@ -13,19 +12,9 @@ import (
 // A client is whoever creates sessions, named by an opaque key the wire
 // derives (an address, grouped per /64 for IPv6, or a user once users
 // exist; never a secret such as an API key). The key arrives in the
-// request's context, and the Service stamps it on every session the
+// request's context (parley.WithClient), and the Service stamps it on every session the
 // request creates (Session.Owner), so the store can bound what one client
 // holds and the Service what one client creates per minute.
-
-// WithClient returns ctx carrying the key of the client a request comes
-// from: parley.WithClient, the one key the engine's per-client caps read too.
-func WithClient(ctx context.Context, key string) context.Context {
-	return parley.WithClient(ctx, key)
-}
-
-// ClientFrom returns the client key WithClient put in ctx, or "" (no
-// client: internal callers and tests, bound by no per-client limit).
-func ClientFrom(ctx context.Context) string { return parley.ClientFrom(ctx) }
 
 // Defaults of the per-client limits (cmd/parley's flags).
 const (

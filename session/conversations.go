@@ -24,7 +24,7 @@ func ConversationSession(id string) (string, bool) {
 // metadata, owned by ctx's client; it counts against the client's creation
 // rate and the store's per-client cap.
 func (s *Service) CreateConversation(ctx context.Context, msgs []parley.Message, metadata map[string]string) (*Session, error) {
-	if err := s.creates.allow(ClientFrom(ctx)); err != nil {
+	if err := s.creates.allow(parley.ClientFrom(ctx)); err != nil {
 		return nil, err
 	}
 	sess, err := s.newSession(ctx)

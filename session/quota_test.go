@@ -129,8 +129,8 @@ func TestServiceCreationRate(t *testing.T) {
 	st := session.NewMemoryStore()
 	t.Cleanup(func() { st.Close() })
 	svc, _ := newService(t, st, echo, session.WithClientLimits(6, 0), session.WithServiceClock(clk.Now))
-	a := session.WithClient(context.Background(), "10.0.0.1")
-	b := session.WithClient(context.Background(), "10.0.0.2")
+	a := parley.WithClient(context.Background(), "10.0.0.1")
+	b := parley.WithClient(context.Background(), "10.0.0.2")
 	p := parley.DefaultParams()
 	first := func() session.ResponseRecord {
 		r, err := svc.Respond(a, session.ResponseRequest{Input: user("one"), Params: p})
@@ -206,8 +206,8 @@ func TestUnusedSessionsPerClient(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			st := mustOpen(t, k)
 			svc, _ := newService(t, st, echo, session.WithClientLimits(0, 4))
-			a := session.WithClient(context.Background(), "10.0.0.1")
-			b := session.WithClient(context.Background(), "10.0.0.2")
+			a := parley.WithClient(context.Background(), "10.0.0.1")
+			b := parley.WithClient(context.Background(), "10.0.0.2")
 			other, _, err := svc.Open(b, "")
 			if err != nil {
 				t.Fatal(err)
@@ -350,9 +350,9 @@ func TestRespondRefusedBeforeTheTurn(t *testing.T) {
 			st := mustOpen(t, k, session.WithMaxPerOwner(1), session.WithMaxSessions(2), session.WithEvictFloor(time.Hour))
 			svc, fake := newService(t, st, echo)
 			calls := func() int { fake.mu.Lock(); defer fake.mu.Unlock(); return len(fake.calls) }
-			a := session.WithClient(context.Background(), "10.0.0.1")
-			b := session.WithClient(context.Background(), "10.0.0.2")
-			c := session.WithClient(context.Background(), "10.0.0.3")
+			a := parley.WithClient(context.Background(), "10.0.0.1")
+			b := parley.WithClient(context.Background(), "10.0.0.2")
+			c := parley.WithClient(context.Background(), "10.0.0.3")
 			p := parley.DefaultParams()
 			r, err := svc.Respond(a, session.ResponseRequest{Input: user("one"), Params: p})
 			if err != nil {

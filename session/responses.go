@@ -496,7 +496,7 @@ func (s *Session) removeSpan(start, end int) {
 // turn runs for a session stored only when it ends. A refusal by the store
 // spends none of the client's rate.
 func (s *Service) mayCreate(ctx context.Context) error {
-	client := ClientFrom(ctx)
+	client := parley.ClientFrom(ctx)
 	if a, ok := s.store.(Admitter); ok {
 		if err := a.Admit(ctx, client); err != nil {
 			return err

@@ -141,7 +141,7 @@ func NewService(store Store, r Responder, opts ...Option) *Service {
 // is a parley ENotFound error: a client cannot pick its own id.
 func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 	if id == "" {
-		if err := s.creates.allow(ClientFrom(ctx)); err != nil {
+		if err := s.creates.allow(parley.ClientFrom(ctx)); err != nil {
 			return nil, false, err
 		}
 		sess, err := s.newSession(ctx)
@@ -222,7 +222,7 @@ func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) er
 func (s *Service) load(ctx context.Context, id string) (*Session, error) {
 	sess, err := s.store.Get(ctx, id)
 	if parley.ErrorCode(err) == parley.ENotFound {
-		return &Session{ID: id, System: s.system, Owner: ClientFrom(ctx)}, nil
+		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx)}, nil
 	}
 	return sess, err
 }
@@ -236,7 +236,7 @@ func (s *Service) newSession(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Session{ID: id, System: s.system, Owner: ClientFrom(ctx)}, nil
+	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx)}, nil
 }
 
 // update applies f to the stored session under the session's lock (an id

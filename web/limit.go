@@ -29,7 +29,7 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 
 // tagClient names the request's client (clientKey: its address, IPv6 per
 // /64) in its context, for every per-client limit: the session layer
-// stamps it on the sessions the request creates (session.ClientFrom), the
+// stamps it on the sessions the request creates (parley.ClientFrom), the
 // engine caps the grammar samplers one client's requests hold.
 func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
