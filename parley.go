@@ -20,12 +20,31 @@ const (
 	RoleSystem    Role = "system"
 	RoleUser      Role = "user"
 	RoleAssistant Role = "assistant"
+	// RoleTool carries a tool's result back to the model; ToolCallID names the call it answers.
+	RoleTool Role = "tool"
 )
 
 // Message is one turn of a conversation.
+//
+// Reasoning is a thinking model's thought, kept apart from Content (the answer); what of it goes back into the next
+// prompt is the chat template's choice. ToolCalls are the calls an assistant turn made; a RoleTool message answers one
+// of them by ToolCallID (Name is the tool's name where the wire gives it). All of them are empty for plain chat, and
+// omitted from stored JSON so that sessions stored before they existed read back unchanged.
 type Message struct {
-	Role    Role   `json:"role"`
-	Content string `json:"content"`
+	Role       Role       `json:"role"`
+	Content    string     `json:"content"`
+	Reasoning  string     `json:"reasoning,omitempty"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Name       string     `json:"name,omitempty"`
+}
+
+// ToolCall is one function call an assistant turn made. Arguments is the call's arguments as JSON text, exactly as
+// generated (it always parses and validates against the tool's schema when Parley constrained it).
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 // FinishReason says why a reply ended.
