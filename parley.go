@@ -9,6 +9,7 @@
 package parley
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -37,6 +38,13 @@ type Message struct {
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
 	Name       string     `json:"name,omitempty"`
+}
+
+// Tool is a function the model may call: its name, what it does, and the JSON schema of its arguments.
+type Tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
 }
 
 // ToolCall is one function call an assistant turn made. Arguments is the call's arguments as JSON text, exactly as

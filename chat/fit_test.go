@@ -3,6 +3,7 @@ package chat_test
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ func wordCount(calls *int) func([]parley.Message) (int, error) {
 	plain, _ := chat.TemplateByName("plain")
 	return func(msgs []parley.Message) (int, error) {
 		*calls++
-		prompt, err := plain.Render(msgs, true)
+		prompt, err := plain.Render(msgs, chat.Gen)
 		if err != nil {
 			return 0, err
 		}
@@ -92,10 +93,10 @@ func TestFit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(kept, tt.want) || dropped != tt.wantDropped {
+			if !reflect.DeepEqual(kept, tt.want) || dropped != tt.wantDropped {
 				t.Errorf("kept %v dropped %d, want %v dropped %d", kept, dropped, tt.want, tt.wantDropped)
 			}
-			if !slices.Equal(tt.msgs, orig) {
+			if !reflect.DeepEqual(tt.msgs, orig) {
 				t.Errorf("Fit modified its input")
 			}
 			if n, _ := wordCount(new(int))(kept); n > tt.budget {

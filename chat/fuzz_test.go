@@ -80,7 +80,7 @@ func FuzzRender(f *testing.F) {
 		for i, content := range []string{a, b, c, d} {
 			msgs = append(msgs, parley.Message{Role: roles[int(roleBits>>(2*i))%3], Content: content})
 		}
-		out, err := tmpl.Render(msgs, gen)
+		out, err := tmpl.Render(msgs, chat.RenderOptions{AddGenerationPrompt: gen})
 		if err != nil {
 			t.Fatalf("%s: %v", tmpl.Name(), err)
 		}
@@ -91,8 +91,8 @@ func FuzzRender(f *testing.F) {
 		if msgs[len(msgs)-1].Role != parley.RoleUser {
 			return
 		}
-		this, _ := tmpl.Render(msgs, true)
-		next, _ := tmpl.Render(append(msgs, parley.Message{Role: parley.RoleAssistant, Content: c}, parley.Message{Role: parley.RoleUser, Content: d}), true)
+		this, _ := tmpl.Render(msgs, chat.Gen)
+		next, _ := tmpl.Render(append(msgs, parley.Message{Role: parley.RoleAssistant, Content: c}, parley.Message{Role: parley.RoleUser, Content: d}), chat.Gen)
 		if !strings.HasPrefix(next, this) {
 			t.Fatalf("%s: next prompt does not extend this one:\nthis %q\nnext %q", tmpl.Name(), this, next)
 		}

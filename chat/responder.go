@@ -149,7 +149,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens), nil
 		}
-		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), true)
+		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), Gen)
 		if err != nil {
 			return 0, err
 		}

@@ -14,18 +14,32 @@ import (
 type Template interface {
 	// Name is the family's canonical name, as TemplateByName accepts it.
 	Name() string
-	// Render returns the prompt for msgs. With addGenerationPrompt the prompt
-	// ends with the header that opens the assistant's turn (families whose
-	// format has none ignore it). BOS is never rendered: the tokenizer adds
-	// it. Invariant, relied on for KV-cache reuse: for a conversation c that
-	// ends with a user message, Render(c, true) is a prefix of
-	// Render(c + assistant + user, true).
-	Render(msgs []parley.Message, addGenerationPrompt bool) (string, error)
+	// Render returns the prompt for msgs. With opt.AddGenerationPrompt the
+	// prompt ends with the header that opens the assistant's turn (families
+	// whose format has none ignore it). BOS is never rendered: the tokenizer
+	// adds it. Invariant, relied on for KV-cache reuse: for a conversation c
+	// that ends with a user message, Render(c, gen) is a prefix of
+	// Render(c + assistant + user, gen) with gen = RenderOptions{AddGenerationPrompt: true}.
+	Render(msgs []parley.Message, opt RenderOptions) (string, error)
 	// Stops are the family's end-of-turn strings: text that must also end a
 	// reply when the model spells it out instead of sampling an
 	// end-of-generation token. The caller owns the returned slice.
 	Stops() []string
 }
+
+// RenderOptions are the variables a chat template is rendered with besides the messages, as Hugging Face passes
+// them: add_generation_prompt, tools, enable_thinking.
+type RenderOptions struct {
+	AddGenerationPrompt bool
+	// Tools are the functions the model may call; nil renders no tool prompt.
+	Tools []parley.Tool
+	// Thinking switches a reasoning model's thought on or off (enable_thinking); nil leaves the template's default.
+	Thinking *bool
+}
+
+// Gen is the options of a plain generation prompt: the assistant's turn opened, no tools, the template's default
+// thinking.
+var Gen = RenderOptions{AddGenerationPrompt: true}
 
 // ErrUnknownTemplate is returned (wrapped) by TemplateByName.
 var ErrUnknownTemplate = errors.New("unknown chat template")
@@ -161,7 +175,7 @@ func (f *family) Name() string { return f.name }
 
 func (f *family) Stops() []string { return append([]string(nil), f.stops...) }
 
-func (f *family) Render(msgs []parley.Message, addGenerationPrompt bool) (string, error) {
+func (f *family) Render(msgs []parley.Message, opt RenderOptions) (string, error) {
 	for _, m := range msgs {
 		switch m.Role {
 		case parley.RoleSystem, parley.RoleUser, parley.RoleAssistant:
@@ -170,7 +184,7 @@ func (f *family) Render(msgs []parley.Message, addGenerationPrompt bool) (string
 		}
 	}
 	var b strings.Builder
-	f.render(&b, msgs, addGenerationPrompt)
+	f.render(&b, msgs, opt.AddGenerationPrompt)
 	return b.String(), nil
 }
 

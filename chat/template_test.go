@@ -57,7 +57,7 @@ func TestRenderGolden(t *testing.T) {
 		for _, m := range golden.Conversations[c.Conversation] {
 			msgs = append(msgs, parley.Message{Role: parley.Role(m[0]), Content: m[1]})
 		}
-		got, err := mustTemplate(t, c.Family).Render(msgs, c.AddGenerationPrompt)
+		got, err := mustTemplate(t, c.Family).Render(msgs, chat.RenderOptions{AddGenerationPrompt: c.AddGenerationPrompt})
 		if err != nil {
 			t.Errorf("%s/%d/%s: %v", c.Family, c.Template, c.Conversation, err)
 			continue
@@ -122,7 +122,7 @@ func TestRender(t *testing.T) {
 		{"plain", nil, true, "Assistant:"},
 	}
 	for _, tt := range tests {
-		got, err := mustTemplate(t, tt.family).Render(tt.msgs, tt.gen)
+		got, err := mustTemplate(t, tt.family).Render(tt.msgs, chat.RenderOptions{AddGenerationPrompt: tt.gen})
 		if err != nil {
 			t.Errorf("%s: %v", tt.family, err)
 			continue
@@ -145,11 +145,11 @@ func TestRenderPrefixStable(t *testing.T) {
 	for _, name := range chat.TemplateNames() {
 		tmpl := mustTemplate(t, name)
 		for _, c := range convs {
-			before, err := tmpl.Render(c, true)
+			before, err := tmpl.Render(c, chat.Gen)
 			if err != nil {
 				t.Fatal(err)
 			}
-			after, err := tmpl.Render(append(slices.Clone(c), asst("Fine."), user("Good.")), true)
+			after, err := tmpl.Render(append(slices.Clone(c), asst("Fine."), user("Good.")), chat.Gen)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +162,7 @@ func TestRenderPrefixStable(t *testing.T) {
 
 func TestRenderRejectsUnknownRole(t *testing.T) {
 	for _, name := range chat.TemplateNames() {
-		_, err := mustTemplate(t, name).Render([]parley.Message{{Role: "tool", Content: "x"}}, true)
+		_, err := mustTemplate(t, name).Render([]parley.Message{{Role: "tool", Content: "x"}}, chat.Gen)
 		if parley.ErrorCode(err) != parley.EInvalid {
 			t.Errorf("%s: Render with role tool: got %v, want an EInvalid error", name, err)
 		}

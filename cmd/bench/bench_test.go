@@ -115,7 +115,7 @@ func TestOllamaTemplateMatchesParley(t *testing.T) {
 		{sys("Be kind."), u("Hi"), a("Hello."), u("Bye")},
 	}
 	for _, conv := range convs {
-		want, err := plain.Render(conv, true)
+		want, err := plain.Render(conv, chat.Gen)
 		if err != nil {
 			t.Fatal(err)
 		}

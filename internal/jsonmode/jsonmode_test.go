@@ -2,6 +2,7 @@ package jsonmode_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/parley-chat/parley"
@@ -18,7 +19,7 @@ func TestDecode(t *testing.T) {
 		{"session", `{"type":"session","id":"AAAAAAAAAAAAAAAAAAAAAA","resumed":true,"messages":[{"role":"user","content":"Hi"}]}`,
 			func(m jsonmode.Message) bool {
 				return m.SessionID() == "AAAAAAAAAAAAAAAAAAAAAA" && m.Resumed && len(m.Messages) == 1 &&
-					m.Messages[0] == parley.Message{Role: parley.RoleUser, Content: "Hi"}
+					reflect.DeepEqual(m.Messages[0], parley.Message{Role: parley.RoleUser, Content: "Hi"})
 			}},
 		{"token", `{"type":"token","id":42,"text":" a","logprob":-0.5,"special":false}`,
 			func(m jsonmode.Message) bool {
