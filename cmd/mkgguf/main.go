@@ -5,7 +5,7 @@
 // tokens) so it tokenizes exactly like the donor. Its output is nonsense, but
 // every token costs what a token of the real model costs, which is all a
 // throughput benchmark needs; and greedy decoding never stops early or loops on
-// one token (see tensors in synth.go for how the weights ensure that).
+// one token (see tensors in internal/synth for how the weights ensure that).
 //
 // Usage:
 //
@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/parley-chat/parley/internal/repo"
+	"github.com/parley-chat/parley/internal/synth"
 )
 
 func main() {
@@ -45,7 +46,7 @@ func main() {
 
 // run parses args, then writes (or keeps) the model and prints its path on stdout.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	spec := DefaultSpec()
+	spec := synth.DefaultSpec()
 	var (
 		out   string
 		force bool
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	if !force {
-		same, err := Matches(out, spec)
+		same, err := synth.Matches(out, spec)
 		if err != nil {
 			return err
 		}
@@ -94,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("create output folder: %w", err)
 	}
 	start := time.Now()
-	info, err := Write(ctx, out, spec)
+	info, err := synth.Write(ctx, out, spec)
 	if err != nil {
 		return err
 	}
