@@ -17,7 +17,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -70,6 +72,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&spec.ResidStd, "resid-std", spec.ResidStd, "standard deviation of attn_output and ffn_down, which write into the residual stream")
 	fs.Uint64Var(&spec.Seed, "seed", spec.Seed, "random seed; the same seed and shape give the same bytes")
 	fs.BoolVar(&force, "force", false, "rewrite the output even if it already holds this model")
+	fs.Func("script", "JSON file of a synth.Script (template, control, text, after, reply, end): add a chat template and its tokens, and make greedy decoding write the reply", func(path string) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		spec.Script = new(synth.Script)
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		return dec.Decode(spec.Script)
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

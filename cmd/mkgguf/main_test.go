@@ -58,4 +58,3 @@ func TestRunKeepsMatchingFile(t *testing.T) {
 		t.Error("an invalid shape was accepted")
 	}
 }
-

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/internal/testmodel"
+	"github.com/parley-chat/parley/internal/repo"
 	"github.com/parley-chat/parley/llm"
 )
 
@@ -26,9 +26,22 @@ func TestMain(m *testing.M) {
 // smallSpec is a fast model with every feature of the default one.
 func smallSpec(tb testing.TB) Spec {
 	s := DefaultSpec()
-	s.VocabFrom = testmodel.Path(tb)
+	s.VocabFrom = donor(tb)
 	s.Layers, s.Dim, s.Heads, s.KVHeads, s.FFN, s.Context = 3, 128, 4, 2, 256, 512
 	return s
+}
+
+// donor is the test model (testmodel.Path, which imports this package, so its logic is repeated here).
+func donor(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv(repo.ModelEnv); p != "" {
+		return p
+	}
+	p := repo.TestModel(repo.WorkingRoot())
+	if _, err := os.Stat(p); err != nil {
+		tb.Fatalf("test model: %v (set %s)", err, repo.ModelEnv)
+	}
+	return p
 }
 
 func decode(tb testing.TB, path string) *ggml.GGML {
