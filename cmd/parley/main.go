@@ -62,12 +62,12 @@ func main() {
 // web.Conversations on it; these lines make a Service that stops
 // satisfying either a compile error here instead of a silent 404 there.
 // Likewise chat reuses a conversation's exact prompt tokens only when its
-// engine is a chat.ContinuationTokenizer: an engine that stopped being
-// one would silently re-tokenize every prompt.
+// generator (the engineRef below) is a chat.ContinuationTokenizer: one
+// that stopped being one would silently re-tokenize every prompt.
 var (
 	_ web.Sessions               = (*session.Service)(nil)
 	_ web.Conversations          = (*session.Service)(nil)
-	_ chat.ContinuationTokenizer = (*llm.Engine)(nil)
+	_ chat.ContinuationTokenizer = (*engineRef)(nil)
 )
 
 // config is every flag's value.
