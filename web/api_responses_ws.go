@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"sync/atomic"
 
 	"github.com/gorilla/websocket"
@@ -66,13 +65,10 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 	}
 	defer s.untrack(sock)
 
-	var writerDone sync.WaitGroup
-	writerDone.Add(1)
-	go func() { defer writerDone.Done(); sock.writer() }()
+	writerDone := sock.startWriter()
 	sock.reader()
 	sock.close(websocket.CloseNormalClosure, "")
-	writerDone.Wait()
-	sock.finishClose()
+	sock.finish(writerDone)
 	return nil
 }
 

@@ -116,9 +116,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	}
 	defer s.untrack(cn)
 
-	var writerDone, workerDone sync.WaitGroup
-	writerDone.Add(1)
-	go func() { defer writerDone.Done(); cn.writer() }()
+	writerDone := cn.startWriter()
 
 	if err != nil { // unknown or expired session, or no new one allowed: say so, then close
 		cn.log.Info("session refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
@@ -133,8 +131,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 			reason = "no new session: " + parley.ErrorCode(err)
 		}
 		cn.close(closeCodeFor(err), reason)
-		writerDone.Wait()
-		cn.finishClose()
+		cn.finish(writerDone)
 		return nil
 	}
 	cn.id = sess.ID
@@ -146,14 +143,13 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		cn.sendSession(sess.ID, resumed, sess.Messages)
 	}
 
-	workerDone.Add(1)
-	go func() { defer workerDone.Done(); cn.worker() }()
+	workerDone := make(chan struct{})
+	go func() { defer close(workerDone); cn.worker() }()
 
 	cn.reader()
 	cn.close(websocket.CloseNormalClosure, "")
-	workerDone.Wait()
-	writerDone.Wait()
-	cn.finishClose()
+	<-workerDone
+	cn.finish(writerDone)
 	cn.log.Info("session close", zap.Duration("duration", time.Since(start)), zap.Int("close_code", cn.closeCode))
 	return nil
 }

@@ -102,6 +102,25 @@ func (c *pump) readFailed(err error) {
 	}
 }
 
+// startWriter starts the writer goroutine; the channel closes when it
+// has ended.
+func (c *pump) startWriter() <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.writer()
+	}()
+	return done
+}
+
+// finish ends a closed pump: it waits for the writer (started by
+// startWriter, whose channel is writerDone) to send the close frame, then
+// for the peer's answer, and drops the TCP connection.
+func (c *pump) finish(writerDone <-chan struct{}) {
+	<-writerDone
+	c.finishClose()
+}
+
 // finishClose waits briefly for the peer's close frame, then drops the TCP connection.
 func (c *pump) finishClose() {
 	c.ws.SetReadDeadline(time.Now().Add(closeGrace))
