@@ -103,6 +103,12 @@ func (sock *respSocket) reader() {
 			sock.log.Debug("responses websocket ended", zap.Error(err))
 			return
 		}
+		// Nothing is read while a response runs, so the pongs that would
+		// have moved the read deadline wait unread: a response longer than
+		// the pong wait would leave it passed. The peer was alive all along
+		// (it took every event within the write wait): give it a full pong
+		// wait from here.
+		sock.rd.extend()
 	}
 }
 
