@@ -12,6 +12,7 @@ package web
 //	POST /v1/completions        OpenAI legacy completions (raw prompt), streamed or not               (api_completions.go)
 //	GET  /v1/models             OpenAI model list
 //	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (api_responses.go)
+//	/api/chat, /api/generate, /api/tags, /api/show, ...  Ollama's API (api_ollama*.go)
 //
 // Every endpoint but the Responses and Conversations APIs is stateless (the request carries the whole prompt or
 // conversation), decodes its sampling parameters with the one paramsPatch
@@ -96,6 +97,7 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	if cs, ok := s.sessions.(Conversations); ok {
 		s.mountResponses(g, cs)
 	}
+	s.mountOllama(e, g)
 }
 
 // modelName is the id clients see for the loaded model.

@@ -162,6 +162,7 @@ const (
 	shapeParley errorShape = iota // {"error": {"code", "message", "field"}}
 	shapeOpenAI                   // {"error": {"message", "type", "param", "code"}}
 	shapeTGI                      // {"error": "...", "error_type": "..."}
+	shapeOllama                   // {"error": "..."}
 )
 
 // errorShapeFor is the shape of errors on r's route: OpenAI's under /v1/,
@@ -171,6 +172,8 @@ func errorShapeFor(r *http.Request) errorShape {
 	switch p := r.URL.Path; {
 	case strings.HasPrefix(p, "/v1/"):
 		return shapeOpenAI
+	case strings.HasPrefix(p, "/api/"):
+		return shapeOllama
 	case p == "/generate_stream" || p == "/invocations":
 		return shapeTGI
 	case p == "/generate" && r.URL.Query().Get("format") == "":
@@ -186,6 +189,8 @@ func errorBodyFor(r *http.Request, err error) any {
 		return openAIErrorBody{newOpenAIError(err)}
 	case shapeTGI:
 		return newTGIError(err)
+	case shapeOllama:
+		return ollamaError{parley.ErrorMessage(err)}
 	}
 	return newErrorBody(parley.ErrorCode(err), parley.ErrorMessage(err), errorField(err))
 }

@@ -1,0 +1,228 @@
+package web
+
+// Ollama's own API, for the clients that speak only it (VS Code Copilot
+// Chat's Ollama provider, Home Assistant, Open WebUI's Ollama connection,
+// the official ollama JavaScript and Python libraries):
+//
+//	GET  /api/version  {"version"}
+//	GET  /api/tags     the loaded model, as Ollama lists installed ones
+//	POST /api/show     details, model_info (from the GGUF), template, parameters, capabilities
+//	GET  /api/ps       the loaded model, its size, context and expiry
+//	POST /api/chat     a conversation, NDJSON-streamed by default (api_ollama_chat.go)
+//	POST /api/generate a prompt, templated or raw, with the legacy context array
+//	HEAD /             Ollama's liveness probe (GET / stays the chat page)
+//
+// Parley serves one model: it answers to an Ollama-style name, name:latest
+// (from the GGUF's general.name or its file name), and to that name without
+// the tag; any other name is a 404 in Ollama's shape. The model-management
+// and embedding endpoints answer 501 with what Parley does instead, never a
+// silent success. Errors are Ollama's {"error": "..."} (errors.go).
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/parley-chat/parley"
+)
+
+// ollamaVersion is the Ollama release whose API these routes follow (and
+// whose llama.cpp binding Parley links). Clients check it against their
+// minimum (VS Code's Ollama provider wants 0.6.4 or later).
+const ollamaVersion = "0.24.0"
+
+// ollamaError is Ollama's error body.
+type ollamaError struct {
+	Error string `json:"error"`
+}
+
+// mountOllama adds Ollama's routes to the API group g (RequireKey guards
+// them) and the HEAD / probe, which needs no key: it says only that a
+// server is there.
+func (s *Server) mountOllama(e *echo.Echo, g *echo.Group) {
+	e.HEAD("/", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	g.GET("/api/version", s.handleOllamaVersion)
+	g.HEAD("/api/version", s.handleOllamaVersion)
+	g.GET("/api/tags", s.handleOllamaTags)
+	g.HEAD("/api/tags", s.handleOllamaTags)
+	g.POST("/api/show", s.handleOllamaShow)
+	g.GET("/api/ps", s.handleOllamaPS)
+	g.POST("/api/chat", s.handleOllamaChat)
+	g.POST("/api/generate", s.handleOllamaGenerate)
+	for _, u := range ollamaUnsupported {
+		g.Add(u.method, u.path, unsupportedOllama(u.instead))
+	}
+}
+
+// ollamaUnsupported are Ollama's routes for what Parley does another way.
+var ollamaUnsupported = []struct{ method, path, instead string }{
+	{http.MethodPost, "/api/pull", "Parley serves the one model it was started with: start it with --model PATH.gguf or --model hf://OWNER/REPO/FILE.gguf to fetch one"},
+	{http.MethodPost, "/api/push", "Parley does not publish models"},
+	{http.MethodPost, "/api/create", "Parley serves GGUF files as they are: start it with --model PATH.gguf (sampling defaults are flags, the chat template --template)"},
+	{http.MethodPost, "/api/copy", "Parley serves one model under its own name"},
+	{http.MethodDelete, "/api/delete", "Parley serves the one model it was started with; stop the server to unload it"},
+	{http.MethodPost, "/api/embed", "Parley serves text generation only, not embeddings"},
+	{http.MethodPost, "/api/embeddings", "Parley serves text generation only, not embeddings"},
+	{http.MethodHead, "/api/blobs/:digest", "Parley does not take model uploads: start it with --model PATH.gguf"},
+	{http.MethodPost, "/api/blobs/:digest", "Parley does not take model uploads: start it with --model PATH.gguf"},
+}
+
+// unsupportedOllama answers 501 Not Implemented, saying what to do instead.
+func unsupportedOllama(instead string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		msg := fmt.Sprintf("%s %s is not supported by Parley: %s", c.Request().Method, c.Request().URL.Path, instead)
+		if c.Request().Method == http.MethodHead {
+			return c.NoContent(http.StatusNotImplemented)
+		}
+		return c.JSON(http.StatusNotImplemented, ollamaError{msg})
+	}
+}
+
+// ollamaModelName is the loaded model's Ollama-style name: the model name
+// in lower case, runs of characters Ollama does not allow in a name made
+// one '-', and the tag "latest".
+func (s *Server) ollamaModelName() string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s.modelName()) {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+		switch {
+		case ok:
+			b.WriteRune(r)
+			dash = false
+		case !dash && b.Len() > 0:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	name := strings.Trim(b.String(), "-.")
+	if name == "" {
+		name = "parley"
+	}
+	return name + ":latest"
+}
+
+// checkOllamaModel accepts the served model's names (name:latest, the name
+// without its tag, and the name /v1/models lists), case-insensitively; any
+// other name is a 404, an empty one a 400 naming field.
+func (s *Server) checkOllamaModel(name, field string) error {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return parley.FieldErrorf(field, "is required")
+	}
+	full := s.ollamaModelName()
+	for _, n := range []string{full, strings.TrimSuffix(full, ":latest"), s.modelName()} {
+		if strings.EqualFold(name, n) {
+			return nil
+		}
+	}
+	return parley.Errorf(parley.ENotFound, "model %q not found: this server serves %q", name, full)
+}
+
+// ollamaDetails is Ollama's ModelDetails.
+type ollamaDetails struct {
+	ParentModel       string   `json:"parent_model"`
+	Format            string   `json:"format"`
+	Family            string   `json:"family"`
+	Families          []string `json:"families"`
+	ParameterSize     string   `json:"parameter_size"`
+	QuantizationLevel string   `json:"quantization_level"`
+}
+
+// ollamaListModel is one model of /api/tags and /api/ps.
+type ollamaListModel struct {
+	Name          string        `json:"name"`
+	Model         string        `json:"model"`
+	ModifiedAt    *time.Time    `json:"modified_at,omitempty"` // /api/tags
+	Size          int64         `json:"size"`
+	Digest        string        `json:"digest"`
+	Details       ollamaDetails `json:"details"`
+	ExpiresAt     *time.Time    `json:"expires_at,omitempty"`     // /api/ps
+	SizeVRAM      *int64        `json:"size_vram,omitempty"`      // /api/ps
+	ContextLength int           `json:"context_length,omitempty"` // /api/ps
+}
+
+func (s *Server) loadedModel() parley.ModelInfo {
+	if s.api.modelInfo != nil {
+		return s.api.modelInfo()
+	}
+	return parley.ModelInfo{}
+}
+
+// ollamaFileFacts are the model file's modification time and a digest that
+// names the loaded file (its path, size and modification time: hashing a
+// multi-gigabyte file per request is not worth it).
+func ollamaFileFacts(info parley.ModelInfo) (time.Time, string) {
+	mod := time.Now()
+	if st, err := os.Stat(info.Path); err == nil {
+		mod = st.ModTime()
+	}
+	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%d", info.Path, info.SizeBytes, mod.UnixNano())))
+	return mod, hex.EncodeToString(h[:])
+}
+
+func (s *Server) ollamaListEntry() ollamaListModel {
+	info := s.loadedModel()
+	mod, digest := ollamaFileFacts(info)
+	name := s.ollamaModelName()
+	return ollamaListModel{Name: name, Model: name, ModifiedAt: &mod, Size: info.SizeBytes, Digest: digest, Details: ollamaDetailsOf(info)}
+}
+
+func ollamaDetailsOf(info parley.ModelInfo) ollamaDetails {
+	d := ollamaDetails{Format: "gguf", Family: info.Architecture, Families: []string{}, QuantizationLevel: info.Quantization}
+	if info.Architecture != "" {
+		d.Families = []string{info.Architecture}
+	}
+	d.ParameterSize = humanCount(info.Parameters)
+	return d
+}
+
+// humanCount writes a parameter count as Ollama does: 8.0B, 260.0K.
+func humanCount(n uint64) string {
+	units := []struct {
+		div  float64
+		unit string
+	}{{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "K"}}
+	for _, u := range units {
+		if v := float64(n) / u.div; v >= 1 {
+			if v >= 100 {
+				return fmt.Sprintf("%.0f%s", v, u.unit)
+			}
+			return fmt.Sprintf("%.1f%s", v, u.unit)
+		}
+	}
+	return fmt.Sprintf("%d", n)
+}
+
+func (s *Server) handleOllamaVersion(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"version": ollamaVersion})
+}
+
+// handleOllamaTags is GET /api/tags: the one model Parley serves.
+func (s *Server) handleOllamaTags(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaListEntry()}})
+}
+
+// handleOllamaPS is GET /api/ps: the loaded model. It stays loaded while
+// the server runs, so it never expires: expires_at is far in the future,
+// as Ollama shows a model kept with keep_alive -1.
+func (s *Server) handleOllamaPS(c echo.Context) error {
+	info := s.loadedModel()
+	m := s.ollamaListEntry()
+	m.ModifiedAt = nil
+	forever := time.Now().AddDate(100, 0, 0).UTC()
+	m.ExpiresAt = &forever
+	vram := int64(0)
+	if info.Device.Type == "gpu" && info.Device.LayersTotal > 0 {
+		vram = info.SizeBytes * int64(info.Device.LayersOffloaded) / int64(info.Device.LayersTotal)
+	}
+	m.SizeVRAM = &vram
+	m.ContextLength = info.ContextLength
+	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {m}})
+}

@@ -1,0 +1,294 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+)
+
+// POST /api/chat and POST /api/generate: Ollama's replies. Streamed by
+// default as NDJSON (application/x-ndjson), one object per piece of text
+// and a last one with done: true, done_reason and the timings in
+// nanoseconds; with "stream": false, that last object alone, carrying the
+// whole reply. An error after the stream began is a last line
+// {"error": "..."}, as Ollama writes it.
+
+// ollamaMessage is one message of /api/chat, in and out.
+type ollamaMessage struct {
+	Role      string          `json:"role"`
+	Content   string          `json:"content"`
+	Thinking  string          `json:"thinking,omitempty"`
+	Images    json.RawMessage `json:"images,omitempty"`
+	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
+	ToolName  string          `json:"tool_name,omitempty"`
+}
+
+// ollamaCommon are the fields /api/chat and /api/generate share.
+type ollamaCommon struct {
+	Model     string          `json:"model"`
+	Stream    *bool           `json:"stream"` // absent: true
+	Format    json.RawMessage `json:"format"`
+	Options   json.RawMessage `json:"options"`
+	KeepAlive json.RawMessage `json:"keep_alive"`
+	Think     json.RawMessage `json:"think"`
+	Tools     json.RawMessage `json:"tools"`
+}
+
+type ollamaChatRequest struct {
+	ollamaCommon
+	Messages []ollamaMessage `json:"messages"`
+}
+
+// ollamaMetrics are the last object's counts and timings (nanoseconds).
+type ollamaMetrics struct {
+	TotalDuration      int64 `json:"total_duration"`
+	LoadDuration       int64 `json:"load_duration"`
+	PromptEvalCount    int   `json:"prompt_eval_count"`
+	PromptEvalDuration int64 `json:"prompt_eval_duration"`
+	EvalCount          int   `json:"eval_count"`
+	EvalDuration       int64 `json:"eval_duration"`
+	// PromptCachedCount is Parley's: of prompt_eval_count, the tokens
+	// served from the KV cache rather than evaluated again.
+	PromptCachedCount int `json:"prompt_cached_count"`
+}
+
+// ollamaChunk is one object of a reply: /api/chat's carry message,
+// /api/generate's response (and, last, context).
+type ollamaChunk struct {
+	Model      string         `json:"model"`
+	CreatedAt  string         `json:"created_at"`
+	Message    *ollamaMessage `json:"message,omitempty"`
+	Response   *string        `json:"response,omitempty"`
+	Done       bool           `json:"done"`
+	DoneReason string         `json:"done_reason,omitempty"`
+	Context    []int          `json:"context,omitempty"`
+	*ollamaMetrics
+}
+
+// ollamaCall is a validated /api/chat or /api/generate request.
+type ollamaCall struct {
+	start  time.Time // when the request arrived: total_duration counts from it
+	params parley.Params
+	stream bool
+	// unload: keep_alive was 0, so a request with nothing to generate
+	// answers done_reason "unload" (the model stays loaded all the same).
+	unload bool
+	// text makes an object carrying a piece of the reply.
+	text func(piece string) ollamaChunk
+	// finish fills in the last object (generate's context).
+	finish func(last *ollamaChunk, rep string)
+}
+
+func ollamaNow() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
+// parseOllamaCommon validates the shared fields into params and stream.
+func (s *Server) parseOllamaCommon(req *ollamaCommon, call *ollamaCall) (*paramsPatch, error) {
+	if err := s.checkOllamaModel(req.Model, "model"); err != nil {
+		return nil, err
+	}
+	call.stream = req.Stream == nil || *req.Stream
+	keep, err := checkKeepAlive(req.KeepAlive)
+	if err != nil {
+		return nil, err
+	}
+	call.unload = isSet(req.KeepAlive) && keep == 0
+	if err := s.checkOllamaTools(req.Tools, req.Think); err != nil {
+		return nil, err
+	}
+	var patch paramsPatch
+	info := s.loadedModel()
+	if err := applyOllamaOptions(req.Options, &patch, ollamaLimits{contextLength: info.ContextLength, maxTokensCap: s.cfg.MaxTokensCap}); err != nil {
+		return nil, err
+	}
+	if err := applyOllamaFormat(req.Format, &patch); err != nil {
+		return nil, err
+	}
+	return &patch, nil
+}
+
+// resolveOllama resolves the patch over the server's defaults.
+func (s *Server) resolveOllama(patch *paramsPatch, call *ollamaCall) error {
+	p, err := s.resolveParams(patch)
+	if err != nil {
+		return renameOllama(err)
+	}
+	resolveSeed(&p)
+	p.SkipLogprobs = true
+	call.params = p
+	return nil
+}
+
+// checkOllamaTools refuses tools and thinking, which Parley does not yet
+// offer on this API, rather than ignoring them; think: false asks for
+// nothing and is accepted.
+func (s *Server) checkOllamaTools(tools, think json.RawMessage) error {
+	if isSet(tools) && !bytes.Equal(bytes.TrimSpace(tools), []byte("[]")) {
+		return parley.FieldErrorf("tools", "%s does not support tools on Parley's Ollama API", s.ollamaModelName())
+	}
+	if isSet(think) && !bytes.Equal(bytes.TrimSpace(think), []byte("false")) {
+		return parley.FieldErrorf("think", "%s does not support thinking on Parley's Ollama API", s.ollamaModelName())
+	}
+	return nil
+}
+
+// parseOllamaMessages turns /api/chat's messages into a conversation.
+func parseOllamaMessages(in []ollamaMessage) ([]parley.Message, error) {
+	var msgs []parley.Message
+	for i, m := range in {
+		field := fmt.Sprintf("messages[%d]", i)
+		if isSet(m.Images) && !bytes.Equal(bytes.TrimSpace(m.Images), []byte("[]")) {
+			return nil, parley.FieldErrorf(field+".images", "images are not supported: Parley serves text models only")
+		}
+		if isSet(m.ToolCalls) && !bytes.Equal(bytes.TrimSpace(m.ToolCalls), []byte("[]")) {
+			return nil, parley.FieldErrorf(field+".tool_calls", "tool calls are not supported on Parley's Ollama API")
+		}
+		if m.Role == "tool" {
+			return nil, parley.FieldErrorf(field+".role", "tool results are not supported on Parley's Ollama API")
+		}
+		role, err := parseRole(m.Role, field+".role")
+		if err != nil {
+			return nil, err
+		}
+		if err := checkNotEmpty(role, m.Content, field+".content"); err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, parley.Message{Role: role, Content: m.Content})
+	}
+	return msgs, nil
+}
+
+// handleOllamaChat is POST /api/chat.
+func (s *Server) handleOllamaChat(c echo.Context) error {
+	call := &ollamaCall{start: time.Now()}
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var req ollamaChatRequest
+	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return err
+	}
+	patch, err := s.parseOllamaCommon(&req.ollamaCommon, call)
+	if err != nil {
+		return err
+	}
+	msgs, err := parseOllamaMessages(req.Messages)
+	if err != nil {
+		return err
+	}
+	if err := s.resolveOllama(patch, call); err != nil {
+		return err
+	}
+	model := s.ollamaModelName()
+	call.text = func(piece string) ollamaChunk {
+		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Message: &ollamaMessage{Role: "assistant", Content: piece}}
+	}
+	if len(msgs) == 0 {
+		// Ollama's way to load a model: a chat with no messages.
+		return s.ollamaLoaded(c, call)
+	}
+	route := "ollama-chat"
+	a, err := s.startChat(c, route, conversationKey(msgs), msgs, call.params)
+	if err != nil {
+		return renameOllama(err)
+	}
+	return s.ollamaRespond(c, a, call)
+}
+
+// ollamaLoaded answers a request with nothing to generate, as Ollama
+// answers one that loads (or, with keep_alive 0, unloads) a model.
+func (s *Server) ollamaLoaded(c echo.Context, call *ollamaCall) error {
+	if err := s.apiAvailable(); err != nil {
+		return err
+	}
+	last := call.text("")
+	last.Done, last.DoneReason = true, "load"
+	if call.unload {
+		last.DoneReason = "unload"
+	}
+	return c.JSON(http.StatusOK, last)
+}
+
+// ollamaDoneReason is Ollama's done_reason for a finish.
+func ollamaDoneReason(f parley.FinishReason) string {
+	if f == parley.FinishLength {
+		return "length"
+	}
+	return "stop"
+}
+
+// ollamaMetricsOf measures the reply: load_duration is the time from the
+// request's arrival until it started to evaluate (validation, templating,
+// tokenizing, waiting for a slot; the model itself is always loaded).
+func ollamaMetricsOf(call *ollamaCall, submitted time.Time, ev parley.Event) *ollamaMetrics {
+	t := ev.Timings
+	nonNeg := func(d time.Duration) int64 { return int64(max(d, 0)) }
+	return &ollamaMetrics{
+		TotalDuration:      nonNeg(time.Since(call.start)),
+		LoadDuration:       nonNeg(submitted.Sub(call.start) + t.Queued),
+		PromptEvalCount:    ev.Usage.PromptTokens,
+		PromptEvalDuration: nonNeg(t.TimeToFirstToken - t.Queued),
+		EvalCount:          ev.Usage.CompletionTokens,
+		EvalDuration:       nonNeg(t.Total - t.TimeToFirstToken),
+		PromptCachedCount:  ev.Usage.CachedPromptTokens,
+	}
+}
+
+// ollamaRespond sends the reply a, streamed or whole.
+func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) error {
+	submitted := time.Now()
+	last := func(ev parley.Event, text string) ollamaChunk {
+		ch := call.text(text)
+		ch.Done, ch.DoneReason = true, ollamaDoneReason(ev.Finish)
+		ch.ollamaMetrics = ollamaMetricsOf(call, submitted, ev)
+		if call.finish != nil {
+			call.finish(&ch, a.rep.Text())
+		}
+		return ch
+	}
+	if !call.stream {
+		_, ev := a.collect()
+		if rerr := replyError(ev); rerr != nil {
+			return renameOllama(rerr)
+		}
+		return c.JSON(http.StatusOK, last(ev, a.rep.Text()))
+	}
+	w := s.beginStream(c, "application/x-ndjson")
+	send := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode ollama object: %w", err)
+		}
+		return w.write(append(b, '\n'))
+	}
+	piece := func(text string) error {
+		if text == "" {
+			return nil // held back (a partial character, a possible stop string) or a special token
+		}
+		return send(call.text(text))
+	}
+	err := a.relay(
+		func(t parley.Token, _ int) error { return piece(t.Text) },
+		func(held *parley.Token, ev parley.Event) error {
+			if held != nil {
+				if err := piece(held.Text); err != nil {
+					return err
+				}
+			}
+			if rerr := replyError(ev); rerr != nil {
+				return send(ollamaError{parley.ErrorMessage(renameOllama(rerr))})
+			}
+			return send(last(ev, ""))
+		})
+	if err != nil {
+		s.log.Debug("ollama stream ended early", zap.String("route", a.route), zap.Error(err))
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+)
+
+// POST /api/generate: a prompt rendered with the model's chat template
+// (system as its system message), or with raw: true sent as it is. The
+// legacy context array (the token ids of an earlier exchange, which the last
+// object returns) is validated against the vocabulary and the context
+// window and put before the prompt. Ollama's template field (a Go template)
+// is refused: Parley renders the model's own chat template, and raw: true
+// takes a prompt the client formatted itself.
+
+type ollamaGenerateRequest struct {
+	ollamaCommon
+	Prompt   string          `json:"prompt"`
+	Suffix   string          `json:"suffix"`
+	System   string          `json:"system"`
+	Template string          `json:"template"`
+	Raw      bool            `json:"raw"`
+	Context  []int           `json:"context"`
+	Images   []string        `json:"images"`
+}
+
+// detokenizer gives the text of a token (*llm.Engine, the server's
+// Tokenizer, has it).
+type detokenizer interface {
+	TokenText(id int) string
+}
+
+// templater gives the chat template replies are rendered with
+// (*chat.Responder has it).
+type templater interface {
+	Template() chat.Template
+}
+
+// handleOllamaGenerate is POST /api/generate.
+func (s *Server) handleOllamaGenerate(c echo.Context) error {
+	call := &ollamaCall{start: time.Now()}
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var req ollamaGenerateRequest
+	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return err
+	}
+	patch, err := s.parseOllamaCommon(&req.ollamaCommon, call)
+	if err != nil {
+		return err
+	}
+	if err := checkGenerateFields(&req); err != nil {
+		return err
+	}
+	if err := s.resolveOllama(patch, call); err != nil {
+		return err
+	}
+	model := s.ollamaModelName()
+	call.text = func(piece string) ollamaChunk {
+		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Response: &piece}
+	}
+	if req.Prompt == "" {
+		// Ollama's way to load a model: a generate with no prompt.
+		return s.ollamaLoaded(c, call)
+	}
+	prefix, err := s.contextText(req.Context)
+	if err != nil {
+		return err
+	}
+	var a *apiCall
+	switch {
+	case req.Raw:
+		a, err = s.startCompletion(c, "ollama-generate", prefix+req.Prompt, call.params)
+	case prefix == "":
+		a, err = s.startChat(c, "ollama-generate", "", generateMessages(&req), call.params)
+	default:
+		a, err = s.startContinued(c, prefix, generateMessages(&req), call)
+	}
+	if err != nil {
+		return renameOllama(err)
+	}
+	call.finish = func(last *ollamaChunk, reply string) { last.Context = s.contextOf(a.rep.Prompt() + reply) }
+	return s.ollamaRespond(c, a, call)
+}
+
+// checkGenerateFields refuses what Parley cannot do with a generate
+// request rather than ignoring it.
+func checkGenerateFields(req *ollamaGenerateRequest) error {
+	switch {
+	case req.Template != "":
+		return parley.FieldErrorf("template", "is not supported: Parley renders the model's own chat template; send raw: true with a prompt you formatted")
+	case req.Suffix != "":
+		return parley.FieldErrorf("suffix", "is not supported: Parley does no fill-in-the-middle")
+	case len(req.Images) > 0:
+		return parley.FieldErrorf("images", "images are not supported: Parley serves text models only")
+	case req.Prompt == "" && len(req.Context) > 0:
+		return parley.FieldErrorf("prompt", "must not be empty when context is given")
+	}
+	return nil
+}
+
+func generateMessages(req *ollamaGenerateRequest) []parley.Message {
+	var msgs []parley.Message
+	if req.System != "" {
+		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: req.System})
+	}
+	return append(msgs, parley.Message{Role: parley.RoleUser, Content: req.Prompt})
+}
+
+// startContinued starts a templated prompt that follows an earlier
+// exchange's text (the context array's): the prompt is the template's
+// rendering of msgs after prefix, with the template's end-of-turn stops.
+func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Message, call *ollamaCall) (*apiCall, error) {
+	tm, ok := s.api.responder.(templater)
+	if !ok {
+		return nil, parley.FieldErrorf("context", "is not supported by this server")
+	}
+	t := tm.Template()
+	rendered, err := t.Render(msgs, chat.Gen)
+	if err != nil {
+		return nil, fmt.Errorf("render prompt: %w", err)
+	}
+	p := call.params
+	p.Stop = append(append([]string(nil), p.Stop...), t.Stops()...)
+	prompt := prefix + rendered
+	return s.startCall(c, "ollama-generate", prompt, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+		return r.Complete(ctx, "", prompt, p)
+	})
+}
+
+// contextText is the text of a context array, checked: every id is in the
+// vocabulary and the whole fits the context window. A leading BOS is
+// dropped (the tokenizer adds its own).
+func (s *Server) contextText(ids []int) (string, error) {
+	if len(ids) == 0 {
+		return "", nil
+	}
+	info := s.loadedModel()
+	dt, ok := s.tok.(detokenizer)
+	if !ok || info.VocabSize <= 0 {
+		return "", parley.FieldErrorf("context", "is not supported by this server")
+	}
+	if len(ids) >= info.ContextLength {
+		return "", parley.FieldErrorf("context", "holds %d tokens; the context window holds %d, the new prompt and the reply included", len(ids), info.ContextLength)
+	}
+	var b strings.Builder
+	for i, id := range ids {
+		if id < 0 || id >= info.VocabSize {
+			return "", parley.FieldErrorf(fmt.Sprintf("context[%d]", i), "token id %d is not in the model's vocabulary of %d", id, info.VocabSize)
+		}
+		piece := dt.TokenText(id)
+		if i == 0 && info.BOSToken != "" && piece == info.BOSToken {
+			continue
+		}
+		b.WriteString(piece)
+	}
+	return b.String(), nil
+}
+
+// contextOf is the context array a reply returns: the token ids of its
+// prompt (the context it continued included) and its text. nil when there
+// is no tokenizer or the text does not tokenize.
+func (s *Server) contextOf(text string) []int {
+	if s.tok == nil {
+		return nil
+	}
+	ids, err := s.tok.Tokenize(text)
+	if err != nil {
+		return nil
+	}
+	return ids
+}
