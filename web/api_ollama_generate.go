@@ -23,13 +23,13 @@ import (
 
 type ollamaGenerateRequest struct {
 	ollamaCommon
-	Prompt   string          `json:"prompt"`
-	Suffix   string          `json:"suffix"`
-	System   string          `json:"system"`
-	Template string          `json:"template"`
-	Raw      bool            `json:"raw"`
-	Context  []int           `json:"context"`
-	Images   []string        `json:"images"`
+	Prompt   string   `json:"prompt"`
+	Suffix   string   `json:"suffix"`
+	System   string   `json:"system"`
+	Template string   `json:"template"`
+	Raw      bool     `json:"raw"`
+	Context  []int    `json:"context"`
+	Images   []string `json:"images"`
 }
 
 // detokenizer gives the text of a token (*llm.Engine, the server's
