@@ -172,7 +172,7 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 		return err
 	}
 	var req ollamaChatRequest
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := decodeOllama(body, &req); err != nil {
 		return err
 	}
 	patch, err := s.parseOllamaCommon(&req.ollamaCommon, call)

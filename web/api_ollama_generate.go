@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -52,7 +51,7 @@ func (s *Server) handleOllamaGenerate(c echo.Context) error {
 		return err
 	}
 	var req ollamaGenerateRequest
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := decodeOllama(body, &req); err != nil {
 		return err
 	}
 	patch, err := s.parseOllamaCommon(&req.ollamaCommon, call)

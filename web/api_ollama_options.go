@@ -3,7 +3,9 @@ package web
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -37,6 +39,7 @@ var ollamaFieldNames = map[string]string{
 	"min_p":              "options.min_p",
 	"typical_p":          "options.typical_p",
 	"repetition_penalty": "options.repeat_penalty",
+	"repeat_penalty":     "options.repeat_penalty",
 	"repeat_last_n":      "options.repeat_last_n",
 	"presence_penalty":   "options.presence_penalty",
 	"frequency_penalty":  "options.frequency_penalty",
@@ -271,4 +274,25 @@ func checkKeepAlive(raw json.RawMessage) (time.Duration, error) {
 		return 0, parley.FieldErrorf("keep_alive", `must be a duration such as "5m" or a number of seconds`)
 	}
 	return time.Duration(f * float64(time.Second)), nil
+}
+
+// goTypeName matches the Go type names the JSON decoder puts in its type
+// errors ([]web.ollamaMessage, web.ollamaChatRequest).
+var goTypeName = regexp.MustCompile(`(\[\])?(map\[string\])?web\.[A-Za-z]+`)
+
+// decodeOllama decodes a request body; a type error names JSON's kinds
+// (an array, an object), not the server's Go types.
+func decodeOllama(body []byte, v any) error {
+	err := decodeJSON(bytes.NewReader(body), v)
+	var pe *parley.Error
+	if err == nil || !errors.As(err, &pe) {
+		return err
+	}
+	msg := goTypeName.ReplaceAllStringFunc(pe.Message, func(t string) string {
+		if strings.HasPrefix(t, "[]") {
+			return "an array"
+		}
+		return "an object"
+	})
+	return &parley.Error{Code: pe.Code, Field: pe.Field, Message: msg}
 }

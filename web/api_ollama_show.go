@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -40,7 +39,7 @@ func (s *Server) handleOllamaShow(c echo.Context) error {
 		return err
 	}
 	var req ollamaShowRequest
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := decodeOllama(body, &req); err != nil {
 		return err
 	}
 	field := "model"
