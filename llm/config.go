@@ -14,6 +14,7 @@ const (
 	DefaultParallel      = 4    // slots
 	DefaultBatchSize     = 512  // tokens per llama.cpp micro-batch
 	DefaultQueueSize     = 64   // requests that may wait for a slot
+	MaxCacheSlots        = 256  // KV-cache slots (sequences): llama.cpp's LLAMA_MAX_SEQ
 
 	// DefaultStepBudget is how long one sequence's share of a decode step
 	// (its grammar check and sampling) may take before it is ended.
@@ -33,6 +34,13 @@ type Config struct {
 	Threads       int    // CPU threads for decoding; default runtime.NumCPU()
 	BatchSize     int    // tokens per llama.cpp micro-batch
 	QueueSize     int    // requests that may wait for a free slot before Generate returns EBusy; < 0 means none
+	// CacheSlots is how many KV-cache slots are kept: conversations whose
+	// cache survives between their turns. At least Parallel (the default);
+	// only Parallel of them generate at once. More slots than Parallel let
+	// more clients than that resend a growing conversation and have only
+	// its new tokens evaluated, at the cost of their KV memory
+	// (ContextLength tokens each).
+	CacheSlots int
 	// FlashAttention: "off" (default), "on", or "auto": on when layers are
 	// offloaded to a GPU, off on the CPU. Off on the CPU because there
 	// ggml's flash-attention kernel walks the keys one at a time, so every
@@ -99,6 +107,12 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = DefaultParallel
+	}
+	if cfg.CacheSlots < cfg.Parallel {
+		cfg.CacheSlots = cfg.Parallel
+	}
+	if cfg.CacheSlots > MaxCacheSlots {
+		return fmt.Errorf("cache slots: at most %d (llama.cpp's sequence limit), got %d", MaxCacheSlots, cfg.CacheSlots)
 	}
 	if cfg.Threads <= 0 {
 		cfg.Threads = runtime.NumCPU()

@@ -77,7 +77,9 @@ type Engine struct {
 	closeMu   sync.RWMutex // held for reading while enqueueing, for writing when closing
 	closed    bool
 
-	slots []*slot // owned by the loop
+	slots []*slot // owned by the loop; Config.CacheSlots of them
+	// parallel is how many slots generate at once (Config.Parallel).
+	parallel int
 
 	// pieces is the text of every token, built once at Open: a token's text
 	// is then a slice index instead of a cgo call and two allocations per
@@ -160,14 +162,15 @@ func Open(cfg Config) (*Engine, error) {
 		wake:    make(chan struct{}, 1),
 	}
 	e.overruns.perClient, e.overruns.global = cfg.MaxOverrunsPerClient, cfg.MaxOverruns
-	for i := range cfg.Parallel {
+	e.parallel = cfg.Parallel
+	for i := range cfg.CacheSlots {
 		e.slots = append(e.slots, &slot{id: i})
 	}
 	e.pieces = make([]string, info.VocabSize)
 	for i := range e.pieces {
 		e.pieces[i] = model.TokenToPiece(i)
 	}
-	b, err := llama.NewBatch(cfg.BatchSize, cfg.Parallel, 0)
+	b, err := llama.NewBatch(cfg.BatchSize, cfg.CacheSlots, 0)
 	if err != nil {
 		llama.FreeModel(model)
 		return nil, fmt.Errorf("allocate batch: %w", err)
@@ -210,9 +213,9 @@ func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama
 	if dp.info.FlashAttention {
 		fa = ml.FlashAttentionEnabled
 	}
-	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads, fa, cfg.KVCacheType)
+	params := llama.NewContextParams(cfg.ContextLength*cfg.CacheSlots, cfg.BatchSize, cfg.CacheSlots, cfg.Threads, fa, cfg.KVCacheType)
 	unified := dp.info.KVUnified
-	if !tuneContextParams(&params, contextShape{cfg.ContextLength * cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads}, unified) {
+	if !tuneContextParams(&params, contextShape{cfg.ContextLength * cfg.CacheSlots, cfg.BatchSize, cfg.CacheSlots, cfg.Threads}, unified) {
 		dp.info.KVUnified = false
 		if unified {
 			log.Warn("the binding's context parameters are not the ones this build knows: the KV cache stays one stream per slot")

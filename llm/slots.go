@@ -39,7 +39,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	// client resending a conversation), and among equals the least recently
 	// used, so a new session takes over the slot least likely to be wanted back.
 	var best *slot
-	bestPrefix := -1
+	bestPrefix := -2
 	for _, s := range e.slots {
 		if s.seq != nil {
 			continue
@@ -51,6 +51,14 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 		p := commonPrefix(s.cached, seq.req.Tokens)
 		if p < minReusePrefix {
 			p = 0 // a BOS and a role marker in common is no reason to pass over the LRU slot
+		}
+		if s.key != "" && s.key != seq.req.Key && p < len(s.cached) {
+			// Another conversation's slot that shares only an opening (a
+			// system prompt) with this prompt: taking it would evict that
+			// conversation, whose client is likely to come back, while
+			// copyPrefix gives any other slot the opening at the cost of
+			// a copy. Such slots are taken last, least recently used first.
+			p = -1
 		}
 		if p > bestPrefix || (p == bestPrefix && s.lastUsed < best.lastUsed) {
 			best, bestPrefix = s, p

@@ -402,43 +402,54 @@ func checkWarm(tb testing.TB, turns []ollamaFinal, strict bool) (evaluated, tota
 
 // TestOllamaWarmResends: a 10-turn conversation resent whole each turn is
 // served from the KV cache: each turn evaluates its new tokens (+4 at
-// most). With 8 such clients at once on 4 slots the engine holds only 4
-// conversations' caches, so most turns land on a slot another
+// most). With 8 such clients at once on --parallel 4, 4 cache slots hold
+// only 4 conversations' caches, so most turns land on a slot another
 // conversation used last: that case is measured (and logged), and checked
-// only for what the slots can give, the shared system prompt.
+// only for what the slots can give, the shared system prompt. With 8 cache
+// slots (--cache-slots 8) every turn is warm.
 func TestOllamaWarmResends(t *testing.T) {
 	t.Run("one client", func(t *testing.T) {
 		s := mustOpenAPI(t, nil)
 		ev, total := checkWarm(t, resendConversation(t, s.base, "Dog", 10), true)
 		t.Logf("turns 2-10 evaluated %d of %d prompt tokens", ev, total)
 	})
-	t.Run("8 clients, 4 slots", func(t *testing.T) {
-		s := openStack(t, stackOpts{parallel: 4, maxTokens: 24, maxTokensCap: 480, tokenizer: true, options: func(s *stack) []web.Option {
-			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
-		}})
-		var wg sync.WaitGroup
-		results := make([][]ollamaFinal, 8)
-		for c := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				results[c] = resendConversation(t, s.base, fmt.Sprintf("Cat %c", 'A'+c), 10)
-			}()
+	// With as many cache slots as clients, each conversation keeps its
+	// cache between turns even though only 4 generate at once.
+	for _, slots := range []int{4, 8} {
+		t.Run(fmt.Sprintf("8 clients, parallel 4, %d cache slots", slots), func(t *testing.T) {
+			ev, total := eightClients(t, slots, slots == 8)
+			t.Logf("8 clients, parallel 4, %d cache slots, turns 2-10: evaluated %d of %d prompt tokens", slots, ev, total)
+		})
+	}
+}
+
+// eightClients runs 8 resending clients at once on 4 parallel slots and
+// slots cache slots; strict checks each turn's warmth.
+func eightClients(t *testing.T, slots int, strict bool) (evaluated, total int) {
+	s := openStack(t, stackOpts{parallel: 4, cacheSlots: slots, maxTokens: 24, maxTokensCap: 480, tokenizer: true, options: func(s *stack) []web.Option {
+		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+	}})
+	var wg sync.WaitGroup
+	results := make([][]ollamaFinal, 8)
+	for c := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[c] = resendConversation(t, s.base, fmt.Sprintf("Cat %c", 'A'+c), 10)
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		if len(r) != 10 {
+			t.Fatalf("a client finished %d turns", len(r))
 		}
-		wg.Wait()
-		ev, total := 0, 0
-		for _, r := range results {
-			if len(r) != 10 {
-				t.Fatalf("a client finished %d turns", len(r))
+		for i, f := range r[1:] {
+			if f.PromptCachedCount < 8 {
+				t.Errorf("turn %d: %d prompt tokens cached; the system prompt is shared by every slot", i+2, f.PromptCachedCount)
 			}
-			for i, f := range r[1:] {
-				if f.PromptCachedCount < 8 {
-					t.Errorf("turn %d: %d prompt tokens cached; the system prompt is shared by every slot", i+2, f.PromptCachedCount)
-				}
-			}
-			e, tt := checkWarm(t, r, false)
-			ev, total = ev+e, total+tt
 		}
-		t.Logf("8 clients, turns 2-10: evaluated %d of %d prompt tokens", ev, total)
-	})
+		e, tt := checkWarm(t, r, strict)
+		evaluated, total = evaluated+e, total+tt
+	}
+	return evaluated, total
 }

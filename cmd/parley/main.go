@@ -80,6 +80,7 @@ type config struct {
 	flashAttn, kvCacheType                       string
 	gpuLayers                                    gpuLayersFlag
 	kvUnified                                    string
+	cacheSlots                                   int
 	maxTokens, maxTokensLimit                    int
 	maxConns, maxConnsPerIP, promptsPerMinute    int
 	maxPromptTokens, maxQueuedPrompts            int
@@ -114,6 +115,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.ctx, "ctx", llm.DefaultContextLength, "context window per session, in tokens")
 	fs.IntVar(&c.threads, "threads", defaultThreads(), "CPU threads for llama.cpp (default: half the logical CPUs, about the physical cores)")
 	fs.IntVar(&c.parallel, "parallel", llm.DefaultParallel, "replies generated at once (KV-cache slots)")
+	fs.IntVar(&c.cacheSlots, "cache-slots", 0, "KV-cache slots kept, at least --parallel (the default): conversations whose cache survives between turns, so that more stateless clients than --parallel that resend their conversation are evaluated only for their new tokens; each costs --ctx tokens of KV memory")
 	fs.IntVar(&c.queue, "queue", llm.DefaultQueueSize, "replies that may wait for a slot before clients are told the server is busy")
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
 	fs.StringVar(&c.flashAttn, "flash-attn", "auto", "flash attention: off, on or auto (auto: on when layers run on a GPU, off on the CPU, where off is faster as conversations grow; see BENCHMARKS.md)")
@@ -390,6 +392,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		FlashAttention: cfg.flashAttn,
 		GPULayers:      int(cfg.gpuLayers),
 		KVUnified:      cfg.kvUnified,
+		CacheSlots:     cfg.cacheSlots,
 		KVCacheType:    cfg.kvCacheType,
 		QueueSize:      cfg.queue,
 		StepBudget:     cfg.stepBudget,
