@@ -62,7 +62,7 @@ func (s *Server) mountOllama(e *echo.Echo, g *echo.Group) {
 
 // ollamaUnsupported are Ollama's routes for what Parley does another way.
 var ollamaUnsupported = []struct{ method, path, instead string }{
-	{http.MethodPost, "/api/pull", "Parley serves the one model it was started with: start it with --model PATH.gguf or --model hf://OWNER/REPO/FILE.gguf to fetch one"},
+	{http.MethodPost, "/api/pull", "Parley serves the one model it was started with: start it with --model hf://OWNER/REPO/FILE.gguf to download one, --model ollama://NAME:TAG to serve one Ollama already pulled, or --model PATH.gguf"},
 	{http.MethodPost, "/api/push", "Parley does not publish models"},
 	{http.MethodPost, "/api/create", "Parley serves GGUF files as they are: start it with --model PATH.gguf (sampling defaults are flags, the chat template --template)"},
 	{http.MethodPost, "/api/copy", "Parley serves one model under its own name"},
