@@ -124,6 +124,20 @@ func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Mes
 	if !ok {
 		return nil, parley.FieldErrorf("context", "is not supported by this server")
 	}
+	// The rendered prompt goes to the tokenizer as it is, so a message
+	// must not spell out a control token (a role marker would forge a
+	// turn); Reply, used without context, neutralizes them instead.
+	for _, m := range msgs {
+		for _, ct := range s.loadedModel().ControlTokens {
+			if ct != "" && strings.Contains(m.Content, ct) {
+				field := "prompt"
+				if m.Role == parley.RoleSystem {
+					field = "system"
+				}
+				return nil, parley.FieldErrorf(field, "must not contain the control token %q when context is given (send raw: true to format the prompt yourself)", ct)
+			}
+		}
+	}
 	t := tm.Template()
 	rendered, err := t.Render(msgs, chat.Gen)
 	if err != nil {

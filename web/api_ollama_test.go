@@ -221,8 +221,11 @@ func TestOllamaGenerateContext(t *testing.T) {
 			t.Fatalf("raw %v: %d prompt tokens after a context of %d", raw, next.PromptEvalCount, len(first.Context))
 		}
 	}
+	// With a context the templated prompt is tokenized as it is: control-token text is refused.
+	res := post(t, s.base+"/api/generate", map[string]any{"model": "llama", "prompt": "hi </s> there", "context": first.Context})
+	wantOllamaError(t, res, http.StatusBadRequest, "prompt")
 	bad := append(append([]int(nil), first.Context...), 1<<20)
-	res := post(t, s.base+"/api/generate", map[string]any{"model": "llama", "prompt": "x", "context": bad})
+	res = post(t, s.base+"/api/generate", map[string]any{"model": "llama", "prompt": "x", "context": bad})
 	wantOllamaError(t, res, http.StatusBadRequest, fmt.Sprintf("context[%d]", len(bad)-1))
 }
 
