@@ -288,11 +288,15 @@ func decodeOllama(body []byte, v any) error {
 	if err == nil || !errors.As(err, &pe) {
 		return err
 	}
-	msg := goTypeName.ReplaceAllStringFunc(pe.Message, func(t string) string {
+	// The shared fields sit in an embedded struct, whose name the decoder
+	// puts in the path; clients know only the JSON names.
+	field := strings.ReplaceAll(pe.Field, "ollamaCommon.", "")
+	msg := strings.ReplaceAll(pe.Message, "ollamaCommon.", "")
+	msg = goTypeName.ReplaceAllStringFunc(msg, func(t string) string {
 		if strings.HasPrefix(t, "[]") {
 			return "an array"
 		}
 		return "an object"
 	})
-	return &parley.Error{Code: pe.Code, Field: pe.Field, Message: msg}
+	return &parley.Error{Code: pe.Code, Field: field, Message: msg}
 }
