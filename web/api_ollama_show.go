@@ -31,6 +31,8 @@ type ollamaShowResponse struct {
 	ModelInfo    map[string]any `json:"model_info"`
 	Capabilities []string       `json:"capabilities"`
 	ModifiedAt   string         `json:"modified_at"`
+	// Tensors is always empty: Parley does not list the model's tensors.
+	Tensors []struct{} `json:"tensors"`
 }
 
 func (s *Server) handleOllamaShow(c echo.Context) error {
@@ -60,6 +62,7 @@ func (s *Server) handleOllamaShow(c echo.Context) error {
 		ModelInfo:    ollamaModelInfo(info),
 		Capabilities: s.ollamaCapabilities(),
 		ModifiedAt:   mod.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"),
+		Tensors:      []struct{}{},
 	})
 }
 
