@@ -60,6 +60,7 @@ type conn struct {
 	rd *readDeadline
 
 	limiter *rateLimiter
+	hold    *admission // the client's admission, which its replies hold too
 }
 
 type jobKind int
@@ -85,20 +86,20 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			s.releaseIP(ip)
-		}
-	}
-	defer release()
+	// The socket holds the admission, and so does every reply it starts
+	// until that reply ends (a reply may outlive the socket).
+	hold := newAdmission(func() { s.releaseIP(ip) })
+	defer hold.done()
 
 	jsonMode := r.URL.Query().Get("format") == "json"
 	for _, p := range websocket.Subprotocols(r) {
 		if p == subprotocolJSON {
 			jsonMode = true
 		}
+	}
+	resumeFrom, err := parseResumeFrom(r.URL.Query().Get("resume_from"))
+	if err != nil {
+		return err
 	}
 	sess, resumed, err := s.sessions.Open(r.Context(), r.URL.Query().Get("session"))
 	if err != nil && !answerOnSocket(err) {
@@ -124,6 +125,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		inbox:   newInbox(s.cfg.MaxQueuedPrompts),
 		ctx:     ctx,
 		cancel:  cancel,
+		hold:    hold,
 		limiter: newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
 	if !s.trackOrRefuse(cn, ws) {
@@ -158,12 +160,29 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	cn.log.Info("session open", zap.Bool("resumed", resumed), zap.Bool("json", jsonMode),
 		zap.Int("messages", len(sess.Messages)))
 	start := time.Now()
+	hist, live, rp := history(sess.Messages), (*liveReplyJSON)(nil), (*resumePoint)(nil)
+	if resumed {
+		if hist, live, rp, err = cn.resume(r.Context(), resumeFrom); err != nil {
+			cn.log.Info("resume failed", zap.Error(err))
+			cn.sendError(err)
+			cn.close(closeCodeFor(err), "resume failed")
+			writerDone.Wait()
+			cn.finishClose()
+			return nil
+		}
+	}
 	if jsonMode {
-		cn.sendSession(sess.ID, resumed, sess.Messages)
+		cn.sendJSON(sessionMessage{Type: "session", ID: sess.ID, Resumed: resumed, Messages: hist, Reply: live})
 	}
 
 	workerDone.Add(1)
-	go func() { defer workerDone.Done(); cn.worker() }()
+	go func() {
+		defer workerDone.Done()
+		if rp != nil {
+			cn.followResumed(rp)
+		}
+		cn.worker()
+	}()
 
 	cn.reader()
 	cn.close(websocket.CloseNormalClosure, "")
@@ -365,58 +384,6 @@ func (c *conn) worker() {
 	}
 }
 
-// runTurn streams one reply. In text mode every non-empty piece is a text
-// message and the sentinel follows the final event; in JSON mode tokens and
-// the done event are JSON objects.
-func (c *conn) runTurn(prompt string, p parley.Params) {
-	ctx, cancel := context.WithCancel(c.ctx)
-	c.turnMu.Lock()
-	c.turnCancel = cancel
-	c.turnMu.Unlock()
-	c.busy.Store(true)
-	defer func() {
-		c.turnMu.Lock()
-		c.turnCancel = nil
-		c.turnMu.Unlock()
-		cancel()
-		c.busy.Store(false)
-	}()
-
-	p.SkipLogprobs = !c.json // text mode sends only the pieces
-	turn, err := c.srv.sessions.Turn(ctx, c.id, prompt, p)
-	if err != nil {
-		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
-		c.srv.countRefusal(err)
-		c.replyError(err)
-		return
-	}
-	meter := c.srv.meterReply(c.cancelCause)
-	for ev := range turn.Events() {
-		meter.observe(ev)
-		if !ev.Done {
-			if c.json {
-				c.sendJSON(tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special})
-			} else if ev.Token.Text != "" {
-				c.sendText(ev.Token.Text)
-			}
-			continue
-		}
-		replyLog(c.log, ev)
-		if turn.Committed() { // set before the final event is sent: counted before the client hears the sentinel
-			c.srv.ops().kvTurns.WithLabelValues(turn.KVCache()).Inc()
-		}
-		if ev.Finish == parley.FinishError {
-			c.replyError(errOr(ev.Err))
-			continue
-		}
-		if c.json {
-			c.sendJSON(newDoneMessage(ev, turn.Text()))
-		} else {
-			c.sendText(Sentinel)
-		}
-	}
-}
-
 func errOr(err error) error {
 	if err == nil {
 		return parley.Errorf(parley.EInternal, "the reply failed")
@@ -456,10 +423,7 @@ func (c *conn) replyError(err error) {
 func (c *conn) sendError(err error) { c.sendRaw(c.errorFrame(err)) }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
-	if msgs == nil {
-		msgs = []parley.Message{}
-	}
-	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: msgs})
+	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: history(msgs)})
 }
 
 // replyErrorWait is replyError for the worker's queued answers: it waits up
