@@ -154,6 +154,7 @@ type Server struct {
 	api     apiDeps       // the HTTP streaming APIs' engine and model facts (api.go)
 	bodies  *bodyBudget   // the bytes request bodies hold (bodybudget.go)
 	replies replyRegistry // chat replies in flight (replies.go)
+	bg      bgRegistry    // background responses (api_responses_bg.go)
 }
 
 // Option configures optional parts of a Server.
@@ -345,7 +346,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	graceCtx, cancelGrace := context.WithTimeout(ctx, stopGrace)
 	defer cancelGrace()
-	if werr := waitGroup(graceCtx, &s.connWG, &s.reqWG, &s.replies.wg); werr != nil {
+	if werr := waitGroup(graceCtx, &s.connWG, &s.reqWG, &s.replies.wg, &s.bg.wg); werr != nil {
 		return fmt.Errorf("shutdown: %d sockets still open %v after the drain: %w", s.OpenConns(), stopGrace, werr)
 	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -393,7 +394,7 @@ func (s *Server) trackRequest(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) busyConns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.replies.running() // a reply whose socket dropped drains too
+	n := s.replies.running() + s.bg.running() // replies without a socket or a request drain too
 	for c := range s.conns {
 		if c.replying() {
 			n++
