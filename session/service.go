@@ -353,6 +353,10 @@ type Turn struct {
 	// a fresh copy, when committing meets another replica's write.
 	reapply func(*Session)
 
+	// durable: the turn is stored, marked interrupted, before its reply
+	// starts (pending.go); its commit then replaces that.
+	durable bool
+
 	// settleMu is held while the turn is committed; settled (guarded by
 	// it) is set once the commit is decided, stored or not. See Snapshot.
 	settleMu sync.Mutex
@@ -467,6 +471,12 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	}
 	msgs = append(msgs, sess.Messages...)
 	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: ts.prompt})
+	if t.durable {
+		if err := s.storePending(ctx, sess, ts.prompt); err != nil {
+			ts.unlock()
+			return err
+		}
+	}
 	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
 		ts.unlock()
@@ -518,8 +528,8 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, prompt str
 	defer t.settleMu.Unlock()
 	t.settled = true
 	text := t.reply.Text()
-	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && text == "") {
-		return final
+	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && text == "" && !t.durable) {
+		return final // (a durable turn's pending record stays: interrupted)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()

@@ -439,6 +439,9 @@ func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, store
 	}
 	if rec.Status == session.StatusIncomplete {
 		o.IncompleteDetails = &incomplete{Reason: "max_output_tokens"}
+		if rec.Finish == session.FinishInterrupted { // the server stopped under it (api_responses_bg.go)
+			o.IncompleteDetails.Reason = session.FinishInterrupted
+		}
 	}
 	return o
 }

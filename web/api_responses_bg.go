@@ -110,6 +110,7 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, client))
+	pr.req.Durable = true // a crash leaves it stored, interrupted
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {
 		cancel()
