@@ -314,3 +314,14 @@ func TestDetachedRepliesCountAgainstTheClient(t *testing.T) {
 		return upgradeStatus(t, s.url+"/ws?format=json", nil) == http.StatusSwitchingProtocols
 	})
 }
+
+// TestResumeFromIsChecked: a resume_from that is not a whole number is
+// refused before the upgrade, with a 400 naming it.
+func TestResumeFromIsChecked(t *testing.T) {
+	s := openStack(t, stackOpts{})
+	for _, bad := range []string{"x", "-1", "1.5"} {
+		if code := upgradeStatus(t, s.url+"/ws?format=json&resume_from="+bad, nil); code != http.StatusBadRequest {
+			t.Fatalf("resume_from=%s: status %d, want 400", bad, code)
+		}
+	}
+}

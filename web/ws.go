@@ -91,13 +91,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	hold := newAdmission(func() { s.releaseIP(ip) })
 	defer hold.done()
 
-	jsonMode := r.URL.Query().Get("format") == "json"
-	for _, p := range websocket.Subprotocols(r) {
-		if p == subprotocolJSON {
-			jsonMode = true
-		}
-	}
-	resumeFrom, err := parseResumeFrom(r.URL.Query().Get("resume_from"))
+	jsonMode, resumeFrom, err := socketMode(r)
 	if err != nil {
 		return err
 	}
@@ -160,19 +154,11 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	cn.log.Info("session open", zap.Bool("resumed", resumed), zap.Bool("json", jsonMode),
 		zap.Int("messages", len(sess.Messages)))
 	start := time.Now()
-	hist, live, rp := history(sess.Messages), (*liveReplyJSON)(nil), (*resumePoint)(nil)
-	if resumed {
-		if hist, live, rp, err = cn.resume(r.Context(), resumeFrom); err != nil {
-			cn.log.Info("resume failed", zap.Error(err))
-			cn.sendError(err)
-			cn.close(closeCodeFor(err), "resume failed")
-			writerDone.Wait()
-			cn.finishClose()
-			return nil
-		}
-	}
-	if jsonMode {
-		cn.sendJSON(sessionMessage{Type: "session", ID: sess.ID, Resumed: resumed, Messages: hist, Reply: live})
+	rp, ok := cn.greet(r.Context(), sess, resumed, resumeFrom)
+	if !ok {
+		writerDone.Wait()
+		cn.finishClose()
+		return nil
 	}
 
 	workerDone.Add(1)
@@ -191,6 +177,20 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	cn.finishClose()
 	cn.log.Info("session close", zap.Duration("duration", time.Since(start)), zap.Int("close_code", cn.closeCode))
 	return nil
+}
+
+// socketMode reads how a chat socket talks: JSON mode (?format=json or the
+// subprotocol), and where a resumed reply picks up (?resume_from=, -1: not
+// given).
+func socketMode(r *http.Request) (jsonMode bool, resumeFrom int, err error) {
+	jsonMode = r.URL.Query().Get("format") == "json"
+	for _, p := range websocket.Subprotocols(r) {
+		if p == subprotocolJSON {
+			jsonMode = true
+		}
+	}
+	resumeFrom, err = parseResumeFrom(r.URL.Query().Get("resume_from"))
+	return jsonMode, resumeFrom, err
 }
 
 func (c *conn) replying() bool { return c.busy.Load() }

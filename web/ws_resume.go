@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
 )
 
 // historyMessage is a message of the session message's history; Status is
@@ -168,6 +169,26 @@ func (c *conn) sendEnd(final parley.Event, content string) {
 	default:
 		c.sendText(Sentinel)
 	}
+}
+
+// greet sends a JSON-mode socket its session message: the history, and on
+// a resume the reply in flight, which the socket then follows (rp). false:
+// the resume failed; the socket is told and closing.
+func (c *conn) greet(ctx context.Context, sess *session.Session, resumed bool, resumeFrom int) (rp *resumePoint, ok bool) {
+	hist, live := history(sess.Messages), (*liveReplyJSON)(nil)
+	if resumed {
+		var err error
+		if hist, live, rp, err = c.resume(ctx, resumeFrom); err != nil {
+			c.log.Info("resume failed", zap.Error(err))
+			c.sendError(err)
+			c.close(closeCodeFor(err), "resume failed")
+			return nil, false
+		}
+	}
+	if c.json {
+		c.sendJSON(sessionMessage{Type: "session", ID: sess.ID, Resumed: resumed, Messages: hist, Reply: live})
+	}
+	return rp, true
 }
 
 // resume reads the history a resuming socket starts from, and the reply in
