@@ -325,3 +325,84 @@ func TestResumeFromIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeUnderLoad is issue 31's measurement, scaled to a test: many
+// JSON sessions at once, each resuming with ?session=, sending prompts and
+// dropping its socket at the first token of some replies, then coming back
+// at once. Every resume must show exactly the history the client can
+// account for (what it saw before plus the reply it dropped), and at the
+// end every session must hold exactly what its client was last told.
+func TestResumeUnderLoad(t *testing.T) {
+	const sessions, runFor, dropEvery = 12, 4 * time.Second, 6 // about 15% of replies dropped
+	s := openStack(t, stackOpts{maxTokens: 32, cfg: func(c *web.Config) { c.ResumeGrace = 3 * time.Second }})
+	type result struct {
+		turns, drops, resumes int
+		err                   error
+	}
+	results := make(chan result, sessions)
+	deadline := time.Now().Add(runFor)
+	for i := range sessions {
+		go func() {
+			var r result
+			defer func() { results <- r }()
+			var hist []parley.Message
+			id, n := "", 0
+			for time.Now().Before(deadline) && r.err == nil {
+				q := ""
+				if id != "" {
+					q, r.resumes = "&session="+id, r.resumes+1
+				}
+				ws, _, err := websocket.DefaultDialer.Dial(s.url+"/ws?format=json"+q, nil)
+				if err != nil {
+					r.err = err
+					return
+				}
+				open := readJSON(t, ws)
+				id = open.SessionID()
+				view := clientView(t, ws, open)
+				if len(view) < len(hist) || !sameMessages(view[:len(hist)], hist) || len(view) > len(hist)+2 {
+					r.err = fmt.Errorf("session %d: resumed with %d messages, the client accounts for %d (+ at most its dropped turn)", i, len(view), len(hist))
+				}
+				if got := stored(t, s, id); !sameMessages(view, got) {
+					r.err = fmt.Errorf("session %d: shown %d messages, the session holds %d", i, len(view), len(got))
+				}
+				hist = view
+				for range 1 + n%3 {
+					n++
+					ws.WriteJSON(map[string]any{"type": "prompt", "content": fmt.Sprintf("Story %d of %d", n, i)})
+					if n%dropEvery == 0 {
+						readJSON(t, ws) // the first token
+						r.drops++
+						break
+					}
+					_, done := readUntilDone(t, ws)
+					hist = append(hist, parley.Message{Role: parley.RoleUser, Content: fmt.Sprintf("Story %d of %d", n, i)},
+						parley.Message{Role: parley.RoleAssistant, Content: done.Content})
+					r.turns++
+				}
+				dropAbruptly(ws)
+			}
+			// At the end: what the client was last told is what is stored.
+			time.Sleep(100 * time.Millisecond)
+			ws := dial(t, s.url+"/ws?format=json&session="+id, nil)
+			final := clientView(t, ws, readJSON(t, ws))
+			if len(final) < len(hist) || !sameMessages(final[:len(hist)], hist) {
+				r.err = fmt.Errorf("session %d: the history changed behind the client's back", i)
+			}
+			ws.Close()
+		}()
+	}
+	var total result
+	for range sessions {
+		r := <-results
+		if r.err != nil {
+			t.Error(r.err)
+		}
+		total.turns, total.drops, total.resumes = total.turns+r.turns, total.drops+r.drops, total.resumes+r.resumes
+	}
+	t.Logf("%d sessions, %v: %d acknowledged turns, %d dropped at the first token, %d resumes, none stale",
+		sessions, runFor, total.turns, total.drops, total.resumes)
+	if total.drops == 0 || total.resumes == 0 {
+		t.Fatalf("nothing was dropped or resumed: %+v", total)
+	}
+}
