@@ -136,7 +136,6 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 // bgLinger for late readers.
 func (s *Server) runBackground(ctx context.Context, b *bgResponse, resp *session.Response, pr *parsedResponse, client string) {
 	defer s.bg.wg.Done()
-	defer s.releaseIP(client)
 	log := s.log.With(zap.String("response", b.id), zap.String("session", resp.SessionID()))
 	log.Info("background response started")
 	_ = s.streamResponse(ctx, b.cancel, resp, pr, b.emit)
@@ -153,6 +152,7 @@ func (s *Server) runBackground(ctx context.Context, b *bgResponse, resp *session
 	close(b.ended)
 	b.cancel()
 	s.bg.live.Add(-1)
+	s.releaseIP(client) // it ran: the log that lingers holds no admission
 	log.Info("background response ended", zap.String("status", final.Status))
 	t := time.NewTimer(bgLinger)
 	defer t.Stop()

@@ -19,8 +19,13 @@ import (
 )
 
 // openPacedAPI is the API stack on the paced engine (resume_test.go).
-func openPacedAPI(tb testing.TB, gap time.Duration) *stack {
-	return openStack(tb, stackOpts{maxTokens: 24, maxTokensCap: 480, tokenizer: true,
+func openPacedAPI(tb testing.TB, gap time.Duration, mod ...func(*web.Config)) *stack {
+	cfg := func(c *web.Config) {
+		for _, m := range mod {
+			m(c)
+		}
+	}
+	return openStack(tb, stackOpts{maxTokens: 24, maxTokensCap: 480, tokenizer: true, cfg: cfg,
 		generator: func(e *llm.Engine) chat.Generator { return &pacedGenerator{Engine: e, gap: gap} },
 		options: func(s *stack) []web.Option {
 			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
@@ -159,5 +164,28 @@ func TestBackgroundResponseCancel(t *testing.T) {
 	// background needs store.
 	if res := post(t, s.base+"/v1/responses", map[string]any{"input": "Hi", "background": true, "store": false}); res.StatusCode != http.StatusBadRequest {
 		t.Fatalf("background with store false: %d", res.StatusCode)
+	}
+}
+
+// TestBackgroundResponsesCountAgainstTheClient: each running background
+// response holds a connection admission of its client, so a client cannot
+// park more of them than it may hold connections.
+func TestBackgroundResponsesCountAgainstTheClient(t *testing.T) {
+	s := openPacedAPI(t, 5*time.Millisecond, func(c *web.Config) { c.MaxConnsPerIP = 2 })
+	req := map[string]any{"input": "Once upon a time", "background": true, "max_output_tokens": 400}
+	var ids []string
+	for range 2 {
+		var o bgObject
+		decodeBody(t, post(t, s.base+"/v1/responses", req), http.StatusOK, &o)
+		ids = append(ids, o.ID)
+	}
+	if res := post(t, s.base+"/v1/responses", req); res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a third background response: %d, want 429", res.StatusCode)
+	}
+	var o bgObject
+	decodeBody(t, post(t, s.base+"/v1/responses/"+ids[0]+"/cancel", nil), http.StatusOK, &o)
+	decodeBody(t, post(t, s.base+"/v1/responses", req), http.StatusOK, &o) // room again
+	for _, id := range append(ids[1:], o.ID) {
+		post(t, s.base+"/v1/responses/"+id+"/cancel", nil)
 	}
 }
