@@ -65,8 +65,9 @@ type liveReply struct {
 	endOnce   sync.Once
 }
 
-// open registers a new reply to prompt for c's session, followed by c. The
-// reply is cancelled when c asks, or when c is gone longer than the grace.
+// open registers a new reply to prompt for c's session, on the server's
+// context (not c's), holding c's admission until it ends. The caller
+// follows it (see follow) and ends it with fail or through its pump.
 func (g *replyRegistry) open(c *conn, prompt string) *liveReply {
 	ctx, cancel := context.WithCancel(parley.WithClient(c.srv.stop, c.ip))
 	r := &liveReply{srv: c.srv, sid: c.id, prompt: prompt, log: c.log, ctx: ctx, cancel: cancel, hold: c.hold,
@@ -132,7 +133,7 @@ func (r *liveReply) end() {
 	})
 }
 
-// fail ends a reply whose turn never started.
+// fail ends a reply whose turn never started (refused, or its socket gone).
 func (r *liveReply) fail() { r.end() }
 
 // broadcastLocked wakes every follower; r.mu is held.
