@@ -57,6 +57,18 @@ func WithTemplate(t Template) Option {
 	return func(r *Responder) { r.tmpl = t }
 }
 
+// WithTemplateSource renders with the Jinja template src instead of the
+// model's own (a template file the operator chose).
+func WithTemplateSource(src string) Option {
+	return func(r *Responder) { r.jinjaSrc = src }
+}
+
+// WithJinjaRenderer sets what renders Jinja templates: a *Sandbox for a
+// GGUF's (untrusted) template. The default renders in process, unbounded.
+func WithJinjaRenderer(jr JinjaRenderer) Option {
+	return func(r *Responder) { r.renderer = jr }
+}
+
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *zap.Logger) Option {
 	return func(r *Responder) { r.log = l }
@@ -70,10 +82,13 @@ func WithLogger(l *zap.Logger) Option {
 // so replies for one key must not run concurrently when the key is to be
 // reused well (the session layer runs one turn at a time).
 type Responder struct {
-	gen   Generator
-	tmpl  Template // nil: detect from the model's metadata on every reply
-	log   *zap.Logger
-	memos memos // the last turn of each conversation, by key (see memo)
+	gen      Generator
+	tmpl     Template // nil: the model's own template (auto)
+	jinjaSrc string   // a Jinja template that replaces the model's ("": the model's)
+	renderer JinjaRenderer
+	auto     autoTemplate
+	log      *zap.Logger
+	memos    memos // the last turn of each conversation, by key (see memo)
 }
 
 // NewResponder returns a Responder over gen.
@@ -85,19 +100,13 @@ func NewResponder(gen Generator, opts ...Option) *Responder {
 	return r
 }
 
-// Template returns the template replies are rendered with: the override,
-// or the family detected from the model's chat template.
+// Template returns the template replies are rendered with: the override, or
+// the model's own chat template (see loadTemplate), loaded once per source.
 func (r *Responder) Template() Template {
 	if r.tmpl != nil {
 		return r.tmpl
 	}
-	info := r.gen.Info()
-	t := DetectTemplate(info.ChatTemplate)
-	if t.Name() == NameZephyr && info.EOSToken != "" {
-		// Zephyr's turns end with the model's own EOS text.
-		t = zephyr(info.EOSToken)
-	}
-	return t
+	return r.auto.get(r.gen.Info(), r.jinjaSrc, r.renderer, r.log)
 }
 
 // Reply starts the assistant's reply to msgs (the whole conversation,

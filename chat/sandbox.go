@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,8 +23,8 @@ import (
 
 // A GGUF's chat template is untrusted code: a Jinja template can loop, recurse or allocate without bound, and a Go
 // goroutine cannot be stopped from outside. So a Sandbox renders templates in a child process (this same executable,
-// started with SandboxEnv set) that limits its own address space (RLIMIT_AS) and runs on one thread, and the parent
-// kills it when a render takes longer than its time limit. A killed or crashed child is restarted on the next render;
+// started with SandboxEnv set) that limits its own data segment (RLIMIT_DATA, which bounds the Go heap; RLIMIT_AS
+// would count the runtime's address-space reservations) and runs on one thread, and the parent kills it when a render takes longer than its time limit. A killed or crashed child is restarted on the next render;
 // the render that killed it fails with ErrTemplateLimit. Renders are serialised (one child); a real template renders
 // a 200-message conversation in about a millisecond.
 
@@ -35,11 +36,11 @@ const SandboxEnv = "PARLEY_TEMPLATE_SANDBOX"
 const (
 	// DefaultRenderTimeout is the most one render may take, start of the child included.
 	DefaultRenderTimeout = 2 * time.Second
-	// DefaultSandboxMemory is the child's address-space limit, in bytes. The Go runtime itself needs about 100 MiB
-	// of it; a real template needs a few MiB.
+	// DefaultSandboxMemory is the child's data-segment limit (RLIMIT_DATA), in bytes. A Go process starts with about
+	// 40 MiB of it; a real template needs a few MiB more.
 	DefaultSandboxMemory = 1 << 30
 	// maxSandboxStderr is how much of a dead child's stderr is kept for the error, in bytes.
-	maxSandboxStderr = 2048
+	maxSandboxStderr = 512
 )
 
 // SandboxChild reports whether this process was started as a sandbox child.
@@ -70,7 +71,7 @@ type SandboxOption func(*Sandbox)
 // WithRenderTimeout sets the most one render may take.
 func WithRenderTimeout(d time.Duration) SandboxOption { return func(s *Sandbox) { s.timeout = d } }
 
-// WithSandboxMemory sets the child's address-space limit in bytes.
+// WithSandboxMemory sets the child's data-segment limit in bytes.
 func WithSandboxMemory(n int64) SandboxOption { return func(s *Sandbox) { s.memory = n } }
 
 // NewSandbox returns a Sandbox whose child is this executable (os.Executable) with SandboxEnv set. The child starts
@@ -140,7 +141,8 @@ func (s *Sandbox) RenderJinja(src string, vars []byte) (string, error) {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return "", fmt.Errorf("%w: a render took longer than %v", ErrTemplateLimit, s.timeout)
 		}
-		return "", fmt.Errorf("%w: the renderer died (%v): %s", ErrTemplateLimit, err, p.stderr.String())
+		why, _, _ := strings.Cut(p.stderr.String(), "\n") // a dying Go runtime's first line says why
+		return "", fmt.Errorf("%w: the renderer died (%v): %s", ErrTemplateLimit, err, why)
 	}
 	if resp.Err != "" {
 		if resp.Limit {
@@ -217,12 +219,12 @@ func (b *tailBuffer) String() string {
 	return string(bytes.TrimSpace(b.buf.Bytes()))
 }
 
-// ServeSandbox is the child's side: it limits this process (address space from SandboxEnv's value, one thread),
+// ServeSandbox is the child's side: it limits this process (its data segment to SandboxEnv's value, one thread),
 // then renders the requests read from r, answering each on w, until r ends. It returns the process's exit status.
 func ServeSandbox(getenv func(string) string, r io.Reader, w io.Writer) int {
 	if n, err := strconv.ParseInt(getenv(SandboxEnv), 10, 64); err == nil && n > 0 {
 		lim := syscall.Rlimit{Cur: uint64(n), Max: uint64(n)}
-		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &lim); err != nil {
+		if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &lim); err != nil {
 			fmt.Fprintln(os.Stderr, "template sandbox: limit memory:", err)
 			return 1
 		}
