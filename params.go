@@ -59,6 +59,9 @@ type Params struct {
 	Stop             []string        `json:"stop,omitempty"`        // reply ends before any of these
 	Grammar          string          `json:"grammar,omitempty"`     // GBNF; exclusive with JSONSchema
 	JSONSchema       json.RawMessage `json:"json_schema,omitempty"` // constrains output to JSON matching the schema
+	// Think switches a reasoning model's thought on or off (the template's enable_thinking); nil leaves the model's
+	// default. Models whose template has no switch ignore it.
+	Think *bool `json:"think,omitempty"`
 	// SkipLogprobs says no client reads the tokens' log-probabilities, so
 	// the engine skips computing them (a softmax over the vocabulary per
 	// token) and Token.Logprob is NaN. Set by the wire layer, never sent.

@@ -27,6 +27,7 @@ type Jinja struct {
 	stops    []string
 	// thinkingKey: the template reads the thought as message.thinking (gpt-oss) rather than reasoning_content.
 	thinkingKey bool
+	think       ThinkFormat
 }
 
 // JinjaConfig configures a Jinja template.
@@ -58,7 +59,8 @@ func NewJinja(src string, cfg JinjaConfig) *Jinja {
 		t.now = time.Now
 	}
 	t.thinkingKey = strings.Contains(src, ".thinking")
-	t.stops = jinjaStops(src, t.fallback, cfg.EOSToken)
+	t.think = DetectThinkFormat(src)
+	t.stops = jinjaStops(src, t.fallback, cfg.EOSToken, t.think)
 	return t
 }
 
@@ -69,7 +71,7 @@ var endOfTurnMarkers = []string{
 	"<｜end▁of▁sentence｜>", "<|END_OF_TURN_TOKEN|>",
 }
 
-func jinjaStops(src string, fallback Template, eos string) []string {
+func jinjaStops(src string, fallback Template, eos string, think ThinkFormat) []string {
 	var stops []string
 	add := func(s string) {
 		for _, x := range stops {
@@ -85,9 +87,13 @@ func jinjaStops(src string, fallback Template, eos string) []string {
 		}
 	}
 	for _, m := range endOfTurnMarkers {
-		if strings.Contains(src, m) {
+		// A harmony reply's messages end with <|end|> before the final one: only <|return|> and <|call|> end it.
+		if strings.Contains(src, m) && (think != ThinkHarmony || m != harmonyEnd) {
 			add(m)
 		}
+	}
+	if think == ThinkHarmony {
+		add(harmonyCall)
 	}
 	if eos != "" && len(eos) > 1 {
 		add(eos)
@@ -100,6 +106,9 @@ func (t *Jinja) Name() string { return NameJinja }
 
 // Stops implements Template.
 func (t *Jinja) Stops() []string { return append([]string(nil), t.stops...) }
+
+// ThinkFormat returns how the model marks its thought, detected from the template (ThinkNone: no thought).
+func (t *Jinja) ThinkFormat() ThinkFormat { return t.think }
 
 // Source returns the template's Jinja source.
 func (t *Jinja) Source() string { return t.src }

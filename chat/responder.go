@@ -158,7 +158,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens), nil
 		}
-		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), Gen)
+		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), RenderOptions{AddGenerationPrompt: true, Thinking: p.Think})
 		if err != nil {
 			return 0, err
 		}
@@ -219,7 +219,8 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
 		}
 	}
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember)
+	rep, err := r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, thinkFormatOf(tmpl))
+	return rep, err
 }
 
 // dropTurns returns msgs without their first k droppable turns (see fit).
@@ -245,12 +246,12 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil)
+	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
 func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
-	remember func(gen []int, pieces []string, special []bool)) (*Reply, error) {
+	remember func(gen []int, pieces []string, special []bool), think ThinkFormat) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
 	}
@@ -277,7 +278,11 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		out:          make(chan parley.Event, size),
 		remember:     remember,
 	}
-	go rep.run(ctx, genCtx, cancel, events, NewStreamer(stops))
+	var split *thoughtSplit
+	if think != ThinkNone {
+		split = &thoughtSplit{split: NewSplitter(think, prompt), st: NewStreamer(stops), format: think}
+	}
+	go rep.run(ctx, genCtx, cancel, events, NewStreamer(stops), split)
 	return rep, nil
 }
 
@@ -297,8 +302,9 @@ type Reply struct {
 	// engine generated and their raw text, up to a stop.
 	remember func(gen []int, pieces []string, special []bool)
 
-	mu   sync.Mutex
-	text strings.Builder // Token.Text of every delivered token event
+	mu        sync.Mutex
+	text      strings.Builder // Token.Text of every delivered token event
+	reasoning strings.Builder // Token.Reasoning of every delivered token event
 }
 
 // Events returns the cleaned event stream.
@@ -321,6 +327,14 @@ func (rep *Reply) Text() string {
 	return rep.text.String()
 }
 
+// Reasoning returns the thought delivered so far (a reasoning model's, kept
+// apart from Text); after the final event it is the whole thought.
+func (rep *Reply) Reasoning() string {
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	return rep.reasoning.String()
+}
+
 // run is the one goroutine of a reply. It reads the engine's stream until
 // the engine closes it, which Generate's contract guarantees after the final
 // event; cancel is called when run ends. The contract also says that
@@ -335,7 +349,7 @@ func (rep *Reply) Text() string {
 // event is kept back until the next event arrives, so that text released by
 // Flush at the end can join the last token event rather than need an event
 // of its own. Token events stay one per engine token.
-func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer) {
+func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer, split *thoughtSplit) {
 	defer close(rep.out)
 	defer cancel()
 	var (
@@ -374,32 +388,52 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		if rep.remember != nil {
 			gen, pieces, special = append(gen, ev.Token.ID), append(pieces, ev.Token.Text), append(special, ev.Token.Special)
 		}
-		if ev.Token.Special {
+		switch {
+		case split != nil && (!ev.Token.Special || split.format.IsMarker(ev.Token.Text)):
+			// A reasoning model's text or thought marker: split, then each
+			// part cleaned by its own Streamer.
+			ev.Token, stopped = split.push(ev.Token, st)
+		case ev.Token.Special:
 			// Control tokens are not reply text. One that spells a stop
 			// string (an end-of-turn marker the engine does not treat as
 			// end-of-generation) ends the reply; what was held back is text.
 			if st.matchesStop(ev.Token.Text) {
 				ev.Token.Text, stopped, specialStop = st.Flush(), true, true
+				if split != nil {
+					ev.Token = split.flush(ev.Token, st)
+				}
 			} else {
 				ev.Token.Text = ""
 			}
-		} else {
+		default:
 			ev.Token.Text, stopped = st.Push(ev.Token.Text)
 		}
 		switch {
 		case stopped:
 			rep.deliver(ctx, ev)
 			cancel()
-		case st.holding():
+		case st.holding() || split.holding():
 			pending, hasPending = ev, true
 		default:
 			rep.deliver(ctx, ev)
 		}
 	}
+	if split != nil && !stopped {
+		// What the splitter holds at the end joins the last token event.
+		if !hasPending {
+			pending, hasPending = parley.Event{Token: parley.Token{ID: -1}}, true
+		}
+		pending.Token = split.flush(pending.Token, st)
+	}
 	if hasPending {
 		pending.Token.Text += st.Flush()
 		stopped = stopped || st.Stopped()
-		rep.deliver(ctx, pending)
+		if pending.Token.ID >= 0 || pending.Token.Text != "" || pending.Token.Reasoning != "" {
+			rep.deliver(ctx, pending)
+		}
+	}
+	if split != nil {
+		final.Usage.ReasoningTokens = split.tokens
 	}
 
 	switch {
@@ -470,6 +504,7 @@ func (rep *Reply) deliver(ctx context.Context, ev parley.Event) {
 	case rep.out <- ev:
 		rep.mu.Lock()
 		rep.text.WriteString(ev.Token.Text)
+		rep.reasoning.WriteString(ev.Token.Reasoning)
 		rep.mu.Unlock()
 	case <-ctx.Done():
 	}

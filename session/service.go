@@ -375,6 +375,15 @@ func (t *Turn) SessionID() string { return t.id }
 // Text is the reply's whole text; valid after the final event.
 func (t *Turn) Text() string { return t.reply.Text() }
 
+// Reasoning is the reply's thought (a reasoning model's, kept apart from
+// Text), when the reply has one; valid after the final event.
+func (t *Turn) Reasoning() string {
+	if r, ok := t.reply.(interface{ Reasoning() string }); ok {
+		return r.Reasoning()
+	}
+	return ""
+}
+
 // Prompt is the prompt as the model saw it (the rendered conversation).
 func (t *Turn) Prompt() string { return t.reply.Prompt() }
 
@@ -508,7 +517,7 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 		} else {
 			s.unused.used(sess.Owner, t.id)
 		}
-		err := s.commit(cctx, put, sess, prompt, text, t.reapply)
+		err := s.commit(cctx, put, sess, prompt, text, t.Reasoning(), t.reapply)
 		cancel()
 		if err != nil {
 			// The reply was streamed but not stored: say so in the final
