@@ -2,9 +2,9 @@ package chat
 
 import "github.com/parley-chat/parley"
 
-// thinkFormatOf returns the thought format of a template: a Jinja template's, detected from its source; none for
+// ThinkFormatOf returns the thought format of a template: a Jinja template's, detected from its source; none for
 // the hand-written families.
-func thinkFormatOf(t Template) ThinkFormat {
+func ThinkFormatOf(t Template) ThinkFormat {
 	if j, ok := t.(*Jinja); ok {
 		return j.ThinkFormat()
 	}

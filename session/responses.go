@@ -52,6 +52,8 @@ type ResponseRecord struct {
 	InputTokens  int     `json:"input_tokens,omitempty"`
 	CachedTokens int     `json:"cached_tokens,omitempty"`
 	OutputTokens int     `json:"output_tokens,omitempty"`
+	// ReasoningTokens are the output tokens of a reasoning model's thought.
+	ReasoningTokens int `json:"reasoning_tokens,omitempty"`
 	MaxTokens    int     `json:"max_tokens,omitempty"`
 	Temperature  float64 `json:"temperature,omitempty"`
 	TopP         float64 `json:"top_p,omitempty"`
@@ -394,6 +396,7 @@ func (r *ResponseRecord) finish(ev parley.Event, text string) {
 	r.InputTokens = ev.Usage.PromptTokens
 	r.CachedTokens = ev.Usage.CachedPromptTokens
 	r.OutputTokens = ev.Usage.CompletionTokens
+	r.ReasoningTokens = ev.Usage.ReasoningTokens
 	r.Hash = textHash(text)
 	switch ev.Finish {
 	case parley.FinishLength:

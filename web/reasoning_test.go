@@ -2,6 +2,9 @@ package web_test
 
 import (
 	"encoding/json"
+	"io"
+
+	"github.com/gorilla/websocket"
 	"net/http"
 	"os"
 	"strings"
@@ -125,5 +128,156 @@ func TestOpenAIChatReasoning(t *testing.T) {
 				t.Errorf("streamed: reasoning %q content %q, want %q %q", thought.String(), answer.String(), m.thought, m.answer)
 			}
 		})
+	}
+}
+
+func TestResponsesReasoning(t *testing.T) {
+	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
+		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+	}})
+	var got struct {
+		ID     string `json:"id"`
+		Output []struct {
+			Type    string `json:"type"`
+			ID      string `json:"id"`
+			Content []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"output"`
+		Usage struct {
+			OutputTokens        int `json:"output_tokens"`
+			OutputTokensDetails struct {
+				ReasoningTokens int `json:"reasoning_tokens"`
+			} `json:"output_tokens_details"`
+		} `json:"usage"`
+	}
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "hi"}), http.StatusOK, &got)
+	if len(got.Output) != 2 || got.Output[0].Type != "reasoning" || got.Output[1].Type != "message" {
+		t.Fatalf("output %+v, want a reasoning item then a message", got.Output)
+	}
+	if th, ans := got.Output[0].Content[0], got.Output[1].Content[0]; th.Type != "reasoning_text" || th.Text != qwenThought || ans.Text != qwenAnswer {
+		t.Errorf("reasoning %+v answer %+v", th, ans)
+	}
+	if r := got.Usage.OutputTokensDetails.ReasoningTokens; r < 3 || r >= got.Usage.OutputTokens {
+		t.Errorf("reasoning_tokens %d of %d output tokens", r, got.Usage.OutputTokens)
+	}
+	// Stored apart: GET returns the same two items.
+	var again struct {
+		Output []struct {
+			Type string `json:"type"`
+		} `json:"output"`
+	}
+	res, err := http.Get(s.base + "/v1/responses/" + got.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	decodeBody(t, res, http.StatusOK, &again)
+	if len(again.Output) != 2 || again.Output[0].Type != "reasoning" {
+		t.Errorf("stored response output %+v", again.Output)
+	}
+
+	// Streamed: the reasoning item's events, then the message's.
+	stream := post(t, s.base+"/v1/responses", map[string]any{"input": "hi", "stream": true})
+	var types []string
+	var thought, answer strings.Builder
+	raw, err := io.ReadAll(stream.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		var ev struct {
+			Type        string `json:"type"`
+			Delta       string `json:"delta"`
+			OutputIndex int    `json:"output_index"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Type {
+		case "response.reasoning_text.delta":
+			thought.WriteString(ev.Delta)
+			continue
+		case "response.output_text.delta":
+			if ev.OutputIndex != 1 {
+				t.Errorf("output_text.delta at output_index %d, want 1", ev.OutputIndex)
+			}
+			answer.WriteString(ev.Delta)
+			continue
+		}
+		types = append(types, ev.Type)
+	}
+	want := []string{"response.created", "response.in_progress", "response.output_item.added", "response.reasoning_text.done",
+		"response.output_item.done", "response.output_item.added", "response.content_part.added", "response.output_text.done",
+		"response.content_part.done", "response.output_item.done", "response.completed"}
+	if strings.Join(types, " ") != strings.Join(want, " ") {
+		t.Errorf("events\n%v\nwant\n%v", types, want)
+	}
+	if thought.String() != qwenThought || answer.String() != qwenAnswer {
+		t.Errorf("streamed reasoning %q answer %q", thought.String(), answer.String())
+	}
+}
+
+func TestWebSocketReasoning(t *testing.T) {
+	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64})
+
+	// Text mode: the answer only by default.
+	ws := dial(t, s.url+"/ws", nil)
+	ws.WriteMessage(websocket.TextMessage, []byte("hi"))
+	if got := strings.Join(readReply(t, ws), ""); got != qwenAnswer {
+		t.Errorf("text mode: %q, want the answer only", got)
+	}
+	// ?thinking=show: the thought first, between marker frames.
+	ws = dial(t, s.url+"/ws?thinking=show", nil)
+	ws.WriteMessage(websocket.TextMessage, []byte("hi"))
+	pieces := readReply(t, ws)
+	if got := strings.Join(pieces, ""); got != web.ThinkOpen+qwenThought+web.ThinkClose+qwenAnswer || pieces[0] != web.ThinkOpen {
+		t.Errorf("text mode, thinking shown: %q", pieces)
+	}
+
+	// JSON mode: thinking messages before the answer's tokens; the done message and the stored history keep the
+	// thought apart.
+	ws = dial(t, s.url+"/ws?format=json", nil)
+	sid := readJSON(t, ws).SessionID()
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "hi"})
+	var thought, answer strings.Builder
+	for {
+		m := readJSON(t, ws)
+		if m.Type == "thinking" {
+			if answer.Len() > 0 {
+				t.Errorf("thinking %q after the answer began", m.Text)
+			}
+			thought.WriteString(m.Text)
+			continue
+		}
+		if m.Type == "token" {
+			answer.WriteString(m.Text)
+			continue
+		}
+		if m.Type != "done" || m.Content != qwenAnswer || m.Thinking != qwenThought || m.Usage.ReasoningTokens < 3 {
+			t.Fatalf("final message %+v", m)
+		}
+		break
+	}
+	if thought.String() != qwenThought || answer.String() != qwenAnswer {
+		t.Errorf("json mode: thinking %q tokens %q", thought.String(), answer.String())
+	}
+	ws.Close()
+	ws = dial(t, s.url+"/ws?format=json&session="+sid, nil)
+	hist := readJSON(t, ws).Messages
+	if len(hist) != 2 || hist[1].Content != qwenAnswer || hist[1].Reasoning != qwenThought {
+		t.Fatalf("stored history %+v", hist)
+	}
+	// The next turn's prompt is what Qwen3's template makes of the history: the earlier thought is dropped.
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "again"})
+	for m := readJSON(t, ws); m.Type != "done"; m = readJSON(t, ws) {
+	}
+	prompts := s.sessions.Prompts()
+	if last := prompts[len(prompts)-1]; strings.Contains(last, qwenThought) || !strings.Contains(last, qwenAnswer) {
+		t.Errorf("second prompt keeps the earlier thought or loses the answer:\n%s", last)
 	}
 }

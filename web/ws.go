@@ -40,8 +40,11 @@ type conn struct {
 	ws   *websocket.Conn
 	ip   string
 	json bool
-	id   string // session id
-	log  *zap.Logger
+	// thinking: text mode shows a reasoning model's thought (?thinking=show), marked; JSON mode always sends it
+	// as thinking messages.
+	thinking bool
+	id       string // session id
+	log      *zap.Logger
 
 	send  chan []byte // text frames for the writer
 	inbox *inbox      // prompts, control messages and queued answers for the worker, in arrival order
@@ -119,12 +122,13 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, ip))
 	cn := &conn{
 		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
-		rd:      &readDeadline{ws: ws, pongWait: s.cfg.PongWait},
-		send:    make(chan []byte, s.cfg.SendBuffer),
-		inbox:   newInbox(s.cfg.MaxQueuedPrompts),
-		ctx:     ctx,
-		cancel:  cancel,
-		limiter: newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
+		thinking: showThinking(r.URL.Query().Get("thinking")),
+		rd:       &readDeadline{ws: ws, pongWait: s.cfg.PongWait},
+		send:     make(chan []byte, s.cfg.SendBuffer),
+		inbox:    newInbox(s.cfg.MaxQueuedPrompts),
+		ctx:      ctx,
+		cancel:   cancel,
+		limiter:  newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
 	if !s.trackOrRefuse(cn, ws) {
 		cancel()
@@ -391,15 +395,24 @@ func (c *conn) runTurn(prompt string, p parley.Params) {
 		return
 	}
 	meter := c.srv.meterReply(c.cancelCause)
+	th := thoughtMarks{}
 	for ev := range turn.Events() {
 		meter.observe(ev)
 		if !ev.Done {
-			if c.json {
+			switch {
+			case c.json && ev.Token.Reasoning != "":
+				c.sendJSON(tokenMessage{Type: "thinking", ID: ev.Token.ID, Text: ev.Token.Reasoning, Logprob: finite(ev.Token.Logprob)})
+			case c.json:
 				c.sendJSON(tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special})
-			} else if ev.Token.Text != "" {
-				c.sendText(ev.Token.Text)
+			default:
+				for _, piece := range th.pieces(ev.Token, c.thinking) {
+					c.sendText(piece)
+				}
 			}
 			continue
+		}
+		if piece := th.close(); piece != "" {
+			c.sendText(piece)
 		}
 		replyLog(c.log, ev)
 		if turn.Committed() { // set before the final event is sent: counted before the client hears the sentinel
@@ -410,7 +423,9 @@ func (c *conn) runTurn(prompt string, p parley.Params) {
 			continue
 		}
 		if c.json {
-			c.sendJSON(newDoneMessage(ev, turn.Text()))
+			done := newDoneMessage(ev, turn.Text())
+			done.Thinking = turn.Reasoning()
+			c.sendJSON(done)
 		} else {
 			c.sendText(Sentinel)
 		}
