@@ -219,8 +219,9 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
 		}
 	}
-	rep, err := r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, ThinkFormatOf(tmpl))
-	return rep, err
+	think := ThinkFormatOf(tmpl)
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, think,
+		planPhases(think, chosen.prompt, p, r.gen))
 }
 
 // dropTurns returns msgs without their first k droppable turns (see fit).
@@ -246,22 +247,14 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone)
+	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
 func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
-	remember func(gen []int, pieces []string, special []bool), think ThinkFormat) (*Reply, error) {
+	remember func(gen []int, pieces []string, special []bool), think ThinkFormat, plan *phasePlan) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
-	}
-	// genCtx lets the reply stop generation on a stop string without
-	// cancelling the caller's ctx.
-	genCtx, cancel := context.WithCancel(ctx)
-	events, err := r.gen.Generate(genCtx, parley.GenerateRequest{Key: key, Tokens: tokens, Params: p})
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("generate: %w", err)
 	}
 	// Room for every token the engine may send (the reply cap, or what is
 	// left of the context) plus the final event, so that the goroutine does
@@ -271,6 +264,21 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		size = p.MaxTokens
 	}
 	size = min(max(size, 0)+2, maxEventBuffer)
+	// genCtx lets the reply stop generation on a stop string without
+	// cancelling the caller's ctx.
+	genCtx, cancel := context.WithCancel(ctx)
+	req := parley.GenerateRequest{Key: key, Tokens: tokens, Params: p}
+	var events <-chan parley.Event
+	var err error
+	if plan != nil {
+		events, err = r.generatePhased(genCtx, req, plan, size)
+	} else {
+		events, err = r.gen.Generate(genCtx, req)
+	}
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("generate: %w", err)
+	}
 	rep := &Reply{
 		prompt:       prompt,
 		promptTokens: len(tokens),

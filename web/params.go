@@ -240,6 +240,9 @@ func (s *Server) resolveParams(patch *paramsPatch) (parley.Params, error) {
 		if think != nil {
 			p.Think = think
 		}
+		if b := patch.budget(); b != nil {
+			p.ThinkBudget = *b
+		}
 	}
 	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
 		return p, patch.renameSent(err)

@@ -12,6 +12,17 @@ type thinkPatch struct {
 	ChatTemplateKwargs *struct {
 		EnableThinking *bool `json:"enable_thinking"`
 	} `json:"chat_template_kwargs"`
+	// ThinkBudget caps the thought in tokens (reasoning_budget: llama.cpp's name); see parley.Params.ThinkBudget.
+	ThinkBudget     *int `json:"think_budget"`
+	ReasoningBudget *int `json:"reasoning_budget"`
+}
+
+// budget returns the thought's cap the request set, or nil.
+func (p *thinkPatch) budget() *int {
+	if p.ThinkBudget != nil {
+		return p.ThinkBudget
+	}
+	return p.ReasoningBudget
 }
 
 // think returns the thought switch the request asked for, nil for none.

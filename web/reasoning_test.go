@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parley-chat/parley/internal/jsonmode"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/web"
@@ -279,5 +280,92 @@ func TestWebSocketReasoning(t *testing.T) {
 	prompts := s.sessions.Prompts()
 	if last := prompts[len(prompts)-1]; strings.Contains(last, qwenThought) || !strings.Contains(last, qwenAnswer) {
 		t.Errorf("second prompt keeps the earlier thought or loses the answer:\n%s", last)
+	}
+}
+
+func chatReasoning(t *testing.T, s *stack, extra map[string]any) reasoningChat {
+	t.Helper()
+	body := map[string]any{"messages": []map[string]any{{"role": "user", "content": "hi"}}, "max_tokens": 64}
+	for k, v := range extra {
+		body[k] = v
+	}
+	var got reasoningChat
+	decodeBody(t, post(t, s.base+"/v1/chat/completions", body), http.StatusOK, &got)
+	return got
+}
+
+// A JSON schema applies from the end of the thought: the thought is free text, the answer parses.
+func TestReasoningSchemaAfterThought(t *testing.T) {
+	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
+		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+	}})
+	schema := map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}},
+		"required": []string{"ok"}, "additionalProperties": false}
+	got := chatReasoning(t, s, map[string]any{"response_format": map[string]any{"type": "json_schema",
+		"json_schema": map[string]any{"name": "r", "schema": schema}}})
+	msg := got.Choices[0].Message
+	if msg.ReasoningContent != qwenThought {
+		t.Errorf("reasoning_content %q, want the free thought %q", msg.ReasoningContent, qwenThought)
+	}
+	var answer struct {
+		OK *bool `json:"ok"`
+	}
+	if err := json.Unmarshal([]byte(msg.Content), &answer); err != nil || answer.OK == nil {
+		t.Errorf("content %q does not parse against the schema: %v", msg.Content, err)
+	}
+	t.Logf("thought %q, answer %q, usage %+v", msg.ReasoningContent, msg.Content, got.Usage)
+}
+
+// At the budget Parley closes the thought itself and the answer follows.
+func TestReasoningBudget(t *testing.T) {
+	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
+		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+	}})
+	got := chatReasoning(t, s, map[string]any{"think_budget": 5})
+	msg := got.Choices[0].Message
+	if msg.ReasoningContent == "" || msg.ReasoningContent == qwenThought || !strings.HasPrefix(qwenThought, msg.ReasoningContent) {
+		t.Errorf("reasoning_content %q, want a cut prefix of %q", msg.ReasoningContent, qwenThought)
+	}
+	if msg.Content == "" {
+		t.Error("no answer after the budget")
+	}
+	// The budget's 5 tokens, <think> among them, and the closing tokens Parley wrote.
+	if r := got.Usage.CompletionTokensDetails.ReasoningTokens; r > 5+4 {
+		t.Errorf("reasoning_tokens %d for a budget of 5", r)
+	}
+	t.Logf("thought %q, answer %q, usage %+v", msg.ReasoningContent, msg.Content, got.Usage)
+	if bad := chatReasoningStatus(t, s, map[string]any{"think_budget": -1}); bad != http.StatusBadRequest {
+		t.Errorf("think_budget -1: status %d", bad)
+	}
+}
+
+func chatReasoningStatus(t *testing.T, s *stack, extra map[string]any) int {
+	body := map[string]any{"messages": []map[string]any{{"role": "user", "content": "hi"}}}
+	for k, v := range extra {
+		body[k] = v
+	}
+	return post(t, s.base+"/v1/chat/completions", body).StatusCode
+}
+
+// Thinking switched off per request reaches the template (Qwen3 closes an empty thought in the prompt).
+func TestReasoningOff(t *testing.T) {
+	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
+		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+	}})
+	ws := dial(t, s.url+"/ws?format=json", nil)
+	readJSON(t, ws)
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "hi", "params": map[string]any{"think": false}})
+	var done jsonmode.Message
+	for done = readJSON(t, ws); done.Type != "done"; done = readJSON(t, ws) {
+		if done.Type == "thinking" {
+			t.Errorf("a thinking message with thinking off: %q", done.Text)
+		}
+	}
+	prompts := s.sessions.Prompts()
+	if !strings.HasSuffix(prompts[0], "<think>\n\n</think>\n\n") || done.Thinking != "" {
+		t.Errorf("prompt %q, done %+v", prompts[0], done)
+	}
+	if status := chatReasoningStatus(t, s, map[string]any{"reasoning_effort": "extreme"}); status != http.StatusBadRequest {
+		t.Errorf("reasoning_effort extreme: status %d", status)
 	}
 }
