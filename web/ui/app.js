@@ -231,6 +231,7 @@
     switch (msg.type) {
       case 'session': onSession(msg); break;
       case 'token': onToken(msg); break;
+      case 'thinking': onThinking(msg); break;
       case 'done': onDone(msg); break;
       case 'error': onError(msg); break;
       default: break; // newer servers may add event types; ignore them
@@ -239,7 +240,8 @@
 
   function onSession(msg) {
     const messages = Array.isArray(msg.messages)
-      ? msg.messages.filter((m) => m && typeof m.content === 'string').map((m) => ({ role: String(m.role), content: m.content }))
+      ? msg.messages.filter((m) => m && typeof m.content === 'string')
+        .map((m) => ({ role: String(m.role), content: m.content, reasoning: typeof m.reasoning === 'string' ? m.reasoning : '' }))
       : [];
     const wasReset = state.resetPending;
     state.ready = true;
@@ -259,10 +261,55 @@
     setConn('connected', 'Connected');
   }
 
+  // A reasoning model's thought arrives as thinking messages before the
+  // answer's tokens: shown collapsed above the answer, with its length and
+  // how long the model thought, expandable.
+  function onThinking(msg) {
+    const r = state.reply;
+    if (!r || typeof msg.text !== 'string') return;
+    if (!r.firstAt) r.firstAt = performance.now();
+    if (!r.thoughtAt) r.thoughtAt = performance.now();
+    r.tokens++;
+    r.thought += msg.text;
+    const box = thoughtBox(r.node);
+    box.querySelector('.thought-text').textContent = r.thought;
+    box.querySelector('summary').textContent = 'Thinking…';
+    if (r.node.dataset.state === 'waiting') {
+      r.node.dataset.state = 'streaming';
+      updateControls();
+    }
+  }
+
+  // thoughtBox returns the collapsed thought of a message node, made on first use.
+  function thoughtBox(node) {
+    let box = node.querySelector('details.thought');
+    if (box) return box;
+    box = document.createElement('details');
+    box.className = 'thought';
+    const summary = document.createElement('summary');
+    const text = document.createElement('div');
+    text.className = 'thought-text';
+    box.append(summary, text);
+    node.querySelector('.content').before(box);
+    return box;
+  }
+
+  function showThought(node, thought, seconds) {
+    if (!thought) return;
+    const box = thoughtBox(node);
+    box.querySelector('.thought-text').textContent = thought;
+    const took = seconds > 0 ? ` for ${seconds.toFixed(1)} s` : '';
+    box.querySelector('summary').textContent = `Thought${took} · ${thought.length} characters`;
+  }
+
   function onToken(msg) {
     const r = state.reply;
     if (!r) return; // a reply we stopped following (new chat while streaming)
     if (!r.firstAt) r.firstAt = performance.now();
+    if (r.thoughtAt && !r.thoughtEnd) {
+      r.thoughtEnd = performance.now();
+      showThought(r.node, r.thought, (r.thoughtEnd - r.thoughtAt) / 1000);
+    }
     r.tokens++;
     // Special tokens (end of text, control tokens) are not part of the reply text.
     if (!msg.special && typeof msg.text === 'string') r.text += msg.text;
@@ -344,7 +391,10 @@
     clearLog();
     for (const m of messages) {
       const node = addMessage(m.role, m.content);
-      if (m.role === 'assistant') addCopyButtons(node.querySelector('.content'));
+      if (m.role === 'assistant') {
+        addCopyButtons(node.querySelector('.content'));
+        showThought(node, m.reasoning, 0);
+      }
     }
     scrollToEnd(true);
   }
@@ -424,6 +474,8 @@
     state.reply = null;
     const finish = String(msg.finish_reason || 'error');
     if (typeof msg.content === 'string') r.text = msg.content;
+    if (typeof msg.thinking === 'string' && msg.thinking) r.thought = msg.thinking;
+    if (r.thought) showThought(r.node, r.thought, ((r.thoughtEnd || performance.now()) - r.thoughtAt) / 1000);
     const stick = nearBottom();
     r.content.innerHTML = renderMarkdown(r.text);
     addCopyButtons(r.content);
@@ -437,7 +489,7 @@
       const last = state.messages[state.messages.length - 1];
       if (last && last.role === 'user') state.messages.pop();
     } else if (finish !== 'interrupted') {
-      state.messages.push({ role: 'assistant', content: r.text });
+      state.messages.push({ role: 'assistant', content: r.text, reasoning: r.thought });
     }
     r.node.append(replyMeta(r, msg, finish));
     if (stick) scrollToEnd(true);
@@ -529,7 +581,8 @@
     node.setAttribute('aria-busy', 'true'); // screen readers read the reply once, when it is done
     state.reply = {
       node, userNode, prompt: text, content: node.querySelector('.content'),
-      text: '', tokens: 0, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false,
+      text: '', thought: '', thoughtAt: 0, thoughtEnd: 0,
+      tokens: 0, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false,
     };
     ui.input.value = '';
     autosize();
