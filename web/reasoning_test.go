@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 
 	"github.com/gorilla/websocket"
@@ -367,5 +368,34 @@ func TestReasoningOff(t *testing.T) {
 	}
 	if status := chatReasoningStatus(t, s, map[string]any{"reasoning_effort": "extreme"}); status != http.StatusBadRequest {
 		t.Errorf("reasoning_effort extreme: status %d", status)
+	}
+}
+
+// Warm across turns: Qwen3's template drops earlier thoughts, so each turn's prompt rewrites the previous reply;
+// only that rewritten tail and the new message are evaluated again, not the conversation.
+func TestReasoningWarmAcrossTurns(t *testing.T) {
+	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64})
+	ws := dial(t, s.url+"/ws?format=json", nil)
+	readJSON(t, ws)
+	var evaluated []int
+	for i := range 10 {
+		ws.WriteJSON(map[string]any{"type": "prompt", "content": fmt.Sprintf("turn %d", i)})
+		m := readJSON(t, ws)
+		for ; m.Type != "done"; m = readJSON(t, ws) {
+			if m.Type == "error" {
+				t.Fatalf("turn %d: %+v", i, m)
+			}
+		}
+		evaluated = append(evaluated, m.Usage.PromptTokens-m.Usage.CachedPromptTokens)
+		if i == 9 {
+			t.Logf("turn 10: prompt %d tokens, %d cached", m.Usage.PromptTokens, m.Usage.CachedPromptTokens)
+		}
+	}
+	t.Logf("prompt tokens evaluated per turn: %v", evaluated)
+	for i, n := range evaluated[1:] {
+		// The previous reply without its thought, the new message and the headers: tens of tokens, flat.
+		if n > 2*evaluated[1]+8 || n > 120 {
+			t.Errorf("turn %d evaluated %d prompt tokens (turn 2: %d): the history is re-read", i+2, n, evaluated[1])
+		}
 	}
 }
