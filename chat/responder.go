@@ -557,22 +557,27 @@ func neutralize(msgs []parley.Message, controls []string) []parley.Message {
 	}
 	var out []parley.Message
 	for i, m := range msgs {
-		c := m.Content
-		for _, tok := range controls {
-			if strings.Contains(c, tok) {
-				_, size := utf8.DecodeRuneInString(tok)
-				c = strings.ReplaceAll(c, tok, tok[:size]+"\u200b"+tok[size:])
-			}
-		}
-		if c != m.Content {
+		c, r := neutralizeText(m.Content, controls), neutralizeText(m.Reasoning, controls)
+		if c != m.Content || r != m.Reasoning {
 			if out == nil {
 				out = append([]parley.Message(nil), msgs...)
 			}
-			out[i].Content = c
+			out[i].Content, out[i].Reasoning = c, r
 		}
 	}
 	if out == nil {
 		return msgs
 	}
 	return out
+}
+
+// neutralizeText breaks up every control token's text in s (see neutralize).
+func neutralizeText(s string, controls []string) string {
+	for _, tok := range controls {
+		if strings.Contains(s, tok) {
+			_, size := utf8.DecodeRuneInString(tok)
+			s = strings.ReplaceAll(s, tok, tok[:size]+"\u200b"+tok[size:])
+		}
+	}
+	return s
 }

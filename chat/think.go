@@ -212,8 +212,9 @@ func (s *Splitter) harmony(t, a *strings.Builder, final bool) {
 	for s.held != "" {
 		if !s.inBody {
 			i := strings.Index(s.held, harmonyMessage)
-			if i < 0 {
-				if len(s.held) > maxHarmonyHeader || final {
+			if i < 0 || i > maxHarmonyHeader {
+				// Decided on the header's length alone, so that any cutting of the text decides the same.
+				if len(s.held) > maxHarmonyHeader+len(harmonyMessage) || final {
 					s.inBody, s.thought = true, false // not harmony after all: answer text
 					continue
 				}

@@ -83,3 +83,23 @@ func TestDetectThinkFormat(t *testing.T) {
 		}
 	}
 }
+
+// A header longer than a harmony header is answer text, however the text is cut.
+func TestSplitterLongHarmonyHeader(t *testing.T) {
+	reply := strings.Repeat("x", 300) + "<|message|>after"
+	for _, cut := range []int{1, 7, 100, len(reply)} {
+		s := chat.NewSplitter(chat.ThinkHarmony, "")
+		var an strings.Builder
+		for rest := reply; rest != ""; {
+			n := min(cut, len(rest))
+			_, a := s.Push(rest[:n])
+			an.WriteString(a)
+			rest = rest[n:]
+		}
+		_, a := s.Flush()
+		an.WriteString(a)
+		if an.String() != reply {
+			t.Errorf("cut %d: answer %q", cut, an.String())
+		}
+	}
+}

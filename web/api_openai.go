@@ -36,6 +36,9 @@ import (
 type openAIMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// ReasoningContent is an assistant message's thought, as clients send back what they received (the template
+	// decides whether the prompt keeps it).
+	ReasoningContent string `json:"reasoning_content"`
 }
 
 type responseFormat struct {
@@ -211,7 +214,7 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 		if err := checkNotEmpty(role, content, field+".content"); err != nil {
 			return nil, err
 		}
-		call.msgs = append(call.msgs, parley.Message{Role: role, Content: content})
+		call.msgs = append(call.msgs, parley.Message{Role: role, Content: content, Reasoning: assistantReasoning(role, m.ReasoningContent)})
 	}
 	if req.N != nil && *req.N != 1 {
 		return nil, parley.FieldErrorf("n", "only 1 is supported, got %d", *req.N)

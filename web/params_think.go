@@ -56,3 +56,12 @@ func effortThinks(effort, field string) (bool, error) {
 	}
 	return false, parley.FieldErrorf(field, "must be none, minimal, low, medium or high, got %q", effort)
 }
+
+// assistantReasoning is the thought an input message carries: an assistant's only (a thought in another role's
+// message is not history).
+func assistantReasoning(role parley.Role, thought string) string {
+	if role != parley.RoleAssistant {
+		return ""
+	}
+	return thought
+}
