@@ -9,25 +9,38 @@ import (
 	"github.com/parley-chat/parley"
 )
 
-// A reasoning reply in two phases, for a model that writes its thought in <think> tags when the request constrains
-// the answer (a grammar or JSON schema) or caps the thought (Params.ThinkBudget):
+// A reasoning reply in two phases, when the request constrains the answer (a grammar or JSON schema) or caps the
+// thought (Params.ThinkBudget):
 //
 //  1. The thought, free: generated without the grammar, at most ThinkBudget tokens. It ends when the model writes
-//     </think>; at the budget Parley writes "\n</think>\n\n" itself (the model never closed it).
+//     </think> (harmony: the final channel's header, <|channel|>final<|message|>); at the budget Parley writes
+//     "\n</think>\n\n" (harmony: "<|end|><|start|>assistant<|channel|>final<|message|>") itself.
 //  2. The answer: generation continues from the prompt plus the thought's exact tokens (the KV cache holds them, so
 //     nothing is evaluated again), with the grammar, for what is left of MaxTokens.
 //
-// A reply that opens no thought is generated with the grammar from its first token: the first tokens are held back
-// until they show whether a thought opens (<think> after optional whitespace), and when none does, generation
-// restarts from the prompt with the grammar.
+// A <think> reply that opens no thought is generated with the grammar from its first token: the first tokens are
+// held back until they show whether a thought opens (<think> after optional whitespace), and when none does,
+// generation restarts from the prompt with the grammar. (A harmony reply always writes a header before its answer, so
+// its first phase always runs to the final channel.)
 //
 // MaxTokens covers both phases (as OpenAI's max_completion_tokens covers reasoning tokens).
 
-// thinkCloseForced is what Parley writes when the thought reaches its budget.
-const thinkCloseForced = "\n" + thinkClose + "\n\n"
+// thoughtSyntax is where a format's answer starts, and what Parley writes to end a thought at its budget.
+type thoughtSyntax struct {
+	answerStart string // the text after which the answer begins
+	forced      string // written at the budget
+	decides     bool   // the reply may open no thought (<think> tags); harmony always has a header
+}
+
+var (
+	tagSyntax     = thoughtSyntax{answerStart: thinkClose, forced: "\n" + thinkClose + "\n\n", decides: true}
+	harmonySyntax = thoughtSyntax{answerStart: harmonyChannel + "final" + harmonyMessage,
+		forced: harmonyEnd + harmonyStart + "assistant" + harmonyChannel + "final" + harmonyMessage}
+)
 
 // phasePlan is a reply's two phases; nil when it needs one.
 type phasePlan struct {
+	syntax    thoughtSyntax
 	tk        ContinuationTokenizer
 	opened    bool // the prompt opened the thought (it ends with <think>)
 	budget    int  // > 0: the thought's cap in tokens
@@ -39,14 +52,18 @@ type phasePlan struct {
 func planPhases(think ThinkFormat, prompt string, p parley.Params, gen Generator) *phasePlan {
 	tk, ok := gen.(ContinuationTokenizer)
 	grammared := p.Grammar != "" || len(p.JSONSchema) > 0
-	if think != ThinkTags || !ok || (!grammared && p.ThinkBudget <= 0) {
+	if think == ThinkNone || !ok || (!grammared && p.ThinkBudget <= 0) {
 		return nil
 	}
-	tail := strings.TrimRightFunc(prompt, unicode.IsSpace)
-	if strings.HasSuffix(tail, thinkClose) {
-		return nil // thinking off: the template closed the thought
+	plan := &phasePlan{syntax: harmonySyntax, tk: tk, opened: true, budget: p.ThinkBudget, grammared: grammared}
+	if think == ThinkTags {
+		tail := strings.TrimRightFunc(prompt, unicode.IsSpace)
+		if strings.HasSuffix(tail, thinkClose) {
+			return nil // thinking off: the template closed the thought
+		}
+		plan.syntax, plan.opened = tagSyntax, strings.HasSuffix(tail, thinkOpen)
 	}
-	return &phasePlan{tk: tk, opened: strings.HasSuffix(tail, thinkOpen), budget: p.ThinkBudget, grammared: grammared}
+	return plan
 }
 
 // generatePhased starts the reply's engine stream: the events of both phases, as one stream with one final event.
@@ -155,7 +172,7 @@ func (ph *phases) step(ev parley.Event) stepResult {
 	}
 	ph.decided = true
 	ph.send(ev)
-	if ph.thinking && strings.Contains(ph.text, thinkClose) {
+	if ph.thinking && strings.Contains(ph.text, ph.plan.syntax.answerStart) {
 		ph.thinking = false
 		return stepEnd
 	}
@@ -176,14 +193,15 @@ func (ph *phases) flushHeld() {
 
 // forceClose writes the end of the thought as tokens of their own (the first carries the text).
 func (ph *phases) forceClose() bool {
-	toks, err := ph.plan.tk.TokenizeContinuation(thinkCloseForced)
+	forced := ph.plan.syntax.forced
+	toks, err := ph.plan.tk.TokenizeContinuation(forced)
 	if err != nil || len(toks) == 0 {
 		return false
 	}
 	for i, id := range toks {
 		ev := parley.Event{Token: parley.Token{ID: id}}
 		if i == 0 {
-			ev.Token.Text = thinkCloseForced
+			ev.Token.Text = forced
 		}
 		ph.send(ev)
 	}

@@ -297,46 +297,63 @@ func chatReasoning(t *testing.T, s *stack, extra map[string]any) reasoningChat {
 
 // A JSON schema applies from the end of the thought: the thought is free text, the answer parses.
 func TestReasoningSchemaAfterThought(t *testing.T) {
-	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
-		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
-	}})
-	schema := map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}},
-		"required": []string{"ok"}, "additionalProperties": false}
-	got := chatReasoning(t, s, map[string]any{"response_format": map[string]any{"type": "json_schema",
-		"json_schema": map[string]any{"name": "r", "schema": schema}}})
-	msg := got.Choices[0].Message
-	if msg.ReasoningContent != qwenThought {
-		t.Errorf("reasoning_content %q, want the free thought %q", msg.ReasoningContent, qwenThought)
+	for _, m := range []struct{ name, model, thought string }{
+		{"qwen3", qwen3Model(t), qwenThought}, {"gpt-oss", gptOSSModel(t), ossThought},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			s := openStack(t, stackOpts{model: m.model, maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
+				return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+			}})
+			schema := map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}},
+				"required": []string{"ok"}, "additionalProperties": false}
+			// Room for the whitespace the grammar allows and a scripted model wanders into before it closes.
+			got := chatReasoning(t, s, map[string]any{"max_tokens": 300, "response_format": map[string]any{"type": "json_schema",
+				"json_schema": map[string]any{"name": "r", "schema": schema}}})
+			msg := got.Choices[0].Message
+			if msg.ReasoningContent != m.thought {
+				t.Errorf("reasoning_content %q, want the free thought %q", msg.ReasoningContent, m.thought)
+			}
+			var answer struct {
+				OK *bool `json:"ok"`
+			}
+			if err := json.Unmarshal([]byte(msg.Content), &answer); err != nil || answer.OK == nil {
+				t.Errorf("content %q does not parse against the schema: %v", msg.Content, err)
+			}
+			t.Logf("thought %q, answer %q, usage %+v", msg.ReasoningContent, msg.Content, got.Usage)
+		})
 	}
-	var answer struct {
-		OK *bool `json:"ok"`
-	}
-	if err := json.Unmarshal([]byte(msg.Content), &answer); err != nil || answer.OK == nil {
-		t.Errorf("content %q does not parse against the schema: %v", msg.Content, err)
-	}
-	t.Logf("thought %q, answer %q, usage %+v", msg.ReasoningContent, msg.Content, got.Usage)
 }
 
 // At the budget Parley closes the thought itself and the answer follows.
 func TestReasoningBudget(t *testing.T) {
-	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
-		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
-	}})
-	got := chatReasoning(t, s, map[string]any{"think_budget": 5})
-	msg := got.Choices[0].Message
-	if msg.ReasoningContent == "" || msg.ReasoningContent == qwenThought || !strings.HasPrefix(qwenThought, msg.ReasoningContent) {
-		t.Errorf("reasoning_content %q, want a cut prefix of %q", msg.ReasoningContent, qwenThought)
-	}
-	if msg.Content == "" {
-		t.Error("no answer after the budget")
-	}
-	// The budget's 5 tokens, <think> among them, and the closing tokens Parley wrote.
-	if r := got.Usage.CompletionTokensDetails.ReasoningTokens; r > 5+4 {
-		t.Errorf("reasoning_tokens %d for a budget of 5", r)
-	}
-	t.Logf("thought %q, answer %q, usage %+v", msg.ReasoningContent, msg.Content, got.Usage)
-	if bad := chatReasoningStatus(t, s, map[string]any{"think_budget": -1}); bad != http.StatusBadRequest {
-		t.Errorf("think_budget -1: status %d", bad)
+	// The budget covers the thought's markers too: gpt-oss's header <|channel|>analysis<|message|> is 8 tokens here.
+	for _, m := range []struct {
+		name, model, thought string
+		budget               int
+	}{
+		{"qwen3", qwen3Model(t), qwenThought, 5}, {"gpt-oss", gptOSSModel(t), ossThought, 12},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			s := openStack(t, stackOpts{model: m.model, maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
+				return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+			}})
+			got := chatReasoning(t, s, map[string]any{"think_budget": m.budget})
+			msg := got.Choices[0].Message
+			if msg.ReasoningContent == "" || msg.ReasoningContent == m.thought || !strings.HasPrefix(m.thought, msg.ReasoningContent) {
+				t.Errorf("reasoning_content %q, want a cut prefix of %q", msg.ReasoningContent, m.thought)
+			}
+			if msg.Content == "" {
+				t.Error("no answer after the budget")
+			}
+			// The budget's tokens and the closing tokens Parley wrote.
+			if r := got.Usage.CompletionTokensDetails.ReasoningTokens; r > m.budget+8 {
+				t.Errorf("reasoning_tokens %d for a budget of %d", r, m.budget)
+			}
+			t.Logf("thought %q, answer %q, usage %+v", msg.ReasoningContent, msg.Content, got.Usage)
+			if bad := chatReasoningStatus(t, s, map[string]any{"think_budget": -1}); bad != http.StatusBadRequest {
+				t.Errorf("think_budget -1: status %d", bad)
+			}
+		})
 	}
 }
 
