@@ -220,8 +220,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		}
 	}
 	think := ThinkFormatOf(tmpl)
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, think,
-		planPhases(think, chosen.prompt, p, r.gen))
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen))
 }
 
 // dropTurns returns msgs without their first k droppable turns (see fit).
@@ -396,26 +395,7 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		if rep.remember != nil {
 			gen, pieces, special = append(gen, ev.Token.ID), append(pieces, ev.Token.Text), append(special, ev.Token.Special)
 		}
-		switch {
-		case split != nil && (!ev.Token.Special || split.format.IsMarker(ev.Token.Text)):
-			// A reasoning model's text or thought marker: split, then each
-			// part cleaned by its own Streamer.
-			ev.Token, stopped = split.push(ev.Token, st)
-		case ev.Token.Special:
-			// Control tokens are not reply text. One that spells a stop
-			// string (an end-of-turn marker the engine does not treat as
-			// end-of-generation) ends the reply; what was held back is text.
-			if st.matchesStop(ev.Token.Text) {
-				ev.Token.Text, stopped, specialStop = st.Flush(), true, true
-				if split != nil {
-					ev.Token = split.flush(ev.Token, st)
-				}
-			} else {
-				ev.Token.Text = ""
-			}
-		default:
-			ev.Token.Text, stopped = st.Push(ev.Token.Text)
-		}
+		ev.Token, stopped, specialStop = clean(ev.Token, st, split)
 		switch {
 		case stopped:
 			rep.deliver(ctx, ev)
@@ -580,4 +560,31 @@ func neutralizeText(s string, controls []string) string {
 		}
 	}
 	return s
+}
+
+// clean turns one engine token into what the reply shows: its text through
+// the Streamer st (and a reasoning model's thought through split), stopped
+// when a stop string matched, special when a control token spelled it.
+func clean(tok parley.Token, st *Streamer, split *thoughtSplit) (out parley.Token, stopped, special bool) {
+	switch {
+	case split != nil && (!tok.Special || split.format.IsMarker(tok.Text)):
+		// A reasoning model's text or thought marker: split, then each part
+		// cleaned by its own Streamer.
+		tok, stopped = split.push(tok, st)
+	case tok.Special:
+		// Control tokens are not reply text. One that spells a stop string
+		// (an end-of-turn marker the engine does not treat as
+		// end-of-generation) ends the reply; what was held back is text.
+		if !st.matchesStop(tok.Text) {
+			tok.Text = ""
+			return tok, false, false
+		}
+		tok.Text, stopped, special = st.Flush(), true, true
+		if split != nil {
+			tok = split.flush(tok, st)
+		}
+	default:
+		tok.Text, stopped = st.Push(tok.Text)
+	}
+	return tok, stopped, special
 }
