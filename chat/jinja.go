@@ -19,6 +19,7 @@ const NameJinja = "jinja"
 // limits) the conversation is rendered with the fallback family instead, and the failure is logged.
 type Jinja struct {
 	src      string
+	toolUse  string // the tool_use variant, rendered when a request has tools ("": src renders them)
 	renderer JinjaRenderer
 	bos, eos string
 	fallback Template
@@ -40,11 +41,13 @@ type JinjaConfig struct {
 	Log      *zap.Logger
 	// Now is strftime_now's clock; nil: time.Now.
 	Now func() time.Time
+	// ToolUse is the model's tool_use variant (tokenizer.chat_template.tool_use), rendered for requests with tools.
+	ToolUse string
 }
 
 // NewJinja returns the template for src without trying it (see LoadJinja, which does).
 func NewJinja(src string, cfg JinjaConfig) *Jinja {
-	t := &Jinja{src: src, renderer: cfg.Renderer, bos: cfg.BOSToken, eos: cfg.EOSToken, fallback: cfg.Fallback,
+	t := &Jinja{src: src, toolUse: cfg.ToolUse, renderer: cfg.Renderer, bos: cfg.BOSToken, eos: cfg.EOSToken, fallback: cfg.Fallback,
 		log: cfg.Log, now: cfg.Now}
 	if t.renderer == nil {
 		t.renderer = &InProcess{}
@@ -138,7 +141,11 @@ func (t *Jinja) RenderJinja(msgs []parley.Message, opt RenderOptions) (string, e
 	if err != nil {
 		return "", err
 	}
-	out, err := t.renderer.RenderJinja(t.src, vars)
+	src := t.src
+	if len(opt.Tools) > 0 && t.toolUse != "" {
+		src = t.toolUse
+	}
+	out, err := t.renderer.RenderJinja(src, vars)
 	if err != nil {
 		return "", err
 	}
@@ -161,6 +168,11 @@ func LoadJinja(src string, cfg JinjaConfig) (*Jinja, error) {
 	for _, p := range probes() {
 		_, err := t.RenderJinja(p.msgs, p.opt)
 		if err == nil {
+			continue
+		}
+		if errors.Is(err, ErrTemplateLimit) && len(p.opt.Tools) > 0 && t.toolUse != "" {
+			t.log.Error("the model's tool_use chat template is refused; the main template renders tools", zap.Error(err))
+			t.toolUse = ""
 			continue
 		}
 		if p.required || errors.Is(err, ErrTemplateLimit) {
