@@ -292,7 +292,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		web.WithEngineStats(engine.stats),
 		web.WithStoreUsage(storeUsage(store)),
 		web.WithInfo(func() web.Info {
-			return web.Info{ModelInfo: engine.Info(), Template: responder.Template().Name()}
+			t := responder.Template()
+			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
 		}))
 	if err := srv.Open(); err != nil {
 		return err

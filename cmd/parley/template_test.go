@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -23,6 +25,16 @@ func TestBinaryModelTemplate(t *testing.T) {
 	s := start(t, bin, "--model", testmodel.Scripted(t, script), "--store", "memory")
 	if !strings.Contains(s.log(), "rendering with the model's own chat template") {
 		t.Errorf("the log does not say the model's template renders:\n%s", s.log())
+	}
+	res, err := http.Get("http://" + s.addr + "/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct{ Template, Thinking string }
+	err = json.NewDecoder(res.Body).Decode(&info)
+	res.Body.Close()
+	if err != nil || info.Template != "jinja" || info.Thinking != "think-tags" {
+		t.Errorf("/info: template %q thinking %q (%v)", info.Template, info.Thinking, err)
 	}
 	ws := s.dial(t, "")
 	read(t, ws) // session
