@@ -25,8 +25,9 @@ import (
 // goroutine cannot be stopped from outside. So a Sandbox renders templates in a child process (this same executable,
 // started with SandboxEnv set) that limits its own data segment (RLIMIT_DATA, which bounds the Go heap; RLIMIT_AS
 // would count the runtime's address-space reservations) and runs on one thread, and the parent kills it when a render takes longer than its time limit. A killed or crashed child is restarted on the next render;
-// the render that killed it fails with ErrTemplateLimit. Renders are serialised (one child); a real template renders
-// a 200-message conversation in about a millisecond.
+// the render that killed it fails with ErrTemplateLimit. A few children render at once (DefaultSandboxWorkers), so a
+// template that is slow on one conversation holds up at most one of them; a real template renders a 200-message
+// conversation in about a millisecond.
 
 // SandboxEnv is the environment variable that makes a process a sandbox child: its main (or TestMain) must call
 // ServeSandbox first thing when SandboxChild reports it.
@@ -39,6 +40,8 @@ const (
 	// DefaultSandboxMemory is the child's data-segment limit (RLIMIT_DATA), in bytes. A Go process starts with about
 	// 40 MiB of it; a real template needs a few MiB more.
 	DefaultSandboxMemory = 1 << 30
+	// DefaultSandboxWorkers is how many children render at once.
+	DefaultSandboxWorkers = 2
 	// maxSandboxStderr is how much of a dead child's stderr is kept for the error, in bytes.
 	maxSandboxStderr = 512
 )
@@ -51,10 +54,16 @@ type Sandbox struct {
 	command func() *exec.Cmd
 	timeout time.Duration
 	memory  int64
+	size    int
 
-	mu     sync.Mutex
-	proc   *sandboxProc // nil until the first render, and after a child died
-	closed bool
+	idle      chan *sandboxWorker // the workers not rendering; a render takes one and gives it back
+	done      chan struct{}       // closed by Close
+	closeOnce sync.Once
+}
+
+// sandboxWorker is one child, started on its first render and again after it died.
+type sandboxWorker struct {
+	proc *sandboxProc // nil until the first render, and after the child died
 }
 
 type sandboxProc struct {
@@ -74,12 +83,19 @@ func WithRenderTimeout(d time.Duration) SandboxOption { return func(s *Sandbox) 
 // WithSandboxMemory sets the child's data-segment limit in bytes.
 func WithSandboxMemory(n int64) SandboxOption { return func(s *Sandbox) { s.memory = n } }
 
+// WithSandboxWorkers sets how many children render at once (at least 1).
+func WithSandboxWorkers(n int) SandboxOption { return func(s *Sandbox) { s.size = max(n, 1) } }
+
 // NewSandbox returns a Sandbox whose child is this executable (os.Executable) with SandboxEnv set. The child starts
 // on the first render.
 func NewSandbox(opts ...SandboxOption) *Sandbox {
-	s := &Sandbox{timeout: DefaultRenderTimeout, memory: DefaultSandboxMemory}
+	s := &Sandbox{timeout: DefaultRenderTimeout, memory: DefaultSandboxMemory, size: DefaultSandboxWorkers, done: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
+	}
+	s.idle = make(chan *sandboxWorker, s.size)
+	for range s.size {
+		s.idle <- &sandboxWorker{}
 	}
 	s.command = func() *exec.Cmd {
 		exe, err := os.Executable()
@@ -111,20 +127,27 @@ func (s *Sandbox) RenderJinja(src string, vars []byte) (string, error) {
 	if len(src) > MaxTemplateBytes {
 		return "", fmt.Errorf("%w: the template is %d bytes, more than %d", ErrTemplateLimit, len(src), MaxTemplateBytes)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return "", errors.New("render chat template: the sandbox is closed")
+	var w *sandboxWorker
+	select {
+	case <-s.done:
+		return "", errClosedSandbox
+	case w = <-s.idle:
+	}
+	defer func() { s.idle <- w }()
+	select {
+	case <-s.done: // closed while waiting: the worker goes back for Close to end
+		return "", errClosedSandbox
+	default:
 	}
 	deadline := time.Now().Add(s.timeout)
-	if s.proc == nil {
+	if w.proc == nil {
 		p, err := s.start()
 		if err != nil {
 			return "", fmt.Errorf("render chat template: start the sandbox: %w", err)
 		}
-		s.proc = p
+		w.proc = p
 	}
-	p := s.proc
+	p := w.proc
 	var resp sandboxResponse
 	err := p.out.SetReadDeadline(deadline)
 	if err == nil {
@@ -137,7 +160,7 @@ func (s *Sandbox) RenderJinja(src string, vars []byte) (string, error) {
 		}
 	}
 	if err != nil {
-		s.kill()
+		w.kill()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return "", fmt.Errorf("%w: a render took longer than %v", ErrTemplateLimit, s.timeout)
 		}
@@ -175,25 +198,31 @@ func (s *Sandbox) start() (*sandboxProc, error) {
 	return &sandboxProc{cmd: cmd, in: in, out: r, dec: json.NewDecoder(bufio.NewReader(r)), stderr: stderr}, nil
 }
 
-// kill ends the child, if any, and waits for it. Callers hold s.mu.
-func (s *Sandbox) kill() {
-	p := s.proc
+var errClosedSandbox = errors.New("render chat template: the sandbox is closed")
+
+// kill ends the worker's child, if any, and waits for it. The caller holds the worker.
+func (w *sandboxWorker) kill() {
+	p := w.proc
 	if p == nil {
 		return
 	}
-	s.proc = nil
+	w.proc = nil
 	_ = p.cmd.Process.Kill()
 	p.in.Close()
 	_ = p.cmd.Wait()
 	p.out.Close()
 }
 
-// Close ends the child. Renders after Close fail.
+// Close ends the children, after the renders in progress (each bounded by the render timeout). Renders after Close
+// fail.
 func (s *Sandbox) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	s.kill()
+	s.closeOnce.Do(func() {
+		close(s.done)
+		for range s.size {
+			w := <-s.idle
+			w.kill()
+		}
+	})
 	return nil
 }
 

@@ -106,3 +106,31 @@ func TestSandboxRendersLikeInProcess(t *testing.T) {
 		}
 	}
 }
+
+// A render stuck on one conversation holds up one child, not the others' renders.
+func TestSandboxSlowRenderDoesNotStallOthers(t *testing.T) {
+	s := chat.NewSandbox(chat.WithRenderTimeout(2*time.Second), chat.WithSandboxWorkers(2))
+	defer s.Close()
+	src := "{% if messages[-1].content == 'boom' %}{% for i in range(100000000) %}{% endfor %}{% endif %}" +
+		"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+	tmpl := chat.NewJinja(src, chat.JinjaConfig{Renderer: s})
+	if _, err := tmpl.RenderJinja([]parley.Message{{Role: parley.RoleUser, Content: "warm"}}, chat.Gen); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := tmpl.RenderJinja([]parley.Message{{Role: parley.RoleUser, Content: "boom"}}, chat.Gen)
+		slow <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the slow render holds its child
+	start := time.Now()
+	if _, err := tmpl.RenderJinja([]parley.Message{{Role: parley.RoleUser, Content: "hello"}}, chat.Gen); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("a normal render beside a stuck one took %v", took)
+	}
+	if err := <-slow; !errors.Is(err, chat.ErrTemplateLimit) {
+		t.Errorf("the stuck render: %v, want ErrTemplateLimit", err)
+	}
+}
