@@ -32,7 +32,7 @@ func newReasoningItem(sid string, end int, thought string) reasoningItem {
 }
 
 func reasoningItemID(sid string, end int) string {
-	return "rs_" + strings.TrimPrefix(itemID(sid, end-1), "msg_")
+	return "rs_" + strings.TrimPrefix(session.ItemID(sid, end-1), session.ItemPrefix)
 }
 
 // thinks reports whether the model writes a thought (its chat template says so), so that a stream opens the
