@@ -71,7 +71,7 @@ func NewJinja(src string, cfg JinjaConfig) *Jinja {
 // its stop strings (for a model that spells one out instead of sampling its token).
 var endOfTurnMarkers = []string{
 	"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|return|>", "<|endoftext|>",
-	"<｜end▁of▁sentence｜>", "<|END_OF_TURN_TOKEN|>",
+	"<｜end▁of▁sentence｜>", "<|END_OF_TURN_TOKEN|>", "<turn|>",
 }
 
 func jinjaStops(src string, fallback Template, eos string, think ThinkFormat) []string {

@@ -34,6 +34,7 @@ type thoughtSyntax struct {
 
 var (
 	tagSyntax     = thoughtSyntax{answerStart: thinkClose, forced: "\n" + thinkClose + "\n\n", decides: true}
+	channelSyntax = thoughtSyntax{answerStart: channelClose, forced: "\n" + channelClose, decides: true}
 	harmonySyntax = thoughtSyntax{answerStart: harmonyChannel + "final" + harmonyMessage,
 		forced: harmonyEnd + harmonyStart + "assistant" + harmonyChannel + "final" + harmonyMessage}
 )
@@ -41,6 +42,7 @@ var (
 // phasePlan is a reply's two phases; nil when it needs one.
 type phasePlan struct {
 	syntax    thoughtSyntax
+	open      string // a tag format's opening mark
 	tk        ContinuationTokenizer
 	opened    bool // the prompt opened the thought (it ends with <think>)
 	budget    int  // > 0: the thought's cap in tokens
@@ -56,12 +58,15 @@ func planPhases(think ThinkFormat, prompt string, p parley.Params, gen Generator
 		return nil
 	}
 	plan := &phasePlan{syntax: harmonySyntax, tk: tk, opened: true, budget: p.ThinkBudget, grammared: grammared}
-	if think == ThinkTags {
+	if open, close, ok := think.tags(); ok {
 		tail := strings.TrimRightFunc(prompt, unicode.IsSpace)
-		if strings.HasSuffix(tail, thinkClose) {
+		if strings.HasSuffix(tail, close) {
 			return nil // thinking off: the template closed the thought
 		}
-		plan.syntax, plan.opened = tagSyntax, strings.HasSuffix(tail, thinkOpen)
+		plan.syntax, plan.opened, plan.open = tagSyntax, strings.HasSuffix(tail, open), open
+		if think == ThinkChannel {
+			plan.syntax = channelSyntax
+		}
 	}
 	return plan
 }
@@ -157,9 +162,9 @@ func (ph *phases) step(ev parley.Event) stepResult {
 	if !ph.decided && !ph.thinking {
 		rest := strings.TrimLeftFunc(ph.text, unicode.IsSpace)
 		switch {
-		case strings.HasPrefix(rest, thinkOpen):
+		case strings.HasPrefix(rest, ph.plan.open):
 			ph.decided, ph.thinking = true, true
-		case strings.HasPrefix(thinkOpen, rest):
+		case strings.HasPrefix(ph.plan.open, rest):
 			ph.held = append(ph.held, ev) // maybe the open tag, still arriving
 			return stepOn
 		default:

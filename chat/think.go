@@ -13,6 +13,7 @@ const (
 	ThinkNone    ThinkFormat = iota // no thought: the whole reply is the answer
 	ThinkTags                       // <think>thought</think>answer (Qwen3, QwQ, DeepSeek-R1, SmolLM3, GLM, Kimi, ...)
 	ThinkHarmony                    // gpt-oss's channels: analysis is the thought, final (and commentary) the answer
+	ThinkChannel                    // <|channel>thought ...<channel|>answer (Gemma 4)
 )
 
 func (f ThinkFormat) String() string {
@@ -21,14 +22,30 @@ func (f ThinkFormat) String() string {
 		return "think-tags"
 	case ThinkHarmony:
 		return "harmony"
+	case ThinkChannel:
+		return "channel"
 	}
 	return "none"
+}
+
+// tags returns the marks that open and close the thought of a tag format (ThinkTags, ThinkChannel).
+func (f ThinkFormat) tags() (open, close string, ok bool) {
+	switch f {
+	case ThinkTags:
+		return thinkOpen, thinkClose, true
+	case ThinkChannel:
+		return channelOpen, channelClose, true
+	}
+	return "", "", false
 }
 
 // Thought markers.
 const (
 	thinkOpen  = "<think>"
 	thinkClose = "</think>"
+
+	channelOpen  = "<|channel>thought" // Gemma 4: <|channel> is a control token, "thought" text
+	channelClose = "<channel|>"
 
 	harmonyChannel = "<|channel|>"
 	harmonyMessage = "<|message|>"
@@ -45,6 +62,8 @@ func DetectThinkFormat(src string) ThinkFormat {
 	switch {
 	case strings.Contains(src, harmonyChannel) && strings.Contains(src, "analysis"):
 		return ThinkHarmony
+	case strings.Contains(src, channelOpen) && strings.Contains(src, channelClose):
+		return ThinkChannel
 	case strings.Contains(src, thinkOpen) && strings.Contains(src, thinkClose):
 		return ThinkTags
 	}
@@ -56,6 +75,8 @@ func (f ThinkFormat) IsMarker(text string) bool {
 	switch f {
 	case ThinkTags:
 		return text == thinkOpen || text == thinkClose
+	case ThinkChannel:
+		return text == "<|channel>" || text == channelClose
 	case ThinkHarmony:
 		for _, m := range harmonyMarkers {
 			if text == m {
@@ -69,8 +90,9 @@ func (f ThinkFormat) IsMarker(text string) bool {
 // Splitter separates a reasoning model's streamed reply into its thought and its answer, holding back text that may
 // be the start of a marker. The markers themselves appear in neither. Not safe for concurrent use.
 type Splitter struct {
-	format ThinkFormat
-	held   string // text not yet routed: a possible marker's start, or a harmony header
+	format      ThinkFormat
+	open, close string // a tag format's marks
+	held        string // text not yet routed: a possible marker's start, or a harmony header
 	// Tags: the state is before (a thought may open), in (thinking), after (answering; no further thought).
 	state splitState
 	// Harmony: inBody is false while reading a message's header (up to <|message|>); thought says its channel is
@@ -99,12 +121,13 @@ const maxHarmonyHeader = 256
 // starts: a prompt ending with <think> starts inside the thought, one ending with </think> after it).
 func NewSplitter(format ThinkFormat, prompt string) *Splitter {
 	s := &Splitter{format: format}
-	if format == ThinkTags {
+	if open, close, ok := format.tags(); ok {
+		s.open, s.close = open, close
 		tail := strings.TrimRightFunc(prompt, unicode.IsSpace)
 		switch {
-		case strings.HasSuffix(tail, thinkOpen):
+		case strings.HasSuffix(tail, open):
 			s.state, s.trimLeft = in, true
-		case strings.HasSuffix(tail, thinkClose):
+		case strings.HasSuffix(tail, close):
 			s.state, s.trimLeft = after, true
 		}
 	}
@@ -125,7 +148,7 @@ func (s *Splitter) Push(text string) (thought, answer string) {
 	s.held += text
 	var t, a strings.Builder
 	switch s.format {
-	case ThinkTags:
+	case ThinkTags, ThinkChannel:
 		s.tags(&t, &a, false)
 	case ThinkHarmony:
 		s.harmony(&t, &a, false)
@@ -140,7 +163,7 @@ func (s *Splitter) Push(text string) (thought, answer string) {
 func (s *Splitter) Flush() (thought, answer string) {
 	var t, a strings.Builder
 	switch s.format {
-	case ThinkTags:
+	case ThinkTags, ThinkChannel:
 		s.tags(&t, &a, true)
 	case ThinkHarmony:
 		s.harmony(&t, &a, true)
@@ -177,23 +200,23 @@ func (s *Splitter) tags(t, a *strings.Builder, final bool) {
 		case before:
 			rest := strings.TrimLeftFunc(s.held, unicode.IsSpace)
 			switch {
-			case strings.HasPrefix(rest, thinkOpen):
-				s.held, s.state, s.trimLeft = rest[len(thinkOpen):], in, true
-			case !final && strings.HasPrefix(thinkOpen, rest):
+			case strings.HasPrefix(rest, s.open):
+				s.held, s.state, s.trimLeft = rest[len(s.open):], in, true
+			case !final && strings.HasPrefix(s.open, rest):
 				return // maybe the open tag, still arriving
 			default:
 				s.state = after // the reply opened without a thought
 			}
 		case in:
-			i := strings.Index(s.held, thinkClose)
+			i := strings.Index(s.held, s.close)
 			if i >= 0 {
 				s.emit(t, a, s.held[:i], true)
-				s.held, s.state, s.trimLeft, s.wsHeld = s.held[i+len(thinkClose):], after, true, ""
+				s.held, s.state, s.trimLeft, s.wsHeld = s.held[i+len(s.close):], after, true, ""
 				continue
 			}
 			keep := 0
 			if !final {
-				keep = partialSuffix(s.held, thinkClose)
+				keep = partialSuffix(s.held, s.close)
 			}
 			s.emit(t, a, s.held[:len(s.held)-keep], true)
 			s.held = s.held[len(s.held)-keep:]

@@ -27,6 +27,8 @@ func TestSplitter(t *testing.T) {
 			"assistant<|channel|>analysis<|message|>T.<|end|><|start|>assistant<|channel|>final<|message|>A.<|return|>", "T.", "A."},
 		{"harmony, no channels", chat.ThinkHarmony, "", "just text", "", "just text"},
 		{"none", chat.ThinkNone, "", "<think>x</think>y", "", "<think>x</think>y"},
+		{"gemma 4 channel", chat.ThinkChannel, "<|turn>model\n", "<|channel>thought\nHmm.\n<channel|>Hi!", "Hmm.", "Hi!"},
+		{"gemma 4, thinking off", chat.ThinkChannel, "<|turn>model\n<|channel>thought\n<channel|>", "Hi!", "", "Hi!"},
 	}
 	for _, tt := range tests {
 		// Every way of cutting the reply in two pieces, and one piece per byte.
@@ -72,6 +74,7 @@ func TestDetectThinkFormat(t *testing.T) {
 		"mistralai-Mistral-Nemo-Instruct-2407":     chat.ThinkNone,
 		"deepseek-ai-DeepSeek-R1-Distill-Llama-8B": chat.ThinkTags,
 		"google-gemma-2-2b-it":                     chat.ThinkNone,
+		"google-gemma-4-31B-it":                    chat.ThinkChannel,
 	}
 	for name, f := range want {
 		src, err := os.ReadFile("testdata/templates/" + name + ".jinja")

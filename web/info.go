@@ -18,7 +18,7 @@ type Info struct {
 	Template string `json:"template"` // the prompt format in use: jinja (the model's own), a chat template family, or "plain"
 	Version  string `json:"version"`  // Parley's version (filled by the server from the build)
 	Engine   string `json:"engine"`   // the llama.cpp binding's module and version (filled by the server)
-	// Thinking is how the model marks its thought (think-tags, harmony), "none" for a model without one.
+	// Thinking is how the model marks its thought (think-tags, harmony, channel), "none" for a model without one.
 	Thinking string `json:"thinking,omitempty"`
 }
 

@@ -416,3 +416,30 @@ func TestReasoningWarmAcrossTurns(t *testing.T) {
 		}
 	}
 }
+
+// Gemma 4 marks its thought with <|channel>thought ... <channel|>, when a request switches thinking on.
+func TestReasoningGemma4(t *testing.T) {
+	model := testmodel.Scripted(t, &synth.Script{
+		Template: realTemplate(t, "google-gemma-4-31B-it"),
+		Control:  []string{"<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>"},
+		After:    "\n",
+		Reply:    "<|channel>thought " + qwenThought + "<channel|>" + qwenAnswer, // no "\n": it is the token the reply follows
+	})
+	s := openStack(t, stackOpts{model: model, maxTokens: 64})
+	ws := dial(t, s.url+"/ws?format=json", nil)
+	readJSON(t, ws)
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "hi", "params": map[string]any{"think": true}})
+	var thought strings.Builder
+	m := readJSON(t, ws)
+	for ; m.Type != "done"; m = readJSON(t, ws) {
+		if m.Type == "thinking" {
+			thought.WriteString(m.Text)
+		}
+	}
+	if m.Thinking != qwenThought || thought.String() != qwenThought || m.Content != qwenAnswer {
+		t.Errorf("done %+v, streamed thought %q", m, thought.String())
+	}
+	if p := s.sessions.Prompts()[0]; !strings.Contains(p, "<|think|>") {
+		t.Errorf("thinking on did not reach the template: %q", p)
+	}
+}
