@@ -273,11 +273,23 @@ func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
 		return nil, parley.FieldErrorf(field, "at most %d items", maxItemsPerRequest)
 	}
 	msgs := make([]parley.Message, 0, len(items))
+	thought := "" // a reasoning item's text, for the assistant message after it
 	for i, it := range items {
 		f := fmt.Sprintf("%s[%d]", field, i)
+		if it.Type == "reasoning" {
+			t, err := reasoningInput(it, f)
+			if err != nil {
+				return nil, err
+			}
+			thought = t
+			continue
+		}
 		m, err := parseItem(it, f)
 		if err != nil {
 			return nil, err
+		}
+		if m.Role == parley.RoleAssistant {
+			m.Reasoning, thought = thought, ""
 		}
 		msgs = append(msgs, m)
 	}

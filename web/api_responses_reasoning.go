@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/parley-chat/parley"
@@ -33,6 +34,16 @@ func newReasoningItem(sid string, end int, thought string) reasoningItem {
 
 func reasoningItemID(sid string, end int) string {
 	return "rs_" + strings.TrimPrefix(session.ItemID(sid, end-1), session.ItemPrefix)
+}
+
+// reasoningInput reads a reasoning input item (a client sending back a response's output): the text of its
+// reasoning_text parts, which goes with the assistant message that follows it; "" when it carries none (a summary or
+// encrypted content only, which Parley does not produce and ignores).
+func reasoningInput(it inputItem, field string) (string, error) {
+	if !isSet(it.Content) || bytes.Equal(bytes.TrimSpace(it.Content), []byte("[]")) {
+		return "", nil
+	}
+	return parseContent(it.Content, field+".content", "reasoning_text")
 }
 
 // thinks reports whether the model writes a thought (its chat template says so), so that a stream opens the

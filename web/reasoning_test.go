@@ -443,3 +443,37 @@ func TestReasoningGemma4(t *testing.T) {
 		t.Errorf("thinking on did not reach the template: %q", p)
 	}
 }
+
+// A client that sends a response's output back as input (a reasoning item, then the assistant message) has the
+// thought stored with that message, apart from its text.
+func TestResponsesReasoningInput(t *testing.T) {
+	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
+		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+	}})
+	ws := dial(t, s.url+"/ws?format=json", nil)
+	sid := readJSON(t, ws).SessionID()
+	ws.Close()
+	input := []map[string]any{
+		{"type": "message", "role": "user", "content": "What is 2+2?"},
+		{"type": "reasoning", "summary": []any{}, "content": []map[string]any{{"type": "reasoning_text", "text": "Two and two."}}},
+		{"type": "message", "role": "assistant", "content": []map[string]any{{"type": "output_text", "text": "4"}}},
+		{"type": "message", "role": "user", "content": "And 3+3?"},
+	}
+	res := post(t, s.base+"/v1/responses", map[string]any{"input": input, "conversation": sid})
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		t.Fatalf("status %d: %s", res.StatusCode, b)
+	}
+	io.Copy(io.Discard, res.Body)
+	ws = dial(t, s.url+"/ws?format=json&session="+sid, nil)
+	hist := readJSON(t, ws).Messages
+	if len(hist) != 4 || hist[1].Role != "assistant" || hist[1].Content != "4" || hist[1].Reasoning != "Two and two." ||
+		hist[3].Reasoning != qwenThought {
+		t.Errorf("stored history %+v", hist)
+	}
+	bad := post(t, s.base+"/v1/responses", map[string]any{"input": []map[string]any{
+		{"type": "reasoning", "content": []map[string]any{{"type": "image", "url": "x"}}}, {"role": "user", "content": "hi"}}})
+	if bad.StatusCode != http.StatusBadRequest {
+		t.Errorf("a reasoning item with an image: status %d", bad.StatusCode)
+	}
+}
