@@ -67,6 +67,7 @@ type ollamaChunk struct {
 	Message    *ollamaMessage `json:"message,omitempty"`
 	Response   *string        `json:"response,omitempty"`
 	Done       bool           `json:"done"`
+	Thinking   string         `json:"thinking,omitempty"` // /api/generate's thought
 	DoneReason string         `json:"done_reason,omitempty"`
 	Context    []int          `json:"context,omitempty"`
 	*ollamaMetrics
@@ -82,6 +83,8 @@ type ollamaCall struct {
 	unload bool
 	// text makes an object carrying a piece of the reply.
 	text func(piece string) ollamaChunk
+	// thought makes an object carrying a piece of a reasoning model's thought.
+	thought func(piece string) ollamaChunk
 	// finish fills in the last object (generate's context).
 	finish func(last *ollamaChunk, rep string)
 }
@@ -99,10 +102,13 @@ func (s *Server) parseOllamaCommon(req *ollamaCommon, call *ollamaCall) (*params
 		return nil, err
 	}
 	call.unload = isSet(req.KeepAlive) && keep == 0
-	if err := s.checkOllamaTools(req.Tools, req.Think); err != nil {
+	if err := s.checkOllamaTools(req.Tools); err != nil {
 		return nil, err
 	}
 	var patch paramsPatch
+	if patch.Think, err = s.ollamaThink(req.Think); err != nil {
+		return nil, err
+	}
 	info := s.loadedModel()
 	if err := applyOllamaOptions(req.Options, &patch, ollamaLimits{contextLength: info.ContextLength, maxTokensCap: s.cfg.MaxTokensCap}); err != nil {
 		return nil, err
@@ -125,17 +131,49 @@ func (s *Server) resolveOllama(patch *paramsPatch, call *ollamaCall) error {
 	return nil
 }
 
-// checkOllamaTools refuses tools and thinking, which Parley does not yet
-// offer on this API, rather than ignoring them; think: false asks for
-// nothing and is accepted.
-func (s *Server) checkOllamaTools(tools, think json.RawMessage) error {
+// checkOllamaTools refuses tools, which Parley does not yet offer on this
+// API, rather than ignoring them.
+func (s *Server) checkOllamaTools(tools json.RawMessage) error {
 	if isSet(tools) && !bytes.Equal(bytes.TrimSpace(tools), []byte("[]")) {
 		return parley.FieldErrorf("tools", "%s does not support tools on Parley's Ollama API", s.ollamaModelName())
 	}
-	if isSet(think) && !bytes.Equal(bytes.TrimSpace(think), []byte("false")) {
-		return parley.FieldErrorf("think", "%s does not support thinking on Parley's Ollama API", s.ollamaModelName())
-	}
 	return nil
+}
+
+// ollamaThink reads think: true or false, or an effort ("low", "medium",
+// "high": gpt-oss's), which turns thinking on. Asking a model that has no
+// thought to think is a 400, as Ollama answers it; false is always fine.
+func (s *Server) ollamaThink(raw json.RawMessage) (*bool, error) {
+	if !isSet(raw) {
+		return nil, nil
+	}
+	var on bool
+	if err := json.Unmarshal(raw, &on); err != nil {
+		var effort string
+		if json.Unmarshal(raw, &effort) != nil {
+			return nil, parley.FieldErrorf("think", "must be true, false, or low, medium or high, got %s", jsonKindOf(raw))
+		}
+		switch effort {
+		case "low", "medium", "high":
+			on = true
+		default:
+			return nil, parley.FieldErrorf("think", "must be true, false, or low, medium or high, got %q", effort)
+		}
+	}
+	if on && !s.ollamaThinks() {
+		return nil, parley.FieldErrorf("think", "%s does not support thinking", s.ollamaModelName())
+	}
+	return &on, nil
+}
+
+// ollamaThinks reports whether the model marks a thought Parley can split
+// from its answer.
+func (s *Server) ollamaThinks() bool {
+	if s.op.info == nil {
+		return false
+	}
+	t := s.op.info().Thinking
+	return t != "" && t != "none"
 }
 
 // parseOllamaMessages turns /api/chat's messages into a conversation.
@@ -159,7 +197,7 @@ func parseOllamaMessages(in []ollamaMessage) ([]parley.Message, error) {
 		if err := checkNotEmpty(role, m.Content, field+".content"); err != nil {
 			return nil, err
 		}
-		msgs = append(msgs, parley.Message{Role: role, Content: m.Content})
+		msgs = append(msgs, parley.Message{Role: role, Content: m.Content, Reasoning: assistantReasoning(role, m.Thinking)})
 	}
 	return msgs, nil
 }
@@ -189,6 +227,9 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 	model := s.ollamaModelName()
 	call.text = func(piece string) ollamaChunk {
 		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Message: &ollamaMessage{Role: "assistant", Content: piece}}
+	}
+	call.thought = func(piece string) ollamaChunk {
+		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Message: &ollamaMessage{Role: "assistant", Thinking: piece}}
 	}
 	if len(msgs) == 0 {
 		// Ollama's way to load a model: a chat with no messages.
@@ -258,7 +299,15 @@ func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) err
 		if rerr := replyError(ev); rerr != nil {
 			return renameOllama(rerr)
 		}
-		return c.JSON(http.StatusOK, last(ev, a.rep.Text()))
+		whole := last(ev, a.rep.Text())
+		if th := a.rep.Reasoning(); th != "" {
+			if whole.Message != nil {
+				whole.Message.Thinking = th
+			} else {
+				whole.Thinking = th
+			}
+		}
+		return c.JSON(http.StatusOK, whole)
 	}
 	w := s.beginStream(c, "application/x-ndjson")
 	send := func(v any) error {
@@ -268,17 +317,23 @@ func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) err
 		}
 		return w.write(append(b, '\n'))
 	}
-	piece := func(text string) error {
+	piece := func(t parley.Token) error {
+		if t.Reasoning != "" {
+			if err := send(call.thought(t.Reasoning)); err != nil {
+				return err
+			}
+		}
+		text := t.Text
 		if text == "" {
 			return nil // held back (a partial character, a possible stop string) or a special token
 		}
 		return send(call.text(text))
 	}
 	err := a.relay(
-		func(t parley.Token, _ int) error { return piece(t.Text) },
+		func(t parley.Token, _ int) error { return piece(t) },
 		func(held *parley.Token, ev parley.Event) error {
 			if held != nil {
-				if err := piece(held.Text); err != nil {
+				if err := piece(*held); err != nil {
 					return err
 				}
 			}

@@ -68,6 +68,10 @@ func (s *Server) handleOllamaGenerate(c echo.Context) error {
 	call.text = func(piece string) ollamaChunk {
 		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Response: &piece}
 	}
+	call.thought = func(piece string) ollamaChunk {
+		empty := ""
+		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Response: &empty, Thinking: piece}
+	}
 	if req.Prompt == "" {
 		// Ollama's way to load a model: a generate with no prompt.
 		return s.ollamaLoaded(c, call)

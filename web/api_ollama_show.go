@@ -109,5 +109,9 @@ func (s *Server) ollamaParameters() string {
 // ollamaCapabilities are what the model does through Parley: completion
 // always; never vision or embedding (Parley serves text generation).
 func (s *Server) ollamaCapabilities() []string {
-	return []string{"completion"}
+	caps := []string{"completion"}
+	if s.ollamaThinks() {
+		caps = append(caps, "thinking")
+	}
+	return caps
 }
