@@ -121,6 +121,10 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, parley.FieldErrorf("max_tokens", "must be less than the context length (%d tokens), got %d", info.ContextLength, p.MaxTokens)
 	}
 	tmpl := r.Template()
+	opt, ts, stops, err := toolSetup(tmpl, &p)
+	if err != nil {
+		return nil, err
+	}
 
 	// The memo of this conversation's last turn, when msgs continue it:
 	// fitting starts from the turns it dropped, and prompts are built from its
@@ -149,7 +153,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens), nil
 		}
-		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), Gen)
+		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), opt)
 		if err != nil {
 			return 0, err
 		}
@@ -202,7 +206,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			zap.Int("prompt_tokens", len(chosen.tokens)),
 			zap.Int("budget_tokens", budget))
 	}
-	stops := append(append([]string(nil), p.Stop...), tmpl.Stops()...)
+	stops = append(append(stops, p.Stop...), tmpl.Stops()...)
 	var remember func(gen []int, pieces []string, special []bool)
 	if key != "" && tk != nil {
 		// The memo for the next turn, stored when this reply ends (run).
@@ -210,7 +214,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
 		}
 	}
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember)
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, ts)
 }
 
 // dropTurns returns msgs without their first k droppable turns (see fit).
@@ -236,12 +240,12 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil)
+	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, nil)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
 func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
-	remember func(gen []int, pieces []string, special []bool)) (*Reply, error) {
+	remember func(gen []int, pieces []string, special []bool), ts *toolStream) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
 	}
@@ -267,6 +271,7 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		dropped:      dropped,
 		out:          make(chan parley.Event, size),
 		remember:     remember,
+		tools:        ts,
 	}
 	go rep.run(ctx, genCtx, cancel, events, NewStreamer(stops))
 	return rep, nil
@@ -287,6 +292,8 @@ type Reply struct {
 	// remember, when set, is called by run at the end with the tokens the
 	// engine generated and their raw text, up to a stop.
 	remember func(gen []int, pieces []string, special []bool)
+	// tools splits tool calls from the text when the reply may make them.
+	tools *toolStream
 
 	mu   sync.Mutex
 	text strings.Builder // Token.Text of every delivered token event
@@ -365,7 +372,13 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		if rep.remember != nil {
 			gen, pieces, special = append(gen, ev.Token.ID), append(pieces, ev.Token.Text), append(special, ev.Token.Special)
 		}
-		if ev.Token.Special {
+		if rep.tools != nil && !(ev.Token.Special && st.matchesStop(ev.Token.Text)) && (!ev.Token.Special || rep.tools.wants(ev.Token.Text)) {
+			// Calls are split off before stop strings apply: they hold
+			// only the content.
+			var content string
+			content, ev.ToolCall = rep.tools.Push(ev.Token.Text)
+			ev.Token.Text, stopped = st.Push(content)
+		} else if ev.Token.Special {
 			// Control tokens are not reply text. One that spells a stop
 			// string (an end-of-turn marker the engine does not treat as
 			// end-of-generation) ends the reply; what was held back is text.
@@ -381,11 +394,21 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		case stopped:
 			rep.deliver(ctx, ev)
 			cancel()
-		case st.holding():
+		case (st.holding() || rep.tools != nil && rep.tools.pending != "") && ev.ToolCall == nil:
 			pending, hasPending = ev, true
 		default:
 			rep.deliver(ctx, ev)
 		}
+	}
+	if rep.tools != nil && !stopped {
+		// Held text that was no call: content, as if it came now.
+		t, stop := st.Push(rep.tools.Flush())
+		if hasPending {
+			pending.Token.Text += t
+		} else if t != "" {
+			rep.deliver(ctx, parley.Event{Token: parley.Token{ID: -1, Text: t}})
+		}
+		stopped = stopped || stop
 	}
 	if hasPending {
 		pending.Token.Text += st.Flush()
@@ -403,6 +426,9 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 	final.Token.Text = ""
 	if stopped && !(specialStop && final.Finish == parley.FinishEOS) {
 		final.Finish, final.Err = parley.FinishStop, nil
+	}
+	if rep.tools != nil {
+		final = toolsFinal(final, rep.tools.Calls())
 	}
 	if rep.remember != nil && !abandoned {
 		// Not when abandoned: the slot's cache may hold more than gen.
