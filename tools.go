@@ -371,17 +371,24 @@ func gbnfLiteral(s string) string {
 
 // callGrammar is the grammar of the text that follows start in a call:
 // the rest of Open, the call, Close.
+//
+// Whitespace at the end of Open and at the start of Close is free (up to two
+// spaces, tabs or newlines): templates differ in it and models in how they
+// copy it.
 func (c checkedGrammar) callGrammar(syn ToolSyntax, start string) string {
-	rest := strings.TrimPrefix(syn.Open, start)
+	rest := ""
+	if strings.HasPrefix(syn.Open, start) {
+		rest = syn.Open[len(start):]
+	}
 	root := "root ::= "
-	if rest != "" {
-		root += gbnfLiteral(rest) + " "
+	if r := strings.TrimRight(rest, " \t\n"); r != "" {
+		root += gbnfLiteral(r) + " "
 	}
-	root += "tool-call"
-	if syn.Close != "" {
-		root += " " + gbnfLiteral(syn.Close)
+	root += "tool-ws tool-call"
+	if cl := strings.TrimLeft(syn.Close, " \t\n"); cl != "" {
+		root += " tool-ws " + gbnfLiteral(cl)
 	}
-	return root + "\n" + c.toolRules
+	return root + "\ntool-ws ::= ([ \\t\\n] [ \\t\\n]?)?\n" + c.toolRules
 }
 
 // LazyToolGrammar returns, for a reply that may call a tool as it chooses

@@ -85,7 +85,7 @@ func TestToolGrammars(t *testing.T) {
 		t.Fatalf("auto must not constrain from the first token, got %q", g)
 	}
 	trig, lazy, ok := p.LazyToolGrammar()
-	if !ok || trig != "<tool_call>" || !strings.HasPrefix(lazy, `root ::= "\n" tool-call "\n</tool_call>"`) {
+	if !ok || trig != "<tool_call>" || !strings.HasPrefix(lazy, `root ::= tool-ws tool-call tool-ws "</tool_call>"`) {
 		t.Fatalf("lazy grammar: %v %q %q", ok, trig, lazy)
 	}
 	p.ToolChoice = parley.ToolChoice{Mode: parley.ToolRequired}
@@ -93,7 +93,7 @@ func TestToolGrammars(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, field, ok := p.CheckedGrammar()
-	if !ok || field != "tools" || !strings.HasPrefix(g, `root ::= "<tool_call>\n" tool-call "\n</tool_call>"`) || !strings.Contains(g, `get_weather`) {
+	if !ok || field != "tools" || !strings.HasPrefix(g, `root ::= "<tool_call>" tool-ws tool-call tool-ws "</tool_call>"`) || !strings.Contains(g, `get_weather`) {
 		t.Fatalf("forced grammar (%v, %q):\n%s", ok, field, g)
 	}
 	if _, _, ok := p.LazyToolGrammar(); ok {

@@ -147,6 +147,12 @@ func (ts *toolStream) callHead(out *strings.Builder, delta **parley.ToolCallDelt
 
 // args streams the arguments until their JSON value ends.
 func (ts *toolStream) args(delta **parley.ToolCallDelta) bool {
+	if ts.cur.Arguments == "" {
+		// Whitespace before the value is the head's, whichever piece brought it.
+		if ts.pending = strings.TrimLeft(ts.pending, " \t\n"); ts.pending == "" {
+			return false
+		}
+	}
 	end := -1
 	for i := 0; i < len(ts.pending) && end < 0; i++ {
 		c := ts.pending[i]
@@ -188,29 +194,33 @@ func (ts *toolStream) args(delta **parley.ToolCallDelta) bool {
 	return true
 }
 
-// close consumes the call object's "}" and the syntax's Close; the call is
-// complete at the "}". Text that is neither goes back to content.
+// close consumes the call object's "}" and the syntax's Close (whitespace
+// around them is free); the call is complete at the "}". Text that is
+// neither goes back to content.
 func (ts *toolStream) close() bool {
-	want := "}" + ts.syn.Close
 	s := strings.TrimLeft(ts.pending, " \t\n")
-	if s == "" {
-		return false
-	}
-	if ts.cur != nil && strings.HasPrefix(s, "}") {
-		if json.Valid([]byte(ts.cur.Arguments)) {
+	if ts.cur != nil {
+		if s == "" {
+			return false
+		}
+		if s[0] == '}' && json.Valid([]byte(ts.cur.Arguments)) {
 			ts.calls = append(ts.calls, *ts.cur)
+			s = s[1:]
 		}
 		ts.cur = nil
 	}
-	n := commonPrefix(want, s)
+	want := strings.TrimLeft(ts.syn.Close, " \t\n")
+	s2 := strings.TrimLeft(s, " \t\n")
+	n := commonPrefix(want, s2)
 	switch {
 	case n == len(want):
-		ts.pending, ts.state = s[n:], tsText
+		ts.pending, ts.state = s2[n:], tsText
 		return true
-	case n == len(s):
+	case n == len(s2):
+		ts.pending = s
 		return false // a prefix of the close so far
 	}
-	ts.pending, ts.state = s[n:], tsText
+	ts.pending, ts.state = s, tsText
 	return true
 }
 
