@@ -104,9 +104,9 @@ type sequence struct {
 	gs      *grammarSampler
 	// lazy, when set, is a grammar that takes over from sampler once the
 	// reply's text reaches its trigger (a tool call; see lazy.go).
-	lazy    *lazyGrammar
-	logits  []float32 // gs's copy of the last logits, for the logprob
-	temp    float64
+	lazy   *lazyGrammar
+	logits []float32 // gs's copy of the last logits, for the logprob
+	temp   float64
 
 	slot    *slot
 	pending []int // tokens to decode next: the rest of the prompt, or the last sampled token
