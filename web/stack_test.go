@@ -67,6 +67,7 @@ type stack struct {
 // stackOpts varies the stack; the zero value is the default one.
 type stackOpts struct {
 	parallel     int  // engine slots (default 2)
+	contextLen   int  // tokens per slot (default 512)
 	maxTokens    int  // the sessions' and the server's default reply cap (default 48)
 	maxTokensCap int  // Config.MaxTokensCap (default 1024)
 	tokenizer    bool // give the server the engine as its Tokenizer
@@ -101,7 +102,10 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	core, logs := observer.New(zapcore.InfoLevel)
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(tb).Core(), core))
 	// Cleanups run last first: the server, then the store, then the engine.
-	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: o.parallel, Threads: 1, Logger: log})
+	if o.contextLen == 0 {
+		o.contextLen = 512
+	}
+	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: o.contextLen, Parallel: o.parallel, Threads: 1, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
