@@ -508,7 +508,7 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 		} else {
 			s.unused.used(sess.Owner, t.id)
 		}
-		err := s.commit(cctx, put, sess, prompt, text, t.reapply)
+		err := s.commit(cctx, put, sess, prompt, parley.Message{Role: parley.RoleAssistant, Content: text, ToolCalls: final.ToolCalls}, t.reapply)
 		cancel()
 		if err != nil {
 			// The reply was streamed but not stored: say so in the final
