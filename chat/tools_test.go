@@ -96,6 +96,3 @@ func TestRenderToolsFamilies(t *testing.T) {
 		}
 	}
 }
-
-
-
