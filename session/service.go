@@ -352,6 +352,9 @@ type Turn struct {
 	// a fresh copy, when committing meets another replica's write.
 	reapply func(*Session)
 
+	// toolCalls are the reply's tool calls; set before events is closed.
+	toolCalls []parley.ToolCall
+
 	// capture, when set, is where a turn that is not to be stored
 	// (store: false) commits instead of the store; such a turn leaves the
 	// service's own bookkeeping (unused sessions, served versions) alone.
@@ -377,6 +380,9 @@ func (t *Turn) Text() string { return t.reply.Text() }
 
 // Prompt is the prompt as the model saw it (the rendered conversation).
 func (t *Turn) Prompt() string { return t.reply.Prompt() }
+
+// ToolCalls returns the reply's tool calls; valid after Events is closed.
+func (t *Turn) ToolCalls() []parley.ToolCall { return t.toolCalls }
 
 // Committed reports whether the turn was stored; valid after Events is closed.
 func (t *Turn) Committed() bool { return t.committed }
@@ -424,7 +430,7 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 		t.kv = KVNew
 	}
 	need := messageBytes(parley.Message{Role: parley.RoleUser, Content: prompt})
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, prompt: prompt, p: p, need: need}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: parley.Message{Role: parley.RoleUser, Content: prompt}, p: p, need: need}); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -432,9 +438,9 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 
 // turnStart is a turn ready to start, as Turn and Respond prepare it.
 type turnStart struct {
-	sess   *Session // the session the turn continues, its other changes (a Responses turn's input items, record) made
-	unlock func()   // releases sess's lock (a no-op for an unlocked copy); start owns it
-	prompt string   // the new user message
+	sess   *Session       // the session the turn continues, its other changes (a Responses turn's input items, record) made
+	unlock func()         // releases sess's lock (a no-op for an unlocked copy); start owns it
+	input  parley.Message // the new message: the user's prompt, or a tool's result (a Responses turn)
 	p      parley.Params
 	// need is the bytes the store must have room for before the reply
 	// starts (see room); < 0 for a turn that is not stored.
@@ -460,20 +466,20 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
 	}
 	msgs = append(msgs, sess.Messages...)
-	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: ts.prompt})
+	msgs = append(msgs, ts.input)
 	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
 		ts.unlock()
 		return err
 	}
 	t.id, t.reply, t.events = sess.ID, reply, make(chan parley.Event, turnBuffer)
-	go s.run(ctx, t, sess, ts.prompt, ts.unlock)
+	go s.run(ctx, t, sess, ts.input, ts.unlock)
 	return nil
 }
 
 // run forwards the reply's events, commits the turn when the final event
 // arrives, and then forwards the final event. It owns unlock and t.events.
-func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string, unlock func()) {
+func (s *Service) run(ctx context.Context, t *Turn, sess *Session, input parley.Message, unlock func()) {
 	defer close(t.events)
 	defer unlock() // runs first: once Events is closed, the next turn may start at once
 
@@ -508,7 +514,8 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 		} else {
 			s.unused.used(sess.Owner, t.id)
 		}
-		err := s.commit(cctx, put, sess, prompt, parley.Message{Role: parley.RoleAssistant, Content: text, ToolCalls: final.ToolCalls}, t.reapply)
+		t.toolCalls = final.ToolCalls
+		err := s.commit(cctx, put, sess, input, parley.Message{Role: parley.RoleAssistant, Content: text, ToolCalls: final.ToolCalls}, t.reapply)
 		cancel()
 		if err != nil {
 			// The reply was streamed but not stored: say so in the final

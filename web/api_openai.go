@@ -28,8 +28,8 @@ import (
 // repetition_penalty, grammar, json_schema). Usage carries
 // prompt_tokens_details.cached_tokens; the last chunk (or the response) a
 // "timings" object like llama.cpp's server. top_logprobs lists only the
-// sampled token: the engine reports no other candidates. tools and
-// logit_bias are refused rather than ignored.
+// sampled token: the engine reports no other candidates. logit_bias is
+// refused rather than ignored; tools are api_openai_tools.go's.
 
 // openAIMessage is one message of a request. Content is a string or an
 // array of parts; only text parts are accepted.

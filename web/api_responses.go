@@ -25,7 +25,7 @@ package web
 // Supported request fields: input (a string or message items with text
 // content), instructions, previous_response_id, conversation, store,
 // stream, max_output_tokens, temperature, top_p, metadata, and Parley's own
-// sampling fields; tools are refused rather than ignored.
+// sampling fields, and function tools (api_responses_tools.go).
 
 import (
 	"bytes"
@@ -100,6 +100,8 @@ type responsesRequest struct {
 	MaxOutputTokens    *int              `json:"max_output_tokens"`
 	Metadata           map[string]string `json:"metadata"`
 	Tools              json.RawMessage   `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls  *bool             `json:"parallel_tool_calls"` // accepted; a reply makes at most one call
 	Text               *responseText     `json:"text"`
 }
 
@@ -120,6 +122,11 @@ type inputItem struct {
 	Type    string          `json:"type"`
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// function_call and function_call_output items (api_responses_tools.go)
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Output    json.RawMessage `json:"output"`
 }
 
 // parsedResponse is a decoded, validated create request.
@@ -148,9 +155,6 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	}
 	if err := session.CheckResponseInput(msgs); err != nil {
 		return nil, err
-	}
-	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
-		return nil, parley.FieldErrorf("tools", "tool calls are not supported")
 	}
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
@@ -193,6 +197,15 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 		if req.MaxOutputTokens != nil {
 			err = renameField(err, "max_tokens", "max_output_tokens") // the field the client sent
 		}
+		return nil, err
+	}
+	if p.Tools, err = parseResponsesTools(req.Tools); err != nil {
+		return nil, err
+	}
+	if p.ToolChoice, err = parseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
 		return nil, err
 	}
 	resolveSeed(&p)
@@ -278,8 +291,12 @@ func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
 }
 
 func parseItem(it inputItem, field string) (parley.Message, error) {
-	if it.Type != "" && it.Type != "message" {
-		return parley.Message{}, parley.FieldErrorf(field+".type", "only message items are supported, got %q", it.Type)
+	switch it.Type {
+	case "", "message":
+	case "function_call", "function_call_output":
+		return parseToolItem(it, field)
+	default:
+		return parley.Message{}, parley.FieldErrorf(field+".type", "must be message, function_call or function_call_output, got %q", it.Type)
 	}
 	role, err := parseRole(it.Role, field+".role")
 	if err != nil {
@@ -330,11 +347,12 @@ func newPart(typ, text string) outputText {
 }
 
 type messageItem struct {
-	Type    string       `json:"type"` // "message"
-	ID      string       `json:"id"`
-	Status  string       `json:"status"`
-	Role    string       `json:"role"`
-	Content []outputText `json:"content"`
+	Type    string         `json:"type"` // "message", "function_call" or "function_call_output"
+	ID      string         `json:"id"`
+	Status  string         `json:"status"`
+	Role    string         `json:"role"`
+	Content []outputText   `json:"content"`
+	tool    toolItemFields // a function item's (see MarshalJSON)
 }
 
 type responsesUsage struct {
@@ -488,7 +506,8 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
 	rec := resp.Final()
 	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored)
-	o.Output = append(o.Output, s.outputItem(resp, rec.Status, resp.Text()))
+	o.Output = append(o.Output, replyItems(resp.SessionID(), resp.Record.End, rec.Status,
+		parley.Message{Role: parley.RoleAssistant, Content: resp.Text(), ToolCalls: resp.ToolCalls()})...)
 	pr.echo(o, resp.SessionID())
 	setUsage(o, rec)
 	return o
@@ -531,7 +550,7 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 	o := s.newResponseObject(rec, sess.ID, true)
 	out := sess.Span(rec.End-1, rec.End)
 	if len(out) == 1 {
-		o.Output = append(o.Output, replyItem(sess.ID, rec.End, rec.Status, out[0]))
+		o.Output = append(o.Output, replyItems(sess.ID, rec.End, rec.Status, out[0])...)
 	}
 	setUsage(o, rec)
 	return c.JSON(http.StatusOK, o)
@@ -554,7 +573,7 @@ func (s *Server) handleInputItems(c echo.Context) error {
 	}
 	var items []messageItem
 	for i, m := range sess.Span(rec.Start, rec.End-1) {
-		items = append(items, newMessageItem(itemID(sess.ID, rec.Start+i), m))
+		items = append(items, itemsOf(sess.ID, rec.Start+i, m)...)
 	}
 	return listItems(c, items)
 }

@@ -102,11 +102,17 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		return drain(err)
 	}
 	var final parley.Event
+	calls := &callStream{es: es, sid: resp.SessionID(), abs: resp.Record.End - 1}
 	for ev := range resp.Events() {
 		observe(ev)
 		if ev.Done {
 			final = ev
 			continue
+		}
+		if ev.ToolCall != nil {
+			if err := calls.delta(*ev.ToolCall); err != nil {
+				return drain(err)
+			}
 		}
 		if ev.Token.Text == "" {
 			continue
@@ -119,7 +125,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && ctx.Err() == nil) {
 		return s.streamFailed(es, resp, pr.renameSent(replyError(final)))
 	}
-	return s.streamDone(es, resp, pr, item.ID, part)
+	return s.streamDone(es, resp, pr, item.ID, part, calls)
 }
 
 // streamFailed ends the stream of a turn that failed with err: an error
@@ -144,10 +150,16 @@ func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error
 // streamDone ends the stream of a turn that finished: the text, the
 // content part and the output item done, then response.completed (or
 // response.incomplete).
-func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, itemID string, part outputText) error {
+func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, itemID string, part outputText, calls *callStream) error {
 	done := s.finishedResponse(resp, pr)
 	text := resp.Text()
 	part.Text = text
+	if len(done.Output) == 0 || done.Output[0].Type != "message" {
+		// A reply that is only calls: the stream opened its message
+		// item, so the response keeps it (empty) where it was.
+		msg := replyItem(resp.SessionID(), resp.Record.End, done.Status, parley.Message{Role: parley.RoleAssistant})
+		done.Output = append([]messageItem{msg}, done.Output...)
+	}
 	out := done.Output[0]
 	return steps(
 		func() error {
@@ -159,6 +171,7 @@ func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedR
 		func() error {
 			return es.send("response.output_item.done", map[string]any{"output_index": 0, "item": out})
 		},
+		func() error { return calls.done(done.Output[1:]) },
 		func() error {
 			typ := "response.completed"
 			if done.Status == session.StatusIncomplete {
@@ -167,4 +180,64 @@ func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedR
 			return es.send(typ, map[string]any{"response": done})
 		},
 	)
+}
+
+// callStream sends a response's function calls as they stream: each call is
+// an output item (after the message item, at output index 1 + its index)
+// added with its call_id and name, then its arguments as
+// response.function_call_arguments.delta events.
+type callStream struct {
+	es     *eventStream
+	sid    string
+	abs    int            // the reply's absolute position: its items' ids
+	opened []messageItem  // the calls' items, in progress, by index
+	args   map[int]string // the arguments streamed so far, by index
+}
+
+func (cs *callStream) delta(d parley.ToolCallDelta) error {
+	if d.ID != "" {
+		it := functionCallItem(cs.sid, cs.abs, d.Index, parley.ToolCall{ID: d.ID, Name: d.Name}, "in_progress")
+		cs.opened = append(cs.opened, it)
+		if cs.args == nil {
+			cs.args = map[int]string{}
+		}
+		if err := cs.es.send("response.output_item.added", map[string]any{"output_index": 1 + d.Index, "item": it}); err != nil {
+			return err
+		}
+	}
+	if d.Arguments == "" || d.Index >= len(cs.opened) {
+		return nil
+	}
+	cs.args[d.Index] += d.Arguments
+	return cs.es.send("response.function_call_arguments.delta", map[string]any{
+		"item_id": cs.opened[d.Index].ID, "output_index": 1 + d.Index, "delta": d.Arguments})
+}
+
+// done ends every call the stream opened: its arguments done, then its item
+// (from items, the response's function_call items; a call cut short by the
+// reply's end is incomplete).
+func (cs *callStream) done(items []messageItem) error {
+	for i, it := range cs.opened {
+		args := cs.args[i]
+		final := it
+		final.Status, final.tool.Arguments = "incomplete", args
+		for _, done := range items {
+			if done.ID == it.ID {
+				final, args = done, done.tool.Arguments
+			}
+		}
+		err := steps(
+			func() error {
+				return cs.es.send("response.function_call_arguments.done", map[string]any{
+					"item_id": it.ID, "output_index": 1 + i, "name": it.tool.Name, "arguments": args})
+			},
+			func() error {
+				return cs.es.send("response.output_item.done", map[string]any{"output_index": 1 + i, "item": final})
+			},
+		)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
