@@ -396,11 +396,27 @@ func (t *Turn) Committed() bool { return t.committed }
 // when the reply ends (see Turn.Events); nothing is stored before that, so a
 // failed reply leaves the history as it was.
 func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) (*Turn, error) {
-	if !ValidID(id) {
-		return nil, errNotFound()
-	}
 	if prompt == "" {
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
+	}
+	return s.turn(ctx, id, parley.Message{Role: parley.RoleUser, Content: prompt}, p)
+}
+
+// ToolTurn is Turn for a tool's result: content answers the call callID of
+// the session's last reply (an EInvalid error naming tool_call_id when no
+// message of the history made that call), and the reply continues from it.
+func (s *Service) ToolTurn(ctx context.Context, id, callID, content string, p parley.Params) (*Turn, error) {
+	if callID == "" {
+		return nil, parley.FieldErrorf("tool_call_id", "is required")
+	}
+	return s.turn(ctx, id, parley.Message{Role: parley.RoleTool, Content: content, ToolCallID: callID}, p)
+}
+
+// turn adds input, a user's prompt or a tool's result, to the session's
+// conversation and starts the reply (see Turn).
+func (s *Service) turn(ctx context.Context, id string, input parley.Message, p parley.Params) (*Turn, error) {
+	if !ValidID(id) {
+		return nil, errNotFound()
 	}
 	if p.MaxTokens != 0 {
 		// Parameters the edge validated carry the grammar it checked (or
@@ -420,6 +436,12 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 		unlock()
 		return nil, err
 	}
+	if input.Role == parley.RoleTool {
+		if err := checkToolResults(sess.Messages, []parley.Message{input}); err != nil {
+			unlock()
+			return nil, parley.FieldErrorf("tool_call_id", "%q answers no tool call of this conversation", input.ToolCallID)
+		}
+	}
 	if p.MaxTokens == 0 {
 		skip := p.SkipLogprobs // the caller's, not a setting
 		p = s.Params(sess)
@@ -429,8 +451,8 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 	if len(sess.Messages) == 0 {
 		t.kv = KVNew
 	}
-	need := messageBytes(parley.Message{Role: parley.RoleUser, Content: prompt})
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: parley.Message{Role: parley.RoleUser, Content: prompt}, p: p, need: need}); err != nil {
+	need := messageBytes(input)
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need}); err != nil {
 		return nil, err
 	}
 	return t, nil

@@ -74,6 +74,7 @@ const (
 type job struct {
 	kind    jobKind
 	content string
+	callID  string // jobPrompt: the tool call content answers ("" for a user's prompt)
 	params  parley.Params
 	err     error // jobAnswer: what to tell the client
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
@@ -240,7 +241,7 @@ func (c *conn) reader() {
 		if c.json {
 			c.handleJSON(data)
 		} else {
-			c.enqueuePrompt(string(data), c.srv.cfg.Defaults)
+			c.enqueuePrompt(string(data), "", c.srv.cfg.Defaults)
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -255,13 +256,13 @@ func (c *conn) handleJSON(data []byte) {
 		return
 	}
 	switch m.Type {
-	case "prompt":
-		p, err := c.srv.resolveParams(m.Params)
+	case "prompt", "tool_result":
+		p, err := c.srv.resolveWSParams(m.Params)
 		if err != nil {
 			c.answer(err)
 			return
 		}
-		c.enqueuePrompt(*m.Content, p)
+		c.enqueuePrompt(*m.Content, m.ToolCallID, p)
 	case "cancel":
 		c.cancelTurn()
 	case "reset":
@@ -272,9 +273,9 @@ func (c *conn) handleJSON(data []byte) {
 	}
 }
 
-// enqueuePrompt queues a prompt, or its refusal: shutting down, over the
-// rate, or over the prompt-token cap.
-func (c *conn) enqueuePrompt(prompt string, p parley.Params) {
+// enqueuePrompt queues a prompt (or, with callID, a tool's result), or its
+// refusal: shutting down, over the rate, or over the prompt-token cap.
+func (c *conn) enqueuePrompt(prompt, callID string, p parley.Params) {
 	if c.srv.draining.Load() {
 		c.answer(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 		return
@@ -287,7 +288,7 @@ func (c *conn) enqueuePrompt(prompt string, p parley.Params) {
 		c.refuse("prompt_tokens", err)
 		return
 	}
-	c.enqueue(job{kind: jobPrompt, content: prompt, params: p})
+	c.enqueue(job{kind: jobPrompt, content: prompt, callID: callID, params: p})
 }
 
 func (c *conn) enqueue(j job) {
@@ -349,7 +350,7 @@ func (c *conn) worker() {
 				c.replyErrorWait(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 				continue
 			}
-			c.runTurn(j.content, j.params)
+			c.runTurn(j.content, j.callID, j.params)
 		case jobReset:
 			if err := c.srv.sessions.Reset(c.ctx, c.id); err != nil {
 				c.sendError(err)
@@ -368,7 +369,7 @@ func (c *conn) worker() {
 // runTurn streams one reply. In text mode every non-empty piece is a text
 // message and the sentinel follows the final event; in JSON mode tokens and
 // the done event are JSON objects.
-func (c *conn) runTurn(prompt string, p parley.Params) {
+func (c *conn) runTurn(prompt, callID string, p parley.Params) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	c.turnMu.Lock()
 	c.turnCancel = cancel
@@ -383,7 +384,7 @@ func (c *conn) runTurn(prompt string, p parley.Params) {
 	}()
 
 	p.SkipLogprobs = !c.json // text mode sends only the pieces
-	turn, err := c.srv.sessions.Turn(ctx, c.id, prompt, p)
+	turn, err := c.startTurn(ctx, prompt, callID, p)
 	if err != nil {
 		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
 		c.srv.countRefusal(err)
@@ -394,6 +395,9 @@ func (c *conn) runTurn(prompt string, p parley.Params) {
 	for ev := range turn.Events() {
 		meter.observe(ev)
 		if !ev.Done {
+			if c.json && ev.ToolCall != nil {
+				c.sendJSON(newToolCallMessage(*ev.ToolCall))
+			}
 			if c.json {
 				c.sendJSON(tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special})
 			} else if ev.Token.Text != "" {

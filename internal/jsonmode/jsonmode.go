@@ -16,7 +16,9 @@ import (
 //   - "session": ID (a string), Resumed, Messages (the history);
 //   - "token": ID (the token id, a number), Text, Logprob, Special;
 //   - "done": FinishReason, Content (the whole reply), Usage, Timings;
-//   - "error": Code, Message, Field.
+//   - "error": Code, Message, Field;
+//   - "tool_call": Index, ID (the call's id, a string: see SessionID), Name, Arguments (a piece of them);
+//   - "done" of a reply that called tools: ToolCalls, FinishReason "tool_calls".
 type Message struct {
 	Type string `json:"type"`
 	// ID is raw because its type depends on Type; see SessionID.
@@ -32,6 +34,11 @@ type Message struct {
 	Content      string  `json:"content"`
 	Usage        Usage   `json:"usage"`
 	Timings      Timings `json:"timings"`
+
+	Index     int               `json:"index"`
+	Name      string            `json:"name"`
+	Arguments string            `json:"arguments"`
+	ToolCalls []parley.ToolCall `json:"tool_calls"`
 
 	Code       string `json:"code"`
 	Message    string `json:"message"`
