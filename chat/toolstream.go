@@ -23,7 +23,10 @@ const maxCallHead = 256
 // writing freely) goes back to content. Not safe for concurrent use.
 type toolStream struct {
 	syn   parley.ToolSyntax
-	names map[string]bool
+	tools map[string]parley.Tool
+	// rejected counts complete calls whose arguments did not validate (left
+	// out of Calls).
+	rejected int
 	head  *regexp.Regexp
 
 	state   int
@@ -46,9 +49,9 @@ const (
 // newToolStream returns the splitter of a reply that may call tools; forced
 // says the reply starts with a call (Open, or the call object itself).
 func newToolStream(syn parley.ToolSyntax, tools []parley.Tool, forced bool) *toolStream {
-	ts := &toolStream{syn: syn, names: map[string]bool{}}
+	ts := &toolStream{syn: syn, tools: map[string]parley.Tool{}}
 	for _, t := range tools {
-		ts.names[t.Name] = true
+		ts.tools[t.Name] = t
 	}
 	key := syn.ArgsKey
 	if key == "" {
@@ -133,7 +136,7 @@ func (ts *toolStream) callHead(out *strings.Builder, delta **parley.ToolCallDelt
 		return false
 	}
 	var name string
-	if json.Unmarshal([]byte(ts.pending[m[2]:m[3]]), &name) != nil || !ts.names[name] {
+	if json.Unmarshal([]byte(ts.pending[m[2]:m[3]]), &name) != nil || !ts.known(name) {
 		out.WriteString(ts.trigger + ts.pending)
 		ts.pending, ts.state, ts.trigger = "", tsText, ""
 		return true
@@ -203,8 +206,12 @@ func (ts *toolStream) close() bool {
 		if s == "" {
 			return false
 		}
-		if s[0] == '}' && json.Valid([]byte(ts.cur.Arguments)) {
-			ts.calls = append(ts.calls, *ts.cur)
+		if s[0] == '}' {
+			if validArguments(ts.tools[ts.cur.Name], ts.cur.Arguments) == nil {
+				ts.calls = append(ts.calls, *ts.cur)
+			} else {
+				ts.rejected++
+			}
 			s = s[1:]
 		}
 		ts.cur = nil
@@ -254,4 +261,9 @@ func callID() string {
 		b[i] = alnum[int(b[i])%len(alnum)]
 	}
 	return "call_" + string(b)
+}
+
+func (ts *toolStream) known(name string) bool {
+	_, ok := ts.tools[name]
+	return ok
 }
