@@ -27,7 +27,7 @@ type toolStream struct {
 	// rejected counts complete calls whose arguments did not validate (left
 	// out of Calls).
 	rejected int
-	head  *regexp.Regexp
+	head     *regexp.Regexp
 
 	state   int
 	trigger string // the trigger text a call's head follows ("" for a forced call's)
