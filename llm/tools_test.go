@@ -191,3 +191,26 @@ func TestToolAutoScripted(t *testing.T) {
 		t.Fatalf("tool_choice none: finish %s, calls %+v, content %q", got.final.Finish, got.final.ToolCalls, got.content)
 	}
 }
+
+// TestToolAutoConstrains: once the trigger is written, the grammar decides.
+// The scripted model means to write a call whose city is a number and whose
+// unit is not in the enum; what comes back is still a call that validates,
+// because from the trigger on every token is drawn under the call grammar.
+func TestToolAutoConstrains(t *testing.T) {
+	script := hermesScript()
+	script.Reply = `Checking.<tool_call>{"name": "get_weather", "arguments": {"city": 42, "unit": "kelvin"}}</tool_call><|im_end|>`
+	e := mustOpen(t, llm.Config{Path: testmodel.Scripted(t, script), ContextLength: 2048, Parallel: 1, Threads: 1})
+	r := chat.NewResponder(e)
+	p := greedy(300)
+	p.Tools = toolSchemas
+	got := replyWithTools(t, r, []parley.Message{{Role: parley.RoleUser, Content: "Weather?"}}, p)
+	if got.content != "Checking." || got.final.Finish != parley.FinishToolCalls || len(got.final.ToolCalls) != 1 {
+		t.Fatalf("finish %s (%v), calls %+v, content %q", got.final.Finish, got.final.Err, got.final.ToolCalls, got.content)
+	}
+	call := got.final.ToolCalls[0]
+	if strings.Contains(call.Arguments, "42") && !strings.Contains(call.Arguments, `"42`) {
+		t.Fatalf("the unconstrained number came through: %s", call.Arguments)
+	}
+	validateCall(t, toolSchemas, call)
+	t.Logf("the model meant %s, the grammar made %s(%s)", `{"city": 42, "unit": "kelvin"}`, call.Name, call.Arguments)
+}
