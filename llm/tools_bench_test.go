@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,9 +40,19 @@ func TestToolCallCost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e := mustOpen(t, llm.Config{Path: path, ContextLength: 2048, Parallel: 1})
+	measureToolCost(t, path, 48)
+	measureToolCost(t, testmodel.Path(t), 200)
+}
+
+// measureToolCost runs the three replies to one tool prompt on the model at
+// path, interleaved over 3 rounds, and logs the median cost of a token:
+// wall time, and the process's CPU time (user + system), which a machine
+// shared with other jobs disturbs far less. One llama.cpp thread, so no
+// thread spins waiting for another.
+func measureToolCost(t *testing.T, path string, maxTokens int) {
+	e := mustOpen(t, llm.Config{Path: path, ContextLength: 2048, Parallel: 1, Threads: 1})
 	tools := []parley.Tool{{Name: "set_alarm", Parameters: json.RawMessage(
-		`{"type":"object","properties":{"hour":{"type":"integer","minimum":0,"maximum":23},"label":{"type":"string","maxLength":40},` +
+		`{"type":"object","properties":{"hour":{"type":"integer","minimum":0,"maximum":23},"label":{"type":"string","maxLength":400},` +
 			`"days":{"type":"array","items":{"enum":["mon","tue","wed","thu","fri"]},"maxItems":5}},"required":["hour","label","days"],"additionalProperties":false}`)}}
 	tmpl := chat.NewResponder(e).Template()
 	prompt, err := tmpl.Render([]parley.Message{{Role: parley.RoleUser, Content: "Wake me at seven."}},
@@ -55,7 +66,7 @@ func TestToolCallCost(t *testing.T) {
 	}
 	// One prompt for all three: the per-token cost differs by the sampling only.
 	params := func(choice string) parley.Params {
-		p := greedy(32)
+		p := greedy(maxTokens)
 		if choice != "" {
 			p.Tools, p.ToolChoice, p.ToolSyntax = tools, parley.ToolChoice{Mode: choice}, chat.ToolSyntaxOf(tmpl)
 		}
@@ -67,9 +78,11 @@ func TestToolCallCost(t *testing.T) {
 		{"constrained call (required)", parley.ToolRequired},
 	}
 	rates := make([][]time.Duration, len(cases))
+	cpus := make([][]time.Duration, len(cases))
 	counts := make([]int, len(cases))
 	for round := range 3 { // interleaved, so that a busy moment hurts all three alike
 		for i, c := range cases {
+			cpu0 := cpuTime()
 			ch, err := e.Generate(context.Background(), parley.GenerateRequest{Key: "bench", Tokens: tokens, Params: params(c.choice)})
 			if err != nil {
 				t.Fatal(err)
@@ -79,10 +92,12 @@ func TestToolCallCost(t *testing.T) {
 				t.Fatal(r.final.Err)
 			}
 			n := r.final.Usage.CompletionTokens
+			cpu := (cpuTime() - cpu0) / time.Duration(n)
+			cpus[i] = append(cpus[i], cpu)
 			gen := r.final.Timings.Total - r.final.Timings.TimeToFirstToken
 			rates[i] = append(rates[i], gen/time.Duration(n-1))
 			counts[i] = n
-			t.Logf("round %d, %s: %d tokens, %s a token (prompt %d, %d cached): %q", round, c.name, n, gen/time.Duration(n-1),
+			t.Logf("round %d, %s: %d tokens, %s a token, CPU %s a token (prompt %d, %d cached): %q", round, c.name, n, gen/time.Duration(n-1), cpu,
 				r.final.Usage.PromptTokens, r.final.Usage.CachedPromptTokens, r.text)
 		}
 	}
@@ -90,13 +105,22 @@ func TestToolCallCost(t *testing.T) {
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 		return ms(d[len(d)/2])
 	}
-	base := med(rates[0])
-	t.Logf("prompt: %d tokens", len(tokens))
-	t.Logf("| reply | tokens | ms/token (median of 3) | vs free text |")
+	base, cbase := med(rates[0]), med(cpus[0])
+	t.Logf("%s, prompt %d tokens", filepath.Base(path), len(tokens))
+	t.Logf("| reply | tokens | wall ms/token | vs free text | CPU ms/token | vs free text |")
 	for i, c := range cases {
-		m := med(rates[i])
-		t.Logf("| %s | %d | %.1f | %+.1f%% |", c.name, counts[i], m, 100*(m/base-1))
+		m, cm := med(rates[i]), med(cpus[i])
+		t.Logf("| %s | %d | %.3f | %+.1f%% | %.3f | %+.1f%% |", c.name, counts[i], m, 100*(m/base-1), cm, 100*(cm/cbase-1))
 	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
