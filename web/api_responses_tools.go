@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
@@ -110,7 +111,7 @@ func (it messageItem) MarshalJSON() ([]byte, error) {
 
 // callItemID names call j of the message at absolute position abs of session sid.
 func callItemID(sid string, abs, j int) string {
-	return "fc_" + session.ItemKey(sid) + strconv.Itoa(abs) + "_" + strconv.Itoa(j)
+	return "fc_" + strings.TrimPrefix(session.ItemID(sid, abs), session.ItemPrefix) + "_" + strconv.Itoa(j)
 }
 
 // functionCallItem is call j of the message at abs as a function_call item.
@@ -126,19 +127,19 @@ func functionCallItem(sid string, abs, j int, c parley.ToolCall, status string) 
 func itemsOf(sid string, abs int, m parley.Message) []messageItem {
 	switch {
 	case m.Role == parley.RoleTool:
-		return []messageItem{{Type: "function_call_output", ID: itemID(sid, abs), Status: "completed",
+		return []messageItem{{Type: "function_call_output", ID: session.ItemID(sid, abs), Status: "completed",
 			tool: toolItemFields{CallID: m.ToolCallID, Output: m.Content}}}
 	case len(m.ToolCalls) > 0:
 		var items []messageItem
 		if m.Content != "" {
-			items = append(items, newMessageItem(itemID(sid, abs), m))
+			items = append(items, newMessageItem(session.ItemID(sid, abs), m))
 		}
 		for j, c := range m.ToolCalls {
 			items = append(items, functionCallItem(sid, abs, j, c, "completed"))
 		}
 		return items
 	}
-	return []messageItem{newMessageItem(itemID(sid, abs), m)}
+	return []messageItem{newMessageItem(session.ItemID(sid, abs), m)}
 }
 
 // replyItems is the output of a response that ends at position end of
