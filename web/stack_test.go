@@ -68,6 +68,7 @@ type stack struct {
 type stackOpts struct {
 	parallel     int  // engine slots (default 2)
 	cacheSlots   int  // KV-cache slots kept (default: parallel)
+	contextLen   int  // tokens per slot (default 512)
 	maxTokens    int  // the sessions' and the server's default reply cap (default 48)
 	maxTokensCap int  // Config.MaxTokensCap (default 1024)
 	tokenizer    bool // give the server the engine as its Tokenizer
@@ -106,7 +107,10 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	if o.model == "" {
 		o.model = testmodel.Path(tb)
 	}
-	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: 512, Parallel: o.parallel, CacheSlots: o.cacheSlots, Threads: 1, Logger: log})
+	if o.contextLen == 0 {
+		o.contextLen = 512
+	}
+	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: o.contextLen, Parallel: o.parallel, CacheSlots: o.cacheSlots, Threads: 1, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
