@@ -22,12 +22,12 @@ import (
 
 // ollamaMessage is one message of /api/chat, in and out.
 type ollamaMessage struct {
-	Role      string          `json:"role"`
-	Content   string          `json:"content"`
-	Thinking  string          `json:"thinking,omitempty"`
-	Images    json.RawMessage `json:"images,omitempty"`
-	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
-	ToolName  string          `json:"tool_name,omitempty"`
+	Role      string           `json:"role"`
+	Content   string           `json:"content"`
+	Thinking  string           `json:"thinking,omitempty"`
+	Images    json.RawMessage  `json:"images,omitempty"`
+	ToolCalls []ollamaToolCall `json:"tool_calls,omitempty"`
+	ToolName  string           `json:"tool_name,omitempty"`
 }
 
 // ollamaCommon are the fields /api/chat and /api/generate share.
@@ -87,6 +87,8 @@ type ollamaCall struct {
 	thought func(piece string) ollamaChunk
 	// finish fills in the last object (generate's context).
 	finish func(last *ollamaChunk, rep string)
+	// calls puts a reply's tool calls in an object (chat's message.tool_calls).
+	calls func(ch *ollamaChunk, calls []parley.ToolCall)
 }
 
 func ollamaNow() string { return time.Now().UTC().Format(time.RFC3339Nano) }
@@ -102,9 +104,6 @@ func (s *Server) parseOllamaCommon(req *ollamaCommon, call *ollamaCall) (*params
 		return nil, err
 	}
 	call.unload = isSet(req.KeepAlive) && keep == 0
-	if err := s.checkOllamaTools(req.Tools); err != nil {
-		return nil, err
-	}
 	var patch paramsPatch
 	if patch.Think, err = s.ollamaThink(req.Think); err != nil {
 		return nil, err
@@ -128,15 +127,6 @@ func (s *Server) resolveOllama(patch *paramsPatch, call *ollamaCall) error {
 	resolveSeed(&p)
 	p.SkipLogprobs = true
 	call.params = p
-	return nil
-}
-
-// checkOllamaTools refuses tools, which Parley does not yet offer on this
-// API, rather than ignoring them.
-func (s *Server) checkOllamaTools(tools json.RawMessage) error {
-	if isSet(tools) && !bytes.Equal(bytes.TrimSpace(tools), []byte("[]")) {
-		return parley.FieldErrorf("tools", "%s does not support tools on Parley's Ollama API", s.ollamaModelName())
-	}
 	return nil
 }
 
@@ -184,20 +174,28 @@ func parseOllamaMessages(in []ollamaMessage) ([]parley.Message, error) {
 		if isSet(m.Images) && !bytes.Equal(bytes.TrimSpace(m.Images), []byte("[]")) {
 			return nil, parley.FieldErrorf(field+".images", "images are not supported: Parley serves text models only")
 		}
-		if isSet(m.ToolCalls) && !bytes.Equal(bytes.TrimSpace(m.ToolCalls), []byte("[]")) {
-			return nil, parley.FieldErrorf(field+".tool_calls", "tool calls are not supported on Parley's Ollama API")
+		role := parley.RoleTool
+		if m.Role != "tool" {
+			r, err := parseRole(m.Role, field+".role")
+			if err != nil {
+				return nil, err
+			}
+			role = r
 		}
-		if m.Role == "tool" {
-			return nil, parley.FieldErrorf(field+".role", "tool results are not supported on Parley's Ollama API")
-		}
-		role, err := parseRole(m.Role, field+".role")
+		calls, err := parseOllamaToolCalls(m.ToolCalls, role, i, field)
 		if err != nil {
 			return nil, err
 		}
-		if err := checkNotEmpty(role, m.Content, field+".content"); err != nil {
-			return nil, err
+		if role != parley.RoleTool && len(calls) == 0 {
+			if err := checkNotEmpty(role, m.Content, field+".content"); err != nil {
+				return nil, err
+			}
 		}
-		msgs = append(msgs, parley.Message{Role: role, Content: m.Content, Reasoning: assistantReasoning(role, m.Thinking)})
+		msgs = append(msgs, parley.Message{Role: role, Content: m.Content, Reasoning: assistantReasoning(role, m.Thinking),
+			ToolCalls: calls, Name: m.ToolName})
+	}
+	if err := answerToolResults(msgs); err != nil {
+		return nil, err
 	}
 	return msgs, nil
 }
@@ -224,10 +222,17 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 	if err := s.resolveOllama(patch, call); err != nil {
 		return err
 	}
+	if call.params.Tools, err = parseTools(req.Tools, "tools"); err != nil {
+		return err
+	}
+	if err := call.params.Validate(s.cfg.MaxTokensCap); err != nil {
+		return renameOllama(err)
+	}
 	model := s.ollamaModelName()
 	call.text = func(piece string) ollamaChunk {
 		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Message: &ollamaMessage{Role: "assistant", Content: piece}}
 	}
+	call.calls = func(ch *ollamaChunk, calls []parley.ToolCall) { ch.Message.ToolCalls = ollamaToolCalls(calls) }
 	call.thought = func(piece string) ollamaChunk {
 		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Message: &ollamaMessage{Role: "assistant", Thinking: piece}}
 	}
@@ -307,6 +312,9 @@ func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) err
 				whole.Thinking = th
 			}
 		}
+		if len(ev.ToolCalls) > 0 && call.calls != nil {
+			call.calls(&whole, ev.ToolCalls)
+		}
 		return c.JSON(http.StatusOK, whole)
 	}
 	w := s.beginStream(c, "application/x-ndjson")
@@ -339,6 +347,14 @@ func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) err
 			}
 			if rerr := replyError(ev); rerr != nil {
 				return send(ollamaError{parley.ErrorMessage(renameOllama(rerr))})
+			}
+			if len(ev.ToolCalls) > 0 && call.calls != nil {
+				// Ollama sends a call whole, in an object of its own.
+				ch := call.text("")
+				call.calls(&ch, ev.ToolCalls)
+				if err := send(ch); err != nil {
+					return err
+				}
 			}
 			return send(last(ev, ""))
 		})

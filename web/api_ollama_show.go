@@ -107,9 +107,16 @@ func (s *Server) ollamaParameters() string {
 }
 
 // ollamaCapabilities are what the model does through Parley: completion
-// always; never vision or embedding (Parley serves text generation).
+// always, tools when its chat template takes them (as Ollama decides:
+// Parley could constrain any model to a call, but one not trained for
+// tools calls them at random), thinking when it marks a thought Parley
+// splits from the answer; never vision or embedding (Parley serves text
+// generation).
 func (s *Server) ollamaCapabilities() []string {
 	caps := []string{"completion"}
+	if strings.Contains(s.loadedModel().ChatTemplate, "tools") {
+		caps = append(caps, "tools")
+	}
 	if s.ollamaThinks() {
 		caps = append(caps, "thinking")
 	}

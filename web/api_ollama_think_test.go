@@ -26,7 +26,7 @@ func TestOllamaThinking(t *testing.T) {
 	model := ollamaTagsName(t, s)
 	var show struct{ Capabilities []string }
 	decodeBody(t, post(t, s.base+"/api/show", map[string]any{"model": model}), http.StatusOK, &show)
-	if fmt.Sprint(show.Capabilities) != "[completion thinking]" {
+	if fmt.Sprint(show.Capabilities) != "[completion tools thinking]" { // Qwen3's template takes tools
 		t.Fatalf("capabilities %v", show.Capabilities)
 	}
 	msgs := []map[string]any{{"role": "user", "content": "hi"}}
