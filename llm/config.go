@@ -80,6 +80,16 @@ type Config struct {
 	// (DefaultMaxOverrunsPerClient, DefaultMaxOverruns).
 	MaxOverrunsPerClient int
 	MaxOverruns          int
+	// Poll is how hard the decode threads poll for the next step between
+	// steps, 0 to 100 (ggml's polling level): they spin for a while before
+	// they sleep, so a step that follows soon starts without waking them.
+	// 0 means DefaultPoll; negative means no polling (the workers sleep at
+	// once). See BENCHMARKS.md, "Thread pool", for its idle CPU cost.
+	Poll int
+	// NoThreadPool leaves the context without a persistent thread pool:
+	// ggml then starts and joins its worker threads for every step (the
+	// behaviour before issue 32; for measurement).
+	NoThreadPool bool
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
 	Logger   *zap.Logger
@@ -121,6 +131,14 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 		cfg.QueueSize = 0
 	}
 
+	switch {
+	case cfg.Poll == 0:
+		cfg.Poll = DefaultPoll
+	case cfg.Poll < 0:
+		cfg.Poll = 0
+	case cfg.Poll > 100:
+		return fmt.Errorf("poll: want 0 to 100, got %d", cfg.Poll)
+	}
 	switch cfg.FlashAttention {
 	case "", "off", "on", "auto":
 	default:

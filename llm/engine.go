@@ -79,6 +79,8 @@ type Engine struct {
 
 	slots []*slot // owned by the loop
 
+	pool *threadPool // the decode threads (issue 32); nil when none is attached
+
 	// pieces is the text of every token, built once at Open: a token's text
 	// is then a slice index instead of a cgo call and two allocations per
 	// generated token. Immutable.
@@ -159,6 +161,11 @@ func Open(cfg Config) (*Engine, error) {
 		done:    make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 	}
+	if !cfg.NoThreadPool {
+		if e.pool, err = attachThreadPool(lc, cfg.Threads, cfg.Poll); err != nil {
+			log.Warn("no persistent thread pool: each decode step starts its own threads", zap.Error(err))
+		}
+	}
 	e.overruns.perClient, e.overruns.global = cfg.MaxOverrunsPerClient, cfg.MaxOverruns
 	for i := range cfg.Parallel {
 		e.slots = append(e.slots, &slot{id: i})
@@ -169,6 +176,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	b, err := llama.NewBatch(cfg.BatchSize, cfg.Parallel, 0)
 	if err != nil {
+		e.pool.free()
 		llama.FreeModel(model)
 		return nil, fmt.Errorf("allocate batch: %w", err)
 	}
@@ -410,7 +418,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		return ErrShutdownTimeout
 	}
 	// Grammar samplers use neither the model nor the context.
-	e.freeOnce.Do(func() { llama.FreeModel(e.model) })
+	e.freeOnce.Do(func() {
+		e.pool.free()
+		llama.FreeModel(e.model)
+	})
 	samplersDone := make(chan struct{})
 	go func() {
 		e.samplers.Wait()

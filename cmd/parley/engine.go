@@ -1,0 +1,36 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/parley-chat/parley/llm"
+)
+
+// engineFlags are the flags of issue 32: the decode threads' pool and
+// polling. Each has its PARLEY_ environment variable, as every flag does.
+type engineFlags struct {
+	poll       int
+	threadPool bool
+}
+
+func (f *engineFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.poll, "poll", llm.DefaultPoll, "how hard the decode threads poll for the next step, 0 (sleep at once) to 100; polling makes each step start sooner, at a small idle CPU cost (BENCHMARKS.md, Thread pool)")
+	fs.BoolVar(&f.threadPool, "thread-pool", true, "keep one persistent pool of decode threads (false: ggml starts and joins its threads at every step, the old behaviour)")
+}
+
+func (f *engineFlags) check() error {
+	if f.poll < 0 || f.poll > 100 {
+		return fmt.Errorf("--poll: want 0 to 100, got %d", f.poll)
+	}
+	return nil
+}
+
+// apply sets cfg's fields from the flags.
+func (f *engineFlags) apply(cfg *llm.Config) {
+	cfg.Poll = f.poll
+	if f.poll == 0 {
+		cfg.Poll = -1 // the flag's 0 is "no polling"; Config's 0 is the default
+	}
+	cfg.NoThreadPool = !f.threadPool
+}
