@@ -49,6 +49,8 @@ type config struct {
 	repeats  int
 	idle     time.Duration
 	profile  string
+	quantize string // "": measure; q4_0 or q8_0: write a quantized copy of -model to -o
+	out      string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -67,6 +69,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.repeats, "repeats", 3, "runs per number of sequences (the best and the median are printed)")
 	fs.DurationVar(&c.idle, "idle", 0, "after the runs, measure the process's CPU time over this much idle time")
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a Go CPU profile of the runs to this file")
+	fs.StringVar(&c.quantize, "quantize", "", "instead of measuring, write a copy of -model quantized to q4_0 or q8_0 into -o")
+	fs.StringVar(&c.out, "o", "", "output GGUF of -quantize")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -90,6 +94,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if c.quantize != "" {
+		if c.out == "" {
+			return errors.New("-quantize needs -o")
+		}
+		return llm.Quantize(c.cfg.Path, c.out, c.quantize, c.cfg.Threads)
 	}
 	maxN := 1
 	for _, n := range c.sessions {
