@@ -1,5 +1,7 @@
 package llm
 
+import "go.uber.org/zap"
+
 // backend is one llama.cpp engine under the decode loop: a loaded model and
 // its context. Everything the loop, the slots and the samplers need from
 // llama.cpp goes through it, so the engine's own types (the binding's, or
@@ -84,3 +86,20 @@ func (b *batch) clear() {
 }
 
 func (b *batch) numTokens() int { return len(b.tok) }
+
+// openBackend opens cfg.Engine's backend; "auto" takes the current engine
+// when its libraries load and falls back to the embedded one with one log
+// line when they do not.
+func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement, error) {
+	switch cfg.Engine {
+	case EngineCurrent:
+		return openCurrent(cfg, meta, log)
+	case EngineAuto:
+		if err := loadCurrent(cfg.LibDir); err != nil {
+			log.Info("engine auto: the current engine's libraries did not load, using the embedded engine", zap.Error(err))
+			break
+		}
+		return openCurrent(cfg, meta, log)
+	}
+	return openEmbedded(cfg, meta, log)
+}

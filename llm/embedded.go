@@ -79,7 +79,8 @@ func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama
 	}
 	model, err := llama.LoadModelFromFile(cfg.Path, mp)
 	if err != nil {
-		return nil, nil, placement{}, fmt.Errorf("load model %s: llama.cpp could not load it (unsupported architecture, damaged file, or too little device memory for --gpu-layers)", cfg.Path)
+		return nil, nil, placement{}, fmt.Errorf("load model %s: the embedded llama.cpp (2025-12) could not load it: a damaged file, too little device memory for --gpu-layers, "+
+			"or an architecture (%q) added to llama.cpp since, which the current engine loads (--engine current; README, Engines)", cfg.Path, meta.info.Architecture)
 	}
 	fa := ml.FlashAttentionDisabled
 	if dp.info.FlashAttention {

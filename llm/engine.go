@@ -132,7 +132,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 
 	start := time.Now()
-	be, dp, err := openEmbedded(cfg, meta, log)
+	be, dp, err := openBackend(cfg, meta, log)
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +173,10 @@ func Open(cfg Config) (*Engine, error) {
 
 // Info describes the loaded model.
 func (e *Engine) Info() parley.ModelInfo { return e.info }
+
+// EngineName is the llama.cpp engine that runs the model: EngineEmbedded
+// or EngineCurrent (Config.Engine "auto" resolved).
+func (e *Engine) EngineName() string { return e.be.Name() }
 
 // Tokenize turns text into tokens, adding BOS when the model wants it and
 // parsing special-token text (such as a chat template's role markers).

@@ -1,6 +1,8 @@
 package llm
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/parley-chat/parley/internal/testmodel"
@@ -27,7 +29,20 @@ func TestThreadPoolAttached(t *testing.T) {
 // restored into another lets the second continue exactly as the first
 // would: the same greedy next token from the restored cells.
 func TestStateSeqSaveRestore(t *testing.T) {
-	e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 2, ContextLength: 128})
+	for _, name := range []string{EngineEmbedded, EngineCurrent} {
+		if name == EngineCurrent && os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) { testStateSeqSaveRestore(t, name) })
+	}
+}
+
+func testStateSeqSaveRestore(t *testing.T, engine string) {
+	lib := os.Getenv("PARLEY_ENGINE_LIB")
+	if wd, _ := os.Getwd(); lib == "" {
+		lib = filepath.Join(filepath.Dir(wd), "lib", "llama-current")
+	}
+	e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 2, ContextLength: 128, Engine: engine, LibDir: lib})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 // replies are token for token the same, over several concurrent slots, and
 // every engine closes (freeing its pool) cleanly.
 func TestThreadPoolKeepsRepliesAndCloses(t *testing.T) {
-	prompts := []string{"Once upon a time", "The little dog", "Lily and Tom went"}
+	prompts := []string{"Once upon a time", "Lily and Tom went"}
 	var want [][]int
 	for _, cfg := range []llm.Config{
 		{NoThreadPool: true, Threads: 2, Parallel: 3, ContextLength: 256},
@@ -24,7 +24,7 @@ func TestThreadPoolKeepsRepliesAndCloses(t *testing.T) {
 		e := mustOpen(t, cfg)
 		var got [][]int
 		for i, p := range prompts {
-			r := generate(t, e, "k"+p, p, greedy(24))
+			r := generate(t, e, "k"+p, p, greedy(12))
 			if r.final.Err != nil || len(r.ids) == 0 {
 				t.Fatalf("%+v: prompt %d: %v, %d tokens", cfg, i, r.final.Err, len(r.ids))
 			}

@@ -59,6 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("decodebench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.cfg.Path, "model", "", "GGUF file")
+	fs.StringVar(&c.cfg.Engine, "engine", "embedded", "engine: embedded, current or auto")
 	fs.IntVar(&c.cfg.Threads, "threads", max(1, runtime.NumCPU()/2), "CPU threads")
 	fs.IntVar(&c.cfg.ContextLength, "ctx", 1024, "context tokens per sequence")
 	fs.StringVar(&c.cfg.FlashAttention, "flash-attn", "off", "flash attention: off, on, auto")
@@ -113,8 +114,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer eng.Close()
-	fmt.Fprintf(stdout, "model %s, threads %d, poll %d, pool %v, flash-attn %s\n",
-		eng.Info().Name, c.cfg.Threads, c.cfg.Poll, !c.cfg.NoThreadPool, c.cfg.FlashAttention)
+	fmt.Fprintf(stdout, "model %s, threads %d, poll %d, pool %v, flash-attn %s, engine %s\n",
+		eng.Info().Name, c.cfg.Threads, c.cfg.Poll, !c.cfg.NoThreadPool, c.cfg.FlashAttention, eng.EngineName())
 	if c.profile != "" {
 		f, err := os.Create(c.profile)
 		if err != nil {
