@@ -251,3 +251,22 @@ func must(toks []int, err error) []int {
 	}
 	return toks
 }
+
+// TestEngineAuto: auto takes the current engine when its libraries load,
+// the embedded one (with one log line) when they do not; an unknown engine
+// name is refused.
+func TestEngineAuto(t *testing.T) {
+	if os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") != "1" {
+		e := mustOpen(t, llm.Config{Engine: llm.EngineAuto, LibDir: currentLibDir(t), Parallel: 1, ContextLength: 128})
+		if e.EngineName() != llm.EngineCurrent {
+			t.Errorf("auto with the libraries: %s", e.EngineName())
+		}
+	}
+	e := mustOpen(t, llm.Config{Engine: llm.EngineAuto, LibDir: t.TempDir(), Parallel: 1, ContextLength: 128})
+	if e.EngineName() != llm.EngineEmbedded {
+		t.Errorf("auto without libraries: %s", e.EngineName())
+	}
+	if _, err := llm.Open(llm.Config{Path: testmodel.Path(t), Engine: "newest"}); err == nil || !strings.Contains(err.Error(), "engine") {
+		t.Errorf("engine newest: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -101,7 +102,11 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	core, logs := observer.New(zapcore.InfoLevel)
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(tb).Core(), core))
 	// Cleanups run last first: the server, then the store, then the engine.
-	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: o.parallel, Threads: 1, Logger: log})
+	// PARLEY_TEST_ENGINE runs the suite on another engine (scripts/test.sh
+	// runs it once per engine); the current engine's libraries come from
+	// PARLEY_ENGINE_LIB.
+	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: o.parallel, Threads: 1, Logger: log,
+		Engine: os.Getenv("PARLEY_TEST_ENGINE")})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -406,6 +406,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 	}
 	info := eng.Info()
 	log.Info("model loaded",
+		zap.String("engine", eng.EngineName()),
 		zap.String("name", info.Name),
 		zap.String("architecture", info.Architecture),
 		zap.Uint64("parameters", info.Parameters),
