@@ -270,3 +270,23 @@ func TestEngineAuto(t *testing.T) {
 		t.Errorf("engine newest: %v", err)
 	}
 }
+
+// TestConformanceTokenize: both engines tokenize the same texts to the same
+// tokens, NUL bytes, invalid UTF-8 and special-token text included.
+func TestConformanceTokenize(t *testing.T) {
+	es := engines(t, testmodel.Path(t), llm.Config{Threads: 1, Parallel: 1, ContextLength: 128})
+	texts := []string{"", "Once upon a time", "a\x00b\x00", "\xff\xfe bad utf-8", "<s> x </s>", strings.Repeat("la ", 200)}
+	for _, text := range texts {
+		var got [][]int
+		for name, e := range es {
+			toks, err := e.Tokenize(text)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", name, text, err)
+			}
+			got = append(got, toks)
+		}
+		if len(got) == 2 && !slices.Equal(got[0], got[1]) {
+			t.Errorf("%q: %v vs %v", text, got[0], got[1])
+		}
+	}
+}

@@ -3,6 +3,7 @@ package llm
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -80,6 +81,15 @@ func loadCurrentLibs(dir string) error {
 	if err := yz.Load(dir); err != nil {
 		return fmt.Errorf("load the current engine from %s: %w", dir, err)
 	}
+	h, err := purego.Dlopen(filepath.Join(dir, "libllama.so"), purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return fmt.Errorf("open libllama.so: %w", err)
+	}
+	sym, err := purego.Dlsym(h, "llama_tokenize")
+	if err != nil {
+		return fmt.Errorf("libllama.so has no llama_tokenize: %w", err)
+	}
+	purego.RegisterFunc(&llamaTokenize, sym)
 	yz.LogSet(yz.LogSilent())
 	yz.Init()
 	// The CPU backend is one library per instruction set: ggml picks the
@@ -208,13 +218,29 @@ func (be *current) TokenToPiece(tok int) string {
 	return strings.TrimRight(string(buf[:n]), "\x00")
 }
 
+// llamaTokenize is llama.h's llama_tokenize. yzma's Tokenize passes the
+// text as a C string, so a text with a NUL byte in it reaches llama.cpp as
+// a null pointer (an abort in std::string); this passes its bytes and
+// length, as the embedded binding does, so both engines tokenize any text
+// the same way.
+var llamaTokenize func(vocab uintptr, text *byte, textLen int32, tokens *int32, nMax int32, addSpecial, parseSpecial bool) int32
+
 func (be *current) Tokenize(text string, addSpecial, parseSpecial bool) ([]int, error) {
-	toks := yz.Tokenize(be.vocab, text, addSpecial, parseSpecial)
-	if toks == nil && text != "" {
-		return nil, errors.New("the current engine could not tokenize the text")
+	if len(text) > math.MaxInt32/2 {
+		return nil, errors.New("tokenize: text too long")
 	}
-	out := make([]int, len(toks))
-	for i, t := range toks {
+	buf := append([]byte(text), 0) // never empty: a valid pointer even for ""
+	toks := make([]int32, len(text)+2)
+	n := llamaTokenize(uintptr(be.vocab), &buf[0], int32(len(text)), &toks[0], int32(len(toks)), addSpecial, parseSpecial)
+	if n < 0 { // more tokens than bytes (cannot happen with a BOS and an EOS at most): retry at the size asked
+		toks = make([]int32, -n)
+		n = llamaTokenize(uintptr(be.vocab), &buf[0], int32(len(text)), &toks[0], int32(len(toks)), addSpecial, parseSpecial)
+	}
+	if n < 0 {
+		return nil, errors.New("tokenize: the current engine could not tokenize the text")
+	}
+	out := make([]int, n)
+	for i, t := range toks[:n] {
 		out[i] = int(t)
 	}
 	return out, nil
