@@ -92,6 +92,7 @@ type config struct {
 	scratch         string
 	keep            bool
 	parleyArgs      []string
+	engine          string // parley --engine and the raw decode's llm.Config.Engine (issue 32)
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -129,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.jsonOut, "json", "", "also write every measurement as JSON to this file")
 	fs.StringVar(&c.scratch, "scratch", "", "folder for server logs, session data and the Ollama store (default: a temporary folder)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the scratch folder (it is always kept when something failed)")
+	fs.StringVar(&c.engine, "engine", "embedded", "llama.cpp engine of Parley and the raw decode: embedded, current or auto (the current engine's libraries: lib/llama-current or $PARLEY_ENGINE_LIB)")
 	fs.StringVar(&pargs, "parley-args", "", "extra space-separated arguments for parley")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -138,7 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.models = splitList(models)
 	c.servers = splitList(servers)
-	c.parleyArgs = strings.Fields(pargs)
+	c.parleyArgs = append(strings.Fields(pargs), "--engine", c.engine)
 	for _, s := range splitList(sessions) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -283,7 +285,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if cfg.raw {
 			logf("%s: raw decode (%d x %d tokens)", mr.Name, cfg.repeats, cfg.streamTokens)
 			wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
-			raw := runRaw(wctx, model, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.repeats, cfg.seed)
+			raw := runRaw(wctx, model, cfg.engine, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.repeats, cfg.seed)
 			wcancel()
 			mr.Raw = &raw
 			if raw.Err != "" {
