@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"strings"
 	"sync"
+	"unicode"
 )
 
 // ContinuationTokenizer is implemented by a Generator that can tokenize text
@@ -38,28 +39,31 @@ type memo struct {
 
 // extend returns the tokens of rendered, which must start with m.prompt:
 // m.tokens, then the generated tokens as far as their text is what rendered
-// holds after the prompt (a control token the model generated inside its
-// reply stays, although the reply's text left it out: the cache holds it),
-// then the rest tokenized as a continuation.
-// ok is false when rendered
-// does not continue m.prompt or the rest cannot be tokenized on its own.
+// holds after the prompt, then the rest tokenized as a continuation.
+//
+// The KV cache holds what the model generated, not what the template makes
+// of the reply's text, so the generated tokens are kept where the two differ
+// only the way templates change a reply (see matchPiece): a control token the
+// reply's text left out, whitespace a template strips off the reply (a
+// leading space, a trailing newline), or whitespace it adds (the plain
+// transcript's "Assistant: " before a reply that began with no space). Were
+// they tokenized again from the text instead, the cache would stop matching
+// at the reply's first token and the next turn would evaluate the whole reply
+// again.
+// ok is false when rendered does not continue m.prompt or the rest cannot be
+// tokenized on its own.
 func (m *memo) extend(rendered string, tk ContinuationTokenizer) (tokens []int, ok bool) {
 	if !strings.HasPrefix(rendered, m.prompt) {
 		return nil, false
 	}
 	pos, n := len(m.prompt), 0
-	for n < len(m.gen) {
-		switch piece := m.pieces[n]; {
-		case piece != "" && strings.HasPrefix(rendered[pos:], piece):
-			pos += len(piece)
-		case m.special[n] && n+1 < len(m.gen):
-			// Not in the text, but something of the reply follows it.
-		default:
-			goto rest
+	for ; n < len(m.gen); n++ {
+		adv, ok := matchPiece(rendered[pos:], m.pieces[n], m.special[n] && n+1 < len(m.gen))
+		if !ok {
+			break
 		}
-		n++
+		pos += adv
 	}
-rest:
 	rest, err := tk.TokenizeContinuation(rendered[pos:])
 	if err != nil {
 		return nil, false
@@ -68,6 +72,44 @@ rest:
 	tokens = append(append(append(tokens, m.tokens...), m.gen[:n]...), rest...)
 	return tokens, true
 }
+
+// matchPiece reports whether a generated token whose text is piece can stand
+// for the start of text (the rendered prompt from where the tokens before it
+// ended), and how many bytes of text it covers:
+//   - piece is what text starts with;
+//   - skippable (a control token the reply's text left out, with more of
+//     the reply after it): it covers nothing;
+//   - piece is only whitespace that text does not start with (a template
+//     stripped it): it covers nothing;
+//   - piece, its leading whitespace left out, is what text starts with after
+//     its own leading whitespace (a template stripped or added whitespace
+//     before it): it covers both.
+//
+// Whitespace is never matched against other text, so a reply's words are
+// kept only where the text holds them.
+func matchPiece(text, piece string, skippable bool) (int, bool) {
+	switch {
+	case piece != "" && strings.HasPrefix(text, piece):
+		return len(piece), true
+	case skippable:
+		return 0, true
+	}
+	p := strings.TrimLeftFunc(piece, isSpace)
+	if p == piece && (text == "" || !isSpace(rune(text[0]))) {
+		return 0, false // no whitespace on either side: a real difference
+	}
+	if p == "" {
+		return 0, piece != ""
+	}
+	t := strings.TrimLeftFunc(text, isSpace)
+	if !strings.HasPrefix(t, p) {
+		return 0, false
+	}
+	return len(text) - len(t) + len(p), true
+}
+
+// isSpace is the whitespace templates strip (see pyStrip).
+func isSpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }
 
 // memos is a bounded, least-recently-stored map of memos by key.
 type memos struct {

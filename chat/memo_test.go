@@ -66,3 +66,76 @@ func TestReplyReusesExactTokens(t *testing.T) {
 		t.Fatalf("unrelated conversation got tokens %v", got)
 	}
 }
+
+// A reply that does not begin with a space, or ends with whitespace, renders
+// differently from what the model generated under most templates (the plain
+// transcript writes "Assistant: " + the stripped reply; llama3 and gemma strip
+// it). The next prompt must still hold every generated token as generated,
+// so the KV cache is reused over the whole reply, for every template.
+func TestReplyKeepsGeneratedTokensWhateverTheTemplateDoesToWhitespace(t *testing.T) {
+	replies := map[string][]piece{
+		"no leading space":    {{text: `"Once`}, {text: " upon"}, {text: " a"}, {text: " time."}},
+		"trailing whitespace": {{text: " Once"}, {text: " upon"}, {text: " a"}, {text: " time."}, {text: "\n"}},
+		"both":                {{text: "\n"}, {text: "Once"}, {text: " upon"}, {text: " time"}, {text: " "}},
+	}
+	for _, name := range chat.TemplateNames() {
+		for what, steps := range replies {
+			t.Run(name+"/"+what, func(t *testing.T) {
+				tmpl, err := chat.TemplateByName(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := newFake(512, "", steps...)
+				r := chat.NewResponder(contGen{f}, chat.WithTemplate(tmpl))
+				p := parley.DefaultParams()
+				p.MaxTokens = len(steps)
+				msgs := []parley.Message{{Role: parley.RoleUser, Content: "Tell me a story."}}
+				rep, err := r.Reply(context.Background(), "k", msgs, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				collect(t, rep)
+				msgs = append(msgs, parley.Message{Role: parley.RoleAssistant, Content: rep.Text()}, parley.Message{Role: parley.RoleUser, Content: "More please."})
+				rep, err = r.Reply(context.Background(), "k", msgs, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				collect(t, rep)
+				want := slices.Clone(f.reqs[0].Tokens)
+				for i := range steps {
+					want = append(want, 100+i)
+				}
+				second := f.reqs[1].Tokens
+				if len(second) <= len(want) || !slices.Equal(second[:len(want)], want) {
+					t.Fatalf("reply %q: second prompt %v does not continue the first prompt and the generated tokens %v", rep.Text(), second, want)
+				}
+			})
+		}
+	}
+}
+
+// matchPiece never lets whitespace stand for text, nor text for other text.
+func TestReplyRetokenizesARewrittenReply(t *testing.T) {
+	f := newFake(512, "", piece{text: " Once"}, piece{text: " upon"}, piece{text: " a"})
+	r := chat.NewResponder(contGen{f})
+	p := parley.DefaultParams()
+	p.MaxTokens = 3
+	msgs := []parley.Message{{Role: parley.RoleUser, Content: "Tell me a story."}}
+	rep, err := r.Reply(context.Background(), "k", msgs, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, rep)
+	// The client rewrote the reply's second word.
+	msgs = append(msgs, parley.Message{Role: parley.RoleAssistant, Content: " Once below a"}, parley.Message{Role: parley.RoleUser, Content: "More."})
+	rep, err = r.Reply(context.Background(), "k", msgs, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, rep)
+	second := f.reqs[1].Tokens
+	first := f.reqs[0].Tokens
+	if !slices.Equal(second[:len(first)+1], append(slices.Clone(first), 100)) || slices.Contains(second, 101) || slices.Contains(second, 102) {
+		t.Fatalf("second prompt %v: want the first prompt, the one generated token the text still holds, then new tokens", second)
+	}
+}
