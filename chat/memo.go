@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+
+	"github.com/parley-chat/parley"
 )
 
 // ContinuationTokenizer is implemented by a Generator that can tokenize text
@@ -17,6 +19,34 @@ import (
 // tokenizes the whole prompt.
 type ContinuationTokenizer interface {
 	TokenizeContinuation(text string) ([]int, error)
+}
+
+// SavedTokenSource is implemented by a Generator that keeps conversations'
+// KV state beyond their slot, across restarts (llm.Engine with its KV cache
+// on). SavedTokens returns the tokens of key's saved state, with their text
+// (nil when there is none). A Responder with no memo of the conversation
+// (after a restart, or once it forgot it) builds the next prompt from them,
+// as from a memo, so the prompt continues the saved state token for token
+// and the engine evaluates only the new text.
+type SavedTokenSource interface {
+	SavedTokens(key string) []parley.Token
+}
+
+// savedMemo returns a memo made of key's saved KV state, or nil.
+func (r *Responder) savedMemo(key string) *memo {
+	src, ok := r.gen.(SavedTokenSource)
+	if !ok || key == "" {
+		return nil
+	}
+	toks := src.SavedTokens(key)
+	if len(toks) < 2 {
+		return nil
+	}
+	m := &memo{minGen: 2, gen: make([]int, len(toks)), pieces: make([]string, len(toks)), special: make([]bool, len(toks))}
+	for i, t := range toks {
+		m.gen[i], m.pieces[i], m.special[i] = t.ID, t.Text, t.Special
+	}
+	return m
 }
 
 // maxMemos bounds how many conversations a Responder remembers (a few
@@ -35,6 +65,11 @@ type memo struct {
 	gen     []int    // the tokens generated after it, in order
 	pieces  []string // their raw text
 	special []bool   // whether each is a control token (not reply text)
+	// minGen is how many of gen a prompt must keep for extend to succeed:
+	// 0 for a turn's memo; for one made of a saved KV state (savedMemo),
+	// whose gen is the whole conversation from its BOS, enough that the
+	// rest is a continuation and not the start of a text.
+	minGen int
 }
 
 // extend returns the tokens of rendered, which must start with m.prompt:
@@ -63,6 +98,9 @@ func (m *memo) extend(rendered string, tk ContinuationTokenizer) (tokens []int, 
 			break
 		}
 		pos += adv
+	}
+	if n < m.minGen {
+		return nil, false
 	}
 	rest, err := tk.TokenizeContinuation(rendered[pos:])
 	if err != nil {

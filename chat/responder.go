@@ -132,6 +132,9 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if m = r.memos.get(key); m != nil && (len(msgs) <= m.msgs || tk == nil) {
 			m = nil
 		}
+		if m == nil && tk != nil {
+			m = r.savedMemo(key)
+		}
 	}
 
 	// Fit counts several candidate prompts; keep each one's tokens so the
