@@ -97,7 +97,7 @@ type Cache struct {
 	closed atomic.Bool
 
 	saves, savedBytes, diskWrites, diskWriteBytes, diskWriteErrors, diskDropped atomic.Int64
-	diskLoads, diskLoadNanos, corrupt, foreign, ramEvictions, diskEvictions      atomic.Int64
+	diskLoads, diskLoadNanos, corrupt, foreign, ramEvictions, diskEvictions     atomic.Int64
 }
 
 type diskEntry struct {

@@ -36,7 +36,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Errors of a file that cannot be used: each is a fallback to recompute.
 var (
-	ErrCorrupt = errors.New("kvcache: corrupt file")        // bad magic, a field out of bounds, truncation or a checksum mismatch
+	ErrCorrupt = errors.New("kvcache: corrupt file")          // bad magic, a field out of bounds, truncation or a checksum mismatch
 	ErrForeign = errors.New("kvcache: file of another model") // another identity: another model, llama.cpp build or KV layout
 )
 
