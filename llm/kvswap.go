@@ -101,7 +101,8 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 
 // stateIdentity names what a saved state is valid for: the model file (its
 // size and a hash of its first and last MiB, which hold its metadata and
-// some of its weights), the llama.cpp build, and the KV cache's layout.
+// some of its weights), the llama.cpp build, and the KV cache's layout
+// (element type, flash attention's V layout, streams).
 func stateIdentity(cfg Config, info parley.ModelInfo) (string, error) {
 	f, err := os.Open(cfg.Path)
 	if err != nil {
@@ -130,8 +131,14 @@ func stateIdentity(cfg Config, info parley.ModelInfo) (string, error) {
 			}
 		}
 	}
-	fmt.Fprintf(h, "|size=%d|llama.cpp=%s|binding=%s|kv=%s|fa=%t|unified=%t|format=1",
-		st.Size(), llamaCommit(), binding, cfg.KVCacheType, info.Device.FlashAttention, info.Device.KVUnified)
+	// One KV stream per slot unless unified: llama.cpp reads a state back
+	// only into a cache of as many streams.
+	streams := cfg.Parallel
+	if info.Device.KVUnified {
+		streams = 1
+	}
+	fmt.Fprintf(h, "|size=%d|llama.cpp=%s|binding=%s|kv=%s|fa=%t|streams=%d|format=1",
+		st.Size(), llamaCommit(), binding, cfg.KVCacheType, info.Device.FlashAttention, streams)
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
@@ -220,6 +227,9 @@ func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
 	}
 	toks := seq.req.Tokens
 	p := commonPrefix(ent.Tokens, toks)
+	if len(ent.Tokens) >= e.nCtx {
+		p = 0 // saved with a larger --ctx: it does not fit the slot
+	}
 	if p < keep+minRestoreGain {
 		if p < len(ent.Tokens) && keep < len(ent.Tokens) && p < minReusePrefix {
 			k.fallback(FallbackMismatch)

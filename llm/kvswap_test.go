@@ -219,3 +219,39 @@ func TestKVSwapDamagedFilesFallBack(t *testing.T) {
 		})
 	}
 }
+
+// A saved state restores as far as the prompt still follows it (an edited
+// reply: the rest is dropped and evaluated again), and not at all when the
+// prompt no longer continues it (a reset conversation: counted as a
+// mismatch). Either way the reply is a full recompute's.
+func TestKVSwapPartialAndMismatch(t *testing.T) {
+	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 1, Threads: 1, KVCache: llm.KVCacheConfig{RAMBytes: 64 << 20}})
+	fresh := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 1, Threads: 1})
+	a := firstTurn(t, e, "a", "Once upon a time there was a little girl called Lily.", 60)
+	firstTurn(t, e, "b", "The dog ran to the park and saw a big red ball.", 20)
+
+	edited := swapConv{prompt: a.prompt, gen: a.gen[:10]}.next(t, e, " Then Tom said")
+	got := turn(t, e, "a", edited, 30)
+	if c, want := got.final.Usage.CachedPromptTokens, len(a.prompt)+10; c < want || c >= len(a.prompt)+len(a.gen) {
+		t.Fatalf("cached %d prompt tokens of an edited history, want the %d it shares", c, want)
+	}
+	if want := turn(t, fresh, "x", edited, 30); got.text != want.text {
+		t.Fatalf("after a partial restore: %q, recompute %q", got.text, want.text)
+	}
+
+	firstTurn(t, e, "b", "The dog ran to the park and saw a big red ball.", 20) // b's own state restored
+	other, err := e.Tokenize("A big fish lived in the sea.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.Stats().KVCache.Restores
+	got = turn(t, e, "a", other, 30)
+	st := e.Stats().KVCache
+	if st.Restores != before || st.Fallbacks[llm.FallbackMismatch] != 1 || got.final.Usage.CachedPromptTokens > 1 {
+		t.Fatalf("restores %d (%d before), fallbacks %v, cached %d; want no restore and one mismatch", st.Restores, before, st.Fallbacks,
+			got.final.Usage.CachedPromptTokens)
+	}
+	if want := turn(t, fresh, "y", other, 30); got.text != want.text {
+		t.Fatalf("after a mismatch: %q, recompute %q", got.text, want.text)
+	}
+}
