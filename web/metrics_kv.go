@@ -10,17 +10,17 @@ import (
 // states saved when a slot goes to another session, restored on the
 // session's next turn, and the states that could not be used.
 type KVCacheStats struct {
-	Saves, SavedBytes    int64            // states saved, and their bytes
-	Restores             int64            // states restored into a slot
-	RestoredTokens       int64            // prompt tokens they spared
-	RestoreTime          time.Duration    // spent restoring, disk reads included
-	SaveTime             time.Duration    // spent by the decode loop copying states out
-	DiskWrites           int64            // files written
-	DiskWriteBytes       int64            // their bytes
-	Fallbacks            map[string]int64 // saved states not used (the conversation evaluated again), by reason
-	FilesRefused         map[string]int64 // files removed: "corrupt" (truncated, bad checksum) or "foreign" (another model or build)
-	RAMBytes, DiskBytes  int64            // held now
-	RAMEntries, DiskEnts int              // held now
+	Saves, SavedBytes       int64            // states saved, and their bytes
+	Restores                int64            // states restored into a slot
+	RestoredTokens          int64            // prompt tokens they spared
+	RestoreTime             time.Duration    // spent restoring, disk reads included
+	SaveTime                time.Duration    // spent by the decode loop copying states out
+	DiskWrites              int64            // files written
+	DiskWriteBytes          int64            // their bytes
+	Fallbacks               map[string]int64 // saved states not used (the conversation evaluated again), by reason
+	FilesRefused            map[string]int64 // files removed: "corrupt" (truncated, bad checksum) or "foreign" (another model or build)
+	RAMBytes, DiskBytes     int64            // held now
+	RAMEntries, DiskEntries int              // held now
 }
 
 // kvCollectors reads the KV swap's counters at scrape time.
@@ -56,7 +56,7 @@ func kvCollectors(stats func() EngineStats) []prometheus.Collector {
 		gauge("parley_kv_ram_entries", "Sessions whose KV state is held in memory.",
 			func(s KVCacheStats) float64 { return float64(s.RAMEntries) }),
 		gauge("parley_kv_disk_entries", "Sessions whose KV state is kept on disk.",
-			func(s KVCacheStats) float64 { return float64(s.DiskEnts) }),
+			func(s KVCacheStats) float64 { return float64(s.DiskEntries) }),
 	}
 	for _, reason := range []string{"mismatch", "corrupt", "foreign", "read", "rejected"} {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{

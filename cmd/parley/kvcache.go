@@ -70,6 +70,6 @@ func kvCacheStats(s llm.KVCacheStats) web.KVCacheStats {
 		RestoreTime: time.Duration(s.RestoreNanos), SaveTime: time.Duration(s.SaveNanos),
 		DiskWrites: s.DiskWrites, DiskWriteBytes: s.DiskWriteBytes, Fallbacks: s.Fallbacks,
 		FilesRefused: map[string]int64{"corrupt": s.Corrupt, "foreign": s.Foreign},
-		RAMBytes:     s.RAMBytes, DiskBytes: s.DiskBytes, RAMEntries: s.RAMEntries, DiskEnts: s.DiskEntries,
+		RAMBytes:     s.RAMBytes, DiskBytes: s.DiskBytes, RAMEntries: s.RAMEntries, DiskEntries: s.DiskEntries,
 	}
 }
