@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,11 @@ type kvSwap struct {
 	disk  bool   // states go to disk too: save at idle, so a crash keeps them
 	clean []bool // by slot: its state is saved as it is now
 
+	// held is the keys whose state is in a slot now (written by the loop):
+	// fetch reads no file for them.
+	heldMu sync.Mutex
+	held   map[string]bool
+
 	restores, restoredTokens, restoreNanos, saveNanos atomic.Int64
 	fallbacks                                         [5]atomic.Int64 // by fallbackReasons' index
 }
@@ -96,7 +102,7 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kvSwap{cache: c, st: st, log: e.log, disk: dir != "", clean: make([]bool, cfg.Parallel)}, nil
+	return &kvSwap{cache: c, st: st, log: e.log, disk: dir != "", clean: make([]bool, cfg.Parallel), held: map[string]bool{}}, nil
 }
 
 // stateIdentity names what a saved state is valid for: the model file (its
@@ -144,10 +150,18 @@ func stateIdentity(cfg Config, info parley.ModelInfo) (string, error) {
 
 // fetch returns the saved state of key for a request about to be queued,
 // reading it from disk when it is not in memory (on the caller's
-// goroutine, never the loop's). Nil when there is none or it failed its
-// checks (counted and logged as a fallback).
+// goroutine, never the loop's). Nil when there is none, when a slot still
+// holds the key's state (should the slot be taken before the request is
+// admitted, the state it saves then is in memory: kvRestore finds it), or
+// when the file failed its checks (counted and logged as a fallback).
 func (k *kvSwap) fetch(key string) *kvcache.Entry {
 	if k == nil || key == "" || !k.cache.Peek(key) {
+		return nil
+	}
+	k.heldMu.Lock()
+	held := k.held[key]
+	k.heldMu.Unlock()
+	if held {
 		return nil
 	}
 	t0 := time.Now()
@@ -176,7 +190,23 @@ func (k *kvSwap) fallback(reason string) {
 	}
 }
 
-// save copies slot s's state into the cache under its key, unless it is
+// kvTakeover is assign's hook before slot s goes to the session key: the
+// state of the session leaving it is saved. Called by the loop.
+func (e *Engine) kvTakeover(s *slot, key string) {
+	k := e.kv
+	if k == nil || s.key == key {
+		return
+	}
+	e.kvSave(s)
+	k.heldMu.Lock()
+	delete(k.held, s.key)
+	if key != "" {
+		k.held[key] = true
+	}
+	k.heldMu.Unlock()
+}
+
+// kvSave copies slot s's state into the cache under its key, unless it is
 // saved already, holds nothing or belongs to no session. Called by the loop.
 func (e *Engine) kvSave(s *slot) {
 	k := e.kv
@@ -222,6 +252,9 @@ func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
 	k.clean[s.id] = false // the slot's cache changes from here on
 	ent := seq.restore
 	seq.restore = nil
+	if ent == nil && seq.req.Key != "" {
+		ent = k.cache.GetMemory(seq.req.Key) // saved after fetch (its slot was taken meanwhile)
+	}
 	if ent == nil {
 		return keep
 	}

@@ -57,9 +57,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 		}
 	}
 	s := best
-	if s.key != seq.req.Key {
-		e.kvSave(s) // KV swap: the state of the session leaving the slot
-	}
+	e.kvTakeover(s, seq.req.Key) // KV swap: the state of the session leaving the slot
 	if s.key != seq.req.Key && s.key != "" {
 		e.log.Debug("slot taken over", zap.Int("slot", s.id), zap.String("from", s.key), zap.String("to", seq.req.Key))
 	}

@@ -216,6 +216,18 @@ func (c *Cache) Get(key string) (*Entry, error) {
 	return e, nil
 }
 
+// GetMemory returns the entry of key when it is in RAM or queued for the
+// disk, never reading a file (nil otherwise). For the decode loop.
+func (c *Cache) GetMemory(key string) *Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.ram[key]; ok {
+		c.ramLRU.MoveToFront(el)
+		return el.Value.(*Entry)
+	}
+	return c.pending[key]
+}
+
 // Peek reports whether key has an entry, without loading it.
 func (c *Cache) Peek(key string) bool { return c.Tokens(key) != nil }
 
