@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -82,5 +86,60 @@ func TestKVStateSurvivesKill9(t *testing.T) {
 	}
 	if r := metric(t, s2.addr, "parley_kv_restores_total"); r != 1 {
 		t.Fatalf("parley_kv_restores_total %v, want 1", r)
+	}
+}
+
+// response is what the Responses test reads of a response.
+type response struct {
+	ID    string `json:"id"`
+	Usage struct {
+		InputTokens        int `json:"input_tokens"`
+		InputTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"input_tokens_details"`
+		OutputTokens int `json:"output_tokens"`
+	} `json:"usage"`
+}
+
+func createResponse(t *testing.T, addr string, body map[string]any) response {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	res, err := http.Post("http://"+addr+"/v1/responses", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	var r response
+	if res.StatusCode != http.StatusOK || json.Unmarshal(raw, &r) != nil || r.ID == "" {
+		t.Fatalf("POST /v1/responses: %d %s", res.StatusCode, raw)
+	}
+	return r
+}
+
+// The Responses API's previous_response_id after kill -9: the chained
+// response is prompted from the restored state, and its
+// input_tokens_details.cached_tokens counts the restored tokens.
+func TestKVStateSurvivesKill9Responses(t *testing.T) {
+	bin := testbin.Parley(t)
+	args := []string{"--store", "bolt", "--data-dir", t.TempDir(), "--parallel", "1"}
+	s := start(t, bin, args...)
+	r := createResponse(t, s.addr, map[string]any{"input": "Lily found a red ball.", "max_output_tokens": 60})
+	r = createResponse(t, s.addr, map[string]any{"input": "What did she do with it?", "previous_response_id": r.ID, "max_output_tokens": 60})
+	deadline := time.Now().Add(20 * time.Second)
+	for metric(t, s.addr, "parley_kv_disk_writes_total") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the KV state was not written")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Cmd.Process.Signal(syscall.SIGKILL)
+	s.wait(t, 10*time.Second)
+
+	s2 := start(t, bin, args...)
+	next := createResponse(t, s2.addr, map[string]any{"input": "Who came to play?", "previous_response_id": r.ID, "max_output_tokens": 20})
+	carried := r.Usage.InputTokens + r.Usage.OutputTokens - 1 // the last sampled token was never decoded
+	if c := next.Usage.InputTokensDetails.CachedTokens; c < carried {
+		t.Fatalf("cached_tokens %d after the restart, want at least %d (usage %+v)", c, carried, next.Usage)
 	}
 }
