@@ -100,18 +100,32 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	start := time.Now()
-	var res results
-	res.cfg = cfg
+	res := results{cfg: cfg}
+	// The section is written after each stage, so what was measured before
+	// a deadline is kept. The cheap stages come first.
+	write := func() error {
+		res.took = time.Since(start)
+		md := res.markdown()
+		fmt.Fprintln(stdout, md)
+		if cfg.out == "" {
+			return nil
+		}
+		return benchmd.WriteSection(cfg.out, benchmd.Markers{Begin: beginMarker, End: endMarker}, md)
+	}
+	convs := func(swap bool) error {
+		t0 := time.Now()
+		r, err := conversations(ctx, cfg, swap)
+		if err != nil {
+			return fmt.Errorf("conversations (swap %v): %w", swap, err)
+		}
+		r.took = time.Since(t0)
+		fmt.Fprintf(stdout, "conversations, swap %v: %s\n", swap, r.summary())
+		res.conv = append(res.conv, r)
+		return write()
+	}
 	if !cfg.skipConversations {
-		for _, swap := range []bool{false, true} {
-			t0 := time.Now()
-			r, err := conversations(ctx, cfg, swap)
-			if err != nil {
-				return fmt.Errorf("conversations (swap %v): %w", swap, err)
-			}
-			r.took = time.Since(t0)
-			fmt.Fprintf(stdout, "conversations, swap %v: %s\n", swap, r.summary())
-			res.conv = append(res.conv, r)
+		if err := convs(true); err != nil {
+			return err
 		}
 	}
 	if !cfg.skipRestart {
@@ -120,14 +134,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("restart: %w", err)
 		}
 		res.restart = &r
+		if err := write(); err != nil {
+			return err
+		}
 	}
-	res.took = time.Since(start)
-	md := res.markdown()
-	fmt.Fprintln(stdout, md)
-	if cfg.out == "" {
-		return nil
+	if !cfg.skipConversations {
+		return convs(false)
 	}
-	return benchmd.WriteSection(cfg.out, benchmd.Markers{Begin: beginMarker, End: endMarker}, md)
+	return nil
 }
 
 // server is one run of the binary.

@@ -68,7 +68,11 @@ func (res results) markdown() string {
 	fmt.Fprintf(&b, "- Command: `go run ./cmd/kvbench -conversations %d -turns %d`\n\n", c.conversations, c.turns)
 	if len(res.conv) > 0 {
 		fmt.Fprintf(&b, "### %d conversations x %d turns, all at once, over %d slots\n\n", c.conversations, c.turns, c.parallel)
-		fmt.Fprintf(&b, "| | swap off | swap on |\n|---|---:|---:|\n")
+		b.WriteString("| |")
+		for _, r := range res.conv {
+			fmt.Fprintf(&b, " swap %s |", map[bool]string{true: "on", false: "off"}[r.swap])
+		}
+		b.WriteString("\n|---|" + strings.Repeat("---:|", len(res.conv)) + "\n")
 		row := func(name string, f func(convResult) string) {
 			fmt.Fprintf(&b, "| %s |", name)
 			for _, r := range res.conv {

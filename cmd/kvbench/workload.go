@@ -53,6 +53,7 @@ func dial(ctx context.Context, addr, query string) (*session, error) {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
 	s := &session{ws: ws}
+	context.AfterFunc(ctx, func() { ws.Close() }) // a deadline or a signal ends every read
 	m, err := s.read()
 	if err != nil || m.Type != "session" {
 		ws.Close()
