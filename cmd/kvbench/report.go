@@ -65,7 +65,8 @@ func (res results) markdown() string {
 	fmt.Fprintf(&b, "- Machine: %d CPUs, shared with other work (figures are noisy: compare the two columns, taken minutes apart)\n", runtime.NumCPU())
 	fmt.Fprintf(&b, "- Server: `bin/parley --parallel %d --threads %d --ctx %d --max-tokens %d --temperature 0 --store bolt`, swap on: `%s`, off: `%s`\n",
 		c.parallel, c.threads, c.ctx, c.replyTokens, strings.Join(c.swapArgs, " "), strings.Join(c.noSwapArgs, " "))
-	fmt.Fprintf(&b, "- Command: `go run ./cmd/kvbench -conversations %d -turns %d`\n\n", c.conversations, c.turns)
+	fmt.Fprintf(&b, "- Command: `go run ./cmd/kvbench -conversations %d -turns %d -parallel %d -threads %d -reply-tokens %d -long-tokens %d`\n\n",
+		c.conversations, c.turns, c.parallel, c.threads, c.replyTokens, c.longTokens)
 	if len(res.conv) > 0 {
 		fmt.Fprintf(&b, "### %d conversations x %d turns, all at once, over %d slots\n\n", c.conversations, c.turns, c.parallel)
 		b.WriteString("| |")
