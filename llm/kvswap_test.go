@@ -61,14 +61,23 @@ func turn(t *testing.T, e *llm.Engine, key string, toks []int, n int) result {
 	return r
 }
 
-// One slot, two sessions: the second takes the slot, so the first one's
-// state is saved; its next turn restores it and evaluates only the new
-// tokens, and its greedy reply is byte for byte the reply of an engine that
-// evaluates the whole prompt.
+// Two slots, three sessions: the third takes the first one's slot, so its
+// state is saved; its next turn gets the other slot (the least recently
+// used), restores it there and evaluates only the new tokens, and its greedy
+// reply is byte for byte the reply of an engine that evaluates the whole
+// prompt. With one KV stream per slot and with one buffer shared by the
+// slots (--kv-unified).
 func TestKVSwapRestoreMatchesRecompute(t *testing.T) {
-	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 1, Threads: 1, KVCache: llm.KVCacheConfig{RAMBytes: 64 << 20}})
+	for _, unified := range []string{"off", "on"} {
+		t.Run("unified "+unified, func(t *testing.T) { testRestoreMatchesRecompute(t, unified) })
+	}
+}
+
+func testRestoreMatchesRecompute(t *testing.T, unified string) {
+	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 2, Threads: 1, KVUnified: unified, KVCache: llm.KVCacheConfig{RAMBytes: 64 << 20}})
 	a := firstTurn(t, e, "a", "Once upon a time there was a little girl called Lily.", 60)
 	firstTurn(t, e, "b", "The dog ran to the park and saw a big red ball.", 20)
+	firstTurn(t, e, "c", "A big fish lived in the blue sea with his mother.", 20)
 
 	toks := a.next(t, e, " Then Lily said")
 	got := turn(t, e, "a", toks, 60)
