@@ -98,7 +98,14 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	if kc.DiskBytes <= 0 {
 		dir = ""
 	}
-	c, err := kvcache.Open(kvcache.Config{Dir: dir, RAMBytes: max(kc.RAMBytes, 0), DiskBytes: max(kc.DiskBytes, 0), Identity: id, Logger: e.log})
+	ccfg := kvcache.Config{Dir: dir, RAMBytes: max(kc.RAMBytes, 0), DiskBytes: max(kc.DiskBytes, 0), Identity: id, Logger: e.log}
+	c, err := kvcache.Open(ccfg)
+	if err != nil && dir != "" {
+		// An unwritable folder costs the restarts their warm conversations, not the server its start.
+		e.log.Warn("kv cache folder unusable: KV states are kept in RAM only", zap.String("dir", dir), zap.Error(err))
+		dir, ccfg.Dir, ccfg.DiskBytes = "", "", 0
+		c, err = kvcache.Open(ccfg)
+	}
 	if err != nil {
 		return nil, err
 	}

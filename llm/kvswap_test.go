@@ -264,3 +264,20 @@ func TestKVSwapPartialAndMismatch(t *testing.T) {
 		t.Fatalf("after a mismatch: %q, recompute %q", got.text, want.text)
 	}
 }
+
+// A folder that cannot be created (a file is in the way) keeps the states in
+// RAM only: the engine still opens and still swaps.
+func TestKVSwapUnusableFolder(t *testing.T) {
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 1, Threads: 1,
+		KVCache: llm.KVCacheConfig{RAMBytes: 64 << 20, DiskBytes: 64 << 20, Dir: filepath.Join(blocker, "kv")}})
+	a := firstTurn(t, e, "a", "Once upon a time there was a little girl called Lily.", 30)
+	firstTurn(t, e, "b", "The dog ran to the park and saw a big red ball.", 10)
+	turn(t, e, "a", a.next(t, e, " Then Lily said"), 10)
+	if st := e.Stats().KVCache; st.Restores != 1 || st.DiskWrites != 0 {
+		t.Fatalf("restores %d, disk writes %d; want a restore from RAM and no file", st.Restores, st.DiskWrites)
+	}
+}
