@@ -38,6 +38,10 @@ type Message struct {
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
 	Name       string     `json:"name,omitempty"`
+	// Interrupted marks an assistant reply that was cut short (cancelled,
+	// or its client left and did not come back in time): Content is what
+	// was generated until then.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // Tool is a function the model may call: its name, what it does, and the JSON schema of its arguments.
@@ -73,6 +77,9 @@ type Token struct {
 	Text    string  `json:"text"`    // the piece this token contributed; may be empty when UTF-8 or a stop prefix is held back
 	Logprob float64 `json:"logprob"` // natural log-probability of this token under the sampler's temperature
 	Special bool    `json:"special"` // an end-of-generation or control token
+	// Reasoning is the thought text that became safe to show with this token (a reasoning model's, split from the
+	// answer by the chat layer); Text is then the answer's part.
+	Reasoning string `json:"reasoning,omitempty"`
 }
 
 // Usage counts tokens for one reply.
@@ -80,6 +87,7 @@ type Usage struct {
 	PromptTokens       int `json:"prompt_tokens"`        // tokens in the rendered prompt
 	CachedPromptTokens int `json:"cached_prompt_tokens"` // of those, reused from the KV cache (not evaluated again)
 	CompletionTokens   int `json:"completion_tokens"`    // tokens generated
+	ReasoningTokens    int `json:"reasoning_tokens"`     // of those, the thought's (markers included)
 }
 
 // Timings of one reply.
@@ -108,4 +116,10 @@ type Event struct {
 	Usage   Usage
 	Timings Timings
 	Err     error
+	// ToolCall, on a token event, is the part of a tool call the token
+	// added (nil when it added none: text, or a held-back piece).
+	ToolCall *ToolCallDelta
+	// ToolCalls, on the final event, are the reply's complete tool calls;
+	// Finish is then FinishToolCalls.
+	ToolCalls []ToolCall
 }

@@ -57,6 +57,18 @@ func WithTemplate(t Template) Option {
 	return func(r *Responder) { r.tmpl = t }
 }
 
+// WithTemplateSource renders with the Jinja template src instead of the
+// model's own (a template file the operator chose).
+func WithTemplateSource(src string) Option {
+	return func(r *Responder) { r.jinjaSrc = src }
+}
+
+// WithJinjaRenderer sets what renders Jinja templates: a *Sandbox for a
+// GGUF's (untrusted) template. The default renders in process, unbounded.
+func WithJinjaRenderer(jr JinjaRenderer) Option {
+	return func(r *Responder) { r.renderer = jr }
+}
+
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *zap.Logger) Option {
 	return func(r *Responder) { r.log = l }
@@ -70,10 +82,13 @@ func WithLogger(l *zap.Logger) Option {
 // so replies for one key must not run concurrently when the key is to be
 // reused well (the session layer runs one turn at a time).
 type Responder struct {
-	gen   Generator
-	tmpl  Template // nil: detect from the model's metadata on every reply
-	log   *zap.Logger
-	memos memos // the last turn of each conversation, by key (see memo)
+	gen      Generator
+	tmpl     Template // nil: the model's own template (auto)
+	jinjaSrc string   // a Jinja template that replaces the model's ("": the model's)
+	renderer JinjaRenderer
+	auto     autoTemplate
+	log      *zap.Logger
+	memos    memos // the last turn of each conversation, by key (see memo)
 }
 
 // NewResponder returns a Responder over gen.
@@ -85,19 +100,13 @@ func NewResponder(gen Generator, opts ...Option) *Responder {
 	return r
 }
 
-// Template returns the template replies are rendered with: the override,
-// or the family detected from the model's chat template.
+// Template returns the template replies are rendered with: the override, or
+// the model's own chat template (see loadTemplate), loaded once per source.
 func (r *Responder) Template() Template {
 	if r.tmpl != nil {
 		return r.tmpl
 	}
-	info := r.gen.Info()
-	t := DetectTemplate(info.ChatTemplate)
-	if t.Name() == NameZephyr && info.EOSToken != "" {
-		// Zephyr's turns end with the model's own EOS text.
-		t = zephyr(info.EOSToken)
-	}
-	return t
+	return r.auto.get(r.gen.Info(), r.jinjaSrc, r.renderer, r.log)
 }
 
 // Reply starts the assistant's reply to msgs (the whole conversation,
@@ -121,21 +130,17 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, parley.FieldErrorf("max_tokens", "must be less than the context length (%d tokens), got %d", info.ContextLength, p.MaxTokens)
 	}
 	tmpl := r.Template()
+	opt, ts, stops, err := toolSetup(tmpl, &p)
+	if err != nil {
+		return nil, err
+	}
 
 	// The memo of this conversation's last turn, when msgs continue it:
 	// fitting starts from the turns it dropped, and prompts are built from its
 	// exact tokens. Whether msgs continue it is checked on the rendered text
 	// (extend); a conversation that was reset has fewer messages.
-	var m *memo
 	tk, _ := r.gen.(ContinuationTokenizer)
-	if key != "" {
-		if m = r.memos.get(key); m != nil && (len(msgs) <= m.msgs || tk == nil) {
-			m = nil
-		}
-		if m == nil && tk != nil {
-			m = r.savedMemo(key)
-		}
-	}
+	m := r.memoFor(key, msgs, tk)
 
 	// Fit counts several candidate prompts; keep each one's tokens so the
 	// chosen prompt is not tokenized twice. Candidates differ in length, so
@@ -152,7 +157,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens), nil
 		}
-		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), Gen)
+		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), opt)
 		if err != nil {
 			return 0, err
 		}
@@ -205,7 +210,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			zap.Int("prompt_tokens", len(chosen.tokens)),
 			zap.Int("budget_tokens", budget))
 	}
-	stops := append(append([]string(nil), p.Stop...), tmpl.Stops()...)
+	stops = append(append(stops, p.Stop...), tmpl.Stops()...)
 	var remember func(gen []int, pieces []string, special []bool)
 	if key != "" && tk != nil {
 		// The memo for the next turn, stored when this reply ends (run).
@@ -213,7 +218,20 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
 		}
 	}
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember)
+	think := ThinkFormatOf(tmpl)
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
+}
+
+// memoFor returns key's memo when msgs may continue its conversation (it
+// has more messages than the memo's, and tk can extend its tokens), else nil.
+func (r *Responder) memoFor(key string, msgs []parley.Message, tk ContinuationTokenizer) *memo {
+	if key == "" || tk == nil {
+		return nil
+	}
+	if m := r.memos.get(key); m != nil && len(msgs) > m.msgs {
+		return m
+	}
+	return r.savedMemo(key)
 }
 
 // dropTurns returns msgs without their first k droppable turns (see fit).
@@ -239,22 +257,14 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil)
+	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
 func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
-	remember func(gen []int, pieces []string, special []bool)) (*Reply, error) {
+	remember func(gen []int, pieces []string, special []bool), think ThinkFormat, plan *phasePlan, ts *toolStream) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
-	}
-	// genCtx lets the reply stop generation on a stop string without
-	// cancelling the caller's ctx.
-	genCtx, cancel := context.WithCancel(ctx)
-	events, err := r.gen.Generate(genCtx, parley.GenerateRequest{Key: key, Tokens: tokens, Params: p})
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("generate: %w", err)
 	}
 	// Room for every token the engine may send (the reply cap, or what is
 	// left of the context) plus the final event, so that the goroutine does
@@ -264,14 +274,34 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		size = p.MaxTokens
 	}
 	size = min(max(size, 0)+2, maxEventBuffer)
+	// genCtx lets the reply stop generation on a stop string without
+	// cancelling the caller's ctx.
+	genCtx, cancel := context.WithCancel(ctx)
+	req := parley.GenerateRequest{Key: key, Tokens: tokens, Params: p}
+	var events <-chan parley.Event
+	var err error
+	if plan != nil {
+		events, err = r.generatePhased(genCtx, req, plan, size)
+	} else {
+		events, err = r.gen.Generate(genCtx, req)
+	}
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("generate: %w", err)
+	}
 	rep := &Reply{
 		prompt:       prompt,
 		promptTokens: len(tokens),
 		dropped:      dropped,
 		out:          make(chan parley.Event, size),
 		remember:     remember,
+		tools:        ts,
 	}
-	go rep.run(ctx, genCtx, cancel, events, NewStreamer(stops))
+	var split *thoughtSplit
+	if think != ThinkNone {
+		split = &thoughtSplit{split: NewSplitter(think, prompt), st: NewStreamer(stops), format: think}
+	}
+	go rep.run(ctx, genCtx, cancel, events, NewStreamer(stops), split)
 	return rep, nil
 }
 
@@ -290,9 +320,12 @@ type Reply struct {
 	// remember, when set, is called by run at the end with the tokens the
 	// engine generated and their raw text, up to a stop.
 	remember func(gen []int, pieces []string, special []bool)
+	// tools splits tool calls from the text when the reply may make them.
+	tools *toolStream
 
-	mu   sync.Mutex
-	text strings.Builder // Token.Text of every delivered token event
+	mu        sync.Mutex
+	text      strings.Builder // Token.Text of every delivered token event
+	reasoning strings.Builder // Token.Reasoning of every delivered token event
 }
 
 // Events returns the cleaned event stream.
@@ -315,6 +348,14 @@ func (rep *Reply) Text() string {
 	return rep.text.String()
 }
 
+// Reasoning returns the thought delivered so far (a reasoning model's, kept
+// apart from Text); after the final event it is the whole thought.
+func (rep *Reply) Reasoning() string {
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	return rep.reasoning.String()
+}
+
 // run is the one goroutine of a reply. It reads the engine's stream until
 // the engine closes it, which Generate's contract guarantees after the final
 // event; cancel is called when run ends. The contract also says that
@@ -329,7 +370,7 @@ func (rep *Reply) Text() string {
 // event is kept back until the next event arrives, so that text released by
 // Flush at the end can join the last token event rather than need an event
 // of its own. Token events stay one per engine token.
-func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer) {
+func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer, split *thoughtSplit) {
 	defer close(rep.out)
 	defer cancel()
 	var (
@@ -368,32 +409,49 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		if rep.remember != nil {
 			gen, pieces, special = append(gen, ev.Token.ID), append(pieces, ev.Token.Text), append(special, ev.Token.Special)
 		}
-		if ev.Token.Special {
-			// Control tokens are not reply text. One that spells a stop
-			// string (an end-of-turn marker the engine does not treat as
-			// end-of-generation) ends the reply; what was held back is text.
-			if st.matchesStop(ev.Token.Text) {
-				ev.Token.Text, stopped, specialStop = st.Flush(), true, true
-			} else {
-				ev.Token.Text = ""
-			}
-		} else {
-			ev.Token.Text, stopped = st.Push(ev.Token.Text)
-		}
+		ans := &answerPath{st: st, tools: rep.tools}
+		ev.Token, stopped, specialStop = clean(ev.Token, st, split, ans)
+		ev.ToolCall = ans.call
 		switch {
 		case stopped:
 			rep.deliver(ctx, ev)
 			cancel()
-		case st.holding():
+		case (st.holding() || split.holding() || rep.tools != nil && rep.tools.pending != "") && ev.ToolCall == nil:
 			pending, hasPending = ev, true
 		default:
 			rep.deliver(ctx, ev)
 		}
 	}
+	if split != nil && !stopped {
+		// What the splitter holds at the end joins the last token event.
+		if !hasPending {
+			pending, hasPending = parley.Event{Token: parley.Token{ID: -1}}, true
+		}
+		ans := &answerPath{st: st, tools: rep.tools}
+		pending.Token = split.flush(pending.Token, ans)
+		if pending.ToolCall == nil {
+			pending.ToolCall = ans.call
+		}
+	}
+	if rep.tools != nil && !stopped {
+		// Held text that was no call: content, as if it came now.
+		t, stop := st.Push(rep.tools.Flush())
+		if hasPending {
+			pending.Token.Text += t
+		} else if t != "" {
+			rep.deliver(ctx, parley.Event{Token: parley.Token{ID: -1, Text: t}})
+		}
+		stopped = stopped || stop
+	}
 	if hasPending {
 		pending.Token.Text += st.Flush()
 		stopped = stopped || st.Stopped()
-		rep.deliver(ctx, pending)
+		if pending.Token.ID >= 0 || pending.Token.Text != "" || pending.Token.Reasoning != "" {
+			rep.deliver(ctx, pending)
+		}
+	}
+	if split != nil {
+		final.Usage.ReasoningTokens = split.tokens
 	}
 
 	switch {
@@ -406,6 +464,9 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 	final.Token.Text = ""
 	if stopped && !(specialStop && final.Finish == parley.FinishEOS) {
 		final.Finish, final.Err = parley.FinishStop, nil
+	}
+	if rep.tools != nil {
+		final = toolsFinal(final, rep.tools.Calls())
 	}
 	if rep.remember != nil && !abandoned {
 		// Not when abandoned: the slot's cache may hold more than gen.
@@ -464,6 +525,7 @@ func (rep *Reply) deliver(ctx context.Context, ev parley.Event) {
 	case rep.out <- ev:
 		rep.mu.Lock()
 		rep.text.WriteString(ev.Token.Text)
+		rep.reasoning.WriteString(ev.Token.Reasoning)
 		rep.mu.Unlock()
 	case <-ctx.Done():
 	}
@@ -508,22 +570,81 @@ func neutralize(msgs []parley.Message, controls []string) []parley.Message {
 	}
 	var out []parley.Message
 	for i, m := range msgs {
-		c := m.Content
-		for _, tok := range controls {
-			if strings.Contains(c, tok) {
-				_, size := utf8.DecodeRuneInString(tok)
-				c = strings.ReplaceAll(c, tok, tok[:size]+"\u200b"+tok[size:])
-			}
-		}
-		if c != m.Content {
+		c, r := neutralizeText(m.Content, controls), neutralizeText(m.Reasoning, controls)
+		if c != m.Content || r != m.Reasoning {
 			if out == nil {
 				out = append([]parley.Message(nil), msgs...)
 			}
-			out[i].Content = c
+			out[i].Content, out[i].Reasoning = c, r
 		}
 	}
 	if out == nil {
 		return msgs
 	}
 	return out
+}
+
+// neutralizeText breaks up every control token's text in s (see neutralize).
+func neutralizeText(s string, controls []string) string {
+	for _, tok := range controls {
+		if strings.Contains(s, tok) {
+			_, size := utf8.DecodeRuneInString(tok)
+			s = strings.ReplaceAll(s, tok, tok[:size]+"\u200b"+tok[size:])
+		}
+	}
+	return s
+}
+
+// clean turns one engine token into what the reply shows: its text through
+// the Streamer st (and a reasoning model's thought through split), stopped
+// when a stop string matched, special when a control token spelled it.
+func clean(tok parley.Token, st *Streamer, split *thoughtSplit, ans *answerPath) (out parley.Token, stopped, special bool) {
+	switch {
+	case split != nil && (!tok.Special || split.format.IsMarker(tok.Text)):
+		// A reasoning model's text or thought marker: split, then each part
+		// cleaned by its own Streamer (the answer's through ans).
+		tok, stopped = split.push(tok, ans)
+	case tok.Special && ans.tools != nil && !st.matchesStop(tok.Text) && ans.tools.wants(tok.Text):
+		// A control token that opens or belongs to a tool call.
+		tok.Text, stopped = ans.Push(tok.Text)
+	case tok.Special:
+		// Control tokens are not reply text. One that spells a stop string
+		// (an end-of-turn marker the engine does not treat as
+		// end-of-generation) ends the reply; what was held back is text.
+		if !st.matchesStop(tok.Text) {
+			tok.Text = ""
+			return tok, false, false
+		}
+		tok.Text, stopped, special = st.Flush(), true, true
+		if split != nil {
+			tok = split.flush(tok, st)
+		}
+	default:
+		tok.Text, stopped = ans.Push(tok.Text)
+	}
+	return tok, stopped, special
+}
+
+// textSink takes the answer's text and returns what is safe to show (a Streamer, or an answerPath in front of one).
+type textSink interface {
+	Push(text string) (emit string, stopped bool)
+}
+
+// answerPath is the way of an answer's text: tool calls split off first (when the reply may make them), then the
+// answer's Streamer (stop strings, whole characters). call is the part of a call the pushed text carried.
+type answerPath struct {
+	st    *Streamer
+	tools *toolStream
+	call  *parley.ToolCallDelta
+}
+
+func (a *answerPath) Push(text string) (string, bool) {
+	if a.tools != nil {
+		var call *parley.ToolCallDelta
+		text, call = a.tools.Push(text)
+		if call != nil {
+			a.call = call
+		}
+	}
+	return a.st.Push(text)
 }

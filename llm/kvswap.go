@@ -64,7 +64,7 @@ type KVCacheStats struct {
 // concurrent use; clean is owned by the loop.
 type kvSwap struct {
 	cache *kvcache.Cache
-	st    seqState
+	be    backend // its StateSeqSave and StateSeqRestore
 	log   *zap.Logger
 	disk  bool   // states go to disk too: save at idle, so a crash keeps them
 	clean []bool // by slot: its state is saved as it is now
@@ -78,19 +78,13 @@ type kvSwap struct {
 	fallbacks                                         [5]atomic.Int64 // by fallbackReasons' index
 }
 
-// openKVSwap starts the swap for e, or returns nil when it is off or the
-// binding's context cannot be reached.
+// openKVSwap starts the swap for e, or returns nil when it is off.
 func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	kc := cfg.KVCache
 	if kc.RAMBytes <= 0 && kc.DiskBytes <= 0 {
 		return nil, nil
 	}
-	st, ok := newSeqState(e.lc, cfg.ContextLength*cfg.Parallel, cfg.Parallel)
-	if !ok {
-		e.log.Warn("the binding's llama.cpp context is not the one this build knows: KV state is not swapped")
-		return nil, nil
-	}
-	id, err := stateIdentity(cfg, e.info)
+	id, err := stateIdentity(cfg, e.info, stateBuild(e.be.Name()))
 	if err != nil {
 		return nil, err
 	}
@@ -109,14 +103,14 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kvSwap{cache: c, st: st, log: e.log, disk: dir != "", clean: make([]bool, cfg.Parallel), held: map[string]bool{}}, nil
+	return &kvSwap{cache: c, be: e.be, log: e.log, disk: dir != "", clean: make([]bool, cfg.Parallel), held: map[string]bool{}}, nil
 }
 
 // stateIdentity names what a saved state is valid for: the model file (its
 // size and a hash of its first and last MiB, which hold its metadata and
 // some of its weights), the llama.cpp build, and the KV cache's layout
 // (element type, flash attention's V layout, streams).
-func stateIdentity(cfg Config, info parley.ModelInfo) (string, error) {
+func stateIdentity(cfg Config, info parley.ModelInfo, build string) (string, error) {
 	f, err := os.Open(cfg.Path)
 	if err != nil {
 		return "", fmt.Errorf("kv cache: %w", err)
@@ -150,8 +144,8 @@ func stateIdentity(cfg Config, info parley.ModelInfo) (string, error) {
 	if info.Device.KVUnified {
 		streams = 1
 	}
-	fmt.Fprintf(h, "|size=%d|llama.cpp=%s|binding=%s|kv=%s|fa=%t|streams=%d|format=1",
-		st.Size(), llamaCommit(), binding, cfg.KVCacheType, info.Device.FlashAttention, streams)
+	fmt.Fprintf(h, "|size=%d|build=%s|binding=%s|kv=%s|fa=%t|streams=%d|format=1",
+		st.Size(), build, binding, cfg.KVCacheType, info.Device.FlashAttention, streams)
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
@@ -221,7 +215,10 @@ func (e *Engine) kvSave(s *slot) {
 		return
 	}
 	t0 := time.Now()
-	state, err := k.st.get(s.id)
+	state, err := k.be.StateSeqSave(s.id)
+	if err == nil && len(state) == 0 {
+		err = errors.New("llama.cpp has no state for the sequence")
+	}
 	k.saveNanos.Add(int64(time.Since(t0)))
 	if err != nil {
 		k.log.Warn("kv state not saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Error(err))
@@ -280,8 +277,8 @@ func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
 	}
 	t0 := time.Now()
 	s.cached = s.cached[:0]
-	if err := k.st.set(s.id, ent.State); err != nil {
-		e.lc.KvCacheSeqRm(s.id, 0, -1)
+	if err := k.be.StateSeqRestore(s.id, ent.State); err != nil {
+		e.be.SeqRm(s.id, 0, -1)
 		k.fallback(FallbackRejected)
 		e.log.Warn("saved kv state refused by llama.cpp; the conversation is evaluated again", zap.String("key", seq.req.Key),
 			zap.Int("slot", s.id), zap.Error(err))

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"time"
@@ -40,21 +41,23 @@ const responseSuffixBytes = 6
 // ResponseRecord is what a session keeps of one response (one turn run
 // through the Responses API): where its messages are and what it cost.
 type ResponseRecord struct {
-	ID           string  `json:"id"`
-	Start        int     `json:"start"` // absolute position of its first input message
-	End          int     `json:"end"`   // absolute position just past its reply
-	Hash         uint64  `json:"hash"`  // FNV-1a of the reply's text
-	Created      int64   `json:"created"`
-	Status       string  `json:"status"`           // completed, incomplete, cancelled
-	Finish       string  `json:"finish,omitempty"` // the engine's finish reason
-	Instructions string  `json:"-"`                // the system prompt it ran with; not stored (the session's System is), filled in by GetResponse
-	Previous     string  `json:"previous,omitempty"`
-	InputTokens  int     `json:"input_tokens,omitempty"`
-	CachedTokens int     `json:"cached_tokens,omitempty"`
-	OutputTokens int     `json:"output_tokens,omitempty"`
-	MaxTokens    int     `json:"max_tokens,omitempty"`
-	Temperature  float64 `json:"temperature,omitempty"`
-	TopP         float64 `json:"top_p,omitempty"`
+	ID           string `json:"id"`
+	Start        int    `json:"start"` // absolute position of its first input message
+	End          int    `json:"end"`   // absolute position just past its reply
+	Hash         uint64 `json:"hash"`  // FNV-1a of the reply's text
+	Created      int64  `json:"created"`
+	Status       string `json:"status"`           // completed, incomplete, cancelled
+	Finish       string `json:"finish,omitempty"` // the engine's finish reason
+	Instructions string `json:"-"`                // the system prompt it ran with; not stored (the session's System is), filled in by GetResponse
+	Previous     string `json:"previous,omitempty"`
+	InputTokens  int    `json:"input_tokens,omitempty"`
+	CachedTokens int    `json:"cached_tokens,omitempty"`
+	OutputTokens int    `json:"output_tokens,omitempty"`
+	// ReasoningTokens are the output tokens of a reasoning model's thought.
+	ReasoningTokens int     `json:"reasoning_tokens,omitempty"`
+	MaxTokens       int     `json:"max_tokens,omitempty"`
+	Temperature     float64 `json:"temperature,omitempty"`
+	TopP            float64 `json:"top_p,omitempty"`
 }
 
 // Response statuses, as the Responses API spells them.
@@ -163,6 +166,10 @@ type ResponseRequest struct {
 	// The turn runs on a copy and is not stored (NoStore is implied).
 	Local  *Session
 	Params parley.Params
+	// Durable stores the turn before its reply starts, marked interrupted
+	// (see Turn.durable), so a response that a crash cuts short is still
+	// there, incomplete, after a restart. A background response is.
+	Durable bool
 }
 
 // Response is a turn started by Respond.
@@ -193,8 +200,29 @@ func (r *Response) Final() ResponseRecord { return *r.rec }
 // it too, where it reads the input, so that it refuses such a request before
 // reading the rest, in the same words.
 func CheckResponseInput(input []parley.Message) error {
-	if len(input) == 0 || input[len(input)-1].Role != parley.RoleUser {
-		return parley.FieldErrorf("input", "must end with a user message")
+	if len(input) == 0 || (input[len(input)-1].Role != parley.RoleUser && input[len(input)-1].Role != parley.RoleTool) {
+		return parley.FieldErrorf("input", "must end with a user message or a function_call_output")
+	}
+	return nil
+}
+
+// checkToolResults refuses input that holds a tool result (a
+// function_call_output) answering no call of the history or of the input
+// before it.
+func checkToolResults(history, input []parley.Message) error {
+	ids := map[string]bool{}
+	for _, m := range history {
+		for _, c := range m.ToolCalls {
+			ids[c.ID] = true
+		}
+	}
+	for i, m := range input {
+		for _, c := range m.ToolCalls {
+			ids[c.ID] = true
+		}
+		if m.Role == parley.RoleTool && !ids[m.ToolCallID] {
+			return parley.FieldErrorf(fmt.Sprintf("input[%d].call_id", i), "%q answers no function_call of this conversation", m.ToolCallID)
+		}
 	}
 	return nil
 }
@@ -232,6 +260,10 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	}
 
 	// From here unlock is released on every error path or handed to start.
+	if err := checkToolResults(sess.Messages, req.Input); err != nil {
+		unlock()
+		return nil, err
+	}
 	if req.Instructions != nil {
 		sess.System = *req.Instructions
 	}
@@ -253,7 +285,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	rec := &sess.Responses[len(sess.Responses)-1]
 
 	out := &Response{Record: *rec, Input: input, Stored: !req.NoStore, rec: rec}
-	t := &Turn{onFinal: rec.finish}
+	t := &Turn{onFinal: rec.finish, durable: req.Durable && !req.NoStore}
 	// Another replica wrote the session while this turn ran: redo the
 	// instructions, input items and record (its usage filled by now) on
 	// what it stored, at the positions they take there.
@@ -278,7 +310,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			need = sess.Bytes() + messageBytes(last)
 		}
 	}
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, prompt: last.Content, p: p, need: need}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, need: need}); err != nil {
 		return nil, err
 	}
 	out.Turn = t
@@ -394,6 +426,7 @@ func (r *ResponseRecord) finish(ev parley.Event, text string) {
 	r.InputTokens = ev.Usage.PromptTokens
 	r.CachedTokens = ev.Usage.CachedPromptTokens
 	r.OutputTokens = ev.Usage.CompletionTokens
+	r.ReasoningTokens = ev.Usage.ReasoningTokens
 	r.Hash = textHash(text)
 	switch ev.Finish {
 	case parley.FinishLength:

@@ -28,14 +28,20 @@ import (
 // repetition_penalty, grammar, json_schema). Usage carries
 // prompt_tokens_details.cached_tokens; the last chunk (or the response) a
 // "timings" object like llama.cpp's server. top_logprobs lists only the
-// sampled token: the engine reports no other candidates. tools and
-// logit_bias are refused rather than ignored.
+// sampled token: the engine reports no other candidates. logit_bias is
+// refused rather than ignored; tools are api_openai_tools.go's.
 
 // openAIMessage is one message of a request. Content is a string or an
 // array of parts; only text parts are accepted.
 type openAIMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string           `json:"role"`
+	Content    json.RawMessage  `json:"content"`
+	ToolCalls  []openAIToolCall `json:"tool_calls"`
+	ToolCallID string           `json:"tool_call_id"`
+	Name       string           `json:"name"`
+	// ReasoningContent is an assistant message's thought, as clients send back what they received (the template
+	// decides whether the prompt keeps it).
+	ReasoningContent string `json:"reasoning_content"`
 }
 
 type responseFormat struct {
@@ -60,7 +66,10 @@ type chatRequest struct {
 	TopLogprobs    *int            `json:"top_logprobs"`
 	ResponseFormat *responseFormat `json:"response_format"`
 	Tools          json.RawMessage `json:"tools"`
-	LogitBias      json.RawMessage `json:"logit_bias"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	// ParallelToolCalls is accepted; a reply makes at most one call.
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	LogitBias         json.RawMessage `json:"logit_bias"`
 }
 
 type openAIUsage struct {
@@ -70,11 +79,15 @@ type openAIUsage struct {
 	PromptTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
 }
 
 func newOpenAIUsage(u parley.Usage) *openAIUsage {
 	o := &openAIUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
 	o.PromptTokensDetails.CachedTokens = u.CachedPromptTokens
+	o.CompletionTokensDetails.ReasoningTokens = u.ReasoningTokens
 	return o
 }
 
@@ -95,9 +108,12 @@ type chatLogprobs struct {
 }
 
 type chatMessageOut struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string           `json:"role"`
+	Content   *string          `json:"content"` // null when the reply is only tool calls
+	Refusal   *string          `json:"refusal"`
+	ToolCalls []openAIToolCall `json:"tool_calls,omitempty"`
+	// ReasoningContent is a reasoning model's thought, as llama.cpp's server and DeepSeek's API name it.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 type chatChoice struct {
@@ -119,8 +135,10 @@ type chatCompletion struct {
 }
 
 type chunkDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string           `json:"role,omitempty"`
+	Content          *string          `json:"content,omitempty"`
+	ReasoningContent *string          `json:"reasoning_content,omitempty"`
+	ToolCalls        []openAIToolCall `json:"tool_calls,omitempty"`
 }
 
 type chunkChoice struct {
@@ -148,6 +166,8 @@ func openAIFinish(f parley.FinishReason) string {
 		return "stop"
 	case parley.FinishLength:
 		return "length"
+	case parley.FinishToolCalls:
+		return "tool_calls"
 	}
 	return ""
 }
@@ -192,25 +212,17 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	}
 	call := &chatCall{stream: req.Stream, logprobs: req.Logprobs}
 	for i, m := range req.Messages {
-		field := fmt.Sprintf("messages[%d]", i)
-		role, err := parseRole(m.Role, field+".role")
+		msg, err := parseChatMessage(m, i)
 		if err != nil {
 			return nil, err
 		}
-		content, err := parseContent(m.Content, field+".content")
-		if err != nil {
-			return nil, err
-		}
-		if err := checkNotEmpty(role, content, field+".content"); err != nil {
-			return nil, err
-		}
-		call.msgs = append(call.msgs, parley.Message{Role: role, Content: content})
+		call.msgs = append(call.msgs, msg)
+	}
+	if err := checkToolResults(call.msgs); err != nil {
+		return nil, err
 	}
 	if req.N != nil && *req.N != 1 {
 		return nil, parley.FieldErrorf("n", "only 1 is supported, got %d", *req.N)
-	}
-	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
-		return nil, parley.FieldErrorf("tools", "tool calls are not supported")
 	}
 	if isSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
 		return nil, parley.FieldErrorf("logit_bias", "is not supported")
@@ -245,6 +257,15 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	}
 	p, err := s.resolveParams(&req.paramsPatch)
 	if err != nil {
+		return nil, err
+	}
+	if p.Tools, err = parseTools(req.Tools, "tools"); err != nil {
+		return nil, err
+	}
+	if p.ToolChoice, err = parseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
 		return nil, err
 	}
 	resolveSeed(&p)
@@ -313,9 +334,16 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 		if rerr := replyError(ev); rerr != nil {
 			return cc.renameSent(rerr)
 		}
+		text := call.rep.Text()
 		choice := chatChoice{
-			Message:      chatMessageOut{Role: "assistant", Content: call.rep.Text()},
+			Message:      chatMessageOut{Role: "assistant", Content: &text, ReasoningContent: call.rep.Reasoning()},
 			FinishReason: openAIFinish(ev.Finish),
+		}
+		if len(ev.ToolCalls) > 0 {
+			choice.Message.ToolCalls = openAIToolCalls(ev.ToolCalls)
+			if text == "" {
+				choice.Message.Content = nil
+			}
 		}
 		if cc.logprobs {
 			choice.Logprobs = &chatLogprobs{Content: []tokenLogprob{}}
@@ -340,6 +368,9 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 		}
 		return ch
 	}
+	call.onTool = func(d parley.ToolCallDelta) any {
+		return chunk([]chunkChoice{{Delta: chunkDelta{ToolCalls: openAIToolDelta(d)}}})
+	}
 	s.streamOpenAI(c, call, cc.logprobs, cc.includeUsage, openAIChunks{
 		first: func() any {
 			// The first chunk carries the role, as OpenAI's does.
@@ -352,6 +383,9 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 				choice.Logprobs = &chatLogprobs{Content: lps}
 			}
 			return chunk([]chunkChoice{choice})
+		},
+		reasoning: func(text string) any {
+			return chunk([]chunkChoice{{Delta: chunkDelta{ReasoningContent: &text}}})
 		},
 		final: func(finish string, lps []tokenLogprob, timings timingsJSON) any {
 			final := chunkChoice{Delta: chunkDelta{}, FinishReason: &finish}
@@ -374,10 +408,12 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 // openAIChunks makes the server-sent chunks of one OpenAI streaming API (chat
 // or legacy completions); streamOpenAI owns the order and the rules.
 type openAIChunks struct {
-	first func() any                                                       // optional: the chunk before any text
-	text  func(text string, lps []tokenLogprob) any                        // a chunk of reply text; lps: the logprobs of its tokens, when asked for
-	final func(finish string, lps []tokenLogprob, timings timingsJSON) any // the chunk with the finish reason
-	usage func(usage json.RawMessage) any                                  // the usage chunk (stream_options.include_usage)
+	first func() any                                // optional: the chunk before any text
+	text  func(text string, lps []tokenLogprob) any // a chunk of reply text; lps: the logprobs of its tokens, when asked for
+	// reasoning, optional, is a chunk of a reasoning model's thought (it precedes the answer's chunks).
+	reasoning func(text string) any
+	final     func(finish string, lps []tokenLogprob, timings timingsJSON) any // the chunk with the finish reason
+	usage     func(usage json.RawMessage) any                                  // the usage chunk (stream_options.include_usage)
 }
 
 // streamOpenAI relays call's reply as OpenAI server-sent events ("data:
@@ -397,6 +433,11 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 	// logprobs ride with the next chunk.
 	var pendingLP []tokenLogprob
 	content := func(text string, t *parley.Token) error {
+		if t != nil && t.Reasoning != "" && ch.reasoning != nil {
+			if err := send(ch.reasoning(t.Reasoning)); err != nil {
+				return err
+			}
+		}
 		if logprobs && t != nil {
 			pendingLP = append(pendingLP, tokenLogprobOf(*t, call.topLogprobs))
 		}
@@ -406,6 +447,9 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 		lps := pendingLP
 		pendingLP = nil
 		return send(ch.text(text, lps))
+	}
+	if call.onTool != nil {
+		call.tool = func(d parley.ToolCallDelta) error { return send(call.onTool(d)) }
 	}
 	if ch.first != nil {
 		if err := send(ch.first()); err != nil {

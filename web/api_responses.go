@@ -25,7 +25,7 @@ package web
 // Supported request fields: input (a string or message items with text
 // content), instructions, previous_response_id, conversation, store,
 // stream, max_output_tokens, temperature, top_p, metadata, and Parley's own
-// sampling fields; tools are refused rather than ignored.
+// sampling fields, and function tools (api_responses_tools.go).
 
 import (
 	"bytes"
@@ -75,6 +75,7 @@ func (s *Server) mountResponses(g *echo.Group, cs Conversations) {
 	g.GET("/v1/responses/:id", s.handleGetResponse)
 	g.DELETE("/v1/responses/:id", s.handleDeleteResponse)
 	g.GET("/v1/responses/:id/input_items", s.handleInputItems)
+	g.POST("/v1/responses/:id/cancel", s.handleCancelResponse)
 	g.POST("/v1/conversations", s.handleCreateConversation)
 	g.GET("/v1/conversations/:id", s.handleGetConversation)
 	g.POST("/v1/conversations/:id", s.handleUpdateConversation)
@@ -95,12 +96,19 @@ type responsesRequest struct {
 	Instructions       *string           `json:"instructions"`
 	Store              *bool             `json:"store"`
 	Stream             bool              `json:"stream"`
+	Background         bool              `json:"background"`
 	PreviousResponseID *string           `json:"previous_response_id"`
 	Conversation       json.RawMessage   `json:"conversation"`
 	MaxOutputTokens    *int              `json:"max_output_tokens"`
 	Metadata           map[string]string `json:"metadata"`
 	Tools              json.RawMessage   `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls  *bool             `json:"parallel_tool_calls"` // accepted; a reply makes at most one call
 	Text               *responseText     `json:"text"`
+	// Reasoning.Effort switches a reasoning model's thought: "none" off, any effort on (see thinkPatch).
+	Reasoning *struct {
+		Effort *string `json:"effort"`
+	} `json:"reasoning"`
 }
 
 // responseText is the request's (and the response's) text configuration:
@@ -120,6 +128,11 @@ type inputItem struct {
 	Type    string          `json:"type"`
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// function_call and function_call_output items (api_responses_tools.go)
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Output    json.RawMessage `json:"output"`
 }
 
 // parsedResponse is a decoded, validated create request.
@@ -127,6 +140,7 @@ type parsedResponse struct {
 	req    session.ResponseRequest
 	typ    string // the request's "type" ("response.create" on the WebSocket)
 	stream bool
+	bg     bool   // background: true (api_responses_bg.go)
 	conv   string // the conversation id as given, "" without one
 	meta   map[string]string
 	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
@@ -149,9 +163,6 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	if err := session.CheckResponseInput(msgs); err != nil {
 		return nil, err
 	}
-	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
-		return nil, parley.FieldErrorf("tools", "tool calls are not supported")
-	}
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
@@ -164,6 +175,9 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	}
 	if err := s.checkPromptTokens(text.String()); err != nil {
 		return nil, err
+	}
+	if req.Reasoning != nil && req.Reasoning.Effort != nil {
+		req.paramsPatch.ReasoningEffort = req.Reasoning.Effort
 	}
 	if req.MaxOutputTokens != nil {
 		req.paramsPatch.MaxTokens = req.MaxOutputTokens
@@ -195,8 +209,17 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 		}
 		return nil, err
 	}
+	if p.Tools, err = parseResponsesTools(req.Tools); err != nil {
+		return nil, err
+	}
+	if p.ToolChoice, err = parseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
+		return nil, err
+	}
 	resolveSeed(&p)
-	out := &parsedResponse{typ: req.Type, stream: req.Stream, meta: req.Metadata, text: textConfig,
+	out := &parsedResponse{typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		renameSent: req.paramsPatch.renameSent,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
@@ -266,11 +289,23 @@ func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
 		return nil, parley.FieldErrorf(field, "at most %d items", maxItemsPerRequest)
 	}
 	msgs := make([]parley.Message, 0, len(items))
+	thought := "" // a reasoning item's text, for the assistant message after it
 	for i, it := range items {
 		f := fmt.Sprintf("%s[%d]", field, i)
+		if it.Type == "reasoning" {
+			t, err := reasoningInput(it, f)
+			if err != nil {
+				return nil, err
+			}
+			thought = t
+			continue
+		}
 		m, err := parseItem(it, f)
 		if err != nil {
 			return nil, err
+		}
+		if m.Role == parley.RoleAssistant {
+			m.Reasoning, thought = thought, ""
 		}
 		msgs = append(msgs, m)
 	}
@@ -278,8 +313,12 @@ func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
 }
 
 func parseItem(it inputItem, field string) (parley.Message, error) {
-	if it.Type != "" && it.Type != "message" {
-		return parley.Message{}, parley.FieldErrorf(field+".type", "only message items are supported, got %q", it.Type)
+	switch it.Type {
+	case "", "message":
+	case "function_call", "function_call_output":
+		return parseToolItem(it, field)
+	default:
+		return parley.Message{}, parley.FieldErrorf(field+".type", "must be message, function_call or function_call_output, got %q", it.Type)
 	}
 	role, err := parseRole(it.Role, field+".role")
 	if err != nil {
@@ -330,11 +369,12 @@ func newPart(typ, text string) outputText {
 }
 
 type messageItem struct {
-	Type    string       `json:"type"` // "message"
-	ID      string       `json:"id"`
-	Status  string       `json:"status"`
-	Role    string       `json:"role"`
-	Content []outputText `json:"content"`
+	Type    string         `json:"type"` // "message", "function_call" or "function_call_output"
+	ID      string         `json:"id"`
+	Status  string         `json:"status"`
+	Role    string         `json:"role"`
+	Content []outputText   `json:"content"`
+	tool    toolItemFields // a function item's (see MarshalJSON)
 }
 
 type responsesUsage struct {
@@ -360,11 +400,12 @@ type responseObject struct {
 	Instructions       *string           `json:"instructions"`
 	MaxOutputTokens    *int              `json:"max_output_tokens"`
 	Model              string            `json:"model"`
-	Output             []messageItem     `json:"output"`
+	Output             []any             `json:"output"` // a reasoningItem (a reasoning model's thought), then a messageItem
 	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
 	PreviousResponseID *string           `json:"previous_response_id"`
 	Conversation       *conversationRef  `json:"conversation"`
 	Store              bool              `json:"store"`
+	Background         bool              `json:"background,omitempty"`
 	Temperature        float64           `json:"temperature"`
 	TopP               float64           `json:"top_p"`
 	ToolChoice         string            `json:"tool_choice"`
@@ -402,11 +443,6 @@ type itemList struct {
 	HasMore bool          `json:"has_more"`
 }
 
-// itemID names the message at absolute position abs of session sid. It
-// names the session by a one-way digest (session.ItemKey), so an item id
-// shown with a response does not hand out its conversation.
-func itemID(sid string, abs int) string { return "msg_" + session.ItemKey(sid) + strconv.Itoa(abs) }
-
 func newMessageItem(id string, m parley.Message) messageItem {
 	typ, role := "input_text", string(m.Role)
 	if m.Role == parley.RoleAssistant {
@@ -415,12 +451,10 @@ func newMessageItem(id string, m parley.Message) messageItem {
 	return messageItem{Type: "message", ID: id, Status: "completed", Role: role, Content: []outputText{newPart(typ, m.Content)}}
 }
 
-func convID(sid string) string { return session.ConversationPrefix + sid }
-
 func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool) *responseObject {
 	o := &responseObject{
 		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: s.modelName(),
-		Output: []messageItem{}, Store: stored, Temperature: rec.Temperature, TopP: rec.TopP,
+		Output: []any{}, Store: stored, Temperature: rec.Temperature, TopP: rec.TopP,
 		ToolChoice: "auto", Tools: []string{}, Text: json.RawMessage(`{"format":{"type":"text"}}`),
 		Truncation: "disabled", Metadata: map[string]string{},
 	}
@@ -435,6 +469,9 @@ func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, store
 	}
 	if rec.Status == session.StatusIncomplete {
 		o.IncompleteDetails = &incomplete{Reason: "max_output_tokens"}
+		if rec.Finish == session.FinishInterrupted { // the server stopped under it (api_responses_bg.go)
+			o.IncompleteDetails.Reason = session.FinishInterrupted
+		}
 	}
 	return o
 }
@@ -442,6 +479,7 @@ func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, store
 func setUsage(o *responseObject, rec session.ResponseRecord) {
 	u := &responsesUsage{InputTokens: rec.InputTokens, OutputTokens: rec.OutputTokens, TotalTokens: rec.InputTokens + rec.OutputTokens}
 	u.InputTokensDetails.CachedTokens = rec.CachedTokens
+	u.OutputTokensDetails.ReasoningTokens = rec.ReasoningTokens
 	o.Usage = u
 }
 
@@ -457,6 +495,9 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	pr, err := s.parseResponsesRequest(body)
 	if err != nil {
 		return err
+	}
+	if pr.bg {
+		return s.startBackground(c, pr)
 	}
 	ctx, cancel := context.WithCancel(c.Request().Context())
 	defer cancel()
@@ -488,7 +529,13 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
 	rec := resp.Final()
 	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored)
-	o.Output = append(o.Output, s.outputItem(resp, rec.Status, resp.Text()))
+	if thought := resp.Reasoning(); thought != "" {
+		o.Output = append(o.Output, newReasoningItem(resp.SessionID(), resp.Record.End, thought))
+	}
+	for _, it := range replyItems(resp.SessionID(), resp.Record.End, rec.Status,
+		parley.Message{Role: parley.RoleAssistant, Content: resp.Text(), ToolCalls: resp.ToolCalls()}) {
+		o.Output = append(o.Output, it)
+	}
 	pr.echo(o, resp.SessionID())
 	setUsage(o, rec)
 	return o
@@ -498,7 +545,7 @@ func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *r
 // request: the conversation, the metadata and the text configuration.
 func (pr *parsedResponse) echo(o *responseObject, sid string) {
 	if pr.conv != "" {
-		o.Conversation = &conversationRef{ID: convID(sid)}
+		o.Conversation = &conversationRef{ID: session.ConversationID(sid)}
 	}
 	if pr.meta != nil {
 		o.Metadata = pr.meta
@@ -515,7 +562,7 @@ func (s *Server) outputItem(resp *session.Response, status, text string) message
 // replyItem is the output item of a response that ends at position end of
 // session sid: its reply m, "incomplete" unless status is completed.
 func replyItem(sid string, end int, status string, m parley.Message) messageItem {
-	it := newMessageItem(itemID(sid, end-1), m)
+	it := newMessageItem(session.ItemID(sid, end-1), m)
 	if status != session.StatusCompleted {
 		it.Status = "incomplete"
 	}
@@ -524,6 +571,9 @@ func replyItem(sid string, end int, status string, m parley.Message) messageItem
 
 // handleGetResponse is GET /v1/responses/:id.
 func (s *Server) handleGetResponse(c echo.Context) error {
+	if ok, err := s.getBackground(c); ok {
+		return err
+	}
 	rec, sess, err := s.api.convs.GetResponse(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
@@ -531,7 +581,12 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 	o := s.newResponseObject(rec, sess.ID, true)
 	out := sess.Span(rec.End-1, rec.End)
 	if len(out) == 1 {
-		o.Output = append(o.Output, replyItem(sess.ID, rec.End, rec.Status, out[0]))
+		if out[0].Reasoning != "" {
+			o.Output = append(o.Output, newReasoningItem(sess.ID, rec.End, out[0].Reasoning))
+		}
+		for _, it := range replyItems(sess.ID, rec.End, rec.Status, out[0]) {
+			o.Output = append(o.Output, it)
+		}
 	}
 	setUsage(o, rec)
 	return c.JSON(http.StatusOK, o)
@@ -554,7 +609,7 @@ func (s *Server) handleInputItems(c echo.Context) error {
 	}
 	var items []messageItem
 	for i, m := range sess.Span(rec.Start, rec.End-1) {
-		items = append(items, newMessageItem(itemID(sess.ID, rec.Start+i), m))
+		items = append(items, itemsOf(sess.ID, rec.Start+i, m)...)
 	}
 	return listItems(c, items)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"go.uber.org/zap"
 
@@ -57,9 +58,9 @@ func steps(fns ...func() error) error {
 	return nil
 }
 
-// atPart adds the location of the response's one content part to an event's fields.
-func atPart(itemID string, m map[string]any) map[string]any {
-	m["item_id"], m["output_index"], m["content_index"] = itemID, 0, 0
+// atPart adds the location of an output item's one content part to an event's fields.
+func atPart(itemID string, index int, m map[string]any) map[string]any {
+	m["item_id"], m["output_index"], m["content_index"] = itemID, index, 0
 	return m
 }
 
@@ -85,41 +86,50 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
 	initial.Status = "in_progress"
 	pr.echo(initial, resp.SessionID())
-	item := s.outputItem(resp, session.StatusCompleted, "")
-	item.Status, item.Content = "in_progress", []outputText{}
-	part := newPart("output_text", "")
+	out := &outputItems{es: es, msg: s.outputItem(resp, session.StatusCompleted, ""), sid: resp.SessionID(), end: resp.Record.End}
 	err := steps(
 		func() error { return es.send("response.created", map[string]any{"response": initial}) },
 		func() error { return es.send("response.in_progress", map[string]any{"response": initial}) },
-		func() error {
-			return es.send("response.output_item.added", map[string]any{"output_index": 0, "item": item})
-		},
-		func() error {
-			return es.send("response.content_part.added", atPart(item.ID, map[string]any{"part": part}))
-		},
 	)
+	if err == nil && !s.thinks() {
+		err = out.openMessage() // a model without a thought: the message is the one output item
+	}
 	if err != nil {
 		return drain(err)
 	}
 	var final parley.Event
+	calls := &callStream{es: es, sid: resp.SessionID(), abs: resp.Record.End - 1}
 	for ev := range resp.Events() {
 		observe(ev)
 		if ev.Done {
 			final = ev
 			continue
 		}
-		if ev.Token.Text == "" {
-			continue
+		if ev.ToolCall != nil {
+			// A call's items follow the message item: the thought ends and
+			// the message opens first.
+			if err := steps(out.closeReasoning, out.openMessage); err != nil {
+				return drain(err)
+			}
+			calls.base = out.msgIndex + 1
+			if err := calls.delta(*ev.ToolCall); err != nil {
+				return drain(err)
+			}
 		}
-		delta := deltaEvent{Delta: ev.Token.Text, ItemID: item.ID, SequenceNumber: es.seq, Type: "response.output_text.delta"}
-		if err := es.put(delta.Type, delta); err != nil {
+		if err := out.token(ev.Token); err != nil {
 			return drain(err)
 		}
 	}
 	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && ctx.Err() == nil) {
 		return s.streamFailed(es, resp, pr.renameSent(replyError(final)))
 	}
-	return s.streamDone(es, resp, pr, item.ID, part)
+	if err := out.closeReasoning(); err != nil {
+		return err
+	}
+	if err := out.openMessage(); err != nil {
+		return err
+	}
+	return s.streamDone(es, resp, pr, out, calls)
 }
 
 // streamFailed ends the stream of a turn that failed with err: an error
@@ -144,21 +154,29 @@ func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error
 // streamDone ends the stream of a turn that finished: the text, the
 // content part and the output item done, then response.completed (or
 // response.incomplete).
-func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, itemID string, part outputText) error {
+func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, items *outputItems, calls *callStream) error {
 	done := s.finishedResponse(resp, pr)
 	text := resp.Text()
-	part.Text = text
-	out := done.Output[0]
+	part := newPart("output_text", text)
+	itemID, index := items.msg.ID, items.msgIndex
+	if m, ok := itemAt(done.Output, index); !ok || m.Type != "message" {
+		// A reply that is only calls: the stream opened its message
+		// item, so the response keeps it (empty) where it was.
+		msg := replyItem(resp.SessionID(), resp.Record.End, done.Status, parley.Message{Role: parley.RoleAssistant})
+		done.Output = slices.Insert(done.Output, index, any(msg))
+	}
+	out := done.Output[index]
 	return steps(
 		func() error {
-			return es.send("response.output_text.done", atPart(itemID, map[string]any{"text": text, "logprobs": []any{}}))
+			return es.send("response.output_text.done", atPart(itemID, index, map[string]any{"text": text, "logprobs": []any{}}))
 		},
 		func() error {
-			return es.send("response.content_part.done", atPart(itemID, map[string]any{"part": part}))
+			return es.send("response.content_part.done", atPart(itemID, index, map[string]any{"part": part}))
 		},
 		func() error {
-			return es.send("response.output_item.done", map[string]any{"output_index": 0, "item": out})
+			return es.send("response.output_item.done", map[string]any{"output_index": index, "item": out})
 		},
+		func() error { return calls.done(messageItems(done.Output[index+1:])) },
 		func() error {
 			typ := "response.completed"
 			if done.Status == session.StatusIncomplete {
@@ -167,4 +185,85 @@ func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedR
 			return es.send(typ, map[string]any{"response": done})
 		},
 	)
+}
+
+// itemAt is output item i when it is a message or function call item.
+func itemAt(out []any, i int) (messageItem, bool) {
+	if i >= len(out) {
+		return messageItem{}, false
+	}
+	m, ok := out[i].(messageItem)
+	return m, ok
+}
+
+// messageItems are the message and function call items of out.
+func messageItems(out []any) []messageItem {
+	var items []messageItem
+	for _, it := range out {
+		if m, ok := it.(messageItem); ok {
+			items = append(items, m)
+		}
+	}
+	return items
+}
+
+// callStream sends a response's function calls as they stream: each call is
+// an output item (after the message item, at output index base + its index)
+// added with its call_id and name, then its arguments as
+// response.function_call_arguments.delta events.
+type callStream struct {
+	es     *eventStream
+	base   int // the output index of call 0: after the message item
+	sid    string
+	abs    int            // the reply's absolute position: its items' ids
+	opened []messageItem  // the calls' items, in progress, by index
+	args   map[int]string // the arguments streamed so far, by index
+}
+
+func (cs *callStream) delta(d parley.ToolCallDelta) error {
+	if d.ID != "" {
+		it := functionCallItem(cs.sid, cs.abs, d.Index, parley.ToolCall{ID: d.ID, Name: d.Name}, "in_progress")
+		cs.opened = append(cs.opened, it)
+		if cs.args == nil {
+			cs.args = map[int]string{}
+		}
+		if err := cs.es.send("response.output_item.added", map[string]any{"output_index": cs.base + d.Index, "item": it}); err != nil {
+			return err
+		}
+	}
+	if d.Arguments == "" || d.Index >= len(cs.opened) {
+		return nil
+	}
+	cs.args[d.Index] += d.Arguments
+	return cs.es.send("response.function_call_arguments.delta", map[string]any{
+		"item_id": cs.opened[d.Index].ID, "output_index": cs.base + d.Index, "delta": d.Arguments})
+}
+
+// done ends every call the stream opened: its arguments done, then its item
+// (from items, the response's function_call items; a call cut short by the
+// reply's end is incomplete).
+func (cs *callStream) done(items []messageItem) error {
+	for i, it := range cs.opened {
+		args := cs.args[i]
+		final := it
+		final.Status, final.tool.Arguments = "incomplete", args
+		for _, done := range items {
+			if done.ID == it.ID {
+				final, args = done, done.tool.Arguments
+			}
+		}
+		err := steps(
+			func() error {
+				return cs.es.send("response.function_call_arguments.done", map[string]any{
+					"item_id": it.ID, "output_index": cs.base + i, "name": it.tool.Name, "arguments": args})
+			},
+			func() error {
+				return cs.es.send("response.output_item.done", map[string]any{"output_index": cs.base + i, "item": final})
+			},
+		)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -16,7 +16,8 @@ type sessionMessage struct {
 	Type     string           `json:"type"` // "session"
 	ID       string           `json:"id"`
 	Resumed  bool             `json:"resumed"`
-	Messages []parley.Message `json:"messages"`
+	Messages []historyMessage `json:"messages"`
+	Reply    *liveReplyJSON   `json:"reply,omitempty"` // a reply in flight, on resume (ws_resume.go)
 }
 
 type tokenMessage struct {
@@ -25,12 +26,14 @@ type tokenMessage struct {
 	Text    string  `json:"text"`
 	Logprob float64 `json:"logprob"`
 	Special bool    `json:"special"`
+	Seq     int     `json:"seq"` // the token's position in its reply, from 1 (see resume_from)
 }
 
 type usageJSON struct {
 	PromptTokens       int `json:"prompt_tokens"`
 	CachedPromptTokens int `json:"cached_prompt_tokens"`
 	CompletionTokens   int `json:"completion_tokens"`
+	ReasoningTokens    int `json:"reasoning_tokens,omitempty"` // of the completion tokens, the thought's
 }
 
 type timingsJSON struct {
@@ -44,8 +47,11 @@ type doneMessage struct {
 	Type         string      `json:"type"` // "done"
 	FinishReason string      `json:"finish_reason"`
 	Content      string      `json:"content"`
+	Thinking     string      `json:"thinking,omitempty"` // a reasoning model's whole thought, kept apart from content
 	Usage        usageJSON   `json:"usage"`
 	Timings      timingsJSON `json:"timings"`
+	// ToolCalls are the reply's complete tool calls (finish_reason "tool_calls").
+	ToolCalls []parley.ToolCall `json:"tool_calls,omitempty"`
 }
 
 type errorMessage struct {
@@ -59,7 +65,8 @@ type errorMessage struct {
 }
 
 func newUsage(u parley.Usage) usageJSON {
-	return usageJSON{PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens}
+	return usageJSON{PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens,
+		ReasoningTokens: u.ReasoningTokens}
 }
 
 func newTimings(t parley.Timings, completion int) timingsJSON {
@@ -79,6 +86,7 @@ func newDoneMessage(ev parley.Event, content string) doneMessage {
 		Content:      content,
 		Usage:        newUsage(ev.Usage),
 		Timings:      newTimings(ev.Timings, ev.Usage.CompletionTokens),
+		ToolCalls:    ev.ToolCalls,
 	}
 }
 
@@ -127,9 +135,10 @@ func (r *rateLimiter) allow(now time.Time) bool {
 
 // clientMessage is what a client sends in JSON mode.
 type clientMessage struct {
-	Type    string       `json:"type"`
-	Content *string      `json:"content"`
-	Params  *paramsPatch `json:"params"`
+	Type       string    `json:"type"`
+	Content    *string   `json:"content"`
+	Params     *wsParams `json:"params"`
+	ToolCallID string    `json:"tool_call_id"` // tool_result: the call it answers
 }
 
 // parseClientMessage decodes and checks one JSON-mode client message: a
@@ -149,11 +158,18 @@ func parseClientMessage(data []byte) (clientMessage, error) {
 		if m.Type == "prompt" && *m.Content == "" {
 			return m, parley.FieldErrorf("content", "must not be empty")
 		}
+	case "tool_result":
+		if m.ToolCallID == "" {
+			return m, parley.FieldErrorf("tool_call_id", "is required")
+		}
+		if m.Content == nil {
+			return m, parley.FieldErrorf("content", "is required")
+		}
 	case "cancel", "reset":
 	case "":
 		return m, parley.FieldErrorf("type", "is required")
 	default:
-		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, cancel, reset or system)", m.Type)
+		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, tool_result, cancel, reset or system)", m.Type)
 	}
 	return m, nil
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,7 @@ type stack struct {
 // stackOpts varies the stack; the zero value is the default one.
 type stackOpts struct {
 	parallel     int  // engine slots (default 2)
+	contextLen   int  // tokens per slot (default 512)
 	maxTokens    int  // the sessions' and the server's default reply cap (default 48)
 	maxTokensCap int  // Config.MaxTokensCap (default 1024)
 	tokenizer    bool // give the server the engine as its Tokenizer
@@ -82,6 +84,7 @@ type stackOpts struct {
 	// wrapStore, when set, wraps the store the service writes (a test's
 	// faults); the cleanup closes the store, not the wrapper.
 	wrapStore func(session.Store) session.Store
+	model     string // the GGUF to load (default stories260K)
 }
 
 // openStack starts the real stack on a loopback port; tb's cleanup closes
@@ -101,7 +104,17 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	core, logs := observer.New(zapcore.InfoLevel)
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(tb).Core(), core))
 	// Cleanups run last first: the server, then the store, then the engine.
-	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: o.parallel, Threads: 1, Logger: log})
+	if o.model == "" {
+		o.model = testmodel.Path(tb)
+	}
+	if o.contextLen == 0 {
+		o.contextLen = 512
+	}
+	// PARLEY_TEST_ENGINE runs the suite on another engine (scripts/test.sh
+	// runs it once per engine); the current engine's libraries come from
+	// PARLEY_ENGINE_LIB.
+	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: o.contextLen, Parallel: o.parallel, Threads: 1, Logger: log,
+		Engine: os.Getenv("PARLEY_TEST_ENGINE")})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package web
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -36,30 +34,23 @@ const (
 // conn is one WebSocket connection: one reader (the handler goroutine), one
 // writer, and one worker that runs the session's turns in order.
 type conn struct {
-	srv  *Server
-	ws   *websocket.Conn
+	pump // the socket's writer, reader and close (ws_pump.go)
+
 	ip   string
 	json bool
-	id   string // session id
-	log  *zap.Logger
+	// thinking: text mode shows a reasoning model's thought (?thinking=show), marked; JSON mode always sends it
+	// as thinking messages.
+	thinking bool
+	id       string // session id
 
-	send  chan []byte // text frames for the writer
-	inbox *inbox      // prompts, control messages and queued answers for the worker, in arrival order
-
-	ctx       context.Context // ends when the connection ends
-	cancel    context.CancelFunc
-	closeOnce sync.Once
-	closeCode int
-	closeText string
+	inbox *inbox // prompts, control messages and queued answers for the worker, in arrival order
 
 	busy       atomic.Bool // a turn is running
 	turnMu     sync.Mutex
-	turnCancel context.CancelFunc // cancels the running turn; guarded by turnMu
-
-	// rd is the reader's deadline; the writer ends it when it has ended.
-	rd *readDeadline
+	turnCancel context.CancelFunc // cancels the running turn; guarded by turnMu; a child of ctx, so close ends it too
 
 	limiter *rateLimiter
+	hold    *admission // the client's admission, which its replies hold too
 }
 
 type jobKind int
@@ -74,6 +65,7 @@ const (
 type job struct {
 	kind    jobKind
 	content string
+	callID  string // jobPrompt: the tool call content answers ("" for a user's prompt)
 	params  parley.Params
 	err     error // jobAnswer: what to tell the client
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
@@ -85,20 +77,14 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			s.releaseIP(ip)
-		}
-	}
-	defer release()
+	// The socket holds the admission, and so does every reply it starts
+	// until that reply ends (a reply may outlive the socket).
+	hold := newAdmission(func() { s.releaseIP(ip) })
+	defer hold.done()
 
-	jsonMode := r.URL.Query().Get("format") == "json"
-	for _, p := range websocket.Subprotocols(r) {
-		if p == subprotocolJSON {
-			jsonMode = true
-		}
+	jsonMode, resumeFrom, err := socketMode(r)
+	if err != nil {
+		return err
 	}
 	sess, resumed, err := s.sessions.Open(r.Context(), r.URL.Query().Get("session"))
 	if err != nil && !answerOnSocket(err) {
@@ -116,25 +102,22 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	// The connection outlives the upgrade request: its own context, a child
 	// of the server's stop context, which names the client like the request's
 	// (a session the connection writes first is the client's).
-	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, ip))
 	cn := &conn{
-		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
-		rd:      &readDeadline{ws: ws, pongWait: s.cfg.PongWait},
-		send:    make(chan []byte, s.cfg.SendBuffer),
-		inbox:   newInbox(s.cfg.MaxQueuedPrompts),
-		ctx:     ctx,
-		cancel:  cancel,
-		limiter: newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
+		pump:     s.newPump(parley.WithClient(s.stop, ip), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		ip:       ip,
+		json:     jsonMode,
+		thinking: showThinking(r.URL.Query().Get("thinking")),
+		inbox:    newInbox(s.cfg.MaxQueuedPrompts),
+		hold:     hold,
+		limiter:  newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
 	if !s.trackOrRefuse(cn, ws) {
-		cancel()
+		cn.cancel()
 		return nil
 	}
 	defer s.untrack(cn)
 
-	var writerDone, workerDone sync.WaitGroup
-	writerDone.Add(1)
-	go func() { defer writerDone.Done(); cn.writer() }()
+	writerDone := cn.startWriter()
 
 	if err != nil { // unknown or expired session, or no new one allowed: say so, then close
 		cn.log.Info("session refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
@@ -149,8 +132,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 			reason = "no new session: " + parley.ErrorCode(err)
 		}
 		cn.close(closeCodeFor(err), reason)
-		writerDone.Wait()
-		cn.finishClose()
+		cn.finish(writerDone)
 		return nil
 	}
 	cn.id = sess.ID
@@ -158,20 +140,41 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	cn.log.Info("session open", zap.Bool("resumed", resumed), zap.Bool("json", jsonMode),
 		zap.Int("messages", len(sess.Messages)))
 	start := time.Now()
-	if jsonMode {
-		cn.sendSession(sess.ID, resumed, sess.Messages)
+	rp, ok := cn.greet(r.Context(), sess, resumed, resumeFrom)
+	if !ok {
+		cn.finish(writerDone)
+		return nil
 	}
 
-	workerDone.Add(1)
-	go func() { defer workerDone.Done(); cn.worker() }()
+	workerDone := make(chan struct{})
+	go func() {
+		defer close(workerDone)
+		if rp != nil {
+			cn.followResumed(rp)
+		}
+		cn.worker()
+	}()
 
 	cn.reader()
 	cn.close(websocket.CloseNormalClosure, "")
-	workerDone.Wait()
-	writerDone.Wait()
-	cn.finishClose()
+	<-workerDone
+	cn.finish(writerDone)
 	cn.log.Info("session close", zap.Duration("duration", time.Since(start)), zap.Int("close_code", cn.closeCode))
 	return nil
+}
+
+// socketMode reads how a chat socket talks: JSON mode (?format=json or the
+// subprotocol), and where a resumed reply picks up (?resume_from=, -1: not
+// given).
+func socketMode(r *http.Request) (jsonMode bool, resumeFrom int, err error) {
+	jsonMode = r.URL.Query().Get("format") == "json"
+	for _, p := range websocket.Subprotocols(r) {
+		if p == subprotocolJSON {
+			jsonMode = true
+		}
+	}
+	resumeFrom, err = parseResumeFrom(r.URL.Query().Get("resume_from"))
+	return jsonMode, resumeFrom, err
 }
 
 func (c *conn) replying() bool { return c.busy.Load() }
@@ -202,33 +205,10 @@ func (c *conn) cancelTurn() {
 func (c *conn) reader() {
 	c.rd.start()
 	for {
-		mt, data, err := c.ws.ReadMessage()
-		if err != nil {
-			var ne net.Error
-			switch {
-			case errors.Is(err, websocket.ErrReadLimit):
-				// gorilla has already sent 1009.
-				c.srv.refused(refusedMessageSize)
-				c.log.Warn("message over the size limit", zap.Int64("limit", c.srv.cfg.MaxMessageBytes))
-				c.close(websocket.CloseMessageTooBig, "")
-			case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived):
-			case c.ctx.Err() != nil:
-				// We are closing: the writer ended the read (see readDeadline.end).
-			case errors.As(err, &ne) && ne.Timeout():
-				// Nothing, not even a pong, for PongWait: the peer or its
-				// network is gone. A close frame would go unanswered.
-				c.log.Info("peer stopped answering pings: dropped", zap.Duration("pong_wait", c.srv.cfg.PongWait))
-				c.close(websocket.CloseAbnormalClosure, "")
-			case isProtocolError(err):
-				// gorilla has already sent 1002.
-				c.log.Warn("malformed frame", zap.Error(err))
-				c.close(websocket.CloseProtocolError, "")
-			default:
-				c.log.Debug("read ended", zap.Error(err))
-			}
+		mt, data, ok := c.read()
+		if !ok {
 			return
 		}
-		c.rd.extend()
 		if mt != websocket.TextMessage {
 			c.close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
 			return
@@ -240,7 +220,7 @@ func (c *conn) reader() {
 		if c.json {
 			c.handleJSON(data)
 		} else {
-			c.enqueuePrompt(string(data), c.srv.cfg.Defaults)
+			c.enqueuePrompt(string(data), "", c.srv.cfg.Defaults)
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -255,13 +235,13 @@ func (c *conn) handleJSON(data []byte) {
 		return
 	}
 	switch m.Type {
-	case "prompt":
-		p, err := c.srv.resolveParams(m.Params)
+	case "prompt", "tool_result":
+		p, err := c.srv.resolveWSParams(m.Params)
 		if err != nil {
 			c.answer(err)
 			return
 		}
-		c.enqueuePrompt(*m.Content, p)
+		c.enqueuePrompt(*m.Content, m.ToolCallID, p)
 	case "cancel":
 		c.cancelTurn()
 	case "reset":
@@ -272,9 +252,9 @@ func (c *conn) handleJSON(data []byte) {
 	}
 }
 
-// enqueuePrompt queues a prompt, or its refusal: shutting down, over the
-// rate, or over the prompt-token cap.
-func (c *conn) enqueuePrompt(prompt string, p parley.Params) {
+// enqueuePrompt queues a prompt (or, with callID, a tool's result), or its
+// refusal: shutting down, over the rate, or over the prompt-token cap.
+func (c *conn) enqueuePrompt(prompt, callID string, p parley.Params) {
 	if c.srv.draining.Load() {
 		c.answer(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 		return
@@ -287,7 +267,7 @@ func (c *conn) enqueuePrompt(prompt string, p parley.Params) {
 		c.refuse("prompt_tokens", err)
 		return
 	}
-	c.enqueue(job{kind: jobPrompt, content: prompt, params: p})
+	c.enqueue(job{kind: jobPrompt, content: prompt, callID: callID, params: p})
 }
 
 func (c *conn) enqueue(j job) {
@@ -349,7 +329,7 @@ func (c *conn) worker() {
 				c.replyErrorWait(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 				continue
 			}
-			c.runTurn(j.content, j.params)
+			c.runTurn(j.content, j.callID, j.params)
 		case jobReset:
 			if err := c.srv.sessions.Reset(c.ctx, c.id); err != nil {
 				c.sendError(err)
@@ -361,58 +341,6 @@ func (c *conn) worker() {
 			if err := c.srv.sessions.SetSystem(c.ctx, c.id, j.content); err != nil {
 				c.sendError(err)
 			}
-		}
-	}
-}
-
-// runTurn streams one reply. In text mode every non-empty piece is a text
-// message and the sentinel follows the final event; in JSON mode tokens and
-// the done event are JSON objects.
-func (c *conn) runTurn(prompt string, p parley.Params) {
-	ctx, cancel := context.WithCancel(c.ctx)
-	c.turnMu.Lock()
-	c.turnCancel = cancel
-	c.turnMu.Unlock()
-	c.busy.Store(true)
-	defer func() {
-		c.turnMu.Lock()
-		c.turnCancel = nil
-		c.turnMu.Unlock()
-		cancel()
-		c.busy.Store(false)
-	}()
-
-	p.SkipLogprobs = !c.json // text mode sends only the pieces
-	turn, err := c.srv.sessions.Turn(ctx, c.id, prompt, p)
-	if err != nil {
-		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
-		c.srv.countRefusal(err)
-		c.replyError(err)
-		return
-	}
-	meter := c.srv.meterReply(c.cancelCause)
-	for ev := range turn.Events() {
-		meter.observe(ev)
-		if !ev.Done {
-			if c.json {
-				c.sendJSON(tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special})
-			} else if ev.Token.Text != "" {
-				c.sendText(ev.Token.Text)
-			}
-			continue
-		}
-		replyLog(c.log, ev)
-		if turn.Committed() { // set before the final event is sent: counted before the client hears the sentinel
-			c.srv.ops().kvTurns.WithLabelValues(turn.KVCache()).Inc()
-		}
-		if ev.Finish == parley.FinishError {
-			c.replyError(errOr(ev.Err))
-			continue
-		}
-		if c.json {
-			c.sendJSON(newDoneMessage(ev, turn.Text()))
-		} else {
-			c.sendText(Sentinel)
 		}
 	}
 }
@@ -456,10 +384,7 @@ func (c *conn) replyError(err error) {
 func (c *conn) sendError(err error) { c.sendRaw(c.errorFrame(err)) }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
-	if msgs == nil {
-		msgs = []parley.Message{}
-	}
-	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: msgs})
+	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: history(msgs)})
 }
 
 // replyErrorWait is replyError for the worker's queued answers: it waits up

@@ -5,7 +5,7 @@
 // tokens) so it tokenizes exactly like the donor. Its output is nonsense, but
 // every token costs what a token of the real model costs, which is all a
 // throughput benchmark needs; and greedy decoding never stops early or loops on
-// one token (see tensors in synth.go for how the weights ensure that).
+// one token (see tensors in internal/synth for how the weights ensure that).
 //
 // Usage:
 //
@@ -17,7 +17,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +31,7 @@ import (
 	"time"
 
 	"github.com/parley-chat/parley/internal/repo"
+	"github.com/parley-chat/parley/internal/synth"
 )
 
 func main() {
@@ -45,7 +48,7 @@ func main() {
 
 // run parses args, then writes (or keeps) the model and prints its path on stdout.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	spec := DefaultSpec()
+	spec := synth.DefaultSpec()
 	var (
 		out   string
 		force bool
@@ -69,6 +72,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&spec.ResidStd, "resid-std", spec.ResidStd, "standard deviation of attn_output and ffn_down, which write into the residual stream")
 	fs.Uint64Var(&spec.Seed, "seed", spec.Seed, "random seed; the same seed and shape give the same bytes")
 	fs.BoolVar(&force, "force", false, "rewrite the output even if it already holds this model")
+	fs.Func("script", "JSON file of a synth.Script (template, control, text, after, reply, end): add a chat template and its tokens, and make greedy decoding write the reply", func(path string) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		spec.Script = new(synth.Script)
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		return dec.Decode(spec.Script)
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -80,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	if !force {
-		same, err := Matches(out, spec)
+		same, err := synth.Matches(out, spec)
 		if err != nil {
 			return err
 		}
@@ -94,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("create output folder: %w", err)
 	}
 	start := time.Now()
-	info, err := Write(ctx, out, spec)
+	info, err := synth.Write(ctx, out, spec)
 	if err != nil {
 		return err
 	}

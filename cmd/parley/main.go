@@ -39,6 +39,10 @@ import (
 )
 
 func main() {
+	if chat.SandboxChild(os.Getenv) {
+		// This process is the chat-template sandbox another parley started (chat.NewSandbox).
+		os.Exit(chat.ServeSandbox(os.Getenv, os.Stdin, os.Stdout))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(os.Args[2:]))
 	}
@@ -61,9 +65,13 @@ func main() {
 // Responses and Conversations APIs only when a type assertion finds
 // web.Conversations on it; these lines make a Service that stops
 // satisfying either a compile error here instead of a silent 404 there.
+// Likewise chat reuses a conversation's exact prompt tokens only when its
+// generator (the engineRef below) is a chat.ContinuationTokenizer: one
+// that stopped being one would silently re-tokenize every prompt.
 var (
-	_ web.Sessions      = (*session.Service)(nil)
-	_ web.Conversations = (*session.Service)(nil)
+	_ web.Sessions               = (*session.Service)(nil)
+	_ web.Conversations          = (*session.Service)(nil)
+	_ chat.ContinuationTokenizer = (*engineRef)(nil)
 )
 
 // config is every flag's value.
@@ -82,6 +90,8 @@ type config struct {
 	maxSessions                                  int
 	maxMessageBytes                              int64
 	sessionTTL, drainTimeout                     time.Duration
+	resumeGrace                                  time.Duration
+	resumeBuffer                                 int
 	temperature, topP, minP, repeatPenalty       float64
 	topK, repeatLastN                            int
 	seed                                         int64
@@ -97,6 +107,8 @@ type config struct {
 	maxHTTPConnsPerIP                                                 int
 	// issue 20 (KV swap): bytes of sessions' KV state kept in RAM and on disk
 	kvCacheRAM, kvCacheDisk byteSize
+	// issue 32: the engine
+	engine engineFlags
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -122,7 +134,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.maxTokens, "max-tokens", def.MaxTokens, "default reply cap in tokens")
 	fs.IntVar(&c.maxTokensLimit, "max-tokens-limit", 4096, "the largest reply cap a client may ask for")
 	fs.StringVar(&c.systemPrompt, "system-prompt", "", "system prompt for new sessions")
-	fs.StringVar(&c.template, "template", "", "chat template override (chatml, llama3, llama2, gemma, phi3, zephyr, plain); default: the model's own")
+	fs.StringVar(&c.template, "template", "", "chat template override: a family (chatml, llama3, llama2, mistral, gemma, phi3, phi4, zephyr, plain) or a Jinja template file; default: the model's own (tokenizer.chat_template)")
 	fs.Float64Var(&c.temperature, "temperature", def.Temperature, "default sampling temperature (0 = greedy)")
 	fs.IntVar(&c.topK, "top-k", def.TopK, "default top-k (0 = off)")
 	fs.Float64Var(&c.topP, "top-p", def.TopP, "default top-p (1 = off)")
@@ -151,6 +163,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.maxPromptTokens, "max-prompt-tokens", web.DefaultMaxPromptTokens, "tokens in one prompt at most (over it: too_large; -1 = no cap)")
 	fs.IntVar(&c.maxQueuedPrompts, "max-queued-prompts", web.DefaultMaxQueuedPrompts, "prompts that may wait on one connection behind the reply streaming")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", web.DefaultDrainTimeout, "on shutdown, how long running replies may finish")
+	fs.DurationVar(&c.resumeGrace, "resume-grace", defaultResumeGrace, "how long a chat reply goes on after its WebSocket drops, for a client that resumes the session (0 = cancel at once)")
+	fs.IntVar(&c.resumeBuffer, "resume-buffer", web.DefaultResumeBuffer, "tokens a chat reply may generate while no client follows it; past it the reply is cancelled")
 	fs.DurationVar(&c.bodyTimeout, "body-timeout", web.DefaultBodyTimeout, "longest a client may take to send a request body")
 	fs.IntVar(&c.maxHTTPConns, "max-http-conns", web.DefaultMaxHTTPConns, "open TCP connections at most, WebSockets included (over it: 503)")
 	fs.Int64Var(&c.maxStoreBytes, "max-store-bytes", 0, "bytes the session store may hold (records); a write past it is refused with 507 store_full. 0 = 1 GiB, and with --store bolt at most half the free space of --data-dir at start; -1 = no budget")
@@ -159,6 +173,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.maxHTTPConnsPerIP, "max-http-conns-per-ip", web.DefaultMaxHTTPConnsPerIP, "open TCP connections per client address at most, WebSockets included (over it: 429)")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
 	kvCacheFlags(fs, &c)
+	c.engine.register(fs)
 
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -184,6 +199,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return c, errors.New("no model: give --model PATH (a GGUF file) or set PARLEY_MODEL")
 	}
 	if err := checkMaxTokens(c.maxTokens, c.ctx); err != nil {
+		return c, err
+	}
+	if err := c.engine.check(); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -254,13 +272,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 
-	ropts := []chat.Option{chat.WithLogger(log.Named("chat"))}
+	// The model's chat template is untrusted code: it renders in a child process under time and memory limits.
+	sandbox := chat.NewSandbox()
+	defer sandbox.Close()
+	ropts := []chat.Option{chat.WithLogger(log.Named("chat")), chat.WithJinjaRenderer(sandbox)}
 	if cfg.template != "" {
-		tmpl, err := chat.TemplateByName(cfg.template)
+		opt, err := templateOption(cfg.template)
 		if err != nil {
 			return fmt.Errorf("--template: %w", err)
 		}
-		ropts = append(ropts, chat.WithTemplate(tmpl))
+		ropts = append(ropts, opt)
 	}
 
 	store, err := openStore(cfg, log)
@@ -288,7 +309,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		web.WithEngineStats(engine.stats),
 		web.WithStoreUsage(storeUsage(store)),
 		web.WithInfo(func() web.Info {
-			return web.Info{ModelInfo: engine.Info(), Template: responder.Template().Name()}
+			t := responder.Template()
+			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
 		}))
 	if err := srv.Open(); err != nil {
 		return err
@@ -347,6 +369,11 @@ func defaultParams(cfg config) (parley.Params, error) {
 	return defaults, nil
 }
 
+// defaultResumeGrace is --resume-grace's default: long enough for a page
+// reload or a switch of network, short enough that an abandoned reply does
+// not hold its slot for long.
+const defaultResumeGrace = 10 * time.Second
+
 // serverConfig is the web server's configuration from the flags.
 func serverConfig(cfg config, defaults parley.Params) web.Config {
 	return web.Config{
@@ -368,6 +395,8 @@ func serverConfig(cfg config, defaults parley.Params) web.Config {
 
 		MaxHTTPConnsPerIP:    cfg.maxHTTPConnsPerIP,
 		MaxBodyBytesInflight: cfg.maxBodyBytesInflight,
+		ResumeGrace:          cfg.resumeGrace,
+		ResumeBuffer:         cfg.resumeBuffer,
 	}
 }
 
@@ -380,7 +409,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 	}
 	log.Info("loading model", zap.String("model", cfg.model), zap.String("path", modelPath))
 	progress := newLoadProgress(stderr)
-	eng, err := llm.Open(llm.Config{
+	lcfg := llm.Config{
 		Path:           modelPath,
 		ContextLength:  cfg.ctx,
 		Parallel:       cfg.parallel,
@@ -395,13 +424,16 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		KVCache:        kvCacheConfig(cfg),
 		Progress:       progress.update,
 		Logger:         log.Named("llm"),
-	})
+	}
+	cfg.engine.apply(&lcfg)
+	eng, err := llm.Open(lcfg)
 	progress.done()
 	if err != nil {
 		return nil, err
 	}
 	info := eng.Info()
 	log.Info("model loaded",
+		zap.String("engine", eng.EngineName()),
 		zap.String("name", info.Name),
 		zap.String("architecture", info.Architecture),
 		zap.Uint64("parameters", info.Parameters),
@@ -700,4 +732,24 @@ func healthcheck(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// templateOption turns --template into the Responder's option: a family name, or the path of a Jinja template file
+// (anything that names a file), which renders instead of the model's own.
+func templateOption(v string) (chat.Option, error) {
+	if st, err := os.Stat(v); err == nil && !st.IsDir() {
+		if st.Size() > chat.MaxTemplateBytes {
+			return nil, fmt.Errorf("%s: %d bytes, more than %d", v, st.Size(), chat.MaxTemplateBytes)
+		}
+		src, err := os.ReadFile(v)
+		if err != nil {
+			return nil, err
+		}
+		return chat.WithTemplateSource(string(src)), nil
+	}
+	tmpl, err := chat.TemplateByName(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w, and no such file", err)
+	}
+	return chat.WithTemplate(tmpl), nil
 }

@@ -2,12 +2,14 @@
 package testmodel
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
 
 	"github.com/parley-chat/parley/internal/repo"
+	"github.com/parley-chat/parley/internal/synth"
 )
 
 // Path returns the path of stories260K.gguf: $PARLEY_TEST_MODEL, or
@@ -33,4 +35,20 @@ func Path(tb testing.TB) string {
 		tb.Fatalf("test model: %v (set %s)", err, repo.ModelEnv)
 	}
 	return p
+}
+
+// Scripted writes a small synthetic model (stories260K's vocabulary, 3 layers, dim 128) whose greedy reply to any
+// prompt ending in script.After is script.Reply (see synth.Script), into the test's temporary folder, and returns
+// its path. Writing takes well under a second.
+func Scripted(tb testing.TB, script *synth.Script) string {
+	tb.Helper()
+	spec := synth.DefaultSpec()
+	spec.VocabFrom = Path(tb)
+	spec.Layers, spec.Dim, spec.Heads, spec.KVHeads, spec.FFN, spec.Context = 3, 128, 4, 2, 256, 2048
+	spec.Script = script
+	out := filepath.Join(tb.TempDir(), "scripted.gguf")
+	if _, err := synth.Write(context.Background(), out, spec); err != nil {
+		tb.Fatalf("scripted model: %v", err)
+	}
+	return out
 }

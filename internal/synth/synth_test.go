@@ -1,13 +1,8 @@
-package main
-
-// Tests live in package main (a command cannot be imported by an external
-// test package).
+package synth
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -20,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/internal/testmodel"
+	"github.com/parley-chat/parley/internal/repo"
 	"github.com/parley-chat/parley/llm"
 )
 
@@ -31,9 +26,22 @@ func TestMain(m *testing.M) {
 // smallSpec is a fast model with every feature of the default one.
 func smallSpec(tb testing.TB) Spec {
 	s := DefaultSpec()
-	s.VocabFrom = testmodel.Path(tb)
+	s.VocabFrom = donor(tb)
 	s.Layers, s.Dim, s.Heads, s.KVHeads, s.FFN, s.Context = 3, 128, 4, 2, 256, 512
 	return s
+}
+
+// donor is the test model (testmodel.Path, which imports this package, so its logic is repeated here).
+func donor(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv(repo.ModelEnv); p != "" {
+		return p
+	}
+	p := repo.TestModel(repo.WorkingRoot())
+	if _, err := os.Stat(p); err != nil {
+		tb.Fatalf("test model: %v (set %s)", err, repo.ModelEnv)
+	}
+	return p
 }
 
 func decode(tb testing.TB, path string) *ggml.GGML {
@@ -236,47 +244,6 @@ func TestDeterministic(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 3 {
 		t.Errorf("folder holds %d entries, want 3 (no temporary files left)", len(entries))
-	}
-}
-
-func TestRunKeepsMatchingFile(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "sub", "m.gguf")
-	args := []string{"-o", out, "-vocab", testmodel.Path(t), "-layers", "2", "-dim", "64", "-heads", "4", "-kv-heads", "2", "-ffn", "128"}
-	var stdout, stderr bytes.Buffer
-	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\n%s", err, stderr.String())
-	}
-	if strings.TrimSpace(stdout.String()) != out {
-		t.Errorf("stdout %q, want the output path", stdout.String())
-	}
-	first, err := os.Stat(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	stderr.Reset()
-	if err := run(context.Background(), args, io.Discard, &stderr); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(stderr.String(), "keeping it") {
-		t.Errorf("second run did not keep the file: %s", stderr.String())
-	}
-	again, _ := os.Stat(out)
-	if !again.ModTime().Equal(first.ModTime()) {
-		t.Error("second run rewrote the file")
-	}
-
-	// Another seed is another model: rewritten.
-	stderr.Reset()
-	if err := run(context.Background(), append(args, "-seed", "7"), io.Discard, &stderr); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(stderr.String(), "keeping it") {
-		t.Error("a different seed kept the old file")
-	}
-
-	if err := run(context.Background(), append(args, "-heads", "5"), io.Discard, io.Discard); err == nil {
-		t.Error("an invalid shape was accepted")
 	}
 }
 

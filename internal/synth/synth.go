@@ -1,4 +1,7 @@
-package main
+// Package synth writes synthetic GGUF models: the shape of a real small chat model with seeded random weights and a
+// donor's vocabulary, for benchmarks (cmd/mkgguf) and for tests that need a model that behaves in a known way
+// (a scripted reply, see script.go).
+package synth
 
 import (
 	"context"
@@ -34,6 +37,9 @@ type Spec struct {
 	Std            float64 // standard deviation of q, k, v, gate and up weights
 	ResidStd       float64 // standard deviation of attn_output and ffn_down weights
 	Seed           uint64
+	// Script, when set, adds a chat template and its special tokens and makes greedy decoding write a known reply
+	// (see Script).
+	Script *Script
 }
 
 // DefaultSpec is the shape of SmolLM2-135M (HuggingFaceTB/SmolLM2-135M
@@ -75,8 +81,12 @@ const generatorVersion = 2
 // bytes except the donor's content. It is stored as general.description, which
 // is how Matches recognizes a file made with the same settings.
 func (s Spec) Description() string {
+	script := ""
+	if s.Script != nil {
+		script = " script=" + s.Script.hash()
+	}
 	return fmt.Sprintf("parley synthetic model v%d: layers=%d dim=%d heads=%d kv_heads=%d ffn=%d ctx=%d rope_theta=%g rms_eps=%g tied=%t type=%s std=%g resid_std=%g seed=%d vocab_from=%s",
-		generatorVersion, s.Layers, s.Dim, s.Heads, s.KVHeads, s.FFN, s.Context, s.RopeTheta, s.RMSEps, s.TiedEmbeddings, s.Type, s.Std, s.ResidStd, s.Seed, filepath.Base(s.VocabFrom))
+		generatorVersion, s.Layers, s.Dim, s.Heads, s.KVHeads, s.FFN, s.Context, s.RopeTheta, s.RMSEps, s.TiedEmbeddings, s.Type, s.Std, s.ResidStd, s.Seed, filepath.Base(s.VocabFrom)) + script
 }
 
 func (s Spec) validate() error {
@@ -97,6 +107,8 @@ func (s Spec) validate() error {
 		return errors.New("rope-theta and rms-eps must be positive")
 	case s.VocabFrom == "":
 		return errors.New("no vocabulary donor (-vocab)")
+	case s.Script != nil && (s.Script.Reply == "" || s.Script.After == ""):
+		return errors.New("script: after and reply are required")
 	}
 	return nil
 }
@@ -139,8 +151,17 @@ func Write(ctx context.Context, path string, spec Spec) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	var chain []int
+	if spec.Script != nil {
+		sc, err := spec.Script.apply(voc, int(tokenizer.Uint("tokenizer.ggml.eos_token_id")))
+		if err != nil {
+			return Info{}, err
+		}
+		voc, chain = sc.voc, sc.chain
+		scriptTokenizer(tokenizer, voc, spec.Script.Template)
+	}
 	vocab := len(voc.tokens)
-	ts := tensors(ctx, spec, voc)
+	ts := tensors(ctx, spec, voc, chain)
 	var params uint64
 	for _, t := range ts {
 		params += t.Elements()
@@ -271,7 +292,7 @@ func fileType(typ string) uint32 {
 //
 // With TiedEmbeddings the output projection is token_embd itself (SmolLM2's
 // exact tensor list), and greedy decoding repeats the current token.
-func tensors(ctx context.Context, spec Spec, voc vocabulary) []*ggml.Tensor {
+func tensors(ctx context.Context, spec Spec, voc vocabulary, chain []int) []*ggml.Tensor {
 	kind := uint32(ggml.TensorTypeF32)
 	if spec.Type == "f16" {
 		kind = uint32(ggml.TensorTypeF16)
@@ -300,9 +321,17 @@ func tensors(ctx context.Context, spec Spec, voc vocabulary) []*ggml.Tensor {
 		norm("output_norm.weight"),
 	}
 	if !spec.TiedEmbeddings {
+		next := cycle(spec.Seed, voc)
+		for i := 0; i+1 < len(chain); i++ {
+			next[chain[i]] = chain[i+1]
+		}
 		out := make([]float32, vocab*dim)
-		for x, y := range cycle(spec.Seed, voc) {
-			copy(out[uint64(y)*dim:uint64(y+1)*dim], embd[uint64(x)*dim:uint64(x+1)*dim])
+		for x, y := range next {
+			// A sum: with a script two tokens can lead to the same one (a cycle token into the reply).
+			row, from := out[uint64(y)*dim:uint64(y+1)*dim], embd[uint64(x)*dim:uint64(x+1)*dim]
+			for i := range row {
+				row[i] += from[i]
+			}
 		}
 		ts = append(ts, &ggml.Tensor{Name: "output.weight", Kind: kind, Shape: []uint64{dim, vocab}, WriterTo: &valuesTensor{kind: kind, values: out}})
 	}
