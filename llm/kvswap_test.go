@@ -66,15 +66,22 @@ func turn(t *testing.T, e *llm.Engine, key string, toks []int, n int) result {
 // used), restores it there and evaluates only the new tokens, and its greedy
 // reply is byte for byte the reply of an engine that evaluates the whole
 // prompt. With one KV stream per slot and with one buffer shared by the
-// slots (--kv-unified).
+// slots (--kv-unified), on either engine.
 func TestKVSwapRestoreMatchesRecompute(t *testing.T) {
-	for _, unified := range []string{"off", "on"} {
-		t.Run("unified "+unified, func(t *testing.T) { testRestoreMatchesRecompute(t, unified) })
+	names := []string{llm.EngineEmbedded, llm.EngineCurrent}
+	if os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
+		names = names[:1]
+	}
+	for _, engine := range names {
+		for _, unified := range []string{"off", "on"} {
+			t.Run(engine+" unified "+unified, func(t *testing.T) { testRestoreMatchesRecompute(t, engine, unified) })
+		}
 	}
 }
 
-func testRestoreMatchesRecompute(t *testing.T, unified string) {
-	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 2, Threads: 1, KVUnified: unified, KVCache: llm.KVCacheConfig{RAMBytes: 64 << 20}})
+func testRestoreMatchesRecompute(t *testing.T, engine, unified string) {
+	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 2, Threads: 1, KVUnified: unified, Engine: engine, LibDir: currentLibDir(t),
+		KVCache: llm.KVCacheConfig{RAMBytes: 64 << 20}})
 	a := firstTurn(t, e, "a", "Once upon a time there was a little girl called Lily.", 60)
 	firstTurn(t, e, "b", "The dog ran to the park and saw a big red ball.", 20)
 	firstTurn(t, e, "c", "A big fish lived in the blue sea with his mother.", 20)
@@ -90,7 +97,7 @@ func testRestoreMatchesRecompute(t *testing.T, unified string) {
 		t.Fatalf("cached prompt tokens %d, want at least %d (the first turn's prompt and reply)", c, carried)
 	}
 
-	fresh := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 1, Threads: 1})
+	fresh := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 1, Threads: 1, Engine: engine, LibDir: currentLibDir(t)})
 	want := turn(t, fresh, "a", toks, 60)
 	if want.final.Usage.CachedPromptTokens != 0 {
 		t.Fatalf("the fresh engine reused %d tokens", want.final.Usage.CachedPromptTokens)
