@@ -4,6 +4,9 @@ import (
 	"container/list"
 	"strings"
 	"sync"
+	"unicode"
+
+	"github.com/parley-chat/parley"
 )
 
 // ContinuationTokenizer is implemented by a Generator that can tokenize text
@@ -16,6 +19,34 @@ import (
 // tokenizes the whole prompt.
 type ContinuationTokenizer interface {
 	TokenizeContinuation(text string) ([]int, error)
+}
+
+// SavedTokenSource is implemented by a Generator that keeps conversations'
+// KV state beyond their slot, across restarts (llm.Engine with its KV cache
+// on). SavedTokens returns the tokens of key's saved state, with their text
+// (nil when there is none). A Responder with no memo of the conversation
+// (after a restart, or once it forgot it) builds the next prompt from them,
+// as from a memo, so the prompt continues the saved state token for token
+// and the engine evaluates only the new text.
+type SavedTokenSource interface {
+	SavedTokens(key string) []parley.Token
+}
+
+// savedMemo returns a memo made of key's saved KV state, or nil.
+func (r *Responder) savedMemo(key string) *memo {
+	src, ok := r.gen.(SavedTokenSource)
+	if !ok || key == "" {
+		return nil
+	}
+	toks := src.SavedTokens(key)
+	if len(toks) < 2 {
+		return nil
+	}
+	m := &memo{minGen: 2, gen: make([]int, len(toks)), pieces: make([]string, len(toks)), special: make([]bool, len(toks))}
+	for i, t := range toks {
+		m.gen[i], m.pieces[i], m.special[i] = t.ID, t.Text, t.Special
+	}
+	return m
 }
 
 // maxMemos bounds how many conversations a Responder remembers (a few
@@ -34,32 +65,43 @@ type memo struct {
 	gen     []int    // the tokens generated after it, in order
 	pieces  []string // their raw text
 	special []bool   // whether each is a control token (not reply text)
+	// minGen is how many of gen a prompt must keep for extend to succeed:
+	// 0 for a turn's memo; for one made of a saved KV state (savedMemo),
+	// whose gen is the whole conversation from its BOS, enough that the
+	// rest is a continuation and not the start of a text.
+	minGen int
 }
 
 // extend returns the tokens of rendered, which must start with m.prompt:
 // m.tokens, then the generated tokens as far as their text is what rendered
-// holds after the prompt (a control token the model generated inside its
-// reply stays, although the reply's text left it out: the cache holds it),
-// then the rest tokenized as a continuation.
-// ok is false when rendered
-// does not continue m.prompt or the rest cannot be tokenized on its own.
+// holds after the prompt, then the rest tokenized as a continuation.
+//
+// The KV cache holds what the model generated, not what the template makes
+// of the reply's text, so the generated tokens are kept where the two differ
+// only the way templates change a reply (see matchPiece): a control token the
+// reply's text left out, whitespace a template strips off the reply (a
+// leading space, a trailing newline), or whitespace it adds (the plain
+// transcript's "Assistant: " before a reply that began with no space). Were
+// they tokenized again from the text instead, the cache would stop matching
+// at the reply's first token and the next turn would evaluate the whole reply
+// again.
+// ok is false when rendered does not continue m.prompt or the rest cannot be
+// tokenized on its own.
 func (m *memo) extend(rendered string, tk ContinuationTokenizer) (tokens []int, ok bool) {
 	if !strings.HasPrefix(rendered, m.prompt) {
 		return nil, false
 	}
 	pos, n := len(m.prompt), 0
-	for n < len(m.gen) {
-		switch piece := m.pieces[n]; {
-		case piece != "" && strings.HasPrefix(rendered[pos:], piece):
-			pos += len(piece)
-		case m.special[n] && n+1 < len(m.gen):
-			// Not in the text, but something of the reply follows it.
-		default:
-			goto rest
+	for ; n < len(m.gen); n++ {
+		adv, ok := matchPiece(rendered[pos:], m.pieces[n], m.special[n] && n+1 < len(m.gen))
+		if !ok {
+			break
 		}
-		n++
+		pos += adv
 	}
-rest:
+	if n < m.minGen {
+		return nil, false
+	}
 	rest, err := tk.TokenizeContinuation(rendered[pos:])
 	if err != nil {
 		return nil, false
@@ -68,6 +110,44 @@ rest:
 	tokens = append(append(append(tokens, m.tokens...), m.gen[:n]...), rest...)
 	return tokens, true
 }
+
+// matchPiece reports whether a generated token whose text is piece can stand
+// for the start of text (the rendered prompt from where the tokens before it
+// ended), and how many bytes of text it covers:
+//   - piece is what text starts with;
+//   - skippable (a control token the reply's text left out, with more of
+//     the reply after it): it covers nothing;
+//   - piece is only whitespace that text does not start with (a template
+//     stripped it): it covers nothing;
+//   - piece, its leading whitespace left out, is what text starts with after
+//     its own leading whitespace (a template stripped or added whitespace
+//     before it): it covers both.
+//
+// Whitespace is never matched against other text, so a reply's words are
+// kept only where the text holds them.
+func matchPiece(text, piece string, skippable bool) (int, bool) {
+	switch {
+	case piece != "" && strings.HasPrefix(text, piece):
+		return len(piece), true
+	case skippable:
+		return 0, true
+	}
+	p := strings.TrimLeftFunc(piece, isSpace)
+	if p == piece && (text == "" || !isSpace(rune(text[0]))) {
+		return 0, false // no whitespace on either side: a real difference
+	}
+	if p == "" {
+		return 0, piece != ""
+	}
+	t := strings.TrimLeftFunc(text, isSpace)
+	if !strings.HasPrefix(t, p) {
+		return 0, false
+	}
+	return len(text) - len(t) + len(p), true
+}
+
+// isSpace is the whitespace templates strip (see pyStrip).
+func isSpace(r rune) bool { return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f) }
 
 // memos is a bounded, least-recently-stored map of memos by key.
 type memos struct {

@@ -231,7 +231,7 @@ func (r *Responder) memoFor(key string, msgs []parley.Message, tk ContinuationTo
 	if m := r.memos.get(key); m != nil && len(msgs) > m.msgs {
 		return m
 	}
-	return nil
+	return r.savedMemo(key)
 }
 
 // dropTurns returns msgs without their first k droppable turns (see fit).

@@ -75,6 +75,9 @@ type Config struct {
 	// of 32; Open refuses anything else with an error (llama.cpp would
 	// fail or assert).
 	KVCacheType string
+	// KVCache swaps sessions' KV state to RAM and disk when their slot goes
+	// to another session, and restores it when they come back (kvswap.go).
+	KVCache KVCacheConfig
 	// StepBudget bounds the time one sequence spends sampling a token
 	// (grammar matching included): a sequence over it is ended with an
 	// error. Grammar-constrained sequences sample off the decode loop, so

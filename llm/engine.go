@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm/kvcache"
 )
 
 // maxEventBuffer bounds each sequence's event channel. The loop never
@@ -45,6 +46,8 @@ type Stats struct {
 	// so other processes on the same GPU count too. Zero on the CPU (ggml
 	// does not track host memory in use).
 	DeviceMemoryUsed, DeviceMemoryTotal uint64
+	// KVCache counts the swap of sessions' KV state (zero when it is off).
+	KVCache KVCacheStats
 }
 
 // Engine is a loaded model with its decode loop. It is safe for concurrent use.
@@ -94,6 +97,8 @@ type Engine struct {
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
 	busyRefusals, slowDrops, deadEnds, overBudget         atomic.Int64
 	promptCopied, prefixCopies                            atomic.Int64
+
+	kv *kvSwap // KV swap: sessions' states saved and restored (nil: off)
 }
 
 // sequence is one request in flight.
@@ -120,6 +125,8 @@ type sequence struct {
 	submitted time.Time
 	started   time.Time // a slot was assigned
 	firstTok  time.Time
+
+	restore *kvcache.Entry // KV swap: the key's saved state, fetched before queueing (nil: none)
 }
 
 // Open loads the model and starts the decode loop.
@@ -172,6 +179,11 @@ func Open(cfg Config) (*Engine, error) {
 	e.pieces = make([]string, info.VocabSize)
 	for i := range e.pieces {
 		e.pieces[i] = be.TokenToPiece(i)
+	}
+	// KV swap.
+	if e.kv, err = openKVSwap(cfg, e); err != nil {
+		be.Close()
+		return nil, err
 	}
 	go e.loop(newBatch(cfg.BatchSize * cfg.Parallel))
 	return e, nil
@@ -255,6 +267,7 @@ func (e *Engine) Stats() Stats {
 		OverBudget:       e.overBudget.Load(),
 
 		SamplersOverrunning: e.overruns.count(),
+		KVCache:             e.kvStats(),
 	}
 	if free, total := e.dev.memory(); e.dev.gpu && total >= free {
 		st.DeviceMemoryUsed, st.DeviceMemoryTotal = total-free, total
@@ -325,6 +338,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		iBatch:    -1,
 		submitted: time.Now(),
 	}
+	seq.restore = e.kv.fetch(req.Key) // KV swap: a disk read, if any, here rather than on the loop
 
 	e.closeMu.RLock()
 	defer e.closeMu.RUnlock()
@@ -369,6 +383,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return ErrShutdownTimeout
 	}
+	e.kvClose() // KV swap: the states saved at shutdown reach the disk
 	// Grammar samplers use neither the model nor the context.
 	e.freeOnce.Do(e.be.Close)
 	samplersDone := make(chan struct{})

@@ -36,6 +36,7 @@ func (e *Engine) loop(b *batch) {
 		for active < e.parallel {
 			var seq *sequence
 			if active == 0 {
+				e.kvSaveIdle() // KV swap: nothing to decode, so keep what changed
 				select {
 				case seq = <-e.queue:
 				case <-e.closing:
@@ -331,6 +332,7 @@ func (e *Engine) shutdown() {
 			e.finish(s.seq, parley.FinishCancelled, nil)
 		}
 	}
+	e.kvSaveIdle() // KV swap: a restart finds every conversation warm
 	for {
 		select {
 		case seq := <-e.queue:

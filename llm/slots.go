@@ -65,6 +65,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 		}
 	}
 	s := best
+	e.kvTakeover(s, seq.req.Key) // KV swap: the state of the session leaving the slot
 	if s.key != seq.req.Key && s.key != "" {
 		e.log.Debug("slot taken over", zap.Int("slot", s.id), zap.String("from", s.key), zap.String("to", seq.req.Key))
 	}
@@ -75,6 +76,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 
 	toks := seq.req.Tokens
 	keep := commonPrefix(s.cached, toks)
+	keep = e.kvRestore(s, seq, keep) // KV swap: the session's saved state, when it holds more
 	e.copyPrefix(s, toks, keep)
 	keep = commonPrefix(s.cached, toks)
 	if keep == len(toks) {

@@ -35,6 +35,7 @@ type EngineStats struct {
 	OverStepBudget    int64         // replies ended because one sampling step took longer than the step budget
 	DeviceMemoryUsed  uint64        // bytes in use on the device the model runs on (total less free: other processes count too)
 	DeviceMemoryTotal uint64        // bytes of memory of that device
+	KVCache           KVCacheStats  // the swap of sessions' KV state (metrics_kv.go)
 }
 
 // WithEngineStats makes /metrics report the engine's counters; stats is
@@ -187,6 +188,7 @@ func (s *Server) initOps() {
 	}
 	if o.stats != nil {
 		cs = append(cs, engineCollectors(o.stats)...)
+		cs = append(cs, kvCollectors(o.stats)...)
 	}
 	cs = append(cs, s.budgetCollectors()...)
 	// The names are distinct constants, so registration fails only on a

@@ -106,6 +106,8 @@ type config struct {
 	maxStoreBytes, maxBodyBytesInflight                               int64
 	clientStoreShare                                                  float64
 	maxHTTPConnsPerIP                                                 int
+	// issue 20 (KV swap): bytes of sessions' KV state kept in RAM and on disk
+	kvCacheRAM, kvCacheDisk byteSize
 	// issue 32: the engine
 	engine engineFlags
 }
@@ -172,6 +174,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.Int64Var(&c.maxBodyBytesInflight, "max-body-bytes-inflight", web.DefaultMaxBodyBytesInflight, "bytes of request bodies held at once by the requests being handled (one address: a quarter); over it: 503 (429), Retry-After")
 	fs.IntVar(&c.maxHTTPConnsPerIP, "max-http-conns-per-ip", web.DefaultMaxHTTPConnsPerIP, "open TCP connections per client address at most, WebSockets included (over it: 429)")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
+	kvCacheFlags(fs, &c)
 	c.engine.register(fs)
 
 	if err := fs.Parse(args); err != nil {
@@ -421,6 +424,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		KVCacheType:    cfg.kvCacheType,
 		QueueSize:      cfg.queue,
 		StepBudget:     cfg.stepBudget,
+		KVCache:        kvCacheConfig(cfg),
 		Progress:       progress.update,
 		Logger:         log.Named("llm"),
 	}
@@ -512,6 +516,7 @@ func (r *engineRef) stats() web.EngineStats {
 		OverStepBudget:    st.OverBudget,
 		DeviceMemoryUsed:  st.DeviceMemoryUsed,
 		DeviceMemoryTotal: st.DeviceMemoryTotal,
+		KVCache:           kvCacheStats(st.KVCache),
 	}
 }
 

@@ -168,10 +168,11 @@ func TestBinary(t *testing.T) {
 	// kill -9 loses nothing that was committed: after a restart on the
 	// same data directory the session resumes with its whole history, the
 	// next reply is prompted with it (its KV cache rebuilt from scratch),
-	// and a turn that was streaming at the kill left no trace.
+	// and a turn that was streaming at the kill left no trace. (Without the
+	// KV swap's files: kvswap_test.go covers the restart with them.)
 	t.Run("conversation survives kill -9", func(t *testing.T) {
 		dataDir := t.TempDir()
-		args := []string{"--store", "bolt", "--data-dir", dataDir, "--max-tokens", "24"}
+		args := []string{"--store", "bolt", "--data-dir", dataDir, "--max-tokens", "24", "--kv-cache-disk", "0"}
 		s := start(t, bin, args...)
 		ws := s.dial(t, "")
 		open := read(t, ws)

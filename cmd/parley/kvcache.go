@@ -1,0 +1,75 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/web"
+)
+
+// Defaults of --kv-cache-ram and --kv-cache-disk.
+const (
+	defaultKVCacheRAM  = 512 << 20
+	defaultKVCacheDisk = 2 << 30
+)
+
+// byteSize is a flag of a size in bytes: a number with an optional unit
+// (KiB, MiB, GiB, TiB, or KB, MB, GB, TB in powers of 1000).
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToLower(num), strings.ToLower(u.suffix)) {
+			num, mult = strings.TrimSpace(num[:len(num)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n < 0 || n*float64(mult) > 1<<62 {
+		return fmt.Errorf("want a size such as 512MiB, 2GiB or 0, got %q", s)
+	}
+	*b = byteSize(n * float64(mult))
+	return nil
+}
+
+// kvCacheFlags declares the KV swap's flags (issue 20).
+func kvCacheFlags(fs *flag.FlagSet, c *config) {
+	c.kvCacheRAM, c.kvCacheDisk = defaultKVCacheRAM, -1
+	fs.Var(&c.kvCacheRAM, "kv-cache-ram", "memory for the KV state of conversations whose slot went to another session, restored on their next turn instead of evaluated again (least recently used out first; 0 = off); e.g. 512MiB, 2GiB")
+	fs.Var(&c.kvCacheDisk, "kv-cache-disk", "disk space under --data-dir/kvcache for the same states, kept across restarts (least recently used out first; 0 = off); default 2GiB, off with --store memory")
+}
+
+// kvCacheConfig is the engine's KV swap configuration from the flags.
+func kvCacheConfig(cfg config) llm.KVCacheConfig {
+	disk := int64(cfg.kvCacheDisk)
+	if disk < 0 { // not set
+		disk = defaultKVCacheDisk
+		if cfg.store == "memory" {
+			disk = 0 // sessions do not outlive the process: neither need their states
+		}
+	}
+	return llm.KVCacheConfig{RAMBytes: int64(cfg.kvCacheRAM), DiskBytes: disk, Dir: filepath.Join(cfg.dataDir, "kvcache")}
+}
+
+// kvCacheStats adapts the engine's KV swap counters to web's.
+func kvCacheStats(s llm.KVCacheStats) web.KVCacheStats {
+	return web.KVCacheStats{
+		Saves: s.Saves, SavedBytes: s.SavedBytes, Restores: s.Restores, RestoredTokens: s.RestoredTokens,
+		RestoreTime: time.Duration(s.RestoreNanos), SaveTime: time.Duration(s.SaveNanos),
+		DiskWrites: s.DiskWrites, DiskWriteBytes: s.DiskWriteBytes, Fallbacks: s.Fallbacks,
+		FilesRefused: map[string]int64{"corrupt": s.Corrupt, "foreign": s.Foreign},
+		RAMBytes:     s.RAMBytes, DiskBytes: s.DiskBytes, RAMEntries: s.RAMEntries, DiskEntries: s.DiskEntries,
+	}
+}

@@ -1,0 +1,335 @@
+package llm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm/kvcache"
+)
+
+// This file swaps sessions' KV state out of the slots and back (issue 20):
+// a slot that goes to another session first saves its sequence's state
+// (llama_state_seq_get_data) to a kvcache.Cache, by the session's key; when
+// the session comes back (a new turn, or after a restart through the cache's
+// files), its state is restored into whatever slot it gets and only the new
+// tokens are evaluated. The hooks in the slot code are marked "KV swap".
+
+// KVCacheConfig configures the swap of sessions' KV state (Config.KVCache).
+// With both budgets zero nothing is saved.
+type KVCacheConfig struct {
+	RAMBytes  int64  // states held in memory at most, in bytes
+	DiskBytes int64  // states kept in Dir at most, in bytes; they survive restarts
+	Dir       string // where the files go (a folder per model and llama.cpp build is made in it)
+}
+
+// minRestoreGain is how many more prompt tokens a saved state must hold than
+// the slot's own cache before it is restored (a copy of the whole state)
+// instead of evaluating them.
+const minRestoreGain = 8
+
+// Fallback reasons (Stats.KVCache.Fallbacks): a saved state that was not
+// used, and the conversation evaluated again instead.
+const (
+	FallbackMismatch = "mismatch" // the prompt no longer continues the saved tokens (a reset, an edited history)
+	FallbackCorrupt  = "corrupt"  // a truncated or corrupt file
+	FallbackForeign  = "foreign"  // a file of another model, llama.cpp build or KV layout
+	FallbackRead     = "read"     // the file could not be read
+	FallbackRejected = "rejected" // llama.cpp refused the state
+)
+
+var fallbackReasons = []string{FallbackMismatch, FallbackCorrupt, FallbackForeign, FallbackRead, FallbackRejected}
+
+// KVCacheStats counts the swap (Stats.KVCache).
+type KVCacheStats struct {
+	kvcache.Stats
+	Restores       int64            // states restored into a slot
+	RestoredTokens int64            // prompt tokens they spared (not evaluated)
+	RestoreNanos   int64            // time spent restoring, disk reads included
+	SaveNanos      int64            // time the decode loop spent copying states out
+	Fallbacks      map[string]int64 // by reason (Fallback*)
+}
+
+// kvSwap is the engine's side of the swap. The cache is safe for
+// concurrent use; clean is owned by the loop.
+type kvSwap struct {
+	cache *kvcache.Cache
+	be    backend // its StateSeqSave and StateSeqRestore
+	log   *zap.Logger
+	disk  bool   // states go to disk too: save at idle, so a crash keeps them
+	clean []bool // by slot: its state is saved as it is now
+
+	// held is the keys whose state is in a slot now (written by the loop):
+	// fetch reads no file for them.
+	heldMu sync.Mutex
+	held   map[string]bool
+
+	restores, restoredTokens, restoreNanos, saveNanos atomic.Int64
+	fallbacks                                         [5]atomic.Int64 // by fallbackReasons' index
+}
+
+// openKVSwap starts the swap for e, or returns nil when it is off.
+func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
+	kc := cfg.KVCache
+	if kc.RAMBytes <= 0 && kc.DiskBytes <= 0 {
+		return nil, nil
+	}
+	id, err := stateIdentity(cfg, e.info, stateBuild(e.be.Name()))
+	if err != nil {
+		return nil, err
+	}
+	dir := kc.Dir
+	if kc.DiskBytes <= 0 {
+		dir = ""
+	}
+	ccfg := kvcache.Config{Dir: dir, RAMBytes: max(kc.RAMBytes, 0), DiskBytes: max(kc.DiskBytes, 0), Identity: id, Logger: e.log}
+	c, err := kvcache.Open(ccfg)
+	if err != nil && dir != "" {
+		// An unwritable folder costs the restarts their warm conversations, not the server its start.
+		e.log.Warn("kv cache folder unusable: KV states are kept in RAM only", zap.String("dir", dir), zap.Error(err))
+		dir, ccfg.Dir, ccfg.DiskBytes = "", "", 0
+		c, err = kvcache.Open(ccfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &kvSwap{cache: c, be: e.be, log: e.log, disk: dir != "", clean: make([]bool, cfg.Parallel), held: map[string]bool{}}, nil
+}
+
+// stateIdentity names what a saved state is valid for: the model file (its
+// size and a hash of its first and last MiB, which hold its metadata and
+// some of its weights), the llama.cpp build, and the KV cache's layout
+// (element type, flash attention's V layout, streams).
+func stateIdentity(cfg Config, info parley.ModelInfo, build string) (string, error) {
+	f, err := os.Open(cfg.Path)
+	if err != nil {
+		return "", fmt.Errorf("kv cache: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("kv cache: %w", err)
+	}
+	h := sha256.New()
+	const span = 1 << 20
+	if _, err := io.Copy(h, io.LimitReader(f, span)); err != nil {
+		return "", fmt.Errorf("kv cache: %w", err)
+	}
+	if st.Size() > 2*span {
+		if _, err := io.Copy(h, io.NewSectionReader(f, st.Size()-span, span)); err != nil {
+			return "", fmt.Errorf("kv cache: %w", err)
+		}
+	}
+	binding := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == "github.com/ollama/ollama" {
+				binding = m.Version
+			}
+		}
+	}
+	// One KV stream per slot unless unified: llama.cpp reads a state back
+	// only into a cache of as many streams.
+	streams := cfg.Parallel
+	if info.Device.KVUnified {
+		streams = 1
+	}
+	fmt.Fprintf(h, "|size=%d|build=%s|binding=%s|kv=%s|fa=%t|streams=%d|format=1",
+		st.Size(), build, binding, cfg.KVCacheType, info.Device.FlashAttention, streams)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// fetch returns the saved state of key for a request about to be queued,
+// reading it from disk when it is not in memory (on the caller's
+// goroutine, never the loop's). Nil when there is none, when a slot still
+// holds the key's state (should the slot be taken before the request is
+// admitted, the state it saves then is in memory: kvRestore finds it), or
+// when the file failed its checks (counted and logged as a fallback).
+func (k *kvSwap) fetch(key string) *kvcache.Entry {
+	if k == nil || key == "" || !k.cache.Peek(key) {
+		return nil
+	}
+	k.heldMu.Lock()
+	held := k.held[key]
+	k.heldMu.Unlock()
+	if held {
+		return nil
+	}
+	t0 := time.Now()
+	ent, err := k.cache.Get(key)
+	switch {
+	case err == nil:
+		k.restoreNanos.Add(int64(time.Since(t0)))
+		return ent
+	case errors.Is(err, kvcache.ErrNotFound):
+	case errors.Is(err, kvcache.ErrCorrupt):
+		k.fallback(FallbackCorrupt)
+	case errors.Is(err, kvcache.ErrForeign):
+		k.fallback(FallbackForeign)
+	default:
+		k.fallback(FallbackRead)
+		k.log.Warn("kv cache file not read; the conversation is evaluated again", zap.String("key", key), zap.Error(err))
+	}
+	return nil
+}
+
+func (k *kvSwap) fallback(reason string) {
+	for i, r := range fallbackReasons {
+		if r == reason {
+			k.fallbacks[i].Add(1)
+		}
+	}
+}
+
+// kvTakeover is assign's hook before slot s goes to the session key: the
+// state of the session leaving it is saved. Called by the loop.
+func (e *Engine) kvTakeover(s *slot, key string) {
+	k := e.kv
+	if k == nil || s.key == key {
+		return
+	}
+	e.kvSave(s)
+	k.heldMu.Lock()
+	delete(k.held, s.key)
+	if key != "" {
+		k.held[key] = true
+	}
+	k.heldMu.Unlock()
+}
+
+// kvSave copies slot s's state into the cache under its key, unless it is
+// saved already, holds nothing or belongs to no session. Called by the loop.
+func (e *Engine) kvSave(s *slot) {
+	k := e.kv
+	if k == nil || k.clean[s.id] || s.key == "" || len(s.cached) == 0 {
+		return
+	}
+	t0 := time.Now()
+	state, err := k.be.StateSeqSave(s.id)
+	if err == nil && len(state) == 0 {
+		err = errors.New("llama.cpp has no state for the sequence")
+	}
+	k.saveNanos.Add(int64(time.Since(t0)))
+	if err != nil {
+		k.log.Warn("kv state not saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Error(err))
+		return
+	}
+	k.cache.Put(&kvcache.Entry{Key: s.key, Tokens: append([]int(nil), s.cached...), State: state})
+	k.clean[s.id] = true
+	e.log.Debug("kv state saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Int("tokens", len(s.cached)),
+		zap.Int("bytes", len(state)), zap.Duration("took", time.Since(t0)))
+}
+
+// kvSaveIdle saves every slot whose state changed, when states go to disk:
+// the loop calls it when it has nothing to do, so a crash or a kill loses
+// only what was generated under load since.
+func (e *Engine) kvSaveIdle() {
+	if e.kv == nil || !e.kv.disk {
+		return
+	}
+	for _, s := range e.slots {
+		if s.seq == nil {
+			e.kvSave(s)
+		}
+	}
+}
+
+// kvRestore is assign's hook, once s is seq's slot and keep prompt tokens
+// are in its cache: when seq's saved state holds more of the prompt, it
+// replaces the slot's cache. It returns how many prompt tokens the slot
+// now holds.
+func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
+	k := e.kv
+	if k == nil {
+		return keep
+	}
+	k.clean[s.id] = false // the slot's cache changes from here on
+	ent := seq.restore
+	seq.restore = nil
+	if ent == nil && seq.req.Key != "" {
+		ent = k.cache.GetMemory(seq.req.Key) // saved after fetch (its slot was taken meanwhile)
+	}
+	if ent == nil {
+		return keep
+	}
+	toks := seq.req.Tokens
+	p := commonPrefix(ent.Tokens, toks)
+	if len(ent.Tokens) >= e.nCtx {
+		p = 0 // saved with a larger --ctx: it does not fit the slot
+	}
+	if p < keep+minRestoreGain {
+		if p < len(ent.Tokens) && keep < len(ent.Tokens) && p < minReusePrefix {
+			k.fallback(FallbackMismatch)
+			e.log.Info("saved kv state does not match the prompt; it is evaluated again", zap.String("key", seq.req.Key),
+				zap.Int("saved_tokens", len(ent.Tokens)), zap.Int("matching", p))
+		}
+		return keep
+	}
+	t0 := time.Now()
+	s.cached = s.cached[:0]
+	if err := k.be.StateSeqRestore(s.id, ent.State); err != nil {
+		e.be.SeqRm(s.id, 0, -1)
+		k.fallback(FallbackRejected)
+		e.log.Warn("saved kv state refused by llama.cpp; the conversation is evaluated again", zap.String("key", seq.req.Key),
+			zap.Int("slot", s.id), zap.Error(err))
+		return 0
+	}
+	s.cached = append(s.cached, ent.Tokens...)
+	k.restores.Add(1)
+	k.restoredTokens.Add(int64(p - keep))
+	k.restoreNanos.Add(int64(time.Since(t0)))
+	e.log.Debug("kv state restored", zap.String("key", seq.req.Key), zap.Int("slot", s.id), zap.Int("tokens", p),
+		zap.Duration("took", time.Since(t0)))
+	return p
+}
+
+// kvStats returns the swap's counters.
+func (e *Engine) kvStats() KVCacheStats {
+	k := e.kv
+	if k == nil {
+		return KVCacheStats{}
+	}
+	st := KVCacheStats{Stats: k.cache.Stats(), Restores: k.restores.Load(), RestoredTokens: k.restoredTokens.Load(),
+		RestoreNanos: k.restoreNanos.Load(), SaveNanos: k.saveNanos.Load(), Fallbacks: map[string]int64{}}
+	for i, r := range fallbackReasons {
+		st.Fallbacks[r] = k.fallbacks[i].Load()
+	}
+	return st
+}
+
+// kvClose flushes the cache's writes. After the loop has ended.
+func (e *Engine) kvClose() {
+	if e.kv != nil {
+		e.kv.cache.Close()
+	}
+}
+
+// SavedTokens returns the tokens of key's saved KV state, each with its
+// text, in order (nil when there is none): what a restored slot will hold.
+// A chat.Responder that no longer remembers the conversation (after a
+// restart) builds the next prompt from them, so that the prompt continues
+// the saved state token for token.
+func (e *Engine) SavedTokens(key string) []parley.Token {
+	if e.kv == nil || key == "" {
+		return nil
+	}
+	ids := e.kv.cache.Tokens(key)
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]parley.Token, len(ids))
+	for i, id := range ids {
+		out[i] = parley.Token{ID: id, Text: e.TokenText(id), Special: e.vocab.special(id)}
+	}
+	return out
+}
