@@ -428,18 +428,21 @@ func TestOllamaWarmResends(t *testing.T) {
 	})
 	// With as many cache slots as clients, each conversation keeps its
 	// cache between turns even though only 4 generate at once.
-	for _, slots := range []int{4, 8} {
-		t.Run(fmt.Sprintf("8 clients, parallel 4, %d cache slots", slots), func(t *testing.T) {
-			ev, total := eightClients(t, slots, slots == 8)
-			t.Logf("8 clients, parallel 4, %d cache slots, turns 2-10: evaluated %d of %d prompt tokens", slots, ev, total)
+	for _, c := range []struct {
+		slots int
+		ram   int64
+	}{{4, 0}, {8, 0}, {4, 64 << 20}} {
+		t.Run(fmt.Sprintf("8 clients, parallel 4, %d cache slots, kv-cache-ram %d", c.slots, c.ram), func(t *testing.T) {
+			ev, total := eightClients(t, c.slots, c.ram, c.slots == 8 || c.ram > 0)
+			t.Logf("8 clients, parallel 4, %d cache slots, kv-cache-ram %d, turns 2-10: evaluated %d of %d prompt tokens", c.slots, c.ram, ev, total)
 		})
 	}
 }
 
 // eightClients runs 8 resending clients at once on 4 parallel slots and
 // slots cache slots; strict checks each turn's warmth.
-func eightClients(t *testing.T, slots int, strict bool) (evaluated, total int) {
-	s := openStack(t, stackOpts{parallel: 4, cacheSlots: slots, maxTokens: 24, maxTokensCap: 480, tokenizer: true, options: func(s *stack) []web.Option {
+func eightClients(t *testing.T, slots int, ram int64, strict bool) (evaluated, total int) {
+	s := openStack(t, stackOpts{parallel: 4, cacheSlots: slots, kvCacheRAM: ram, maxTokens: 24, maxTokensCap: 480, tokenizer: true, options: func(s *stack) []web.Option {
 		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
 	}})
 	var wg sync.WaitGroup

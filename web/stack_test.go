@@ -67,13 +67,14 @@ type stack struct {
 
 // stackOpts varies the stack; the zero value is the default one.
 type stackOpts struct {
-	parallel     int  // engine slots (default 2)
-	cacheSlots   int  // KV-cache slots kept (default: parallel)
-	contextLen   int  // tokens per slot (default 512)
-	maxTokens    int  // the sessions' and the server's default reply cap (default 48)
-	maxTokensCap int  // Config.MaxTokensCap (default 1024)
-	tokenizer    bool // give the server the engine as its Tokenizer
-	sndbuf       int  // > 0: the server's sockets get this send buffer (no autotuning)
+	parallel     int   // engine slots (default 2)
+	cacheSlots   int   // KV-cache slots kept (default: parallel)
+	kvCacheRAM   int64 // bytes of swapped-out KV state kept in memory (default 0: no swap)
+	contextLen   int   // tokens per slot (default 512)
+	maxTokens    int   // the sessions' and the server's default reply cap (default 48)
+	maxTokensCap int   // Config.MaxTokensCap (default 1024)
+	tokenizer    bool  // give the server the engine as its Tokenizer
+	sndbuf       int   // > 0: the server's sockets get this send buffer (no autotuning)
 	cfg          func(*web.Config)
 	// generator, when set, wraps the engine the responder generates with.
 	generator func(*llm.Engine) chat.Generator
@@ -114,7 +115,7 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	// PARLEY_TEST_ENGINE runs the suite on another engine (scripts/test.sh
 	// runs it once per engine); the current engine's libraries come from
 	// PARLEY_ENGINE_LIB.
-	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: o.contextLen, Parallel: o.parallel, CacheSlots: o.cacheSlots, Threads: 1, Logger: log,
+	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: o.contextLen, Parallel: o.parallel, CacheSlots: o.cacheSlots, KVCache: llm.KVCacheConfig{RAMBytes: o.kvCacheRAM}, Threads: 1, Logger: log,
 		Engine: os.Getenv("PARLEY_TEST_ENGINE")})
 	if err != nil {
 		tb.Fatal(err)
