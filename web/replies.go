@@ -187,6 +187,11 @@ func (r *liveReply) pump() {
 		r.mu.Lock()
 		if ev.Done {
 			r.final, r.content = &ev, r.turn.Text()
+			// The turn settled before its final event was sent: counted
+			// before any follower hears the end (tests read it right after).
+			if r.turn.Committed() {
+				r.srv.ops().kvTurns.WithLabelValues(r.turn.KVCache()).Inc()
+			}
 		} else {
 			r.events = append(r.events, ev)
 			if r.followers == 0 {
@@ -202,9 +207,6 @@ func (r *liveReply) pump() {
 		if ev.Done {
 			replyLog(r.log, ev, zap.Int("seq", len(r.events)))
 		}
-	}
-	if r.turn.Committed() {
-		r.srv.ops().kvTurns.WithLabelValues(r.turn.KVCache()).Inc()
 	}
 }
 
