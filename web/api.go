@@ -11,6 +11,7 @@ package web
 //	POST /v1/chat/completions   OpenAI chat completions, streamed or not                              (api_openai.go)
 //	POST /v1/completions        OpenAI legacy completions (raw prompt), streamed or not               (api_completions.go)
 //	GET  /v1/models             OpenAI model list
+//	POST /v1/messages           Anthropic Messages, streamed or not; /v1/messages/count_tokens          (api_anthropic.go)
 //	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (api_responses.go)
 //
 // Every endpoint but the Responses and Conversations APIs is stateless (the request carries the whole prompt or
@@ -93,6 +94,8 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	g.POST("/v1/completions", s.handleCompletions)
 	g.GET("/v1/models", s.handleModels)
 	g.GET("/v1/models/:id", s.handleModel)
+	g.POST("/v1/messages", s.handleMessages)
+	g.POST("/v1/messages/count_tokens", s.handleCountTokens)
 	if cs, ok := s.sessions.(Conversations); ok {
 		s.mountResponses(g, cs)
 	}

@@ -1,0 +1,36 @@
+package chat
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/parley-chat/parley"
+)
+
+// CountTokens returns how many tokens the prompt for msgs holds, rendered
+// and tokenized as Reply renders and tokenizes it for key (from the exact
+// tokens of key's last turn when msgs continue it), without generating.
+// The whole conversation is counted: turns Reply would drop to fit the
+// context are not dropped. For Anthropic's count_tokens.
+func (r *Responder) CountTokens(key string, msgs []parley.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, parley.FieldErrorf("messages", "at least one message is needed")
+	}
+	info := r.gen.Info()
+	prompt, err := r.Template().Render(neutralize(msgs, info.ControlTokens), Gen)
+	if err != nil {
+		return 0, err
+	}
+	if tk, ok := r.gen.(ContinuationTokenizer); ok && key != "" {
+		if m := r.memos.get(key); m != nil && m.dropped == 0 && len(msgs) > m.msgs && strings.HasPrefix(prompt, m.prompt) {
+			if tokens, ok := m.extend(prompt, tk); ok {
+				return len(tokens), nil
+			}
+		}
+	}
+	tokens, err := r.gen.Tokenize(prompt)
+	if err != nil {
+		return 0, fmt.Errorf("tokenize prompt: %w", err)
+	}
+	return len(tokens), nil
+}

@@ -1,0 +1,426 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/parley-chat/parley"
+)
+
+// Anthropic's Messages API, as the official SDKs and Claude-style clients
+// use it: POST /v1/messages (one message, or server-sent events when
+// "stream": true) and POST /v1/messages/count_tokens. Stateless: every
+// request carries the whole conversation, and the conversation's key
+// (anthropicKey) sends each turn to the slot that holds the previous one, so
+// only the new turn is evaluated.
+//
+// Supported: system (a string or text blocks), messages of user, assistant
+// (and system) roles whose content is a string or text blocks, max_tokens
+// (required), temperature, top_p, top_k, stop_sequences, metadata, and
+// Parley's own sampling fields (min_p, seed, grammar, json_schema, ...).
+// thinking blocks of earlier assistant turns and cache_control marks are
+// accepted and left out of the prompt (Parley caches every prefix without
+// being asked). Images, documents and tools are refused with a 400 naming
+// the block or field.
+//
+// usage follows Anthropic's accounting: input_tokens are the prompt tokens
+// evaluated for this request, cache_read_input_tokens those reused from the
+// KV cache, so their sum is the prompt's size, which count_tokens reports.
+
+// maxAnthropicBlocks bounds the content blocks of one request (system and
+// every message together). Each block costs a little to parse and render; a
+// conversation past this many is far beyond any context window the engine
+// serves, so this refuses only bodies built to be expensive.
+const maxAnthropicBlocks = 4096
+
+// billingHeaderPrefix starts the system block Claude Code sends first in
+// every request: a per-request billing tag (its cch= hash changes every
+// time) with no meaning to the model. Left in, it would make the prompt's
+// first tokens differ on every request, so no turn could reuse the KV cache
+// of the one before; Parley drops it (stripVolatileSystem).
+const billingHeaderPrefix = "x-anthropic-billing-header:"
+
+// anthropicBlock is one content block of a request; which fields apply
+// depends on Type.
+type anthropicBlock struct {
+	Type string  `json:"type"`
+	Text *string `json:"text"`
+}
+
+type anthropicMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type anthropicRequest struct {
+	paramsPatch
+	Model      string             `json:"model"`
+	System     json.RawMessage    `json:"system"`
+	Messages   []anthropicMessage `json:"messages"`
+	Stream     bool               `json:"stream"`
+	Metadata   json.RawMessage    `json:"metadata"`
+	Tools      json.RawMessage    `json:"tools"`
+	ToolChoice json.RawMessage    `json:"tool_choice"`
+}
+
+// anthropicCall is a decoded, validated Messages request.
+type anthropicCall struct {
+	key    string // the conversation's KV-cache key (anthropicKey)
+	msgs   []parley.Message
+	params parley.Params
+	stream bool
+	stops  []string // stop_sequences as sent: a match among them is stop_reason "stop_sequence"
+	patch  *paramsPatch
+}
+
+// blockCounter counts a request's content blocks against maxAnthropicBlocks.
+type blockCounter int
+
+func (n *blockCounter) add(k int, field string) error {
+	*n += blockCounter(k)
+	if *n > maxAnthropicBlocks {
+		return parley.FieldErrorf(field, "too many content blocks: a request may hold at most %d in all", maxAnthropicBlocks)
+	}
+	return nil
+}
+
+// parseAnthropicBody decodes a Messages (or count_tokens) request body.
+// count is true for count_tokens, which needs no max_tokens.
+func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	var req anthropicRequest
+	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return nil, err
+	}
+	if !count && req.MaxTokens == nil {
+		return nil, parley.FieldErrorf("max_tokens", "is required")
+	}
+	if err := checkAnthropicUnsupported(&req); err != nil {
+		return nil, err
+	}
+	var blocks blockCounter
+	var msgs []parley.Message
+	system, err := parseAnthropicSystem(req.System, &blocks)
+	if err != nil {
+		return nil, err
+	}
+	if system != "" {
+		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: system})
+	}
+	if len(req.Messages) == 0 {
+		return nil, parley.FieldErrorf("messages", "at least one message is required")
+	}
+	for i, m := range req.Messages {
+		msg, err := parseAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), &blocks)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, msg)
+	}
+	if last := len(req.Messages) - 1; msgs[len(msgs)-1].Role != parley.RoleUser {
+		return nil, parley.FieldErrorf(fmt.Sprintf("messages[%d].role", last),
+			"the last message must be the user's (a partial assistant turn to continue is not supported)")
+	}
+	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.paramsPatch}
+	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
+	if count {
+		return call, nil
+	}
+	p, err := s.resolveParams(&req.paramsPatch)
+	if err != nil {
+		return nil, err
+	}
+	resolveSeed(&p)
+	p.SkipLogprobs = true
+	call.params = p
+	return call, nil
+}
+
+// checkAnthropicUnsupported refuses the request fields Parley does not
+// serve, rather than ignore them.
+func checkAnthropicUnsupported(req *anthropicRequest) error {
+	if isSet(req.Metadata) {
+		var md map[string]json.RawMessage
+		if err := json.Unmarshal(req.Metadata, &md); err != nil {
+			return parley.FieldErrorf("metadata", "must be an object")
+		}
+	}
+	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
+		return parley.FieldErrorf("tools", "tool use is not supported by this server")
+	}
+	if isSet(req.ToolChoice) {
+		var tc struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(req.ToolChoice, &tc); err != nil || tc.Type != "none" && tc.Type != "auto" {
+			return parley.FieldErrorf("tool_choice", "tool use is not supported by this server (only auto or none, without tools)")
+		}
+	}
+	return nil
+}
+
+// parseAnthropicSystem takes system: a string or an array of text blocks,
+// joined with newlines, with volatile header blocks dropped
+// (stripVolatileSystem).
+func parseAnthropicSystem(raw json.RawMessage, blocks *blockCounter) (string, error) {
+	if !isSet(raw) {
+		return "", nil
+	}
+	raw = bytes.TrimSpace(raw)
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", parley.FieldErrorf("system", "invalid string: %v", err)
+		}
+		return stripVolatileSystem(s), nil
+	}
+	var bs []json.RawMessage
+	if err := json.Unmarshal(raw, &bs); err != nil {
+		return "", parley.FieldErrorf("system", "must be a string or an array of text blocks")
+	}
+	if err := blocks.add(len(bs), "system"); err != nil {
+		return "", err
+	}
+	var parts []string
+	for i, b := range bs {
+		field := fmt.Sprintf("system[%d]", i)
+		var blk anthropicBlock
+		if err := json.Unmarshal(b, &blk); err != nil {
+			return "", parley.FieldErrorf(field, "must be a text block")
+		}
+		if blk.Type != "text" {
+			return "", parley.FieldErrorf(field+".type", "system blocks must be text, got %q", blk.Type)
+		}
+		if blk.Text == nil {
+			return "", parley.FieldErrorf(field+".text", "is required")
+		}
+		if t := stripVolatileSystem(*blk.Text); t != "" {
+			parts = append(parts, t)
+		}
+	}
+	return strings.Join(parts, "\n"), nil
+}
+
+// stripVolatileSystem drops a leading billing-header line (see
+// billingHeaderPrefix) from a system text. It changes on every request, so
+// keeping it would defeat the KV cache for the whole conversation after it;
+// it says nothing to the model. Only a line at the very start of a text (of
+// the system string, or of one of its blocks) is dropped, so an
+// instruction that merely mentions the header is kept.
+func stripVolatileSystem(s string) string {
+	if !strings.HasPrefix(s, billingHeaderPrefix) {
+		return s
+	}
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return strings.TrimLeft(s[i+1:], "\n")
+	}
+	return ""
+}
+
+// parseAnthropicMessage takes one message of messages: its role and its
+// content, a string or an array of blocks. Text blocks are joined; the
+// thinking blocks of an assistant turn (Claude-style clients send them
+// back) are left out; images, documents and tool blocks are refused.
+func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounter) (parley.Message, error) {
+	var role parley.Role
+	switch m.Role {
+	case "user":
+		role = parley.RoleUser
+	case "assistant":
+		role = parley.RoleAssistant
+	case "system":
+		role = parley.RoleSystem
+	case "":
+		return parley.Message{}, parley.FieldErrorf(field+".role", "is required")
+	default:
+		return parley.Message{}, parley.FieldErrorf(field+".role", "must be user or assistant, got %q", m.Role)
+	}
+	raw := bytes.TrimSpace(m.Content)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return parley.Message{}, parley.FieldErrorf(field+".content", "is required")
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return parley.Message{}, parley.FieldErrorf(field+".content", "invalid string: %v", err)
+		}
+		return parley.Message{Role: role, Content: s}, checkNotEmpty(role, s, field+".content")
+	}
+	var bs []json.RawMessage
+	if err := json.Unmarshal(raw, &bs); err != nil {
+		return parley.Message{}, parley.FieldErrorf(field+".content", "must be a string or an array of content blocks")
+	}
+	if err := blocks.add(len(bs), field+".content"); err != nil {
+		return parley.Message{}, err
+	}
+	var text strings.Builder
+	for j, b := range bs {
+		bf := fmt.Sprintf("%s.content[%d]", field, j)
+		var blk anthropicBlock
+		if err := json.Unmarshal(b, &blk); err != nil {
+			return parley.Message{}, parley.FieldErrorf(bf, "must be a content block object")
+		}
+		switch blk.Type {
+		case "text":
+			if blk.Text == nil {
+				return parley.Message{}, parley.FieldErrorf(bf+".text", "is required")
+			}
+			text.WriteString(*blk.Text)
+		case "thinking", "redacted_thinking":
+			if role != parley.RoleAssistant {
+				return parley.Message{}, parley.FieldErrorf(bf+".type", "%s blocks belong to assistant messages", blk.Type)
+			}
+		case "image", "document":
+			return parley.Message{}, parley.FieldErrorf(bf+".type", "%s blocks are not supported: this server reads text only", blk.Type)
+		case "tool_use", "tool_result":
+			return parley.Message{}, parley.FieldErrorf(bf+".type", "%s blocks are not supported: tool use is not supported by this server", blk.Type)
+		case "":
+			return parley.Message{}, parley.FieldErrorf(bf+".type", "is required")
+		default:
+			return parley.Message{}, parley.FieldErrorf(bf+".type", "unsupported content block type %q (text is)", blk.Type)
+		}
+	}
+	return parley.Message{Role: role, Content: text.String()}, checkNotEmpty(role, text.String(), field+".content")
+}
+
+// anthropicKey is a Messages conversation's KV-cache key: conversationKey
+// of the messages after the volatile system blocks were dropped, so every
+// turn of one conversation has the same key.
+func anthropicKey(msgs []parley.Message) string {
+	return "anthropic:" + strings.TrimPrefix(conversationKey(msgs), "openai:")
+}
+
+func anthropicMessageID() string {
+	return fmt.Sprintf("msg_%016x%08x", rand.Uint64(), rand.Uint32())
+}
+
+// anthropicUsage is a reply's usage in Anthropic's accounting (see the
+// package comment above).
+type anthropicUsage struct {
+	InputTokens              int `json:"input_tokens"`
+	OutputTokens             int `json:"output_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+}
+
+func newAnthropicUsage(u parley.Usage) anthropicUsage {
+	return anthropicUsage{
+		InputTokens:          u.PromptTokens - u.CachedPromptTokens,
+		OutputTokens:         u.CompletionTokens,
+		CacheReadInputTokens: u.CachedPromptTokens,
+	}
+}
+
+type anthropicText struct {
+	Type string `json:"type"` // "text"
+	Text string `json:"text"`
+}
+
+// anthropicMessageOut is the Message object: the whole reply, or (content
+// empty, stop_reason null) the stream's message_start.
+type anthropicMessageOut struct {
+	ID           string          `json:"id"`
+	Type         string          `json:"type"` // "message"
+	Role         string          `json:"role"` // "assistant"
+	Model        string          `json:"model"`
+	Content      []anthropicText `json:"content"`
+	StopReason   *string         `json:"stop_reason"`
+	StopSequence *string         `json:"stop_sequence"`
+	StopDetails  json.RawMessage `json:"stop_details"` // always null: Parley has no refusals
+	Usage        anthropicUsage  `json:"usage"`
+}
+
+// anthropicStop is the stop_reason and stop_sequence of a finished reply.
+// stop is the stop string that ended it (a template's end-of-turn string
+// ends the turn; one of the request's stop_sequences is reported as such).
+func anthropicStop(ev parley.Event, stop string, stops []string, maxTokens int) (reason string, seq *string) {
+	switch ev.Finish {
+	case parley.FinishStop:
+		for _, s := range stops {
+			if s == stop {
+				return "stop_sequence", &stop
+			}
+		}
+		return "end_turn", nil
+	case parley.FinishLength:
+		if ev.Usage.CompletionTokens < maxTokens {
+			return "model_context_window_exceeded", nil
+		}
+		return "max_tokens", nil
+	}
+	return "end_turn", nil
+}
+
+// handleMessages is POST /v1/messages.
+func (s *Server) handleMessages(c echo.Context) error {
+	ac, err := s.parseAnthropicBody(c, false)
+	if err != nil {
+		return err
+	}
+	route := "anthropic"
+	if ac.stream {
+		route = "anthropic-stream"
+	}
+	call, err := s.startChat(c, route, ac.key, ac.msgs, ac.params)
+	if err != nil {
+		return ac.patch.renameSent(err)
+	}
+	id, model := anthropicMessageID(), s.modelName()
+	if ac.stream {
+		s.streamAnthropic(c, call, ac, id, model)
+		return nil
+	}
+	_, ev := call.collect()
+	if rerr := replyError(ev); rerr != nil {
+		return ac.patch.renameSent(rerr)
+	}
+	reason, seq := anthropicStop(ev, call.rep.StopSequence(), ac.stops, ac.params.MaxTokens)
+	content := []anthropicText{}
+	if text := call.rep.Text(); text != "" {
+		content = append(content, anthropicText{Type: "text", Text: text})
+	}
+	return c.JSON(http.StatusOK, anthropicMessageOut{
+		ID: id, Type: "message", Role: "assistant", Model: model, Content: content,
+		StopReason: &reason, StopSequence: seq, StopDetails: json.RawMessage("null"),
+		Usage: newAnthropicUsage(ev.Usage),
+	})
+}
+
+// tokenCounter counts a conversation's prompt tokens as a reply to it would
+// (*chat.Responder satisfies it).
+type tokenCounter interface {
+	CountTokens(key string, msgs []parley.Message) (int, error)
+}
+
+// handleCountTokens is POST /v1/messages/count_tokens: the prompt's tokens,
+// as the same request to /v1/messages would count them (its usage's
+// input_tokens plus cache_read_input_tokens).
+func (s *Server) handleCountTokens(c echo.Context) error {
+	ac, err := s.parseAnthropicBody(c, true)
+	if err != nil {
+		return err
+	}
+	if err := s.apiAvailable(); err != nil {
+		return err
+	}
+	tc, ok := s.api.responder.(tokenCounter)
+	if !ok {
+		return parley.Errorf(parley.ENotFound, "this server cannot count tokens")
+	}
+	n, err := tc.CountTokens(ac.key, ac.msgs)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, struct {
+		InputTokens int `json:"input_tokens"`
+	}{n})
+}
