@@ -33,6 +33,14 @@ type Config struct {
 	Threads       int    // CPU threads for decoding; default runtime.NumCPU()
 	BatchSize     int    // tokens per llama.cpp micro-batch
 	QueueSize     int    // requests that may wait for a free slot before Generate returns EBusy; < 0 means none
+	// CacheSlots is how many KV-cache slots there are: conversations whose
+	// prompts stay cached between their turns. At least Parallel (the
+	// default, and what a smaller value means); past it, more conversations
+	// than generate at once keep their cache while they wait for their next
+	// turn (a stateless client's resent conversation evaluates only its new
+	// tokens), at ContextLength tokens of KV memory each. Slots beyond
+	// Parallel cost memory only: a decode step works on the busy slots.
+	CacheSlots int
 	// FlashAttention: "off" (default), "on", or "auto": on when layers are
 	// offloaded to a GPU, off on the CPU. Off on the CPU because there
 	// ggml's flash-attention kernel walks the keys one at a time, so every
@@ -100,6 +108,7 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = DefaultParallel
 	}
+	cfg.CacheSlots = max(cfg.CacheSlots, cfg.Parallel)
 	if cfg.Threads <= 0 {
 		cfg.Threads = runtime.NumCPU()
 	}

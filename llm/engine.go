@@ -66,6 +66,9 @@ type Engine struct {
 	// wake is signalled (never blocking) by a grammar sampler with a
 	// result, so a loop waiting only on samplers resumes.
 	wake chan struct{}
+	// parallel is how many sequences are decoded at once (Config.Parallel);
+	// there may be more slots (Config.CacheSlots).
+	parallel int
 
 	// samplers counts the grammar samplers' goroutines; overruns the
 	// abandoned ones still in C.
@@ -159,8 +162,9 @@ func Open(cfg Config) (*Engine, error) {
 		done:    make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 	}
+	e.parallel = cfg.Parallel
 	e.overruns.perClient, e.overruns.global = cfg.MaxOverrunsPerClient, cfg.MaxOverruns
-	for i := range cfg.Parallel {
+	for i := range cfg.CacheSlots {
 		e.slots = append(e.slots, &slot{id: i})
 	}
 	e.pieces = make([]string, info.VocabSize)
@@ -210,9 +214,9 @@ func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama
 	if dp.info.FlashAttention {
 		fa = ml.FlashAttentionEnabled
 	}
-	params := llama.NewContextParams(cfg.ContextLength*cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads, fa, cfg.KVCacheType)
+	params := llama.NewContextParams(cfg.ContextLength*cfg.CacheSlots, cfg.BatchSize, cfg.CacheSlots, cfg.Threads, fa, cfg.KVCacheType)
 	unified := dp.info.KVUnified
-	if !tuneContextParams(&params, contextShape{cfg.ContextLength * cfg.Parallel, cfg.BatchSize, cfg.Parallel, cfg.Threads}, unified) {
+	if !tuneContextParams(&params, contextShape{cfg.ContextLength * cfg.CacheSlots, cfg.BatchSize, cfg.CacheSlots, cfg.Threads}, unified) {
 		dp.info.KVUnified = false
 		if unified {
 			log.Warn("the binding's context parameters are not the ones this build knows: the KV cache stays one stream per slot")

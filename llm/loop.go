@@ -34,7 +34,7 @@ func (e *Engine) loop(b *llama.Batch) {
 	for {
 		tick++
 		// Admit queued requests into free slots. With nothing active, block.
-		for active < len(e.slots) {
+		for active < e.parallel {
 			var seq *sequence
 			if active == 0 {
 				select {
@@ -70,7 +70,7 @@ func (e *Engine) loop(b *llama.Batch) {
 			// Every active sequence waits for its grammar sampler: sleep
 			// until one answers, its deadline passes or a request comes.
 			queue := e.queue
-			if active >= len(e.slots) {
+			if active >= e.parallel {
 				queue = nil
 			}
 			t := time.NewTimer(next)
@@ -150,7 +150,7 @@ func (e *Engine) collect() (finished int, next time.Duration) {
 // step runs one decode step over every active sequence and returns how many
 // sequences finished.
 func (e *Engine) step(b *llama.Batch) (finished int) {
-	capacity := b.Size() * len(e.slots)
+	capacity := b.Size() * e.parallel
 	b.Clear()
 
 	// Cancelled sequences leave first, within one step of their cancellation.

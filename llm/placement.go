@@ -80,7 +80,7 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 	// cache for every session, and the compute buffers of one micro-batch.
 	m := meta.offload
 	kvPerToken := float64(meta.headsKV*(meta.headK+meta.headV)) * kvBytesPerValue(cfg.KVCacheType)
-	m.KVBytesPerLayer = uint64(kvPerToken * float64(cfg.ContextLength*cfg.Parallel))
+	m.KVBytesPerLayer = uint64(kvPerToken * float64(cfg.ContextLength*max(cfg.CacheSlots, cfg.Parallel)))
 	shape := meta.shape
 	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, fa(true)
 	m.ComputeBytes = offload.ComputeEstimate(shape)

@@ -38,6 +38,11 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	// longest prefix with the prompt (a common system prompt, or a stateless
 	// client resending a conversation), and among equals the least recently
 	// used, so a new session takes over the slot least likely to be wanted back.
+	// A keyed request does not choose by prefix a slot that another key's
+	// conversation holds more of: it would evict that conversation for a
+	// prefix copyPrefix gives it anyway (from any slot), and with more
+	// conversations than slots decoding at once (Config.CacheSlots) the
+	// least recently used slot is usually one nobody wants back.
 	var best *slot
 	bestPrefix := -1
 	for _, s := range e.slots {
@@ -49,7 +54,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 			break
 		}
 		p := commonPrefix(s.cached, seq.req.Tokens)
-		if p < minReusePrefix {
+		if p < minReusePrefix || (seq.req.Key != "" && s.key != "" && p < len(s.cached)) {
 			p = 0 // a BOS and a role marker in common is no reason to pass over the LRU slot
 		}
 		if p > bestPrefix || (p == bestPrefix && s.lastUsed < best.lastUsed) {

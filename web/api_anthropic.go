@@ -3,6 +3,7 @@ package web
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -193,9 +194,9 @@ func parseAnthropicSystem(raw json.RawMessage, blocks *blockCounter) (string, er
 	var parts []string
 	for i, b := range bs {
 		field := fmt.Sprintf("system[%d]", i)
-		var blk anthropicBlock
-		if err := json.Unmarshal(b, &blk); err != nil {
-			return "", parley.FieldErrorf(field, "must be a text block")
+		blk, err := decodeAnthropicBlock(b, field)
+		if err != nil {
+			return "", err
 		}
 		if blk.Type != "text" {
 			return "", parley.FieldErrorf(field+".type", "system blocks must be text, got %q", blk.Type)
@@ -265,9 +266,9 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 	var text strings.Builder
 	for j, b := range bs {
 		bf := fmt.Sprintf("%s.content[%d]", field, j)
-		var blk anthropicBlock
-		if err := json.Unmarshal(b, &blk); err != nil {
-			return parley.Message{}, parley.FieldErrorf(bf, "must be a content block object")
+		blk, err := decodeAnthropicBlock(b, bf)
+		if err != nil {
+			return parley.Message{}, err
 		}
 		switch blk.Type {
 		case "text":
@@ -290,6 +291,21 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 		}
 	}
 	return parley.Message{Role: role, Content: text.String()}, checkNotEmpty(role, text.String(), field+".content")
+}
+
+// decodeAnthropicBlock decodes one content block; a field of the wrong
+// type is an error naming it (messages[0].content[1].text).
+func decodeAnthropicBlock(raw json.RawMessage, field string) (anthropicBlock, error) {
+	var blk anthropicBlock
+	err := json.Unmarshal(raw, &blk)
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return blk, nil
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return blk, parley.FieldErrorf(field+"."+typeErr.Field, "expected %s, got %s", typeErr.Type, typeErr.Value)
+	}
+	return blk, parley.FieldErrorf(field, "must be a content block object")
 }
 
 // anthropicKey is a Messages conversation's KV-cache key: conversationKey

@@ -73,6 +73,7 @@ type config struct {
 	store, dataDir, apiKey, template             string
 	allowedOrigins, allowedHosts                 string
 	ctx, threads, parallel, queue, batch         int
+	cacheSlots                                   int
 	flashAttn, kvCacheType                       string
 	gpuLayers                                    gpuLayersFlag
 	kvUnified                                    string
@@ -110,6 +111,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.ctx, "ctx", llm.DefaultContextLength, "context window per session, in tokens")
 	fs.IntVar(&c.threads, "threads", defaultThreads(), "CPU threads for llama.cpp (default: half the logical CPUs, about the physical cores)")
 	fs.IntVar(&c.parallel, "parallel", llm.DefaultParallel, "replies generated at once (KV-cache slots)")
+	fs.IntVar(&c.cacheSlots, "cache-slots", 0, "KV-cache slots: conversations whose prompts stay cached between turns (default and minimum: --parallel); more keep more stateless clients warm, at --ctx tokens of KV memory each")
 	fs.IntVar(&c.queue, "queue", llm.DefaultQueueSize, "replies that may wait for a slot before clients are told the server is busy")
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
 	fs.StringVar(&c.flashAttn, "flash-attn", "auto", "flash attention: off, on or auto (auto: on when layers run on a GPU, off on the CPU, where off is faster as conversations grow; see BENCHMARKS.md)")
@@ -381,6 +383,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		Path:           modelPath,
 		ContextLength:  cfg.ctx,
 		Parallel:       cfg.parallel,
+		CacheSlots:     cfg.cacheSlots,
 		Threads:        cfg.threads,
 		BatchSize:      cfg.batch,
 		FlashAttention: cfg.flashAttn,

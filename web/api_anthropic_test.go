@@ -1,0 +1,342 @@
+package web_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/parley-chat/parley/web"
+)
+
+type antUsage struct {
+	InputTokens              int `json:"input_tokens"`
+	OutputTokens             int `json:"output_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+}
+
+type antBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type antMessage struct {
+	ID           string     `json:"id"`
+	Type         string     `json:"type"`
+	Role         string     `json:"role"`
+	Model        string     `json:"model"`
+	Content      []antBlock `json:"content"`
+	StopReason   *string    `json:"stop_reason"`
+	StopSequence *string    `json:"stop_sequence"`
+	Usage        antUsage   `json:"usage"`
+}
+
+type antEvent struct {
+	name         string
+	Type         string          `json:"type"`
+	Message      *antMessage     `json:"message"`
+	Index        *int            `json:"index"`
+	ContentBlock *antBlock       `json:"content_block"`
+	Delta        json.RawMessage `json:"delta"`
+	Usage        *antUsage       `json:"usage"`
+	Error        *struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// antHeaders are the headers Anthropic's SDKs send (the key as x-api-key).
+func antHeaders(key string) []string {
+	return []string{"x-api-key", key, "anthropic-version", "2023-06-01"}
+}
+
+func antCreate(tb testing.TB, s *stack, body map[string]any, hdr ...string) antMessage {
+	tb.Helper()
+	var m antMessage
+	decodeBody(tb, post(tb, s.base+"/v1/messages", body, hdr...), http.StatusOK, &m)
+	if m.Type != "message" || m.Role != "assistant" || !strings.HasPrefix(m.ID, "msg_") || m.StopReason == nil {
+		tb.Fatalf("message %+v", m)
+	}
+	return m
+}
+
+// readAntEvents reads Anthropic's server-sent events: "event: NAME" and
+// "data: JSON" lines, then an empty line; the data's type must be NAME.
+func readAntEvents(tb testing.TB, r io.Reader) []antEvent {
+	tb.Helper()
+	br := bufio.NewReader(r)
+	var out []antEvent
+	for {
+		line, err := br.ReadString('\n')
+		if err == io.EOF && line == "" {
+			return out
+		}
+		name, ok := strings.CutPrefix(line, "event: ")
+		if err != nil || !ok {
+			tb.Fatalf("event %d: line %q (%v)", len(out), line, err)
+		}
+		data, err := br.ReadString('\n')
+		payload, ok := strings.CutPrefix(data, "data: ")
+		if err != nil || !ok {
+			tb.Fatalf("event %d: data line %q (%v)", len(out), data, err)
+		}
+		if blank, _ := br.ReadString('\n'); blank != "\n" {
+			tb.Fatalf("event %d: want an empty line after it, got %q", len(out), blank)
+		}
+		ev := antEvent{name: strings.TrimSuffix(name, "\n")}
+		if err := json.Unmarshal([]byte(payload), &ev); err != nil || ev.Type != ev.name {
+			tb.Fatalf("event %d %q: %s (%v)", len(out), ev.name, payload, err)
+		}
+		out = append(out, ev)
+	}
+}
+
+// antAccumulate builds the message a stream describes, as the SDKs'
+// accumulators do, checking the events' order on the way.
+func antAccumulate(tb testing.TB, events []antEvent) antMessage {
+	tb.Helper()
+	if len(events) < 4 || events[0].Type != "message_start" || events[len(events)-1].Type != "message_stop" {
+		tb.Fatalf("events %+v: want message_start ... message_stop", events)
+	}
+	m := *events[0].Message
+	open := false
+	for _, ev := range events[1 : len(events)-1] {
+		switch ev.Type {
+		case "ping":
+		case "content_block_start":
+			if open || *ev.Index != len(m.Content) {
+				tb.Fatalf("content_block_start %+v with a block open or at the wrong index", ev)
+			}
+			m.Content, open = append(m.Content, *ev.ContentBlock), true
+		case "content_block_delta":
+			var d struct{ Type, Text string }
+			json.Unmarshal(ev.Delta, &d)
+			if !open || d.Type != "text_delta" || *ev.Index != len(m.Content)-1 {
+				tb.Fatalf("content_block_delta %+v", ev)
+			}
+			m.Content[*ev.Index].Text += d.Text
+		case "content_block_stop":
+			open = false
+		case "message_delta":
+			if open {
+				tb.Fatal("message_delta with a content block open")
+			}
+			var d struct {
+				StopReason   *string `json:"stop_reason"`
+				StopSequence *string `json:"stop_sequence"`
+			}
+			json.Unmarshal(ev.Delta, &d)
+			m.StopReason, m.StopSequence, m.Usage = d.StopReason, d.StopSequence, *ev.Usage
+		default:
+			tb.Fatalf("unexpected event %+v", ev)
+		}
+	}
+	return m
+}
+
+func antStream(tb testing.TB, s *stack, body map[string]any) []antEvent {
+	tb.Helper()
+	body["stream"] = true
+	res := post(tb, s.base+"/v1/messages", body)
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
+		tb.Fatalf("status %d, content type %q", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	return readAntEvents(tb, res.Body)
+}
+
+func antCount(tb testing.TB, s *stack, body map[string]any) int {
+	tb.Helper()
+	var c struct {
+		InputTokens int `json:"input_tokens"`
+	}
+	decodeBody(tb, post(tb, s.base+"/v1/messages/count_tokens", body), http.StatusOK, &c)
+	return c.InputTokens
+}
+
+// TestAnthropicMessages: a reply, the same reply streamed (the events
+// accumulate to the same message), count_tokens against usage, and the next
+// turn evaluating only what is new.
+func TestAnthropicMessages(t *testing.T) {
+	s := mustOpenAPI(t, nil)
+	msgs := []map[string]any{{"role": "user", "content": "Tell me about a cat."}}
+	body := func() map[string]any {
+		return map[string]any{"model": "claude-x", "max_tokens": 12, "temperature": 0, "system": "You tell stories.", "messages": msgs,
+			"metadata": map[string]any{"user_id": "u1"}}
+	}
+	m := antCreate(t, s, body())
+	if *m.StopReason != "max_tokens" || m.StopSequence != nil || len(m.Content) != 1 || m.Content[0].Type != "text" || m.Content[0].Text == "" {
+		t.Fatalf("message %+v", m)
+	}
+	u := m.Usage
+	if u.OutputTokens != 12 || u.InputTokens+u.CacheReadInputTokens < 5 || u.CacheCreationInputTokens != 0 {
+		t.Fatalf("usage %+v", u)
+	}
+	prompt := u.InputTokens + u.CacheReadInputTokens
+	if n := antCount(t, s, body()); n != prompt {
+		t.Fatalf("count_tokens %d, usage says %d (%+v)", n, prompt, u)
+	}
+
+	events := antStream(t, s, body())
+	if events[1].Type != "ping" || events[0].Message.StopReason != nil || len(events[0].Message.Content) != 0 {
+		t.Fatalf("stream starts %+v %+v", events[0], events[1])
+	}
+	got := antAccumulate(t, events)
+	got.ID, m.ID = "", ""
+	m.Usage, got.Usage = antUsage{}, antUsage{} // the second request reads the first one's cache
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("streamed message %+v, whole %+v", got, m)
+	}
+	if su := events[len(events)-2].Usage; su.OutputTokens != 12 || su.InputTokens+su.CacheReadInputTokens != prompt || su.CacheReadInputTokens < prompt-1 {
+		t.Fatalf("streamed usage %+v: want the prompt (%d tokens) read from the cache", su, prompt)
+	}
+
+	// The next turn, resent whole: its prompt is the last one, the reply
+	// and the new message; only about the new part is evaluated.
+	msgs = append(msgs, map[string]any{"role": "assistant", "content": []map[string]any{{"type": "text", "text": m.Content[0].Text}}},
+		map[string]any{"role": "user", "content": []map[string]any{{"type": "text", "text": "And then?"}}})
+	m2 := antCreate(t, s, body())
+	prompt2 := m2.Usage.InputTokens + m2.Usage.CacheReadInputTokens
+	if fresh := prompt2 - prompt - 12; m2.Usage.InputTokens > fresh+4 {
+		t.Fatalf("second turn evaluated %d tokens, %d of them new (usage %+v)", m2.Usage.InputTokens, fresh, m2.Usage)
+	}
+	if n := antCount(t, s, body()); n != prompt2 {
+		t.Fatalf("count_tokens %d, usage says %d", n, prompt2)
+	}
+}
+
+// TestAnthropicStopSequence: a stop sequence the greedy reply reaches ends
+// it with stop_reason stop_sequence, naming it, streamed or not.
+func TestAnthropicStopSequence(t *testing.T) {
+	s := mustOpenAPI(t, nil)
+	body := func() map[string]any {
+		return map[string]any{"max_tokens": 24, "temperature": 0, "messages": []map[string]any{{"role": "user", "content": "Tell me about a dog."}}}
+	}
+	full := antCreate(t, s, body()).Content[0].Text
+	words := strings.Fields(full)
+	if len(words) < 3 {
+		t.Fatalf("reply %q too short to pick a stop from", full)
+	}
+	stop := words[2]
+	b := body()
+	b["stop_sequences"] = []string{"never-in-a-story", stop}
+	m := antCreate(t, s, b)
+	want := full[:strings.Index(full, stop)]
+	if *m.StopReason != "stop_sequence" || m.StopSequence == nil || *m.StopSequence != stop || len(m.Content) != 1 || m.Content[0].Text != want {
+		t.Fatalf("message %+v: want %q ended by %q", m, want, stop)
+	}
+	got := antAccumulate(t, antStream(t, s, b))
+	if *got.StopReason != "stop_sequence" || *got.StopSequence != stop || got.Content[0].Text != want {
+		t.Fatalf("streamed %+v", got)
+	}
+}
+
+// TestAnthropicVolatileSystemBlock: Claude Code's billing header, a first
+// system block that changes on every request, is dropped: the next request
+// reads the whole prompt from the cache, and the prompt is the one without
+// the header.
+func TestAnthropicVolatileSystemBlock(t *testing.T) {
+	s := mustOpenAPI(t, nil)
+	msgs := []map[string]any{{"role": "user", "content": "Tell me about a frog."}}
+	for i, system := range []any{
+		[]map[string]any{{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.37.a1b; cc_entrypoint=cli; cch=%05x;"},
+			{"type": "text", "text": "You tell stories about ponds.", "cache_control": map[string]any{"type": "ephemeral"}}},
+		"x-anthropic-billing-header: cc_version=2.1.37.a1b; cc_entrypoint=cli; cch=%05x;\nYou tell stories about ponds.",
+	} {
+		var prompt int
+		for turn := range 3 {
+			sys := system
+			if blocks, ok := system.([]map[string]any); ok {
+				first := map[string]any{"type": "text", "text": fmt.Sprintf(blocks[0]["text"].(string), 1000*i+turn)}
+				sys = []map[string]any{first, blocks[1]}
+			} else {
+				sys = fmt.Sprintf(system.(string), 1000*i+turn)
+			}
+			b := map[string]any{"max_tokens": 4, "temperature": 0, "system": sys, "messages": msgs}
+			m := antCreate(t, s, b)
+			p := m.Usage.InputTokens + m.Usage.CacheReadInputTokens
+			if turn > 0 && (p != prompt || m.Usage.InputTokens > 1) {
+				t.Fatalf("system %d, request %d: usage %+v; want the same %d-token prompt read from the cache", i, turn, m.Usage, prompt)
+			}
+			prompt = p
+		}
+		plain := antCount(t, s, map[string]any{"system": "You tell stories about ponds.", "messages": msgs})
+		if plain != prompt {
+			t.Fatalf("system %d: the prompt has %d tokens, without the header %d", i, prompt, plain)
+		}
+	}
+}
+
+// TestAnthropicErrors: bad requests are 400s in Anthropic's error shape
+// whose message names the field; a wrong key is a 401 in the same shape.
+func TestAnthropicErrors(t *testing.T) {
+	s := mustOpenAPI(t, func(c *web.Config) { c.APIKey = "k3y" })
+	user := []map[string]any{{"role": "user", "content": "Hi"}}
+	many := make([]map[string]any, 10000)
+	for i := range many {
+		many[i] = map[string]any{"type": "text", "text": "a"}
+	}
+	cases := []struct {
+		name, field string
+		body        any
+	}{
+		{"no max_tokens", "max_tokens", map[string]any{"messages": user}},
+		{"max_tokens over the cap", "max_tokens", map[string]any{"max_tokens": 100000, "messages": user}},
+		{"bad temperature", "temperature", map[string]any{"max_tokens": 4, "temperature": -1, "messages": user}},
+		{"top_k a string", "top_k", map[string]any{"max_tokens": 4, "top_k": "x", "messages": user}},
+		{"no messages", "messages", map[string]any{"max_tokens": 4, "messages": []any{}}},
+		{"bad role", "messages[0].role", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "tool", "content": "x"}}}},
+		{"image block", "messages[0].content[1].type", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{
+			{"type": "text", "text": "What is this?"}, {"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": "iVBO"}}}}}}},
+		{"unknown block", "messages[0].content[0].type", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "banana"}}}}}},
+		{"block not an object", "messages[0].content[0]", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []any{7}}}}},
+		{"text block without text", "messages[0].content[0].text", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "text"}}}}}},
+		{"tool_result block", "messages[0].content[0].type", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "tool_result", "tool_use_id": "t1", "content": "4"}}}}}},
+		{"10,000 blocks", "messages[0].content", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": many}}}},
+		{"empty user message", "messages[0].content", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": ""}}}},
+		{"content a number", "messages[0].content", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": 5}}}},
+		{"ends with the assistant", "messages[1].role", map[string]any{"max_tokens": 4, "messages": append(user, map[string]any{"role": "assistant", "content": "Once"})}},
+		{"system image block", "system[0].type", map[string]any{"max_tokens": 4, "system": []map[string]any{{"type": "image"}}, "messages": user}},
+		{"system a number", "system", map[string]any{"max_tokens": 4, "system": 3, "messages": user}},
+		{"tools", "tools", map[string]any{"max_tokens": 4, "messages": user, "tools": []map[string]any{{"name": "f", "input_schema": map[string]any{"type": "object"}}}}},
+		{"tool_choice any", "tool_choice", map[string]any{"max_tokens": 4, "messages": user, "tool_choice": map[string]any{"type": "any"}}},
+		{"metadata not an object", "metadata", map[string]any{"max_tokens": 4, "messages": user, "metadata": "u1"}},
+		{"stop_sequences a number", "stop_sequences", map[string]any{"max_tokens": 4, "messages": user, "stop_sequences": 3}},
+	}
+	for _, c := range cases {
+		for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+			if path != "/v1/messages" && (strings.Contains(c.name, "max_tokens") || c.field == "temperature" || c.field == "top_k" || c.field == "stop_sequences") {
+				continue // count_tokens reads no sampling parameters
+			}
+			res := post(t, s.base+path, c.body, antHeaders("k3y")...)
+			var e struct {
+				Type  string `json:"type"`
+				Error struct {
+					Type    string `json:"type"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			decodeBody(t, res, http.StatusBadRequest, &e)
+			if e.Type != "error" || e.Error.Type != "invalid_request_error" || !strings.HasPrefix(e.Error.Message, c.field) {
+				t.Errorf("%s %s: error %+v, want an invalid_request_error naming %s", c.name, path, e, c.field)
+			}
+		}
+	}
+
+	for _, hdr := range [][]string{nil, antHeaders("wrong"), {"Authorization", "Bearer wrong"}} {
+		var e struct {
+			Type  string `json:"type"`
+			Error struct{ Type string } `json:"error"`
+		}
+		decodeBody(t, post(t, s.base+"/v1/messages", map[string]any{"max_tokens": 4, "messages": user}, hdr...), http.StatusUnauthorized, &e)
+		if e.Type != "error" || e.Error.Type != "authentication_error" {
+			t.Errorf("headers %q: error %+v", hdr, e)
+		}
+	}
+	// The key as a bearer token works too.
+	antCreate(t, s, map[string]any{"max_tokens": 2, "messages": user}, "Authorization", "Bearer k3y")
+}
