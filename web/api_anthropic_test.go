@@ -329,7 +329,7 @@ func TestAnthropicErrors(t *testing.T) {
 
 	for _, hdr := range [][]string{nil, antHeaders("wrong"), {"Authorization", "Bearer wrong"}} {
 		var e struct {
-			Type  string `json:"type"`
+			Type  string                `json:"type"`
 			Error struct{ Type string } `json:"error"`
 		}
 		decodeBody(t, post(t, s.base+"/v1/messages", map[string]any{"max_tokens": 4, "messages": user}, hdr...), http.StatusUnauthorized, &e)
