@@ -126,13 +126,8 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	// fitting starts from the turns it dropped, and prompts are built from its
 	// exact tokens. Whether msgs continue it is checked on the rendered text
 	// (extend); a conversation that was reset has fewer messages.
-	var m *memo
 	tk, _ := r.gen.(ContinuationTokenizer)
-	if key != "" {
-		if m = r.memos.get(key); m != nil && (len(msgs) <= m.msgs || tk == nil) {
-			m = nil
-		}
-	}
+	m := r.memoFor(key, msgs, tk)
 
 	// Fit counts several candidate prompts; keep each one's tokens so the
 	// chosen prompt is not tokenized twice. Candidates differ in length, so
@@ -211,6 +206,18 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		}
 	}
 	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember)
+}
+
+// memoFor returns key's memo when msgs may continue its conversation (it
+// has more messages than the memo's, and tk can extend its tokens), else nil.
+func (r *Responder) memoFor(key string, msgs []parley.Message, tk ContinuationTokenizer) *memo {
+	if key == "" || tk == nil {
+		return nil
+	}
+	if m := r.memos.get(key); m != nil && len(msgs) > m.msgs {
+		return m
+	}
+	return nil
 }
 
 // dropTurns returns msgs without their first k droppable turns (see fit).

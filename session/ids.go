@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -147,10 +148,50 @@ func legacyResponseSession(rest string) (string, bool) {
 	return rest[:n], true
 }
 
-// ItemKey is the part of an item id that names its session: a one-way
+// Item ids name a conversation's items: "msg_" + itemKey(sid) + the
+// message's absolute position in its session (or "_system" for the system
+// prompt). These, ConversationID and newResponseID are the only places ids
+// handed to clients are minted.
+
+// ItemPrefix starts every item id.
+const ItemPrefix = "msg_"
+
+// itemKey is the part of an item id that names its session: a one-way
 // digest of the session id, so an item id (shown with a response) does not
 // hand out the conversation either.
-func ItemKey(sid string) string {
+func itemKey(sid string) string {
 	h := sha256.Sum256([]byte("parley item " + sid))
 	return idEncoding().EncodeToString(h[:12])
 }
+
+// ItemID names the message at absolute position abs of session sid.
+func ItemID(sid string, abs int) string { return ItemPrefix + itemKey(sid) + strconv.Itoa(abs) }
+
+// SystemItemID names a conversation's system prompt, shown as its first item.
+func SystemItemID(sid string) string { return ItemPrefix + itemKey(sid) + "_system" }
+
+// CanonicalItemID returns id in the current form: an id of the earlier
+// form, "msg_" + sid + position, becomes the ItemID it stands for; any
+// other id is returned as it is.
+func CanonicalItemID(sid, id string) string {
+	if rest, ok := strings.CutPrefix(id, ItemPrefix+sid); ok {
+		return ItemPrefix + itemKey(sid) + rest
+	}
+	return id
+}
+
+// ItemPosition returns the absolute position an item id of session sid
+// names; ids of the earlier form, "msg_" + sid + position, still work.
+func ItemPosition(sid, id string) (int, bool) {
+	rest, ok := strings.CutPrefix(id, ItemPrefix+itemKey(sid))
+	if !ok {
+		if rest, ok = strings.CutPrefix(id, ItemPrefix+sid); !ok {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 0 && strconv.Itoa(n) == rest
+}
+
+// ConversationID is the conversation id of session sid.
+func ConversationID(sid string) string { return ConversationPrefix + sid }

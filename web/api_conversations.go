@@ -8,8 +8,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -24,31 +22,15 @@ type conversationObject struct {
 	Metadata  map[string]string `json:"metadata"`
 }
 
-// systemItemID names a conversation's system prompt, shown as its first item.
-func systemItemID(sid string) string { return "msg_" + session.ItemKey(sid) + "_system" }
-
-// parseItemID returns the absolute position an item id of session sid
-// names; ids of the earlier form, "msg_" + sid + position, still work.
-func parseItemID(sid, id string) (int, bool) {
-	rest, ok := strings.CutPrefix(id, "msg_"+session.ItemKey(sid))
-	if !ok {
-		if rest, ok = strings.CutPrefix(id, "msg_"+sid); !ok {
-			return 0, false
-		}
-	}
-	n, err := strconv.Atoi(rest)
-	return n, err == nil && n >= 0 && strconv.Itoa(n) == rest
-}
-
 // conversationItems is every item of a conversation, oldest first: its
 // system prompt (when it has one), then its messages.
 func conversationItems(sess *session.Session) []messageItem {
 	items := make([]messageItem, 0, len(sess.Messages)+1)
 	if sess.System != "" {
-		items = append(items, newMessageItem(systemItemID(sess.ID), parley.Message{Role: parley.RoleSystem, Content: sess.System}))
+		items = append(items, newMessageItem(session.SystemItemID(sess.ID), parley.Message{Role: parley.RoleSystem, Content: sess.System}))
 	}
 	for i, m := range sess.Messages {
-		items = append(items, newMessageItem(itemID(sess.ID, sess.Trimmed+i), m))
+		items = append(items, newMessageItem(session.ItemID(sess.ID, sess.Trimmed+i), m))
 	}
 	return items
 }
@@ -58,7 +40,7 @@ func newConversationObject(sess *session.Session) conversationObject {
 	if meta == nil {
 		meta = map[string]string{}
 	}
-	return conversationObject{ID: convID(sess.ID), Object: "conversation", CreatedAt: sess.Created.Unix(), Metadata: meta}
+	return conversationObject{ID: session.ConversationID(sess.ID), Object: "conversation", CreatedAt: sess.Created.Unix(), Metadata: meta}
 }
 
 // conversationPathID is the session id that the conversation id in the
@@ -161,7 +143,7 @@ func (s *Server) handleDeleteConversation(c echo.Context) error {
 	if err := s.api.convs.DeleteConversation(c.Request().Context(), sid); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, deletedObject{ID: convID(sid), Object: "conversation.deleted", Deleted: true})
+	return c.JSON(http.StatusOK, deletedObject{ID: session.ConversationID(sid), Object: "conversation.deleted", Deleted: true})
 }
 
 // handleListItems is GET /v1/conversations/:id/items.
@@ -193,7 +175,7 @@ func (s *Server) handleAddItems(c echo.Context) error {
 	var added []messageItem
 	for abs := first; abs < sess.Next(); abs++ {
 		if span := sess.Span(abs, abs+1); len(span) == 1 {
-			added = append(added, newMessageItem(itemID(sid, abs), span[0]))
+			added = append(added, newMessageItem(session.ItemID(sid, abs), span[0]))
 		}
 	}
 	l := itemList{Object: "list", Data: []messageItem{}}
@@ -210,10 +192,7 @@ func (s *Server) handleGetItem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	want := c.Param("item")
-	if rest, ok := strings.CutPrefix(want, "msg_"+sess.ID); ok {
-		want = "msg_" + session.ItemKey(sess.ID) + rest // an id of the earlier form
-	}
+	want := session.CanonicalItemID(sess.ID, c.Param("item"))
 	for _, it := range conversationItems(sess) {
 		if it.ID == want {
 			return c.JSON(http.StatusOK, it)
@@ -229,7 +208,7 @@ func (s *Server) handleDeleteItem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	abs, ok := parseItemID(sid, c.Param("item"))
+	abs, ok := session.ItemPosition(sid, c.Param("item"))
 	if !ok {
 		return parley.Errorf(parley.ENotFound, "no such item")
 	}

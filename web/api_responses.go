@@ -402,11 +402,6 @@ type itemList struct {
 	HasMore bool          `json:"has_more"`
 }
 
-// itemID names the message at absolute position abs of session sid. It
-// names the session by a one-way digest (session.ItemKey), so an item id
-// shown with a response does not hand out its conversation.
-func itemID(sid string, abs int) string { return "msg_" + session.ItemKey(sid) + strconv.Itoa(abs) }
-
 func newMessageItem(id string, m parley.Message) messageItem {
 	typ, role := "input_text", string(m.Role)
 	if m.Role == parley.RoleAssistant {
@@ -414,8 +409,6 @@ func newMessageItem(id string, m parley.Message) messageItem {
 	}
 	return messageItem{Type: "message", ID: id, Status: "completed", Role: role, Content: []outputText{newPart(typ, m.Content)}}
 }
-
-func convID(sid string) string { return session.ConversationPrefix + sid }
 
 func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool) *responseObject {
 	o := &responseObject{
@@ -498,7 +491,7 @@ func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *r
 // request: the conversation, the metadata and the text configuration.
 func (pr *parsedResponse) echo(o *responseObject, sid string) {
 	if pr.conv != "" {
-		o.Conversation = &conversationRef{ID: convID(sid)}
+		o.Conversation = &conversationRef{ID: session.ConversationID(sid)}
 	}
 	if pr.meta != nil {
 		o.Metadata = pr.meta
@@ -515,7 +508,7 @@ func (s *Server) outputItem(resp *session.Response, status, text string) message
 // replyItem is the output item of a response that ends at position end of
 // session sid: its reply m, "incomplete" unless status is completed.
 func replyItem(sid string, end int, status string, m parley.Message) messageItem {
-	it := newMessageItem(itemID(sid, end-1), m)
+	it := newMessageItem(session.ItemID(sid, end-1), m)
 	if status != session.StatusCompleted {
 		it.Status = "incomplete"
 	}
@@ -554,7 +547,7 @@ func (s *Server) handleInputItems(c echo.Context) error {
 	}
 	var items []messageItem
 	for i, m := range sess.Span(rec.Start, rec.End-1) {
-		items = append(items, newMessageItem(itemID(sess.ID, rec.Start+i), m))
+		items = append(items, newMessageItem(session.ItemID(sess.ID, rec.Start+i), m))
 	}
 	return listItems(c, items)
 }

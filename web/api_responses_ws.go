@@ -3,9 +3,8 @@ package web
 import (
 	"context"
 	"encoding/json"
-	"sync"
+	"errors"
 	"sync/atomic"
-	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
@@ -30,19 +29,18 @@ import (
 // respSocket is one Responses API WebSocket, tracked like the chat's
 // connections so Close waits for its running response and then closes it
 // with 1001 (Shutdown does not close hijacked connections); the handler's
-// read then fails and it returns.
+// read then fails and it returns. It runs on the pump the chat's
+// connections run on.
 type respSocket struct {
-	ws       *websocket.Conn
-	busy     atomic.Bool // a response is running on it
-	writeDue time.Duration
+	pump
+	busy atomic.Bool // a response is running on it
 }
 
 func (r *respSocket) replying() bool { return r.busy.Load() }
 
-func (r *respSocket) close(code int, text string) {
-	_ = writeClose(r.ws, code, text, r.writeDue)
-	r.ws.Close()
-}
+// errSocketClosed is what a response's writes return once its socket has
+// closed (or its client stopped reading).
+var errSocketClosed = errors.New("responses websocket closed")
 
 // handleResponsesWS is GET /v1/responses.
 func (s *Server) handleResponsesWS(c echo.Context) error {
@@ -60,65 +58,57 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 	if !ok {
 		return nil // the upgrader has answered
 	}
-	defer ws.Close()
-	sock := &respSocket{ws: ws, writeDue: s.cfg.WriteWait}
+	sock := &respSocket{pump: s.newPump(r.Context(), ws, maxAPIBodyBytes, s.log.With(zap.String("remote", ip)))}
 	if !s.trackOrRefuse(sock, ws) {
+		sock.cancel()
 		return nil
 	}
 	defer s.untrack(sock)
 
-	rd := &readDeadline{ws: ws, pongWait: s.cfg.PongWait}
-	rd.start()
-	// The pinger keeps an idle client's read deadline moving; WriteControl
-	// may run concurrently with the handler's writes (gorilla allows it).
-	stop := make(chan struct{})
-	var pinger sync.WaitGroup
-	pinger.Add(1)
-	go func() {
-		defer pinger.Done()
-		t := time.NewTicker(s.pingPeriod())
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if ping(ws, s.cfg.WriteWait) != nil {
-					return
-				}
-			}
-		}
-	}()
-	defer pinger.Wait()
-	defer close(stop)
+	writerDone := sock.startWriter()
+	sock.reader()
+	sock.close(websocket.CloseNormalClosure, "")
+	sock.finish(writerDone)
+	return nil
+}
 
+// reader runs the socket's requests, one after the other, until the
+// client leaves or the socket closes.
+func (sock *respSocket) reader() {
 	write := func(b []byte) error {
-		_ = ws.SetWriteDeadline(time.Now().Add(s.cfg.WriteWait))
-		return ws.WriteMessage(websocket.TextMessage, b)
+		if !sock.sendWait(b) {
+			return errSocketClosed
+		}
+		return nil
 	}
-	ctx := r.Context()
 	// local is the newest store: false response's session: the socket's own
 	// state, so unstored responses chain by previous_response_id here.
 	var local *session.Session
+	sock.rd.start()
 	for {
-		mt, data, err := ws.ReadMessage()
-		if err != nil {
-			return nil // the client left or broke the protocol; nothing to answer
+		mt, data, ok := sock.read()
+		if !ok {
+			return // the client left or broke the protocol; nothing to answer
 		}
-		rd.extend()
 		if mt != websocket.TextMessage {
 			if write(wsErrorEvent(parley.Errorf(parley.EInvalid, "send response.create events as text messages"))) != nil {
-				return nil
+				return
 			}
 			continue
 		}
 		sock.busy.Store(true)
-		err = s.wsResponse(ctx, data, write, &local)
+		err := sock.srv.wsResponse(sock.ctx, data, write, &local)
 		sock.busy.Store(false)
 		if err != nil {
-			s.log.Debug("responses websocket ended", zap.Error(err))
-			return nil
+			sock.log.Debug("responses websocket ended", zap.Error(err))
+			return
 		}
+		// Nothing is read while a response runs, so the pongs that would
+		// have moved the read deadline wait unread: a response longer than
+		// the pong wait would leave it passed. The peer was alive all along
+		// (it took every event within the write wait): give it a full pong
+		// wait from here.
+		sock.rd.extend()
 	}
 }
 

@@ -178,8 +178,8 @@ func TestOpenAILargeSchemas(t *testing.T) {
 		t0 := time.Now()
 		e := wantFieldError(t, ask(c.schema, 10), http.StatusBadRequest, "response_format.json_schema.schema")
 		d := time.Since(t0)
-		if !strings.Contains(e.Error.Message, c.want) || d > 500*time.Millisecond {
-			t.Errorf("%s: refused in %v with %q, want %q within 0.5 s", name, d, e.Error.Message, c.want)
+		if !strings.Contains(e.Error.Message, c.want) || d > 3*time.Second { // milliseconds when quiet; generous for a loaded machine
+			t.Errorf("%s: refused in %v with %q, want %q within 3 s", name, d, e.Error.Message, c.want)
 		}
 		t.Logf("%s: refused in %v: %s", name, d, e.Error.Message)
 	}

@@ -3,8 +3,6 @@ package web
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -36,28 +34,17 @@ const (
 // conn is one WebSocket connection: one reader (the handler goroutine), one
 // writer, and one worker that runs the session's turns in order.
 type conn struct {
-	srv  *Server
-	ws   *websocket.Conn
+	pump // the socket's writer, reader and close (ws_pump.go)
+
 	ip   string
 	json bool
 	id   string // session id
-	log  *zap.Logger
 
-	send  chan []byte // text frames for the writer
-	inbox *inbox      // prompts, control messages and queued answers for the worker, in arrival order
-
-	ctx       context.Context // ends when the connection ends
-	cancel    context.CancelFunc
-	closeOnce sync.Once
-	closeCode int
-	closeText string
+	inbox *inbox // prompts, control messages and queued answers for the worker, in arrival order
 
 	busy       atomic.Bool // a turn is running
 	turnMu     sync.Mutex
-	turnCancel context.CancelFunc // cancels the running turn; guarded by turnMu
-
-	// rd is the reader's deadline; the writer ends it when it has ended.
-	rd *readDeadline
+	turnCancel context.CancelFunc // cancels the running turn; guarded by turnMu; a child of ctx, so close ends it too
 
 	limiter *rateLimiter
 }
@@ -116,25 +103,20 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	// The connection outlives the upgrade request: its own context, a child
 	// of the server's stop context, which names the client like the request's
 	// (a session the connection writes first is the client's).
-	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, ip))
 	cn := &conn{
-		srv: s, ws: ws, ip: ip, json: jsonMode, log: s.log.With(zap.String("remote", ip)),
-		rd:      &readDeadline{ws: ws, pongWait: s.cfg.PongWait},
-		send:    make(chan []byte, s.cfg.SendBuffer),
+		pump:    s.newPump(parley.WithClient(s.stop, ip), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		ip:      ip,
+		json:    jsonMode,
 		inbox:   newInbox(s.cfg.MaxQueuedPrompts),
-		ctx:     ctx,
-		cancel:  cancel,
 		limiter: newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
 	if !s.trackOrRefuse(cn, ws) {
-		cancel()
+		cn.cancel()
 		return nil
 	}
 	defer s.untrack(cn)
 
-	var writerDone, workerDone sync.WaitGroup
-	writerDone.Add(1)
-	go func() { defer writerDone.Done(); cn.writer() }()
+	writerDone := cn.startWriter()
 
 	if err != nil { // unknown or expired session, or no new one allowed: say so, then close
 		cn.log.Info("session refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
@@ -149,8 +131,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 			reason = "no new session: " + parley.ErrorCode(err)
 		}
 		cn.close(closeCodeFor(err), reason)
-		writerDone.Wait()
-		cn.finishClose()
+		cn.finish(writerDone)
 		return nil
 	}
 	cn.id = sess.ID
@@ -162,14 +143,13 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		cn.sendSession(sess.ID, resumed, sess.Messages)
 	}
 
-	workerDone.Add(1)
-	go func() { defer workerDone.Done(); cn.worker() }()
+	workerDone := make(chan struct{})
+	go func() { defer close(workerDone); cn.worker() }()
 
 	cn.reader()
 	cn.close(websocket.CloseNormalClosure, "")
-	workerDone.Wait()
-	writerDone.Wait()
-	cn.finishClose()
+	<-workerDone
+	cn.finish(writerDone)
 	cn.log.Info("session close", zap.Duration("duration", time.Since(start)), zap.Int("close_code", cn.closeCode))
 	return nil
 }
@@ -202,33 +182,10 @@ func (c *conn) cancelTurn() {
 func (c *conn) reader() {
 	c.rd.start()
 	for {
-		mt, data, err := c.ws.ReadMessage()
-		if err != nil {
-			var ne net.Error
-			switch {
-			case errors.Is(err, websocket.ErrReadLimit):
-				// gorilla has already sent 1009.
-				c.srv.refused(refusedMessageSize)
-				c.log.Warn("message over the size limit", zap.Int64("limit", c.srv.cfg.MaxMessageBytes))
-				c.close(websocket.CloseMessageTooBig, "")
-			case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived):
-			case c.ctx.Err() != nil:
-				// We are closing: the writer ended the read (see readDeadline.end).
-			case errors.As(err, &ne) && ne.Timeout():
-				// Nothing, not even a pong, for PongWait: the peer or its
-				// network is gone. A close frame would go unanswered.
-				c.log.Info("peer stopped answering pings: dropped", zap.Duration("pong_wait", c.srv.cfg.PongWait))
-				c.close(websocket.CloseAbnormalClosure, "")
-			case isProtocolError(err):
-				// gorilla has already sent 1002.
-				c.log.Warn("malformed frame", zap.Error(err))
-				c.close(websocket.CloseProtocolError, "")
-			default:
-				c.log.Debug("read ended", zap.Error(err))
-			}
+		mt, data, ok := c.read()
+		if !ok {
 			return
 		}
-		c.rd.extend()
 		if mt != websocket.TextMessage {
 			c.close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
 			return

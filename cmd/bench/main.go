@@ -94,22 +94,44 @@ type config struct {
 	parleyArgs      []string
 }
 
+// flagLists are the flags that parseFlags splits into config's lists.
+type flagLists struct{ models, servers, sessions, pargs string }
+
 func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var (
+		c     config
+		lists flagLists
+	)
+	fs := newFlagSet(&c, &lists, stderr)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := c.setLists(lists); err != nil {
+		return c, err
+	}
+	if err := c.check(stderr); err != nil {
+		return c, err
+	}
+	return c, c.resolvePaths()
+}
+
+// newFlagSet defines bench's flags, which fill c and lists.
+func newFlagSet(c *config, lists *flagLists, stderr io.Writer) *flag.FlagSet {
 	root := repo.WorkingRoot()
 	cache, _ := os.UserCacheDir()
-	var (
-		c                                config
-		models, servers, sessions, pargs string
-	)
+	models, servers, sessions, pargs := &lists.models, &lists.servers, &lists.sessions, &lists.pargs
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.parleyBin, "parley", filepath.Join(root, "bin", "parley"), "parley binary (make build)")
 	fs.StringVar(&c.ollamaBin, "ollama", filepath.Join(cache, "parley", "ollama", "ollama"), "ollama binary (scripts/build-ollama.sh)")
-	fs.StringVar(&models, "models", strings.Join([]string{
+	fs.StringVar(models, "models", strings.Join([]string{
 		repo.TestModel(root),
 		filepath.Join(cache, "parley", "models", "synthetic-smollm2-135m-f16.gguf"),
 	}, ","), "comma-separated GGUF files")
-	fs.StringVar(&servers, "servers", "parley,ollama", "comma-separated servers to measure: parley, ollama")
+	fs.StringVar(servers, "servers", "parley,ollama", "comma-separated servers to measure: parley, ollama")
 	fs.IntVar(&c.threads, "threads", max(1, runtime.NumCPU()/2), "CPU threads, the same for every server and the raw decode (default: parley's own default)")
 	fs.StringVar(&c.flashAttn, "flash-attn", "off", "flash attention (off, on, auto), the same for every server and the raw decode")
 	fs.StringVar(&c.gpuLayers, "gpu-layers", "0", "layers offloaded to the GPU by Parley and the raw decode: 0 (CPU), auto or a count; Ollama offloads what fits by itself. Needs lib/ollama/libggml-cuda.so beside bin/ (make cuda)")
@@ -119,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.streamTokens, "stream-tokens", 256, "tokens of the single-stream workload")
 	fs.IntVar(&c.replyTokens, "reply-tokens", 64, "reply cap of each conversation turn")
 	fs.IntVar(&c.turns, "turns", 10, "turns per conversation")
-	fs.StringVar(&sessions, "sessions", "1,4,8", "comma-separated numbers of concurrent conversations")
+	fs.StringVar(sessions, "sessions", "1,4,8", "comma-separated numbers of concurrent conversations")
 	fs.IntVar(&c.repeats, "repeats", 3, "runs of the single-stream workload and the raw decode (the median is reported)")
 	fs.DurationVar(&c.timeout, "timeout", 15*time.Minute, "deadline of the whole run")
 	fs.DurationVar(&c.workloadTimeout, "workload-timeout", 4*time.Minute, "deadline of each workload")
@@ -129,56 +151,67 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.jsonOut, "json", "", "also write every measurement as JSON to this file")
 	fs.StringVar(&c.scratch, "scratch", "", "folder for server logs, session data and the Ollama store (default: a temporary folder)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the scratch folder (it is always kept when something failed)")
-	fs.StringVar(&pargs, "parley-args", "", "extra space-separated arguments for parley")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	c.models = splitList(models)
-	c.servers = splitList(servers)
-	c.parleyArgs = strings.Fields(pargs)
-	for _, s := range splitList(sessions) {
+	fs.StringVar(pargs, "parley-args", "", "extra space-separated arguments for parley")
+	return fs
+}
+
+// setLists splits the list flags into c.
+func (c *config) setLists(l flagLists) error {
+	c.models = splitList(l.models)
+	c.servers = splitList(l.servers)
+	c.parleyArgs = strings.Fields(l.pargs)
+	for _, s := range splitList(l.sessions) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			return c, fmt.Errorf("-sessions: %q is not a positive number", s)
+			return fmt.Errorf("-sessions: %q is not a positive number", s)
 		}
 		c.concurrency = append(c.concurrency, n)
 	}
 	for _, s := range c.servers {
 		if s != "parley" && s != "ollama" {
-			return c, fmt.Errorf("-servers: unknown server %q", s)
+			return fmt.Errorf("-servers: unknown server %q", s)
 		}
 	}
+	return nil
+}
+
+// check refuses settings out of range, and notes on stderr a number of
+// sessions that some must wait for a slot at.
+func (c *config) check(stderr io.Writer) error {
 	switch {
 	case len(c.models) == 0:
-		return c, errors.New("-models: no model")
+		return errors.New("-models: no model")
 	case c.threads < 1 || c.parallel < 1 || c.ctx < 64 || c.repeats < 1 || c.turns < 1:
-		return c, errors.New("-threads, -parallel, -repeats and -turns must be positive, -ctx at least 64")
+		return errors.New("-threads, -parallel, -repeats and -turns must be positive, -ctx at least 64")
 	case c.streamTokens < 2 || c.replyTokens < 2:
-		return c, errors.New("-stream-tokens and -reply-tokens must be at least 2")
+		return errors.New("-stream-tokens and -reply-tokens must be at least 2")
 	case c.gpuLayers != "auto" && !isCount(c.gpuLayers):
-		return c, fmt.Errorf("-gpu-layers: want auto or a count, got %q", c.gpuLayers)
+		return fmt.Errorf("-gpu-layers: want auto or a count, got %q", c.gpuLayers)
 	case c.timeout <= 0 || c.workloadTimeout <= 0:
-		return c, errors.New("-timeout and -workload-timeout must be positive")
+		return errors.New("-timeout and -workload-timeout must be positive")
 	}
 	for _, n := range c.concurrency {
 		if n > c.parallel {
 			fmt.Fprintf(stderr, "bench: note: %d sessions with -parallel %d: some wait for a slot\n", n, c.parallel)
 		}
 	}
+	return nil
+}
+
+// resolvePaths makes the model and binary paths absolute and checks that
+// they exist.
+func (c *config) resolvePaths() error {
 	for i, m := range c.models {
 		abs, err := filepath.Abs(m)
 		if err != nil {
-			return c, err
+			return err
 		}
 		if _, err := os.Stat(abs); err != nil {
 			hint := ""
 			if strings.Contains(filepath.Base(abs), "synthetic") {
 				hint = " (write it with: go run ./cmd/mkgguf -o " + abs + ")"
 			}
-			return c, fmt.Errorf("model %s: %w%s", abs, err, hint)
+			return fmt.Errorf("model %s: %w%s", abs, err, hint)
 		}
 		c.models[i] = abs
 	}
@@ -189,14 +222,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 		abs, err := filepath.Abs(*bin)
 		if err != nil {
-			return c, err
+			return err
 		}
 		if _, err := os.Stat(abs); err != nil {
-			return c, fmt.Errorf("%s binary %s: %w (build it with: %s, or drop it with -servers)", s, abs, err, hint)
+			return fmt.Errorf("%s binary %s: %w (build it with: %s, or drop it with -servers)", s, abs, err, hint)
 		}
 		*bin = abs
 	}
-	return c, nil
+	return nil
 }
 
 // isCount reports whether s is a non-negative decimal number.
@@ -276,36 +309,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ctx.Err() != nil {
 			break
 		}
-		mr := modelReport{Name: strings.TrimSuffix(filepath.Base(model), ".gguf"), Path: model}
-		if st, err := os.Stat(model); err == nil {
-			mr.SizeBytes = st.Size()
-		}
-		if cfg.raw {
-			logf("%s: raw decode (%d x %d tokens)", mr.Name, cfg.repeats, cfg.streamTokens)
-			wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
-			raw := runRaw(wctx, model, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.repeats, cfg.seed)
-			wcancel()
-			mr.Raw = &raw
-			if raw.Err != "" {
-				failures++
-				logf("%s: raw decode: %s", mr.Name, raw.Err)
-			} else {
-				logf("%s: raw decode %.1f tok/s", mr.Name, summarizeRuns(raw.Runs).Rate)
-			}
-		}
-		sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads, flashAttn: cfg.flashAttn, gpuLayers: cfg.gpuLayers,
-			maxReply: max(cfg.streamTokens, cfg.replyTokens), scratch: scratch, stops: stops}
-		for _, name := range cfg.servers {
-			if ctx.Err() != nil {
-				break
-			}
-			sr, version := runServer(ctx, cfg, name, sc, logf)
-			if version != "" {
-				rep.OllamaVersion = version
-			}
-			failures += sr.failures()
-			mr.Servers = append(mr.Servers, sr)
-		}
+		mr, failed := benchModel(ctx, cfg, model, scratch, stops, rep, logf)
+		failures += failed
 		rep.Models = append(rep.Models, mr)
 	}
 	if ctx.Err() != nil {
@@ -314,7 +319,62 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	rep.Finished = time.Now()
 	rep.Env.LoadEnd = loadavg()
+	if err := writeReport(rep, cfg, stdout, logf); err != nil {
+		return err
+	}
+	// Only a folder this run created is removed; a -scratch folder is the user's.
+	if failures > 0 || cfg.keep || cfg.scratch != "" {
+		logf("logs and data kept in %s", scratch)
+	} else {
+		os.RemoveAll(scratch)
+	}
+	if failures > 0 {
+		return fmt.Errorf("%d workload(s) failed or did not finish; see the table and the logs in %s", failures, scratch)
+	}
+	return nil
+}
 
+// benchModel runs every workload on one model: the raw decode, then each
+// server. It reports the model's results and how many workloads failed;
+// the Ollama version it saw goes into rep.
+func benchModel(ctx context.Context, cfg config, model, scratch string, stops []string, rep *report, logf func(string, ...any)) (modelReport, int) {
+	failures := 0
+	mr := modelReport{Name: strings.TrimSuffix(filepath.Base(model), ".gguf"), Path: model}
+	if st, err := os.Stat(model); err == nil {
+		mr.SizeBytes = st.Size()
+	}
+	if cfg.raw {
+		logf("%s: raw decode (%d x %d tokens)", mr.Name, cfg.repeats, cfg.streamTokens)
+		wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
+		raw := runRaw(wctx, model, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.repeats, cfg.seed)
+		wcancel()
+		mr.Raw = &raw
+		if raw.Err != "" {
+			failures++
+			logf("%s: raw decode: %s", mr.Name, raw.Err)
+		} else {
+			logf("%s: raw decode %.1f tok/s", mr.Name, summarizeRuns(raw.Runs).Rate)
+		}
+	}
+	sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads, flashAttn: cfg.flashAttn, gpuLayers: cfg.gpuLayers,
+		maxReply: max(cfg.streamTokens, cfg.replyTokens), scratch: scratch, stops: stops}
+	for _, name := range cfg.servers {
+		if ctx.Err() != nil {
+			break
+		}
+		sr, version := runServer(ctx, cfg, name, sc, logf)
+		if version != "" {
+			rep.OllamaVersion = version
+		}
+		failures += sr.failures()
+		mr.Servers = append(mr.Servers, sr)
+	}
+	return mr, failures
+}
+
+// writeReport prints rep and its targets to stdout and writes it into
+// cfg.out's section and cfg.jsonOut when they are set.
+func writeReport(rep *report, cfg config, stdout io.Writer, logf func(string, ...any)) error {
 	fmt.Fprint(stdout, rep.text())
 	for _, line := range rep.targets() {
 		fmt.Fprintln(stdout, "target:", strings.ReplaceAll(line, "**", ""))
@@ -333,15 +393,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := os.WriteFile(cfg.jsonOut, b, 0o644); err != nil {
 			return err
 		}
-	}
-	// Only a folder this run created is removed; a -scratch folder is the user's.
-	if failures > 0 || cfg.keep || cfg.scratch != "" {
-		logf("logs and data kept in %s", scratch)
-	} else {
-		os.RemoveAll(scratch)
-	}
-	if failures > 0 {
-		return fmt.Errorf("%d workload(s) failed or did not finish; see the table and the logs in %s", failures, scratch)
 	}
 	return nil
 }

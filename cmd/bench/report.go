@@ -343,10 +343,25 @@ const (
 	endMarker   = "<!-- /cmd/bench -->"
 )
 
-// markdown renders the generated section.
+// mdWriter writes one formatted piece of the markdown report.
+type mdWriter func(format string, args ...any)
+
+// markdown renders the generated section: a header, then one table per
+// view.
 func (r *report) markdown() string {
 	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w := mdWriter(func(format string, args ...any) { fmt.Fprintf(&b, format, args...) })
+	r.mdHeader(w)
+	r.mdModels(w)
+	r.mdSingleStream(w)
+	r.mdConversations(w)
+	r.mdTTFTByTurn(w)
+	r.mdTargets(w)
+	return b.String()
+}
+
+// mdHeader writes the run: date, machine, build, command, device, servers, sampling.
+func (r *report) mdHeader(w mdWriter) {
 	if r.Cfg.section != "" {
 		w("## Results (%s)\n\n", r.Cfg.section)
 	} else {
@@ -370,7 +385,10 @@ func (r *report) markdown() string {
 	if r.Incomplete != "" {
 		w("\n**Incomplete run:** %s\n", r.Incomplete)
 	}
+}
 
+// mdModels writes the models table.
+func (r *report) mdModels(w mdWriter) {
 	w("\n### Models\n\n| model | parameters | size | layers | dim | vocab | file |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, m := range r.Models {
 		if m.Raw != nil && m.Raw.Info.Architecture != "" {
@@ -380,7 +398,10 @@ func (r *report) markdown() string {
 			w("| %s | ? | %.1f MiB | ? | ? | ? | `%s` |\n", m.Name, float64(m.SizeBytes)/(1<<20), m.Path)
 		}
 	}
+}
 
+// mdSingleStream writes the single-stream table.
+func (r *report) mdSingleStream(w mdWriter) {
 	w("\n### Single stream\n\n| model | raw tok/s | Parley tok/s | Parley / raw | Ollama tok/s | Ollama / raw | Parley / Ollama | TTFT ms raw / Parley / Ollama |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, m := range r.Models {
 		raw, p, o := m.raw(), m.server("parley").stream(), m.server("ollama").stream()
@@ -396,7 +417,10 @@ func (r *report) markdown() string {
 		}
 		w("| %s | %s | %s | %s | %s | %s | %s | %s / %s / %s |\n", m.Name, f1(rr), f1(pr), pct(ratio(pr, rr)), f1(or), pct(ratio(or, rr)), f2(ratio(pr, or)), f1(rt), f1(pt), f1(ot))
 	}
+}
 
+// mdConversations writes the conversations table.
+func (r *report) mdConversations(w mdWriter) {
 	w("\n### Conversations\n\n| model | server | sessions | TTFT t1 p50 / p95 ms | TTFT t%d p50 / p95 ms | t%d / t1 | stream tok/s | vs raw | aggregate tok/s | vs 1 session | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n", r.Cfg.turns, r.Cfg.turns)
 	for _, m := range r.Models {
 		rawRate := math.NaN()
@@ -426,7 +450,10 @@ func (r *report) markdown() string {
 			}
 		}
 	}
+}
 
+// mdTTFTByTurn writes the TTFT of every turn.
+func (r *report) mdTTFTByTurn(w mdWriter) {
 	w("\n### TTFT by turn (p50 ms; prompt tokens / of them cached, Parley)\n\n")
 	w("| model | server | sessions |")
 	for t := range r.Cfg.turns {
@@ -455,7 +482,10 @@ func (r *report) markdown() string {
 			}
 		}
 	}
+}
 
+// mdTargets writes the targets, met or not.
+func (r *report) mdTargets(w mdWriter) {
 	if r.Cfg.section == "gpu" {
 		w("\n### Targets (issues 3 and 18)\n\n")
 	} else {
@@ -464,7 +494,6 @@ func (r *report) markdown() string {
 	for _, line := range r.targets() {
 		w("- %s\n", line)
 	}
-	return b.String()
 }
 
 // targets checks the figures against issue 3's targets, one line each.

@@ -154,42 +154,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	// Past the cap: each probe must be refused before the upgrade.
-	for range cfg.probes {
-		ws, r, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+srv.addr+"/ws", nil)
-		switch {
-		case err == nil:
-			res.probeAccepted++
-			ws.Close()
-		case r != nil && r.StatusCode == http.StatusServiceUnavailable:
-			res.probeRefused++
-		default:
-			res.errors[fmt.Sprintf("probe: %v", err)]++
-		}
-	}
+	probe(ctx, srv.addr, cfg.probes, res)
 
 	// The load: the first cfg.active sessions generate until the time is up.
-	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.duration)
-	peak := sampleRSS(loadCtx, srv)
-	t1 := time.Now()
-	var wg sync.WaitGroup
-	for _, s := range sessions[:cfg.active] {
-		wg.Go(func() { s.generate(loadCtx, cfg.maxTokens) })
-	}
-	wg.Wait()
-	stopLoad()
-	res.loadTime = time.Since(t1)
-	res.rssPeak = max(<-peak, res.rssIdle)
-	for _, s := range sessions {
-		res.turns += int64(len(s.turns))
-		res.tokens += s.tokens
-		res.ttfts = append(res.ttfts, s.ttfts...)
-		for k, n := range s.errors {
-			res.errors[k] += n
-		}
-		if s.closedEarly() {
-			res.dropped++
-		}
-	}
+	runLoad(ctx, srv, sessions, res)
 	fmt.Fprintf(stdout, "load done: %d turns, %d tokens in %v\n", res.turns, res.tokens, res.loadTime.Round(time.Millisecond))
 
 	// Every session intact: close the connections, resume each session and
@@ -212,6 +180,51 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			len(res.errors), res.dropped, res.corrupt, res.probeAccepted, res.exitErr)
 	}
 	return nil
+}
+
+// probe attempts n connections past the cap, each of which must be
+// refused with 503 before the upgrade; res counts how each went.
+func probe(ctx context.Context, addr string, n int, res *results) {
+	for range n {
+		ws, r, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+addr+"/ws", nil)
+		switch {
+		case err == nil:
+			res.probeAccepted++
+			ws.Close()
+		case r != nil && r.StatusCode == http.StatusServiceUnavailable:
+			res.probeRefused++
+		default:
+			res.errors[fmt.Sprintf("probe: %v", err)]++
+		}
+	}
+}
+
+// runLoad lets the first res.cfg.active sessions generate until the
+// duration is up, sampling the server's RSS, then adds up what every
+// session saw into res.
+func runLoad(ctx context.Context, srv *server, sessions []*sess, res *results) {
+	loadCtx, stopLoad := context.WithTimeout(ctx, res.cfg.duration)
+	peak := sampleRSS(loadCtx, srv)
+	t1 := time.Now()
+	var wg sync.WaitGroup
+	for _, s := range sessions[:res.cfg.active] {
+		wg.Go(func() { s.generate(loadCtx, res.cfg.maxTokens) })
+	}
+	wg.Wait()
+	stopLoad()
+	res.loadTime = time.Since(t1)
+	res.rssPeak = max(<-peak, res.rssIdle)
+	for _, s := range sessions {
+		res.turns += int64(len(s.turns))
+		res.tokens += s.tokens
+		res.ttfts = append(res.ttfts, s.ttfts...)
+		for k, n := range s.errors {
+			res.errors[k] += n
+		}
+		if s.closedEarly() {
+			res.dropped++
+		}
+	}
 }
 
 // server is the parley process under load.

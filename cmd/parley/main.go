@@ -61,9 +61,13 @@ func main() {
 // Responses and Conversations APIs only when a type assertion finds
 // web.Conversations on it; these lines make a Service that stops
 // satisfying either a compile error here instead of a silent 404 there.
+// Likewise chat reuses a conversation's exact prompt tokens only when its
+// generator (the engineRef below) is a chat.ContinuationTokenizer: one
+// that stopped being one would silently re-tokenize every prompt.
 var (
-	_ web.Sessions      = (*session.Service)(nil)
-	_ web.Conversations = (*session.Service)(nil)
+	_ web.Sessions               = (*session.Service)(nil)
+	_ web.Conversations          = (*session.Service)(nil)
+	_ chat.ContinuationTokenizer = (*engineRef)(nil)
 )
 
 // config is every flag's value.

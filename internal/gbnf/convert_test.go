@@ -122,7 +122,7 @@ func TestSchemaToGrammarLimits(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want one with %q", c.name, err, c.want)
 		}
-		if d > 500*time.Millisecond {
+		if d > 3*time.Second { // bounded work: milliseconds when quiet; generous so a loaded machine does not flake
 			t.Errorf("%s: refused after %v", c.name, d)
 		}
 		t.Logf("%s (%d bytes): refused in %v: %v", c.name, len(c.schema), d, err)
