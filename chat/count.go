@@ -2,7 +2,6 @@ package chat
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/parley-chat/parley"
 )
@@ -21,11 +20,10 @@ func (r *Responder) CountTokens(key string, msgs []parley.Message) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	if tk, ok := r.gen.(ContinuationTokenizer); ok && key != "" {
-		if m := r.memos.get(key); m != nil && m.dropped == 0 && len(msgs) > m.msgs && strings.HasPrefix(prompt, m.prompt) {
-			if tokens, ok := m.extend(prompt, tk); ok {
-				return len(tokens), nil
-			}
+	tk, _ := r.gen.(ContinuationTokenizer)
+	if m := r.memoFor(key, msgs, tk); m != nil && m.dropped == 0 {
+		if tokens, ok := m.extend(prompt, tk); ok {
+			return len(tokens), nil
 		}
 	}
 	tokens, err := r.gen.Tokenize(prompt)
