@@ -25,13 +25,14 @@ var ErrClosed = errors.New("llm: engine closed")
 
 // Stats is a snapshot of the engine's counters, for metrics.
 type Stats struct {
-	Slots            int   // total slots
+	Slots            int   // slots that decode at once (Config.Parallel)
 	SlotsBusy        int   // slots running a sequence
 	Queued           int   // requests waiting for a slot
 	PromptEvaluated  int64 // prompt tokens decoded (cumulative)
 	PromptReused     int64 // prompt tokens served from the KV cache (cumulative), copied ones included
 	PromptCopied     int64 // prompt tokens copied from another slot's KV cache instead of evaluated (cumulative)
 	PrefixCopies     int64 // copies of another slot's KV cache (cumulative)
+	CacheSlots       int   // KV-cache slots, Slots or more (Config.CacheSlots)
 	TokensGenerated  int64 // tokens sampled (cumulative)
 	Steps            int64 // decode steps (cumulative)
 	StepNanos        int64 // time spent in decode steps (cumulative)
@@ -291,7 +292,8 @@ func (e *Engine) TokenText(id int) string {
 // Stats returns a snapshot of the counters.
 func (e *Engine) Stats() Stats {
 	st := Stats{
-		Slots:            len(e.slots),
+		Slots:            e.parallel,
+		CacheSlots:       len(e.slots),
 		SlotsBusy:        int(e.busy.Load()),
 		Queued:           int(e.queued.Load()),
 		PromptEvaluated:  e.promptEval.Load(),
