@@ -35,7 +35,7 @@ import (
 // KV cache, so their sum is the prompt's size, which count_tokens reports.
 
 // maxAnthropicBlocks bounds the content blocks of one request (system and
-// every message together). Each block costs a little to parse and render; a
+// every message together; a string content counts as one block). Each block costs a little to parse and render; a
 // conversation past this many is far beyond any context window the engine
 // serves, so this refuses only bodies built to be expensive.
 const maxAnthropicBlocks = 4096
@@ -253,6 +253,9 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return parley.Message{}, parley.FieldErrorf(field+".content", "invalid string: %v", err)
+		}
+		if err := blocks.add(1, field+".content"); err != nil { // a string is one text block
+			return parley.Message{}, err
 		}
 		return parley.Message{Role: role, Content: s}, checkNotEmpty(role, s, field+".content")
 	}

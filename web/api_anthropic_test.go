@@ -280,6 +280,10 @@ func TestAnthropicErrors(t *testing.T) {
 	for i := range many {
 		many[i] = map[string]any{"type": "text", "text": "a"}
 	}
+	manyMsgs := make([]map[string]any, 10000)
+	for i := range manyMsgs {
+		manyMsgs[i] = map[string]any{"role": []string{"user", "assistant"}[i%2], "content": "a"}
+	}
 	cases := []struct {
 		name, field string
 		body        any
@@ -297,6 +301,7 @@ func TestAnthropicErrors(t *testing.T) {
 		{"text block without text", "messages[0].content[0].text", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "text"}}}}}},
 		{"tool_result block", "messages[0].content[0].type", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "tool_result", "tool_use_id": "t1", "content": "4"}}}}}},
 		{"10,000 blocks", "messages[0].content", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": many}}}},
+		{"10,000 messages", "messages[4096].content", map[string]any{"max_tokens": 4, "messages": manyMsgs}},
 		{"empty user message", "messages[0].content", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": ""}}}},
 		{"content a number", "messages[0].content", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": 5}}}},
 		{"ends with the assistant", "messages[1].role", map[string]any{"max_tokens": 4, "messages": append(user, map[string]any{"role": "assistant", "content": "Once"})}},
