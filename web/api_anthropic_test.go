@@ -345,3 +345,58 @@ func TestAnthropicErrors(t *testing.T) {
 	// The key as a bearer token works too.
 	antCreate(t, s, map[string]any{"max_tokens": 2, "messages": user}, "Authorization", "Bearer k3y")
 }
+
+// TestAnthropicStreamEnds: a stream that fails after it began ends with an
+// "error" event in Anthropic's shape (no message_stop); a client that goes
+// away mid-stream frees its slot; a prompt over the server's cap is a 413
+// request_too_large before anything reaches the engine.
+func TestAnthropicStreamEnds(t *testing.T) {
+	long := map[string]any{"max_tokens": 400, "stream": true, "messages": []map[string]any{{"role": "user", "content": "Hi"}}}
+	t.Run("error after start", func(t *testing.T) {
+		s := mustOpenAPI(t, nil)
+		res := post(t, s.base+"/v1/messages", long)
+		first := make([]byte, 1)
+		if _, err := io.ReadFull(res.Body, first); err != nil {
+			t.Fatal(err)
+		}
+		s.engine.Close()
+		events := readAntEvents(t, io.MultiReader(strings.NewReader(string(first)), res.Body))
+		last := events[len(events)-1]
+		if last.Type != "error" || last.Error == nil || last.Error.Type != "overloaded_error" || !strings.Contains(last.Error.Message, "shutting down") {
+			t.Fatalf("last event %+v", last)
+		}
+	})
+	t.Run("client gone", func(t *testing.T) {
+		s := mustOpenAPI(t, nil)
+		for range 3 { // more than the stack's 2 slots: each must be freed
+			res := post(t, s.base+"/v1/messages", long)
+			br := bufio.NewReader(res.Body)
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(line, "text_delta") {
+					break
+				}
+			}
+			res.Body.Close()
+		}
+		m := antCreate(t, s, map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": "Hi"}}})
+		if m.Usage.OutputTokens != 4 {
+			t.Fatalf("after three clients left: %+v", m)
+		}
+	})
+	t.Run("prompt over the cap", func(t *testing.T) {
+		s := mustOpenAPI(t, func(c *web.Config) { c.MaxPromptTokens = 20 })
+		var e struct {
+			Type  string
+			Error struct{ Type, Message string }
+		}
+		body := map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": strings.Repeat("The cat sat on the mat. ", 10)}}}
+		decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusRequestEntityTooLarge, &e)
+		if e.Type != "error" || e.Error.Type != "request_too_large" || s.engine.Stats().PromptEvaluated != 0 {
+			t.Fatalf("error %+v, stats %+v", e, s.engine.Stats())
+		}
+	})
+}
