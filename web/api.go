@@ -92,8 +92,8 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	g.POST("/invocations", s.handleInvocations)
 	g.POST("/v1/chat/completions", s.handleChatCompletions)
 	g.POST("/v1/completions", s.handleCompletions)
-	g.GET("/v1/models", s.handleModels)
-	g.GET("/v1/models/:id", s.handleModel)
+	g.GET("/v1/models", anthropicOr(s.handleModels, s.handleAnthropicModels))
+	g.GET("/v1/models/:id", anthropicOr(s.handleModel, s.handleAnthropicModel))
 	g.POST("/v1/messages", s.handleMessages)
 	g.POST("/v1/messages/count_tokens", s.handleCountTokens)
 	if cs, ok := s.sessions.(Conversations); ok {

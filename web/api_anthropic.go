@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -442,4 +443,55 @@ func (s *Server) handleCountTokens(c echo.Context) error {
 	return c.JSON(http.StatusOK, struct {
 		InputTokens int `json:"input_tokens"`
 	}{n})
+}
+
+// isAnthropicClient reports whether r comes from one of Anthropic's SDKs,
+// which send anthropic-version on every request.
+func isAnthropicClient(r *http.Request) bool {
+	return r.Header.Get("anthropic-version") != ""
+}
+
+// anthropicOr serves a route shared by OpenAI's and Anthropic's APIs
+// (GET /v1/models): Anthropic's clients get anthropic, the rest openAI.
+func anthropicOr(openAI, anthropic echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if isAnthropicClient(c.Request()) {
+			return anthropic(c)
+		}
+		return openAI(c)
+	}
+}
+
+// anthropicModel is Anthropic's model object.
+type anthropicModel struct {
+	Type        string `json:"type"` // "model"
+	ID          string `json:"id"`
+	DisplayName string `json:"display_name"`
+	CreatedAt   string `json:"created_at"` // RFC 3339
+}
+
+func (s *Server) anthropicModel() anthropicModel {
+	name := s.modelName()
+	return anthropicModel{Type: "model", ID: name, DisplayName: name, CreatedAt: s.api.mounted.UTC().Format(time.RFC3339)}
+}
+
+// handleAnthropicModels is GET /v1/models for Anthropic's clients: the one
+// loaded model, as a page of one.
+func (s *Server) handleAnthropicModels(c echo.Context) error {
+	m := s.anthropicModel()
+	return c.JSON(http.StatusOK, struct {
+		Data    []anthropicModel `json:"data"`
+		HasMore bool             `json:"has_more"`
+		FirstID string           `json:"first_id"`
+		LastID  string           `json:"last_id"`
+	}{[]anthropicModel{m}, false, m.ID, m.ID})
+}
+
+// handleAnthropicModel is GET /v1/models/{id} for Anthropic's clients.
+func (s *Server) handleAnthropicModel(c echo.Context) error {
+	m := s.anthropicModel()
+	if c.Param("id") != m.ID {
+		return parley.Errorf(parley.ENotFound, "no model %q: this server serves %q", c.Param("id"), m.ID)
+	}
+	return c.JSON(http.StatusOK, m)
 }

@@ -400,3 +400,53 @@ func TestAnthropicStreamEnds(t *testing.T) {
 		}
 	})
 }
+
+// TestAnthropicModels: GET /v1/models answers Anthropic's clients (they
+// send anthropic-version) with Anthropic's page of models and errors, and
+// everyone else with OpenAI's list.
+func TestAnthropicModels(t *testing.T) {
+	s := mustOpenAPI(t, nil)
+	get := func(path string, hdr ...string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, s.base+path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		return res
+	}
+	var page struct {
+		Data []struct {
+			Type, ID    string
+			DisplayName string `json:"display_name"`
+			CreatedAt   string `json:"created_at"`
+		}
+		HasMore bool   `json:"has_more"`
+		FirstID string `json:"first_id"`
+	}
+	decodeBody(t, get("/v1/models", antHeaders("")...), http.StatusOK, &page)
+	if len(page.Data) != 1 || page.Data[0].Type != "model" || page.Data[0].ID == "" || page.FirstID != page.Data[0].ID || page.HasMore || page.Data[0].CreatedAt == "" {
+		t.Fatalf("page %+v", page)
+	}
+	var one struct{ Type, ID string }
+	decodeBody(t, get("/v1/models/"+page.Data[0].ID, antHeaders("")...), http.StatusOK, &one)
+	if one.Type != "model" || one.ID != page.Data[0].ID {
+		t.Fatalf("model %+v", one)
+	}
+	var e struct {
+		Type  string
+		Error struct{ Type string }
+	}
+	decodeBody(t, get("/v1/models/nope", antHeaders("")...), http.StatusNotFound, &e)
+	if e.Type != "error" || e.Error.Type != "not_found_error" {
+		t.Fatalf("error %+v", e)
+	}
+	var list struct{ Object string }
+	decodeBody(t, get("/v1/models"), http.StatusOK, &list)
+	if list.Object != "list" {
+		t.Fatalf("OpenAI's list %+v", list)
+	}
+}

@@ -188,11 +188,13 @@ const (
 )
 
 // errorShapeFor is the shape of errors on r's route: Anthropic's under
-// /v1/messages, OpenAI's elsewhere under /v1/, TGI's on TGI's and SageMaker's routes (but not /generate's JSON lines,
+// /v1/messages and for Anthropic's clients (anthropic-version) anywhere
+// under /v1/, OpenAI's elsewhere under /v1/, TGI's on TGI's and SageMaker's routes (but not /generate's JSON lines,
 // which are Parley's), Parley's everywhere else.
 func errorShapeFor(r *http.Request) errorShape {
 	switch p := r.URL.Path; {
-	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/"):
+	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/"),
+		strings.HasPrefix(p, "/v1/") && isAnthropicClient(r):
 		return shapeAnthropic
 	case strings.HasPrefix(p, "/v1/"):
 		return shapeOpenAI

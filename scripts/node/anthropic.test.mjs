@@ -36,6 +36,16 @@ describe('@anthropic-ai/sdk', { timeout: 240_000 }, () => {
 
   after(() => stopAPIServer(server, dataDir));
 
+  test('models.list and models.retrieve name the loaded model', async () => {
+    const models = [];
+    for await (const m of client.models.list()) models.push(m);
+    assert.equal(models.length, 1);
+    assert.equal(models[0].type, 'model');
+    const one = await client.models.retrieve(models[0].id);
+    assert.equal(one.id, models[0].id);
+    await assert.rejects(client.models.retrieve('nope'), (err) => err instanceof Anthropic.NotFoundError);
+  });
+
   const params = {
     model: MODEL, max_tokens: 24, temperature: 0,
     system: [billing(), { type: 'text', text: 'You tell short stories.', cache_control: { type: 'ephemeral' } }],
