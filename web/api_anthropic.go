@@ -106,6 +106,9 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	if !count && req.MaxTokens == nil {
 		return nil, parley.FieldErrorf("max_tokens", "is required")
 	}
+	if req.MaxTokens != nil {
+		*req.MaxTokens = s.clampAnthropicMaxTokens(*req.MaxTokens)
+	}
 	if err := checkAnthropicUnsupported(&req); err != nil {
 		return nil, err
 	}
@@ -145,6 +148,26 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	p.SkipLogprobs = true
 	call.params = p
 	return call, nil
+}
+
+// clampAnthropicMaxTokens lowers a max_tokens that this server would
+// refuse to one it serves: Anthropic's clients send max_tokens as a generous
+// upper bound (Claude Code asks for 32,000 and more), which is past Parley's
+// reply cap (--max-tokens-limit) and often past the context window. Above
+// the cap it becomes the cap; at or above the context length, half the
+// context (the rest holds the conversation). A reply cut there ends with
+// stop_reason max_tokens. Values the server serves, and values below 1
+// (refused by validation), are left alone.
+func (s *Server) clampAnthropicMaxTokens(n int) int {
+	if limit := s.cfg.MaxTokensCap; limit > 0 && n > limit {
+		n = limit
+	}
+	if s.api.modelInfo != nil {
+		if ctx := s.api.modelInfo().ContextLength; ctx > 1 && n >= ctx {
+			n = ctx / 2
+		}
+	}
+	return n
 }
 
 // checkAnthropicUnsupported refuses the request fields Parley does not

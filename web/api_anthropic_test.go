@@ -274,7 +274,7 @@ func TestAnthropicVolatileSystemBlock(t *testing.T) {
 // TestAnthropicErrors: bad requests are 400s in Anthropic's error shape
 // whose message names the field; a wrong key is a 401 in the same shape.
 func TestAnthropicErrors(t *testing.T) {
-	s := mustOpenAPI(t, func(c *web.Config) { c.APIKey = "k3y" })
+	s := mustOpenAPI(t, func(c *web.Config) { c.APIKey, c.MaxTokensCap = "k3y", 40000 })
 	user := []map[string]any{{"role": "user", "content": "Hi"}}
 	many := make([]map[string]any, 10000)
 	for i := range many {
@@ -289,7 +289,7 @@ func TestAnthropicErrors(t *testing.T) {
 		body        any
 	}{
 		{"no max_tokens", "max_tokens", map[string]any{"messages": user}},
-		{"max_tokens over the cap", "max_tokens", map[string]any{"max_tokens": 100000, "messages": user}},
+		{"max_tokens 0", "max_tokens", map[string]any{"max_tokens": 0, "messages": user}},
 		{"bad temperature", "temperature", map[string]any{"max_tokens": 4, "temperature": -1, "messages": user}},
 		{"top_k a string", "top_k", map[string]any{"max_tokens": 4, "top_k": "x", "messages": user}},
 		{"no messages", "messages", map[string]any{"max_tokens": 4, "messages": []any{}}},
@@ -344,6 +344,16 @@ func TestAnthropicErrors(t *testing.T) {
 	}
 	// The key as a bearer token works too.
 	antCreate(t, s, map[string]any{"max_tokens": 2, "messages": user}, "Authorization", "Bearer k3y")
+
+	// A max_tokens past the reply cap (40,000 here) or the context (512) is
+	// an upper bound the server lowers, as Claude-style clients send 32,000:
+	// to the cap, and then to half the context.
+	for _, n := range []int{32000, 64000} {
+		m := antCreate(t, s, map[string]any{"max_tokens": n, "messages": user}, antHeaders("k3y")...)
+		if m.Usage.OutputTokens > 256 {
+			t.Fatalf("max_tokens %d on a 512-token context: %+v", n, m)
+		}
+	}
 }
 
 // TestAnthropicStreamEnds: a stream that fails after it began ends with an
