@@ -3,6 +3,8 @@ package web
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
@@ -20,13 +22,23 @@ import (
 //	message_delta          stop_reason, stop_sequence, and the whole usage
 //	message_stop
 //
-// A reply with no text has no content block, as the whole message then has
+// While nothing else is written (a long prompt being evaluated before the
+// first token) a ping goes out every anthropicPingEvery, or 9/10 of
+// Config.PongWait when that is shorter, as Anthropic's API sends them: a
+// proxy that drops idle connections (nginx after 60 s by default) keeps
+// the stream, and a client that left is noticed at the next ping, which
+// cancels its reply.
+//
+// A reply with no content block, as the whole message then has
 // no content. message_start cannot say how much of the prompt came from the
 // KV cache (the engine reports it with the reply's end): it counts the
 // whole prompt as input_tokens, and message_delta carries the final
 // input_tokens and cache_read_input_tokens, which the SDKs' accumulators
 // take over, so a streamed message ends equal to the whole one. An error
 // after the stream began is an "error" event.
+
+// anthropicPingEvery is the longest a stream stays silent.
+const anthropicPingEvery = 15 * time.Second
 
 // anthropicEvent is one event of the stream; Type is also its SSE event name.
 type anthropicEvent struct {
@@ -52,14 +64,9 @@ type anthropicMessageDelta struct {
 
 // streamAnthropic relays call's reply as Anthropic's events.
 func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCall, id, model string) {
-	w := s.beginStream(c, "text/event-stream")
-	send := func(ev anthropicEvent) error {
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("encode event: %w", err)
-		}
-		return w.write([]byte("event: " + ev.Type + "\ndata: " + string(b) + "\n\n"))
-	}
+	w := &anthropicWriter{w: s.beginStream(c, "text/event-stream")}
+	send := w.send
+	defer w.keepAlive(min(anthropicPingEvery, s.pingPeriod()), call.cancel)()
 	zero := 0
 	started := false // the text block was opened
 	text := func(t string) error {
@@ -108,5 +115,56 @@ func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCal
 		})
 	if err != nil {
 		s.log.Debug("anthropic stream ended early", zap.String("route", call.route), zap.Error(err))
+	}
+}
+
+// anthropicWriter writes a stream's events; the relay and the keep-alive
+// pings share it.
+type anthropicWriter struct {
+	mu    sync.Mutex
+	w     *streamWriter
+	wrote bool // an event went out since the keep-alive last looked
+}
+
+func (a *anthropicWriter) send(ev anthropicEvent) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.wrote = true
+	return a.w.write([]byte("event: " + ev.Type + "\ndata: " + string(b) + "\n\n"))
+}
+
+// keepAlive sends a ping every period in which nothing else was sent,
+// until the returned stop is called (it waits for the pinger to end). A
+// ping that cannot be written (the client left) calls gone.
+func (a *anthropicWriter) keepAlive(period time.Duration, gone func()) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			a.mu.Lock()
+			idle := !a.wrote
+			a.wrote = false
+			a.mu.Unlock()
+			if idle && a.send(anthropicEvent{Type: "ping"}) != nil {
+				gone()
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/parley-chat/parley/web"
 )
@@ -459,4 +460,38 @@ func TestAnthropicModels(t *testing.T) {
 	if list.Object != "list" {
 		t.Fatalf("OpenAI's list %+v", list)
 	}
+}
+
+// TestAnthropicKeepAlivePings: a stream waiting for its first token (here
+// queued behind another reply on the one slot) gets ping events while
+// nothing else is written, and still accumulates to the whole message.
+func TestAnthropicKeepAlivePings(t *testing.T) {
+	s := openStack(t, stackOpts{parallel: 1, maxTokens: 24, maxTokensCap: 480, tokenizer: true,
+		cfg: func(c *web.Config) { c.PongWait = 10 * time.Millisecond }, // pings every 9 ms of silence
+		options: func(s *stack) []web.Option {
+			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+		}})
+	first := post(t, s.base+"/v1/messages", map[string]any{"max_tokens": 480, "stream": true, "temperature": 0,
+		"messages": []map[string]any{{"role": "user", "content": "Once upon a time"}}})
+	br := bufio.NewReader(first.Body)
+	if _, err := br.ReadString('\n'); err != nil { // the first reply holds the slot
+		t.Fatal(err)
+	}
+	body := map[string]any{"max_tokens": 8, "temperature": 0, "messages": []map[string]any{{"role": "user", "content": "Hi"}}}
+	events := antStream(t, s, body)
+	pings := 0
+	for _, ev := range events {
+		if ev.Type == "ping" {
+			pings++
+		}
+	}
+	if pings < 2 {
+		t.Fatalf("%d pings while queued behind a 480-token reply: want the first and keep-alives", pings)
+	}
+	got := antAccumulate(t, events)
+	whole := antCreate(t, s, map[string]any{"max_tokens": 8, "temperature": 0, "messages": body["messages"]})
+	if got.Content[0].Text != whole.Content[0].Text {
+		t.Fatalf("streamed %q, whole %q", got.Content[0].Text, whole.Content[0].Text)
+	}
+	io.Copy(io.Discard, br)
 }
