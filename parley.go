@@ -38,6 +38,10 @@ type Message struct {
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
 	Name       string     `json:"name,omitempty"`
+	// Interrupted marks an assistant reply that was cut short (cancelled,
+	// or its client left and did not come back in time): Content is what
+	// was generated until then.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // Tool is a function the model may call: its name, what it does, and the JSON schema of its arguments.

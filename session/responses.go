@@ -163,6 +163,10 @@ type ResponseRequest struct {
 	// The turn runs on a copy and is not stored (NoStore is implied).
 	Local  *Session
 	Params parley.Params
+	// Durable stores the turn before its reply starts, marked interrupted
+	// (see Turn.durable), so a response that a crash cuts short is still
+	// there, incomplete, after a restart. A background response is.
+	Durable bool
 }
 
 // Response is a turn started by Respond.
@@ -253,7 +257,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	rec := &sess.Responses[len(sess.Responses)-1]
 
 	out := &Response{Record: *rec, Input: input, Stored: !req.NoStore, rec: rec}
-	t := &Turn{onFinal: rec.finish}
+	t := &Turn{onFinal: rec.finish, durable: req.Durable && !req.NoStore}
 	// Another replica wrote the session while this turn ran: redo the
 	// instructions, input items and record (its usage filled by now) on
 	// what it stored, at the positions they take there.

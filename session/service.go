@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -352,6 +353,15 @@ type Turn struct {
 	// a fresh copy, when committing meets another replica's write.
 	reapply func(*Session)
 
+	// durable: the turn is stored, marked interrupted, before its reply
+	// starts (pending.go); its commit then replaces that.
+	durable bool
+
+	// settleMu is held while the turn is committed; settled (guarded by
+	// it) is set once the commit is decided, stored or not. See Snapshot.
+	settleMu sync.Mutex
+	settled  bool
+
 	// capture, when set, is where a turn that is not to be stored
 	// (store: false) commits instead of the store; such a turn leaves the
 	// service's own bookkeeping (unused sessions, served versions) alone.
@@ -461,6 +471,12 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	}
 	msgs = append(msgs, sess.Messages...)
 	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: ts.prompt})
+	if t.durable {
+		if err := s.storePending(ctx, sess, ts.prompt); err != nil {
+			ts.unlock()
+			return err
+		}
+	}
 	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
 		ts.unlock()
@@ -499,32 +515,45 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 			t.kv = KVWarm
 		}
 	}
+	t.sendFinal(ctx, s.settle(ctx, t, sess, prompt, final))
+}
+
+// settle commits the turn whose reply ended with final (a failed reply, and
+// a cancelled one without text, are not stored; a cancelled one with text is
+// stored marked interrupted) and returns the final event to deliver. It
+// holds t.settleMu throughout, so Snapshot sees the turn either settled
+// (stored, or known not to be) or still to come, never half way.
+func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, prompt string, final parley.Event) parley.Event {
+	t.settleMu.Lock()
+	defer t.settleMu.Unlock()
+	t.settled = true
 	text := t.reply.Text()
-	if final.Finish != parley.FinishError && (final.Finish != parley.FinishCancelled || text != "") {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		put := s.put
-		if t.capture != nil {
-			put = t.capture.Put
-		} else {
-			s.unused.used(sess.Owner, t.id)
-		}
-		err := s.commit(cctx, put, sess, prompt, text, t.reapply)
-		cancel()
-		if err != nil {
-			// The reply was streamed but not stored: say so in the final
-			// event (the wire shows it before the sentinel) instead of
-			// logging here; the final event is where this error ends.
-			final.Finish, final.Err = parley.FinishError, fmt.Errorf("save turn: %w", err)
-		} else {
-			t.committed = true
-			if t.capture == nil {
-				s.served.record(t.id, sess.Updated)
-			}
-			s.log.Debug("turn committed", zap.String("session", t.id),
-				zap.String("finish", string(final.Finish)), zap.Int("messages", len(sess.Messages)))
-		}
+	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && text == "" && !t.durable) {
+		return final // (a durable turn's pending record stays: interrupted)
 	}
-	t.sendFinal(ctx, final)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	put := s.put
+	if t.capture != nil {
+		put = t.capture.Put
+	} else {
+		s.unused.used(sess.Owner, t.id)
+	}
+	reply := parley.Message{Role: parley.RoleAssistant, Content: text, Interrupted: final.Finish == parley.FinishCancelled}
+	if err := s.commit(cctx, put, sess, prompt, reply, t.reapply); err != nil {
+		// The reply was streamed but not stored: say so in the final
+		// event (the wire shows it before the sentinel) instead of
+		// logging here; the final event is where this error ends.
+		final.Finish, final.Err = parley.FinishError, fmt.Errorf("save turn: %w", err)
+		return final
+	}
+	t.committed = true
+	if t.capture == nil {
+		s.served.record(t.id, sess.Updated)
+	}
+	s.log.Debug("turn committed", zap.String("session", t.id),
+		zap.String("finish", string(final.Finish)), zap.Int("messages", len(sess.Messages)))
+	return final
 }
 
 // send delivers a token event, or drops it once ctx is done and the reader

@@ -383,7 +383,8 @@ func TestTurnCancelledCommitsPartialReply(t *testing.T) {
 		want    []parley.Message
 		commits bool
 	}{
-		{"partial text is kept", []string{"Hel", "lo"}, turnMsgs("hi", "Hello"), true},
+		{"partial text is kept, marked interrupted", []string{"Hel", "lo"}, []parley.Message{
+			{Role: parley.RoleUser, Content: "hi"}, {Role: parley.RoleAssistant, Content: "Hello", Interrupted: true}}, true},
 		{"no text commits nothing", nil, nil, false},
 	}
 	for _, tc := range tests {

@@ -75,6 +75,7 @@ func (s *Server) mountResponses(g *echo.Group, cs Conversations) {
 	g.GET("/v1/responses/:id", s.handleGetResponse)
 	g.DELETE("/v1/responses/:id", s.handleDeleteResponse)
 	g.GET("/v1/responses/:id/input_items", s.handleInputItems)
+	g.POST("/v1/responses/:id/cancel", s.handleCancelResponse)
 	g.POST("/v1/conversations", s.handleCreateConversation)
 	g.GET("/v1/conversations/:id", s.handleGetConversation)
 	g.POST("/v1/conversations/:id", s.handleUpdateConversation)
@@ -95,6 +96,7 @@ type responsesRequest struct {
 	Instructions       *string           `json:"instructions"`
 	Store              *bool             `json:"store"`
 	Stream             bool              `json:"stream"`
+	Background         bool              `json:"background"`
 	PreviousResponseID *string           `json:"previous_response_id"`
 	Conversation       json.RawMessage   `json:"conversation"`
 	MaxOutputTokens    *int              `json:"max_output_tokens"`
@@ -127,6 +129,7 @@ type parsedResponse struct {
 	req    session.ResponseRequest
 	typ    string // the request's "type" ("response.create" on the WebSocket)
 	stream bool
+	bg     bool   // background: true (api_responses_bg.go)
 	conv   string // the conversation id as given, "" without one
 	meta   map[string]string
 	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
@@ -196,7 +199,7 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 		return nil, err
 	}
 	resolveSeed(&p)
-	out := &parsedResponse{typ: req.Type, stream: req.Stream, meta: req.Metadata, text: textConfig,
+	out := &parsedResponse{typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		renameSent: req.paramsPatch.renameSent,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
@@ -365,6 +368,7 @@ type responseObject struct {
 	PreviousResponseID *string           `json:"previous_response_id"`
 	Conversation       *conversationRef  `json:"conversation"`
 	Store              bool              `json:"store"`
+	Background         bool              `json:"background,omitempty"`
 	Temperature        float64           `json:"temperature"`
 	TopP               float64           `json:"top_p"`
 	ToolChoice         string            `json:"tool_choice"`
@@ -428,6 +432,9 @@ func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, store
 	}
 	if rec.Status == session.StatusIncomplete {
 		o.IncompleteDetails = &incomplete{Reason: "max_output_tokens"}
+		if rec.Finish == session.FinishInterrupted { // the server stopped under it (api_responses_bg.go)
+			o.IncompleteDetails.Reason = session.FinishInterrupted
+		}
 	}
 	return o
 }
@@ -450,6 +457,9 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	pr, err := s.parseResponsesRequest(body)
 	if err != nil {
 		return err
+	}
+	if pr.bg {
+		return s.startBackground(c, pr)
 	}
 	ctx, cancel := context.WithCancel(c.Request().Context())
 	defer cancel()
@@ -517,6 +527,9 @@ func replyItem(sid string, end int, status string, m parley.Message) messageItem
 
 // handleGetResponse is GET /v1/responses/:id.
 func (s *Server) handleGetResponse(c echo.Context) error {
+	if ok, err := s.getBackground(c); ok {
+		return err
+	}
 	rec, sess, err := s.api.convs.GetResponse(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err

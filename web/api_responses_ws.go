@@ -126,6 +126,9 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	if pr.typ != "response.create" {
 		return refuse(parley.FieldErrorf("type", "must be response.create, got %q", pr.typ))
 	}
+	if pr.bg {
+		return refuse(parley.FieldErrorf("background", "is for HTTP requests: a response on this socket streams on it"))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if l := *local; l != nil && pr.req.Previous != "" {

@@ -16,7 +16,8 @@ type sessionMessage struct {
 	Type     string           `json:"type"` // "session"
 	ID       string           `json:"id"`
 	Resumed  bool             `json:"resumed"`
-	Messages []parley.Message `json:"messages"`
+	Messages []historyMessage `json:"messages"`
+	Reply    *liveReplyJSON   `json:"reply,omitempty"` // a reply in flight, on resume (ws_resume.go)
 }
 
 type tokenMessage struct {
@@ -25,6 +26,7 @@ type tokenMessage struct {
 	Text    string  `json:"text"`
 	Logprob float64 `json:"logprob"`
 	Special bool    `json:"special"`
+	Seq     int     `json:"seq"` // the token's position in its reply, from 1 (see resume_from)
 }
 
 type usageJSON struct {

@@ -54,6 +54,9 @@ const Sentinel = "<<Response Finished>>"
 // Sessions is what the WebSocket handler needs from the session layer.
 type Sessions interface {
 	Open(ctx context.Context, id string) (*session.Session, bool, error)
+	// Snapshot reads a turn's session ordered against its commit (see
+	// session.Service.Snapshot): a resume never shows a stale history.
+	Snapshot(ctx context.Context, t *session.Turn) (*session.Session, bool, error)
 	Turn(ctx context.Context, id, prompt string, p parley.Params) (*session.Turn, error)
 	Reset(ctx context.Context, id string) error
 	SetSystem(ctx context.Context, id, text string) error
@@ -107,6 +110,13 @@ type Config struct {
 	// may hold a quarter of it. Past it requests are refused before their
 	// body is read: 503 (429 for one address's quarter), with Retry-After.
 	MaxBodyBytesInflight int64
+	// ResumeGrace is how long a chat reply goes on after its socket drops,
+	// its tokens kept for a client that resumes the session (ws_resume.go).
+	// 0 cancels it at once.
+	ResumeGrace time.Duration
+	// ResumeBuffer bounds the tokens a reply may generate while no client
+	// follows it; past it the reply is cancelled (DefaultResumeBuffer when 0).
+	ResumeBuffer int
 }
 
 // Tokenizer counts the tokens of a prompt for Config.MaxPromptTokens
@@ -140,9 +150,11 @@ type Server struct {
 	reqWG   sync.WaitGroup // HTTP handlers running (see trackRequest)
 	ready   atomic.Bool
 	mounts  []func(*echo.Echo)
-	op      *ops        // metrics, /info and readiness (metrics.go, info.go)
-	api     apiDeps     // the HTTP streaming APIs' engine and model facts (api.go)
-	bodies  *bodyBudget // the bytes request bodies hold (bodybudget.go)
+	op      *ops          // metrics, /info and readiness (metrics.go, info.go)
+	api     apiDeps       // the HTTP streaming APIs' engine and model facts (api.go)
+	bodies  *bodyBudget   // the bytes request bodies hold (bodybudget.go)
+	replies replyRegistry // chat replies in flight (replies.go)
+	bg      bgRegistry    // background responses (api_responses_bg.go)
 }
 
 // Option configures optional parts of a Server.
@@ -202,6 +214,9 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	}
 	if cfg.SendBuffer <= 0 {
 		cfg.SendBuffer = DefaultSendBuffer
+	}
+	if cfg.ResumeBuffer <= 0 {
+		cfg.ResumeBuffer = DefaultResumeBuffer
 	}
 	if cfg.Defaults.MaxTokens == 0 {
 		cfg.Defaults = parley.DefaultParams()
@@ -331,7 +346,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	graceCtx, cancelGrace := context.WithTimeout(ctx, stopGrace)
 	defer cancelGrace()
-	if werr := waitGroup(graceCtx, &s.connWG, &s.reqWG); werr != nil {
+	if werr := waitGroup(graceCtx, &s.connWG, &s.reqWG, &s.replies.wg, &s.bg.wg); werr != nil {
 		return fmt.Errorf("shutdown: %d sockets still open %v after the drain: %w", s.OpenConns(), stopGrace, werr)
 	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -379,7 +394,7 @@ func (s *Server) trackRequest(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) busyConns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
+	n := s.replies.running() + s.bg.running() // replies without a socket or a request drain too
 	for c := range s.conns {
 		if c.replying() {
 			n++

@@ -47,6 +47,7 @@ type conn struct {
 	turnCancel context.CancelFunc // cancels the running turn; guarded by turnMu; a child of ctx, so close ends it too
 
 	limiter *rateLimiter
+	hold    *admission // the client's admission, which its replies hold too
 }
 
 type jobKind int
@@ -72,20 +73,14 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			s.releaseIP(ip)
-		}
-	}
-	defer release()
+	// The socket holds the admission, and so does every reply it starts
+	// until that reply ends (a reply may outlive the socket).
+	hold := newAdmission(func() { s.releaseIP(ip) })
+	defer hold.done()
 
-	jsonMode := r.URL.Query().Get("format") == "json"
-	for _, p := range websocket.Subprotocols(r) {
-		if p == subprotocolJSON {
-			jsonMode = true
-		}
+	jsonMode, resumeFrom, err := socketMode(r)
+	if err != nil {
+		return err
 	}
 	sess, resumed, err := s.sessions.Open(r.Context(), r.URL.Query().Get("session"))
 	if err != nil && !answerOnSocket(err) {
@@ -108,6 +103,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		ip:      ip,
 		json:    jsonMode,
 		inbox:   newInbox(s.cfg.MaxQueuedPrompts),
+		hold:    hold,
 		limiter: newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
 	if !s.trackOrRefuse(cn, ws) {
@@ -139,12 +135,20 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	cn.log.Info("session open", zap.Bool("resumed", resumed), zap.Bool("json", jsonMode),
 		zap.Int("messages", len(sess.Messages)))
 	start := time.Now()
-	if jsonMode {
-		cn.sendSession(sess.ID, resumed, sess.Messages)
+	rp, ok := cn.greet(r.Context(), sess, resumed, resumeFrom)
+	if !ok {
+		cn.finish(writerDone)
+		return nil
 	}
 
 	workerDone := make(chan struct{})
-	go func() { defer close(workerDone); cn.worker() }()
+	go func() {
+		defer close(workerDone)
+		if rp != nil {
+			cn.followResumed(rp)
+		}
+		cn.worker()
+	}()
 
 	cn.reader()
 	cn.close(websocket.CloseNormalClosure, "")
@@ -152,6 +156,20 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	cn.finish(writerDone)
 	cn.log.Info("session close", zap.Duration("duration", time.Since(start)), zap.Int("close_code", cn.closeCode))
 	return nil
+}
+
+// socketMode reads how a chat socket talks: JSON mode (?format=json or the
+// subprotocol), and where a resumed reply picks up (?resume_from=, -1: not
+// given).
+func socketMode(r *http.Request) (jsonMode bool, resumeFrom int, err error) {
+	jsonMode = r.URL.Query().Get("format") == "json"
+	for _, p := range websocket.Subprotocols(r) {
+		if p == subprotocolJSON {
+			jsonMode = true
+		}
+	}
+	resumeFrom, err = parseResumeFrom(r.URL.Query().Get("resume_from"))
+	return jsonMode, resumeFrom, err
 }
 
 func (c *conn) replying() bool { return c.busy.Load() }
@@ -322,58 +340,6 @@ func (c *conn) worker() {
 	}
 }
 
-// runTurn streams one reply. In text mode every non-empty piece is a text
-// message and the sentinel follows the final event; in JSON mode tokens and
-// the done event are JSON objects.
-func (c *conn) runTurn(prompt string, p parley.Params) {
-	ctx, cancel := context.WithCancel(c.ctx)
-	c.turnMu.Lock()
-	c.turnCancel = cancel
-	c.turnMu.Unlock()
-	c.busy.Store(true)
-	defer func() {
-		c.turnMu.Lock()
-		c.turnCancel = nil
-		c.turnMu.Unlock()
-		cancel()
-		c.busy.Store(false)
-	}()
-
-	p.SkipLogprobs = !c.json // text mode sends only the pieces
-	turn, err := c.srv.sessions.Turn(ctx, c.id, prompt, p)
-	if err != nil {
-		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
-		c.srv.countRefusal(err)
-		c.replyError(err)
-		return
-	}
-	meter := c.srv.meterReply(c.cancelCause)
-	for ev := range turn.Events() {
-		meter.observe(ev)
-		if !ev.Done {
-			if c.json {
-				c.sendJSON(tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special})
-			} else if ev.Token.Text != "" {
-				c.sendText(ev.Token.Text)
-			}
-			continue
-		}
-		replyLog(c.log, ev)
-		if turn.Committed() { // set before the final event is sent: counted before the client hears the sentinel
-			c.srv.ops().kvTurns.WithLabelValues(turn.KVCache()).Inc()
-		}
-		if ev.Finish == parley.FinishError {
-			c.replyError(errOr(ev.Err))
-			continue
-		}
-		if c.json {
-			c.sendJSON(newDoneMessage(ev, turn.Text()))
-		} else {
-			c.sendText(Sentinel)
-		}
-	}
-}
-
 func errOr(err error) error {
 	if err == nil {
 		return parley.Errorf(parley.EInternal, "the reply failed")
@@ -413,10 +379,7 @@ func (c *conn) replyError(err error) {
 func (c *conn) sendError(err error) { c.sendRaw(c.errorFrame(err)) }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
-	if msgs == nil {
-		msgs = []parley.Message{}
-	}
-	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: msgs})
+	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: history(msgs)})
 }
 
 // replyErrorWait is replyError for the worker's queued answers: it waits up

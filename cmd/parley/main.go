@@ -87,6 +87,8 @@ type config struct {
 	maxSessions                                  int
 	maxMessageBytes                              int64
 	sessionTTL, drainTimeout                     time.Duration
+	resumeGrace                                  time.Duration
+	resumeBuffer                                 int
 	temperature, topP, minP, repeatPenalty       float64
 	topK, repeatLastN                            int
 	seed                                         int64
@@ -155,6 +157,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.maxPromptTokens, "max-prompt-tokens", web.DefaultMaxPromptTokens, "tokens in one prompt at most (over it: too_large; -1 = no cap)")
 	fs.IntVar(&c.maxQueuedPrompts, "max-queued-prompts", web.DefaultMaxQueuedPrompts, "prompts that may wait on one connection behind the reply streaming")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", web.DefaultDrainTimeout, "on shutdown, how long running replies may finish")
+	fs.DurationVar(&c.resumeGrace, "resume-grace", defaultResumeGrace, "how long a chat reply goes on after its WebSocket drops, for a client that resumes the session (0 = cancel at once)")
+	fs.IntVar(&c.resumeBuffer, "resume-buffer", web.DefaultResumeBuffer, "tokens a chat reply may generate while no client follows it; past it the reply is cancelled")
 	fs.DurationVar(&c.bodyTimeout, "body-timeout", web.DefaultBodyTimeout, "longest a client may take to send a request body")
 	fs.IntVar(&c.maxHTTPConns, "max-http-conns", web.DefaultMaxHTTPConns, "open TCP connections at most, WebSockets included (over it: 503)")
 	fs.Int64Var(&c.maxStoreBytes, "max-store-bytes", 0, "bytes the session store may hold (records); a write past it is refused with 507 store_full. 0 = 1 GiB, and with --store bolt at most half the free space of --data-dir at start; -1 = no budget")
@@ -350,6 +354,11 @@ func defaultParams(cfg config) (parley.Params, error) {
 	return defaults, nil
 }
 
+// defaultResumeGrace is --resume-grace's default: long enough for a page
+// reload or a switch of network, short enough that an abandoned reply does
+// not hold its slot for long.
+const defaultResumeGrace = 10 * time.Second
+
 // serverConfig is the web server's configuration from the flags.
 func serverConfig(cfg config, defaults parley.Params) web.Config {
 	return web.Config{
@@ -371,6 +380,8 @@ func serverConfig(cfg config, defaults parley.Params) web.Config {
 
 		MaxHTTPConnsPerIP:    cfg.maxHTTPConnsPerIP,
 		MaxBodyBytesInflight: cfg.maxBodyBytesInflight,
+		ResumeGrace:          cfg.resumeGrace,
+		ResumeBuffer:         cfg.resumeBuffer,
 	}
 }
 

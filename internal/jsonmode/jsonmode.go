@@ -13,8 +13,11 @@ import (
 // Message decodes any server message; Type says which, and the fields of
 // the other types stay zero:
 //
-//   - "session": ID (a string), Resumed, Messages (the history);
-//   - "token": ID (the token id, a number), Text, Logprob, Special;
+//   - "session": ID (a string), Resumed, Messages (the history), Reply
+//     (on resume, a reply in flight: the history's last message holds its
+//     text up to token Reply.Seq);
+//   - "token": ID (the token id, a number), Text, Logprob, Special, Seq
+//     (the token's position in its reply, from 1);
 //   - "done": FinishReason, Content (the whole reply), Usage, Timings;
 //   - "error": Code, Message, Field.
 type Message struct {
@@ -23,10 +26,12 @@ type Message struct {
 	ID       json.RawMessage  `json:"id"`
 	Resumed  bool             `json:"resumed"`
 	Messages []parley.Message `json:"messages"`
+	Reply    *LiveReply       `json:"reply"`
 
 	Text    string  `json:"text"`
 	Logprob float64 `json:"logprob"`
 	Special bool    `json:"special"`
+	Seq     int     `json:"seq"`
 
 	FinishReason string  `json:"finish_reason"`
 	Content      string  `json:"content"`
@@ -37,6 +42,13 @@ type Message struct {
 	Message    string `json:"message"`
 	Field      string `json:"field"`
 	RetryAfter int    `json:"retry_after"`
+}
+
+// LiveReply is a session message's reply in flight: Status "generating",
+// its text so far up to token Seq in the history's last message.
+type LiveReply struct {
+	Status string `json:"status"`
+	Seq    int    `json:"seq"`
 }
 
 // Usage is a done message's token counts.

@@ -16,6 +16,7 @@ import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
+import WebSocket from 'ws';
 import { decodePNG, colourStats } from './png.mjs';
 import { ROOT, ParleyServer, assertBinaryAndModel, freePort } from '../lib/parley-server.mjs';
 
@@ -264,6 +265,52 @@ describe('chat page', { timeout: 240_000 }, () => {
     assert.equal(await dialog.getByLabel('Temperature', { exact: true }).inputValue(), '1');
     await dialog.getByRole('button', { name: 'Cancel' }).click();
     await dialog.waitFor({ state: 'hidden' });
+  });
+
+  // storedSession reads the session as the server holds it, over a socket
+  // of its own (JSON mode, ?session=).
+  async function storedSession(id) {
+    const ws = new WebSocket(`${server.url.replace('http', 'ws')}ws?format=json&session=${id}`);
+    try {
+      return await new Promise((resolve, reject) => {
+        ws.on('message', (data) => resolve(JSON.parse(String(data))));
+        ws.on('error', reject);
+      });
+    } finally {
+      ws.close();
+    }
+  }
+
+  test('a reload mid-reply picks the reply back up', async () => {
+    await setSettings({ 'Max tokens': LONG_MAX_TOKENS, Temperature: 1 });
+    const id = (await sessionId()).trim();
+    // The reply may end before the reload lands (end of story): then try
+    // again. It must resume within a few tries.
+    let resumed = false;
+    const tried = [];
+    for (let attempt = 0; attempt < 5 && !resumed; attempt++) {
+      const seen = (server.output.match(/resumed a reply in flight/g) || []).length;
+      await send(`Tell me a long story, chapter ${attempt + 1}`);
+      await page.waitForSelector('#log .msg.assistant:last-of-type[data-state="streaming"], #log .msg.assistant:last-of-type[data-state="done"]', { timeout: REPLY_MS });
+      await page.reload();
+      await connected();
+      const reply = await waitReplyDone();
+      tried.push(reply.finish);
+      resumed = (server.output.match(/resumed a reply in flight/g) || []).length > seen;
+      if (!resumed) continue;
+      assert.ok(['eos', 'length', 'stop'].includes(reply.finish), `the resumed reply finished with ${reply.finish}`);
+      assert.ok((await page.evaluate(() => window.__parleyLengths)).length > 0, 'the reply went on streaming after the reload');
+      const stored = await storedSession(id);
+      const norm = (t) => t.replace(/\s+/g, ' ').trim();
+      const last = stored.messages.at(-1);
+      assert.equal(last.role, 'assistant');
+      assert.ok(!last.interrupted, 'the resumed reply is stored whole');
+      assert.equal(norm(reply.text), norm(last.content), 'the page shows the whole stored reply');
+      assert.equal(stored.messages.filter((m) => m.content === last.content).length, 1, 'exactly one stored copy of the reply');
+      assert.deepEqual(turns(await messages()).length, stored.messages.length / 2, 'the page shows every stored turn');
+    }
+    assert.ok(resumed, `no reload landed mid-reply in 5 tries (finish reasons: ${tried})`);
+    beforeReload = await messages(); // the history the restart step expects back
   });
 
   test('reconnects by itself after the server restarts', async () => {

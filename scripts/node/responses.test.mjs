@@ -78,6 +78,41 @@ describe('openai npm client: responses and conversations', { timeout: 120_000 },
     await assert.rejects(client.responses.retrieve(done.id), (e) => e.status === 404);
   });
 
+  test('background: retrieve while in progress, resume the stream after a sequence number, cancel', async () => {
+    // A grammar keeps the tiny model busy long enough to look at it running.
+    const slow = { grammar: 'root ::= [a-z ]{300,}' };
+    const bg = await client.responses.create({
+      model: 'parley', input: 'Tell me everything', background: true, max_output_tokens: 300, temperature: 0, ...slow,
+    });
+    assert.equal(bg.status, 'in_progress');
+    assert.equal(bg.background, true);
+    assert.equal((await client.responses.retrieve(bg.id)).status, 'in_progress');
+
+    // Events 0-3 open the response (no text); resuming after 3 gets every delta.
+    const stream = await client.responses.retrieve(bg.id, { stream: true, starting_after: 3 });
+    let seq = 3;
+    let text = '';
+    let done;
+    for await (const ev of stream) {
+      assert.equal(ev.sequence_number, seq + 1, `${ev.type} after ${seq}`);
+      seq = ev.sequence_number;
+      if (ev.type === 'response.output_text.delta') text += ev.delta;
+      if (ev.type === 'response.completed' || ev.type === 'response.incomplete') done = ev.response;
+    }
+    assert.ok(done, 'no final event');
+    assert.ok(text.length > 0);
+    const after = await client.responses.retrieve(bg.id);
+    assert.notEqual(after.status, 'in_progress');
+    assert.equal(after.output_text, text);
+
+    const bg2 = await client.responses.create({
+      model: 'parley', input: 'Tell me more', background: true, max_output_tokens: 400, temperature: 0, ...slow,
+    });
+    const cancelled = await client.responses.cancel(bg2.id);
+    assert.equal(cancelled.status, 'cancelled');
+    assert.equal((await client.responses.retrieve(bg2.id)).status, 'cancelled');
+  });
+
   test('conversations CRUD and items, continued by responses.create', async () => {
     const conv = await client.conversations.create({
       metadata: { topic: 'dogs' },

@@ -238,9 +238,15 @@
   }
 
   function onSession(msg) {
-    const messages = Array.isArray(msg.messages)
-      ? msg.messages.filter((m) => m && typeof m.content === 'string').map((m) => ({ role: String(m.role), content: m.content }))
+    let messages = Array.isArray(msg.messages)
+      ? msg.messages.filter((m) => m && typeof m.content === 'string')
+        .map((m) => ({ role: String(m.role), content: m.content, interrupted: m.interrupted === true }))
       : [];
+    // A reply still generating (a reload or a reconnect mid-reply): the
+    // history ends with its text so far, and its tokens follow.
+    const last = messages[messages.length - 1];
+    const live = msg.reply && msg.reply.status === 'generating' && last && last.role === 'assistant' ? last : null;
+    if (live) messages = messages.slice(0, -1);
     const wasReset = state.resetPending;
     state.ready = true;
     state.attempt = 0;
@@ -249,8 +255,9 @@
     store.set(localStorage, KEYS.session, state.sessionId);
     ui.sessionId.textContent = state.sessionId || '';
     ui.sessionWrap.hidden = !state.sessionId;
-    if (!sameHistory(messages, state.messages) || !ui.log.querySelector('.msg')) renderHistory(messages);
+    if (live || !sameHistory(messages, state.messages) || !ui.log.querySelector('.msg')) renderHistory(messages);
     state.messages = messages;
+    if (live) followReply(live.content, Number(msg.reply.seq) || 0);
     if (state.notice) { addNote('note', state.notice); state.notice = ''; }
     // A fresh (or just reset) session starts with the server's default system
     // prompt; apply the user's unless the history already carries it.
@@ -262,6 +269,10 @@
   function onToken(msg) {
     const r = state.reply;
     if (!r) return; // a reply we stopped following (new chat while streaming)
+    if (Number.isFinite(msg.seq) && msg.seq > 0) {
+      if (msg.seq <= r.seq) return; // already shown
+      r.seq = msg.seq;
+    }
     if (!r.firstAt) r.firstAt = performance.now();
     r.tokens++;
     // Special tokens (end of text, control tokens) are not part of the reply text.
@@ -345,6 +356,16 @@
     for (const m of messages) {
       const node = addMessage(m.role, m.content);
       if (m.role === 'assistant') addCopyButtons(node.querySelector('.content'));
+      if (m.interrupted) {
+        node.dataset.finish = 'interrupted';
+        const meta = document.createElement('div');
+        meta.className = 'meta';
+        const tag = document.createElement('span');
+        tag.className = 'finish finish-interrupted';
+        tag.textContent = FINISH_LABELS.interrupted;
+        meta.append(tag);
+        node.append(meta);
+      }
     }
     scrollToEnd(true);
   }
@@ -529,10 +550,28 @@
     node.setAttribute('aria-busy', 'true'); // screen readers read the reply once, when it is done
     state.reply = {
       node, userNode, prompt: text, content: node.querySelector('.content'),
-      text: '', tokens: 0, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false,
+      text: '', tokens: 0, seq: 0, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false,
     };
     ui.input.value = '';
     autosize();
+    scrollToEnd(true);
+    updateControls();
+  }
+
+  // followReply shows a reply the server is still generating, its text so
+  // far up to token seq, and follows it: its tokens and its done event come
+  // as for a reply this page asked for.
+  function followReply(text, seq) {
+    const users = state.messages.filter((m) => m.role === 'user');
+    const node = addMessage('assistant', text);
+    node.dataset.state = 'streaming';
+    node.setAttribute('aria-busy', 'true');
+    const userNodes = ui.log.querySelectorAll('.msg.user');
+    state.reply = {
+      node, userNode: userNodes[userNodes.length - 1] || null, prompt: users.length ? users[users.length - 1].content : '',
+      content: node.querySelector('.content'), text, tokens: seq, seq, sentAt: performance.now(), firstAt: 0,
+      renderQueued: false, stopping: false, resumed: true,
+    };
     scrollToEnd(true);
     updateControls();
   }

@@ -1,0 +1,408 @@
+package web_test
+
+// A reply survives its socket: a resumed session shows every accepted
+// turn (never a stale history), and a client that comes back within the
+// resume grace picks the reply back up, in JSON mode and in text mode.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/internal/jsonmode"
+	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/web"
+)
+
+// pacedGenerator is the engine as a slower model: gap between its token
+// events, so that a reply outlasts a reconnect. The engine decodes ahead of
+// the pacing; what it decoded past a cancellation the pacing has not
+// released is dropped, and the reply ends cancelled after the tokens it
+// released, as a slow model's would one step after its cancellation.
+type pacedGenerator struct {
+	*llm.Engine
+	gap time.Duration
+}
+
+func (g *pacedGenerator) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
+	in, err := g.Engine.Generate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan parley.Event, 1)
+	go func() {
+		defer close(out)
+		released := 0
+		for ev := range in {
+			if ctx.Err() == nil && !ev.Done {
+				t := time.NewTimer(g.gap)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
+			}
+			switch {
+			case ev.Done && ctx.Err() != nil:
+				ev.Finish, ev.Err = parley.FinishCancelled, nil
+				ev.Usage.CompletionTokens = released
+			case ctx.Err() != nil:
+				continue // decoded after the cancellation, from this model's view
+			default:
+				released++
+			}
+			out <- ev
+		}
+	}()
+	return out, nil
+}
+
+func openPaced(tb testing.TB, gap time.Duration, mod func(*web.Config)) *stack {
+	return openStack(tb, stackOpts{cfg: mod, generator: func(e *llm.Engine) chat.Generator {
+		return &pacedGenerator{Engine: e, gap: gap}
+	}})
+}
+
+// dropAbruptly ends a client's TCP connection with no close frame, the way
+// a reload, a closed lid or a change of network does.
+func dropAbruptly(ws *websocket.Conn) { ws.UnderlyingConn().Close() }
+
+// startReply opens a new JSON-mode session, sends prompt with maxTokens and
+// returns the socket, the session id and the first n token messages.
+func startReply(tb testing.TB, s *stack, prompt string, maxTokens, n int) (*websocket.Conn, string, []jsonmode.Message) {
+	tb.Helper()
+	ws := dial(tb, s.url+"/ws?format=json", nil)
+	id := readJSON(tb, ws).SessionID()
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": prompt, "params": map[string]any{"max_tokens": maxTokens}})
+	var toks []jsonmode.Message
+	for len(toks) < n {
+		m := readJSON(tb, ws)
+		if m.Type != "token" {
+			tb.Fatalf("want token %d, got %+v", len(toks)+1, m)
+		}
+		toks = append(toks, m)
+	}
+	return ws, id, toks
+}
+
+// clientView is the history a client holds after a resume: the session
+// message's, and when a reply was in flight, its text so far plus the
+// tokens that followed (checked against the done message's content).
+func clientView(tb testing.TB, ws *websocket.Conn, open jsonmode.Message) []parley.Message {
+	tb.Helper()
+	msgs := open.Messages
+	if open.Reply == nil {
+		return msgs
+	}
+	if open.Reply.Status != "generating" || len(msgs) < 2 || msgs[len(msgs)-1].Role != parley.RoleAssistant {
+		tb.Fatalf("a reply in flight must end the history: %+v", open)
+	}
+	toks, done := readUntilDone(tb, ws)
+	text := msgs[len(msgs)-1].Content
+	for i, tk := range toks {
+		if tk.Seq != open.Reply.Seq+i+1 {
+			tb.Fatalf("token %d after the snapshot has seq %d, want %d", i, tk.Seq, open.Reply.Seq+i+1)
+		}
+		text += tk.Text
+	}
+	if done.Type != "done" || text != done.Content {
+		tb.Fatalf("snapshot text and the tokens after it %q do not make the reply %q (%+v)", text, done.Content, done)
+	}
+	msgs[len(msgs)-1].Content = done.Content
+	return msgs
+}
+
+func sameMessages(a, b []parley.Message) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Role != b[i].Role || a[i].Content != b[i].Content {
+			return false
+		}
+	}
+	return true
+}
+
+func stored(tb testing.TB, s *stack, id string) []parley.Message {
+	tb.Helper()
+	sess, _, err := s.sessions.Open(context.Background(), id)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return sess.Messages
+}
+
+// TestResumeNeverShowsAStaleHistory is the race of issue 31: prompt, drop
+// the socket at the first token, reconnect at once with ?session=, and
+// compare what the client holds with what the session holds a moment
+// later. With a grace the reply goes on and the client follows it; without
+// one the resume waits for the cancelled turn to be stored.
+func TestResumeNeverShowsAStaleHistory(t *testing.T) {
+	for _, grace := range []time.Duration{0, 5 * time.Second} {
+		t.Run(fmt.Sprintf("grace=%v", grace), func(t *testing.T) {
+			s := openStack(t, stackOpts{cfg: func(c *web.Config) { c.ResumeGrace = grace }})
+			for round := range 8 {
+				ws, id, _ := startReply(t, s, "Once upon a time", 200, 1)
+				dropAbruptly(ws)
+				ws2 := dial(t, s.url+"/ws?format=json&session="+id, nil)
+				open := readJSON(t, ws2)
+				if open.Type != "session" || !open.Resumed {
+					t.Fatalf("round %d: resume: %+v", round, open)
+				}
+				view := clientView(t, ws2, open)
+				time.Sleep(300 * time.Millisecond)
+				if got := stored(t, s, id); !sameMessages(view, got) {
+					t.Fatalf("round %d: the client was shown %d messages %+v\nthe session holds %d %+v", round, len(view), view, len(got), got)
+				}
+				if len(view) != 2 {
+					t.Fatalf("round %d: want the turn in the history, got %+v", round, view)
+				}
+				ws2.Close()
+			}
+		})
+	}
+}
+
+// TestResumePicksUpTheReply: a JSON client that has the first tokens drops,
+// the reply goes on, and the client resumes with resume_from: it gets the
+// tokens after its last one (no duplicate, none missing) and the done
+// message, and the session holds the reply once.
+func TestResumePicksUpTheReply(t *testing.T) {
+	s := openPaced(t, 3*time.Millisecond, func(c *web.Config) { c.ResumeGrace = 5 * time.Second })
+	ws, id, first := startReply(t, s, "Once upon a time", 150, 10)
+	for i, tk := range first {
+		if tk.Seq != i+1 {
+			t.Fatalf("token %d has seq %d", i, tk.Seq)
+		}
+	}
+	dropAbruptly(ws)
+	time.Sleep(100 * time.Millisecond) // the reply goes on with nobody there
+
+	ws2 := dial(t, s.url+"/ws?format=json&resume_from=10&session="+id, nil)
+	open := readJSON(t, ws2)
+	if open.Reply == nil || open.Reply.Seq < 10 {
+		t.Fatalf("want the reply in flight in the session message, got %+v", open)
+	}
+	rest, done := readUntilDone(t, ws2)
+	text := ""
+	for _, tk := range append(first, rest...) {
+		text += tk.Text
+	}
+	for i, tk := range rest {
+		if tk.Seq != 11+i {
+			t.Fatalf("resumed token %d has seq %d, want %d", i, tk.Seq, 11+i)
+		}
+	}
+	if done.Type != "done" || text != done.Content || done.Usage.CompletionTokens != 10+len(rest) {
+		t.Fatalf("10 + %d tokens make %q; done %+v", len(rest), text, done)
+	}
+	got := stored(t, s, id)
+	if len(got) != 2 || got[1].Content != done.Content || got[1].Interrupted {
+		t.Fatalf("want the whole reply stored once, got %+v", got)
+	}
+	// The socket goes on as any other.
+	ws2.WriteJSON(map[string]any{"type": "prompt", "content": "And then?", "params": map[string]any{"max_tokens": 5}})
+	if _, d := readUntilDone(t, ws2); d.Type != "done" {
+		t.Fatalf("next prompt: %+v", d)
+	}
+}
+
+// TestResumeTextMode: a text-mode client resumes with the bytes it has
+// (resume_from) and gets the missing text, the rest and the sentinel; one
+// without resume_from gets the whole reply.
+func TestResumeTextMode(t *testing.T) {
+	s := openPaced(t, 3*time.Millisecond, func(c *web.Config) { c.ResumeGrace = 5 * time.Second })
+	for _, withFrom := range []bool{true, false} {
+		ws, res, err := websocket.DefaultDialer.Dial(s.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.Header.Get("X-Parley-Session")
+		ws.WriteMessage(websocket.TextMessage, []byte("Lily found a red ball"))
+		var have string
+		for range 3 {
+			ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, p, err := ws.ReadMessage()
+			if err != nil || string(p) == web.Sentinel {
+				t.Fatalf("piece: %q %v", p, err)
+			}
+			have += string(p)
+		}
+		dropAbruptly(ws)
+		time.Sleep(50 * time.Millisecond)
+		u := s.url + "/?session=" + id
+		if withFrom {
+			u += fmt.Sprintf("&resume_from=%d", len(have))
+		} else {
+			have = ""
+		}
+		ws2 := dial(t, u, nil)
+		have += strings.Join(readReply(t, ws2), "")
+		got := stored(t, s, id)
+		if len(got) != 2 || got[1].Content != have {
+			t.Fatalf("resume_from %v: the client has %q\nthe session holds %+v", withFrom, have, got)
+		}
+		ws2.Close()
+	}
+}
+
+// TestReplyCancelledAfterTheGrace: nobody comes back within the grace: the
+// reply is cancelled, its slot freed, and its text so far stored marked
+// interrupted, which a later resume shows.
+func TestReplyCancelledAfterTheGrace(t *testing.T) {
+	s := openPaced(t, 5*time.Millisecond, func(c *web.Config) { c.ResumeGrace = 200 * time.Millisecond })
+	ws, id, _ := startReply(t, s, "Once upon a time", 400, 1)
+	dropAbruptly(ws)
+	eventually(t, "the reply cancelled and stored", func() bool {
+		got := stored(t, s, id)
+		return len(got) == 2 && got[1].Interrupted && got[1].Content != ""
+	})
+	if st := s.engine.Stats(); st.SlotsBusy != 0 {
+		t.Fatalf("slots busy after the grace: %+v", st)
+	}
+	ws2 := dial(t, s.url+"/ws?format=json&session="+id, nil)
+	open := readJSON(t, ws2)
+	if open.Reply != nil || len(open.Messages) != 2 || !open.Messages[1].Interrupted {
+		t.Fatalf("after the grace: %+v", open)
+	}
+}
+
+// TestReplyCancelledWhenItsBufferFills: a reply nobody follows may buffer
+// ResumeBuffer tokens, not more, however long the grace.
+func TestReplyCancelledWhenItsBufferFills(t *testing.T) {
+	s := openPaced(t, time.Millisecond, func(c *web.Config) { c.ResumeGrace = time.Minute; c.ResumeBuffer = 20 })
+	ws, id, _ := startReply(t, s, "Once upon a time", 400, 1)
+	dropAbruptly(ws)
+	eventually(t, "the reply cancelled at its buffer's bound", func() bool {
+		got := stored(t, s, id)
+		return len(got) == 2 && got[1].Interrupted
+	})
+	toks, err := s.engine.Tokenize(stored(t, s, id)[1].Content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(toks) > 60 {
+		t.Fatalf("a reply nobody followed went on for %d tokens past a bound of 20", len(toks))
+	}
+}
+
+// TestDetachedRepliesCountAgainstTheClient: a reply going on without its
+// socket holds the client's connection admission, so a client cannot park
+// more replies than it may hold connections.
+func TestDetachedRepliesCountAgainstTheClient(t *testing.T) {
+	s := openPaced(t, 5*time.Millisecond, func(c *web.Config) {
+		c.ResumeGrace = 2 * time.Second
+		c.MaxConnsPerIP = 2
+	})
+	for range 2 {
+		ws, _, _ := startReply(t, s, "Once upon a time", 400, 1)
+		dropAbruptly(ws)
+	}
+	time.Sleep(100 * time.Millisecond) // the server has seen both drops
+	if code := upgradeStatus(t, s.url+"/ws?format=json", nil); code != http.StatusTooManyRequests {
+		t.Fatalf("a third socket while two replies go on without theirs: status %d, want 429", code)
+	}
+	eventually(t, "the admissions released after the grace", func() bool {
+		return upgradeStatus(t, s.url+"/ws?format=json", nil) == http.StatusSwitchingProtocols
+	})
+}
+
+// TestResumeFromIsChecked: a resume_from that is not a whole number is
+// refused before the upgrade, with a 400 naming it.
+func TestResumeFromIsChecked(t *testing.T) {
+	s := openStack(t, stackOpts{})
+	for _, bad := range []string{"x", "-1", "1.5"} {
+		if code := upgradeStatus(t, s.url+"/ws?format=json&resume_from="+bad, nil); code != http.StatusBadRequest {
+			t.Fatalf("resume_from=%s: status %d, want 400", bad, code)
+		}
+	}
+}
+
+// TestResumeUnderLoad is issue 31's measurement, scaled to a test: many
+// JSON sessions at once, each resuming with ?session=, sending prompts and
+// dropping its socket at the first token of some replies, then coming back
+// at once. Every resume must show exactly the history the client can
+// account for (what it saw before plus the reply it dropped), and at the
+// end every session must hold exactly what its client was last told.
+func TestResumeUnderLoad(t *testing.T) {
+	const sessions, runFor, dropEvery = 12, 4 * time.Second, 6 // about 15% of replies dropped
+	s := openStack(t, stackOpts{maxTokens: 32, cfg: func(c *web.Config) { c.ResumeGrace = 3 * time.Second }})
+	type result struct {
+		turns, drops, resumes int
+		err                   error
+	}
+	results := make(chan result, sessions)
+	deadline := time.Now().Add(runFor)
+	for i := range sessions {
+		go func() {
+			var r result
+			defer func() { results <- r }()
+			var hist []parley.Message
+			id, n := "", 0
+			for time.Now().Before(deadline) && r.err == nil {
+				q := ""
+				if id != "" {
+					q, r.resumes = "&session="+id, r.resumes+1
+				}
+				ws, _, err := websocket.DefaultDialer.Dial(s.url+"/ws?format=json"+q, nil)
+				if err != nil {
+					r.err = err
+					return
+				}
+				open := readJSON(t, ws)
+				id = open.SessionID()
+				view := clientView(t, ws, open)
+				if len(view) < len(hist) || !sameMessages(view[:len(hist)], hist) || len(view) > len(hist)+2 {
+					r.err = fmt.Errorf("session %d: resumed with %d messages, the client accounts for %d (+ at most its dropped turn)", i, len(view), len(hist))
+				}
+				if got := stored(t, s, id); !sameMessages(view, got) {
+					r.err = fmt.Errorf("session %d: shown %d messages, the session holds %d", i, len(view), len(got))
+				}
+				hist = view
+				for range 1 + n%3 {
+					n++
+					ws.WriteJSON(map[string]any{"type": "prompt", "content": fmt.Sprintf("Story %d of %d", n, i)})
+					if n%dropEvery == 0 {
+						readJSON(t, ws) // the first token
+						r.drops++
+						break
+					}
+					_, done := readUntilDone(t, ws)
+					hist = append(hist, parley.Message{Role: parley.RoleUser, Content: fmt.Sprintf("Story %d of %d", n, i)},
+						parley.Message{Role: parley.RoleAssistant, Content: done.Content})
+					r.turns++
+				}
+				dropAbruptly(ws)
+			}
+			// At the end: what the client was last told is what is stored.
+			time.Sleep(100 * time.Millisecond)
+			ws := dial(t, s.url+"/ws?format=json&session="+id, nil)
+			final := clientView(t, ws, readJSON(t, ws))
+			if len(final) < len(hist) || !sameMessages(final[:len(hist)], hist) {
+				r.err = fmt.Errorf("session %d: the history changed behind the client's back", i)
+			}
+			ws.Close()
+		}()
+	}
+	var total result
+	for range sessions {
+		r := <-results
+		if r.err != nil {
+			t.Error(r.err)
+		}
+		total.turns, total.drops, total.resumes = total.turns+r.turns, total.drops+r.drops, total.resumes+r.resumes
+	}
+	t.Logf("%d sessions, %v: %d acknowledged turns, %d dropped at the first token, %d resumes, none stale",
+		sessions, runFor, total.turns, total.drops, total.resumes)
+	if total.drops == 0 || total.resumes == 0 {
+		t.Fatalf("nothing was dropped or resumed: %+v", total)
+	}
+}
