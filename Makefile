@@ -31,8 +31,8 @@ export CGO_CFLAGS := -O3 -march=$(MARCH)
 export CGO_CXXFLAGS := -O3 -march=$(MARCH)
 
 # Debian packages the build and the tests use: the two header packages llama.cpp needs (NATIVE-BUILD.md),
-# Python's websockets for the seed client, chromium for the browser test.
-APT_PACKAGES := nlohmann-json3-dev libstb-dev python3-websockets chromium ca-certificates curl redis-server nginx python3-yaml
+# Python's websockets for the seed client, chromium for the browser test, python3-jinja2 for the chat-template goldens.
+APT_PACKAGES := nlohmann-json3-dev libstb-dev python3-websockets chromium ca-certificates curl redis-server nginx python3-yaml python3-jinja2
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 

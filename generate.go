@@ -57,6 +57,9 @@ type ModelInfo struct {
 	// markers, BOS/EOS). The tokenizer turns these texts into the tokens
 	// themselves, so message contents must not carry them verbatim.
 	ControlTokens []string `json:"-"`
+	// ChatTemplates are the named variants (tokenizer.chat_template.NAME), such as tool_use, which renders when a
+	// request has tools.
+	ChatTemplates map[string]string `json:"-"`
 }
 
 // clientKey is the context key of WithClient.

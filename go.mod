@@ -3,6 +3,7 @@ module github.com/parley-chat/parley
 go 1.26.8
 
 require (
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/gorilla/websocket v1.5.3
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/ollama/ollama v0.24.0

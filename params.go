@@ -59,6 +59,12 @@ type Params struct {
 	Stop             []string        `json:"stop,omitempty"`        // reply ends before any of these
 	Grammar          string          `json:"grammar,omitempty"`     // GBNF; exclusive with JSONSchema
 	JSONSchema       json.RawMessage `json:"json_schema,omitempty"` // constrains output to JSON matching the schema
+	// Think switches a reasoning model's thought on or off (the template's enable_thinking); nil leaves the model's
+	// default. Models whose template has no switch ignore it.
+	Think *bool `json:"think,omitempty"`
+	// ThinkBudget caps a reasoning model's thought, in tokens (0: no cap but MaxTokens, which covers thought and
+	// answer): at the budget Parley closes the thought itself and the answer follows.
+	ThinkBudget int `json:"think_budget,omitempty"`
 	// SkipLogprobs says no client reads the tokens' log-probabilities, so
 	// the engine skips computing them (a softmax over the vocabulary per
 	// token) and Token.Logprob is NaN. Set by the wire layer, never sent.
@@ -102,6 +108,9 @@ func (p *Params) Validate(maxTokens int) error {
 			return FieldErrorf(name, "must be between %g and %g, got %g", lo, hi, v)
 		}
 		return nil
+	}
+	if p.ThinkBudget < 0 {
+		return FieldErrorf("think_budget", "must be 0 (no cap) or more, got %d", p.ThinkBudget)
 	}
 	if p.MaxTokens < 1 {
 		return FieldErrorf("max_tokens", "must be at least 1, got %d", p.MaxTokens)

@@ -77,6 +77,9 @@ type Token struct {
 	Text    string  `json:"text"`    // the piece this token contributed; may be empty when UTF-8 or a stop prefix is held back
 	Logprob float64 `json:"logprob"` // natural log-probability of this token under the sampler's temperature
 	Special bool    `json:"special"` // an end-of-generation or control token
+	// Reasoning is the thought text that became safe to show with this token (a reasoning model's, split from the
+	// answer by the chat layer); Text is then the answer's part.
+	Reasoning string `json:"reasoning,omitempty"`
 }
 
 // Usage counts tokens for one reply.
@@ -84,6 +87,7 @@ type Usage struct {
 	PromptTokens       int `json:"prompt_tokens"`        // tokens in the rendered prompt
 	CachedPromptTokens int `json:"cached_prompt_tokens"` // of those, reused from the KV cache (not evaluated again)
 	CompletionTokens   int `json:"completion_tokens"`    // tokens generated
+	ReasoningTokens    int `json:"reasoning_tokens"`     // of those, the thought's (markers included)
 }
 
 // Timings of one reply.

@@ -57,6 +57,18 @@ func WithTemplate(t Template) Option {
 	return func(r *Responder) { r.tmpl = t }
 }
 
+// WithTemplateSource renders with the Jinja template src instead of the
+// model's own (a template file the operator chose).
+func WithTemplateSource(src string) Option {
+	return func(r *Responder) { r.jinjaSrc = src }
+}
+
+// WithJinjaRenderer sets what renders Jinja templates: a *Sandbox for a
+// GGUF's (untrusted) template. The default renders in process, unbounded.
+func WithJinjaRenderer(jr JinjaRenderer) Option {
+	return func(r *Responder) { r.renderer = jr }
+}
+
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *zap.Logger) Option {
 	return func(r *Responder) { r.log = l }
@@ -70,10 +82,13 @@ func WithLogger(l *zap.Logger) Option {
 // so replies for one key must not run concurrently when the key is to be
 // reused well (the session layer runs one turn at a time).
 type Responder struct {
-	gen   Generator
-	tmpl  Template // nil: detect from the model's metadata on every reply
-	log   *zap.Logger
-	memos memos // the last turn of each conversation, by key (see memo)
+	gen      Generator
+	tmpl     Template // nil: the model's own template (auto)
+	jinjaSrc string   // a Jinja template that replaces the model's ("": the model's)
+	renderer JinjaRenderer
+	auto     autoTemplate
+	log      *zap.Logger
+	memos    memos // the last turn of each conversation, by key (see memo)
 }
 
 // NewResponder returns a Responder over gen.
@@ -85,19 +100,13 @@ func NewResponder(gen Generator, opts ...Option) *Responder {
 	return r
 }
 
-// Template returns the template replies are rendered with: the override,
-// or the family detected from the model's chat template.
+// Template returns the template replies are rendered with: the override, or
+// the model's own chat template (see loadTemplate), loaded once per source.
 func (r *Responder) Template() Template {
 	if r.tmpl != nil {
 		return r.tmpl
 	}
-	info := r.gen.Info()
-	t := DetectTemplate(info.ChatTemplate)
-	if t.Name() == NameZephyr && info.EOSToken != "" {
-		// Zephyr's turns end with the model's own EOS text.
-		t = zephyr(info.EOSToken)
-	}
-	return t
+	return r.auto.get(r.gen.Info(), r.jinjaSrc, r.renderer, r.log)
 }
 
 // Reply starts the assistant's reply to msgs (the whole conversation,
@@ -144,7 +153,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens), nil
 		}
-		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), Gen)
+		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), RenderOptions{AddGenerationPrompt: true, Thinking: p.Think})
 		if err != nil {
 			return 0, err
 		}
@@ -205,7 +214,8 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
 		}
 	}
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember)
+	think := ThinkFormatOf(tmpl)
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen))
 }
 
 // memoFor returns key's memo when msgs may continue its conversation (it
@@ -243,22 +253,14 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil)
+	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
 func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
-	remember func(gen []int, pieces []string, special []bool)) (*Reply, error) {
+	remember func(gen []int, pieces []string, special []bool), think ThinkFormat, plan *phasePlan) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
-	}
-	// genCtx lets the reply stop generation on a stop string without
-	// cancelling the caller's ctx.
-	genCtx, cancel := context.WithCancel(ctx)
-	events, err := r.gen.Generate(genCtx, parley.GenerateRequest{Key: key, Tokens: tokens, Params: p})
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("generate: %w", err)
 	}
 	// Room for every token the engine may send (the reply cap, or what is
 	// left of the context) plus the final event, so that the goroutine does
@@ -268,6 +270,21 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		size = p.MaxTokens
 	}
 	size = min(max(size, 0)+2, maxEventBuffer)
+	// genCtx lets the reply stop generation on a stop string without
+	// cancelling the caller's ctx.
+	genCtx, cancel := context.WithCancel(ctx)
+	req := parley.GenerateRequest{Key: key, Tokens: tokens, Params: p}
+	var events <-chan parley.Event
+	var err error
+	if plan != nil {
+		events, err = r.generatePhased(genCtx, req, plan, size)
+	} else {
+		events, err = r.gen.Generate(genCtx, req)
+	}
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("generate: %w", err)
+	}
 	rep := &Reply{
 		prompt:       prompt,
 		promptTokens: len(tokens),
@@ -275,7 +292,11 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		out:          make(chan parley.Event, size),
 		remember:     remember,
 	}
-	go rep.run(ctx, genCtx, cancel, events, NewStreamer(stops))
+	var split *thoughtSplit
+	if think != ThinkNone {
+		split = &thoughtSplit{split: NewSplitter(think, prompt), st: NewStreamer(stops), format: think}
+	}
+	go rep.run(ctx, genCtx, cancel, events, NewStreamer(stops), split)
 	return rep, nil
 }
 
@@ -295,9 +316,10 @@ type Reply struct {
 	// engine generated and their raw text, up to a stop.
 	remember func(gen []int, pieces []string, special []bool)
 
-	mu   sync.Mutex
-	text strings.Builder // Token.Text of every delivered token event
-	stop string          // the stop string that ended the reply, set before the final event
+	mu        sync.Mutex
+	text      strings.Builder // Token.Text of every delivered token event
+	reasoning strings.Builder // Token.Reasoning of every delivered token event
+	stop      string          // the stop string that ended the reply, set before the final event
 }
 
 // StopSequence returns the stop string (a Params.Stop entry or one of the
@@ -329,6 +351,14 @@ func (rep *Reply) Text() string {
 	return rep.text.String()
 }
 
+// Reasoning returns the thought delivered so far (a reasoning model's, kept
+// apart from Text); after the final event it is the whole thought.
+func (rep *Reply) Reasoning() string {
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	return rep.reasoning.String()
+}
+
 // run is the one goroutine of a reply. It reads the engine's stream until
 // the engine closes it, which Generate's contract guarantees after the final
 // event; cancel is called when run ends. The contract also says that
@@ -343,7 +373,7 @@ func (rep *Reply) Text() string {
 // event is kept back until the next event arrives, so that text released by
 // Flush at the end can join the last token event rather than need an event
 // of its own. Token events stay one per engine token.
-func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer) {
+func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer, split *thoughtSplit) {
 	defer close(rep.out)
 	defer cancel()
 	var (
@@ -382,32 +412,33 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		if rep.remember != nil {
 			gen, pieces, special = append(gen, ev.Token.ID), append(pieces, ev.Token.Text), append(special, ev.Token.Special)
 		}
-		if ev.Token.Special {
-			// Control tokens are not reply text. One that spells a stop
-			// string (an end-of-turn marker the engine does not treat as
-			// end-of-generation) ends the reply; what was held back is text.
-			if st.matchesStop(ev.Token.Text) {
-				ev.Token.Text, stopped, specialStop = st.Flush(), true, true
-			} else {
-				ev.Token.Text = ""
-			}
-		} else {
-			ev.Token.Text, stopped = st.Push(ev.Token.Text)
-		}
+		ev.Token, stopped, specialStop = clean(ev.Token, st, split)
 		switch {
 		case stopped:
 			rep.deliver(ctx, ev)
 			cancel()
-		case st.holding():
+		case st.holding() || split.holding():
 			pending, hasPending = ev, true
 		default:
 			rep.deliver(ctx, ev)
 		}
 	}
+	if split != nil && !stopped {
+		// What the splitter holds at the end joins the last token event.
+		if !hasPending {
+			pending, hasPending = parley.Event{Token: parley.Token{ID: -1}}, true
+		}
+		pending.Token = split.flush(pending.Token, st)
+	}
 	if hasPending {
 		pending.Token.Text += st.Flush()
 		stopped = stopped || st.Stopped()
-		rep.deliver(ctx, pending)
+		if pending.Token.ID >= 0 || pending.Token.Text != "" || pending.Token.Reasoning != "" {
+			rep.deliver(ctx, pending)
+		}
+	}
+	if split != nil {
+		final.Usage.ReasoningTokens = split.tokens
 	}
 
 	switch {
@@ -481,6 +512,7 @@ func (rep *Reply) deliver(ctx context.Context, ev parley.Event) {
 	case rep.out <- ev:
 		rep.mu.Lock()
 		rep.text.WriteString(ev.Token.Text)
+		rep.reasoning.WriteString(ev.Token.Reasoning)
 		rep.mu.Unlock()
 	case <-ctx.Done():
 	}
@@ -525,22 +557,54 @@ func neutralize(msgs []parley.Message, controls []string) []parley.Message {
 	}
 	var out []parley.Message
 	for i, m := range msgs {
-		c := m.Content
-		for _, tok := range controls {
-			if strings.Contains(c, tok) {
-				_, size := utf8.DecodeRuneInString(tok)
-				c = strings.ReplaceAll(c, tok, tok[:size]+"\u200b"+tok[size:])
-			}
-		}
-		if c != m.Content {
+		c, r := neutralizeText(m.Content, controls), neutralizeText(m.Reasoning, controls)
+		if c != m.Content || r != m.Reasoning {
 			if out == nil {
 				out = append([]parley.Message(nil), msgs...)
 			}
-			out[i].Content = c
+			out[i].Content, out[i].Reasoning = c, r
 		}
 	}
 	if out == nil {
 		return msgs
 	}
 	return out
+}
+
+// neutralizeText breaks up every control token's text in s (see neutralize).
+func neutralizeText(s string, controls []string) string {
+	for _, tok := range controls {
+		if strings.Contains(s, tok) {
+			_, size := utf8.DecodeRuneInString(tok)
+			s = strings.ReplaceAll(s, tok, tok[:size]+"\u200b"+tok[size:])
+		}
+	}
+	return s
+}
+
+// clean turns one engine token into what the reply shows: its text through
+// the Streamer st (and a reasoning model's thought through split), stopped
+// when a stop string matched, special when a control token spelled it.
+func clean(tok parley.Token, st *Streamer, split *thoughtSplit) (out parley.Token, stopped, special bool) {
+	switch {
+	case split != nil && (!tok.Special || split.format.IsMarker(tok.Text)):
+		// A reasoning model's text or thought marker: split, then each part
+		// cleaned by its own Streamer.
+		tok, stopped = split.push(tok, st)
+	case tok.Special:
+		// Control tokens are not reply text. One that spells a stop string
+		// (an end-of-turn marker the engine does not treat as
+		// end-of-generation) ends the reply; what was held back is text.
+		if !st.matchesStop(tok.Text) {
+			tok.Text = ""
+			return tok, false, false
+		}
+		tok.Text, stopped, special = st.Flush(), true, true
+		if split != nil {
+			tok = split.flush(tok, st)
+		}
+	default:
+		tok.Text, stopped = st.Push(tok.Text)
+	}
+	return tok, stopped, special
 }

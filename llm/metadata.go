@@ -118,6 +118,7 @@ func readMetadata(path string) (metadata, error) {
 		VocabSize:       len(vocab.tokens),
 		TrainContext:    int(kv.ContextLength()),
 		ChatTemplate:    kv.ChatTemplate(),
+		ChatTemplates:   chatTemplateVariants(kv),
 		BOSToken:        tokenText("bos_token_id"),
 		EOSToken:        tokenText("eos_token_id"),
 	}
@@ -168,4 +169,22 @@ func dominantTensorType(ts []*ggml.Tensor) string {
 		return "unknown"
 	}
 	return best
+}
+
+// chatTemplateVariants returns the GGUF's named chat templates (tokenizer.chat_template.NAME, as llama.cpp's
+// converter writes a model's tool_use or rag template), or nil.
+func chatTemplateVariants(kv ggml.KV) map[string]string {
+	const prefix = "tokenizer.chat_template."
+	var out map[string]string
+	for k, v := range kv {
+		src, ok := v.(string)
+		if !ok || !strings.HasPrefix(k, prefix) || src == "" {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string)
+		}
+		out[strings.TrimPrefix(k, prefix)] = src
+	}
+	return out
 }

@@ -32,6 +32,8 @@ cd "$root" || exit 1
 # shellcheck source=env.sh
 . scripts/env.sh
 export PARLEY_BIN=$root/bin/parley
+# The chat-template goldens compare with python3-jinja2 (make setup installs it): in the suite its absence fails.
+export PARLEY_REQUIRE_JINJA2=1
 FUZZTIME=${FUZZTIME:-10s}
 read -r -a go_test_flags <<<"${GO_TEST_FLAGS:-}"
 

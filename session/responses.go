@@ -40,21 +40,23 @@ const responseSuffixBytes = 6
 // ResponseRecord is what a session keeps of one response (one turn run
 // through the Responses API): where its messages are and what it cost.
 type ResponseRecord struct {
-	ID           string  `json:"id"`
-	Start        int     `json:"start"` // absolute position of its first input message
-	End          int     `json:"end"`   // absolute position just past its reply
-	Hash         uint64  `json:"hash"`  // FNV-1a of the reply's text
-	Created      int64   `json:"created"`
-	Status       string  `json:"status"`           // completed, incomplete, cancelled
-	Finish       string  `json:"finish,omitempty"` // the engine's finish reason
-	Instructions string  `json:"-"`                // the system prompt it ran with; not stored (the session's System is), filled in by GetResponse
-	Previous     string  `json:"previous,omitempty"`
-	InputTokens  int     `json:"input_tokens,omitempty"`
-	CachedTokens int     `json:"cached_tokens,omitempty"`
-	OutputTokens int     `json:"output_tokens,omitempty"`
-	MaxTokens    int     `json:"max_tokens,omitempty"`
-	Temperature  float64 `json:"temperature,omitempty"`
-	TopP         float64 `json:"top_p,omitempty"`
+	ID           string `json:"id"`
+	Start        int    `json:"start"` // absolute position of its first input message
+	End          int    `json:"end"`   // absolute position just past its reply
+	Hash         uint64 `json:"hash"`  // FNV-1a of the reply's text
+	Created      int64  `json:"created"`
+	Status       string `json:"status"`           // completed, incomplete, cancelled
+	Finish       string `json:"finish,omitempty"` // the engine's finish reason
+	Instructions string `json:"-"`                // the system prompt it ran with; not stored (the session's System is), filled in by GetResponse
+	Previous     string `json:"previous,omitempty"`
+	InputTokens  int    `json:"input_tokens,omitempty"`
+	CachedTokens int    `json:"cached_tokens,omitempty"`
+	OutputTokens int    `json:"output_tokens,omitempty"`
+	// ReasoningTokens are the output tokens of a reasoning model's thought.
+	ReasoningTokens int     `json:"reasoning_tokens,omitempty"`
+	MaxTokens       int     `json:"max_tokens,omitempty"`
+	Temperature     float64 `json:"temperature,omitempty"`
+	TopP            float64 `json:"top_p,omitempty"`
 }
 
 // Response statuses, as the Responses API spells them.
@@ -398,6 +400,7 @@ func (r *ResponseRecord) finish(ev parley.Event, text string) {
 	r.InputTokens = ev.Usage.PromptTokens
 	r.CachedTokens = ev.Usage.CachedPromptTokens
 	r.OutputTokens = ev.Usage.CompletionTokens
+	r.ReasoningTokens = ev.Usage.ReasoningTokens
 	r.Hash = textHash(text)
 	switch ev.Finish {
 	case parley.FinishLength:

@@ -385,6 +385,15 @@ func (t *Turn) SessionID() string { return t.id }
 // Text is the reply's whole text; valid after the final event.
 func (t *Turn) Text() string { return t.reply.Text() }
 
+// Reasoning is the reply's thought (a reasoning model's, kept apart from
+// Text), when the reply has one; valid after the final event.
+func (t *Turn) Reasoning() string {
+	if r, ok := t.reply.(interface{ Reasoning() string }); ok {
+		return r.Reasoning()
+	}
+	return ""
+}
+
 // Prompt is the prompt as the model saw it (the rendered conversation).
 func (t *Turn) Prompt() string { return t.reply.Prompt() }
 
@@ -539,7 +548,7 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, prompt str
 	} else {
 		s.unused.used(sess.Owner, t.id)
 	}
-	reply := parley.Message{Role: parley.RoleAssistant, Content: text, Interrupted: final.Finish == parley.FinishCancelled}
+	reply := parley.Message{Role: parley.RoleAssistant, Content: text, Reasoning: t.Reasoning(), Interrupted: final.Finish == parley.FinishCancelled}
 	if err := s.commit(cctx, put, sess, prompt, reply, t.reapply); err != nil {
 		// The reply was streamed but not stored: say so in the final
 		// event (the wire shows it before the sentinel) instead of

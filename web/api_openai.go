@@ -36,6 +36,9 @@ import (
 type openAIMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// ReasoningContent is an assistant message's thought, as clients send back what they received (the template
+	// decides whether the prompt keeps it).
+	ReasoningContent string `json:"reasoning_content"`
 }
 
 type responseFormat struct {
@@ -70,11 +73,15 @@ type openAIUsage struct {
 	PromptTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
 }
 
 func newOpenAIUsage(u parley.Usage) *openAIUsage {
 	o := &openAIUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
 	o.PromptTokensDetails.CachedTokens = u.CachedPromptTokens
+	o.CompletionTokensDetails.ReasoningTokens = u.ReasoningTokens
 	return o
 }
 
@@ -98,6 +105,8 @@ type chatMessageOut struct {
 	Role    string  `json:"role"`
 	Content string  `json:"content"`
 	Refusal *string `json:"refusal"`
+	// ReasoningContent is a reasoning model's thought, as llama.cpp's server and DeepSeek's API name it.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 type chatChoice struct {
@@ -119,8 +128,9 @@ type chatCompletion struct {
 }
 
 type chunkDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string  `json:"role,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
 }
 
 type chunkChoice struct {
@@ -204,7 +214,7 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 		if err := checkNotEmpty(role, content, field+".content"); err != nil {
 			return nil, err
 		}
-		call.msgs = append(call.msgs, parley.Message{Role: role, Content: content})
+		call.msgs = append(call.msgs, parley.Message{Role: role, Content: content, Reasoning: assistantReasoning(role, m.ReasoningContent)})
 	}
 	if req.N != nil && *req.N != 1 {
 		return nil, parley.FieldErrorf("n", "only 1 is supported, got %d", *req.N)
@@ -314,7 +324,7 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 			return cc.renameSent(rerr)
 		}
 		choice := chatChoice{
-			Message:      chatMessageOut{Role: "assistant", Content: call.rep.Text()},
+			Message:      chatMessageOut{Role: "assistant", Content: call.rep.Text(), ReasoningContent: call.rep.Reasoning()},
 			FinishReason: openAIFinish(ev.Finish),
 		}
 		if cc.logprobs {
@@ -353,6 +363,9 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 			}
 			return chunk([]chunkChoice{choice})
 		},
+		reasoning: func(text string) any {
+			return chunk([]chunkChoice{{Delta: chunkDelta{ReasoningContent: &text}}})
+		},
 		final: func(finish string, lps []tokenLogprob, timings timingsJSON) any {
 			final := chunkChoice{Delta: chunkDelta{}, FinishReason: &finish}
 			if len(lps) > 0 {
@@ -374,10 +387,12 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 // openAIChunks makes the server-sent chunks of one OpenAI streaming API (chat
 // or legacy completions); streamOpenAI owns the order and the rules.
 type openAIChunks struct {
-	first func() any                                                       // optional: the chunk before any text
-	text  func(text string, lps []tokenLogprob) any                        // a chunk of reply text; lps: the logprobs of its tokens, when asked for
-	final func(finish string, lps []tokenLogprob, timings timingsJSON) any // the chunk with the finish reason
-	usage func(usage json.RawMessage) any                                  // the usage chunk (stream_options.include_usage)
+	first func() any                                // optional: the chunk before any text
+	text  func(text string, lps []tokenLogprob) any // a chunk of reply text; lps: the logprobs of its tokens, when asked for
+	// reasoning, optional, is a chunk of a reasoning model's thought (it precedes the answer's chunks).
+	reasoning func(text string) any
+	final     func(finish string, lps []tokenLogprob, timings timingsJSON) any // the chunk with the finish reason
+	usage     func(usage json.RawMessage) any                                  // the usage chunk (stream_options.include_usage)
 }
 
 // streamOpenAI relays call's reply as OpenAI server-sent events ("data:
@@ -397,6 +412,11 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 	// logprobs ride with the next chunk.
 	var pendingLP []tokenLogprob
 	content := func(text string, t *parley.Token) error {
+		if t != nil && t.Reasoning != "" && ch.reasoning != nil {
+			if err := send(ch.reasoning(t.Reasoning)); err != nil {
+				return err
+			}
+		}
 		if logprobs && t != nil {
 			pendingLP = append(pendingLP, tokenLogprobOf(*t, call.topLogprobs))
 		}

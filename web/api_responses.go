@@ -103,6 +103,10 @@ type responsesRequest struct {
 	Metadata           map[string]string `json:"metadata"`
 	Tools              json.RawMessage   `json:"tools"`
 	Text               *responseText     `json:"text"`
+	// Reasoning.Effort switches a reasoning model's thought: "none" off, any effort on (see thinkPatch).
+	Reasoning *struct {
+		Effort *string `json:"effort"`
+	} `json:"reasoning"`
 }
 
 // responseText is the request's (and the response's) text configuration:
@@ -167,6 +171,9 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	}
 	if err := s.checkPromptTokens(text.String()); err != nil {
 		return nil, err
+	}
+	if req.Reasoning != nil && req.Reasoning.Effort != nil {
+		req.paramsPatch.ReasoningEffort = req.Reasoning.Effort
 	}
 	if req.MaxOutputTokens != nil {
 		req.paramsPatch.MaxTokens = req.MaxOutputTokens
@@ -269,11 +276,23 @@ func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
 		return nil, parley.FieldErrorf(field, "at most %d items", maxItemsPerRequest)
 	}
 	msgs := make([]parley.Message, 0, len(items))
+	thought := "" // a reasoning item's text, for the assistant message after it
 	for i, it := range items {
 		f := fmt.Sprintf("%s[%d]", field, i)
+		if it.Type == "reasoning" {
+			t, err := reasoningInput(it, f)
+			if err != nil {
+				return nil, err
+			}
+			thought = t
+			continue
+		}
 		m, err := parseItem(it, f)
 		if err != nil {
 			return nil, err
+		}
+		if m.Role == parley.RoleAssistant {
+			m.Reasoning, thought = thought, ""
 		}
 		msgs = append(msgs, m)
 	}
@@ -363,7 +382,7 @@ type responseObject struct {
 	Instructions       *string           `json:"instructions"`
 	MaxOutputTokens    *int              `json:"max_output_tokens"`
 	Model              string            `json:"model"`
-	Output             []messageItem     `json:"output"`
+	Output             []any             `json:"output"` // a reasoningItem (a reasoning model's thought), then a messageItem
 	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
 	PreviousResponseID *string           `json:"previous_response_id"`
 	Conversation       *conversationRef  `json:"conversation"`
@@ -417,7 +436,7 @@ func newMessageItem(id string, m parley.Message) messageItem {
 func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool) *responseObject {
 	o := &responseObject{
 		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: s.modelName(),
-		Output: []messageItem{}, Store: stored, Temperature: rec.Temperature, TopP: rec.TopP,
+		Output: []any{}, Store: stored, Temperature: rec.Temperature, TopP: rec.TopP,
 		ToolChoice: "auto", Tools: []string{}, Text: json.RawMessage(`{"format":{"type":"text"}}`),
 		Truncation: "disabled", Metadata: map[string]string{},
 	}
@@ -442,6 +461,7 @@ func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, store
 func setUsage(o *responseObject, rec session.ResponseRecord) {
 	u := &responsesUsage{InputTokens: rec.InputTokens, OutputTokens: rec.OutputTokens, TotalTokens: rec.InputTokens + rec.OutputTokens}
 	u.InputTokensDetails.CachedTokens = rec.CachedTokens
+	u.OutputTokensDetails.ReasoningTokens = rec.ReasoningTokens
 	o.Usage = u
 }
 
@@ -491,6 +511,9 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
 	rec := resp.Final()
 	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored)
+	if thought := resp.Reasoning(); thought != "" {
+		o.Output = append(o.Output, newReasoningItem(resp.SessionID(), resp.Record.End, thought))
+	}
 	o.Output = append(o.Output, s.outputItem(resp, rec.Status, resp.Text()))
 	pr.echo(o, resp.SessionID())
 	setUsage(o, rec)
@@ -537,6 +560,9 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 	o := s.newResponseObject(rec, sess.ID, true)
 	out := sess.Span(rec.End-1, rec.End)
 	if len(out) == 1 {
+		if out[0].Reasoning != "" {
+			o.Output = append(o.Output, newReasoningItem(sess.ID, rec.End, out[0].Reasoning))
+		}
 		o.Output = append(o.Output, replyItem(sess.ID, rec.End, rec.Status, out[0]))
 	}
 	setUsage(o, rec)

@@ -57,9 +57,9 @@ func steps(fns ...func() error) error {
 	return nil
 }
 
-// atPart adds the location of the response's one content part to an event's fields.
-func atPart(itemID string, m map[string]any) map[string]any {
-	m["item_id"], m["output_index"], m["content_index"] = itemID, 0, 0
+// atPart adds the location of an output item's one content part to an event's fields.
+func atPart(itemID string, index int, m map[string]any) map[string]any {
+	m["item_id"], m["output_index"], m["content_index"] = itemID, index, 0
 	return m
 }
 
@@ -85,19 +85,14 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
 	initial.Status = "in_progress"
 	pr.echo(initial, resp.SessionID())
-	item := s.outputItem(resp, session.StatusCompleted, "")
-	item.Status, item.Content = "in_progress", []outputText{}
-	part := newPart("output_text", "")
+	out := &outputItems{es: es, msg: s.outputItem(resp, session.StatusCompleted, ""), sid: resp.SessionID(), end: resp.Record.End}
 	err := steps(
 		func() error { return es.send("response.created", map[string]any{"response": initial}) },
 		func() error { return es.send("response.in_progress", map[string]any{"response": initial}) },
-		func() error {
-			return es.send("response.output_item.added", map[string]any{"output_index": 0, "item": item})
-		},
-		func() error {
-			return es.send("response.content_part.added", atPart(item.ID, map[string]any{"part": part}))
-		},
 	)
+	if err == nil && !s.thinks() {
+		err = out.openMessage() // a model without a thought: the message is the one output item
+	}
 	if err != nil {
 		return drain(err)
 	}
@@ -108,18 +103,20 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 			final = ev
 			continue
 		}
-		if ev.Token.Text == "" {
-			continue
-		}
-		delta := deltaEvent{Delta: ev.Token.Text, ItemID: item.ID, SequenceNumber: es.seq, Type: "response.output_text.delta"}
-		if err := es.put(delta.Type, delta); err != nil {
+		if err := out.token(ev.Token); err != nil {
 			return drain(err)
 		}
 	}
 	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && ctx.Err() == nil) {
 		return s.streamFailed(es, resp, pr.renameSent(replyError(final)))
 	}
-	return s.streamDone(es, resp, pr, item.ID, part)
+	if err := out.closeReasoning(); err != nil {
+		return err
+	}
+	if err := out.openMessage(); err != nil {
+		return err
+	}
+	return s.streamDone(es, resp, pr, out)
 }
 
 // streamFailed ends the stream of a turn that failed with err: an error
@@ -144,20 +141,21 @@ func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error
 // streamDone ends the stream of a turn that finished: the text, the
 // content part and the output item done, then response.completed (or
 // response.incomplete).
-func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, itemID string, part outputText) error {
+func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, items *outputItems) error {
 	done := s.finishedResponse(resp, pr)
 	text := resp.Text()
-	part.Text = text
-	out := done.Output[0]
+	part := newPart("output_text", text)
+	out := done.Output[len(done.Output)-1]
+	itemID, index := items.msg.ID, items.msgIndex
 	return steps(
 		func() error {
-			return es.send("response.output_text.done", atPart(itemID, map[string]any{"text": text, "logprobs": []any{}}))
+			return es.send("response.output_text.done", atPart(itemID, index, map[string]any{"text": text, "logprobs": []any{}}))
 		},
 		func() error {
-			return es.send("response.content_part.done", atPart(itemID, map[string]any{"part": part}))
+			return es.send("response.content_part.done", atPart(itemID, index, map[string]any{"part": part}))
 		},
 		func() error {
-			return es.send("response.output_item.done", map[string]any{"output_index": 0, "item": out})
+			return es.send("response.output_item.done", map[string]any{"output_index": index, "item": out})
 		},
 		func() error {
 			typ := "response.completed"

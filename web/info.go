@@ -15,9 +15,11 @@ import (
 // format replies are rendered with, and the versions that served them.
 type Info struct {
 	parley.ModelInfo
-	Template string `json:"template"` // the prompt format in use: a chat template family, or "plain"
+	Template string `json:"template"` // the prompt format in use: jinja (the model's own), a chat template family, or "plain"
 	Version  string `json:"version"`  // Parley's version (filled by the server from the build)
 	Engine   string `json:"engine"`   // the llama.cpp binding's module and version (filled by the server)
+	// Thinking is how the model marks its thought (think-tags, harmony, channel), "none" for a model without one.
+	Thinking string `json:"thinking,omitempty"`
 }
 
 // WithInfo makes GET /info and parley_model_info report the loaded model.

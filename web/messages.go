@@ -33,6 +33,7 @@ type usageJSON struct {
 	PromptTokens       int `json:"prompt_tokens"`
 	CachedPromptTokens int `json:"cached_prompt_tokens"`
 	CompletionTokens   int `json:"completion_tokens"`
+	ReasoningTokens    int `json:"reasoning_tokens,omitempty"` // of the completion tokens, the thought's
 }
 
 type timingsJSON struct {
@@ -46,6 +47,7 @@ type doneMessage struct {
 	Type         string      `json:"type"` // "done"
 	FinishReason string      `json:"finish_reason"`
 	Content      string      `json:"content"`
+	Thinking     string      `json:"thinking,omitempty"` // a reasoning model's whole thought, kept apart from content
 	Usage        usageJSON   `json:"usage"`
 	Timings      timingsJSON `json:"timings"`
 }
@@ -61,7 +63,8 @@ type errorMessage struct {
 }
 
 func newUsage(u parley.Usage) usageJSON {
-	return usageJSON{PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens}
+	return usageJSON{PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens,
+		ReasoningTokens: u.ReasoningTokens}
 }
 
 func newTimings(t parley.Timings, completion int) timingsJSON {

@@ -36,6 +36,7 @@ type paramsPatch struct {
 	StopSequences     stopList        `json:"stop_sequences"` // DJL / Anthropic-style name
 	Grammar           *string         `json:"grammar"`
 	JSONSchema        json.RawMessage `json:"json_schema"`
+	thinkPatch
 	// schemaField is where the client put JSONSchema when a wire's own
 	// field carried it (OpenAI's response_format.json_schema.schema); ""
 	// for json_schema itself. Errors name it.
@@ -232,6 +233,16 @@ func (s *Server) resolveParams(patch *paramsPatch) (parley.Params, error) {
 	p := s.cfg.Defaults
 	if patch != nil {
 		p = patch.apply(p)
+		think, err := patch.think()
+		if err != nil {
+			return p, err
+		}
+		if think != nil {
+			p.Think = think
+		}
+		if b := patch.budget(); b != nil {
+			p.ThinkBudget = *b
+		}
 	}
 	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
 		return p, patch.renameSent(err)

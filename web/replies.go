@@ -274,6 +274,16 @@ func (r *liveReply) settled() (bool, <-chan struct{}) {
 	return r.turn != nil && r.cause == "" && r.final == nil, r.wake
 }
 
+// reasoning is the reply's whole thought so far ("" before its turn began).
+func (r *liveReply) reasoning() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.turn == nil {
+		return ""
+	}
+	return r.turn.Reasoning()
+}
+
 // textOf is the reply text of token events.
 func textOf(evs []parley.Event) string {
 	var b strings.Builder

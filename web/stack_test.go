@@ -82,6 +82,7 @@ type stackOpts struct {
 	// wrapStore, when set, wraps the store the service writes (a test's
 	// faults); the cleanup closes the store, not the wrapper.
 	wrapStore func(session.Store) session.Store
+	model     string // the GGUF to load (default stories260K)
 }
 
 // openStack starts the real stack on a loopback port; tb's cleanup closes
@@ -101,7 +102,10 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	core, logs := observer.New(zapcore.InfoLevel)
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(tb).Core(), core))
 	// Cleanups run last first: the server, then the store, then the engine.
-	eng, err := llm.Open(llm.Config{Path: testmodel.Path(tb), ContextLength: 512, Parallel: o.parallel, Threads: 1, Logger: log})
+	if o.model == "" {
+		o.model = testmodel.Path(tb)
+	}
+	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: 512, Parallel: o.parallel, Threads: 1, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}

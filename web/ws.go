@@ -38,7 +38,10 @@ type conn struct {
 
 	ip   string
 	json bool
-	id   string // session id
+	// thinking: text mode shows a reasoning model's thought (?thinking=show), marked; JSON mode always sends it
+	// as thinking messages.
+	thinking bool
+	id       string // session id
 
 	inbox *inbox // prompts, control messages and queued answers for the worker, in arrival order
 
@@ -99,12 +102,13 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	// of the server's stop context, which names the client like the request's
 	// (a session the connection writes first is the client's).
 	cn := &conn{
-		pump:    s.newPump(parley.WithClient(s.stop, ip), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
-		ip:      ip,
-		json:    jsonMode,
-		inbox:   newInbox(s.cfg.MaxQueuedPrompts),
-		hold:    hold,
-		limiter: newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
+		pump:     s.newPump(parley.WithClient(s.stop, ip), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		ip:       ip,
+		json:     jsonMode,
+		thinking: showThinking(r.URL.Query().Get("thinking")),
+		inbox:    newInbox(s.cfg.MaxQueuedPrompts),
+		hold:     hold,
+		limiter:  newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
 	if !s.trackOrRefuse(cn, ws) {
 		cn.cancel()

@@ -116,19 +116,23 @@ func (c *conn) stream(r *liveReply, from int, missing string) {
 	// after it, as before there was a log, a client that lets SendBuffer
 	// frames pile up is too slow and is dropped.
 	send := c.sendWait
+	th := &thoughtMarks{}
 	for {
 		r.mu.Lock()
 		n := len(r.events)
 		evs, final, content, wake := r.events[from:n:n], r.final, r.content, r.wake
 		r.mu.Unlock()
 		for i, ev := range evs {
-			if !c.sendToken(ev, from+i+1, send) {
+			if !c.sendToken(ev, from+i+1, th, send) {
 				return
 			}
 		}
 		from, send = n, c.sendNow
 		if final != nil {
-			c.sendEnd(*final, content)
+			if piece := th.close(); piece != "" && !send([]byte(piece)) {
+				return
+			}
+			c.sendEnd(*final, content, r.reasoning())
 			return
 		}
 		select {
@@ -145,12 +149,24 @@ func (c *conn) sendNow(b []byte) bool {
 	return c.ctx.Err() == nil
 }
 
-// sendToken sends one token event with its seq through send.
-func (c *conn) sendToken(ev parley.Event, seq int, send func([]byte) bool) bool {
+// sendToken sends one token event with its seq through send: in JSON mode a
+// token message, or a thinking message for a piece of the thought; in text
+// mode the answer's text, and the thought between its marks when the socket
+// asked for it (th tracks them).
+func (c *conn) sendToken(ev parley.Event, seq int, th *thoughtMarks, send func([]byte) bool) bool {
 	if !c.json {
-		return ev.Token.Text == "" || send([]byte(ev.Token.Text))
+		for _, piece := range th.pieces(ev.Token, c.thinking) {
+			if !send([]byte(piece)) {
+				return false
+			}
+		}
+		return true
 	}
-	b, err := json.Marshal(tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special, Seq: seq})
+	msg := tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special, Seq: seq}
+	if ev.Token.Reasoning != "" {
+		msg = tokenMessage{Type: "thinking", ID: ev.Token.ID, Text: ev.Token.Reasoning, Logprob: finite(ev.Token.Logprob), Seq: seq}
+	}
+	b, err := json.Marshal(msg)
 	if err != nil {
 		c.log.Error("encode message", zap.Error(err))
 		return false
@@ -160,12 +176,14 @@ func (c *conn) sendToken(ev parley.Event, seq int, send func([]byte) bool) bool 
 
 // sendEnd tells the client the reply ended: done (JSON) or the sentinel
 // (text), or the error that ended it.
-func (c *conn) sendEnd(final parley.Event, content string) {
+func (c *conn) sendEnd(final parley.Event, content, thinking string) {
 	switch {
 	case final.Finish == parley.FinishError:
 		c.replyError(errOr(final.Err))
 	case c.json:
-		c.sendJSON(newDoneMessage(final, content))
+		done := newDoneMessage(final, content)
+		done.Thinking = thinking
+		c.sendJSON(done)
 	default:
 		c.sendText(Sentinel)
 	}

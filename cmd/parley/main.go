@@ -39,6 +39,10 @@ import (
 )
 
 func main() {
+	if chat.SandboxChild(os.Getenv) {
+		// This process is the chat-template sandbox another parley started (chat.NewSandbox).
+		os.Exit(chat.ServeSandbox(os.Getenv, os.Stdin, os.Stdout))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(os.Args[2:]))
 	}
@@ -128,7 +132,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.maxTokens, "max-tokens", def.MaxTokens, "default reply cap in tokens")
 	fs.IntVar(&c.maxTokensLimit, "max-tokens-limit", 4096, "the largest reply cap a client may ask for")
 	fs.StringVar(&c.systemPrompt, "system-prompt", "", "system prompt for new sessions")
-	fs.StringVar(&c.template, "template", "", "chat template override (chatml, llama3, llama2, gemma, phi3, zephyr, plain); default: the model's own")
+	fs.StringVar(&c.template, "template", "", "chat template override: a family (chatml, llama3, llama2, mistral, gemma, phi3, phi4, zephyr, plain) or a Jinja template file; default: the model's own (tokenizer.chat_template)")
 	fs.Float64Var(&c.temperature, "temperature", def.Temperature, "default sampling temperature (0 = greedy)")
 	fs.IntVar(&c.topK, "top-k", def.TopK, "default top-k (0 = off)")
 	fs.Float64Var(&c.topP, "top-p", def.TopP, "default top-p (1 = off)")
@@ -261,13 +265,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 
-	ropts := []chat.Option{chat.WithLogger(log.Named("chat"))}
+	// The model's chat template is untrusted code: it renders in a child process under time and memory limits.
+	sandbox := chat.NewSandbox()
+	defer sandbox.Close()
+	ropts := []chat.Option{chat.WithLogger(log.Named("chat")), chat.WithJinjaRenderer(sandbox)}
 	if cfg.template != "" {
-		tmpl, err := chat.TemplateByName(cfg.template)
+		opt, err := templateOption(cfg.template)
 		if err != nil {
 			return fmt.Errorf("--template: %w", err)
 		}
-		ropts = append(ropts, chat.WithTemplate(tmpl))
+		ropts = append(ropts, opt)
 	}
 
 	store, err := openStore(cfg, log)
@@ -295,7 +302,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		web.WithEngineStats(engine.stats),
 		web.WithStoreUsage(storeUsage(store)),
 		web.WithInfo(func() web.Info {
-			return web.Info{ModelInfo: engine.Info(), Template: responder.Template().Name()}
+			t := responder.Template()
+			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
 		}))
 	if err := srv.Open(); err != nil {
 		return err
@@ -713,4 +721,24 @@ func healthcheck(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// templateOption turns --template into the Responder's option: a family name, or the path of a Jinja template file
+// (anything that names a file), which renders instead of the model's own.
+func templateOption(v string) (chat.Option, error) {
+	if st, err := os.Stat(v); err == nil && !st.IsDir() {
+		if st.Size() > chat.MaxTemplateBytes {
+			return nil, fmt.Errorf("%s: %d bytes, more than %d", v, st.Size(), chat.MaxTemplateBytes)
+		}
+		src, err := os.ReadFile(v)
+		if err != nil {
+			return nil, err
+		}
+		return chat.WithTemplateSource(string(src)), nil
+	}
+	tmpl, err := chat.TemplateByName(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w, and no such file", err)
+	}
+	return chat.WithTemplate(tmpl), nil
 }

@@ -18,7 +18,8 @@ import (
 //     text up to token Reply.Seq);
 //   - "token": ID (the token id, a number), Text, Logprob, Special, Seq
 //     (the token's position in its reply, from 1);
-//   - "done": FinishReason, Content (the whole reply), Usage, Timings;
+//   - "thinking": ID, Text (a piece of a reasoning model's thought), Logprob;
+//   - "done": FinishReason, Content (the whole reply), Thinking (the whole thought), Usage, Timings;
 //   - "error": Code, Message, Field.
 type Message struct {
 	Type string `json:"type"`
@@ -35,6 +36,7 @@ type Message struct {
 
 	FinishReason string  `json:"finish_reason"`
 	Content      string  `json:"content"`
+	Thinking     string  `json:"thinking"`
 	Usage        Usage   `json:"usage"`
 	Timings      Timings `json:"timings"`
 
@@ -56,6 +58,7 @@ type Usage struct {
 	PromptTokens       int `json:"prompt_tokens"`
 	CachedPromptTokens int `json:"cached_prompt_tokens"`
 	CompletionTokens   int `json:"completion_tokens"`
+	ReasoningTokens    int `json:"reasoning_tokens"`
 }
 
 // Timings is a done message's timings, in milliseconds and tokens per second.

@@ -231,6 +231,7 @@
     switch (msg.type) {
       case 'session': onSession(msg); break;
       case 'token': onToken(msg); break;
+      case 'thinking': onThinking(msg); break;
       case 'done': onDone(msg); break;
       case 'error': onError(msg); break;
       default: break; // newer servers may add event types; ignore them
@@ -240,7 +241,10 @@
   function onSession(msg) {
     let messages = Array.isArray(msg.messages)
       ? msg.messages.filter((m) => m && typeof m.content === 'string')
-        .map((m) => ({ role: String(m.role), content: m.content, interrupted: m.interrupted === true }))
+        .map((m) => ({
+          role: String(m.role), content: m.content, interrupted: m.interrupted === true,
+          reasoning: typeof m.reasoning === 'string' ? m.reasoning : '',
+        }))
       : [];
     // A reply still generating (a reload or a reconnect mid-reply): the
     // history ends with its text so far, and its tokens follow.
@@ -266,6 +270,47 @@
     setConn('connected', 'Connected');
   }
 
+  // A reasoning model's thought arrives as thinking messages before the
+  // answer's tokens: shown collapsed above the answer, with its length and
+  // how long the model thought, expandable.
+  function onThinking(msg) {
+    const r = state.reply;
+    if (!r || typeof msg.text !== 'string') return;
+    if (!r.firstAt) r.firstAt = performance.now();
+    if (!r.thoughtAt) r.thoughtAt = performance.now();
+    r.tokens++;
+    r.thought += msg.text;
+    const box = thoughtBox(r.node);
+    box.querySelector('.thought-text').textContent = r.thought;
+    box.querySelector('summary').textContent = 'Thinking…';
+    if (r.node.dataset.state === 'waiting') {
+      r.node.dataset.state = 'streaming';
+      updateControls();
+    }
+  }
+
+  // thoughtBox returns the collapsed thought of a message node, made on first use.
+  function thoughtBox(node) {
+    let box = node.querySelector('details.thought');
+    if (box) return box;
+    box = document.createElement('details');
+    box.className = 'thought';
+    const summary = document.createElement('summary');
+    const text = document.createElement('div');
+    text.className = 'thought-text';
+    box.append(summary, text);
+    node.querySelector('.content').before(box);
+    return box;
+  }
+
+  function showThought(node, thought, seconds) {
+    if (!thought) return;
+    const box = thoughtBox(node);
+    box.querySelector('.thought-text').textContent = thought;
+    const took = seconds > 0 ? ` for ${seconds.toFixed(1)} s` : '';
+    box.querySelector('summary').textContent = `Thought${took} · ${thought.length} characters`;
+  }
+
   function onToken(msg) {
     const r = state.reply;
     if (!r) return; // a reply we stopped following (new chat while streaming)
@@ -274,6 +319,10 @@
       r.seq = msg.seq;
     }
     if (!r.firstAt) r.firstAt = performance.now();
+    if (r.thoughtAt && !r.thoughtEnd) {
+      r.thoughtEnd = performance.now();
+      showThought(r.node, r.thought, (r.thoughtEnd - r.thoughtAt) / 1000);
+    }
     r.tokens++;
     // Special tokens (end of text, control tokens) are not part of the reply text.
     if (!msg.special && typeof msg.text === 'string') r.text += msg.text;
@@ -355,7 +404,10 @@
     clearLog();
     for (const m of messages) {
       const node = addMessage(m.role, m.content);
-      if (m.role === 'assistant') addCopyButtons(node.querySelector('.content'));
+      if (m.role === 'assistant') {
+        addCopyButtons(node.querySelector('.content'));
+        showThought(node, m.reasoning, 0);
+      }
       if (m.interrupted) {
         node.dataset.finish = 'interrupted';
         const meta = document.createElement('div');
@@ -445,6 +497,8 @@
     state.reply = null;
     const finish = String(msg.finish_reason || 'error');
     if (typeof msg.content === 'string') r.text = msg.content;
+    if (typeof msg.thinking === 'string' && msg.thinking) r.thought = msg.thinking;
+    if (r.thought) showThought(r.node, r.thought, ((r.thoughtEnd || performance.now()) - r.thoughtAt) / 1000);
     const stick = nearBottom();
     r.content.innerHTML = renderMarkdown(r.text);
     addCopyButtons(r.content);
@@ -458,7 +512,7 @@
       const last = state.messages[state.messages.length - 1];
       if (last && last.role === 'user') state.messages.pop();
     } else if (finish !== 'interrupted') {
-      state.messages.push({ role: 'assistant', content: r.text });
+      state.messages.push({ role: 'assistant', content: r.text, reasoning: r.thought });
     }
     r.node.append(replyMeta(r, msg, finish));
     if (stick) scrollToEnd(true);
@@ -550,7 +604,8 @@
     node.setAttribute('aria-busy', 'true'); // screen readers read the reply once, when it is done
     state.reply = {
       node, userNode, prompt: text, content: node.querySelector('.content'),
-      text: '', tokens: 0, seq: 0, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false,
+      text: '', thought: '', thoughtAt: 0, thoughtEnd: 0,
+      tokens: 0, seq: 0, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false,
     };
     ui.input.value = '';
     autosize();
@@ -569,8 +624,8 @@
     const userNodes = ui.log.querySelectorAll('.msg.user');
     state.reply = {
       node, userNode: userNodes[userNodes.length - 1] || null, prompt: users.length ? users[users.length - 1].content : '',
-      content: node.querySelector('.content'), text, tokens: seq, seq, sentAt: performance.now(), firstAt: 0,
-      renderQueued: false, stopping: false, resumed: true,
+      content: node.querySelector('.content'), text, thought: '', thoughtAt: 0, thoughtEnd: 0,
+      tokens: seq, seq, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false, resumed: true,
     };
     scrollToEnd(true);
     updateControls();
