@@ -7,16 +7,17 @@ import (
 )
 
 // CountTokens returns how many tokens the prompt for msgs holds, rendered
-// and tokenized as Reply renders and tokenizes it for key (from the exact
-// tokens of key's last turn when msgs continue it), without generating.
-// The whole conversation is counted: turns Reply would drop to fit the
-// context are not dropped. For Anthropic's count_tokens.
-func (r *Responder) CountTokens(key string, msgs []parley.Message) (int, error) {
+// and tokenized as Reply renders and tokenizes it for key with p (its
+// thinking switch), from the exact tokens of key's last turn when msgs
+// continue it, without generating. The whole conversation is counted: turns
+// Reply would drop to fit the context are not dropped. For Anthropic's
+// count_tokens.
+func (r *Responder) CountTokens(key string, msgs []parley.Message, p parley.Params) (int, error) {
 	if len(msgs) == 0 {
 		return 0, parley.FieldErrorf("messages", "at least one message is needed")
 	}
 	info := r.gen.Info()
-	prompt, err := r.Template().Render(neutralize(msgs, info.ControlTokens), Gen)
+	prompt, err := r.Template().Render(neutralize(msgs, info.ControlTokens), RenderOptions{AddGenerationPrompt: true, Thinking: p.Think})
 	if err != nil {
 		return 0, err
 	}

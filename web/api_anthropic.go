@@ -29,7 +29,10 @@ import (
 // thinking blocks of earlier assistant turns and cache_control marks are
 // accepted and left out of the prompt (Parley caches every prefix without
 // being asked). Images, documents and tools are refused with a 400 naming
-// the block or field.
+// the block or field. thinking switches a reasoning model's thought
+// (enabled, with budget_tokens its cap; disabled; adaptive: the model's
+// default); its thought comes back as a thinking block before the text, and
+// the thinking blocks clients send back are the assistant turn's reasoning.
 //
 // usage follows Anthropic's accounting: input_tokens are the prompt tokens
 // evaluated for this request, cache_read_input_tokens those reused from the
@@ -51,8 +54,9 @@ const billingHeaderPrefix = "x-anthropic-billing-header:"
 // anthropicBlock is one content block of a request; which fields apply
 // depends on Type.
 type anthropicBlock struct {
-	Type string  `json:"type"`
-	Text *string `json:"text"`
+	Type     string  `json:"type"`
+	Text     *string `json:"text"`
+	Thinking *string `json:"thinking"` // of a thinking block
 }
 
 type anthropicMessage struct {
@@ -69,6 +73,38 @@ type anthropicRequest struct {
 	Metadata   json.RawMessage    `json:"metadata"`
 	Tools      json.RawMessage    `json:"tools"`
 	ToolChoice json.RawMessage    `json:"tool_choice"`
+	Thinking   *anthropicThinking `json:"thinking"`
+}
+
+// anthropicThinking is a request's thinking: {"type": "enabled",
+// "budget_tokens": N}, {"type": "disabled"} or {"type": "adaptive"}.
+type anthropicThinking struct {
+	Type         string `json:"type"`
+	BudgetTokens *int   `json:"budget_tokens"`
+}
+
+// apply sets p's switch and budget for a reasoning model's thought.
+func (t *anthropicThinking) apply(p *parley.Params) error {
+	if t == nil {
+		return nil
+	}
+	on, off := true, false
+	switch t.Type {
+	case "enabled":
+		p.Think = &on
+		if t.BudgetTokens != nil {
+			if *t.BudgetTokens < 1 {
+				return parley.FieldErrorf("thinking.budget_tokens", "must be at least 1, got %d", *t.BudgetTokens)
+			}
+			p.ThinkBudget = *t.BudgetTokens
+		}
+	case "disabled":
+		p.Think = &off
+	case "adaptive":
+	default:
+		return parley.FieldErrorf("thinking.type", "must be enabled, disabled or adaptive, got %q", t.Type)
+	}
+	return nil
 }
 
 // anthropicCall is a decoded, validated Messages request.
@@ -138,16 +174,32 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.paramsPatch}
 	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
 	if count {
-		return call, nil
+		call.params = s.cfg.Defaults
+		return call, req.Thinking.apply(&call.params)
 	}
 	p, err := s.resolveParams(&req.paramsPatch)
 	if err != nil {
 		return nil, err
 	}
+	if err := req.Thinking.apply(&p); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
+		return nil, renameThinkField(err)
+	}
 	resolveSeed(&p)
 	p.SkipLogprobs = true
 	call.params = p
 	return call, nil
+}
+
+// renameThinkField names thinking.budget_tokens where the shared validation
+// names the thought's budget.
+func renameThinkField(err error) error {
+	if f := errorField(err); f == "think_budget" {
+		return renameField(err, f, "thinking.budget_tokens")
+	}
+	return err
 }
 
 // clampAnthropicMaxTokens lowers a max_tokens that this server would
@@ -290,7 +342,7 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 	if err := blocks.add(len(bs), field+".content"); err != nil {
 		return parley.Message{}, err
 	}
-	var text strings.Builder
+	var text, thought strings.Builder
 	for j, b := range bs {
 		bf := fmt.Sprintf("%s.content[%d]", field, j)
 		blk, err := decodeAnthropicBlock(b, bf)
@@ -307,6 +359,9 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 			if role != parley.RoleAssistant {
 				return parley.Message{}, parley.FieldErrorf(bf+".type", "%s blocks belong to assistant messages", blk.Type)
 			}
+			if blk.Thinking != nil {
+				thought.WriteString(*blk.Thinking) // a redacted thought is opaque: nothing of it is kept
+			}
 		case "image", "document":
 			return parley.Message{}, parley.FieldErrorf(bf+".type", "%s blocks are not supported: this server reads text only", blk.Type)
 		case "tool_use", "tool_result":
@@ -317,7 +372,7 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 			return parley.Message{}, parley.FieldErrorf(bf+".type", "unsupported content block type %q (text is)", blk.Type)
 		}
 	}
-	return parley.Message{Role: role, Content: text.String()}, checkNotEmpty(role, text.String(), field+".content")
+	return parley.Message{Role: role, Content: text.String(), Reasoning: thought.String()}, checkNotEmpty(role, text.String(), field+".content")
 }
 
 // decodeAnthropicBlock decodes one content block; a field of the wrong
@@ -363,23 +418,37 @@ func newAnthropicUsage(u parley.Usage) anthropicUsage {
 	}
 }
 
-type anthropicText struct {
-	Type string `json:"type"` // "text"
-	Text string `json:"text"`
+// anthropicContent is a content block of a reply: text (Text set, maybe
+// to "") or thinking (Thinking and Signature set; Parley signs nothing, so
+// the signature is "").
+type anthropicContent struct {
+	Type      string  `json:"type"` // "text" or "thinking"
+	Text      *string `json:"text,omitempty"`
+	Thinking  *string `json:"thinking,omitempty"`
+	Signature *string `json:"signature,omitempty"`
+}
+
+func anthropicTextBlock(text string) anthropicContent {
+	return anthropicContent{Type: "text", Text: &text}
+}
+
+func anthropicThinkingBlock(thought string) anthropicContent {
+	sig := ""
+	return anthropicContent{Type: "thinking", Thinking: &thought, Signature: &sig}
 }
 
 // anthropicMessageOut is the Message object: the whole reply, or (content
 // empty, stop_reason null) the stream's message_start.
 type anthropicMessageOut struct {
-	ID           string          `json:"id"`
-	Type         string          `json:"type"` // "message"
-	Role         string          `json:"role"` // "assistant"
-	Model        string          `json:"model"`
-	Content      []anthropicText `json:"content"`
-	StopReason   *string         `json:"stop_reason"`
-	StopSequence *string         `json:"stop_sequence"`
-	StopDetails  json.RawMessage `json:"stop_details"` // always null: Parley has no refusals
-	Usage        anthropicUsage  `json:"usage"`
+	ID           string             `json:"id"`
+	Type         string             `json:"type"` // "message"
+	Role         string             `json:"role"` // "assistant"
+	Model        string             `json:"model"`
+	Content      []anthropicContent `json:"content"`
+	StopReason   *string            `json:"stop_reason"`
+	StopSequence *string            `json:"stop_sequence"`
+	StopDetails  json.RawMessage    `json:"stop_details"` // always null: Parley has no refusals
+	Usage        anthropicUsage     `json:"usage"`
 }
 
 // anthropicStop is the stop_reason and stop_sequence of a finished reply.
@@ -427,9 +496,12 @@ func (s *Server) handleMessages(c echo.Context) error {
 		return ac.patch.renameSent(rerr)
 	}
 	reason, seq := anthropicStop(ev, call.rep.StopSequence(), ac.stops, ac.params.MaxTokens)
-	content := []anthropicText{}
+	content := []anthropicContent{}
+	if thought := call.rep.Reasoning(); thought != "" {
+		content = append(content, anthropicThinkingBlock(thought))
+	}
 	if text := call.rep.Text(); text != "" {
-		content = append(content, anthropicText{Type: "text", Text: text})
+		content = append(content, anthropicTextBlock(text))
 	}
 	return c.JSON(http.StatusOK, anthropicMessageOut{
 		ID: id, Type: "message", Role: "assistant", Model: model, Content: content,
@@ -438,10 +510,10 @@ func (s *Server) handleMessages(c echo.Context) error {
 	})
 }
 
-// tokenCounter counts a conversation's prompt tokens as a reply to it would
-// (*chat.Responder satisfies it).
+// tokenCounter counts a conversation's prompt tokens as a reply to it with
+// p would (*chat.Responder satisfies it).
 type tokenCounter interface {
-	CountTokens(key string, msgs []parley.Message) (int, error)
+	CountTokens(key string, msgs []parley.Message, p parley.Params) (int, error)
 }
 
 // handleCountTokens is POST /v1/messages/count_tokens: the prompt's tokens,
@@ -459,7 +531,7 @@ func (s *Server) handleCountTokens(c echo.Context) error {
 	if !ok {
 		return parley.Errorf(parley.ENotFound, "this server cannot count tokens")
 	}
-	n, err := tc.CountTokens(ac.key, ac.msgs)
+	n, err := tc.CountTokens(ac.key, ac.msgs, ac.params)
 	if err != nil {
 		return err
 	}

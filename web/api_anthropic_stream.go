@@ -16,9 +16,9 @@ import (
 //
 //	message_start          the message, content empty, usage so far (the prompt's tokens)
 //	ping
-//	content_block_start    index 0, a text block, at the first text
-//	content_block_delta    text_delta, one per piece of text
-//	content_block_stop
+//	content_block_start    a thinking block at a reasoning model's first thought, a text block at the first text
+//	content_block_delta    thinking_delta or text_delta, one per piece
+//	content_block_stop     before the next block starts, and at the end
 //	message_delta          stop_reason, stop_sequence, and the whole usage
 //	message_stop
 //
@@ -45,7 +45,7 @@ type anthropicEvent struct {
 	Type         string               `json:"type"`
 	Message      *anthropicMessageOut `json:"message,omitempty"`
 	Index        *int                 `json:"index,omitempty"`
-	ContentBlock *anthropicText       `json:"content_block,omitempty"`
+	ContentBlock *anthropicContent    `json:"content_block,omitempty"`
 	Delta        any                  `json:"delta,omitempty"`
 	Usage        *anthropicUsage      `json:"usage,omitempty"`
 	Error        *anthropicError      `json:"error,omitempty"`
@@ -56,10 +56,74 @@ type anthropicTextDelta struct {
 	Text string `json:"text"`
 }
 
+type anthropicThinkingDelta struct {
+	Type     string `json:"type"` // "thinking_delta"
+	Thinking string `json:"thinking"`
+}
+
 type anthropicMessageDelta struct {
 	StopReason   string          `json:"stop_reason"`
 	StopSequence *string         `json:"stop_sequence"`
 	StopDetails  json.RawMessage `json:"stop_details"`
+}
+
+// anthropicBlocks writes a stream's content blocks: a piece of thought
+// opens a thinking block, a piece of text a text block (closing the block
+// of the other kind first); at most one block is open.
+type anthropicBlocks struct {
+	send func(anthropicEvent) error
+	n    int    // blocks opened so far; the open one is n-1
+	open string // "", "thinking" or "text"
+}
+
+func (b *anthropicBlocks) start(cb anthropicContent) error {
+	if err := b.close(); err != nil {
+		return err
+	}
+	i := b.n
+	b.n++
+	b.open = cb.Type
+	return b.send(anthropicEvent{Type: "content_block_start", Index: &i, ContentBlock: &cb})
+}
+
+func (b *anthropicBlocks) close() error {
+	if b.open == "" {
+		return nil
+	}
+	b.open = ""
+	i := b.n - 1
+	return b.send(anthropicEvent{Type: "content_block_stop", Index: &i})
+}
+
+// delta sends a piece of a block of kind (opening one when the open block
+// is of another kind).
+func (b *anthropicBlocks) delta(kind string, piece string) error {
+	if piece == "" {
+		return nil
+	}
+	if b.open != kind {
+		cb := anthropicTextBlock("")
+		if kind == "thinking" {
+			cb = anthropicThinkingBlock("")
+		}
+		if err := b.start(cb); err != nil {
+			return err
+		}
+	}
+	i := b.n - 1
+	var d any = anthropicTextDelta{Type: "text_delta", Text: piece}
+	if kind == "thinking" {
+		d = anthropicThinkingDelta{Type: "thinking_delta", Thinking: piece}
+	}
+	return b.send(anthropicEvent{Type: "content_block_delta", Index: &i, Delta: d})
+}
+
+// token sends what one token added: thought, then text.
+func (b *anthropicBlocks) token(t parley.Token) error {
+	if err := b.delta("thinking", t.Reasoning); err != nil {
+		return err
+	}
+	return b.delta("text", t.Text)
 }
 
 // streamAnthropic relays call's reply as Anthropic's events.
@@ -67,21 +131,8 @@ func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCal
 	w := &anthropicWriter{w: s.beginStream(c, "text/event-stream")}
 	send := w.send
 	defer w.keepAlive(min(anthropicPingEvery, s.pingPeriod()), call.cancel)()
-	zero := 0
-	started := false // the text block was opened
-	text := func(t string) error {
-		if t == "" {
-			return nil
-		}
-		if !started {
-			started = true
-			if err := send(anthropicEvent{Type: "content_block_start", Index: &zero, ContentBlock: &anthropicText{Type: "text", Text: ""}}); err != nil {
-				return err
-			}
-		}
-		return send(anthropicEvent{Type: "content_block_delta", Index: &zero, Delta: anthropicTextDelta{Type: "text_delta", Text: t}})
-	}
-	start := anthropicMessageOut{ID: id, Type: "message", Role: "assistant", Model: model, Content: []anthropicText{},
+	blocks := &anthropicBlocks{send: send}
+	start := anthropicMessageOut{ID: id, Type: "message", Role: "assistant", Model: model, Content: []anthropicContent{},
 		StopDetails: json.RawMessage("null"), Usage: anthropicUsage{InputTokens: call.rep.PromptTokens()}}
 	if err := send(anthropicEvent{Type: "message_start", Message: &start}); err != nil || send(anthropicEvent{Type: "ping"}) != nil {
 		call.cancel()
@@ -89,10 +140,10 @@ func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCal
 		return
 	}
 	err := call.relay(
-		func(t parley.Token, _ int) error { return text(t.Text) },
+		func(t parley.Token, _ int) error { return blocks.token(t) },
 		func(last *parley.Token, ev parley.Event) error {
 			if last != nil {
-				if err := text(last.Text); err != nil {
+				if err := blocks.token(*last); err != nil {
 					return err
 				}
 			}
@@ -100,10 +151,8 @@ func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCal
 				e := newAnthropicError(ac.patch.renameSent(rerr))
 				return send(anthropicEvent{Type: "error", Error: &e})
 			}
-			if started {
-				if err := send(anthropicEvent{Type: "content_block_stop", Index: &zero}); err != nil {
-					return err
-				}
+			if err := blocks.close(); err != nil {
+				return err
 			}
 			reason, seq := anthropicStop(ev, call.rep.StopSequence(), ac.stops, ac.params.MaxTokens)
 			u := newAnthropicUsage(ev.Usage)

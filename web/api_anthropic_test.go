@@ -22,8 +22,10 @@ type antUsage struct {
 }
 
 type antBlock struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type      string  `json:"type"`
+	Text      string  `json:"text"`
+	Thinking  string  `json:"thinking"`
+	Signature *string `json:"signature"`
 }
 
 type antMessage struct {
@@ -115,13 +117,23 @@ func antAccumulate(tb testing.TB, events []antEvent) antMessage {
 			}
 			m.Content, open = append(m.Content, *ev.ContentBlock), true
 		case "content_block_delta":
-			var d struct{ Type, Text string }
+			var d struct{ Type, Text, Thinking string }
 			json.Unmarshal(ev.Delta, &d)
-			if !open || d.Type != "text_delta" || *ev.Index != len(m.Content)-1 {
-				tb.Fatalf("content_block_delta %+v", ev)
+			b := &m.Content[len(m.Content)-1]
+			switch {
+			case !open || *ev.Index != len(m.Content)-1:
+				tb.Fatalf("content_block_delta %+v outside its block", ev)
+			case d.Type == "text_delta" && b.Type == "text":
+				b.Text += d.Text
+			case d.Type == "thinking_delta" && b.Type == "thinking":
+				b.Thinking += d.Thinking
+			default:
+				tb.Fatalf("content_block_delta %+v in a %s block", ev, b.Type)
 			}
-			m.Content[*ev.Index].Text += d.Text
 		case "content_block_stop":
+			if !open || *ev.Index != len(m.Content)-1 {
+				tb.Fatalf("content_block_stop %+v", ev)
+			}
 			open = false
 		case "message_delta":
 			if open {
@@ -494,4 +506,47 @@ func TestAnthropicKeepAlivePings(t *testing.T) {
 		t.Fatalf("streamed %q, whole %q", got.Content[0].Text, whole.Content[0].Text)
 	}
 	io.Copy(io.Discard, br)
+}
+
+// TestAnthropicThinking: a reasoning model (a scripted Qwen3 with Qwen3's
+// own template) answers with a thinking block, then the text; streamed, a
+// thinking block of thinking_delta pieces comes first; count_tokens agrees
+// with usage under each thinking switch; the thinking block sent back is
+// accepted as the turn's reasoning, and bad thinking values are 400s.
+func TestAnthropicThinking(t *testing.T) {
+	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
+		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+	}})
+	msgs := []map[string]any{{"role": "user", "content": "hi"}}
+	body := map[string]any{"max_tokens": 64, "messages": msgs, "thinking": map[string]any{"type": "enabled", "budget_tokens": 48}}
+	m := antCreate(t, s, body)
+	if len(m.Content) != 2 || m.Content[0].Type != "thinking" || m.Content[0].Thinking != qwenThought || m.Content[0].Signature == nil ||
+		m.Content[1].Type != "text" || m.Content[1].Text != qwenAnswer || *m.StopReason != "end_turn" {
+		t.Fatalf("message %+v", m)
+	}
+	got := antAccumulate(t, antStream(t, s, body))
+	if len(got.Content) != 2 || got.Content[0].Thinking != qwenThought || got.Content[1].Text != qwenAnswer {
+		t.Fatalf("streamed %+v", got)
+	}
+	for _, th := range []map[string]any{{"type": "enabled"}, {"type": "disabled"}, {"type": "adaptive"}} {
+		b := map[string]any{"max_tokens": 64, "messages": msgs, "thinking": th}
+		r := antCreate(t, s, b)
+		delete(b, "max_tokens")
+		if n := antCount(t, s, b); n != r.Usage.InputTokens+r.Usage.CacheReadInputTokens {
+			t.Fatalf("thinking %v: count_tokens %d, usage %+v", th, n, r.Usage)
+		}
+	}
+	next := append(msgs, map[string]any{"role": "assistant", "content": []map[string]any{
+		{"type": "thinking", "thinking": qwenThought, "signature": ""}, {"type": "text", "text": qwenAnswer}}},
+		map[string]any{"role": "user", "content": "And you?"})
+	antCreate(t, s, map[string]any{"max_tokens": 64, "messages": next})
+	for field, th := range map[string]map[string]any{"thinking.type": {"type": "on"}, "thinking.budget_tokens": {"type": "enabled", "budget_tokens": 0}} {
+		var e struct {
+			Error struct{ Type, Message string }
+		}
+		decodeBody(t, post(t, s.base+"/v1/messages", map[string]any{"max_tokens": 8, "messages": msgs, "thinking": th}), http.StatusBadRequest, &e)
+		if !strings.HasPrefix(e.Error.Message, field) {
+			t.Errorf("thinking %v: %+v, want an error naming %s", th, e, field)
+		}
+	}
 }
