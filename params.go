@@ -65,6 +65,12 @@ type Params struct {
 	// ThinkBudget caps a reasoning model's thought, in tokens (0: no cap but MaxTokens, which covers thought and
 	// answer): at the budget Parley closes the thought itself and the answer follows.
 	ThinkBudget int `json:"think_budget,omitempty"`
+	// Tools the model may call, and whether it must (see tools.go).
+	Tools      []Tool     `json:"tools,omitempty"`
+	ToolChoice ToolChoice `json:"tool_choice,omitempty"`
+	// ToolSyntax is how the chat template writes a call; set by the chat
+	// layer before generation, never sent.
+	ToolSyntax ToolSyntax `json:"-"`
 	// SkipLogprobs says no client reads the tokens' log-probabilities, so
 	// the engine skips computing them (a softmax over the vocabulary per
 	// token) and Token.Logprob is NaN. Set by the wire layer, never sent.
@@ -168,6 +174,12 @@ func (p *Params) Validate(maxTokens int) error {
 	if len(p.JSONSchema) > MaxSchemaLen {
 		return FieldErrorf("json_schema", "must be at most %d bytes", MaxSchemaLen)
 	}
+	if p.checked.of(p) {
+		return nil
+	}
+	if err := p.checkTools(); err != nil {
+		return err
+	}
 	return p.checkGrammar()
 }
 
@@ -206,6 +218,13 @@ func (p *Params) checkGrammar() error {
 		}
 		c.src, c.grammar = string(p.JSONSchema), g // a copy: the caller may reuse its bytes
 	}
+	if c.tools = p.toolsKey(); p.ToolsActive() {
+		rules, err := p.toolGrammar()
+		if err != nil {
+			return err
+		}
+		c.toolRules = rules
+	}
 	p.checked = c
 	return nil
 }
@@ -231,6 +250,10 @@ func (p *Params) CheckedGrammar() (grammar, field string, ok bool) {
 	if !p.checked.of(p) {
 		return "", "", false
 	}
+	if p.ToolsForced() {
+		// A call from the first token: Open, the call, Close.
+		return p.checked.callGrammar(p.ToolSyntax, ""), "tools", true
+	}
 	return p.checked.grammar, p.checked.field, true
 }
 
@@ -242,11 +265,14 @@ type checkedGrammar struct {
 	field   string // "grammar", "json_schema", or "" when neither is set
 	src     string // the Grammar or JSONSchema text checked
 	grammar string // the GBNF to sample with: Grammar itself, or the schema converted
+	// tools is the toolsKey checked ("" for none); toolRules the GBNF rules
+	// of one call to them, entered by "tool-call".
+	tools, toolRules string
 }
 
 // of reports whether c was derived from p's current Grammar or JSONSchema.
 func (c checkedGrammar) of(p *Params) bool {
-	if !c.done || c.field != p.grammarField() {
+	if !c.done || c.field != p.grammarField() || c.tools != p.toolsKey() {
 		return false
 	}
 	if c.field == "json_schema" {

@@ -116,4 +116,10 @@ type Event struct {
 	Usage   Usage
 	Timings Timings
 	Err     error
+	// ToolCall, on a token event, is the part of a tool call the token
+	// added (nil when it added none: text, or a held-back piece).
+	ToolCall *ToolCallDelta
+	// ToolCalls, on the final event, are the reply's complete tool calls;
+	// Finish is then FinishToolCalls.
+	ToolCalls []ToolCall
 }

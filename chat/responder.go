@@ -130,6 +130,10 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, parley.FieldErrorf("max_tokens", "must be less than the context length (%d tokens), got %d", info.ContextLength, p.MaxTokens)
 	}
 	tmpl := r.Template()
+	opt, ts, stops, err := toolSetup(tmpl, &p)
+	if err != nil {
+		return nil, err
+	}
 
 	// The memo of this conversation's last turn, when msgs continue it:
 	// fitting starts from the turns it dropped, and prompts are built from its
@@ -153,7 +157,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens), nil
 		}
-		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), RenderOptions{AddGenerationPrompt: true, Thinking: p.Think})
+		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), opt)
 		if err != nil {
 			return 0, err
 		}
@@ -206,7 +210,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			zap.Int("prompt_tokens", len(chosen.tokens)),
 			zap.Int("budget_tokens", budget))
 	}
-	stops := append(append([]string(nil), p.Stop...), tmpl.Stops()...)
+	stops = append(append(stops, p.Stop...), tmpl.Stops()...)
 	var remember func(gen []int, pieces []string, special []bool)
 	if key != "" && tk != nil {
 		// The memo for the next turn, stored when this reply ends (run).
@@ -215,7 +219,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		}
 	}
 	think := ThinkFormatOf(tmpl)
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen))
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
 }
 
 // memoFor returns key's memo when msgs may continue its conversation (it
@@ -253,12 +257,12 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil)
+	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
 func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
-	remember func(gen []int, pieces []string, special []bool), think ThinkFormat, plan *phasePlan) (*Reply, error) {
+	remember func(gen []int, pieces []string, special []bool), think ThinkFormat, plan *phasePlan, ts *toolStream) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
 	}
@@ -291,6 +295,7 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		dropped:      dropped,
 		out:          make(chan parley.Event, size),
 		remember:     remember,
+		tools:        ts,
 	}
 	var split *thoughtSplit
 	if think != ThinkNone {
@@ -315,6 +320,8 @@ type Reply struct {
 	// remember, when set, is called by run at the end with the tokens the
 	// engine generated and their raw text, up to a stop.
 	remember func(gen []int, pieces []string, special []bool)
+	// tools splits tool calls from the text when the reply may make them.
+	tools *toolStream
 
 	mu        sync.Mutex
 	text      strings.Builder // Token.Text of every delivered token event
@@ -412,12 +419,14 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		if rep.remember != nil {
 			gen, pieces, special = append(gen, ev.Token.ID), append(pieces, ev.Token.Text), append(special, ev.Token.Special)
 		}
-		ev.Token, stopped, specialStop = clean(ev.Token, st, split)
+		ans := &answerPath{st: st, tools: rep.tools}
+		ev.Token, stopped, specialStop = clean(ev.Token, st, split, ans)
+		ev.ToolCall = ans.call
 		switch {
 		case stopped:
 			rep.deliver(ctx, ev)
 			cancel()
-		case st.holding() || split.holding():
+		case (st.holding() || split.holding() || rep.tools != nil && rep.tools.pending != "") && ev.ToolCall == nil:
 			pending, hasPending = ev, true
 		default:
 			rep.deliver(ctx, ev)
@@ -428,7 +437,21 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		if !hasPending {
 			pending, hasPending = parley.Event{Token: parley.Token{ID: -1}}, true
 		}
-		pending.Token = split.flush(pending.Token, st)
+		ans := &answerPath{st: st, tools: rep.tools}
+		pending.Token = split.flush(pending.Token, ans)
+		if pending.ToolCall == nil {
+			pending.ToolCall = ans.call
+		}
+	}
+	if rep.tools != nil && !stopped {
+		// Held text that was no call: content, as if it came now.
+		t, stop := st.Push(rep.tools.Flush())
+		if hasPending {
+			pending.Token.Text += t
+		} else if t != "" {
+			rep.deliver(ctx, parley.Event{Token: parley.Token{ID: -1, Text: t}})
+		}
+		stopped = stopped || stop
 	}
 	if hasPending {
 		pending.Token.Text += st.Flush()
@@ -454,6 +477,9 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 		rep.mu.Lock()
 		rep.stop = st.Matched()
 		rep.mu.Unlock()
+	}
+	if rep.tools != nil {
+		final = toolsFinal(final, rep.tools.Calls())
 	}
 	if rep.remember != nil && !abandoned {
 		// Not when abandoned: the slot's cache may hold more than gen.
@@ -585,12 +611,15 @@ func neutralizeText(s string, controls []string) string {
 // clean turns one engine token into what the reply shows: its text through
 // the Streamer st (and a reasoning model's thought through split), stopped
 // when a stop string matched, special when a control token spelled it.
-func clean(tok parley.Token, st *Streamer, split *thoughtSplit) (out parley.Token, stopped, special bool) {
+func clean(tok parley.Token, st *Streamer, split *thoughtSplit, ans *answerPath) (out parley.Token, stopped, special bool) {
 	switch {
 	case split != nil && (!tok.Special || split.format.IsMarker(tok.Text)):
 		// A reasoning model's text or thought marker: split, then each part
-		// cleaned by its own Streamer.
-		tok, stopped = split.push(tok, st)
+		// cleaned by its own Streamer (the answer's through ans).
+		tok, stopped = split.push(tok, ans)
+	case tok.Special && ans.tools != nil && !st.matchesStop(tok.Text) && ans.tools.wants(tok.Text):
+		// A control token that opens or belongs to a tool call.
+		tok.Text, stopped = ans.Push(tok.Text)
 	case tok.Special:
 		// Control tokens are not reply text. One that spells a stop string
 		// (an end-of-turn marker the engine does not treat as
@@ -604,7 +633,31 @@ func clean(tok parley.Token, st *Streamer, split *thoughtSplit) (out parley.Toke
 			tok = split.flush(tok, st)
 		}
 	default:
-		tok.Text, stopped = st.Push(tok.Text)
+		tok.Text, stopped = ans.Push(tok.Text)
 	}
 	return tok, stopped, special
+}
+
+// textSink takes the answer's text and returns what is safe to show (a Streamer, or an answerPath in front of one).
+type textSink interface {
+	Push(text string) (emit string, stopped bool)
+}
+
+// answerPath is the way of an answer's text: tool calls split off first (when the reply may make them), then the
+// answer's Streamer (stop strings, whole characters). call is the part of a call the pushed text carried.
+type answerPath struct {
+	st    *Streamer
+	tools *toolStream
+	call  *parley.ToolCallDelta
+}
+
+func (a *answerPath) Push(text string) (string, bool) {
+	if a.tools != nil {
+		var call *parley.ToolCallDelta
+		text, call = a.tools.Push(text)
+		if call != nil {
+			a.call = call
+		}
+	}
+	return a.st.Push(text)
 }

@@ -176,6 +176,9 @@ func (f *family) Name() string { return f.name }
 func (f *family) Stops() []string { return append([]string(nil), f.stops...) }
 
 func (f *family) Render(msgs []parley.Message, opt RenderOptions) (string, error) {
+	if usesTools(msgs, opt) {
+		return f.renderTools(msgs, opt) // tools.go
+	}
 	for _, m := range msgs {
 		switch m.Role {
 		case parley.RoleSystem, parley.RoleUser, parley.RoleAssistant:

@@ -162,9 +162,9 @@ func TestRenderPrefixStable(t *testing.T) {
 
 func TestRenderRejectsUnknownRole(t *testing.T) {
 	for _, name := range chat.TemplateNames() {
-		_, err := mustTemplate(t, name).Render([]parley.Message{{Role: "tool", Content: "x"}}, chat.Gen)
+		_, err := mustTemplate(t, name).Render([]parley.Message{{Role: "function", Content: "x"}}, chat.Gen)
 		if parley.ErrorCode(err) != parley.EInvalid {
-			t.Errorf("%s: Render with role tool: got %v, want an EInvalid error", name, err)
+			t.Errorf("%s: Render with role function: got %v, want an EInvalid error", name, err)
 		}
 	}
 }

@@ -22,7 +22,7 @@ type thoughtSplit struct {
 
 // push routes one token's text: the thought's part into tok.Reasoning, the answer's into tok.Text, each cleaned by
 // its Streamer (answer: st). stopped reports that a stop string matched in either.
-func (s *thoughtSplit) push(tok parley.Token, st *Streamer) (parley.Token, bool) {
+func (s *thoughtSplit) push(tok parley.Token, st textSink) (parley.Token, bool) {
 	was := s.split.Thinking()
 	thought, answer := s.split.Push(tok.Text)
 	if was || s.split.Thinking() {
@@ -38,7 +38,7 @@ func (s *thoughtSplit) push(tok parley.Token, st *Streamer) (parley.Token, bool)
 }
 
 // flush adds what the splitter and the thought's Streamer hold at the end to tok.
-func (s *thoughtSplit) flush(tok parley.Token, st *Streamer) parley.Token {
+func (s *thoughtSplit) flush(tok parley.Token, st textSink) parley.Token {
 	thought, answer := s.split.Flush()
 	if r, stopped := s.st.Push(thought); !stopped {
 		tok.Reasoning += r + s.st.Flush()

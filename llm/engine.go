@@ -106,8 +106,11 @@ type sequence struct {
 	// grammar-constrained one off it (exactly one is set).
 	sampler *llama.SamplingContext
 	gs      *grammarSampler
-	logits  []float32 // gs's copy of the last logits, for the logprob
-	temp    float64
+	// lazy, when set, is a grammar that takes over from sampler once the
+	// reply's text reaches its trigger (a tool call; see lazy.go).
+	lazy   *lazyGrammar
+	logits []float32 // gs's copy of the last logits, for the logprob
+	temp   float64
 
 	slot    *slot
 	pending []int // tokens to decode next: the rest of the prompt, or the last sampled token
@@ -346,7 +349,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		return nil, err
 	}
 	client := parley.ClientFrom(ctx)
-	if req.Params.Grammar != "" || len(req.Params.JSONSchema) > 0 {
+	if req.Params.Grammar != "" || len(req.Params.JSONSchema) > 0 || req.Params.ToolsActive() {
 		if err := e.overruns.admit(client); err != nil {
 			return nil, err
 		}
@@ -355,10 +358,17 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	if err != nil {
 		return nil, err
 	}
+	lazy, err := e.newLazy(req.Params, client, sampler != nil)
+	if err != nil {
+		return nil, err
+	}
 	queued := false
 	defer func() {
 		if !queued && gs != nil {
 			e.stopSampler(gs)
+		}
+		if !queued && lazy != nil {
+			e.stopSampler(lazy.gs)
 		}
 	}()
 	seq := &sequence{
@@ -367,6 +377,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		out:       make(chan parley.Event, min(req.Params.MaxTokens, maxEventBuffer)+1),
 		sampler:   sampler,
 		gs:        gs,
+		lazy:      lazy,
 		temp:      req.Params.Temperature,
 		iBatch:    -1,
 		submitted: time.Now(),

@@ -286,6 +286,9 @@ func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
 		return true
 	}
 	seq.pending = append(seq.pending[:0], tok)
+	if seq.lazy != nil {
+		e.watchTrigger(seq, ev.Token.Text)
+	}
 	return false
 }
 
@@ -294,6 +297,10 @@ func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
 func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 	if seq.gs != nil {
 		e.stopSampler(seq.gs)
+	}
+	if seq.lazy != nil {
+		e.stopSampler(seq.lazy.gs)
+		seq.lazy = nil
 	}
 	if s := seq.slot; s != nil {
 		s.seq = nil

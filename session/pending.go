@@ -17,11 +17,9 @@ const FinishInterrupted = "interrupted"
 // the turn stored as interrupted rather than lost. sess itself is left as
 // it was, but for its version (Created, Updated), so the turn's commit
 // replaces the pending write instead of conflicting with it.
-func (s *Service) storePending(ctx context.Context, sess *Session, prompt string) error {
+func (s *Service) storePending(ctx context.Context, sess *Session, input parley.Message) error {
 	p := sess.Clone()
-	p.Messages = append(p.Messages,
-		parley.Message{Role: parley.RoleUser, Content: prompt},
-		parley.Message{Role: parley.RoleAssistant, Interrupted: true})
+	p.Messages = append(p.Messages, input, parley.Message{Role: parley.RoleAssistant, Interrupted: true})
 	if n := len(p.Responses); n > 0 {
 		r := &p.Responses[n-1]
 		r.Status, r.Finish, r.Hash = StatusIncomplete, FinishInterrupted, textHash("")

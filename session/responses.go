@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"time"
@@ -199,8 +200,29 @@ func (r *Response) Final() ResponseRecord { return *r.rec }
 // it too, where it reads the input, so that it refuses such a request before
 // reading the rest, in the same words.
 func CheckResponseInput(input []parley.Message) error {
-	if len(input) == 0 || input[len(input)-1].Role != parley.RoleUser {
-		return parley.FieldErrorf("input", "must end with a user message")
+	if len(input) == 0 || (input[len(input)-1].Role != parley.RoleUser && input[len(input)-1].Role != parley.RoleTool) {
+		return parley.FieldErrorf("input", "must end with a user message or a function_call_output")
+	}
+	return nil
+}
+
+// checkToolResults refuses input that holds a tool result (a
+// function_call_output) answering no call of the history or of the input
+// before it.
+func checkToolResults(history, input []parley.Message) error {
+	ids := map[string]bool{}
+	for _, m := range history {
+		for _, c := range m.ToolCalls {
+			ids[c.ID] = true
+		}
+	}
+	for i, m := range input {
+		for _, c := range m.ToolCalls {
+			ids[c.ID] = true
+		}
+		if m.Role == parley.RoleTool && !ids[m.ToolCallID] {
+			return parley.FieldErrorf(fmt.Sprintf("input[%d].call_id", i), "%q answers no function_call of this conversation", m.ToolCallID)
+		}
 	}
 	return nil
 }
@@ -238,6 +260,10 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	}
 
 	// From here unlock is released on every error path or handed to start.
+	if err := checkToolResults(sess.Messages, req.Input); err != nil {
+		unlock()
+		return nil, err
+	}
 	if req.Instructions != nil {
 		sess.System = *req.Instructions
 	}
@@ -284,7 +310,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			need = sess.Bytes() + messageBytes(last)
 		}
 	}
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, prompt: last.Content, p: p, need: need}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, need: need}); err != nil {
 		return nil, err
 	}
 	out.Turn = t

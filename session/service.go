@@ -361,6 +361,8 @@ type Turn struct {
 	// it) is set once the commit is decided, stored or not. See Snapshot.
 	settleMu sync.Mutex
 	settled  bool
+	// toolCalls are the reply's tool calls; set before events is closed.
+	toolCalls []parley.ToolCall
 
 	// capture, when set, is where a turn that is not to be stored
 	// (store: false) commits instead of the store; such a turn leaves the
@@ -397,6 +399,9 @@ func (t *Turn) Reasoning() string {
 // Prompt is the prompt as the model saw it (the rendered conversation).
 func (t *Turn) Prompt() string { return t.reply.Prompt() }
 
+// ToolCalls returns the reply's tool calls; valid after Events is closed.
+func (t *Turn) ToolCalls() []parley.ToolCall { return t.toolCalls }
+
 // Committed reports whether the turn was stored; valid after Events is closed.
 func (t *Turn) Committed() bool { return t.committed }
 
@@ -409,11 +414,27 @@ func (t *Turn) Committed() bool { return t.committed }
 // when the reply ends (see Turn.Events); nothing is stored before that, so a
 // failed reply leaves the history as it was.
 func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) (*Turn, error) {
-	if !ValidID(id) {
-		return nil, errNotFound()
-	}
 	if prompt == "" {
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
+	}
+	return s.turn(ctx, id, parley.Message{Role: parley.RoleUser, Content: prompt}, p)
+}
+
+// ToolTurn is Turn for a tool's result: content answers the call callID of
+// the session's last reply (an EInvalid error naming tool_call_id when no
+// message of the history made that call), and the reply continues from it.
+func (s *Service) ToolTurn(ctx context.Context, id, callID, content string, p parley.Params) (*Turn, error) {
+	if callID == "" {
+		return nil, parley.FieldErrorf("tool_call_id", "is required")
+	}
+	return s.turn(ctx, id, parley.Message{Role: parley.RoleTool, Content: content, ToolCallID: callID}, p)
+}
+
+// turn adds input, a user's prompt or a tool's result, to the session's
+// conversation and starts the reply (see Turn).
+func (s *Service) turn(ctx context.Context, id string, input parley.Message, p parley.Params) (*Turn, error) {
+	if !ValidID(id) {
+		return nil, errNotFound()
 	}
 	if p.MaxTokens != 0 {
 		// Parameters the edge validated carry the grammar it checked (or
@@ -433,6 +454,12 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 		unlock()
 		return nil, err
 	}
+	if input.Role == parley.RoleTool {
+		if err := checkToolResults(sess.Messages, []parley.Message{input}); err != nil {
+			unlock()
+			return nil, parley.FieldErrorf("tool_call_id", "%q answers no tool call of this conversation", input.ToolCallID)
+		}
+	}
 	if p.MaxTokens == 0 {
 		skip := p.SkipLogprobs // the caller's, not a setting
 		p = s.Params(sess)
@@ -442,8 +469,8 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 	if len(sess.Messages) == 0 {
 		t.kv = KVNew
 	}
-	need := messageBytes(parley.Message{Role: parley.RoleUser, Content: prompt})
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, prompt: prompt, p: p, need: need}); err != nil {
+	need := messageBytes(input)
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need}); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -451,9 +478,9 @@ func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) 
 
 // turnStart is a turn ready to start, as Turn and Respond prepare it.
 type turnStart struct {
-	sess   *Session // the session the turn continues, its other changes (a Responses turn's input items, record) made
-	unlock func()   // releases sess's lock (a no-op for an unlocked copy); start owns it
-	prompt string   // the new user message
+	sess   *Session       // the session the turn continues, its other changes (a Responses turn's input items, record) made
+	unlock func()         // releases sess's lock (a no-op for an unlocked copy); start owns it
+	input  parley.Message // the new message: the user's prompt, or a tool's result (a Responses turn)
 	p      parley.Params
 	// need is the bytes the store must have room for before the reply
 	// starts (see room); < 0 for a turn that is not stored.
@@ -479,9 +506,9 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
 	}
 	msgs = append(msgs, sess.Messages...)
-	msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: ts.prompt})
+	msgs = append(msgs, ts.input)
 	if t.durable {
-		if err := s.storePending(ctx, sess, ts.prompt); err != nil {
+		if err := s.storePending(ctx, sess, ts.input); err != nil {
 			ts.unlock()
 			return err
 		}
@@ -492,13 +519,13 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 		return err
 	}
 	t.id, t.reply, t.events = sess.ID, reply, make(chan parley.Event, turnBuffer)
-	go s.run(ctx, t, sess, ts.prompt, ts.unlock)
+	go s.run(ctx, t, sess, ts.input, ts.unlock)
 	return nil
 }
 
 // run forwards the reply's events, commits the turn when the final event
 // arrives, and then forwards the final event. It owns unlock and t.events.
-func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string, unlock func()) {
+func (s *Service) run(ctx context.Context, t *Turn, sess *Session, input parley.Message, unlock func()) {
 	defer close(t.events)
 	defer unlock() // runs first: once Events is closed, the next turn may start at once
 
@@ -524,7 +551,7 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 			t.kv = KVWarm
 		}
 	}
-	t.sendFinal(ctx, s.settle(ctx, t, sess, prompt, final))
+	t.sendFinal(ctx, s.settle(ctx, t, sess, input, final))
 }
 
 // settle commits the turn whose reply ended with final (a failed reply, and
@@ -532,7 +559,7 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, prompt string
 // stored marked interrupted) and returns the final event to deliver. It
 // holds t.settleMu throughout, so Snapshot sees the turn either settled
 // (stored, or known not to be) or still to come, never half way.
-func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, prompt string, final parley.Event) parley.Event {
+func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parley.Message, final parley.Event) parley.Event {
 	t.settleMu.Lock()
 	defer t.settleMu.Unlock()
 	t.settled = true
@@ -548,8 +575,10 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, prompt str
 	} else {
 		s.unused.used(sess.Owner, t.id)
 	}
-	reply := parley.Message{Role: parley.RoleAssistant, Content: text, Reasoning: t.Reasoning(), Interrupted: final.Finish == parley.FinishCancelled}
-	if err := s.commit(cctx, put, sess, prompt, reply, t.reapply); err != nil {
+	t.toolCalls = final.ToolCalls
+	reply := parley.Message{Role: parley.RoleAssistant, Content: text, Reasoning: t.Reasoning(), ToolCalls: final.ToolCalls,
+		Interrupted: final.Finish == parley.FinishCancelled}
+	if err := s.commit(cctx, put, sess, input, reply, t.reapply); err != nil {
 		// The reply was streamed but not stored: say so in the final
 		// event (the wire shows it before the sentinel) instead of
 		// logging here; the final event is where this error ends.

@@ -81,7 +81,12 @@ func TestStoreRoundTrip(t *testing.T) {
 			p := parley.DefaultParams()
 			p.Stop = []string{"\nUser:", "</s>"}
 			p.JSONSchema = json.RawMessage(`{"type":"object"}`)
-			s := &session.Session{ID: mustID(t), System: "You are terse.", Messages: turnMsgs("héllo 👋", "hi\x00there"), Params: &p}
+			p.Tools = []parley.Tool{{Name: "get_weather", Description: "Weather", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}}}`)}}
+			p.ToolChoice = parley.ToolChoice{Mode: parley.ToolFunction, Name: "get_weather"}
+			msgs := append(turnMsgs("héllo 👋", "hi\x00there"),
+				parley.Message{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city": "Paris"}`}}},
+				parley.Message{Role: parley.RoleTool, Content: `{"temp": 21}`, ToolCallID: "call_1", Name: "get_weather"})
+			s := &session.Session{ID: mustID(t), System: "You are terse.", Messages: msgs, Params: &p}
 			in := s.Clone()
 			mustPut(t, st, s)
 			if !s.Created.Equal(clk.Now()) || !s.Updated.Equal(clk.Now()) {
@@ -109,7 +114,7 @@ func TestStoreRoundTrip(t *testing.T) {
 			if !again.Created.Equal(created) || !again.Updated.Equal(clk.Now()) {
 				t.Fatalf("after update: created %v updated %v, want %v and %v", again.Created, again.Updated, created, clk.Now())
 			}
-			if len(again.Messages) != 4 || again.Params != nil {
+			if len(again.Messages) != 6 || again.Params != nil {
 				t.Fatalf("after update: %+v", again)
 			}
 			if st.Len() != 1 {

@@ -237,6 +237,11 @@ type apiCall struct {
 	meter  *replyMeter // metrics: every event of the reply passes through it
 	// topLogprobs is how many top_logprobs an OpenAI client asked for.
 	topLogprobs int
+	// onTool makes a streamed tool-call delta's chunk (nil: the wire has
+	// none); tool, set by the stream, sends it. relay calls tool before the
+	// token of the event that carries the delta.
+	onTool func(d parley.ToolCallDelta) any
+	tool   func(d parley.ToolCallDelta) error
 }
 
 // startCompletion starts a raw-prompt reply (no template) for route.
@@ -301,6 +306,13 @@ func (a *apiCall) relay(token func(t parley.Token, index int) error, final func(
 			return final(held, ev)
 		}
 		n++
+		if ev.ToolCall != nil && a.tool != nil {
+			if err := a.tool(*ev.ToolCall); err != nil {
+				a.cancel()
+				a.drain()
+				return err
+			}
+		}
 		if n == a.params.MaxTokens {
 			t := ev.Token
 			held = &t
@@ -321,6 +333,17 @@ func (a *apiCall) relay(token func(t parley.Token, index int) error, final func(
 	}
 	// Unreachable by the Reply's contract (one Done event ends every stream).
 	return chat.ErrNoFinalEvent
+}
+
+// drain reads what is left of a cancelled reply (quickly: it delivers only
+// its final event) to log it.
+func (a *apiCall) drain() {
+	for ev := range a.rep.Events() {
+		a.meter.observe(ev)
+		if ev.Done {
+			a.logReply(ev)
+		}
+	}
 }
 
 // collect reads the whole reply, for the non-streaming forms. It returns

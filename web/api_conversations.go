@@ -30,7 +30,7 @@ func conversationItems(sess *session.Session) []messageItem {
 		items = append(items, newMessageItem(session.SystemItemID(sess.ID), parley.Message{Role: parley.RoleSystem, Content: sess.System}))
 	}
 	for i, m := range sess.Messages {
-		items = append(items, newMessageItem(session.ItemID(sess.ID, sess.Trimmed+i), m))
+		items = append(items, itemsOf(sess.ID, sess.Trimmed+i, m)...)
 	}
 	return items
 }
@@ -175,7 +175,7 @@ func (s *Server) handleAddItems(c echo.Context) error {
 	var added []messageItem
 	for abs := first; abs < sess.Next(); abs++ {
 		if span := sess.Span(abs, abs+1); len(span) == 1 {
-			added = append(added, newMessageItem(session.ItemID(sid, abs), span[0]))
+			added = append(added, itemsOf(sid, abs, span[0])...)
 		}
 	}
 	l := itemList{Object: "list", Data: []messageItem{}}

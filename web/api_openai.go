@@ -28,14 +28,17 @@ import (
 // repetition_penalty, grammar, json_schema). Usage carries
 // prompt_tokens_details.cached_tokens; the last chunk (or the response) a
 // "timings" object like llama.cpp's server. top_logprobs lists only the
-// sampled token: the engine reports no other candidates. tools and
-// logit_bias are refused rather than ignored.
+// sampled token: the engine reports no other candidates. logit_bias is
+// refused rather than ignored; tools are api_openai_tools.go's.
 
 // openAIMessage is one message of a request. Content is a string or an
 // array of parts; only text parts are accepted.
 type openAIMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string           `json:"role"`
+	Content    json.RawMessage  `json:"content"`
+	ToolCalls  []openAIToolCall `json:"tool_calls"`
+	ToolCallID string           `json:"tool_call_id"`
+	Name       string           `json:"name"`
 	// ReasoningContent is an assistant message's thought, as clients send back what they received (the template
 	// decides whether the prompt keeps it).
 	ReasoningContent string `json:"reasoning_content"`
@@ -63,7 +66,10 @@ type chatRequest struct {
 	TopLogprobs    *int            `json:"top_logprobs"`
 	ResponseFormat *responseFormat `json:"response_format"`
 	Tools          json.RawMessage `json:"tools"`
-	LogitBias      json.RawMessage `json:"logit_bias"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	// ParallelToolCalls is accepted; a reply makes at most one call.
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	LogitBias         json.RawMessage `json:"logit_bias"`
 }
 
 type openAIUsage struct {
@@ -102,9 +108,10 @@ type chatLogprobs struct {
 }
 
 type chatMessageOut struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string           `json:"role"`
+	Content   *string          `json:"content"` // null when the reply is only tool calls
+	Refusal   *string          `json:"refusal"`
+	ToolCalls []openAIToolCall `json:"tool_calls,omitempty"`
 	// ReasoningContent is a reasoning model's thought, as llama.cpp's server and DeepSeek's API name it.
 	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
@@ -128,9 +135,10 @@ type chatCompletion struct {
 }
 
 type chunkDelta struct {
-	Role             string  `json:"role,omitempty"`
-	Content          *string `json:"content,omitempty"`
-	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Role             string           `json:"role,omitempty"`
+	Content          *string          `json:"content,omitempty"`
+	ReasoningContent *string          `json:"reasoning_content,omitempty"`
+	ToolCalls        []openAIToolCall `json:"tool_calls,omitempty"`
 }
 
 type chunkChoice struct {
@@ -158,6 +166,8 @@ func openAIFinish(f parley.FinishReason) string {
 		return "stop"
 	case parley.FinishLength:
 		return "length"
+	case parley.FinishToolCalls:
+		return "tool_calls"
 	}
 	return ""
 }
@@ -202,25 +212,17 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	}
 	call := &chatCall{stream: req.Stream, logprobs: req.Logprobs}
 	for i, m := range req.Messages {
-		field := fmt.Sprintf("messages[%d]", i)
-		role, err := parseRole(m.Role, field+".role")
+		msg, err := parseChatMessage(m, i)
 		if err != nil {
 			return nil, err
 		}
-		content, err := parseContent(m.Content, field+".content")
-		if err != nil {
-			return nil, err
-		}
-		if err := checkNotEmpty(role, content, field+".content"); err != nil {
-			return nil, err
-		}
-		call.msgs = append(call.msgs, parley.Message{Role: role, Content: content, Reasoning: assistantReasoning(role, m.ReasoningContent)})
+		call.msgs = append(call.msgs, msg)
+	}
+	if err := checkToolResults(call.msgs); err != nil {
+		return nil, err
 	}
 	if req.N != nil && *req.N != 1 {
 		return nil, parley.FieldErrorf("n", "only 1 is supported, got %d", *req.N)
-	}
-	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
-		return nil, parley.FieldErrorf("tools", "tool calls are not supported")
 	}
 	if isSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
 		return nil, parley.FieldErrorf("logit_bias", "is not supported")
@@ -255,6 +257,15 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	}
 	p, err := s.resolveParams(&req.paramsPatch)
 	if err != nil {
+		return nil, err
+	}
+	if p.Tools, err = parseTools(req.Tools, "tools"); err != nil {
+		return nil, err
+	}
+	if p.ToolChoice, err = parseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
 		return nil, err
 	}
 	resolveSeed(&p)
@@ -323,9 +334,16 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 		if rerr := replyError(ev); rerr != nil {
 			return cc.renameSent(rerr)
 		}
+		text := call.rep.Text()
 		choice := chatChoice{
-			Message:      chatMessageOut{Role: "assistant", Content: call.rep.Text(), ReasoningContent: call.rep.Reasoning()},
+			Message:      chatMessageOut{Role: "assistant", Content: &text, ReasoningContent: call.rep.Reasoning()},
 			FinishReason: openAIFinish(ev.Finish),
+		}
+		if len(ev.ToolCalls) > 0 {
+			choice.Message.ToolCalls = openAIToolCalls(ev.ToolCalls)
+			if text == "" {
+				choice.Message.Content = nil
+			}
 		}
 		if cc.logprobs {
 			choice.Logprobs = &chatLogprobs{Content: []tokenLogprob{}}
@@ -349,6 +367,9 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 			ch.Usage = json.RawMessage("null")
 		}
 		return ch
+	}
+	call.onTool = func(d parley.ToolCallDelta) any {
+		return chunk([]chunkChoice{{Delta: chunkDelta{ToolCalls: openAIToolDelta(d)}}})
 	}
 	s.streamOpenAI(c, call, cc.logprobs, cc.includeUsage, openAIChunks{
 		first: func() any {
@@ -426,6 +447,9 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 		lps := pendingLP
 		pendingLP = nil
 		return send(ch.text(text, lps))
+	}
+	if call.onTool != nil {
+		call.tool = func(d parley.ToolCallDelta) error { return send(call.onTool(d)) }
 	}
 	if ch.first != nil {
 		if err := send(ch.first()); err != nil {

@@ -239,7 +239,8 @@ func TestOpenAIValidation(t *testing.T) {
 		{"no messages", map[string]any{"model": "x"}, "messages"},
 		{"messages not an array", map[string]any{"messages": "hi"}, "messages"},
 		{"role missing", map[string]any{"messages": []map[string]any{{"content": "hi"}}}, "messages[0].role"},
-		{"role tool", map[string]any{"messages": []map[string]any{{"role": "tool", "content": "hi"}}}, "messages[0].role"},
+		{"role tool without a call", map[string]any{"messages": []map[string]any{{"role": "tool", "content": "hi"}}}, "messages[0].tool_call_id"},
+		{"role tool unknown call", map[string]any{"messages": []map[string]any{{"role": "user", "content": "hi"}, {"role": "tool", "content": "hi", "tool_call_id": "call_x"}}}, "messages[1].tool_call_id"},
 		{"content a number", map[string]any{"messages": []map[string]any{{"role": "user", "content": 5}}}, "messages[0].content"},
 		{"content missing", map[string]any{"messages": []map[string]any{{"role": "user"}}}, "messages[0].content"},
 		{"image part", map[string]any{"messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "image_url", "image_url": map[string]any{"url": "x"}}}}}}, "messages[0].content[0]"},
@@ -263,7 +264,7 @@ func TestOpenAIValidation(t *testing.T) {
 		{"json_schema without schema", with("response_format", map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "x"}}), "response_format.json_schema.schema"},
 		{"grammar and schema", with("grammar", `root ::= "a"`, "response_format", map[string]any{"type": "json_object"}), "grammar"},
 		{"grammar no token can start", with("grammar", "root ::= [\\x00]"), "grammar"},
-		{"tools", with("tools", []map[string]any{{"type": "function"}}), "tools"},
+		{"tools", with("tools", []map[string]any{{"type": "function"}}), "tools[0].function"},
 		{"logit_bias", with("logit_bias", map[string]any{"1": 5}), "logit_bias"},
 	}
 	for _, c := range cases {

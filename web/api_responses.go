@@ -25,7 +25,7 @@ package web
 // Supported request fields: input (a string or message items with text
 // content), instructions, previous_response_id, conversation, store,
 // stream, max_output_tokens, temperature, top_p, metadata, and Parley's own
-// sampling fields; tools are refused rather than ignored.
+// sampling fields, and function tools (api_responses_tools.go).
 
 import (
 	"bytes"
@@ -102,6 +102,8 @@ type responsesRequest struct {
 	MaxOutputTokens    *int              `json:"max_output_tokens"`
 	Metadata           map[string]string `json:"metadata"`
 	Tools              json.RawMessage   `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls  *bool             `json:"parallel_tool_calls"` // accepted; a reply makes at most one call
 	Text               *responseText     `json:"text"`
 	// Reasoning.Effort switches a reasoning model's thought: "none" off, any effort on (see thinkPatch).
 	Reasoning *struct {
@@ -126,6 +128,11 @@ type inputItem struct {
 	Type    string          `json:"type"`
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// function_call and function_call_output items (api_responses_tools.go)
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Output    json.RawMessage `json:"output"`
 }
 
 // parsedResponse is a decoded, validated create request.
@@ -155,9 +162,6 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	}
 	if err := session.CheckResponseInput(msgs); err != nil {
 		return nil, err
-	}
-	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
-		return nil, parley.FieldErrorf("tools", "tool calls are not supported")
 	}
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
@@ -203,6 +207,15 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 		if req.MaxOutputTokens != nil {
 			err = renameField(err, "max_tokens", "max_output_tokens") // the field the client sent
 		}
+		return nil, err
+	}
+	if p.Tools, err = parseResponsesTools(req.Tools); err != nil {
+		return nil, err
+	}
+	if p.ToolChoice, err = parseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
 		return nil, err
 	}
 	resolveSeed(&p)
@@ -300,8 +313,12 @@ func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
 }
 
 func parseItem(it inputItem, field string) (parley.Message, error) {
-	if it.Type != "" && it.Type != "message" {
-		return parley.Message{}, parley.FieldErrorf(field+".type", "only message items are supported, got %q", it.Type)
+	switch it.Type {
+	case "", "message":
+	case "function_call", "function_call_output":
+		return parseToolItem(it, field)
+	default:
+		return parley.Message{}, parley.FieldErrorf(field+".type", "must be message, function_call or function_call_output, got %q", it.Type)
 	}
 	role, err := parseRole(it.Role, field+".role")
 	if err != nil {
@@ -352,11 +369,12 @@ func newPart(typ, text string) outputText {
 }
 
 type messageItem struct {
-	Type    string       `json:"type"` // "message"
-	ID      string       `json:"id"`
-	Status  string       `json:"status"`
-	Role    string       `json:"role"`
-	Content []outputText `json:"content"`
+	Type    string         `json:"type"` // "message", "function_call" or "function_call_output"
+	ID      string         `json:"id"`
+	Status  string         `json:"status"`
+	Role    string         `json:"role"`
+	Content []outputText   `json:"content"`
+	tool    toolItemFields // a function item's (see MarshalJSON)
 }
 
 type responsesUsage struct {
@@ -514,7 +532,10 @@ func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *r
 	if thought := resp.Reasoning(); thought != "" {
 		o.Output = append(o.Output, newReasoningItem(resp.SessionID(), resp.Record.End, thought))
 	}
-	o.Output = append(o.Output, s.outputItem(resp, rec.Status, resp.Text()))
+	for _, it := range replyItems(resp.SessionID(), resp.Record.End, rec.Status,
+		parley.Message{Role: parley.RoleAssistant, Content: resp.Text(), ToolCalls: resp.ToolCalls()}) {
+		o.Output = append(o.Output, it)
+	}
 	pr.echo(o, resp.SessionID())
 	setUsage(o, rec)
 	return o
@@ -563,7 +584,9 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 		if out[0].Reasoning != "" {
 			o.Output = append(o.Output, newReasoningItem(sess.ID, rec.End, out[0].Reasoning))
 		}
-		o.Output = append(o.Output, replyItem(sess.ID, rec.End, rec.Status, out[0]))
+		for _, it := range replyItems(sess.ID, rec.End, rec.Status, out[0]) {
+			o.Output = append(o.Output, it)
+		}
 	}
 	setUsage(o, rec)
 	return c.JSON(http.StatusOK, o)
@@ -586,7 +609,7 @@ func (s *Server) handleInputItems(c echo.Context) error {
 	}
 	var items []messageItem
 	for i, m := range sess.Span(rec.Start, rec.End-1) {
-		items = append(items, newMessageItem(session.ItemID(sess.ID, rec.Start+i), m))
+		items = append(items, itemsOf(sess.ID, rec.Start+i, m)...)
 	}
 	return listItems(c, items)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"go.uber.org/zap"
 
@@ -97,11 +98,23 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		return drain(err)
 	}
 	var final parley.Event
+	calls := &callStream{es: es, sid: resp.SessionID(), abs: resp.Record.End - 1}
 	for ev := range resp.Events() {
 		observe(ev)
 		if ev.Done {
 			final = ev
 			continue
+		}
+		if ev.ToolCall != nil {
+			// A call's items follow the message item: the thought ends and
+			// the message opens first.
+			if err := steps(out.closeReasoning, out.openMessage); err != nil {
+				return drain(err)
+			}
+			calls.base = out.msgIndex + 1
+			if err := calls.delta(*ev.ToolCall); err != nil {
+				return drain(err)
+			}
 		}
 		if err := out.token(ev.Token); err != nil {
 			return drain(err)
@@ -116,7 +129,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 	if err := out.openMessage(); err != nil {
 		return err
 	}
-	return s.streamDone(es, resp, pr, out)
+	return s.streamDone(es, resp, pr, out, calls)
 }
 
 // streamFailed ends the stream of a turn that failed with err: an error
@@ -141,12 +154,18 @@ func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error
 // streamDone ends the stream of a turn that finished: the text, the
 // content part and the output item done, then response.completed (or
 // response.incomplete).
-func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, items *outputItems) error {
+func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, items *outputItems, calls *callStream) error {
 	done := s.finishedResponse(resp, pr)
 	text := resp.Text()
 	part := newPart("output_text", text)
-	out := done.Output[len(done.Output)-1]
 	itemID, index := items.msg.ID, items.msgIndex
+	if m, ok := itemAt(done.Output, index); !ok || m.Type != "message" {
+		// A reply that is only calls: the stream opened its message
+		// item, so the response keeps it (empty) where it was.
+		msg := replyItem(resp.SessionID(), resp.Record.End, done.Status, parley.Message{Role: parley.RoleAssistant})
+		done.Output = slices.Insert(done.Output, index, any(msg))
+	}
+	out := done.Output[index]
 	return steps(
 		func() error {
 			return es.send("response.output_text.done", atPart(itemID, index, map[string]any{"text": text, "logprobs": []any{}}))
@@ -157,6 +176,7 @@ func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedR
 		func() error {
 			return es.send("response.output_item.done", map[string]any{"output_index": index, "item": out})
 		},
+		func() error { return calls.done(messageItems(done.Output[index+1:])) },
 		func() error {
 			typ := "response.completed"
 			if done.Status == session.StatusIncomplete {
@@ -165,4 +185,85 @@ func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedR
 			return es.send(typ, map[string]any{"response": done})
 		},
 	)
+}
+
+// itemAt is output item i when it is a message or function call item.
+func itemAt(out []any, i int) (messageItem, bool) {
+	if i >= len(out) {
+		return messageItem{}, false
+	}
+	m, ok := out[i].(messageItem)
+	return m, ok
+}
+
+// messageItems are the message and function call items of out.
+func messageItems(out []any) []messageItem {
+	var items []messageItem
+	for _, it := range out {
+		if m, ok := it.(messageItem); ok {
+			items = append(items, m)
+		}
+	}
+	return items
+}
+
+// callStream sends a response's function calls as they stream: each call is
+// an output item (after the message item, at output index base + its index)
+// added with its call_id and name, then its arguments as
+// response.function_call_arguments.delta events.
+type callStream struct {
+	es     *eventStream
+	base   int // the output index of call 0: after the message item
+	sid    string
+	abs    int            // the reply's absolute position: its items' ids
+	opened []messageItem  // the calls' items, in progress, by index
+	args   map[int]string // the arguments streamed so far, by index
+}
+
+func (cs *callStream) delta(d parley.ToolCallDelta) error {
+	if d.ID != "" {
+		it := functionCallItem(cs.sid, cs.abs, d.Index, parley.ToolCall{ID: d.ID, Name: d.Name}, "in_progress")
+		cs.opened = append(cs.opened, it)
+		if cs.args == nil {
+			cs.args = map[int]string{}
+		}
+		if err := cs.es.send("response.output_item.added", map[string]any{"output_index": cs.base + d.Index, "item": it}); err != nil {
+			return err
+		}
+	}
+	if d.Arguments == "" || d.Index >= len(cs.opened) {
+		return nil
+	}
+	cs.args[d.Index] += d.Arguments
+	return cs.es.send("response.function_call_arguments.delta", map[string]any{
+		"item_id": cs.opened[d.Index].ID, "output_index": cs.base + d.Index, "delta": d.Arguments})
+}
+
+// done ends every call the stream opened: its arguments done, then its item
+// (from items, the response's function_call items; a call cut short by the
+// reply's end is incomplete).
+func (cs *callStream) done(items []messageItem) error {
+	for i, it := range cs.opened {
+		args := cs.args[i]
+		final := it
+		final.Status, final.tool.Arguments = "incomplete", args
+		for _, done := range items {
+			if done.ID == it.ID {
+				final, args = done, done.tool.Arguments
+			}
+		}
+		err := steps(
+			func() error {
+				return cs.es.send("response.function_call_arguments.done", map[string]any{
+					"item_id": it.ID, "output_index": cs.base + i, "name": it.tool.Name, "arguments": args})
+			},
+			func() error {
+				return cs.es.send("response.output_item.done", map[string]any{"output_index": cs.base + i, "item": final})
+			},
+		)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -50,6 +50,8 @@ type doneMessage struct {
 	Thinking     string      `json:"thinking,omitempty"` // a reasoning model's whole thought, kept apart from content
 	Usage        usageJSON   `json:"usage"`
 	Timings      timingsJSON `json:"timings"`
+	// ToolCalls are the reply's complete tool calls (finish_reason "tool_calls").
+	ToolCalls []parley.ToolCall `json:"tool_calls,omitempty"`
 }
 
 type errorMessage struct {
@@ -84,6 +86,7 @@ func newDoneMessage(ev parley.Event, content string) doneMessage {
 		Content:      content,
 		Usage:        newUsage(ev.Usage),
 		Timings:      newTimings(ev.Timings, ev.Usage.CompletionTokens),
+		ToolCalls:    ev.ToolCalls,
 	}
 }
 
@@ -132,9 +135,10 @@ func (r *rateLimiter) allow(now time.Time) bool {
 
 // clientMessage is what a client sends in JSON mode.
 type clientMessage struct {
-	Type    string       `json:"type"`
-	Content *string      `json:"content"`
-	Params  *paramsPatch `json:"params"`
+	Type       string    `json:"type"`
+	Content    *string   `json:"content"`
+	Params     *wsParams `json:"params"`
+	ToolCallID string    `json:"tool_call_id"` // tool_result: the call it answers
 }
 
 // parseClientMessage decodes and checks one JSON-mode client message: a
@@ -154,11 +158,18 @@ func parseClientMessage(data []byte) (clientMessage, error) {
 		if m.Type == "prompt" && *m.Content == "" {
 			return m, parley.FieldErrorf("content", "must not be empty")
 		}
+	case "tool_result":
+		if m.ToolCallID == "" {
+			return m, parley.FieldErrorf("tool_call_id", "is required")
+		}
+		if m.Content == nil {
+			return m, parley.FieldErrorf("content", "is required")
+		}
 	case "cancel", "reset":
 	case "":
 		return m, parley.FieldErrorf("type", "is required")
 	default:
-		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, cancel, reset or system)", m.Type)
+		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, tool_result, cancel, reset or system)", m.Type)
 	}
 	return m, nil
 }

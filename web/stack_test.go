@@ -67,6 +67,7 @@ type stack struct {
 // stackOpts varies the stack; the zero value is the default one.
 type stackOpts struct {
 	parallel     int  // engine slots (default 2)
+	contextLen   int  // tokens per slot (default 512)
 	maxTokens    int  // the sessions' and the server's default reply cap (default 48)
 	maxTokensCap int  // Config.MaxTokensCap (default 1024)
 	tokenizer    bool // give the server the engine as its Tokenizer
@@ -105,7 +106,10 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	if o.model == "" {
 		o.model = testmodel.Path(tb)
 	}
-	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: 512, Parallel: o.parallel, Threads: 1, Logger: log})
+	if o.contextLen == 0 {
+		o.contextLen = 512
+	}
+	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: o.contextLen, Parallel: o.parallel, Threads: 1, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -65,6 +65,7 @@ const (
 type job struct {
 	kind    jobKind
 	content string
+	callID  string // jobPrompt: the tool call content answers ("" for a user's prompt)
 	params  parley.Params
 	err     error // jobAnswer: what to tell the client
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
@@ -219,7 +220,7 @@ func (c *conn) reader() {
 		if c.json {
 			c.handleJSON(data)
 		} else {
-			c.enqueuePrompt(string(data), c.srv.cfg.Defaults)
+			c.enqueuePrompt(string(data), "", c.srv.cfg.Defaults)
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -234,13 +235,13 @@ func (c *conn) handleJSON(data []byte) {
 		return
 	}
 	switch m.Type {
-	case "prompt":
-		p, err := c.srv.resolveParams(m.Params)
+	case "prompt", "tool_result":
+		p, err := c.srv.resolveWSParams(m.Params)
 		if err != nil {
 			c.answer(err)
 			return
 		}
-		c.enqueuePrompt(*m.Content, p)
+		c.enqueuePrompt(*m.Content, m.ToolCallID, p)
 	case "cancel":
 		c.cancelTurn()
 	case "reset":
@@ -251,9 +252,9 @@ func (c *conn) handleJSON(data []byte) {
 	}
 }
 
-// enqueuePrompt queues a prompt, or its refusal: shutting down, over the
-// rate, or over the prompt-token cap.
-func (c *conn) enqueuePrompt(prompt string, p parley.Params) {
+// enqueuePrompt queues a prompt (or, with callID, a tool's result), or its
+// refusal: shutting down, over the rate, or over the prompt-token cap.
+func (c *conn) enqueuePrompt(prompt, callID string, p parley.Params) {
 	if c.srv.draining.Load() {
 		c.answer(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 		return
@@ -266,7 +267,7 @@ func (c *conn) enqueuePrompt(prompt string, p parley.Params) {
 		c.refuse("prompt_tokens", err)
 		return
 	}
-	c.enqueue(job{kind: jobPrompt, content: prompt, params: p})
+	c.enqueue(job{kind: jobPrompt, content: prompt, callID: callID, params: p})
 }
 
 func (c *conn) enqueue(j job) {
@@ -328,7 +329,7 @@ func (c *conn) worker() {
 				c.replyErrorWait(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 				continue
 			}
-			c.runTurn(j.content, j.params)
+			c.runTurn(j.content, j.callID, j.params)
 		case jobReset:
 			if err := c.srv.sessions.Reset(c.ctx, c.id); err != nil {
 				c.sendError(err)

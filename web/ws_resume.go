@@ -60,7 +60,7 @@ func parseResumeFrom(q string) (int, error) {
 // (each with its seq) and the done event are JSON objects. The reply runs
 // on the server's context, not the socket's: when the socket drops it goes
 // on for the resume grace (see liveReply).
-func (c *conn) runTurn(prompt string, p parley.Params) {
+func (c *conn) runTurn(prompt, callID string, p parley.Params) {
 	r := c.srv.replies.open(c, prompt)
 	leave := r.follow(c.ctx, c.cancelCause)
 	defer leave()
@@ -72,7 +72,7 @@ func (c *conn) runTurn(prompt string, p parley.Params) {
 	defer c.clearTurn()
 
 	p.SkipLogprobs = !c.json // text mode sends only the pieces
-	turn, err := c.srv.sessions.Turn(r.ctx, c.id, prompt, p)
+	turn, err := c.startTurn(r.ctx, prompt, callID, p)
 	if err != nil {
 		r.fail()
 		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
@@ -161,6 +161,12 @@ func (c *conn) sendToken(ev parley.Event, seq int, th *thoughtMarks, send func([
 			}
 		}
 		return true
+	}
+	if ev.ToolCall != nil {
+		b, err := json.Marshal(newToolCallMessage(*ev.ToolCall))
+		if err != nil || !send(b) {
+			return false
+		}
 	}
 	msg := tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special, Seq: seq}
 	if ev.Token.Reasoning != "" {

@@ -20,7 +20,9 @@ import (
 //     (the token's position in its reply, from 1);
 //   - "thinking": ID, Text (a piece of a reasoning model's thought), Logprob;
 //   - "done": FinishReason, Content (the whole reply), Thinking (the whole thought), Usage, Timings;
-//   - "error": Code, Message, Field.
+//   - "error": Code, Message, Field;
+//   - "tool_call": Index, ID (the call's id, a string: see SessionID), Name, Arguments (a piece of them);
+//   - "done" of a reply that called tools: ToolCalls, FinishReason "tool_calls".
 type Message struct {
 	Type string `json:"type"`
 	// ID is raw because its type depends on Type; see SessionID.
@@ -39,6 +41,11 @@ type Message struct {
 	Thinking     string  `json:"thinking"`
 	Usage        Usage   `json:"usage"`
 	Timings      Timings `json:"timings"`
+
+	Index     int               `json:"index"`
+	Name      string            `json:"name"`
+	Arguments string            `json:"arguments"`
+	ToolCalls []parley.ToolCall `json:"tool_calls"`
 
 	Code       string `json:"code"`
 	Message    string `json:"message"`

@@ -1,0 +1,106 @@
+package parley_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/parley-chat/parley"
+)
+
+func weatherTool() parley.Tool {
+	return parley.Tool{Name: "get_weather", Description: "Weather in a city",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"]}`)}
+}
+
+// TestToolsValidate: hostile or malformed tools are refused with an EInvalid
+// error naming the field; good ones convert to a grammar.
+func TestToolsValidate(t *testing.T) {
+	many := make([]parley.Tool, 1000)
+	for i := range many {
+		many[i] = parley.Tool{Name: fmt.Sprintf("f%d", i)}
+	}
+	cases := []struct {
+		name   string
+		tools  []parley.Tool
+		choice parley.ToolChoice
+		field  string // "" = accepted
+	}{
+		{"one", []parley.Tool{weatherTool()}, parley.ToolChoice{}, ""},
+		{"required", []parley.Tool{weatherTool()}, parley.ToolChoice{Mode: parley.ToolRequired}, ""},
+		{"named", []parley.Tool{weatherTool(), {Name: "noop"}}, parley.ToolChoice{Mode: parley.ToolFunction, Name: "noop"}, ""},
+		{"1000 tools", many, parley.ToolChoice{}, "tools"},
+		{"duplicate", []parley.Tool{weatherTool(), weatherTool()}, parley.ToolChoice{}, "tools[1].name"},
+		{"bad name", []parley.Tool{{Name: "a b"}}, parley.ToolChoice{}, "tools[0].name"},
+		{"empty name", []parley.Tool{{}}, parley.ToolChoice{}, "tools[0].name"},
+		{"recursive", []parley.Tool{{Name: "tree", Parameters: json.RawMessage(
+			`{"type":"object","properties":{"node":{"$ref":"#/$defs/node"}},"$defs":{"node":{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}}}}}`)}},
+			parley.ToolChoice{}, "tools[0].parameters"},
+		{"root recursive", []parley.Tool{{Name: "tree", Parameters: json.RawMessage(`{"type":"object","properties":{"sub":{"$ref":"#"}}}`)}},
+			parley.ToolChoice{}, "tools[0].parameters"},
+		{"not an object", []parley.Tool{{Name: "f", Parameters: json.RawMessage(`{"type":"string"}`)}}, parley.ToolChoice{}, "tools[0].parameters"},
+		{"invalid JSON", []parley.Tool{{Name: "f", Parameters: json.RawMessage(`{"type":`)}}, parley.ToolChoice{}, "tools[0].parameters"},
+		{"bad bounds", []parley.Tool{{Name: "f", Parameters: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer","minimum":10,"maximum":5}}}`)}},
+			parley.ToolChoice{}, "tools[0].parameters"},
+		{"unknown choice", []parley.Tool{weatherTool()}, parley.ToolChoice{Mode: "always"}, "tool_choice"},
+		{"named unknown", []parley.Tool{weatherTool()}, parley.ToolChoice{Mode: parley.ToolFunction, Name: "nope"}, "tool_choice"},
+		{"required without tools", nil, parley.ToolChoice{Mode: parley.ToolRequired}, "tool_choice"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := parley.DefaultParams()
+			p.Tools, p.ToolChoice = c.tools, c.choice
+			err := p.Validate(0)
+			if c.field == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var pe *parley.Error
+			if err == nil || !asError(err, &pe) || pe.Code != parley.EInvalid || pe.Field != c.field {
+				t.Fatalf("got %v, want an EInvalid error naming %q", err, c.field)
+			}
+		})
+	}
+}
+
+func asError(err error, pe **parley.Error) bool {
+	e, ok := err.(*parley.Error)
+	*pe = e
+	return ok
+}
+
+// TestToolGrammars: a forced call's grammar starts with the syntax's Open
+// and ends with its Close; the lazy grammar starts after the trigger.
+func TestToolGrammars(t *testing.T) {
+	syn := parley.ToolSyntax{Trigger: "<tool_call>", Open: "<tool_call>\n", Close: "\n</tool_call>"}
+	p := parley.DefaultParams()
+	p.Tools, p.ToolSyntax = []parley.Tool{weatherTool()}, syn
+	if err := p.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	if g, _, _ := p.CheckedGrammar(); g != "" {
+		t.Fatalf("auto must not constrain from the first token, got %q", g)
+	}
+	trig, lazy, ok := p.LazyToolGrammar()
+	if !ok || trig != "<tool_call>" || !strings.HasPrefix(lazy, `root ::= tool-ws tool-call tool-ws "</tool_call>"`) {
+		t.Fatalf("lazy grammar: %v %q %q", ok, trig, lazy)
+	}
+	p.ToolChoice = parley.ToolChoice{Mode: parley.ToolRequired}
+	if err := p.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	g, field, ok := p.CheckedGrammar()
+	if !ok || field != "tools" || !strings.HasPrefix(g, `root ::= "<tool_call>" tool-ws tool-call tool-ws "</tool_call>"`) || !strings.Contains(g, `get_weather`) {
+		t.Fatalf("forced grammar (%v, %q):\n%s", ok, field, g)
+	}
+	if _, _, ok := p.LazyToolGrammar(); ok {
+		t.Fatal("a forced call has no lazy grammar")
+	}
+	p.Grammar = `root ::= "x"`
+	if err := p.Validate(0); err == nil {
+		t.Fatal("tools with a grammar accepted")
+	}
+}

@@ -1,0 +1,126 @@
+package web_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+var respWeatherTools = []map[string]any{{"type": "function", "name": "get_weather", "description": "Weather in a city",
+	"parameters": map[string]any{"type": "object", "additionalProperties": false, "required": []string{"city", "unit"},
+		"properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 16}, "unit": map[string]any{"enum": []string{"c", "f"}}}}}}
+
+type respToolItem struct {
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Output    string `json:"output"`
+}
+
+type respToolObject struct {
+	ID     string         `json:"id"`
+	Status string         `json:"status"`
+	Output []respToolItem `json:"output"`
+}
+
+// TestResponsesToolCalls: over a real socket, a Responses request with
+// tool_choice required gets a function_call output item (call_id, name,
+// arguments that validate); streamed, the arguments arrive as several
+// response.function_call_arguments.delta events and one .done; a
+// function_call_output chained by previous_response_id continues the turn,
+// and input_items and the conversation's items show the call and its result.
+func TestResponsesToolCalls(t *testing.T) {
+	s := openToolStack(t)
+	var r respToolObject
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "Weather in Paris?", "tools": respWeatherTools,
+		"tool_choice": "required", "max_output_tokens": 200}), http.StatusOK, &r)
+	if len(r.Output) != 1 || r.Output[0].Type != "function_call" || r.Output[0].Name != "get_weather" ||
+		!strings.HasPrefix(r.Output[0].CallID, "call_") || r.Output[0].Status != "completed" {
+		t.Fatalf("response %+v", r)
+	}
+	call := r.Output[0]
+	checkWeatherArgs(t, call.Arguments)
+
+	// Streamed.
+	res := post(t, s.base+"/v1/responses", map[string]any{"input": "Weather in Paris?", "tools": respWeatherTools,
+		"tool_choice": "required", "max_output_tokens": 200, "stream": true})
+	var deltas []string
+	var doneArgs string
+	var completed respToolObject
+	for _, e := range readResponseEvents(t, res.Body) {
+		var ev struct {
+			Type      string          `json:"type"`
+			Delta     string          `json:"delta"`
+			Arguments string          `json:"arguments"`
+			Response  json.RawMessage `json:"response"`
+		}
+		b, _ := json.Marshal(e.data)
+		if err := json.Unmarshal(b, &ev); err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Type {
+		case "response.function_call_arguments.delta":
+			deltas = append(deltas, ev.Delta)
+		case "response.function_call_arguments.done":
+			doneArgs = ev.Arguments
+		case "response.completed":
+			if err := json.Unmarshal(ev.Response, &completed); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(deltas) < 3 || strings.Join(deltas, "") != doneArgs || doneArgs != call.Arguments {
+		t.Fatalf("streamed arguments %q, done %q, want %q over several deltas", deltas, doneArgs, call.Arguments)
+	}
+	if n := len(completed.Output); n != 2 || completed.Output[1].Type != "function_call" || completed.Output[1].Arguments != doneArgs {
+		t.Fatalf("completed output %+v", completed.Output)
+	}
+
+	// The result continues the first response.
+	var next respObject
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"previous_response_id": r.ID, "tools": respWeatherTools,
+		"input":             []map[string]any{{"type": "function_call_output", "call_id": call.CallID, "output": `{"temperature": 21}`}},
+		"max_output_tokens": 8}), http.StatusOK, &next)
+	if len(next.Output) != 1 || next.Output[0].Type != "message" {
+		t.Fatalf("continued response %+v", next)
+	}
+	var items struct {
+		Data []respToolItem `json:"data"`
+	}
+	decodeBody(t, do(t, http.MethodGet, s.base+"/v1/responses/"+next.ID+"/input_items?order=asc", nil), http.StatusOK, &items)
+	if len(items.Data) != 1 || items.Data[0].Type != "function_call_output" || items.Data[0].CallID != call.CallID {
+		t.Fatalf("input items %+v", items.Data)
+	}
+	sid := sessionOf(t, s, next.ID)
+	decodeBody(t, do(t, http.MethodGet, s.base+"/v1/conversations/conv_"+sid+"/items?order=asc", nil), http.StatusOK, &items)
+	var types []string
+	for _, it := range items.Data {
+		types = append(types, it.Type)
+	}
+	if strings.Join(types, ",") != "message,function_call,function_call_output,message" || items.Data[1].CallID != call.CallID {
+		t.Fatalf("conversation items %v: %+v", types, items.Data)
+	}
+
+	// A result for a call the conversation never made is refused, and the
+	// conversation is unchanged.
+	res = post(t, s.base+"/v1/responses", map[string]any{"previous_response_id": next.ID,
+		"input": []map[string]any{{"type": "function_call_output", "call_id": "call_unknown", "output": "x"}}})
+	var e struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	decodeBody(t, res, http.StatusBadRequest, &e)
+	if !strings.HasPrefix(e.Error.Message, "input[0].call_id:") {
+		t.Fatalf("error %+v", e)
+	}
+	var again struct {
+		Data []respToolItem `json:"data"`
+	}
+	decodeBody(t, do(t, http.MethodGet, s.base+"/v1/conversations/conv_"+sid+"/items?order=asc", nil), http.StatusOK, &again)
+	if len(again.Data) != len(items.Data) {
+		t.Fatalf("the refused result changed the conversation: %d items, then %d", len(items.Data), len(again.Data))
+	}
+}
