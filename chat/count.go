@@ -8,7 +8,7 @@ import (
 
 // CountTokens returns how many tokens the prompt for msgs holds, rendered
 // and tokenized as Reply renders and tokenizes it for key with p (its
-// thinking switch), from the exact tokens of key's last turn when msgs
+// thinking switch and tools), from the exact tokens of key's last turn when msgs
 // continue it, without generating. The whole conversation is counted: turns
 // Reply would drop to fit the context are not dropped. For Anthropic's
 // count_tokens.
@@ -17,7 +17,12 @@ func (r *Responder) CountTokens(key string, msgs []parley.Message, p parley.Para
 		return 0, parley.FieldErrorf("messages", "at least one message is needed")
 	}
 	info := r.gen.Info()
-	prompt, err := r.Template().Render(neutralize(msgs, info.ControlTokens), RenderOptions{AddGenerationPrompt: true, Thinking: p.Think})
+	tmpl := r.Template()
+	opt, _, _, err := toolSetup(tmpl, &p)
+	if err != nil {
+		return 0, err
+	}
+	prompt, err := tmpl.Render(neutralize(msgs, info.ControlTokens), opt)
 	if err != nil {
 		return 0, err
 	}

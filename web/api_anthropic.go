@@ -25,11 +25,11 @@ import (
 // Supported: system (a string or text blocks), messages of user, assistant
 // (and system) roles whose content is a string or text blocks, max_tokens
 // (required), temperature, top_p, top_k, stop_sequences, metadata, and
-// Parley's own sampling fields (min_p, seed, grammar, json_schema, ...).
-// thinking blocks of earlier assistant turns and cache_control marks are
-// accepted and left out of the prompt (Parley caches every prefix without
-// being asked). Images, documents and tools are refused with a 400 naming
-// the block or field. thinking switches a reasoning model's thought
+// Parley's own sampling fields (min_p, seed, grammar, json_schema, ...);
+// tools, tool_choice, tool_use and tool_result blocks (api_anthropic_tools.go).
+// cache_control marks are accepted and ignored (Parley caches every prefix
+// without being asked). Images and documents are refused with a 400 naming
+// the block. thinking switches a reasoning model's thought
 // (enabled, with budget_tokens its cap; disabled; adaptive: the model's
 // default); its thought comes back as a thinking block before the text, and
 // the thinking blocks clients send back are the assistant turn's reasoning.
@@ -145,7 +145,7 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	if req.MaxTokens != nil {
 		*req.MaxTokens = s.clampAnthropicMaxTokens(*req.MaxTokens)
 	}
-	if err := checkAnthropicUnsupported(&req); err != nil {
+	if err := checkAnthropicMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
 	var blocks blockCounter
@@ -160,32 +160,37 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	if len(req.Messages) == 0 {
 		return nil, parley.FieldErrorf("messages", "at least one message is required")
 	}
+	ids := map[string]string{} // tool_use ids seen, and their tools' names
 	for i, m := range req.Messages {
-		msg, err := parseAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), &blocks)
+		ms, err := parseAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), &blocks, ids)
 		if err != nil {
 			return nil, err
 		}
-		msgs = append(msgs, msg)
+		msgs = append(msgs, ms...)
 	}
-	if last := len(req.Messages) - 1; msgs[len(msgs)-1].Role != parley.RoleUser {
+	if last := len(req.Messages) - 1; msgs[len(msgs)-1].Role != parley.RoleUser && msgs[len(msgs)-1].Role != parley.RoleTool {
 		return nil, parley.FieldErrorf(fmt.Sprintf("messages[%d].role", last),
 			"the last message must be the user's (a partial assistant turn to continue is not supported)")
 	}
 	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.paramsPatch}
 	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
-	if count {
-		call.params = s.cfg.Defaults
-		return call, req.Thinking.apply(&call.params)
-	}
-	p, err := s.resolveParams(&req.paramsPatch)
-	if err != nil {
-		return nil, err
+	p := s.cfg.Defaults
+	if !count {
+		if p, err = s.resolveParams(&req.paramsPatch); err != nil {
+			return nil, err
+		}
 	}
 	if err := req.Thinking.apply(&p); err != nil {
 		return nil, err
 	}
+	if p.Tools, err = parseAnthropicTools(req.Tools); err != nil {
+		return nil, err
+	}
+	if p.ToolChoice, err = parseAnthropicToolChoice(req.ToolChoice); err != nil {
+		return nil, err
+	}
 	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
-		return nil, renameThinkField(err)
+		return nil, renameToolField(renameThinkField(err))
 	}
 	resolveSeed(&p)
 	p.SkipLogprobs = true
@@ -222,24 +227,13 @@ func (s *Server) clampAnthropicMaxTokens(n int) int {
 	return n
 }
 
-// checkAnthropicUnsupported refuses the request fields Parley does not
-// serve, rather than ignore them.
-func checkAnthropicUnsupported(req *anthropicRequest) error {
-	if isSet(req.Metadata) {
+// checkAnthropicMetadata checks metadata, which is accepted and not used:
+// an object ({"user_id": ...}).
+func checkAnthropicMetadata(raw json.RawMessage) error {
+	if isSet(raw) {
 		var md map[string]json.RawMessage
-		if err := json.Unmarshal(req.Metadata, &md); err != nil {
+		if err := json.Unmarshal(raw, &md); err != nil {
 			return parley.FieldErrorf("metadata", "must be an object")
-		}
-	}
-	if isSet(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
-		return parley.FieldErrorf("tools", "tool use is not supported by this server")
-	}
-	if isSet(req.ToolChoice) {
-		var tc struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(req.ToolChoice, &tc); err != nil || tc.Type != "none" && tc.Type != "auto" {
-			return parley.FieldErrorf("tool_choice", "tool use is not supported by this server (only auto or none, without tools)")
 		}
 	}
 	return nil
@@ -303,76 +297,117 @@ func stripVolatileSystem(s string) string {
 	return ""
 }
 
-// parseAnthropicMessage takes one message of messages: its role and its
-// content, a string or an array of blocks. Text blocks are joined; the
-// thinking blocks of an assistant turn (Claude-style clients send them
-// back) are left out; images, documents and tool blocks are refused.
-func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounter) (parley.Message, error) {
-	var role parley.Role
-	switch m.Role {
+// anthropicRole maps a message's role to Parley's.
+func anthropicRole(role, field string) (parley.Role, error) {
+	switch role {
 	case "user":
-		role = parley.RoleUser
+		return parley.RoleUser, nil
 	case "assistant":
-		role = parley.RoleAssistant
+		return parley.RoleAssistant, nil
 	case "system":
-		role = parley.RoleSystem
+		return parley.RoleSystem, nil
 	case "":
-		return parley.Message{}, parley.FieldErrorf(field+".role", "is required")
-	default:
-		return parley.Message{}, parley.FieldErrorf(field+".role", "must be user or assistant, got %q", m.Role)
+		return "", parley.FieldErrorf(field, "is required")
+	}
+	return "", parley.FieldErrorf(field, "must be user or assistant, got %q", role)
+}
+
+// parseAnthropicMessage takes one message of messages: its role and its
+// content, a string or an array of blocks, as Parley's messages. Text blocks
+// are joined; an assistant's thinking blocks are its reasoning and its
+// tool_use blocks its calls; a user's tool_result blocks become tool
+// messages before the user's text (a user message of results only is those
+// alone); images and documents are refused. ids maps the tool_use ids seen
+// so far to their tools' names: a tool_result must answer one of them.
+func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounter, ids map[string]string) ([]parley.Message, error) {
+	role, err := anthropicRole(m.Role, field+".role")
+	if err != nil {
+		return nil, err
 	}
 	raw := bytes.TrimSpace(m.Content)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return parley.Message{}, parley.FieldErrorf(field+".content", "is required")
+		return nil, parley.FieldErrorf(field+".content", "is required")
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return parley.Message{}, parley.FieldErrorf(field+".content", "invalid string: %v", err)
+			return nil, parley.FieldErrorf(field+".content", "invalid string: %v", err)
 		}
 		if err := blocks.add(1, field+".content"); err != nil { // a string is one text block
-			return parley.Message{}, err
+			return nil, err
 		}
-		return parley.Message{Role: role, Content: s}, checkNotEmpty(role, s, field+".content")
+		return []parley.Message{{Role: role, Content: s}}, checkNotEmpty(role, s, field+".content")
 	}
 	var bs []json.RawMessage
 	if err := json.Unmarshal(raw, &bs); err != nil {
-		return parley.Message{}, parley.FieldErrorf(field+".content", "must be a string or an array of content blocks")
+		return nil, parley.FieldErrorf(field+".content", "must be a string or an array of content blocks")
 	}
 	if err := blocks.add(len(bs), field+".content"); err != nil {
-		return parley.Message{}, err
+		return nil, err
 	}
-	var text, thought strings.Builder
+	msg := parley.Message{Role: role}
+	var results []parley.Message
 	for j, b := range bs {
-		bf := fmt.Sprintf("%s.content[%d]", field, j)
-		blk, err := decodeAnthropicBlock(b, bf)
+		r, err := addAnthropicBlock(&msg, b, fmt.Sprintf("%s.content[%d]", field, j), ids)
 		if err != nil {
-			return parley.Message{}, err
+			return nil, err
 		}
-		switch blk.Type {
-		case "text":
-			if blk.Text == nil {
-				return parley.Message{}, parley.FieldErrorf(bf+".text", "is required")
-			}
-			text.WriteString(*blk.Text)
-		case "thinking", "redacted_thinking":
-			if role != parley.RoleAssistant {
-				return parley.Message{}, parley.FieldErrorf(bf+".type", "%s blocks belong to assistant messages", blk.Type)
-			}
-			if blk.Thinking != nil {
-				thought.WriteString(*blk.Thinking) // a redacted thought is opaque: nothing of it is kept
-			}
-		case "image", "document":
-			return parley.Message{}, parley.FieldErrorf(bf+".type", "%s blocks are not supported: this server reads text only", blk.Type)
-		case "tool_use", "tool_result":
-			return parley.Message{}, parley.FieldErrorf(bf+".type", "%s blocks are not supported: tool use is not supported by this server", blk.Type)
-		case "":
-			return parley.Message{}, parley.FieldErrorf(bf+".type", "is required")
-		default:
-			return parley.Message{}, parley.FieldErrorf(bf+".type", "unsupported content block type %q (text is)", blk.Type)
+		if r != nil {
+			results = append(results, *r)
 		}
 	}
-	return parley.Message{Role: role, Content: text.String(), Reasoning: thought.String()}, checkNotEmpty(role, text.String(), field+".content")
+	if len(results) > 0 && msg.Content == "" {
+		return results, nil
+	}
+	if len(msg.ToolCalls) == 0 {
+		if err := checkNotEmpty(role, msg.Content, field+".content"); err != nil {
+			return nil, err
+		}
+	}
+	return append(results, msg), nil
+}
+
+// addAnthropicBlock adds content block raw (field names it) to msg: text
+// to its content, a thought to its reasoning, a tool_use to its calls; a
+// tool_result is returned as a tool message.
+func addAnthropicBlock(msg *parley.Message, raw json.RawMessage, field string, ids map[string]string) (*parley.Message, error) {
+	blk, err := decodeAnthropicBlock(raw, field)
+	if err != nil {
+		return nil, err
+	}
+	switch blk.Type {
+	case "text":
+		if blk.Text == nil {
+			return nil, parley.FieldErrorf(field+".text", "is required")
+		}
+		msg.Content += *blk.Text
+	case "thinking", "redacted_thinking", "tool_use":
+		if msg.Role != parley.RoleAssistant {
+			return nil, parley.FieldErrorf(field+".type", "%s blocks belong to assistant messages", blk.Type)
+		}
+		if blk.Type == "tool_use" {
+			c, err := toolUseCall(raw, field, ids)
+			if err != nil {
+				return nil, err
+			}
+			msg.ToolCalls = append(msg.ToolCalls, c)
+		} else if blk.Thinking != nil {
+			msg.Reasoning += *blk.Thinking // a redacted thought is opaque: nothing of it is kept
+		}
+	case "tool_result":
+		if msg.Role != parley.RoleUser {
+			return nil, parley.FieldErrorf(field+".type", "tool_result blocks belong to user messages")
+		}
+		r, err := toolResultMessage(raw, field, ids)
+		return &r, err
+	case "image", "document":
+		return nil, parley.FieldErrorf(field+".type", "%s blocks are not supported: this server reads text only", blk.Type)
+	case "":
+		return nil, parley.FieldErrorf(field+".type", "is required")
+	default:
+		return nil, parley.FieldErrorf(field+".type", "unsupported content block type %q (text, thinking, tool_use and tool_result are)", blk.Type)
+	}
+	return nil, nil
 }
 
 // decodeAnthropicBlock decodes one content block; a field of the wrong
@@ -419,13 +454,16 @@ func newAnthropicUsage(u parley.Usage) anthropicUsage {
 }
 
 // anthropicContent is a content block of a reply: text (Text set, maybe
-// to "") or thinking (Thinking and Signature set; Parley signs nothing, so
-// the signature is "").
+// to ""), thinking (Thinking and Signature set; Parley signs nothing, so
+// the signature is "") or tool_use (ID, Name, Input).
 type anthropicContent struct {
-	Type      string  `json:"type"` // "text" or "thinking"
-	Text      *string `json:"text,omitempty"`
-	Thinking  *string `json:"thinking,omitempty"`
-	Signature *string `json:"signature,omitempty"`
+	Type      string          `json:"type"` // "text", "thinking" or "tool_use"
+	Text      *string         `json:"text,omitempty"`
+	Thinking  *string         `json:"thinking,omitempty"`
+	Signature *string         `json:"signature,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
 }
 
 func anthropicTextBlock(text string) anthropicContent {
@@ -456,6 +494,8 @@ type anthropicMessageOut struct {
 // ends the turn; one of the request's stop_sequences is reported as such).
 func anthropicStop(ev parley.Event, stop string, stops []string, maxTokens int) (reason string, seq *string) {
 	switch ev.Finish {
+	case parley.FinishToolCalls:
+		return "tool_use", nil
 	case parley.FinishStop:
 		for _, s := range stops {
 			if s == stop {
@@ -503,6 +543,9 @@ func (s *Server) handleMessages(c echo.Context) error {
 	if text := call.rep.Text(); text != "" {
 		content = append(content, anthropicTextBlock(text))
 	}
+	for _, tc := range ev.ToolCalls {
+		content = append(content, anthropicToolUseOut(tc))
+	}
 	return c.JSON(http.StatusOK, anthropicMessageOut{
 		ID: id, Type: "message", Role: "assistant", Model: model, Content: content,
 		StopReason: &reason, StopSequence: seq, StopDetails: json.RawMessage("null"),
@@ -533,7 +576,7 @@ func (s *Server) handleCountTokens(c echo.Context) error {
 	}
 	n, err := tc.CountTokens(ac.key, ac.msgs, ac.params)
 	if err != nil {
-		return err
+		return renameToolField(err)
 	}
 	return c.JSON(http.StatusOK, struct {
 		InputTokens int `json:"input_tokens"`

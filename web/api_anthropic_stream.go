@@ -16,8 +16,9 @@ import (
 //
 //	message_start          the message, content empty, usage so far (the prompt's tokens)
 //	ping
-//	content_block_start    a thinking block at a reasoning model's first thought, a text block at the first text
-//	content_block_delta    thinking_delta or text_delta, one per piece
+//	content_block_start    a thinking block at a reasoning model's first thought, a text block at the first text,
+//	                       a tool_use block (id, name, input {}) at a tool call
+//	content_block_delta    thinking_delta, text_delta, or input_json_delta (pieces of a call's input)
 //	content_block_stop     before the next block starts, and at the end
 //	message_delta          stop_reason, stop_sequence, and the whole usage
 //	message_stop
@@ -61,6 +62,11 @@ type anthropicThinkingDelta struct {
 	Thinking string `json:"thinking"`
 }
 
+type anthropicJSONDelta struct {
+	Type        string `json:"type"` // "input_json_delta"
+	PartialJSON string `json:"partial_json"`
+}
+
 type anthropicMessageDelta struct {
 	StopReason   string          `json:"stop_reason"`
 	StopSequence *string         `json:"stop_sequence"`
@@ -68,12 +74,14 @@ type anthropicMessageDelta struct {
 }
 
 // anthropicBlocks writes a stream's content blocks: a piece of thought
-// opens a thinking block, a piece of text a text block (closing the block
-// of the other kind first); at most one block is open.
+// opens a thinking block, a piece of text a text block, a tool call's first
+// delta a tool_use block (closing the open block of another kind or call
+// first); at most one block is open.
 type anthropicBlocks struct {
 	send func(anthropicEvent) error
 	n    int    // blocks opened so far; the open one is n-1
-	open string // "", "thinking" or "text"
+	open string // "", "thinking", "text" or "tool_use"
+	call int    // the open tool_use block's call index
 }
 
 func (b *anthropicBlocks) start(cb anthropicContent) error {
@@ -118,6 +126,23 @@ func (b *anthropicBlocks) delta(kind string, piece string) error {
 	return b.send(anthropicEvent{Type: "content_block_delta", Index: &i, Delta: d})
 }
 
+// tool sends a piece of a tool call: its block's start (id, name, empty
+// input) with the call's first delta, its input as input_json_delta.
+func (b *anthropicBlocks) tool(d parley.ToolCallDelta) error {
+	if b.open != "tool_use" || b.call != d.Index {
+		cb := anthropicContent{Type: "tool_use", ID: d.ID, Name: d.Name, Input: json.RawMessage("{}")}
+		if err := b.start(cb); err != nil {
+			return err
+		}
+		b.call = d.Index
+	}
+	if d.Arguments == "" {
+		return nil
+	}
+	i := b.n - 1
+	return b.send(anthropicEvent{Type: "content_block_delta", Index: &i, Delta: anthropicJSONDelta{Type: "input_json_delta", PartialJSON: d.Arguments}})
+}
+
 // token sends what one token added: thought, then text.
 func (b *anthropicBlocks) token(t parley.Token) error {
 	if err := b.delta("thinking", t.Reasoning); err != nil {
@@ -132,6 +157,7 @@ func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCal
 	send := w.send
 	defer w.keepAlive(min(anthropicPingEvery, s.pingPeriod()), call.cancel)()
 	blocks := &anthropicBlocks{send: send}
+	call.tool = blocks.tool
 	start := anthropicMessageOut{ID: id, Type: "message", Role: "assistant", Model: model, Content: []anthropicContent{},
 		StopDetails: json.RawMessage("null"), Usage: anthropicUsage{InputTokens: call.rep.PromptTokens()}}
 	if err := send(anthropicEvent{Type: "message_start", Message: &start}); err != nil || send(anthropicEvent{Type: "ping"}) != nil {

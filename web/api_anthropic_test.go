@@ -22,10 +22,13 @@ type antUsage struct {
 }
 
 type antBlock struct {
-	Type      string  `json:"type"`
-	Text      string  `json:"text"`
-	Thinking  string  `json:"thinking"`
-	Signature *string `json:"signature"`
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	Thinking  string          `json:"thinking"`
+	Signature *string         `json:"signature"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
 }
 
 type antMessage struct {
@@ -117,7 +120,10 @@ func antAccumulate(tb testing.TB, events []antEvent) antMessage {
 			}
 			m.Content, open = append(m.Content, *ev.ContentBlock), true
 		case "content_block_delta":
-			var d struct{ Type, Text, Thinking string }
+			var d struct {
+				Type, Text, Thinking string
+				PartialJSON          string `json:"partial_json"`
+			}
 			json.Unmarshal(ev.Delta, &d)
 			b := &m.Content[len(m.Content)-1]
 			switch {
@@ -127,6 +133,11 @@ func antAccumulate(tb testing.TB, events []antEvent) antMessage {
 				b.Text += d.Text
 			case d.Type == "thinking_delta" && b.Type == "thinking":
 				b.Thinking += d.Thinking
+			case d.Type == "input_json_delta" && b.Type == "tool_use":
+				if string(b.Input) == "{}" {
+					b.Input = nil // the start's empty input, then the whole input in pieces
+				}
+				b.Input = append(b.Input, d.PartialJSON...)
 			default:
 				tb.Fatalf("content_block_delta %+v in a %s block", ev, b.Type)
 			}
@@ -312,7 +323,10 @@ func TestAnthropicErrors(t *testing.T) {
 		{"unknown block", "messages[0].content[0].type", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "banana"}}}}}},
 		{"block not an object", "messages[0].content[0]", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []any{7}}}}},
 		{"text block without text", "messages[0].content[0].text", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "text"}}}}}},
-		{"tool_result block", "messages[0].content[0].type", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "tool_result", "tool_use_id": "t1", "content": "4"}}}}}},
+		{"tool_result answering nothing", "messages[0].content[0].tool_use_id", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "tool_result", "tool_use_id": "t1", "content": "4"}}}}}},
+		{"tool_use from the user", "messages[0].content[0].type", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "tool_use", "id": "t1", "name": "f", "input": map[string]any{}}}}}}},
+		{"tool_use input not an object", "messages[1].content[0].input", map[string]any{"max_tokens": 4, "messages": append(user,
+			map[string]any{"role": "assistant", "content": []map[string]any{{"type": "tool_use", "id": "t1", "name": "f", "input": "x"}}}, user[0])}},
 		{"10,000 blocks", "messages[0].content", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": many}}}},
 		{"10,000 messages", "messages[4096].content", map[string]any{"max_tokens": 4, "messages": manyMsgs}},
 		{"empty user message", "messages[0].content", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": ""}}}},
@@ -320,8 +334,15 @@ func TestAnthropicErrors(t *testing.T) {
 		{"ends with the assistant", "messages[1].role", map[string]any{"max_tokens": 4, "messages": append(user, map[string]any{"role": "assistant", "content": "Once"})}},
 		{"system image block", "system[0].type", map[string]any{"max_tokens": 4, "system": []map[string]any{{"type": "image"}}, "messages": user}},
 		{"system a number", "system", map[string]any{"max_tokens": 4, "system": 3, "messages": user}},
-		{"tools", "tools", map[string]any{"max_tokens": 4, "messages": user, "tools": []map[string]any{{"name": "f", "input_schema": map[string]any{"type": "object"}}}}},
-		{"tool_choice any", "tool_choice", map[string]any{"max_tokens": 4, "messages": user, "tool_choice": map[string]any{"type": "any"}}},
+		{"a server tool", "tools[0].type", map[string]any{"max_tokens": 4, "messages": user, "tools": []map[string]any{{"type": "bash_20250124", "name": "bash"}}}},
+		{"a tool without input_schema", "tools[0].input_schema", map[string]any{"max_tokens": 4, "messages": user, "tools": []map[string]any{{"name": "f"}}}},
+		{"a tool with a bad name", "tools[0].name", map[string]any{"max_tokens": 4, "messages": user, "tools": []map[string]any{{"name": "f g", "input_schema": map[string]any{"type": "object"}}}}},
+		{"a recursive input_schema", "tools[0].input_schema", map[string]any{"max_tokens": 4, "messages": user, "tools": []map[string]any{{"name": "f",
+			"input_schema": map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"$ref": "#"}}}}}}},
+		{"tool_choice any without tools", "tool_choice", map[string]any{"max_tokens": 4, "messages": user, "tool_choice": map[string]any{"type": "any"}}},
+		{"tool_choice of an unknown type", "tool_choice.type", map[string]any{"max_tokens": 4, "messages": user, "tool_choice": map[string]any{"type": "some"}}},
+		{"tool_choice naming no tool", "tool_choice.name", map[string]any{"max_tokens": 4, "messages": user, "tool_choice": map[string]any{"type": "tool", "name": "g"},
+			"tools": []map[string]any{{"name": "f", "input_schema": map[string]any{"type": "object"}}}}},
 		{"metadata not an object", "metadata", map[string]any{"max_tokens": 4, "messages": user, "metadata": "u1"}},
 		{"stop_sequences a number", "stop_sequences", map[string]any{"max_tokens": 4, "messages": user, "stop_sequences": 3}},
 	}
@@ -548,5 +569,66 @@ func TestAnthropicThinking(t *testing.T) {
 		if !strings.HasPrefix(e.Error.Message, field) {
 			t.Errorf("thinking %v: %+v, want an error naming %s", th, e, field)
 		}
+	}
+}
+
+var antWeather = []map[string]any{{"name": "get_weather", "description": "Weather in a city",
+	"input_schema": map[string]any{"type": "object", "additionalProperties": false, "required": []string{"city", "unit"},
+		"properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 16}, "unit": map[string]any{"enum": []string{"c", "f"}}}}}}
+
+// TestAnthropicToolUse: tool_choice any (and tool, by name) makes
+// stories260K call the tool: a tool_use block whose input validates,
+// stop_reason tool_use; streamed, the same block with its input in
+// input_json_delta pieces; count_tokens counts the tools; the call and its
+// tool_result go back in the history and the reply continues.
+func TestAnthropicToolUse(t *testing.T) {
+	s := openToolStack(t)
+	msgs := []map[string]any{{"role": "user", "content": "Weather in Paris?"}}
+	body := func(choice map[string]any) map[string]any {
+		return map[string]any{"max_tokens": 200, "temperature": 0, "system": "You call tools.", "messages": msgs, "tools": antWeather, "tool_choice": choice}
+	}
+	for _, choice := range []map[string]any{{"type": "any"}, {"type": "tool", "name": "get_weather"}} {
+		m := antCreate(t, s, body(choice))
+		if *m.StopReason != "tool_use" || len(m.Content) != 1 {
+			t.Fatalf("tool_choice %v: message %+v", choice, m)
+		}
+		use := m.Content[0]
+		if use.Type != "tool_use" || use.ID == "" || use.Name != "get_weather" {
+			t.Fatalf("block %+v", use)
+		}
+		checkWeatherArgs(t, string(use.Input))
+		if n := antCount(t, s, body(choice)); n != m.Usage.InputTokens+m.Usage.CacheReadInputTokens {
+			t.Fatalf("count_tokens %d, usage %+v", n, m.Usage)
+		}
+
+		events := antStream(t, s, body(choice))
+		got := antAccumulate(t, events)
+		pieces := 0
+		for _, ev := range events {
+			if strings.Contains(string(ev.Delta), "input_json_delta") {
+				pieces++
+			}
+		}
+		var a, b any
+		json.Unmarshal(got.Content[0].Input, &a)
+		json.Unmarshal(use.Input, &b)
+		if *got.StopReason != "tool_use" || len(got.Content) != 1 || got.Content[0].Name != use.Name || !reflect.DeepEqual(a, b) || pieces < 3 {
+			t.Fatalf("streamed %+v in %d pieces, whole %+v", got, pieces, m)
+		}
+	}
+
+	m := antCreate(t, s, body(map[string]any{"type": "any"}))
+	use := m.Content[0]
+	msgs = append(msgs,
+		map[string]any{"role": "assistant", "content": []map[string]any{{"type": "tool_use", "id": use.ID, "name": use.Name, "input": use.Input}}},
+		map[string]any{"role": "user", "content": []map[string]any{{"type": "tool_result", "tool_use_id": use.ID, "content": `{"temperature": 21}`}}})
+	// tool_choice auto: the tools stay in the prompt (none would leave them
+	// out, and the prompt would change from its start).
+	next := antCreate(t, s, body(map[string]any{"type": "auto"}))
+	if len(next.Content) == 0 {
+		t.Fatalf("after the result: %+v", next)
+	}
+	if next.Usage.CacheReadInputTokens < m.Usage.InputTokens+m.Usage.CacheReadInputTokens-4 {
+		t.Fatalf("after the result: usage %+v, want the call's prompt (%+v) read from the cache", next.Usage, m.Usage)
 	}
 }
