@@ -4,7 +4,8 @@
 // here with --parallel 4 --cache-slots 8, and always stops it.
 //
 // Replies are greedy (temperature 0), so the stream's accumulated message
-// must equal the whole one. Usage follows Anthropic's accounting:
+// must equal the whole one. stories260K knows nothing of tools: its calls
+// parse and validate because the grammar from input_schema forces them. Usage follows Anthropic's accounting:
 // input_tokens are the prompt tokens evaluated, cache_read_input_tokens those
 // read from Parley's KV cache; count_tokens counts the prompt, their sum.
 import { describe, test, before, after } from 'node:test';
@@ -118,6 +119,46 @@ describe('@anthropic-ai/sdk', { timeout: 240_000 }, () => {
     assert.equal(m.content[0].text, whole.content[0].text.slice(0, whole.content[0].text.indexOf(stop)));
   });
 
+  test('a tool round trip: tool_use (streamed too), then its tool_result', async () => {
+    const tools = [{
+      name: 'get_weather', description: 'Weather in a city',
+      input_schema: {
+        type: 'object', additionalProperties: false, required: ['city', 'unit'],
+        properties: { city: { type: 'string', maxLength: 16 }, unit: { enum: ['c', 'f'] } },
+      },
+    }];
+    const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+    const call = { model: MODEL, max_tokens: 200, temperature: 0, system: 'You call tools.', tools, messages };
+    const m = await client.messages.create({ ...call, tool_choice: { type: 'any' } });
+    assert.equal(m.stop_reason, 'tool_use');
+    const use = m.content.find((b) => b.type === 'tool_use');
+    assert.ok(use, JSON.stringify(m.content));
+    assert.equal(use.name, 'get_weather');
+    // The input validates: the grammar from input_schema constrained it.
+    assert.deepEqual(Object.keys(use.input).sort(), ['city', 'unit']);
+    assert.equal(typeof use.input.city, 'string');
+    assert.ok(use.input.city.length <= 16);
+    assert.ok(['c', 'f'].includes(use.input.unit));
+
+    const stream = client.messages.stream({ ...call, tool_choice: { type: 'tool', name: 'get_weather' } });
+    let json = '';
+    stream.on('inputJson', (delta) => { json += delta; });
+    const final = await stream.finalMessage();
+    assert.equal(final.stop_reason, 'tool_use');
+    const streamedUse = final.content.find((b) => b.type === 'tool_use');
+    assert.deepEqual(streamedUse.input, use.input);
+    assert.deepEqual(JSON.parse(json), use.input);
+
+    const counted = await client.messages.countTokens({ model: MODEL, system: call.system, tools, messages });
+    assert.equal(counted.input_tokens, promptTokens(m.usage));
+
+    messages.push({ role: 'assistant', content: m.content });
+    messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '21 degrees and sunny' }] });
+    const next = await client.messages.create({ ...call, max_tokens: 24, tool_choice: { type: 'auto' } });
+    assert.ok(next.content.length > 0);
+    assert.ok(next.usage.cache_read_input_tokens >= promptTokens(m.usage) - 4, JSON.stringify(next.usage));
+  });
+
   // Eight clients at once, each a 10-turn conversation resent whole every
   // turn (with a billing header that changes every time), on 4 decoding
   // slots and 8 cache slots: after the first turn each request evaluates
@@ -159,8 +200,12 @@ describe('@anthropic-ai/sdk', { timeout: 240_000 }, () => {
       { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }] }] }],
     ['a block of an unknown type', 'messages[0].content[1].type',
       { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }, { type: 'video', url: 'x' }] }] }],
-    ['a tool_use block', 'messages[1].content[0].type',
-      { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: {} }] }, { role: 'user', content: 'ok' }] }],
+    ['a tool_use block from the user', 'messages[0].content[0].type',
+      { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'tool_use', id: 't', name: 'f', input: {} }] }] }],
+    ['a tool_result answering no tool_use', 'messages[0].content[0].tool_use_id',
+      { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 'nope', content: '4' }] }] }],
+    ['a server tool', 'tools[0].type',
+      { model: MODEL, max_tokens: 4, tools: [{ type: 'web_search_20250305', name: 'web_search' }], messages: [{ role: 'user', content: 'Hi' }] }],
     ['a text block whose text is a number', 'messages[0].content[0].text',
       { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'text', text: 5 }] }] }],
     ['10,000 blocks', 'messages[0].content',
