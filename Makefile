@@ -31,12 +31,13 @@ export CGO_CFLAGS := -O3 -march=$(MARCH)
 export CGO_CXXFLAGS := -O3 -march=$(MARCH)
 
 # Debian packages the build and the tests use: the two header packages llama.cpp needs (NATIVE-BUILD.md),
-# Python's websockets for the seed client, chromium for the browser test, python3-jinja2 for the chat-template goldens.
-APT_PACKAGES := nlohmann-json3-dev libstb-dev python3-websockets chromium ca-certificates curl redis-server nginx python3-yaml python3-jinja2
+# Python's websockets for the seed client, chromium for the browser test, python3-jinja2 for the chat-template goldens,
+# libffi8 for the current engine (yzma).
+APT_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 python3-websockets chromium ca-certificates curl redis-server nginx python3-yaml python3-jinja2
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
-.PHONY: help setup setup-apt setup-go setup-npm setup-cuda build run test bench cuda bench-gpu ui fmt vet clean
+.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-cuda build run test bench cuda bench-gpu ui fmt vet clean
 
 help:
 	@echo 'make setup   install Debian packages (only missing ones), Go modules, npm packages'
@@ -50,7 +51,16 @@ help:
 	@echo 'make ui      rebuild the chat page bundle (npm run build-ui)'
 	@echo 'make fmt | vet | clean'
 
-setup: setup-apt setup-go setup-npm
+setup: setup-apt setup-go setup-npm setup-engine
+
+# The current engine's libraries (issue 32): the npm package pinned in scripts/engine, linked into lib/llama-current.
+ENGINE_STAMP := scripts/engine/node_modules/.package-lock.json
+setup-engine: $(ENGINE_STAMP)
+	scripts/setup-current-engine.sh
+
+$(ENGINE_STAMP): scripts/engine/package.json scripts/engine/package-lock.json
+	cd scripts/engine && $(NPM) ci --no-audit --no-fund --ignore-scripts
+	@touch $@
 
 # apt only when something is missing, so that `make setup` works without root on a machine that has everything.
 setup-apt:

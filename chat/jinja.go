@@ -122,6 +122,11 @@ func (t *Jinja) Fallback() Template { return t.fallback }
 // Render implements Template. Unlike the families, a Jinja template may rewrite earlier turns (most reasoning
 // templates drop earlier thoughts), so a rendered history is not always a prefix of the next turn's prompt.
 func (t *Jinja) Render(msgs []parley.Message, opt RenderOptions) (string, error) {
+	if usesTools(msgs, opt) && !t.rendersTools() {
+		// A template that knows no tools would drop them (and the calls and results in the history) silently: the
+		// family it belongs to renders them in its own tool format instead.
+		return t.fallback.Render(msgs, opt)
+	}
 	out, err := t.RenderJinja(msgs, opt)
 	if err == nil {
 		return out, nil
@@ -133,6 +138,25 @@ func (t *Jinja) Render(msgs []parley.Message, opt RenderOptions) (string, error)
 	t.log.Warn("the chat template failed; rendering with the fallback family",
 		zap.String("fallback", t.fallback.Name()), zap.Error(err))
 	return t.fallback.Render(msgs, opt)
+}
+
+// rendersTools reports whether the template (or its tool_use variant) reads the tools and tool turns.
+func (t *Jinja) rendersTools() bool {
+	return t.toolUse != "" || strings.Contains(t.src, "tools") || strings.Contains(t.src, "tool_calls")
+}
+
+// toolSyntax is how a model with this template writes a call: the family's the source names, else Hermes's.
+func (t *Jinja) toolSyntax() parley.ToolSyntax {
+	src := t.src + t.toolUse
+	switch {
+	case strings.Contains(src, "[TOOL_CALLS]"):
+		return mistralSyntax
+	case strings.Contains(src, "<|python_tag|>"):
+		return llama3Syntax
+	case strings.Contains(src, "<tool_call>"):
+		return hermesSyntax
+	}
+	return ToolSyntaxOf(t.fallback)
 }
 
 // RenderJinja renders with the Jinja template only (no fallback).

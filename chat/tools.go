@@ -36,6 +36,9 @@ var (
 
 // ToolSyntaxOf returns how a model rendered with t writes a tool call.
 func ToolSyntaxOf(t Template) parley.ToolSyntax {
+	if j, ok := t.(*Jinja); ok {
+		return j.toolSyntax()
+	}
 	switch t.Name() {
 	case NameLlama3:
 		return llama3Syntax

@@ -88,6 +88,26 @@ type Config struct {
 	// (DefaultMaxOverrunsPerClient, DefaultMaxOverruns).
 	MaxOverrunsPerClient int
 	MaxOverruns          int
+	// Poll is how hard the decode threads poll for the next step between
+	// steps, 0 to 100 (ggml's polling level): they spin for a while before
+	// they sleep, so a step that follows soon starts without waking them.
+	// 0 means DefaultPoll; negative means no polling (the workers sleep at
+	// once). See BENCHMARKS.md, "Thread pool", for its idle CPU cost.
+	Poll int
+	// NoThreadPool leaves the context without a persistent thread pool:
+	// ggml then starts and joins its worker threads for every step (the
+	// behaviour before issue 32; for measurement).
+	NoThreadPool bool
+	// Engine is the llama.cpp that runs the model: "embedded" (the
+	// default: the binding built into the binary), "current" (a current
+	// llama.cpp from the shared libraries in LibDir, on the CPU), or "auto"
+	// (current when its libraries load, else embedded, said in one log
+	// line). See backend.go and README, "Engines".
+	Engine string
+	// LibDir is the current engine's library folder; empty means
+	// DefaultCurrentLibDir ($PARLEY_ENGINE_LIB, else lib/llama-current
+	// beside the executable's folder).
+	LibDir string
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
 	Logger   *zap.Logger
@@ -130,10 +150,28 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 		cfg.QueueSize = 0
 	}
 
+	switch {
+	case cfg.Poll == 0:
+		cfg.Poll = DefaultPoll
+	case cfg.Poll < 0:
+		cfg.Poll = 0
+	case cfg.Poll > 100:
+		return fmt.Errorf("poll: want 0 to 100, got %d", cfg.Poll)
+	}
 	switch cfg.FlashAttention {
 	case "", "off", "on", "auto":
 	default:
 		return fmt.Errorf("flash attention: want auto, on or off, got %q", cfg.FlashAttention)
+	}
+	switch cfg.Engine {
+	case "":
+		cfg.Engine = EngineEmbedded
+	case EngineEmbedded, EngineCurrent, EngineAuto:
+	default:
+		return fmt.Errorf("engine: want auto, embedded or current, got %q", cfg.Engine)
+	}
+	if cfg.LibDir == "" {
+		cfg.LibDir = DefaultCurrentLibDir()
 	}
 	switch cfg.KVUnified {
 	case "", "off", "on":

@@ -166,7 +166,7 @@ func (e *Engine) grammarVocab() *grammarVocab {
 			gv.offs[i] = int64(len(gv.blob))
 			gv.blob = append(gv.blob, p...)
 			gv.blob = append(gv.blob, 0)
-			if e.model.TokenIsEog(i) {
+			if e.be.TokenIsEog(i) {
 				gv.eog = append(gv.eog, uint32(i))
 				gv.isEOG[i] = true
 			}

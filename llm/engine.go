@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ollama/ollama/llama"
-	"github.com/ollama/ollama/ml"
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
@@ -52,9 +50,8 @@ type Stats struct {
 
 // Engine is a loaded model with its decode loop. It is safe for concurrent use.
 type Engine struct {
-	model   *llama.Model
-	lc      *llama.Context
-	dev     device // where the offloaded layers are (the CPU when none are); its memory is read at each Stats
+	be      backend // the model and its context (backend.go); the loop owns the context
+	dev     device  // where the offloaded layers are (the CPU when none are); its memory is read at each Stats
 	info    parley.ModelInfo
 	vocab   vocabInfo
 	log     *zap.Logger
@@ -83,6 +80,10 @@ type Engine struct {
 
 	slots []*slot // owned by the loop
 
+	// inBatch is the step's list of sequences, kept between steps (owned
+	// by the loop).
+	inBatch []*sequence
+
 	// pieces is the text of every token, built once at Open: a token's text
 	// is then a slice index instead of a cgo call and two allocations per
 	// generated token. Immutable.
@@ -104,7 +105,7 @@ type sequence struct {
 	out chan parley.Event
 	// sampler samples an unconstrained sequence inline, on the loop; gs a
 	// grammar-constrained one off it (exactly one is set).
-	sampler *llama.SamplingContext
+	sampler tokenSampler
 	gs      *grammarSampler
 	// lazy, when set, is a grammar that takes over from sampler once the
 	// reply's text reaches its trigger (a tool call; see lazy.go).
@@ -138,7 +139,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 
 	start := time.Now()
-	model, lc, dp, err := loadModel(cfg, meta, log)
+	be, dp, err := openBackend(cfg, meta, log)
 	if err != nil {
 		return nil, err
 	}
@@ -147,13 +148,12 @@ func Open(cfg Config) (*Engine, error) {
 	info.Path = cfg.Path
 	info.ContextLength = cfg.ContextLength
 	info.Parallel = cfg.Parallel
-	info.VocabSize = model.NumVocab()
+	info.VocabSize = be.NumVocab()
 	info.LoadTime = time.Since(start)
 	info.Device = dp.info
 
 	e := &Engine{
-		model:   model,
-		lc:      lc,
+		be:      be,
 		dev:     dp.dev,
 		info:    info,
 		vocab:   meta.vocab,
@@ -173,77 +173,23 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.pieces = make([]string, info.VocabSize)
 	for i := range e.pieces {
-		e.pieces[i] = model.TokenToPiece(i)
+		e.pieces[i] = be.TokenToPiece(i)
 	}
-	b, err := llama.NewBatch(cfg.BatchSize, cfg.Parallel, 0)
-	if err != nil {
-		llama.FreeModel(model)
-		return nil, fmt.Errorf("allocate batch: %w", err)
-	}
-	go e.loop(b)
+	go e.loop(newBatch(cfg.BatchSize * cfg.Parallel))
 	return e, nil
-}
-
-// loadModel places the model on a device, checks the KV cache type against
-// that placement, loads the weights and creates the llama.cpp context.
-// cfg has its defaults (applyDefaults).
-func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama.Context, placement, error) {
-	// Loads the backend libraries beside the executable (lib/ollama): the
-	// devices are known from here on.
-	llama.BackendInit()
-	dp, err := placeModel(cfg, meta, devices(), log)
-	if err != nil {
-		return nil, nil, placement{}, err
-	}
-	faName := "off"
-	if dp.info.FlashAttention {
-		faName = "on"
-	}
-	if err := checkKVCacheType(cfg.KVCacheType, faName, meta); err != nil {
-		return nil, nil, placement{}, err
-	}
-
-	if cfg.Progress == nil {
-		cfg.Progress = func(float32) {} // without a callback llama.cpp prints dots to stderr
-	}
-	mp := llama.ModelParams{UseMmap: true, Progress: cfg.Progress, NumGpuLayers: dp.info.GPULayers}
-	if dp.info.GPULayers > 0 {
-		mp.Devices = []uint64{dp.index}
-	}
-	model, err := llama.LoadModelFromFile(cfg.Path, mp)
-	if err != nil {
-		return nil, nil, placement{}, fmt.Errorf("load model %s: llama.cpp could not load it (unsupported architecture, damaged file, or too little device memory for --gpu-layers)", cfg.Path)
-	}
-	fa := ml.FlashAttentionDisabled
-	if dp.info.FlashAttention {
-		fa = ml.FlashAttentionEnabled
-	}
-	params := llama.NewContextParams(cfg.ContextLength*cfg.CacheSlots, cfg.BatchSize, cfg.CacheSlots, cfg.Threads, fa, cfg.KVCacheType)
-	unified := dp.info.KVUnified
-	if !tuneContextParams(&params, contextShape{cfg.ContextLength * cfg.CacheSlots, cfg.BatchSize, cfg.CacheSlots, cfg.Threads}, unified) {
-		dp.info.KVUnified = false
-		if unified {
-			log.Warn("the binding's context parameters are not the ones this build knows: the KV cache stays one stream per slot")
-		}
-	}
-	lc, err := llama.NewContextWithModel(model, params)
-	if err != nil {
-		llama.FreeModel(model)
-		return nil, nil, placement{}, fmt.Errorf("create context: %w", err)
-	}
-	if n := model.NumVocab(); n != meta.vocab.size() && meta.vocab.size() > 0 {
-		log.Warn("vocabulary size differs between metadata and llama.cpp", zap.Int("metadata", meta.vocab.size()), zap.Int("llama", n))
-	}
-	return model, lc, dp, nil
 }
 
 // Info describes the loaded model.
 func (e *Engine) Info() parley.ModelInfo { return e.info }
 
+// EngineName is the llama.cpp engine that runs the model: EngineEmbedded
+// or EngineCurrent (Config.Engine "auto" resolved).
+func (e *Engine) EngineName() string { return e.be.Name() }
+
 // Tokenize turns text into tokens, adding BOS when the model wants it and
 // parsing special-token text (such as a chat template's role markers).
 func (e *Engine) Tokenize(text string) ([]int, error) {
-	toks, err := e.model.Tokenize(text, true, true)
+	toks, err := e.be.Tokenize(text, true, true)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
@@ -263,7 +209,7 @@ func (e *Engine) TokenizeContinuation(text string) ([]int, error) {
 	if text == "" {
 		return nil, nil
 	}
-	toks, err := e.model.Tokenize(text, false, true)
+	toks, err := e.be.Tokenize(text, false, true)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
@@ -427,7 +373,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		return ErrShutdownTimeout
 	}
 	// Grammar samplers use neither the model nor the context.
-	e.freeOnce.Do(func() { llama.FreeModel(e.model) })
+	e.freeOnce.Do(e.be.Close)
 	samplersDone := make(chan struct{})
 	go func() {
 		e.samplers.Wait()

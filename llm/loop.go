@@ -3,9 +3,9 @@ package llm
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
-	"github.com/ollama/ollama/llama"
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
@@ -17,9 +17,8 @@ import (
 const minPromptChunk = 64
 
 // loop owns the llama.cpp context. It exits when Close is called.
-func (e *Engine) loop(b *llama.Batch) {
+func (e *Engine) loop(b *batch) {
 	defer close(e.done)
-	defer b.Free()
 	var tick uint64
 	active := 0
 	admit := func(seq *sequence) {
@@ -149,9 +148,9 @@ func (e *Engine) collect() (finished int, next time.Duration) {
 
 // step runs one decode step over every active sequence and returns how many
 // sequences finished.
-func (e *Engine) step(b *llama.Batch) (finished int) {
-	capacity := b.Size() * e.parallel
-	b.Clear()
+func (e *Engine) step(b *batch) (finished int) {
+	capacity := b.size
+	b.clear()
 
 	// Cancelled sequences leave first, within one step of their cancellation.
 	generating := 0
@@ -175,7 +174,11 @@ func (e *Engine) step(b *llama.Batch) (finished int) {
 	if generating > 0 {
 		promptBudget = min(promptBudget, max(minPromptChunk, e.batch/4))
 	}
-	var inBatch []*sequence
+	inBatch := e.inBatch[:0]
+	defer func() {
+		clear(inBatch) // no sequence kept alive by the reused slice
+		e.inBatch = inBatch[:0]
+	}()
 	for _, s := range e.slots {
 		seq := s.seq
 		if seq == nil {
@@ -192,9 +195,9 @@ func (e *Engine) step(b *llama.Batch) (finished int) {
 		pos := len(s.cached)
 		for i := range n {
 			last := i == n-1 && n == len(seq.pending)
-			b.Add(seq.pending[i], nil, pos+i, last, s.id)
+			b.add(seq.pending[i], pos+i, s.id, last)
 			if last {
-				seq.iBatch = b.NumTokens() - 1
+				seq.iBatch = b.numTokens() - 1
 			}
 		}
 		s.cached = append(s.cached, seq.pending[:n]...)
@@ -204,19 +207,19 @@ func (e *Engine) step(b *llama.Batch) (finished int) {
 		seq.pending = seq.pending[n:]
 		inBatch = append(inBatch, seq)
 	}
-	if b.NumTokens() == 0 {
+	if b.numTokens() == 0 {
 		return finished
 	}
 
 	t0 := time.Now()
-	err := e.lc.Decode(b)
+	err := e.be.Decode(b)
 	e.steps.Add(1)
 	e.stepNanos.Add(int64(time.Since(t0)))
 	if err != nil {
-		e.log.Error("decode failed", zap.Error(err), zap.Int("batch_tokens", b.NumTokens()))
+		e.log.Error("decode failed", zap.Error(err), zap.Int("batch_tokens", b.numTokens()))
 		for _, seq := range inBatch {
 			// The cache state of these slots is unknown now: forget it.
-			e.lc.KvCacheSeqRm(seq.slot.id, 0, -1)
+			e.be.SeqRm(seq.slot.id, 0, -1)
 			seq.slot.cached = seq.slot.cached[:0]
 			e.finish(seq, parley.FinishError, fmt.Errorf("decode: %w", err))
 			finished++
@@ -232,7 +235,7 @@ func (e *Engine) step(b *llama.Batch) (finished int) {
 			// Off the loop: the sampler gets its own copy of the logits
 			// (the next decode overwrites llama.cpp's), and the sequence
 			// sits out of the batch until its token comes back.
-			seq.logits = e.lc.GetLogitsIth(seq.iBatch)
+			seq.logits = slices.Clone(e.be.Logits(seq.iBatch))
 			seq.iBatch = -1
 			seq.gs.send(sampleJob{logits: seq.logits})
 			continue
@@ -248,7 +251,7 @@ func (e *Engine) step(b *llama.Batch) (finished int) {
 // wanted) are the raw logits it was drawn from, for its logprob. It
 // reports whether the sequence finished.
 func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
-	if e.model.TokenIsEog(tok) {
+	if e.be.TokenIsEog(tok) {
 		e.finish(seq, parley.FinishEOS, nil)
 		return true
 	}

@@ -5,7 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/ollama/ollama/llama"
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
@@ -17,7 +16,7 @@ import (
 // Params.Validate has checked the client's grammar or schema, and converted
 // the schema: the grammar is taken from p as it recorded it, not converted
 // again (Generate validates first, so p's record is current).
-func (e *Engine) newSampler(p parley.Params, client string) (*llama.SamplingContext, *grammarSampler, error) {
+func (e *Engine) newSampler(p parley.Params, client string) (tokenSampler, *grammarSampler, error) {
 	grammar, field, ok := p.CheckedGrammar() // field: what the client sent, for errors
 	if !ok {
 		return nil, nil, parley.Errorf(parley.EInternal, "sampling parameters were not validated")
@@ -45,17 +44,17 @@ func (e *Engine) newSampler(p parley.Params, client string) (*llama.SamplingCont
 		}
 		return nil, gs, nil
 	}
-	sc, err := llama.NewSamplingContext(e.model, llama.SamplingParams{
-		TopK:           p.TopK,
-		TopP:           float32(p.TopP),
-		MinP:           float32(p.MinP),
-		TypicalP:       float32(p.TypicalP),
-		Temp:           float32(p.Temperature),
-		RepeatLastN:    lastN,
-		PenaltyRepeat:  float32(p.RepeatPenalty),
-		PenaltyFreq:    float32(p.FrequencyPenalty),
-		PenaltyPresent: float32(p.PresencePenalty),
-		Seed:           seed,
+	sc, err := e.be.NewSampler(samplerParams{
+		TopK:          p.TopK,
+		TopP:          float32(p.TopP),
+		MinP:          float32(p.MinP),
+		TypicalP:      float32(p.TypicalP),
+		Temp:          float32(p.Temperature),
+		RepeatLastN:   lastN,
+		PenaltyRepeat: float32(p.RepeatPenalty),
+		PenaltyFreq:   float32(p.FrequencyPenalty),
+		PenaltyPre:    float32(p.PresencePenalty),
+		Seed:          seed,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("sampler: %w", err)
@@ -92,14 +91,14 @@ func (e *Engine) sample(seq *sequence) bool {
 	idx := seq.iBatch
 	seq.iBatch = -1
 	t0 := time.Now()
-	tok := seq.sampler.Sample(e.lc, idx)
-	seq.sampler.Accept(tok, true)
+	tok := seq.sampler.Sample(idx)
+	seq.sampler.Accept(tok)
 	if d := time.Since(t0); d > e.budget {
 		return e.overStepBudget(seq, d)
 	}
 	var logits []float32
 	if !seq.req.Params.SkipLogprobs {
-		logits = e.lc.GetLogitsIth(idx)
+		logits = e.be.Logits(idx) // in place: emit uses it before the next decode
 	}
 	return e.emit(seq, tok, logits)
 }

@@ -78,9 +78,9 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 		keep-- // at least one token must be decoded to get logits
 	}
 	if keep < len(s.cached) {
-		if !e.lc.KvCacheSeqRm(s.id, keep, -1) {
+		if !e.be.SeqRm(s.id, keep, -1) {
 			// Some memory types cannot drop a suffix: start over.
-			e.lc.KvCacheSeqRm(s.id, 0, -1)
+			e.be.SeqRm(s.id, 0, -1)
 			keep = 0
 		}
 		s.cached = s.cached[:keep]
@@ -113,11 +113,11 @@ func (e *Engine) copyPrefix(s *slot, toks []int, keep int) {
 	}
 	// Slots are separate streams: llama.cpp copies only whole streams
 	// (a partial range asserts), so copy all of it and drop the rest.
-	e.lc.KvCacheSeqCp(src.id, s.id, 0, -1)
+	e.be.SeqCp(src.id, s.id, 0, -1)
 	s.cached = append(s.cached[:0], src.cached...)
 	if best < len(s.cached) {
-		if !e.lc.KvCacheSeqRm(s.id, best, -1) {
-			e.lc.KvCacheSeqRm(s.id, 0, -1)
+		if !e.be.SeqRm(s.id, best, -1) {
+			e.be.SeqRm(s.id, 0, -1)
 			s.cached = s.cached[:0]
 			return
 		}

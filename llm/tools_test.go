@@ -165,8 +165,10 @@ func hermesScript() *synth.Script {
 func TestToolAutoScripted(t *testing.T) {
 	e := mustOpen(t, llm.Config{Path: testmodel.Scripted(t, hermesScript()), ContextLength: 2048, Parallel: 1, Threads: 1})
 	r := chat.NewResponder(e)
-	if r.Template().Name() != chat.NameChatML {
-		t.Fatalf("template %s, want chatml", r.Template().Name())
+	// The model's own template (a minimal ChatML one that knows no tools): the ChatML family renders the tools, and
+	// calls are written in its Hermes syntax.
+	if r.Template().Name() != chat.NameJinja || chat.ToolSyntaxOf(r.Template()).Trigger != "<tool_call>" {
+		t.Fatalf("template %s (tool trigger %q), want the model's own with Hermes calls", r.Template().Name(), chat.ToolSyntaxOf(r.Template()).Trigger)
 	}
 	msgs := []parley.Message{{Role: parley.RoleUser, Content: "Weather in Paris?"}}
 	p := greedy(100)

@@ -11,6 +11,8 @@
 #   PARLEY_MARCH       SIMD level for the cgo build (scripts/env.sh; default x86-64-v3).
 #   FUZZTIME           time per fuzz target (default 10s).
 #   GO_TEST_FLAGS      extra flags for go test (e.g. -v, -run=X).
+#   PARLEY_ENGINE_LIB  the current engine's libraries (default lib/llama-current, from make setup);
+#                      PARLEY_SKIP_CURRENT_ENGINE=1 tests the embedded engine only.
 # The last line is "N passed, 0 failed" (N suites), or "N passed, 1 failed" naming the suite that failed.
 #
 #   scripts/test.sh [PATTERN...]   run only the suites whose name matches one of the extended regexps
@@ -34,6 +36,9 @@ cd "$root" || exit 1
 export PARLEY_BIN=$root/bin/parley
 # The chat-template goldens compare with python3-jinja2 (make setup installs it): in the suite its absence fails.
 export PARLEY_REQUIRE_JINJA2=1
+# The current engine's libraries (make setup): the llm conformance suite runs both engines, and the web suite runs
+# once more on the current engine below.
+export PARLEY_ENGINE_LIB=${PARLEY_ENGINE_LIB:-$root/lib/llama-current}
 FUZZTIME=${FUZZTIME:-10s}
 read -r -a go_test_flags <<<"${GO_TEST_FLAGS:-}"
 
@@ -122,6 +127,9 @@ build_ollama() {
 }
 suite "build ollama (peer for ollama:// tests)" build_ollama
 suite "go test -race" go test -race -count=1 -timeout=20m "${go_test_flags[@]}" ./...
+if [ "${PARLEY_SKIP_CURRENT_ENGINE:-}" != 1 ]; then
+	suite "go test ./web on the current engine" env PARLEY_TEST_ENGINE=current go test -count=1 -timeout=20m "${go_test_flags[@]}" ./web/
+fi
 
 # Every `func FuzzX(` in a _test.go file, package by package ("DIR:TARGET" lines).
 mapfile -t fuzz_targets < <(grep -rEo --include='*_test.go' --exclude-dir=node_modules --exclude-dir=.git \

@@ -9,6 +9,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -109,7 +110,11 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	if o.contextLen == 0 {
 		o.contextLen = 512
 	}
-	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: o.contextLen, Parallel: o.parallel, Threads: 1, Logger: log})
+	// PARLEY_TEST_ENGINE runs the suite on another engine (scripts/test.sh
+	// runs it once per engine); the current engine's libraries come from
+	// PARLEY_ENGINE_LIB.
+	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: o.contextLen, Parallel: o.parallel, Threads: 1, Logger: log,
+		Engine: os.Getenv("PARLEY_TEST_ENGINE")})
 	if err != nil {
 		tb.Fatal(err)
 	}

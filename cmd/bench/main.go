@@ -92,6 +92,7 @@ type config struct {
 	scratch         string
 	keep            bool
 	parleyArgs      []string
+	engine          string // parley --engine and the raw decode's llm.Config.Engine (issue 32)
 }
 
 // flagLists are the flags that parseFlags splits into config's lists.
@@ -151,6 +152,7 @@ func newFlagSet(c *config, lists *flagLists, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.jsonOut, "json", "", "also write every measurement as JSON to this file")
 	fs.StringVar(&c.scratch, "scratch", "", "folder for server logs, session data and the Ollama store (default: a temporary folder)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the scratch folder (it is always kept when something failed)")
+	fs.StringVar(&c.engine, "engine", "embedded", "llama.cpp engine of Parley and the raw decode: embedded, current or auto (the current engine's libraries: lib/llama-current or $PARLEY_ENGINE_LIB)")
 	fs.StringVar(pargs, "parley-args", "", "extra space-separated arguments for parley")
 	return fs
 }
@@ -159,7 +161,7 @@ func newFlagSet(c *config, lists *flagLists, stderr io.Writer) *flag.FlagSet {
 func (c *config) setLists(l flagLists) error {
 	c.models = splitList(l.models)
 	c.servers = splitList(l.servers)
-	c.parleyArgs = strings.Fields(l.pargs)
+	c.parleyArgs = append(strings.Fields(l.pargs), "--engine", c.engine)
 	for _, s := range splitList(l.sessions) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -346,7 +348,7 @@ func benchModel(ctx context.Context, cfg config, model, scratch string, stops []
 	if cfg.raw {
 		logf("%s: raw decode (%d x %d tokens)", mr.Name, cfg.repeats, cfg.streamTokens)
 		wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
-		raw := runRaw(wctx, model, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.repeats, cfg.seed)
+		raw := runRaw(wctx, model, cfg.engine, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.repeats, cfg.seed)
 		wcancel()
 		mr.Raw = &raw
 		if raw.Err != "" {

@@ -158,9 +158,9 @@ type rawResult struct {
 // and threads as the servers) and greedily decodes tokens from the stream
 // workload's prompt, rendered as the plain transcript renders it, repeats
 // times. This is the limit a server's single stream can approach.
-func runRaw(ctx context.Context, path string, ctxLen, threads int, flashAttn string, gpuLayers, tokens, repeats int, seed int64) rawResult {
+func runRaw(ctx context.Context, path, engine string, ctxLen, threads int, flashAttn string, gpuLayers, tokens, repeats int, seed int64) rawResult {
 	var res rawResult
-	eng, err := llm.Open(llm.Config{Path: path, ContextLength: ctxLen, Parallel: 1, Threads: threads, FlashAttention: flashAttn, GPULayers: gpuLayers,
+	eng, err := llm.Open(llm.Config{Path: path, Engine: engine, ContextLength: ctxLen, Parallel: 1, Threads: threads, FlashAttention: flashAttn, GPULayers: gpuLayers,
 		Progress: func(float32) {}}) // without a callback llama.cpp prints progress dots
 	if err != nil {
 		res.Err = err.Error()

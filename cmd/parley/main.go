@@ -106,6 +106,8 @@ type config struct {
 	maxStoreBytes, maxBodyBytesInflight                               int64
 	clientStoreShare                                                  float64
 	maxHTTPConnsPerIP                                                 int
+	// issue 32: the engine
+	engine engineFlags
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -170,6 +172,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.Int64Var(&c.maxBodyBytesInflight, "max-body-bytes-inflight", web.DefaultMaxBodyBytesInflight, "bytes of request bodies held at once by the requests being handled (one address: a quarter); over it: 503 (429), Retry-After")
 	fs.IntVar(&c.maxHTTPConnsPerIP, "max-http-conns-per-ip", web.DefaultMaxHTTPConnsPerIP, "open TCP connections per client address at most, WebSockets included (over it: 429)")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
+	c.engine.register(fs)
 
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -195,6 +198,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return c, errors.New("no model: give --model PATH (a GGUF file) or set PARLEY_MODEL")
 	}
 	if err := checkMaxTokens(c.maxTokens, c.ctx); err != nil {
+		return c, err
+	}
+	if err := c.engine.check(); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -402,7 +408,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 	}
 	log.Info("loading model", zap.String("model", cfg.model), zap.String("path", modelPath))
 	progress := newLoadProgress(stderr)
-	eng, err := llm.Open(llm.Config{
+	lcfg := llm.Config{
 		Path:           modelPath,
 		ContextLength:  cfg.ctx,
 		Parallel:       cfg.parallel,
@@ -417,13 +423,16 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		StepBudget:     cfg.stepBudget,
 		Progress:       progress.update,
 		Logger:         log.Named("llm"),
-	})
+	}
+	cfg.engine.apply(&lcfg)
+	eng, err := llm.Open(lcfg)
 	progress.done()
 	if err != nil {
 		return nil, err
 	}
 	info := eng.Info()
 	log.Info("model loaded",
+		zap.String("engine", eng.EngineName()),
 		zap.String("name", info.Name),
 		zap.String("architecture", info.Architecture),
 		zap.Uint64("parameters", info.Parameters),

@@ -1,0 +1,210 @@
+// Command decodebench measures the llm package's decode loop in-process, no
+// server: greedy tokens per second for one stream and for N concurrent
+// sequences, and the CPU time the process burns while idle after them (the
+// cost of the thread pool's polling). It is the quick, targeted companion
+// of cmd/bench (issue 32), for before/after figures on one knob at a time:
+//
+//	go run ./cmd/decodebench -model ~/.cache/parley/models/synthetic-smollm2-135m-f16.gguf -threads 2 -poll 50
+//	go run ./cmd/decodebench ... -no-pool          # ggml's throwaway pool per step (the old behaviour)
+//	go run ./cmd/decodebench ... -cpuprofile cpu.out
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	} else if err != nil {
+		fmt.Fprintln(os.Stderr, "decodebench:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	cfg      llm.Config
+	sessions []int
+	tokens   int
+	repeats  int
+	idle     time.Duration
+	profile  string
+	quantize string // "": measure; q4_0 or q8_0: write a quantized copy of -model to -o
+	out      string
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	var sessions string
+	fs := flag.NewFlagSet("decodebench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.cfg.Path, "model", "", "GGUF file")
+	fs.StringVar(&c.cfg.Engine, "engine", "embedded", "engine: embedded, current or auto")
+	fs.IntVar(&c.cfg.Threads, "threads", max(1, runtime.NumCPU()/2), "CPU threads")
+	fs.IntVar(&c.cfg.ContextLength, "ctx", 1024, "context tokens per sequence")
+	fs.StringVar(&c.cfg.FlashAttention, "flash-attn", "off", "flash attention: off, on, auto")
+	fs.IntVar(&c.cfg.Poll, "poll", llm.DefaultPoll, "thread pool polling level, 0 to 100")
+	fs.BoolVar(&c.cfg.NoThreadPool, "no-pool", false, "no persistent thread pool (ggml's throwaway pool per step)")
+	fs.StringVar(&sessions, "sessions", "1,8", "comma-separated numbers of concurrent sequences")
+	fs.IntVar(&c.tokens, "tokens", 128, "tokens generated per sequence")
+	fs.IntVar(&c.repeats, "repeats", 3, "runs per number of sequences (the best and the median are printed)")
+	fs.DurationVar(&c.idle, "idle", 0, "after the runs, measure the process's CPU time over this much idle time")
+	fs.StringVar(&c.profile, "cpuprofile", "", "write a Go CPU profile of the runs to this file")
+	fs.StringVar(&c.quantize, "quantize", "", "instead of measuring, write a copy of -model quantized to q4_0 or q8_0 into -o")
+	fs.StringVar(&c.out, "o", "", "output GGUF of -quantize")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.cfg.Path == "" {
+		return c, errors.New("-model is required")
+	}
+	if c.cfg.Poll == 0 {
+		c.cfg.Poll = -1 // the flag's 0 is "no polling"; Config's 0 is the default
+	}
+	for _, s := range strings.Split(sessions, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("-sessions: bad number %q", s)
+		}
+		c.sessions = append(c.sessions, n)
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if c.quantize != "" {
+		if c.out == "" {
+			return errors.New("-quantize needs -o")
+		}
+		return llm.Quantize(c.cfg.Path, c.out, c.quantize, c.cfg.Threads)
+	}
+	maxN := 1
+	for _, n := range c.sessions {
+		maxN = max(maxN, n)
+	}
+	llm.SetNativeLog(io.Discard, false)
+	c.cfg.Parallel = maxN
+	c.cfg.Progress = func(float32) {}
+	eng, err := llm.Open(c.cfg)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	fmt.Fprintf(stdout, "model %s, threads %d, poll %d, pool %v, flash-attn %s, engine %s\n",
+		eng.Info().Name, c.cfg.Threads, c.cfg.Poll, !c.cfg.NoThreadPool, c.cfg.FlashAttention, eng.EngineName())
+	if c.profile != "" {
+		f, err := os.Create(c.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	// One warm-up run: the first decode allocates the compute buffers.
+	if _, err := measure(ctx, eng, 1, 16); err != nil {
+		return err
+	}
+	for _, n := range c.sessions {
+		var rates []float64
+		for range c.repeats {
+			r, err := measure(ctx, eng, n, c.tokens)
+			if err != nil {
+				return err
+			}
+			rates = append(rates, r)
+		}
+		sort.Float64s(rates)
+		fmt.Fprintf(stdout, "sessions %d: %.1f tok/s aggregate (median of %d; best %.1f)\n", n, rates[len(rates)/2], len(rates), rates[len(rates)-1])
+	}
+	if c.idle > 0 {
+		u0, s0 := cpuTime()
+		select {
+		case <-time.After(c.idle):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		u1, s1 := cpuTime()
+		fmt.Fprintf(stdout, "idle %s: %.3fs user + %.3fs system CPU (%.2f%% of one core)\n",
+			c.idle, u1-u0, s1-s0, 100*(u1-u0+s1-s0)/c.idle.Seconds())
+	}
+	return nil
+}
+
+// measure runs n greedy sequences at once, each from its own prompt, for
+// tokens tokens, and returns the aggregate rate: all tokens over the wall time.
+func measure(ctx context.Context, eng *llm.Engine, n, tokens int) (float64, error) {
+	params := parley.DefaultParams()
+	params.MaxTokens, params.Temperature, params.RepeatPenalty, params.Seed = tokens, 0, 1, 1
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	total := 0
+	start := time.Now()
+	for i := range n {
+		prompt, err := eng.Tokenize(fmt.Sprintf("Once upon a time, child %d went to the park and", i))
+		if err != nil {
+			return 0, err
+		}
+		events, err := eng.Generate(ctx, parley.GenerateRequest{Key: fmt.Sprintf("s%d", i), Tokens: prompt, Params: params})
+		if err != nil {
+			return 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range events {
+				if !ev.Done {
+					continue
+				}
+				mu.Lock()
+				total += ev.Usage.CompletionTokens
+				if ev.Err != nil && firstErr == nil {
+					firstErr = ev.Err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(total) / time.Since(start).Seconds(), nil
+}
+
+// cpuTime is the process's user and system CPU seconds so far.
+func cpuTime() (user, sys float64) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime), tv(ru.Stime)
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/parley-chat/parley/llm"
+)
+
+// engineFlags are the flags of issue 32: the decode threads' pool and
+// polling. Each has its PARLEY_ environment variable, as every flag does.
+type engineFlags struct {
+	engine, lib string
+	poll        int
+	threadPool  bool
+}
+
+func (f *engineFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.engine, "engine", llm.EngineEmbedded, "llama.cpp engine: embedded (built in, llama.cpp of 2025-12), current (a current llama.cpp from --engine-lib, CPU; loads this year's architectures) or auto (current when its libraries load, else embedded)")
+	fs.StringVar(&f.lib, "engine-lib", "", "folder of the current engine's libraries (default: lib/llama-current beside bin/, as make setup lays it out)")
+	fs.IntVar(&f.poll, "poll", llm.DefaultPoll, "how hard the decode threads poll for the next step, 0 (sleep at once) to 100; polling makes each step start sooner, at a small idle CPU cost (BENCHMARKS.md, Thread pool)")
+	fs.BoolVar(&f.threadPool, "thread-pool", true, "keep one persistent pool of decode threads (false: ggml starts and joins its threads at every step, the old behaviour)")
+}
+
+func (f *engineFlags) check() error {
+	switch f.engine {
+	case llm.EngineEmbedded, llm.EngineCurrent, llm.EngineAuto:
+	default:
+		return fmt.Errorf("--engine: want auto, embedded or current, got %q", f.engine)
+	}
+	if f.poll < 0 || f.poll > 100 {
+		return fmt.Errorf("--poll: want 0 to 100, got %d", f.poll)
+	}
+	return nil
+}
+
+// apply sets cfg's fields from the flags.
+func (f *engineFlags) apply(cfg *llm.Config) {
+	cfg.Poll = f.poll
+	if f.poll == 0 {
+		cfg.Poll = -1 // the flag's 0 is "no polling"; Config's 0 is the default
+	}
+	cfg.NoThreadPool = !f.threadPool
+	cfg.Engine, cfg.LibDir = f.engine, f.lib
+}

@@ -1,0 +1,344 @@
+package llm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/ebitengine/purego"
+	yz "github.com/hybridgroup/yzma/pkg/llama"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+)
+
+// The current engine: a current llama.cpp, loaded at run time from prebuilt
+// shared libraries through github.com/hybridgroup/yzma (purego, no cgo).
+// The libraries are those of the npm package @node-llama-cpp/linux-x64,
+// pinned in lockstep with yzma (a newer yzma expects symbols these
+// libraries lack): `make setup` installs them into lib/llama-current.
+const (
+	EngineCurrent = "current"
+	EngineAuto    = "auto"
+
+	// CurrentGGMLVersion is the ggml_version() of the pinned libraries
+	// (@node-llama-cpp/linux-x64 3.22.1, llama.cpp release v0.5.0), the
+	// ones yzma v1.28.0 was checked against.
+	CurrentGGMLVersion = "0.25.1"
+)
+
+// DefaultCurrentLibDir is where the current engine's libraries are looked
+// for when Config.LibDir and $PARLEY_ENGINE_LIB are empty: lib/llama-current
+// beside the executable's bin/ (as `make setup` lays them out).
+func DefaultCurrentLibDir() string {
+	if d := os.Getenv("PARLEY_ENGINE_LIB"); d != "" {
+		return d
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return filepath.Join("lib", "llama-current")
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib", "llama-current")
+}
+
+var (
+	currentOnce sync.Once
+	currentErr  error
+	currentDir  string
+)
+
+// loadCurrent loads the libraries in dir, once per process (llama.cpp's
+// libraries cannot be unloaded): a second call with another folder fails.
+func loadCurrent(dir string) error {
+	currentOnce.Do(func() {
+		currentDir = dir
+		currentErr = loadCurrentLibs(dir)
+	})
+	if currentErr == nil && dir != currentDir {
+		return fmt.Errorf("the current engine is loaded from %s already", currentDir)
+	}
+	return currentErr
+}
+
+func loadCurrentLibs(dir string) error {
+	for _, name := range []string{"libllama.so", "libggml.so", "libggml-base.so"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("no %s in %s (make setup installs the current engine's libraries there)", name, dir)
+		}
+	}
+	v, err := ggmlVersion(filepath.Join(dir, "libggml-base.so"))
+	if err != nil {
+		return err
+	}
+	if v != CurrentGGMLVersion {
+		return fmt.Errorf("the libraries in %s are ggml %s; this build pins %s (yzma reads llama.h's structs as they were then)", dir, v, CurrentGGMLVersion)
+	}
+	if err := yz.Load(dir); err != nil {
+		return fmt.Errorf("load the current engine from %s: %w", dir, err)
+	}
+	h, err := purego.Dlopen(filepath.Join(dir, "libllama.so"), purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return fmt.Errorf("open libllama.so: %w", err)
+	}
+	sym, err := purego.Dlsym(h, "llama_tokenize")
+	if err != nil {
+		return fmt.Errorf("libllama.so has no llama_tokenize: %w", err)
+	}
+	purego.RegisterFunc(&llamaTokenize, sym)
+	yz.LogSet(yz.LogSilent())
+	yz.Init()
+	// The CPU backend is one library per instruction set: ggml picks the
+	// best this CPU runs.
+	if err := yz.GGMLBackendLoadAllFromPath(dir); err != nil {
+		return fmt.Errorf("load the current engine's backends from %s: %w", dir, err)
+	}
+	return nil
+}
+
+// ggmlVersion reads ggml_version() from the library at path.
+func ggmlVersion(path string) (string, error) {
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", path, err)
+	}
+	var version func() string
+	sym, err := purego.Dlsym(h, "ggml_version")
+	if err != nil {
+		return "", fmt.Errorf("%s has no ggml_version: %w", path, err)
+	}
+	purego.RegisterFunc(&version, sym)
+	return version(), nil
+}
+
+// current is the backend over the current llama.cpp.
+type current struct {
+	model  yz.Model
+	vocab  yz.Vocab
+	lc     yz.Context
+	mem    yz.Memory
+	b      yz.Batch
+	tp     yz.Threadpool
+	nVocab int
+	seqIDs [][]yz.SeqId // one one-element slice per sequence id, for Batch.Add
+}
+
+var _ backend = (*current)(nil)
+
+// openCurrent loads the libraries, the model (on the CPU) and its context.
+func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placement, error) {
+	if err := loadCurrent(cfg.LibDir); err != nil {
+		return nil, placement{}, err
+	}
+	// On the CPU only, for now (the GPU route is the libraries' CUDA
+	// variant; see README).
+	fa := "off"
+	if cfg.FlashAttention == "on" {
+		fa = "on"
+	}
+	dp := placement{info: parley.Device{Backend: "CPU", Name: "CPU (" + EngineCurrent + " engine)", Type: "cpu",
+		LayersTotal: meta.info.Layers + 1, FlashAttention: fa == "on", KVUnified: cfg.KVUnified == "on"}}
+	log.Info("running on the CPU with the current engine", zap.String("libraries", cfg.LibDir),
+		zap.Bool("flash_attn", dp.info.FlashAttention), zap.Bool("kv_unified", dp.info.KVUnified))
+	if err := checkKVCacheType(cfg.KVCacheType, fa, meta); err != nil {
+		return nil, placement{}, err
+	}
+	mp := yz.ModelDefaultParams()
+	mp.NGpuLayers = 0
+	model, err := yz.ModelLoadFromFile(cfg.Path, mp)
+	if err != nil || model == 0 {
+		return nil, placement{}, fmt.Errorf("load model %s: the current llama.cpp could not load it (damaged file or unsupported architecture)", cfg.Path)
+	}
+	cp := yz.ContextDefaultParams()
+	cp.NCtx = uint32(cfg.ContextLength * cfg.CacheSlots) // a KV stream per cache slot
+	cp.NBatch = uint32(cfg.BatchSize * cfg.Parallel)
+	cp.NUbatch = uint32(cfg.BatchSize)
+	cp.NSeqMax = uint32(cfg.CacheSlots)
+	cp.NThreads, cp.NThreadsBatch = int32(cfg.Threads), int32(cfg.Threads)
+	cp.FlashAttentionType = yz.FlashAttentionTypeDisabled
+	if dp.info.FlashAttention {
+		cp.FlashAttentionType = yz.FlashAttentionTypeEnabled
+	}
+	cp.Embeddings, cp.NoPerf = 0, 1
+	cp.KVUnified = 0
+	if dp.info.KVUnified {
+		cp.KVUnified = 1
+	}
+	if t, ok := kvTypes[cfg.KVCacheType]; ok {
+		cp.TypeK, cp.TypeV = t, t
+	}
+	lc, err := yz.InitFromModel(model, cp)
+	if err != nil || lc == 0 {
+		yz.ModelFree(model)
+		return nil, placement{}, fmt.Errorf("create context: %v", err)
+	}
+	be := &current{model: model, vocab: yz.ModelGetVocab(model), lc: lc}
+	be.nVocab = int(yz.VocabNTokens(be.vocab))
+	if be.mem, err = yz.GetMemory(lc); err != nil {
+		be.Close()
+		return nil, placement{}, fmt.Errorf("context memory: %w", err)
+	}
+	if !cfg.NoThreadPool {
+		tpp := yz.ThreadpoolParamsDefault(int32(cfg.Threads))
+		tpp.Poll = uint32(cfg.Poll)
+		if be.tp, err = yz.ThreadpoolNew(&tpp); err != nil || be.tp == 0 {
+			log.Warn("no persistent thread pool: each decode step starts its own threads", zap.Error(err))
+			be.tp = 0
+		} else {
+			yz.AttachThreadpool(lc, uintptr(be.tp), uintptr(be.tp))
+		}
+	}
+	be.b = yz.BatchInit(int32(cfg.BatchSize*cfg.Parallel), 0, int32(cfg.Parallel))
+	for i := range cfg.CacheSlots {
+		be.seqIDs = append(be.seqIDs, []yz.SeqId{yz.SeqId(i)})
+	}
+	return be, dp, nil
+}
+
+// kvTypes maps Config.KVCacheType to ggml's types (f16 is the default).
+var kvTypes = map[string]yz.GGMLType{"q8_0": 8, "q4_0": 2}
+
+func (be *current) Name() string  { return EngineCurrent }
+func (be *current) NumVocab() int { return be.nVocab }
+
+func (be *current) TokenToPiece(tok int) string {
+	buf := make([]byte, 32)
+	n := yz.TokenToPiece(be.vocab, yz.Token(tok), buf, 0, true)
+	if n < 0 {
+		buf = make([]byte, -n)
+		n = yz.TokenToPiece(be.vocab, yz.Token(tok), buf, 0, true)
+	}
+	if n <= 0 {
+		return ""
+	}
+	return strings.TrimRight(string(buf[:n]), "\x00")
+}
+
+// llamaTokenize is llama.h's llama_tokenize. yzma's Tokenize passes the
+// text as a C string, so a text with a NUL byte in it reaches llama.cpp as
+// a null pointer (an abort in std::string); this passes its bytes and
+// length, as the embedded binding does, so both engines tokenize any text
+// the same way.
+var llamaTokenize func(vocab uintptr, text *byte, textLen int32, tokens *int32, nMax int32, addSpecial, parseSpecial bool) int32
+
+func (be *current) Tokenize(text string, addSpecial, parseSpecial bool) ([]int, error) {
+	if len(text) > math.MaxInt32/2 {
+		return nil, errors.New("tokenize: text too long")
+	}
+	buf := append([]byte(text), 0) // never empty: a valid pointer even for ""
+	toks := make([]int32, len(text)+2)
+	n := llamaTokenize(uintptr(be.vocab), &buf[0], int32(len(text)), &toks[0], int32(len(toks)), addSpecial, parseSpecial)
+	if n < 0 { // more tokens than bytes (cannot happen with a BOS and an EOS at most): retry at the size asked
+		toks = make([]int32, -n)
+		n = llamaTokenize(uintptr(be.vocab), &buf[0], int32(len(text)), &toks[0], int32(len(toks)), addSpecial, parseSpecial)
+	}
+	if n < 0 {
+		return nil, errors.New("tokenize: the current engine could not tokenize the text")
+	}
+	out := make([]int, n)
+	for i, t := range toks[:n] {
+		out[i] = int(t)
+	}
+	return out, nil
+}
+
+func (be *current) TokenIsEog(tok int) bool { return yz.VocabIsEOG(be.vocab, yz.Token(tok)) }
+
+func (be *current) Decode(b *batch) error {
+	if err := be.b.Clear(); err != nil {
+		return err
+	}
+	for i, tok := range b.tok {
+		if err := be.b.Add(yz.Token(tok), yz.Pos(b.pos[i]), be.seqIDs[b.seq[i]], b.logits[i]); err != nil {
+			return err
+		}
+	}
+	rc, err := yz.Decode(be.lc, be.b)
+	if err != nil {
+		return err
+	}
+	if rc != 0 {
+		return fmt.Errorf("llama_decode returned %d", rc)
+	}
+	return nil
+}
+
+func (be *current) Logits(i int) []float32 {
+	l, _ := yz.GetLogitsIth(be.lc, int32(i), be.nVocab)
+	return l
+}
+
+func (be *current) SeqRm(seq, p0, p1 int) bool {
+	ok, err := yz.MemorySeqRm(be.mem, yz.SeqId(seq), yz.Pos(p0), yz.Pos(p1))
+	return ok && err == nil
+}
+
+func (be *current) SeqCp(src, dst, p0, p1 int) {
+	_ = yz.MemorySeqCp(be.mem, yz.SeqId(src), yz.SeqId(dst), yz.Pos(p0), yz.Pos(p1))
+}
+
+func (be *current) StateSeqSave(seq int) ([]byte, error) {
+	n := yz.StateSeqGetSize(be.lc, yz.SeqId(seq))
+	if n == 0 {
+		return nil, nil
+	}
+	buf := make([]byte, n)
+	if got := yz.StateSeqGetData(be.lc, buf, yz.SeqId(seq)); got != n {
+		return nil, errors.New("llm: llama.cpp wrote a sequence state of another size than it announced")
+	}
+	return buf, nil
+}
+
+func (be *current) StateSeqRestore(seq int, state []byte) error {
+	if len(state) == 0 {
+		return errors.New("llm: empty sequence state")
+	}
+	if yz.StateSeqSetData(be.lc, state, yz.SeqId(seq)) == 0 {
+		return errors.New("llm: llama.cpp refused the sequence state")
+	}
+	return nil
+}
+
+// NewSampler builds the chain the embedded engine's common_sampler builds
+// (and csampler.go's grammar chain): penalties, top-k, typical, top-p,
+// min-p, temperature, then a seeded draw (a temperature <= 0 leaves only
+// the most likely token, so the draw is greedy).
+func (be *current) NewSampler(p samplerParams) (tokenSampler, error) {
+	chain := yz.SamplerChainInit(yz.SamplerChainDefaultParams())
+	if chain == 0 {
+		return nil, errors.New("sampler chain")
+	}
+	yz.SamplerChainAdd(chain, yz.SamplerInitPenalties(int32(be.nVocab), int32(p.RepeatLastN), p.PenaltyRepeat, p.PenaltyFreq, p.PenaltyPre))
+	yz.SamplerChainAdd(chain, yz.SamplerInitTopK(int32(p.TopK)))
+	yz.SamplerChainAdd(chain, yz.SamplerInitTypical(p.TypicalP, 0))
+	yz.SamplerChainAdd(chain, yz.SamplerInitTopP(p.TopP, 0))
+	yz.SamplerChainAdd(chain, yz.SamplerInitMinP(p.MinP, 0))
+	yz.SamplerChainAdd(chain, yz.SamplerInitTempExt(p.Temp, 0, 1))
+	yz.SamplerChainAdd(chain, yz.SamplerInitDist(p.Seed))
+	s := &currentSampler{chain: chain, lc: be.lc}
+	// The chain is C memory: freed with the sampler's last reference.
+	runtime.SetFinalizer(s, func(s *currentSampler) { yz.SamplerFree(s.chain) })
+	return s, nil
+}
+
+type currentSampler struct {
+	chain yz.Sampler
+	lc    yz.Context
+}
+
+func (s *currentSampler) Sample(i int) int { return int(yz.SamplerSample(s.chain, s.lc, int32(i))) }
+func (s *currentSampler) Accept(tok int)   { yz.SamplerAccept(s.chain, yz.Token(tok)) }
+
+func (be *current) Close() {
+	if be.tp != 0 {
+		yz.DetachThreadpool(be.lc)
+		yz.ThreadpoolFree(be.tp)
+	}
+	_ = yz.BatchFree(be.b)
+	_ = yz.Free(be.lc)
+	_ = yz.ModelFree(be.model)
+}
