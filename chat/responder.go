@@ -326,6 +326,16 @@ type Reply struct {
 	mu        sync.Mutex
 	text      strings.Builder // Token.Text of every delivered token event
 	reasoning strings.Builder // Token.Reasoning of every delivered token event
+	stop      string          // the stop string that ended the reply, set before the final event
+}
+
+// StopSequence returns the stop string (a Params.Stop entry or one of the
+// template's) that ended the reply; "" unless the final event's finish
+// reason is FinishStop. Read it after the final event.
+func (rep *Reply) StopSequence() string {
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	return rep.stop
 }
 
 // Events returns the cleaned event stream.
@@ -464,6 +474,9 @@ func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in
 	final.Token.Text = ""
 	if stopped && !(specialStop && final.Finish == parley.FinishEOS) {
 		final.Finish, final.Err = parley.FinishStop, nil
+		rep.mu.Lock()
+		rep.stop = st.Matched()
+		rep.mu.Unlock()
 	}
 	if rep.tools != nil {
 		final = toolsFinal(final, rep.tools.Calls())

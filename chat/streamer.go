@@ -29,6 +29,7 @@ type Streamer struct {
 	partial []byte   // an incomplete UTF-8 sequence at the end of the input (< utf8.UTFMax bytes)
 	held    string   // valid text that may be the start of a stop string
 	stopped bool     // a stop string matched; nothing more is emitted
+	matched string   // the stop string that matched, once stopped
 	flushed bool     // Flush was called; the stream is over
 }
 
@@ -79,13 +80,18 @@ func (s *Streamer) Flush() string {
 // Stopped reports whether a stop string has matched.
 func (s *Streamer) Stopped() bool { return s.stopped }
 
+// Matched returns the stop string that matched ("" while none has).
+func (s *Streamer) Matched() string { return s.matched }
+
 // holding reports whether any input is held back, waiting for more.
 func (s *Streamer) holding() bool { return len(s.partial) > 0 || s.held != "" }
 
-// matchesStop reports whether text contains one of the stop strings.
+// matchesStop reports whether text contains one of the stop strings, and
+// records the first that it contains as the one that matched.
 func (s *Streamer) matchesStop(text string) bool {
 	for _, stop := range s.stops {
 		if strings.Contains(text, stop) {
+			s.matched = stop
 			return true
 		}
 	}
@@ -141,6 +147,7 @@ func (s *Streamer) scan(text string) (string, bool) {
 
 // findStop returns where in p the first complete stop string starts: the
 // occurrence that ends earliest, and of those the one that starts earliest.
+// It records that stop string as the one that matched.
 func (s *Streamer) findStop(p string) (int, bool) {
 	start, end := -1, 0
 	for _, stop := range s.stops {
@@ -150,6 +157,7 @@ func (s *Streamer) findStop(p string) (int, bool) {
 		}
 		if e := i + len(stop); start < 0 || e < end || (e == end && i < start) {
 			start, end = i, e
+			s.matched = stop
 		}
 	}
 	return start, start >= 0

@@ -11,6 +11,7 @@ package web
 //	POST /v1/chat/completions   OpenAI chat completions, streamed or not                              (api_openai.go)
 //	POST /v1/completions        OpenAI legacy completions (raw prompt), streamed or not               (api_completions.go)
 //	GET  /v1/models             OpenAI model list
+//	POST /v1/messages           Anthropic Messages, streamed or not; /v1/messages/count_tokens          (api_anthropic.go)
 //	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (api_responses.go)
 //	/api/chat, /api/generate, /api/tags, /api/show, ...  Ollama's API (api_ollama*.go)
 //
@@ -92,8 +93,10 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	g.POST("/invocations", s.handleInvocations)
 	g.POST("/v1/chat/completions", s.handleChatCompletions)
 	g.POST("/v1/completions", s.handleCompletions)
-	g.GET("/v1/models", s.handleModels)
-	g.GET("/v1/models/:id", s.handleModel)
+	g.GET("/v1/models", anthropicOr(s.handleModels, s.handleAnthropicModels))
+	g.GET("/v1/models/:id", anthropicOr(s.handleModel, s.handleAnthropicModel))
+	g.POST("/v1/messages", s.handleMessages)
+	g.POST("/v1/messages/count_tokens", s.handleCountTokens)
 	if cs, ok := s.sessions.(Conversations); ok {
 		s.mountResponses(g, cs)
 	}

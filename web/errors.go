@@ -17,24 +17,25 @@ import (
 
 // errorMapping is the one table from error codes to what each wire shows.
 var errorMapping = map[string]struct {
-	status     int    // HTTP status
-	closeCode  int    // WebSocket close code when the error ends a connection
-	openAIType string // OpenAI's error "type" (its client libraries pick their exception class by the status)
-	tgiType    string // TGI's ErrorResponse.error_type
+	status        int    // HTTP status
+	closeCode     int    // WebSocket close code when the error ends a connection
+	openAIType    string // OpenAI's error "type" (its client libraries pick their exception class by the status)
+	tgiType       string // TGI's ErrorResponse.error_type
+	anthropicType string // Anthropic's error "type"
 }{
-	parley.EInvalid:      {http.StatusBadRequest, websocket.ClosePolicyViolation, "invalid_request_error", "validation"},
-	parley.ETooLarge:     {http.StatusRequestEntityTooLarge, websocket.CloseMessageTooBig, "invalid_request_error", "validation"},
-	parley.EBusy:         {http.StatusServiceUnavailable, websocket.CloseTryAgainLater, "server_error", "overloaded"},
-	parley.ERateLimited:  {http.StatusTooManyRequests, websocket.ClosePolicyViolation, "rate_limit_error", "overloaded"},
-	parley.ENotFound:     {http.StatusNotFound, websocket.ClosePolicyViolation, "invalid_request_error", "validation"},
-	parley.EUnauthorized: {http.StatusUnauthorized, websocket.ClosePolicyViolation, "authentication_error", "validation"},
-	parley.EForbidden:    {http.StatusForbidden, websocket.ClosePolicyViolation, "permission_error", "validation"},
-	parley.EUnavailable:  {http.StatusServiceUnavailable, websocket.CloseGoingAway, "server_error", "overloaded"},
-	parley.EInternal:     {http.StatusInternalServerError, websocket.CloseInternalServerErr, "server_error", "generation"},
+	parley.EInvalid:      {http.StatusBadRequest, websocket.ClosePolicyViolation, "invalid_request_error", "validation", "invalid_request_error"},
+	parley.ETooLarge:     {http.StatusRequestEntityTooLarge, websocket.CloseMessageTooBig, "invalid_request_error", "validation", "request_too_large"},
+	parley.EBusy:         {http.StatusServiceUnavailable, websocket.CloseTryAgainLater, "server_error", "overloaded", "overloaded_error"},
+	parley.ERateLimited:  {http.StatusTooManyRequests, websocket.ClosePolicyViolation, "rate_limit_error", "overloaded", "rate_limit_error"},
+	parley.ENotFound:     {http.StatusNotFound, websocket.ClosePolicyViolation, "invalid_request_error", "validation", "not_found_error"},
+	parley.EUnauthorized: {http.StatusUnauthorized, websocket.ClosePolicyViolation, "authentication_error", "validation", "authentication_error"},
+	parley.EForbidden:    {http.StatusForbidden, websocket.ClosePolicyViolation, "permission_error", "validation", "permission_error"},
+	parley.EUnavailable:  {http.StatusServiceUnavailable, websocket.CloseGoingAway, "server_error", "overloaded", "overloaded_error"},
+	parley.EInternal:     {http.StatusInternalServerError, websocket.CloseInternalServerErr, "server_error", "generation", "api_error"},
 	// A full session store is not the client's fault (4xx) nor a fault of
 	// the server (500): 507 says the server cannot store what the request
 	// needs, which is exactly the case, and a client backs off on it.
-	parley.EStoreFull: {http.StatusInsufficientStorage, websocket.CloseTryAgainLater, "server_error", "overloaded"},
+	parley.EStoreFull: {http.StatusInsufficientStorage, websocket.CloseTryAgainLater, "server_error", "overloaded", "api_error"},
 }
 
 // ErrorStatus returns the HTTP status for err's code.
@@ -131,6 +132,27 @@ func responseErrorCode(err error) string {
 	return "server_error"
 }
 
+// anthropicError is Anthropic's error object; anthropicErrorBody is what
+// the Messages routes answer with an error status (and, as an "error"
+// event, end a stream with).
+type anthropicError struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+type anthropicErrorBody struct {
+	Type  string         `json:"type"` // "error"
+	Error anthropicError `json:"error"`
+}
+
+func newAnthropicError(err error) anthropicError {
+	t := errorMapping[parley.ErrorCode(err)].anthropicType
+	if t == "" {
+		t = "api_error"
+	}
+	return anthropicError{Type: t, Message: parley.ErrorMessage(err)}
+}
+
 // tgiError is TGI's error (router/src/lib.rs ErrorResponse), before a
 // stream and as a stream's last event.
 type tgiError struct {
@@ -159,17 +181,22 @@ func errorField(err error) string {
 type errorShape int
 
 const (
-	shapeParley errorShape = iota // {"error": {"code", "message", "field"}}
-	shapeOpenAI                   // {"error": {"message", "type", "param", "code"}}
-	shapeTGI                      // {"error": "...", "error_type": "..."}
-	shapeOllama                   // {"error": "..."}
+	shapeParley    errorShape = iota // {"error": {"code", "message", "field"}}
+	shapeOpenAI                      // {"error": {"message", "type", "param", "code"}}
+	shapeTGI                         // {"error": "...", "error_type": "..."}
+	shapeOllama                      // {"error": "..."}
+	shapeAnthropic                   // {"type": "error", "error": {"type", "message"}}
 )
 
-// errorShapeFor is the shape of errors on r's route: OpenAI's under /v1/,
-// TGI's on TGI's and SageMaker's routes (but not /generate's JSON lines,
+// errorShapeFor is the shape of errors on r's route: Anthropic's under
+// /v1/messages and for Anthropic's clients (anthropic-version) anywhere
+// under /v1/, OpenAI's elsewhere under /v1/, TGI's on TGI's and SageMaker's routes (but not /generate's JSON lines,
 // which are Parley's), Parley's everywhere else.
 func errorShapeFor(r *http.Request) errorShape {
 	switch p := r.URL.Path; {
+	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/"),
+		strings.HasPrefix(p, "/v1/") && isAnthropicClient(r):
+		return shapeAnthropic
 	case strings.HasPrefix(p, "/v1/"):
 		return shapeOpenAI
 	case strings.HasPrefix(p, "/api/"):
@@ -191,6 +218,8 @@ func errorBodyFor(r *http.Request, err error) any {
 		return newTGIError(err)
 	case shapeOllama:
 		return ollamaError{parley.ErrorMessage(err)}
+	case shapeAnthropic:
+		return anthropicErrorBody{Type: "error", Error: newAnthropicError(err)}
 	}
 	return newErrorBody(parley.ErrorCode(err), parley.ErrorMessage(err), errorField(err))
 }

@@ -67,7 +67,7 @@ type Config struct {
 	Addr             string        // host:port to listen on
 	AllowedOrigins   []string      // extra origins allowed to open WebSockets ("*" = any); same-origin is always allowed
 	AllowedHosts     []string      // Host header allow-list (DNS-rebinding guard); empty = IP addresses, localhost names and Addr's host; "*" = any
-	APIKey           string        // when set, required as "Authorization: Bearer KEY" or subprotocol "parley.key.KEY"
+	APIKey           string        // when set, required as "Authorization: Bearer KEY", "x-api-key: KEY" or subprotocol "parley.key.KEY"
 	MaxMessageBytes  int64         // per WebSocket message; over it the connection closes with 1009
 	MaxConns         int           // open WebSocket connections
 	MaxConnsPerIP    int           // open WebSocket connections per client address
@@ -511,7 +511,8 @@ func stripDefaultPort(host, scheme string) string {
 	return strings.TrimSuffix(host, ":443")
 }
 
-// authorized checks the API key from the Authorization header or, for
+// authorized checks the API key from the Authorization header (or
+// x-api-key, as Anthropic's clients send it) or, for
 // browsers (which cannot set headers on WebSockets), a subprotocol token.
 func (s *Server) authorized(r *http.Request) bool {
 	if s.cfg.APIKey == "" {
@@ -523,6 +524,10 @@ func (s *Server) authorized(r *http.Request) bool {
 		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len("Bearer "):])), want) == 1 {
 			return true
 		}
+	}
+	// Anthropic's SDKs send the key as x-api-key.
+	if h := r.Header.Get("X-Api-Key"); h != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h)), want) == 1 {
+		return true
 	}
 	for _, p := range websocket.Subprotocols(r) {
 		if strings.HasPrefix(p, subprotocolKeyPrefix) &&

@@ -144,14 +144,14 @@ export class ParleyServer {
 
 // startAPIServer starts bin/parley for an HTTP API test: a free port, a
 // fresh data folder (named after name), the given store, API key and JSON
-// logs. It resolves to { server, port, dataDir }; give them to
-// stopAPIServer in the test's after hook.
-export async function startAPIServer(name, { store = 'memory', apiKey } = {}) {
+// logs, and any more flags the test needs (args). It resolves to
+// { server, port, dataDir }; give them to stopAPIServer in the test's after hook.
+export async function startAPIServer(name, { store = 'memory', apiKey, args = [] } = {}) {
   assertBinaryAndModel();
   const dataDir = await mkdtemp(path.join(os.tmpdir(), `parley-${name}-`));
   const port = await freePort();
   const server = new ParleyServer(port, {
-    args: ['--store', store, '--data-dir', dataDir, '--api-key', apiKey, '--log-format', 'json'],
+    args: ['--store', store, '--data-dir', dataDir, '--api-key', apiKey, '--log-format', 'json', ...args],
   });
   try {
     await server.start(); // a server that fails to start is already gone

@@ -1,0 +1,635 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/parley-chat/parley"
+)
+
+// Anthropic's Messages API, as the official SDKs and Claude-style clients
+// use it: POST /v1/messages (one message, or server-sent events when
+// "stream": true) and POST /v1/messages/count_tokens. Stateless: every
+// request carries the whole conversation, and the conversation's key
+// (anthropicKey) sends each turn to the slot that holds the previous one, so
+// only the new turn is evaluated.
+//
+// Supported: system (a string or text blocks), messages of user, assistant
+// (and system) roles whose content is a string or text blocks, max_tokens
+// (required), temperature, top_p, top_k, stop_sequences, metadata, and
+// Parley's own sampling fields (min_p, seed, grammar, json_schema, ...);
+// tools, tool_choice, tool_use and tool_result blocks (api_anthropic_tools.go).
+// cache_control marks are accepted and ignored (Parley caches every prefix
+// without being asked). Images and documents are refused with a 400 naming
+// the block. thinking switches a reasoning model's thought
+// (enabled, with budget_tokens its cap; disabled; adaptive: the model's
+// default); its thought comes back as a thinking block before the text, and
+// the thinking blocks clients send back are the assistant turn's reasoning.
+//
+// usage follows Anthropic's accounting: input_tokens are the prompt tokens
+// evaluated for this request, cache_read_input_tokens those reused from the
+// KV cache, so their sum is the prompt's size, which count_tokens reports.
+
+// maxAnthropicBlocks bounds the content blocks of one request (system and
+// every message together; a string content counts as one block). Each block costs a little to parse and render; a
+// conversation past this many is far beyond any context window the engine
+// serves, so this refuses only bodies built to be expensive.
+const maxAnthropicBlocks = 4096
+
+// billingHeaderPrefix starts the system block Claude Code sends first in
+// every request: a per-request billing tag (its cch= hash changes every
+// time) with no meaning to the model. Left in, it would make the prompt's
+// first tokens differ on every request, so no turn could reuse the KV cache
+// of the one before; Parley drops it (stripVolatileSystem).
+const billingHeaderPrefix = "x-anthropic-billing-header:"
+
+// anthropicBlock is one content block of a request; which fields apply
+// depends on Type.
+type anthropicBlock struct {
+	Type     string  `json:"type"`
+	Text     *string `json:"text"`
+	Thinking *string `json:"thinking"` // of a thinking block
+}
+
+type anthropicMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type anthropicRequest struct {
+	paramsPatch
+	Model      string             `json:"model"`
+	System     json.RawMessage    `json:"system"`
+	Messages   []anthropicMessage `json:"messages"`
+	Stream     bool               `json:"stream"`
+	Metadata   json.RawMessage    `json:"metadata"`
+	Tools      json.RawMessage    `json:"tools"`
+	ToolChoice json.RawMessage    `json:"tool_choice"`
+	Thinking   *anthropicThinking `json:"thinking"`
+}
+
+// anthropicThinking is a request's thinking: {"type": "enabled",
+// "budget_tokens": N}, {"type": "disabled"} or {"type": "adaptive"}.
+type anthropicThinking struct {
+	Type         string `json:"type"`
+	BudgetTokens *int   `json:"budget_tokens"`
+}
+
+// apply sets p's switch and budget for a reasoning model's thought.
+func (t *anthropicThinking) apply(p *parley.Params) error {
+	if t == nil {
+		return nil
+	}
+	on, off := true, false
+	switch t.Type {
+	case "enabled":
+		p.Think = &on
+		if t.BudgetTokens != nil {
+			if *t.BudgetTokens < 1 {
+				return parley.FieldErrorf("thinking.budget_tokens", "must be at least 1, got %d", *t.BudgetTokens)
+			}
+			p.ThinkBudget = *t.BudgetTokens
+		}
+	case "disabled":
+		p.Think = &off
+	case "adaptive":
+	default:
+		return parley.FieldErrorf("thinking.type", "must be enabled, disabled or adaptive, got %q", t.Type)
+	}
+	return nil
+}
+
+// anthropicCall is a decoded, validated Messages request.
+type anthropicCall struct {
+	key    string // the conversation's KV-cache key (anthropicKey)
+	msgs   []parley.Message
+	params parley.Params
+	stream bool
+	stops  []string // stop_sequences as sent: a match among them is stop_reason "stop_sequence"
+	patch  *paramsPatch
+}
+
+// blockCounter counts a request's content blocks against maxAnthropicBlocks.
+type blockCounter int
+
+func (n *blockCounter) add(k int, field string) error {
+	*n += blockCounter(k)
+	if *n > maxAnthropicBlocks {
+		return parley.FieldErrorf(field, "too many content blocks: a request may hold at most %d in all", maxAnthropicBlocks)
+	}
+	return nil
+}
+
+// parseAnthropicBody decodes a Messages (or count_tokens) request body.
+// count is true for count_tokens, which needs no max_tokens.
+func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	var req anthropicRequest
+	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return nil, err
+	}
+	if !count && req.MaxTokens == nil {
+		return nil, parley.FieldErrorf("max_tokens", "is required")
+	}
+	if req.MaxTokens != nil {
+		*req.MaxTokens = s.clampAnthropicMaxTokens(*req.MaxTokens)
+	}
+	if err := checkAnthropicMetadata(req.Metadata); err != nil {
+		return nil, err
+	}
+	var blocks blockCounter
+	var msgs []parley.Message
+	system, err := parseAnthropicSystem(req.System, &blocks)
+	if err != nil {
+		return nil, err
+	}
+	if system != "" {
+		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: system})
+	}
+	if len(req.Messages) == 0 {
+		return nil, parley.FieldErrorf("messages", "at least one message is required")
+	}
+	ids := map[string]string{} // tool_use ids seen, and their tools' names
+	for i, m := range req.Messages {
+		ms, err := parseAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), &blocks, ids)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, ms...)
+	}
+	if last := len(req.Messages) - 1; msgs[len(msgs)-1].Role != parley.RoleUser && msgs[len(msgs)-1].Role != parley.RoleTool {
+		return nil, parley.FieldErrorf(fmt.Sprintf("messages[%d].role", last),
+			"the last message must be the user's (a partial assistant turn to continue is not supported)")
+	}
+	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.paramsPatch}
+	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
+	p := s.cfg.Defaults
+	if !count {
+		if p, err = s.resolveParams(&req.paramsPatch); err != nil {
+			return nil, err
+		}
+	}
+	if err := req.Thinking.apply(&p); err != nil {
+		return nil, err
+	}
+	if p.Tools, err = parseAnthropicTools(req.Tools); err != nil {
+		return nil, err
+	}
+	if p.ToolChoice, err = parseAnthropicToolChoice(req.ToolChoice); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
+		return nil, renameToolField(renameThinkField(err))
+	}
+	resolveSeed(&p)
+	p.SkipLogprobs = true
+	call.params = p
+	return call, nil
+}
+
+// renameThinkField names thinking.budget_tokens where the shared validation
+// names the thought's budget.
+func renameThinkField(err error) error {
+	if f := errorField(err); f == "think_budget" {
+		return renameField(err, f, "thinking.budget_tokens")
+	}
+	return err
+}
+
+// clampAnthropicMaxTokens lowers a max_tokens that this server would
+// refuse to one it serves: Anthropic's clients send max_tokens as a generous
+// upper bound (Claude Code asks for 32,000 and more), which is past Parley's
+// reply cap (--max-tokens-limit) and often past the context window. Above
+// the cap it becomes the cap; at or above the context length, half the
+// context (the rest holds the conversation). A reply cut there ends with
+// stop_reason max_tokens. Values the server serves, and values below 1
+// (refused by validation), are left alone.
+func (s *Server) clampAnthropicMaxTokens(n int) int {
+	if limit := s.cfg.MaxTokensCap; limit > 0 && n > limit {
+		n = limit
+	}
+	if s.api.modelInfo != nil {
+		if ctx := s.api.modelInfo().ContextLength; ctx > 1 && n >= ctx {
+			n = ctx / 2
+		}
+	}
+	return n
+}
+
+// checkAnthropicMetadata checks metadata, which is accepted and not used:
+// an object ({"user_id": ...}).
+func checkAnthropicMetadata(raw json.RawMessage) error {
+	if isSet(raw) {
+		var md map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &md); err != nil {
+			return parley.FieldErrorf("metadata", "must be an object")
+		}
+	}
+	return nil
+}
+
+// parseAnthropicSystem takes system: a string or an array of text blocks,
+// joined with newlines, with volatile header blocks dropped
+// (stripVolatileSystem).
+func parseAnthropicSystem(raw json.RawMessage, blocks *blockCounter) (string, error) {
+	if !isSet(raw) {
+		return "", nil
+	}
+	raw = bytes.TrimSpace(raw)
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", parley.FieldErrorf("system", "invalid string: %v", err)
+		}
+		return stripVolatileSystem(s), nil
+	}
+	var bs []json.RawMessage
+	if err := json.Unmarshal(raw, &bs); err != nil {
+		return "", parley.FieldErrorf("system", "must be a string or an array of text blocks")
+	}
+	if err := blocks.add(len(bs), "system"); err != nil {
+		return "", err
+	}
+	var parts []string
+	for i, b := range bs {
+		field := fmt.Sprintf("system[%d]", i)
+		blk, err := decodeAnthropicBlock(b, field)
+		if err != nil {
+			return "", err
+		}
+		if blk.Type != "text" {
+			return "", parley.FieldErrorf(field+".type", "system blocks must be text, got %q", blk.Type)
+		}
+		if blk.Text == nil {
+			return "", parley.FieldErrorf(field+".text", "is required")
+		}
+		if t := stripVolatileSystem(*blk.Text); t != "" {
+			parts = append(parts, t)
+		}
+	}
+	return strings.Join(parts, "\n"), nil
+}
+
+// stripVolatileSystem drops a leading billing-header line (see
+// billingHeaderPrefix) from a system text. It changes on every request, so
+// keeping it would defeat the KV cache for the whole conversation after it;
+// it says nothing to the model. Only a line at the very start of a text (of
+// the system string, or of one of its blocks) is dropped, so an
+// instruction that merely mentions the header is kept.
+func stripVolatileSystem(s string) string {
+	if !strings.HasPrefix(s, billingHeaderPrefix) {
+		return s
+	}
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return strings.TrimLeft(s[i+1:], "\n")
+	}
+	return ""
+}
+
+// anthropicRole maps a message's role to Parley's.
+func anthropicRole(role, field string) (parley.Role, error) {
+	switch role {
+	case "user":
+		return parley.RoleUser, nil
+	case "assistant":
+		return parley.RoleAssistant, nil
+	case "system":
+		return parley.RoleSystem, nil
+	case "":
+		return "", parley.FieldErrorf(field, "is required")
+	}
+	return "", parley.FieldErrorf(field, "must be user or assistant, got %q", role)
+}
+
+// parseAnthropicMessage takes one message of messages: its role and its
+// content, a string or an array of blocks, as Parley's messages. Text blocks
+// are joined; an assistant's thinking blocks are its reasoning and its
+// tool_use blocks its calls; a user's tool_result blocks become tool
+// messages before the user's text (a user message of results only is those
+// alone); images and documents are refused. ids maps the tool_use ids seen
+// so far to their tools' names: a tool_result must answer one of them.
+func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounter, ids map[string]string) ([]parley.Message, error) {
+	role, err := anthropicRole(m.Role, field+".role")
+	if err != nil {
+		return nil, err
+	}
+	raw := bytes.TrimSpace(m.Content)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, parley.FieldErrorf(field+".content", "is required")
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, parley.FieldErrorf(field+".content", "invalid string: %v", err)
+		}
+		if err := blocks.add(1, field+".content"); err != nil { // a string is one text block
+			return nil, err
+		}
+		return []parley.Message{{Role: role, Content: s}}, checkNotEmpty(role, s, field+".content")
+	}
+	var bs []json.RawMessage
+	if err := json.Unmarshal(raw, &bs); err != nil {
+		return nil, parley.FieldErrorf(field+".content", "must be a string or an array of content blocks")
+	}
+	if err := blocks.add(len(bs), field+".content"); err != nil {
+		return nil, err
+	}
+	msg := parley.Message{Role: role}
+	var results []parley.Message
+	for j, b := range bs {
+		r, err := addAnthropicBlock(&msg, b, fmt.Sprintf("%s.content[%d]", field, j), ids)
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			results = append(results, *r)
+		}
+	}
+	if len(results) > 0 && msg.Content == "" {
+		return results, nil
+	}
+	if len(msg.ToolCalls) == 0 {
+		if err := checkNotEmpty(role, msg.Content, field+".content"); err != nil {
+			return nil, err
+		}
+	}
+	return append(results, msg), nil
+}
+
+// addAnthropicBlock adds content block raw (field names it) to msg: text
+// to its content, a thought to its reasoning, a tool_use to its calls; a
+// tool_result is returned as a tool message.
+func addAnthropicBlock(msg *parley.Message, raw json.RawMessage, field string, ids map[string]string) (*parley.Message, error) {
+	blk, err := decodeAnthropicBlock(raw, field)
+	if err != nil {
+		return nil, err
+	}
+	switch blk.Type {
+	case "text":
+		if blk.Text == nil {
+			return nil, parley.FieldErrorf(field+".text", "is required")
+		}
+		msg.Content += *blk.Text
+	case "thinking", "redacted_thinking", "tool_use":
+		if msg.Role != parley.RoleAssistant {
+			return nil, parley.FieldErrorf(field+".type", "%s blocks belong to assistant messages", blk.Type)
+		}
+		if blk.Type == "tool_use" {
+			c, err := toolUseCall(raw, field, ids)
+			if err != nil {
+				return nil, err
+			}
+			msg.ToolCalls = append(msg.ToolCalls, c)
+		} else if blk.Thinking != nil {
+			msg.Reasoning += *blk.Thinking // a redacted thought is opaque: nothing of it is kept
+		}
+	case "tool_result":
+		if msg.Role != parley.RoleUser {
+			return nil, parley.FieldErrorf(field+".type", "tool_result blocks belong to user messages")
+		}
+		r, err := toolResultMessage(raw, field, ids)
+		return &r, err
+	case "image", "document":
+		return nil, parley.FieldErrorf(field+".type", "%s blocks are not supported: this server reads text only", blk.Type)
+	case "":
+		return nil, parley.FieldErrorf(field+".type", "is required")
+	default:
+		return nil, parley.FieldErrorf(field+".type", "unsupported content block type %q (text, thinking, tool_use and tool_result are)", blk.Type)
+	}
+	return nil, nil
+}
+
+// decodeAnthropicBlock decodes one content block; a field of the wrong
+// type is an error naming it (messages[0].content[1].text).
+func decodeAnthropicBlock(raw json.RawMessage, field string) (anthropicBlock, error) {
+	var blk anthropicBlock
+	err := json.Unmarshal(raw, &blk)
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return blk, nil
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return blk, parley.FieldErrorf(field+"."+typeErr.Field, "expected %s, got %s", typeErr.Type, typeErr.Value)
+	}
+	return blk, parley.FieldErrorf(field, "must be a content block object")
+}
+
+// anthropicKey is a Messages conversation's KV-cache key: conversationKey
+// of the messages after the volatile system blocks were dropped, so every
+// turn of one conversation has the same key.
+func anthropicKey(msgs []parley.Message) string {
+	return "anthropic:" + strings.TrimPrefix(conversationKey(msgs), "openai:")
+}
+
+func anthropicMessageID() string {
+	return fmt.Sprintf("msg_%016x%08x", rand.Uint64(), rand.Uint32())
+}
+
+// anthropicUsage is a reply's usage in Anthropic's accounting (see the
+// package comment above).
+type anthropicUsage struct {
+	InputTokens              int `json:"input_tokens"`
+	OutputTokens             int `json:"output_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+}
+
+func newAnthropicUsage(u parley.Usage) anthropicUsage {
+	return anthropicUsage{
+		InputTokens:          u.PromptTokens - u.CachedPromptTokens,
+		OutputTokens:         u.CompletionTokens,
+		CacheReadInputTokens: u.CachedPromptTokens,
+	}
+}
+
+// anthropicContent is a content block of a reply: text (Text set, maybe
+// to ""), thinking (Thinking and Signature set; Parley signs nothing, so
+// the signature is "") or tool_use (ID, Name, Input).
+type anthropicContent struct {
+	Type      string          `json:"type"` // "text", "thinking" or "tool_use"
+	Text      *string         `json:"text,omitempty"`
+	Thinking  *string         `json:"thinking,omitempty"`
+	Signature *string         `json:"signature,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+}
+
+func anthropicTextBlock(text string) anthropicContent {
+	return anthropicContent{Type: "text", Text: &text}
+}
+
+func anthropicThinkingBlock(thought string) anthropicContent {
+	sig := ""
+	return anthropicContent{Type: "thinking", Thinking: &thought, Signature: &sig}
+}
+
+// anthropicMessageOut is the Message object: the whole reply, or (content
+// empty, stop_reason null) the stream's message_start.
+type anthropicMessageOut struct {
+	ID           string             `json:"id"`
+	Type         string             `json:"type"` // "message"
+	Role         string             `json:"role"` // "assistant"
+	Model        string             `json:"model"`
+	Content      []anthropicContent `json:"content"`
+	StopReason   *string            `json:"stop_reason"`
+	StopSequence *string            `json:"stop_sequence"`
+	StopDetails  json.RawMessage    `json:"stop_details"` // always null: Parley has no refusals
+	Usage        anthropicUsage     `json:"usage"`
+}
+
+// anthropicStop is the stop_reason and stop_sequence of a finished reply.
+// stop is the stop string that ended it (a template's end-of-turn string
+// ends the turn; one of the request's stop_sequences is reported as such).
+func anthropicStop(ev parley.Event, stop string, stops []string, maxTokens int) (reason string, seq *string) {
+	switch ev.Finish {
+	case parley.FinishToolCalls:
+		return "tool_use", nil
+	case parley.FinishStop:
+		for _, s := range stops {
+			if s == stop {
+				return "stop_sequence", &stop
+			}
+		}
+		return "end_turn", nil
+	case parley.FinishLength:
+		if ev.Usage.CompletionTokens < maxTokens {
+			return "model_context_window_exceeded", nil
+		}
+		return "max_tokens", nil
+	}
+	return "end_turn", nil
+}
+
+// handleMessages is POST /v1/messages.
+func (s *Server) handleMessages(c echo.Context) error {
+	ac, err := s.parseAnthropicBody(c, false)
+	if err != nil {
+		return err
+	}
+	route := "anthropic"
+	if ac.stream {
+		route = "anthropic-stream"
+	}
+	call, err := s.startChat(c, route, ac.key, ac.msgs, ac.params)
+	if err != nil {
+		return ac.patch.renameSent(err)
+	}
+	id, model := anthropicMessageID(), s.modelName()
+	if ac.stream {
+		s.streamAnthropic(c, call, ac, id, model)
+		return nil
+	}
+	_, ev := call.collect()
+	if rerr := replyError(ev); rerr != nil {
+		return ac.patch.renameSent(rerr)
+	}
+	reason, seq := anthropicStop(ev, call.rep.StopSequence(), ac.stops, ac.params.MaxTokens)
+	content := []anthropicContent{}
+	if thought := call.rep.Reasoning(); thought != "" {
+		content = append(content, anthropicThinkingBlock(thought))
+	}
+	if text := call.rep.Text(); text != "" {
+		content = append(content, anthropicTextBlock(text))
+	}
+	for _, tc := range ev.ToolCalls {
+		content = append(content, anthropicToolUseOut(tc))
+	}
+	return c.JSON(http.StatusOK, anthropicMessageOut{
+		ID: id, Type: "message", Role: "assistant", Model: model, Content: content,
+		StopReason: &reason, StopSequence: seq, StopDetails: json.RawMessage("null"),
+		Usage: newAnthropicUsage(ev.Usage),
+	})
+}
+
+// tokenCounter counts a conversation's prompt tokens as a reply to it with
+// p would (*chat.Responder satisfies it).
+type tokenCounter interface {
+	CountTokens(key string, msgs []parley.Message, p parley.Params) (int, error)
+}
+
+// handleCountTokens is POST /v1/messages/count_tokens: the prompt's tokens,
+// as the same request to /v1/messages would count them (its usage's
+// input_tokens plus cache_read_input_tokens).
+func (s *Server) handleCountTokens(c echo.Context) error {
+	ac, err := s.parseAnthropicBody(c, true)
+	if err != nil {
+		return err
+	}
+	if err := s.apiAvailable(); err != nil {
+		return err
+	}
+	tc, ok := s.api.responder.(tokenCounter)
+	if !ok {
+		return parley.Errorf(parley.ENotFound, "this server cannot count tokens")
+	}
+	n, err := tc.CountTokens(ac.key, ac.msgs, ac.params)
+	if err != nil {
+		return renameToolField(err)
+	}
+	return c.JSON(http.StatusOK, struct {
+		InputTokens int `json:"input_tokens"`
+	}{n})
+}
+
+// isAnthropicClient reports whether r comes from one of Anthropic's SDKs,
+// which send anthropic-version on every request.
+func isAnthropicClient(r *http.Request) bool {
+	return r.Header.Get("anthropic-version") != ""
+}
+
+// anthropicOr serves a route shared by OpenAI's and Anthropic's APIs
+// (GET /v1/models): Anthropic's clients get anthropic, the rest openAI.
+func anthropicOr(openAI, anthropic echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if isAnthropicClient(c.Request()) {
+			return anthropic(c)
+		}
+		return openAI(c)
+	}
+}
+
+// anthropicModel is Anthropic's model object.
+type anthropicModel struct {
+	Type        string `json:"type"` // "model"
+	ID          string `json:"id"`
+	DisplayName string `json:"display_name"`
+	CreatedAt   string `json:"created_at"` // RFC 3339
+}
+
+func (s *Server) anthropicModel() anthropicModel {
+	name := s.modelName()
+	return anthropicModel{Type: "model", ID: name, DisplayName: name, CreatedAt: s.api.mounted.UTC().Format(time.RFC3339)}
+}
+
+// handleAnthropicModels is GET /v1/models for Anthropic's clients: the one
+// loaded model, as a page of one.
+func (s *Server) handleAnthropicModels(c echo.Context) error {
+	m := s.anthropicModel()
+	return c.JSON(http.StatusOK, struct {
+		Data    []anthropicModel `json:"data"`
+		HasMore bool             `json:"has_more"`
+		FirstID string           `json:"first_id"`
+		LastID  string           `json:"last_id"`
+	}{[]anthropicModel{m}, false, m.ID, m.ID})
+}
+
+// handleAnthropicModel is GET /v1/models/{id} for Anthropic's clients.
+func (s *Server) handleAnthropicModel(c echo.Context) error {
+	m := s.anthropicModel()
+	if c.Param("id") != m.ID {
+		return parley.Errorf(parley.ENotFound, "no model %q: this server serves %q", c.Param("id"), m.ID)
+	}
+	return c.JSON(http.StatusOK, m)
+}
