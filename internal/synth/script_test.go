@@ -3,6 +3,7 @@ package synth
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func TestScriptRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{3, 4, 5, 2}; !equalInts(sc.chain, want) {
+	if want := []int{3, 4, 5, 2}; !slices.Equal(sc.chain, want) {
 		t.Errorf("chain %v, want %v", sc.chain, want)
 	}
 	// A repeat is spelled with an invented piece: " ab ab" is ▁a b, then ▁ab (new) once more... every piece once.
@@ -109,16 +110,4 @@ func TestScriptRefusals(t *testing.T) {
 	if text.String() != " ab ab!" {
 		t.Errorf("chain spells %q", text.String())
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
