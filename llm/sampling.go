@@ -67,6 +67,7 @@ func (e *Engine) newSampler(p parley.Params, client string) (tokenSampler, *gram
 // without its logits. A grammar that cannot even do that in time is
 // refused (its sampler is abandoned and counted until llama.cpp returns).
 func (e *Engine) probe(gs *grammarSampler) error {
+	t0 := time.Now()
 	gs.send(sampleJob{probe: true})
 	t := time.NewTimer(e.budget)
 	defer t.Stop()
@@ -76,12 +77,22 @@ func (e *Engine) probe(gs *grammarSampler) error {
 		if r.tok == sampleDeadEnd {
 			return parley.FieldErrorf(gs.field, "no token of this model's vocabulary can start it")
 		}
+		// The answer may win the race with a timer that fired late (a
+		// loaded machine): the time it took decides, not which came first.
+		if time.Since(t0) > e.budget {
+			return e.probeTooCostly(gs)
+		}
 		return nil
 	case <-t.C:
-		e.overBudget.Add(1)
-		return grammarError(gs.field, "is too costly to match: finding the tokens that can start it took longer than the %s step budget "+
-			"(nested repetitions over overlapping characters multiply llama.cpp's work)", e.budget)
+		return e.probeTooCostly(gs)
 	}
+}
+
+// probeTooCostly counts and explains a probe that took longer than the step budget.
+func (e *Engine) probeTooCostly(gs *grammarSampler) error {
+	e.overBudget.Add(1)
+	return grammarError(gs.field, "is too costly to match: finding the tokens that can start it took longer than the %s step budget "+
+		"(nested repetitions over overlapping characters multiply llama.cpp's work)", e.budget)
 }
 
 // sample draws the next token for an unconstrained seq from the logits of
