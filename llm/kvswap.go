@@ -103,7 +103,7 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kvSwap{cache: c, be: e.be, log: e.log, disk: dir != "", clean: make([]bool, cfg.Parallel), held: map[string]bool{}}, nil
+	return &kvSwap{cache: c, be: e.be, log: e.log, disk: dir != "", clean: make([]bool, max(cfg.CacheSlots, cfg.Parallel)), held: map[string]bool{}}, nil
 }
 
 // stateIdentity names what a saved state is valid for: the model file (its

@@ -2,6 +2,7 @@ package llm_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -286,5 +287,27 @@ func TestKVSwapUnusableFolder(t *testing.T) {
 	turn(t, e, "a", a.next(t, e, " Then Lily said"), 10)
 	if st := e.Stats().KVCache; st.Restores != 1 || st.DiskWrites != 0 {
 		t.Fatalf("restores %d, disk writes %d; want a restore from RAM and no file", st.Restores, st.DiskWrites)
+	}
+}
+
+// TestKVSwapWithMoreCacheSlots: with more KV-cache slots than decode slots
+// (--cache-slots), a slot beyond --parallel that goes to another session has
+// its state saved like any other (the swap's per-slot bookkeeping once had
+// --parallel entries and panicked, taking the server down, on slot 4 of 8).
+func TestKVSwapWithMoreCacheSlots(t *testing.T) {
+	e := mustOpen(t, llm.Config{ContextLength: 256, Parallel: 1, CacheSlots: 2, Threads: 1,
+		KVCache: llm.KVCacheConfig{RAMBytes: 64 << 20}})
+	convs := make([]swapConv, 3)
+	for i, text := range []string{"Once upon a time", "The little dog", "A big red ball"} {
+		convs[i] = firstTurn(t, e, fmt.Sprintf("s%d", i), text, 8) // the third takes a used slot: a save
+	}
+	for _, c := range convs {
+		r := turn(t, e, c.key, c.next(t, e, " and then"), 4)
+		if len(r.ids) == 0 {
+			t.Fatalf("%s: no reply", c.key)
+		}
+	}
+	if st := e.Stats().KVCache; st.Saves == 0 || st.Restores == 0 {
+		t.Errorf("saves %d restores %d, want both", st.Saves, st.Restores)
 	}
 }
