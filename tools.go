@@ -345,30 +345,6 @@ func (p *Params) toolsKey() string {
 	return string(b)
 }
 
-// gbnfLiteral quotes s as a GBNF string literal.
-func gbnfLiteral(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
 // callGrammar is the grammar of the text that follows start in a call:
 // the rest of Open, the call, Close.
 //
@@ -382,11 +358,11 @@ func (c checkedGrammar) callGrammar(syn ToolSyntax, start string) string {
 	}
 	root := "root ::= "
 	if r := strings.TrimRight(rest, " \t\n"); r != "" {
-		root += gbnfLiteral(r) + " "
+		root += gbnf.Literal(r) + " "
 	}
 	root += "tool-ws tool-call"
 	if cl := strings.TrimLeft(syn.Close, " \t\n"); cl != "" {
-		root += " tool-ws " + gbnfLiteral(cl)
+		root += " tool-ws " + gbnf.Literal(cl)
 	}
 	return root + "\ntool-ws ::= ([ \\t\\n] [ \\t\\n]?)?\n" + c.toolRules
 }

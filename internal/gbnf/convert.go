@@ -379,12 +379,12 @@ func (c *converter) literalValue(v *jnode, path string) string {
 	if err := dumpJSON(&b, v); err != nil {
 		c.fail(path, "%v", err)
 	}
-	return literal(b.String())
+	return Literal(b.String())
 }
 
-// literal writes s as a GBNF string literal. Code points outside printable
+// Literal writes s as a GBNF string literal. Code points outside printable
 // ASCII are escaped, so the grammar's bytes never depend on the input's.
-func literal(s string) string {
+func Literal(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
 	b.WriteByte('"')

@@ -66,7 +66,7 @@ func (c *converter) objectRule(props []objProp, required map[string]bool, additi
 		var key strings.Builder
 		quoteJSON(&key, p.name)
 		valRule := c.visit(p.val, ppath, p.name, "")
-		kv := c.addRule(p.name+"-kv", literal(key.String())+` space ":" space `+valRule)
+		kv := c.addRule(p.name+"-kv", Literal(key.String())+` space ":" space `+valRule)
 		if required[p.name] {
 			req = append(req, kv)
 		} else {

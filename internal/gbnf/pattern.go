@@ -84,7 +84,7 @@ func (p *regex) sequence() string {
 	var lit strings.Builder // pending JSON text of plain characters
 	flush := func() {
 		if lit.Len() > 0 {
-			parts = append(parts, literal(lit.String()))
+			parts = append(parts, Literal(lit.String()))
 			lit.Reset()
 		}
 	}
@@ -98,7 +98,7 @@ func (p *regex) sequence() string {
 		flush()
 		if quantified {
 			if isChar {
-				item = literal(jsonChar(r))
+				item = Literal(jsonChar(r))
 			}
 			item = repeatItem(item, lo, hi)
 		}
@@ -425,7 +425,7 @@ func classItem(set []span, neg bool) string {
 	}
 	for _, e := range jsonEscapes {
 		if contains(set, e.r) {
-			alts = append(alts, literal(e.esc))
+			alts = append(alts, Literal(e.esc))
 		}
 	}
 	switch len(alts) {
