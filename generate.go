@@ -77,3 +77,20 @@ func ClientFrom(ctx context.Context) string {
 	c, _ := ctx.Value(clientKey{}).(string)
 	return c
 }
+
+// userKey is the context key of WithUser.
+type userKey struct{}
+
+// WithUser returns a context that names the user a request acts for (the
+// name its API key maps to; "" is the one anonymous user of a server
+// without named users). Sessions record the user that created them, and a
+// user reaches only its own.
+func WithUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, userKey{}, user)
+}
+
+// UserFrom returns the user WithUser put in ctx, or "" (the anonymous user).
+func UserFrom(ctx context.Context) string {
+	u, _ := ctx.Value(userKey{}).(string)
+	return u
+}

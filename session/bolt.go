@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,8 @@ import (
 //	updated:  stamp(updated) || id -> empty
 //	owners:   id -> Session.Owner (sessions with an owner only)
 //	owned:    Owner || 0x00 || id -> stamp(updated) (the same sessions)
+//	userof:   id -> "u" || Session.User (every session; the prefix keeps "" non-empty)
+//	byuser:   User || 0x00 || id -> stamp(updated) (the same sessions)
 //	meta:     "response-id-key" -> the key of response ids (IDKeyStore)
 //
 // stamp is 8 bytes that sort like the time they encode, so the updated
@@ -39,12 +42,16 @@ import (
 // deleted, evicted or expired, without decoding records; owners also tells
 // whose share of the byte budget each record counts against when the file
 // is opened (budget.go). Files written before them have sessions without
-// owners, which no owner counts.
+// owners, which no owner counts. userof and byuser list a user's sessions
+// (UserSessions) the same way; a file written before them gets them built
+// from its records when it is opened.
 var (
 	bucketSessions = []byte("sessions")
 	bucketUpdated  = []byte("updated")
 	bucketOwners   = []byte("owners")
 	bucketOwned    = []byte("owned")
+	bucketUserOf   = []byte("userof")
+	bucketByUser   = []byte("byuser")
 	bucketMeta     = []byte("meta")
 	keyIDKey       = []byte("response-id-key")
 )
@@ -86,6 +93,7 @@ var (
 	_ Store      = (*BoltStore)(nil)
 	_ IDKeyStore = (*BoltStore)(nil)
 	_ Admitter   = (*BoltStore)(nil)
+	_ Lister     = (*BoltStore)(nil)
 )
 
 // OpenBoltStore opens (creating it and its directory when missing) the
@@ -121,6 +129,9 @@ func OpenBoltStore(path string, opts ...StoreOption) (*BoltStore, error) {
 				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 					return err
 				}
+			}
+			if err := indexUsers(tx); err != nil {
+				return err
 			}
 			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 			if err != nil {
@@ -245,6 +256,9 @@ func (b *BoltStore) Put(ctx context.Context, s *Session) error {
 			return err
 		}
 		if err := addOwner(tx, cp.Owner, id, val[:stampLen]); err != nil {
+			return err
+		}
+		if err := addUser(tx, cp.User, id, val[:stampLen]); err != nil {
 			return err
 		}
 		return updated.Put(indexKey(val[:stampLen], id), nil)
@@ -410,8 +424,11 @@ func ownedKey(owner, id []byte) []byte {
 	return append(append(append(k, owner...), 0), id...)
 }
 
-// dropOwner removes session id's owner entries, if it has any.
+// dropOwner removes session id's owner and user entries, if it has any.
 func dropOwner(tx *bolt.Tx, id []byte) error {
+	if err := dropUser(tx, id); err != nil {
+		return err
+	}
 	owners := tx.Bucket(bucketOwners)
 	owner := owners.Get(id)
 	if owner == nil {
@@ -554,4 +571,81 @@ func (b *BoltStore) Admit(ctx context.Context, owner string) error {
 		return b.dbError("admit session", err)
 	}
 	return refused
+}
+
+// indexUsers creates the user buckets; when they are new (a file written
+// before users existed), it indexes every stored session under its user.
+func indexUsers(tx *bolt.Tx) error {
+	if tx.Bucket(bucketByUser) != nil && tx.Bucket(bucketUserOf) != nil {
+		return nil
+	}
+	for _, name := range [][]byte{bucketUserOf, bucketByUser} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	return tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
+		s, err := decodeRecord(v)
+		if err != nil {
+			return nil // a record that does not decode is nobody's to list
+		}
+		return addUser(tx, s.User, bytes.Clone(k), v[:stampLen])
+	})
+}
+
+// addUser records session id under user (every session has one; "" is the
+// anonymous user).
+func addUser(tx *bolt.Tx, user string, id, stamp []byte) error {
+	if err := tx.Bucket(bucketUserOf).Put(id, append([]byte{'u'}, user...)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketByUser).Put(ownedKey([]byte(user), id), stamp)
+}
+
+// dropUser removes session id's user entries, if it has any.
+func dropUser(tx *bolt.Tx, id []byte) error {
+	userOf := tx.Bucket(bucketUserOf)
+	if userOf == nil {
+		return nil // a file being repaired (RepairBoltFile) has none yet
+	}
+	u := userOf.Get(id)
+	if len(u) == 0 {
+		return nil
+	}
+	if err := tx.Bucket(bucketByUser).Delete(ownedKey(u[1:], id)); err != nil {
+		return err
+	}
+	return userOf.Delete(id)
+}
+
+// UserSessions implements Lister: a prefix scan of the user's index, newest first.
+func (b *BoltStore) UserSessions(ctx context.Context, user string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if b.closed.Load() {
+		return nil, errClosed()
+	}
+	type entry struct {
+		id    string
+		stamp []byte
+	}
+	var found []entry
+	prefix := append([]byte(user), 0)
+	err := b.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketByUser).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			found = append(found, entry{string(k[len(prefix):]), bytes.Clone(v)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, b.dbError("list sessions", err)
+	}
+	slices.SortStableFunc(found, func(x, y entry) int { return bytes.Compare(y.stamp, x.stamp) })
+	ids := make([]string, len(found))
+	for i, e := range found {
+		ids[i] = e.id
+	}
+	return ids, nil
 }

@@ -44,7 +44,7 @@ func (s *Service) Conversation(ctx context.Context, sid string) (*Session, error
 	if !ValidID(sid) {
 		return nil, errNotFound()
 	}
-	return s.store.Get(ctx, sid)
+	return s.get(ctx, sid)
 }
 
 // SetMetadata replaces a conversation's metadata.
@@ -65,7 +65,7 @@ func (s *Service) DeleteConversation(ctx context.Context, sid string) error {
 		return err
 	}
 	defer unlock()
-	if _, err := s.store.Get(ctx, sid); err != nil {
+	if _, err := s.get(ctx, sid); err != nil {
 		return err
 	}
 	return s.store.Delete(ctx, sid)

@@ -33,6 +33,7 @@ var (
 	_ Store      = (*MemoryStore)(nil)
 	_ IDKeyStore = (*MemoryStore)(nil)
 	_ Admitter   = (*MemoryStore)(nil)
+	_ Lister     = (*MemoryStore)(nil)
 )
 
 // NewMemoryStore returns an empty in-memory store and starts its janitor;
@@ -248,4 +249,23 @@ func (m *MemoryStore) ClientBytes(key string) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.led.owners[key]
+}
+
+// UserSessions implements Lister.
+func (m *MemoryStore) UserSessions(ctx context.Context, user string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errClosed()
+	}
+	var ids []string
+	for e := m.lru.Front(); e != nil; e = e.Next() {
+		if s := e.Value.(*Session); s.User == user {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids, nil
 }

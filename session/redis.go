@@ -56,14 +56,16 @@ const (
 //	ARGV[10] owner ("" = none), ARGV[11] max sessions per owner (0 = no
 //	bound), ARGV[12] eviction cutoff score ("" = evict any), ARGV[13]
 //	expiry cutoff score ("" = no TTL), ARGV[14] byte budget (0 = none),
-//	ARGV[15] one owner's share of it (0 = none)
+//	ARGV[15] one owner's share of it (0 = none), ARGV[16] user ("" = the
+//	anonymous user)
 //
 // It returns {1, sessions stored} on success, {0, current version} on
 // conflict, {2, oldest score} when the owner holds its maximum, {3,
 // oldest score} when the store is full and none may be evicted, and {4,
 // "budget" or "share", bytes held} when the byte budget refuses it. A
 // session's owner is its hash's field o; the sorted set prefix+"o:"+owner
-// indexes the owner's sessions by last update, as the index does all. The
+// indexes the owner's sessions by last update, as the index does all, and
+// prefix+"u:"+user (field u) the user's, for UserSessions. The
 // byte accounting is in redis_forget.lua.
 // A session that has expired by the store's clock counts as absent.
 //
@@ -87,6 +89,8 @@ var forgetScriptSrc string
 // together. ARGV[1] id, ARGV[2] key prefix.
 const deleteScriptSrc = `local o = redis.call('HGET', KEYS[1], 'o')
 if o then redis.call('ZREM', ARGV[2] .. 'o:' .. o, ARGV[1]) end
+local u = redis.call('HGET', KEYS[1], 'u')
+if u then redis.call('ZREM', ARGV[2] .. 'u:' .. u, ARGV[1]) end
 redis.call('DEL', KEYS[1]); redis.call('ZREM', KEYS[2], ARGV[1]); forget(ARGV[2], ARGV[1]); return 1`
 
 // initBytesScript counts the bytes of sessions stored before the byte
@@ -141,6 +145,7 @@ var (
 	_ Store      = (*RedisStore)(nil)
 	_ IDKeyStore = (*RedisStore)(nil)
 	_ Admitter   = (*RedisStore)(nil)
+	_ Lister     = (*RedisStore)(nil)
 )
 
 // OpenRedisStore connects to the Redis named by rawURL
@@ -301,7 +306,7 @@ func (r *RedisStore) Put(ctx context.Context, s *Session) error {
 		version(read), version(cp.Updated), cp.Updated.UnixMilli(), rec, keyTTL,
 		max(r.cfg.maxSessions, 0), cp.ID, r.prefix, cutoff,
 		cp.Owner, max(r.cfg.maxPerOwner, 0), evictCutoff, scoreCutoff,
-		max(r.cfg.maxStoreBytes, 0), r.cfg.clientShareBytes()).Slice()
+		max(r.cfg.maxStoreBytes, 0), r.cfg.clientShareBytes(), cp.User).Slice()
 	if err != nil {
 		s.Updated, s.Created = read, created
 		err = r.redisError("put session", err)
@@ -513,4 +518,20 @@ func (r *RedisStore) ClientBytes(key string) int64 {
 	defer cancel()
 	n, _ := r.rdb.HGet(ctx, r.prefix+"ob", key).Int64()
 	return n
+}
+
+// UserSessions implements Lister: the user's sorted set, newest first. It
+// may still name sessions Redis expired by itself (Get finds them gone).
+func (r *RedisStore) UserSessions(ctx context.Context, user string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if r.closed.Load() {
+		return nil, errClosed()
+	}
+	ids, err := r.rdb.ZRevRange(ctx, r.prefix+"u:"+user, 0, -1).Result()
+	if err != nil {
+		return nil, r.redisError("list sessions", err)
+	}
+	return ids, nil
 }

@@ -9,6 +9,8 @@ for _, id in ipairs(cands) do
   if (not v) or v < ARGV[2] then
     local o = redis.call('HGET', key, 'o')
     if o then redis.call('ZREM', ARGV[3] .. 'o:' .. o, id) end
+    local u = redis.call('HGET', key, 'u')
+    if u then redis.call('ZREM', ARGV[3] .. 'u:' .. u, id) end
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], id)
     forget(ARGV[3], id)

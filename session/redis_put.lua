@@ -62,6 +62,8 @@ if isNew and max > 0 then
     local skey = ARGV[8] .. 's:' .. oldest[1]
     local o = redis.call('HGET', skey, 'o')
     if o then redis.call('ZREM', ARGV[8] .. 'o:' .. o, oldest[1]) end
+    local u = redis.call('HGET', skey, 'u')
+    if u then redis.call('ZREM', ARGV[8] .. 'u:' .. u, oldest[1]) end
     redis.call('DEL', skey)
     forget(pfx, oldest[1])
     n = n - 1
@@ -72,6 +74,10 @@ if owner ~= '' then
 else
   redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[4])
 end
+-- The user's index (ARGV[16]; '' is the anonymous user): every session
+-- is listed under its user, by last update.
+redis.call('HSET', KEYS[1], 'u', ARGV[16])
+local ukey = ARGV[8] .. 'u:' .. ARGV[16]
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
@@ -83,6 +89,8 @@ if owner ~= '' then
   redis.call('ZADD', okey, ARGV[3], ARGV[7])
   if ttl > 0 then redis.call('PEXPIRE', okey, ttl) end
 end
+redis.call('ZADD', ukey, ARGV[3], ARGV[7])
+if ttl > 0 then redis.call('PEXPIRE', ukey, ttl) end
 -- Charge the record's bytes to its owner (forget undoes the last charge).
 forget(pfx, id)
 redis.call('INCRBY', pfx .. 'bytes', size)

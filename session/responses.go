@@ -412,6 +412,7 @@ func (s *Service) fork(ctx context.Context, sess *Session, end int) (*Session, e
 	if n.Owner != "" {
 		f.Owner = n.Owner
 	}
+	f.User = n.User
 	if i := end - f.Trimmed; i >= 0 && i <= len(f.Messages) {
 		f.Messages = f.Messages[:i]
 	}
@@ -472,7 +473,7 @@ func (s *Service) GetResponse(ctx context.Context, id string) (ResponseRecord, *
 	} else if !ok {
 		return ResponseRecord{}, nil, parley.Errorf(parley.ENotFound, "no such response")
 	}
-	sess, err := s.store.Get(ctx, sid)
+	sess, err := s.get(ctx, sid)
 	if err != nil {
 		return ResponseRecord{}, nil, err
 	}

@@ -164,7 +164,7 @@ func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 	if !ValidID(id) {
 		return nil, false, errNotFound()
 	}
-	sess, err := s.store.Get(ctx, id)
+	sess, err := s.get(ctx, id)
 	if err != nil {
 		return nil, false, fmt.Errorf("resume session: %w", err)
 	}
@@ -223,9 +223,33 @@ func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) er
 func (s *Service) load(ctx context.Context, id string) (*Session, error) {
 	sess, err := s.store.Get(ctx, id)
 	if parley.ErrorCode(err) == parley.ENotFound {
-		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx)}, nil
+		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx)}, nil
+	}
+	if err == nil && !ownedBy(ctx, sess) {
+		return nil, errNotFound()
 	}
 	return sess, err
+}
+
+// get reads session id as ctx's user may see it: another user's session is
+// a parley ENotFound error, the same as an unknown id, so an id tells
+// nobody else even that it exists. Every read on behalf of a request goes
+// through it.
+func (s *Service) get(ctx context.Context, id string) (*Session, error) {
+	sess, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !ownedBy(ctx, sess) {
+		return nil, errNotFound()
+	}
+	return sess, nil
+}
+
+// ownedBy reports whether sess belongs to ctx's user. User names are not
+// secrets (the keys that map to them are), so a plain comparison will do.
+func ownedBy(ctx context.Context, sess *Session) bool {
+	return sess.User == parley.UserFrom(ctx)
 }
 
 // newSession returns a new, unstored session owned by ctx's client, with
@@ -237,7 +261,7 @@ func (s *Service) newSession(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx)}, nil
+	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx)}, nil
 }
 
 // update applies f to the stored session under the session's lock (an id
@@ -265,7 +289,7 @@ func (s *Service) getLocked(ctx context.Context, sid, what string) (sess *Sessio
 	if unlock, err = s.lockSession(ctx, sid); err != nil {
 		return nil, nil, err
 	}
-	if sess, err = s.store.Get(ctx, sid); err != nil {
+	if sess, err = s.get(ctx, sid); err != nil {
 		unlock()
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -275,7 +299,7 @@ func (s *Service) getLocked(ctx context.Context, sid, what string) (sess *Sessio
 // edit applies f to the stored session sid under its lock; unlike update,
 // the session must exist.
 func (s *Service) edit(ctx context.Context, sid string, f func(*Session) error) error {
-	return s.modify(ctx, sid, s.store.Get, f)
+	return s.modify(ctx, sid, s.get, f)
 }
 
 // modify reads the session with get, applies f and stores it, all under
@@ -430,6 +454,27 @@ func (s *Service) ToolTurn(ctx context.Context, id, callID, content string, p pa
 	return s.turn(ctx, id, parley.Message{Role: parley.RoleTool, Content: content, ToolCallID: callID}, p)
 }
 
+// Regenerate replaces the last reply of session id: it drops the
+// conversation's last user prompt and everything after it (the reply, its
+// tool calls and results), then runs that prompt again as a new turn, so
+// the stored session holds the new reply in place of the old one. A
+// conversation without a prompt is a parley EInvalid error.
+func (s *Service) Regenerate(ctx context.Context, id string, p parley.Params) (*Turn, error) {
+	return s.turn(ctx, id, parley.Message{}, p)
+}
+
+// dropLastReply removes the last user message and what follows it, and
+// returns that message.
+func (s *Session) dropLastReply() (parley.Message, error) {
+	for i := len(s.Messages) - 1; i >= 0; i-- {
+		if m := s.Messages[i]; m.Role == parley.RoleUser {
+			s.removeSpan(s.Trimmed+i, s.Next())
+			return m, nil
+		}
+	}
+	return parley.Message{}, parley.Errorf(parley.EInvalid, "there is no reply to regenerate: the conversation has no prompt")
+}
+
 // turn adds input, a user's prompt or a tool's result, to the session's
 // conversation and starts the reply (see Turn).
 func (s *Service) turn(ctx context.Context, id string, input parley.Message, p parley.Params) (*Turn, error) {
@@ -453,6 +498,12 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 	if err != nil {
 		unlock()
 		return nil, err
+	}
+	if input.Role == "" { // Regenerate
+		if input, err = sess.dropLastReply(); err != nil {
+			unlock()
+			return nil, err
+		}
 	}
 	if input.Role == parley.RoleTool {
 		if err := checkToolResults(sess.Messages, []parley.Message{input}); err != nil {

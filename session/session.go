@@ -53,6 +53,11 @@ type Session struct {
 	// client's sessions by it. "" for sessions created without a client,
 	// and for those stored before owners were recorded.
 	Owner string `json:"owner,omitempty"`
+	// User is the user the session belongs to (parley.WithUser: the name
+	// an API key maps to; "" is the anonymous user), fixed at creation.
+	// Only that user reaches the session: anyone else's request for it is
+	// answered as for an unknown id (Service.get).
+	User string `json:"user,omitempty"`
 }
 
 // NewID returns a fresh random session id (22 URL-safe characters).

@@ -16,7 +16,7 @@ import (
 func (s *Service) Snapshot(ctx context.Context, t *Turn) (sess *Session, pending bool, err error) {
 	t.settleMu.Lock()
 	defer t.settleMu.Unlock()
-	sess, err = s.store.Get(ctx, t.id)
+	sess, err = s.get(ctx, t.id)
 	if err != nil {
 		return nil, false, fmt.Errorf("snapshot session: %w", err)
 	}

@@ -56,6 +56,7 @@ func conversationPathID(c echo.Context) (string, error) {
 type conversationBody struct {
 	Items    json.RawMessage   `json:"items"`
 	Metadata map[string]string `json:"metadata"`
+	Title    *string           `json:"title"` // an update's new title (Parley's; kept in metadata's "title")
 }
 
 func readConversationBody(c echo.Context, allowEmpty bool) (*conversationBody, []parley.Message, error) {
@@ -127,9 +128,17 @@ func (s *Server) handleUpdateConversation(c echo.Context) error {
 	if isSet(req.Items) {
 		return parley.FieldErrorf("items", "add items with POST /v1/conversations/{id}/items")
 	}
-	sess, err := s.api.convs.SetMetadata(c.Request().Context(), sid, req.Metadata)
-	if err != nil {
-		return err
+	ctx := c.Request().Context()
+	var sess *session.Session
+	if req.Metadata != nil || req.Title == nil {
+		if sess, err = s.api.convs.SetMetadata(ctx, sid, req.Metadata); err != nil {
+			return err
+		}
+	}
+	if req.Title != nil {
+		if sess, err = s.api.convs.Rename(ctx, sid, *req.Title); err != nil {
+			return err
+		}
 	}
 	return c.JSON(http.StatusOK, newConversationObject(sess))
 }

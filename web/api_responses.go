@@ -56,6 +56,9 @@ type Conversations interface {
 	DeleteConversation(ctx context.Context, sid string) error
 	AddItems(ctx context.Context, sid string, msgs []parley.Message) (*session.Session, int, error)
 	DeleteItem(ctx context.Context, sid string, abs int) (*session.Session, error)
+	ListConversations(ctx context.Context, q session.ListQuery) ([]session.Listing, bool, error)
+	Rename(ctx context.Context, sid, title string) (*session.Session, error)
+	Fork(ctx context.Context, sid string, keep int) (*session.Session, error)
 }
 
 // Limits of the Conversations API.
@@ -77,6 +80,8 @@ func (s *Server) mountResponses(g *echo.Group, cs Conversations) {
 	g.GET("/v1/responses/:id/input_items", s.handleInputItems)
 	g.POST("/v1/responses/:id/cancel", s.handleCancelResponse)
 	g.POST("/v1/conversations", s.handleCreateConversation)
+	g.GET("/v1/conversations", s.handleListConversations)
+	g.POST("/v1/conversations/:id/fork", s.handleForkConversation)
 	g.GET("/v1/conversations/:id", s.handleGetConversation)
 	g.POST("/v1/conversations/:id", s.handleUpdateConversation)
 	g.DELETE("/v1/conversations/:id", s.handleDeleteConversation)

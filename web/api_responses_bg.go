@@ -42,6 +42,7 @@ type bgEvent struct {
 // sequence_number i) and its state.
 type bgResponse struct {
 	id     string
+	user   string // whose it is: only that user finds it (parley.UserFrom)
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
@@ -64,10 +65,15 @@ type bgRegistry struct {
 // running counts the background responses still running (Close drains them).
 func (g *bgRegistry) running() int { return int(g.live.Load()) }
 
-func (g *bgRegistry) get(id string) *bgResponse {
+// get returns ctx's user's background response id, or nil: another
+// user's is not found, the same as an unknown id.
+func (g *bgRegistry) get(ctx context.Context, id string) *bgResponse {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.m[id]
+	if b := g.m[id]; b != nil && b.user == parley.UserFrom(ctx) {
+		return b
+	}
+	return nil
 }
 
 func (g *bgRegistry) put(b *bgResponse) {
@@ -109,7 +115,8 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 	if err := s.admit(client); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, client))
+	user := parley.UserFrom(c.Request().Context())
+	ctx, cancel := context.WithCancel(parley.WithUser(parley.WithClient(s.stop, client), user))
 	pr.req.Durable = true // a crash leaves it stored, interrupted
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {
@@ -121,7 +128,7 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 	initial.Status = "in_progress"
 	initial.Background = true
 	pr.echo(initial, resp.SessionID())
-	b := &bgResponse{id: resp.Record.ID, cancel: cancel, initial: initial, wake: make(chan struct{}), ended: make(chan struct{})}
+	b := &bgResponse{id: resp.Record.ID, user: user, cancel: cancel, initial: initial, wake: make(chan struct{}), ended: make(chan struct{})}
 	s.bg.put(b)
 	s.bg.wg.Add(1)
 	s.bg.live.Add(1)
@@ -194,7 +201,7 @@ func (s *Server) followBackground(c echo.Context, b *bgResponse, after int) erro
 // this server runs or ran lately (false: not one; the stored response
 // answers).
 func (s *Server) getBackground(c echo.Context) (bool, error) {
-	b := s.bg.get(c.Param("id"))
+	b := s.bg.get(c.Request().Context(), c.Param("id"))
 	if b == nil {
 		if c.QueryParam("stream") == "true" {
 			return true, parley.Errorf(parley.EInvalid, "only a background response that is running (or ended in the last %v) can be streamed", bgLinger)
@@ -226,7 +233,7 @@ func (s *Server) getBackground(c echo.Context) (bool, error) {
 // one that has ended is returned as it is.
 func (s *Server) handleCancelResponse(c echo.Context) error {
 	id := c.Param("id")
-	b := s.bg.get(id)
+	b := s.bg.get(c.Request().Context(), id)
 	if b == nil {
 		if _, _, err := s.api.convs.GetResponse(c.Request().Context(), id); err != nil {
 			return err

@@ -30,11 +30,19 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 // tagClient names the request's client (clientKey: its address, IPv6 per
 // /64) in its context, for every per-client limit: the session layer
 // stamps it on the sessions the request creates (parley.ClientFrom), the
-// engine caps the grammar samplers one client's requests hold.
+// engine caps the grammar samplers one client's requests hold. It names
+// the user its API key maps to too (parley.WithUser), whose sessions are
+// the only ones the request reaches; a request without an accepted key
+// is refused later by RequireKey (or the socket's accept), where a route
+// needs one.
 func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		c.SetRequest(r.WithContext(parley.WithClient(r.Context(), clientKey(r))))
+		ctx := parley.WithClient(r.Context(), clientKey(r))
+		if user, ok := s.identify(r); ok {
+			ctx = parley.WithUser(ctx, user)
+		}
+		c.SetRequest(r.WithContext(ctx))
 		return next(c)
 	}
 }

@@ -64,10 +64,15 @@ type Sessions interface {
 
 // Config configures a Server.
 type Config struct {
-	Addr             string        // host:port to listen on
-	AllowedOrigins   []string      // extra origins allowed to open WebSockets ("*" = any); same-origin is always allowed
-	AllowedHosts     []string      // Host header allow-list (DNS-rebinding guard); empty = IP addresses, localhost names and Addr's host; "*" = any
-	APIKey           string        // when set, required as "Authorization: Bearer KEY", "x-api-key: KEY" or subprotocol "parley.key.KEY"
+	Addr           string   // host:port to listen on
+	AllowedOrigins []string // extra origins allowed to open WebSockets ("*" = any); same-origin is always allowed
+	AllowedHosts   []string // Host header allow-list (DNS-rebinding guard); empty = IP addresses, localhost names and Addr's host; "*" = any
+	APIKey         string   // when set, required as "Authorization: Bearer KEY", "x-api-key: KEY" or subprotocol "parley.key.KEY"
+	// Users maps API keys to named users (see UserKey): any of them is
+	// accepted the way APIKey is, and the request acts as the key's user,
+	// who reaches only its own sessions. APIKey, when set beside them, is
+	// the anonymous user's key.
+	Users            []UserKey
 	MaxMessageBytes  int64         // per WebSocket message; over it the connection closes with 1009
 	MaxConns         int           // open WebSocket connections
 	MaxConnsPerIP    int           // open WebSocket connections per client address
@@ -511,31 +516,57 @@ func stripDefaultPort(host, scheme string) string {
 	return strings.TrimSuffix(host, ":443")
 }
 
-// authorized checks the API key from the Authorization header (or
-// x-api-key, as Anthropic's clients send it) or, for
-// browsers (which cannot set headers on WebSockets), a subprotocol token.
+// UserKey is one named user's API key (Config.Users).
+type UserKey struct {
+	User string // the name sessions record; not a secret (it is logged)
+	Key  string // the secret; never logged
+}
+
+// authorized reports whether r carries an accepted API key (any request
+// does when no key is configured).
 func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.APIKey == "" {
-		return true
+	_, ok := s.identify(r)
+	return ok
+}
+
+// identify finds the user whose API key r carries: in the Authorization
+// header (or x-api-key, as Anthropic's clients send it) or, for browsers
+// (which cannot set headers on WebSockets), a subprotocol token. With no
+// key configured every request is the anonymous user (""). Every presented
+// key is compared with every configured one in constant time, whichever
+// matches, so the time taken tells nothing about any key.
+func (s *Server) identify(r *http.Request) (user string, ok bool) {
+	if s.cfg.APIKey == "" && len(s.cfg.Users) == 0 {
+		return "", true
 	}
-	want := []byte(s.cfg.APIKey)
+	var presented [][]byte
 	// The scheme name is case-insensitive (RFC 9110 section 11.1).
 	if h := r.Header.Get("Authorization"); len(h) > len("Bearer ") && strings.EqualFold(h[:len("Bearer ")], "Bearer ") {
-		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len("Bearer "):])), want) == 1 {
-			return true
-		}
+		presented = append(presented, []byte(strings.TrimSpace(h[len("Bearer "):])))
 	}
 	// Anthropic's SDKs send the key as x-api-key.
-	if h := r.Header.Get("X-Api-Key"); h != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h)), want) == 1 {
-		return true
+	if h := r.Header.Get("X-Api-Key"); h != "" {
+		presented = append(presented, []byte(strings.TrimSpace(h)))
 	}
 	for _, p := range websocket.Subprotocols(r) {
-		if strings.HasPrefix(p, subprotocolKeyPrefix) &&
-			subtle.ConstantTimeCompare([]byte(strings.TrimPrefix(p, subprotocolKeyPrefix)), want) == 1 {
-			return true
+		if strings.HasPrefix(p, subprotocolKeyPrefix) {
+			presented = append(presented, []byte(strings.TrimPrefix(p, subprotocolKeyPrefix)))
 		}
 	}
-	return false
+	match := func(p []byte, key string) bool {
+		return key != "" && subtle.ConstantTimeCompare(p, []byte(key)) == 1
+	}
+	for _, p := range presented {
+		if match(p, s.cfg.APIKey) {
+			user, ok = "", true
+		}
+		for _, u := range s.cfg.Users {
+			if match(p, u.Key) {
+				user, ok = u.User, true
+			}
+		}
+	}
+	return user, ok
 }
 
 // RequireKey is echo middleware enforcing the API key on HTTP endpoints.

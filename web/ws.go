@@ -37,6 +37,7 @@ type conn struct {
 	pump // the socket's writer, reader and close (ws_pump.go)
 
 	ip   string
+	user string // the user the socket acts for (parley.UserFrom): only its sessions are reached
 	json bool
 	// thinking: text mode shows a reasoning model's thought (?thinking=show), marked; JSON mode always sends it
 	// as thinking messages.
@@ -66,6 +67,7 @@ type job struct {
 	kind    jobKind
 	content string
 	callID  string // jobPrompt: the tool call content answers ("" for a user's prompt)
+	regen   bool   // jobPrompt: regenerate the last reply (content is empty)
 	params  parley.Params
 	err     error // jobAnswer: what to tell the client
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
@@ -86,6 +88,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	user := parley.UserFrom(r.Context())
 	sess, resumed, err := s.sessions.Open(r.Context(), r.URL.Query().Get("session"))
 	if err != nil && !answerOnSocket(err) {
 		return err
@@ -103,8 +106,9 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	// of the server's stop context, which names the client like the request's
 	// (a session the connection writes first is the client's).
 	cn := &conn{
-		pump:     s.newPump(parley.WithClient(s.stop, ip), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		pump:     s.newPump(parley.WithUser(parley.WithClient(s.stop, ip), user), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
 		ip:       ip,
+		user:     user,
 		json:     jsonMode,
 		thinking: showThinking(r.URL.Query().Get("thinking")),
 		inbox:    newInbox(s.cfg.MaxQueuedPrompts),
@@ -220,7 +224,7 @@ func (c *conn) reader() {
 		if c.json {
 			c.handleJSON(data)
 		} else {
-			c.enqueuePrompt(string(data), "", c.srv.cfg.Defaults)
+			c.enqueuePrompt(job{kind: jobPrompt, content: string(data), params: c.srv.cfg.Defaults})
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -241,7 +245,14 @@ func (c *conn) handleJSON(data []byte) {
 			c.answer(err)
 			return
 		}
-		c.enqueuePrompt(*m.Content, m.ToolCallID, p)
+		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, callID: m.ToolCallID, params: p})
+	case "regenerate":
+		p, err := c.srv.resolveWSParams(m.Params)
+		if err != nil {
+			c.answer(err)
+			return
+		}
+		c.enqueuePrompt(job{kind: jobPrompt, regen: true, params: p})
 	case "cancel":
 		c.cancelTurn()
 	case "reset":
@@ -252,9 +263,9 @@ func (c *conn) handleJSON(data []byte) {
 	}
 }
 
-// enqueuePrompt queues a prompt (or, with callID, a tool's result), or its
-// refusal: shutting down, over the rate, or over the prompt-token cap.
-func (c *conn) enqueuePrompt(prompt, callID string, p parley.Params) {
+// enqueuePrompt queues j, a prompt (or a tool's result, or a regenerate),
+// or its refusal: shutting down, over the rate, or over the prompt-token cap.
+func (c *conn) enqueuePrompt(j job) {
 	if c.srv.draining.Load() {
 		c.answer(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 		return
@@ -263,11 +274,11 @@ func (c *conn) enqueuePrompt(prompt, callID string, p parley.Params) {
 		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
 		return
 	}
-	if err := c.srv.checkPromptTokens(prompt); err != nil {
+	if err := c.srv.checkPromptTokens(j.content); err != nil {
 		c.refuse("prompt_tokens", err)
 		return
 	}
-	c.enqueue(job{kind: jobPrompt, content: prompt, callID: callID, params: p})
+	c.enqueue(j)
 }
 
 func (c *conn) enqueue(j job) {
@@ -329,7 +340,7 @@ func (c *conn) worker() {
 				c.replyErrorWait(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 				continue
 			}
-			c.runTurn(j.content, j.callID, j.params)
+			c.runTurn(j)
 		case jobReset:
 			if err := c.srv.sessions.Reset(c.ctx, c.id); err != nil {
 				c.sendError(err)

@@ -60,7 +60,8 @@ func parseResumeFrom(q string) (int, error) {
 // (each with its seq) and the done event are JSON objects. The reply runs
 // on the server's context, not the socket's: when the socket drops it goes
 // on for the resume grace (see liveReply).
-func (c *conn) runTurn(prompt, callID string, p parley.Params) {
+func (c *conn) runTurn(j job) {
+	prompt, p := j.content, j.params
 	r := c.srv.replies.open(c, prompt)
 	leave := r.follow(c.ctx, c.cancelCause)
 	defer leave()
@@ -72,7 +73,7 @@ func (c *conn) runTurn(prompt, callID string, p parley.Params) {
 	defer c.clearTurn()
 
 	p.SkipLogprobs = !c.json // text mode sends only the pieces
-	turn, err := c.startTurn(r.ctx, prompt, callID, p)
+	turn, err := c.startTurn(r.ctx, j, p)
 	if err != nil {
 		r.fail()
 		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))

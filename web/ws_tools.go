@@ -58,16 +58,29 @@ type toolTurner interface {
 	ToolTurn(ctx context.Context, id, callID, content string, p parley.Params) (*session.Turn, error)
 }
 
-// startTurn starts the turn of a prompt or, with callID, of a tool result.
-func (c *conn) startTurn(ctx context.Context, content, callID string, p parley.Params) (*session.Turn, error) {
-	if callID == "" {
-		return c.srv.sessions.Turn(ctx, c.id, content, p)
+// regenerator is the session layer's regenerate turn (*session.Service has it).
+type regenerator interface {
+	Regenerate(ctx context.Context, id string, p parley.Params) (*session.Turn, error)
+}
+
+// startTurn starts the turn of j: a prompt, a tool result (j.callID) or a
+// regenerate (j.regen), with the parameters p.
+func (c *conn) startTurn(ctx context.Context, j job, p parley.Params) (*session.Turn, error) {
+	switch {
+	case j.regen:
+		rg, ok := c.srv.sessions.(regenerator)
+		if !ok {
+			return nil, parley.FieldErrorf("type", "regenerate is not supported by this server's sessions")
+		}
+		return rg.Regenerate(ctx, c.id, p)
+	case j.callID != "":
+		tt, ok := c.srv.sessions.(toolTurner)
+		if !ok {
+			return nil, parley.FieldErrorf("type", "tool results are not supported by this server's sessions")
+		}
+		return tt.ToolTurn(ctx, c.id, j.callID, j.content, p)
 	}
-	tt, ok := c.srv.sessions.(toolTurner)
-	if !ok {
-		return nil, parley.FieldErrorf("type", "tool results are not supported by this server's sessions")
-	}
-	return tt.ToolTurn(ctx, c.id, callID, content, p)
+	return c.srv.sessions.Turn(ctx, c.id, j.content, p)
 }
 
 func newToolCallMessage(d parley.ToolCallDelta) toolCallMessage {

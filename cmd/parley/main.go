@@ -79,6 +79,9 @@ type config struct {
 	model, modelSHA256, modelCache, ollamaModels string
 	addr, systemPrompt, logFormat, logLevel      string
 	store, dataDir, apiKey, template             string
+	userEntries                                  userFlag
+	usersFile                                    string
+	users                                        []web.UserKey
 	allowedOrigins, allowedHosts                 string
 	ctx, threads, parallel, queue, batch         int
 	flashAttn, kvCacheType                       string
@@ -158,6 +161,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated origins allowed to open WebSockets besides the server's own (* = any)")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host header values accepted (DNS-rebinding guard; * = any); default: IP addresses, localhost and the --addr host")
 	fs.StringVar(&c.apiKey, "api-key", "", "require this key (Authorization: Bearer, or WebSocket subprotocol parley.key.KEY)")
+	fs.Var(&c.userEntries, "user", "a named user NAME:KEY (repeat for more): the key is accepted like --api-key's, and its user reaches only its own conversations")
+	fs.StringVar(&c.usersFile, "users", "", "file of named users, one NAME:KEY a line (# comments), as --user")
 	fs.Int64Var(&c.maxMessageBytes, "max-message-bytes", web.DefaultMaxMessageBytes, "largest WebSocket message accepted")
 	fs.IntVar(&c.maxConns, "max-conns", web.DefaultMaxConns, "open WebSocket connections at most")
 	fs.IntVar(&c.maxConnsPerIP, "max-conns-per-ip", web.DefaultMaxConnsPerIP, "open WebSocket connections per client address at most")
@@ -200,6 +205,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if c.model == "" {
 		return c, errors.New("no model: give --model PATH (a GGUF file) or set PARLEY_MODEL")
 	}
+	users, err := loadUsers(c.userEntries, c.usersFile, c.apiKey)
+	if err != nil {
+		return c, err
+	}
+	c.users = users
 	if err := checkMaxTokens(c.maxTokens, c.ctx); err != nil {
 		return c, err
 	}
@@ -317,7 +327,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := srv.Open(); err != nil {
 		return err
 	}
-	log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""))
+	log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""), zap.Int("users", len(cfg.users)))
 
 	eng, err := loadEngine(ctx, cfg, log, stderr)
 	if err == nil {
@@ -383,6 +393,7 @@ func serverConfig(cfg config, defaults parley.Params) web.Config {
 		AllowedOrigins:   splitList(cfg.allowedOrigins),
 		AllowedHosts:     splitList(cfg.allowedHosts),
 		APIKey:           cfg.apiKey,
+		Users:            cfg.users,
 		MaxMessageBytes:  cfg.maxMessageBytes,
 		MaxConns:         cfg.maxConns,
 		MaxConnsPerIP:    cfg.maxConnsPerIP,

@@ -1,0 +1,234 @@
+package session_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
+)
+
+// TestStoreListsUserSessions: every store lists a user's sessions, the
+// most recently updated first, and forgets them when they are deleted,
+// evicted or expire; the anonymous user ("") is a user like any other.
+func TestStoreListsUserSessions(t *testing.T) {
+	for _, k := range storeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			clk := newClock()
+			st := mustOpen(t, k, session.WithClock(clk.Now), session.WithTTL(time.Hour), session.WithMaxSessions(5))
+			ctx := context.Background()
+			put := func(user string) string {
+				s := &session.Session{ID: mustID(t), User: user, Messages: turnMsgs("hi", "hello")}
+				mustPut(t, st, s)
+				clk.Advance(time.Second)
+				return s.ID
+			}
+			a1, b1, a2, anon := put("alice"), put("bob"), put("alice"), put("")
+			list := func(user string) []string {
+				ids, err := st.(session.Lister).UserSessions(ctx, user)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ids
+			}
+			if got := list("alice"); !slices.Equal(got, []string{a2, a1}) {
+				t.Fatalf("alice's sessions %v, want %v", got, []string{a2, a1})
+			}
+			if got := list("bob"); !slices.Equal(got, []string{b1}) {
+				t.Fatalf("bob's sessions %v", got)
+			}
+			if got := list(""); !slices.Equal(got, []string{anon}) {
+				t.Fatalf("the anonymous user's sessions %v", got)
+			}
+			if got := list("alic"); len(got) != 0 {
+				t.Fatalf("a prefix of a name lists %v", got)
+			}
+			// Updating moves a session to the front.
+			s := mustGet(t, st, a1)
+			mustPut(t, st, s)
+			clk.Advance(time.Second)
+			if got := list("alice"); !slices.Equal(got, []string{a1, a2}) {
+				t.Fatalf("after updating a1: %v", got)
+			}
+			if err := st.Delete(ctx, a1); err != nil {
+				t.Fatal(err)
+			}
+			if got := list("alice"); !slices.Equal(got, []string{a2}) {
+				t.Fatalf("after deleting a1: %v", got)
+			}
+			// Eviction: the store holds 5; two more push out the oldest two (b1, a2).
+			put("carol")
+			put("carol")
+			put("carol")
+			if got := list("bob"); len(got) != 0 {
+				t.Fatalf("bob's evicted session is still listed: %v", got)
+			}
+			clk.Advance(2 * time.Hour)
+			if _, err := st.(interface {
+				Expire(context.Context) (int, error)
+			}).Expire(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := list("carol"); len(got) != 0 {
+				t.Fatalf("expired sessions still listed: %v", got)
+			}
+		})
+	}
+}
+
+// TestUsersReachOnlyTheirOwn: a session of one user is, to every other
+// user, exactly an unknown id: Open, Conversation, the edits, responses by
+// id and the listing.
+func TestUsersReachOnlyTheirOwn(t *testing.T) {
+	st := mustOpen(t, storeKinds()[0])
+	svc, _ := newService(t, st, echo)
+	alice := parley.WithUser(context.Background(), "alice")
+	bob := parley.WithUser(context.Background(), "bob")
+	anon := context.Background()
+
+	sess, _, err := svc.Open(alice, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := svc.Turn(alice, sess.ID, "Once", parley.Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, tr)
+	resp, err := svc.Respond(alice, session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "A story"}}, Params: parley.DefaultParams()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range resp.Events() {
+	}
+	rid := resp.Record.ID
+
+	for name, ctx := range map[string]context.Context{"bob": bob, "anonymous": anon} {
+		if _, _, err := svc.Open(ctx, sess.ID); !isNotFound(err) {
+			t.Errorf("%s resumed alice's session: %v", name, err)
+		}
+		if _, err := svc.Conversation(ctx, sess.ID); !isNotFound(err) {
+			t.Errorf("%s read alice's conversation: %v", name, err)
+		}
+		if _, err := svc.Turn(ctx, sess.ID, "mine now", parley.Params{}); !isNotFound(err) {
+			t.Errorf("%s ran a turn on alice's session: %v", name, err)
+		}
+		if _, err := svc.Rename(ctx, sess.ID, "x"); !isNotFound(err) {
+			t.Errorf("%s renamed alice's conversation: %v", name, err)
+		}
+		if _, err := svc.Fork(ctx, sess.ID, 0); !isNotFound(err) {
+			t.Errorf("%s forked alice's conversation: %v", name, err)
+		}
+		if err := svc.DeleteConversation(ctx, sess.ID); !isNotFound(err) {
+			t.Errorf("%s deleted alice's conversation: %v", name, err)
+		}
+		if _, _, err := svc.GetResponse(ctx, rid); !isNotFound(err) {
+			t.Errorf("%s read alice's response: %v", name, err)
+		}
+		if err := svc.DeleteResponse(ctx, rid); !isNotFound(err) {
+			t.Errorf("%s deleted alice's response: %v", name, err)
+		}
+		if _, err := svc.Respond(ctx, session.ResponseRequest{Previous: rid, Input: []parley.Message{{Role: parley.RoleUser, Content: "x"}}, Params: parley.DefaultParams()}); !isNotFound(err) {
+			t.Errorf("%s chained from alice's response: %v", name, err)
+		}
+		if _, err := svc.Respond(ctx, session.ResponseRequest{Conversation: sess.ID, Input: []parley.Message{{Role: parley.RoleUser, Content: "x"}}, Params: parley.DefaultParams()}); !isNotFound(err) {
+			t.Errorf("%s continued alice's conversation: %v", name, err)
+		}
+		if page, _, err := svc.ListConversations(ctx, session.ListQuery{}); err != nil || len(page) != 0 {
+			t.Errorf("%s lists %+v (%v)", name, page, err)
+		}
+	}
+	// Alice's are untouched, and hers to list.
+	got, err := svc.Conversation(alice, sess.ID)
+	if err != nil || len(got.Messages) != 2 || got.User != "alice" {
+		t.Fatalf("alice's session after the others tried: %+v, %v", got, err)
+	}
+	page, more, err := svc.ListConversations(alice, session.ListQuery{})
+	if err != nil || more || len(page) != 2 || page[0].Title != "A story" || page[1].Title != "Once" {
+		t.Fatalf("alice's list %+v more %v: %v", page, more, err)
+	}
+}
+
+// TestListRenameForkRegenerate: the list pages newest first and filters
+// by title; a rename changes the title; a fork keeps the original; a
+// regenerate replaces the last reply in the stored session.
+func TestListRenameForkRegenerate(t *testing.T) {
+	st := mustOpen(t, storeKinds()[0])
+	svc, f := newService(t, st, echo)
+	ctx := parley.WithUser(context.Background(), "alice")
+	var ids []string
+	for i := range 5 {
+		s, _, err := svc.Open(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := svc.Turn(ctx, s.ID, fmt.Sprintf("Topic %d\nmore text", i), parley.Params{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(t, tr)
+		ids = append(ids, s.ID)
+	}
+	if _, _, err := svc.Open(ctx, ""); err != nil { // never used: not listed
+		t.Fatal(err)
+	}
+	page, more, err := svc.ListConversations(ctx, session.ListQuery{Limit: 2})
+	if err != nil || !more || len(page) != 2 || page[0].ID != ids[4] || page[1].ID != ids[3] || page[0].Title != "Topic 4" {
+		t.Fatalf("first page %+v more %v: %v", page, more, err)
+	}
+	page, more, err = svc.ListConversations(ctx, session.ListQuery{Limit: 2, After: page[1].ID})
+	if err != nil || !more || len(page) != 2 || page[0].ID != ids[2] {
+		t.Fatalf("second page %+v more %v: %v", page, more, err)
+	}
+	page, more, err = svc.ListConversations(ctx, session.ListQuery{Limit: 2, After: page[1].ID})
+	if err != nil || more || len(page) != 1 || page[0].ID != ids[0] {
+		t.Fatalf("last page %+v more %v: %v", page, more, err)
+	}
+
+	if _, err := svc.Rename(ctx, ids[1], "Cats and dogs"); err != nil {
+		t.Fatal(err)
+	}
+	page, _, err = svc.ListConversations(ctx, session.ListQuery{Query: "DOGS"})
+	if err != nil || len(page) != 1 || page[0].ID != ids[1] || page[0].Title != "Cats and dogs" {
+		t.Fatalf("search %+v: %v", page, err)
+	}
+
+	// Fork keeps the first message only; the original keeps both.
+	fork, err := svc.Fork(ctx, ids[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fork.ID == ids[0] || len(fork.Messages) != 0 || fork.User != "alice" {
+		t.Fatalf("fork %+v", fork)
+	}
+	if _, err := svc.Fork(ctx, ids[0], 3); parley.ErrorCode(err) != parley.EInvalid {
+		t.Fatalf("fork past the end: %v", err)
+	}
+	orig, _ := svc.Conversation(ctx, ids[0])
+	if len(orig.Messages) != 2 {
+		t.Fatalf("the original after a fork: %+v", orig.Messages)
+	}
+
+	// Regenerate: the stored session holds the prompt once, and the new reply.
+	before := len(f.callList())
+	tr, err := svc.Regenerate(ctx, ids[0], parley.Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, tr)
+	again, _ := svc.Conversation(ctx, ids[0])
+	if len(again.Messages) != 2 || again.Messages[0].Content != "Topic 0\nmore text" || again.Messages[1].Content != "reply to Topic 0\nmore text" {
+		t.Fatalf("after regenerate: %+v", again.Messages)
+	}
+	calls := f.callList()
+	if len(calls) != before+1 || len(calls[before].msgs) != 1 {
+		t.Fatalf("regenerate sent %d messages, want the prompt alone", len(calls[before].msgs))
+	}
+	empty, _, _ := svc.Open(ctx, "")
+	if _, err := svc.Regenerate(ctx, empty.ID, parley.Params{}); parley.ErrorCode(err) != parley.EInvalid {
+		t.Fatalf("regenerate with no prompt: %v", err)
+	}
+}
