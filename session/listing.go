@@ -158,7 +158,7 @@ func checkTitle(t string) error {
 }
 
 // Fork stores a copy of conversation sid holding its first keep messages
-// (its system prompt, settings and title included) under a new id of ctx's
+// (its system prompt, settings and metadata, but not its title) under a new id of ctx's
 // user: the chat page's edit-and-resend, which keeps the original as it
 // was. keep must be at most the messages the conversation holds. It counts
 // against the client's creation limits like any new session.
@@ -177,6 +177,8 @@ func (s *Service) Fork(ctx context.Context, sid string, keep int) (*Session, err
 	if err != nil {
 		return nil, err
 	}
+	// The copy is named by its own first prompt, not the original's title.
+	delete(f.Metadata, TitleKey)
 	if err := s.put(ctx, f); err != nil {
 		return nil, err
 	}

@@ -337,7 +337,7 @@ describe('chat page', { timeout: 240_000 }, () => {
     assert.ok(['eos', 'length', 'stop'].includes(reply.finish), `reply after reconnect finished with ${reply.finish}`);
   });
 
-  test('new chat clears the conversation here and on the server', async () => {
+  test('new chat starts a new conversation; reload restores only it', async () => {
     assert.ok(await page.locator('#log .msg').count() > 0);
     await page.getByRole('button', { name: 'New chat' }).click();
     await page.waitForFunction(() => document.querySelectorAll('#log .msg').length === 0);
@@ -420,9 +420,11 @@ describe('chat page', { timeout: 240_000 }, () => {
   });
 });
 
-// With --api-key the page cannot send a header; it takes ?key= from its own
-// address, drops it from the address bar, and offers it as the WebSocket
-// subprotocol parley.key.KEY beside parley.v1+json.
+// With --api-key the page cannot send a header on its WebSocket; it takes
+// ?key= from its own address (or asks for the key when the server refuses
+// it), drops it from the address bar, keeps it in localStorage, and offers it
+// as the WebSocket subprotocol parley.key.KEY beside parley.v1+json (and as
+// Authorization on its HTTP calls).
 describe('chat page on a server with an API key', { timeout: 120_000 }, () => {
   const KEY = 'ui-test-key-7f3a';
   let server;
@@ -467,17 +469,31 @@ describe('chat page on a server with an API key', { timeout: 120_000 }, () => {
     await page.close();
   });
 
-  test('without the key the page never connects and says why it might be', async () => {
-    const page = await context.newPage(); // a new tab: no key in its sessionStorage
+  test('without the key the page asks for it once, then keeps it', async () => {
+    const page = await context.newPage(); // a new tab of the same browser: the key from ?key= is kept
     const errors = [];
     page.on('pageerror', (err) => errors.push(err.message));
     await page.goto(server.url);
-    // Three refused handshakes take about 0.25+0.5+1 s of backoff at least.
-    await page.waitForSelector('#log .msg.note', { timeout: UI_MS });
-    assert.match(await page.locator('#log .msg.note').textContent(), /\?key=/);
+    await page.waitForSelector('#conn[data-state="connected"]', { timeout: UI_MS });
+    assert.equal(await page.locator('#key-dialog').isVisible(), false, 'a kept key is not asked for again');
+    // Forget it: the page asks, and a wrong key is asked for again.
+    await page.evaluate(() => localStorage.removeItem('parley.key'));
+    await page.reload();
+    const dialog = page.getByRole('dialog', { name: 'API key' });
+    await dialog.waitFor();
     assert.notEqual(await page.locator('#conn').getAttribute('data-state'), 'connected');
-    assert.equal(await page.locator('#session-id').textContent(), '');
-    assert.deepEqual(errors, [], 'no uncaught errors (the browser logs the refused handshakes itself)');
+    await dialog.getByLabel('API key', { exact: true }).fill('wrong-key');
+    await dialog.getByRole('button', { name: 'Use this key' }).click();
+    await page.reload();
+    await dialog.waitFor();
+    assert.match(await dialog.textContent(), /refused/);
+    await dialog.getByLabel('API key', { exact: true }).fill(KEY);
+    await dialog.getByRole('button', { name: 'Use this key' }).click();
+    await page.waitForSelector('#conn[data-state="connected"]', { timeout: UI_MS });
+    await page.reload();
+    await page.waitForSelector('#conn[data-state="connected"]', { timeout: UI_MS });
+    assert.equal(await page.locator('#key-dialog').isVisible(), false, 'asked once');
+    assert.deepEqual(errors, [], 'no uncaught errors');
     await page.close();
   });
 });

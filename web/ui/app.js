@@ -11,6 +11,10 @@
 //   compared with the history the server sent and redrawn when they differ.
 // - Model text reaches the DOM only through ParleyMarkdown.render (html off) or
 //   textContent; nothing else is assigned to innerHTML.
+// - The conversation list comes from the server (GET v1/conversations): the
+//   same list in every browser of the same user. Each message node carries
+//   data-index, its position in state.messages (= the server's history), which
+//   its actions (edit, regenerate) name.
 (() => {
   'use strict';
 
@@ -37,6 +41,9 @@
     settings: $('settings'), settingsForm: $('settings-form'), defaults: $('s-defaults'),
     sTemperature: $('s-temperature'), sMaxTokens: $('s-max-tokens'), sTopP: $('s-top-p'),
     sTopK: $('s-top-k'), sSystem: $('s-system'),
+    sidebar: $('sidebar'), openSidebar: $('open-sidebar'), closeSidebar: $('close-sidebar'), search: $('search'),
+    convList: $('conv-list'), convEmpty: $('conv-empty'),
+    keyDialog: $('key-dialog'), keyInput: $('key-input'), keyHint: $('key-hint'),
   };
 
   // Storage can throw (privacy modes, disabled cookies); the page still works
@@ -59,7 +66,11 @@
     notice: '',          // shown once the next session opens
     apiKey: '',
     settings: { ...DEFAULTS },
+    pendingPrompt: '',   // an edited prompt to send once the fork it starts opens
   };
+
+  // The conversation list (the sidebar), as the server last listed it.
+  const list = { items: [], seq: 0, available: true, timer: 0 };
 
   // ---------- settings ----------
 
@@ -184,6 +195,7 @@
     // after a few in a row it names the likely cause it can do something about.
     state.refused = opened ? 0 : state.refused + 1;
     if (state.refused === 3) {
+      ensureKey().then((asked) => { if (asked) { state.attempt = 0; scheduleReconnect(true); } });
       addNote('note', state.apiKey
         ? 'Cannot open a chat connection. Is the server up, and is the ?key= this page was opened with right?'
         : 'Cannot open a chat connection. Is the server up? If it requires an API key, open this page as …/?key=YOUR_KEY.');
@@ -240,10 +252,11 @@
 
   function onSession(msg) {
     let messages = Array.isArray(msg.messages)
-      ? msg.messages.filter((m) => m && typeof m.content === 'string')
+      ? msg.messages.filter((m) => m && typeof m === 'object')
         .map((m) => ({
-          role: String(m.role), content: m.content, interrupted: m.interrupted === true,
+          role: String(m.role), content: typeof m.content === 'string' ? m.content : '', interrupted: m.interrupted === true,
           reasoning: typeof m.reasoning === 'string' ? m.reasoning : '',
+          tool_calls: Array.isArray(m.tool_calls) ? m.tool_calls : [], name: typeof m.name === 'string' ? m.name : '',
         }))
       : [];
     // A reply still generating (a reload or a reconnect mid-reply): the
@@ -268,6 +281,15 @@
     const sys = state.settings.system;
     if (sys && (!msg.resumed || wasReset) && !messages.some((m) => m.role === 'system' && m.content === sys)) sendSystem();
     setConn('connected', 'Connected');
+    refreshActions();
+    refreshList();
+    if (state.pendingPrompt && !live) {
+      // The fork an edit started is open: send the edited prompt on it.
+      ui.input.value = state.pendingPrompt;
+      state.pendingPrompt = '';
+      autosize();
+      sendPrompt();
+    }
   }
 
   // A reasoning model's thought arrives as thinking messages before the
@@ -337,6 +359,7 @@
     if (!state.reply) return;
     if (state.sessionId) store.set(localStorage, KEYS.started, state.sessionId);
     finishReply(msg);
+    refreshList();
   }
 
   function onError(msg) {
@@ -369,14 +392,24 @@
       const r = state.reply;
       state.reply = null;
       r.node.remove();
+      if (r.regen) {
+        // The stored session kept its reply: show it again.
+        addNote('error', `${text} (${code})`);
+        resync();
+        return;
+      }
       // The server did not take the prompt into its history.
       const last = state.messages[state.messages.length - 1];
       if (last && last.role === 'user') state.messages.pop();
-      if (r.userNode) r.userNode.classList.add('rejected');
+      if (r.userNode) {
+        r.userNode.classList.add('rejected');
+        r.userNode.removeAttribute('data-index');
+      }
       if (!ui.input.value) { ui.input.value = r.prompt; autosize(); } // let the user fix and resend
     }
     addNote('error', `${text} (${code})`);
     updateControls();
+    refreshActions();
   }
 
   // dropSocket closes the live socket without waiting for its close event.
@@ -402,11 +435,13 @@
   function renderHistory(messages) {
     if (state.reply) { state.reply = null; }
     clearLog();
-    for (const m of messages) {
+    messages.forEach((m, i) => {
       const node = addMessage(m.role, m.content);
+      node.dataset.index = String(i);
       if (m.role === 'assistant') {
         addCopyButtons(node.querySelector('.content'));
         showThought(node, m.reasoning, 0);
+        showToolCalls(node, m.tool_calls);
       }
       if (m.interrupted) {
         node.dataset.finish = 'interrupted';
@@ -418,12 +453,32 @@
         meta.append(tag);
         node.append(meta);
       }
-    }
+    });
     scrollToEnd(true);
   }
 
+  // showToolCalls shows a reply's tool calls, each collapsed to its name,
+  // expandable to its arguments (pretty-printed when they are JSON).
+  function showToolCalls(node, calls) {
+    for (const c of calls || []) {
+      if (!c || typeof c !== 'object') continue;
+      const box = document.createElement('details');
+      box.className = 'tool';
+      const summary = document.createElement('summary');
+      summary.textContent = `Tool call: ${String(c.name || '?')}`;
+      const pre = document.createElement('pre');
+      pre.textContent = prettyJSON(String(c.arguments || ''));
+      box.append(summary, pre);
+      node.querySelector('.content').after(box);
+    }
+  }
+
+  function prettyJSON(text) {
+    try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return text; }
+  }
+
   // note and error are the page's own notices, never part of the conversation.
-  const ROLE_NAMES = { user: 'You', assistant: 'Parley', system: 'System prompt', note: 'Notice', error: 'Error' };
+  const ROLE_NAMES = { user: 'You', assistant: 'Parley', system: 'System prompt', tool: 'Tool result', note: 'Notice', error: 'Error' };
 
   // addMessage appends one message and returns its node. Assistant text is
   // rendered as Markdown; everything else is plain text.
@@ -438,7 +493,11 @@
     const content = document.createElement('div');
     content.className = 'content';
     if (known === 'assistant') content.innerHTML = renderMarkdown(text);
-    else content.textContent = text;
+    else if (known === 'tool') {
+      const pre = document.createElement('pre');
+      pre.textContent = prettyJSON(text);
+      content.append(pre);
+    } else content.textContent = text;
     node.append(who, content);
     ui.empty.hidden = true;
     ui.log.append(node);
@@ -508,15 +567,23 @@
     // Mirror what the server commits: a finished turn joins the history, a
     // failed one and a cancelled one without text do not (nor does their
     // prompt). After an interruption the next session event tells.
+    const toolCalls = Array.isArray(msg.tool_calls) ? msg.tool_calls : [];
+    showToolCalls(r.node, toolCalls);
     if (finish === 'error' || (finish === 'cancelled' && r.text === '')) {
       const last = state.messages[state.messages.length - 1];
-      if (last && last.role === 'user') state.messages.pop();
+      if (r.regen) resync(); // nothing was stored: the old reply stands
+      else if (last && last.role === 'user') {
+        state.messages.pop();
+        if (r.userNode) r.userNode.removeAttribute('data-index');
+      }
     } else if (finish !== 'interrupted') {
-      state.messages.push({ role: 'assistant', content: r.text, reasoning: r.thought });
+      r.node.dataset.index = String(state.messages.length);
+      state.messages.push({ role: 'assistant', content: r.text, reasoning: r.thought, tool_calls: toolCalls });
     }
     r.node.append(replyMeta(r, msg, finish));
     if (stick) scrollToEnd(true);
     updateControls();
+    refreshActions();
     if (finish !== 'interrupted') ui.input.focus({ preventScroll: true });
   }
 
@@ -598,19 +665,345 @@
     });
     if (!ok) return;
     const userNode = addMessage('user', text);
+    userNode.dataset.index = String(state.messages.length);
     state.messages.push({ role: 'user', content: text });
+    ui.input.value = '';
+    autosize();
+    startReply(userNode, text, false);
+  }
+
+  // startReply shows the reply to prompt (userNode's) as waiting; regen: it
+  // replaces the reply the conversation had.
+  function startReply(userNode, prompt, regen) {
     const node = addMessage('assistant', '');
     node.dataset.state = 'waiting';
     node.setAttribute('aria-busy', 'true'); // screen readers read the reply once, when it is done
     state.reply = {
-      node, userNode, prompt: text, content: node.querySelector('.content'),
+      node, userNode, prompt, content: node.querySelector('.content'), regen,
       text: '', thought: '', thoughtAt: 0, thoughtEnd: 0,
       tokens: 0, seq: 0, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false,
     };
-    ui.input.value = '';
-    autosize();
     scrollToEnd(true);
     updateControls();
+    refreshActions();
+  }
+
+  // regenerate asks the server for a new last reply: the stored session
+  // drops the old one and keeps the new one.
+  function regenerate() {
+    if (!state.ready || state.reply) return;
+    let u = state.messages.length - 1;
+    while (u >= 0 && state.messages[u].role !== 'user') u--;
+    if (u < 0 || u === state.messages.length - 1) return;
+    const s = state.settings;
+    const ok = sendJSON({
+      type: 'regenerate',
+      params: { temperature: s.temperature, max_tokens: s.max_tokens, top_p: s.top_p, top_k: s.top_k },
+    });
+    if (!ok) return;
+    const userNode = ui.log.querySelector(`.msg[data-index="${u}"]`);
+    for (const n of [...ui.log.querySelectorAll('.msg')]) {
+      // The old reply and what followed it (its notes included) go.
+      if (userNode && n.compareDocumentPosition(userNode) & Node.DOCUMENT_POSITION_PRECEDING) n.remove();
+    }
+    state.messages = state.messages.slice(0, u + 1);
+    startReply(userNode, state.messages[u].content, true);
+  }
+
+  // resync drops the socket and opens it again: the session event that
+  // follows redraws the history as the server holds it.
+  function resync() {
+    dropSocket();
+    state.attempt = 0;
+    scheduleReconnect(true);
+  }
+
+  // ---------- message actions ----------
+
+  function actionButton(text, label, onClick) {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'btn ghost';
+    b.textContent = text;
+    b.setAttribute('aria-label', label);
+    b.addEventListener('click', () => onClick(b));
+    return b;
+  }
+
+  // refreshActions puts each message's actions under it: Copy on replies,
+  // Edit on prompts, Regenerate on the last reply; none while a reply runs.
+  function refreshActions() {
+    for (const n of ui.log.querySelectorAll('.msg-actions')) n.remove();
+    const busy = !!state.reply;
+    const nodes = [...ui.log.querySelectorAll('.msg[data-index]')];
+    nodes.forEach((node, k) => {
+      const i = Number(node.dataset.index);
+      const m = state.messages[i];
+      if (!m || node.querySelector('.edit-box')) return;
+      const bar = document.createElement('div');
+      bar.className = 'msg-actions';
+      if (m.role === 'assistant' && node.dataset.state !== 'waiting' && node.dataset.state !== 'streaming') {
+        bar.append(actionButton('Copy', 'Copy reply', (b) => copyText(m.content, b)));
+        if (!busy && state.ready && k === nodes.length - 1 && i === state.messages.length - 1) {
+          bar.append(actionButton('Regenerate', 'Regenerate reply', regenerate));
+        }
+      }
+      if (m.role === 'user' && !busy && state.ready) bar.append(actionButton('Edit', 'Edit prompt', () => startEdit(node, i)));
+      if (bar.childElementCount) node.append(bar);
+    });
+  }
+
+  // startEdit turns prompt i into an editor. Sending the edit forks the
+  // conversation before that prompt (the original stays as it was, in the
+  // list) and sends the edited prompt on the fork.
+  function startEdit(node, i) {
+    const content = node.querySelector('.content');
+    const box = document.createElement('form');
+    box.className = 'edit-box';
+    box.setAttribute('aria-label', 'Edit prompt');
+    const ta = document.createElement('textarea');
+    ta.value = state.messages[i].content;
+    ta.rows = 3;
+    ta.setAttribute('aria-label', 'Edited prompt');
+    const row = document.createElement('div');
+    row.className = 'row';
+    const cancel = actionButton('Cancel', 'Cancel edit', () => close());
+    const send = document.createElement('button');
+    send.type = 'submit';
+    send.className = 'btn primary';
+    send.textContent = 'Save & send';
+    row.append(cancel, send);
+    box.append(ta, row);
+    content.hidden = true;
+    content.after(box);
+    refreshActions();
+    ta.focus();
+    function close() {
+      box.remove();
+      content.hidden = false;
+      refreshActions();
+    }
+    box.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const text = ta.value;
+      if (!text.trim()) return;
+      close();
+      forkAndSend(i, text);
+    });
+    ta.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
+        e.preventDefault();
+        box.requestSubmit();
+      } else if (e.key === 'Escape') {
+        e.preventDefault();
+        e.stopPropagation();
+        close();
+      }
+    });
+  }
+
+  async function forkAndSend(i, text) {
+    if (!state.sessionId || state.reply) return;
+    let fork;
+    try {
+      fork = await api('POST', `v1/conversations/conv_${encodeURIComponent(state.sessionId)}/fork`, { messages: i });
+    } catch (err) {
+      addNote('error', `Could not edit the prompt: ${err.message}`);
+      return;
+    }
+    state.pendingPrompt = text;
+    switchSession(String(fork.id || '').replace(/^conv_/, ''));
+  }
+
+  // ---------- the server's HTTP API ----------
+
+  // api calls one of the server's HTTP routes (relative to the page, so a
+  // reverse proxy's prefix is kept) with the API key, and returns its JSON;
+  // a failure throws an Error with the HTTP status in .status.
+  async function api(method, path, body) {
+    const headers = {};
+    if (state.apiKey) headers.Authorization = `Bearer ${state.apiKey}`;
+    if (body !== undefined) headers['Content-Type'] = 'application/json';
+    const res = await fetch(new URL(path, location.href), {
+      method, headers, cache: 'no-store', body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    let data = null;
+    try { data = await res.json(); } catch { data = null; }
+    if (!res.ok) {
+      const err = new Error((data && data.error && data.error.message) || `HTTP ${res.status}`);
+      err.status = res.status;
+      throw err;
+    }
+    return data;
+  }
+
+  // ensureKey asks for an API key when the server refuses the page's (or
+  // its lack of one), and keeps the key given in localStorage, so the page
+  // asks once. It resolves true when a new key was given.
+  let keyAsked = null;
+  function ensureKey() {
+    if (keyAsked) return keyAsked;
+    keyAsked = (async () => {
+      try {
+        await api('GET', 'v1/conversations?limit=1');
+        return false;
+      } catch (err) {
+        if (err.status !== 401) return false;
+      }
+      ui.keyHint.textContent = state.apiKey
+        ? 'The server refused the API key this page kept. Enter the right one; the page keeps it in this browser.'
+        : 'This server needs an API key. The page keeps it in this browser.';
+      ui.keyInput.value = '';
+      ui.keyDialog.returnValue = '';
+      ui.keyDialog.showModal();
+      await new Promise((resolve) => ui.keyDialog.addEventListener('close', resolve, { once: true }));
+      const key = ui.keyInput.value.trim();
+      if (ui.keyDialog.returnValue !== 'save' || !key) return false;
+      state.apiKey = key;
+      store.set(localStorage, KEYS.apiKey, key);
+      return true;
+    })().finally(() => { keyAsked = null; });
+    return keyAsked;
+  }
+
+  // ---------- the conversation list ----------
+
+  const SVG = 'http://www.w3.org/2000/svg';
+  function icon(d) {
+    const svg = document.createElementNS(SVG, 'svg');
+    svg.setAttribute('viewBox', '0 0 24 24');
+    svg.setAttribute('width', '16');
+    svg.setAttribute('height', '16');
+    svg.setAttribute('aria-hidden', 'true');
+    const p = document.createElementNS(SVG, 'path');
+    p.setAttribute('d', d);
+    svg.append(p);
+    return svg;
+  }
+
+  async function refreshList() {
+    if (!list.available) return;
+    const seq = ++list.seq;
+    const q = ui.search.value.trim();
+    let data;
+    try {
+      data = await api('GET', `v1/conversations?limit=100${q ? `&q=${encodeURIComponent(q)}` : ''}`);
+    } catch (err) {
+      if (err.status === 404) {
+        // A server without the Conversations API: no list to show.
+        list.available = false;
+        ui.sidebar.hidden = true;
+        ui.openSidebar.hidden = true;
+      }
+      return;
+    }
+    if (seq !== list.seq) return; // a newer listing is on its way
+    list.items = data && Array.isArray(data.data) ? data.data : [];
+    renderList();
+  }
+
+  function renderList() {
+    if (ui.convList.querySelector('.conv-title-input')) return; // not while a title is being edited
+    ui.convList.replaceChildren();
+    for (const c of list.items) {
+      const sid = String(c.session || '');
+      const title = String(c.title || '') || 'Untitled';
+      const li = document.createElement('li');
+      li.className = 'conv';
+      li.dataset.id = sid;
+      const open = document.createElement('button');
+      open.type = 'button';
+      open.className = 'conv-open';
+      open.textContent = title;
+      open.title = title;
+      open.addEventListener('click', () => { if (sid !== state.sessionId) switchSession(sid); else closeSidebar(); });
+      const rename = document.createElement('button');
+      rename.type = 'button';
+      rename.className = 'btn ghost icon';
+      rename.setAttribute('aria-label', `Rename “${title}”`);
+      rename.title = 'Rename';
+      rename.append(icon('M4 20h4L19 9l-4-4L4 16v4zM14 6l4 4'));
+      rename.addEventListener('click', () => startRename(li, c, title));
+      const del = document.createElement('button');
+      del.type = 'button';
+      del.className = 'btn ghost icon';
+      del.setAttribute('aria-label', `Delete “${title}”`);
+      del.title = 'Delete';
+      del.append(icon('M4 7h16M9 7V4h6v3M6 7l1 13h10l1-13'));
+      del.addEventListener('click', () => deleteConversation(c, title));
+      li.append(open, rename, del);
+      ui.convList.append(li);
+    }
+    ui.convEmpty.hidden = list.items.length > 0;
+    ui.convEmpty.textContent = ui.search.value.trim() ? 'No conversation has that in its title.' : 'No conversations yet.';
+    markCurrent();
+  }
+
+  function markCurrent() {
+    for (const li of ui.convList.children) {
+      if (li.dataset.id === state.sessionId) li.setAttribute('aria-current', 'true');
+      else li.removeAttribute('aria-current');
+    }
+  }
+
+  function startRename(li, c, title) {
+    const open = li.querySelector('.conv-open');
+    const input = document.createElement('input');
+    input.className = 'conv-title-input';
+    input.value = title;
+    input.setAttribute('aria-label', 'New title');
+    open.replaceWith(input);
+    input.focus();
+    input.select();
+    let done = false;
+    const finish = async (save) => {
+      if (done) return;
+      done = true;
+      const t = input.value.trim();
+      input.remove(); // renderList waits for no title input
+      if (save && t && t !== title) {
+        try {
+          await api('POST', `v1/conversations/${encodeURIComponent(c.id)}`, { title: t });
+        } catch (err) {
+          addNote('error', `Could not rename: ${err.message}`);
+        }
+      }
+      await refreshList();
+      const again = [...ui.convList.children].find((n) => n.dataset.id === c.session);
+      if (again) again.querySelector('.conv-open').focus();
+    };
+    input.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') { e.preventDefault(); finish(true); }
+      else if (e.key === 'Escape') { e.preventDefault(); e.stopPropagation(); finish(false); }
+    });
+    input.addEventListener('blur', () => finish(true));
+  }
+
+  async function deleteConversation(c, title) {
+    if (!window.confirm(`Delete “${title}”? Its messages are deleted from the server.`)) return;
+    try {
+      await api('DELETE', `v1/conversations/${encodeURIComponent(c.id)}`);
+    } catch (err) {
+      if (err.status !== 404) {
+        addNote('error', `Could not delete: ${err.message}`);
+        return;
+      }
+    }
+    if (c.session === state.sessionId) newChat();
+    refreshList();
+  }
+
+  function openSidebar() {
+    ui.sidebar.classList.add('open');
+    ui.openSidebar.setAttribute('aria-expanded', 'true');
+    ui.search.focus();
+  }
+
+  function closeSidebar() {
+    if (!ui.sidebar.classList.contains('open')) return;
+    ui.sidebar.classList.remove('open');
+    ui.openSidebar.setAttribute('aria-expanded', 'false');
+    ui.openSidebar.focus({ preventScroll: true });
   }
 
   // followReply shows a reply the server is still generating, its text so
@@ -640,28 +1033,31 @@
     }
   }
 
-  function newChat() {
-    const r = state.reply;
-    if (r) {
-      // Stop generating and stop following the reply; its done event is ignored.
+  // switchSession leaves the conversation on screen for session sid (null:
+  // a new one): the socket is dropped and opened on it, and its session
+  // event draws its history. A reply still streaming here is stopped.
+  function switchSession(sid) {
+    if (state.reply) {
       sendJSON({ type: 'cancel' });
       state.reply = null;
     }
     clearLog();
     state.messages = [];
-    if (state.ready && sendJSON({ type: 'reset' })) {
-      state.resetPending = true; // Send waits for the session event that confirms it
-    } else {
-      // Not connected: forget the session so the next connect starts fresh.
-      state.sessionId = null;
-      store.set(localStorage, KEYS.session, null);
-      ui.sessionId.textContent = '';
-      ui.sessionWrap.hidden = true;
-      if (state.ws) dropSocket();
-      state.attempt = 0;
-      scheduleReconnect(true);
-    }
+    state.sessionId = sid || null;
+    store.set(localStorage, KEYS.session, state.sessionId);
+    ui.sessionId.textContent = state.sessionId || '';
+    ui.sessionWrap.hidden = !state.sessionId;
+    dropSocket();
+    state.attempt = 0;
+    scheduleReconnect(true);
+    markCurrent();
+    closeSidebar();
     updateControls();
+  }
+
+  // newChat starts a new conversation; the one on screen stays in the list.
+  function newChat() {
+    switchSession(null);
     ui.input.focus();
   }
 
@@ -688,7 +1084,7 @@
     // and the session id lives on in localStorage.
     const params = new URLSearchParams(location.search);
     const key = params.get('key');
-    if (key !== null) store.set(sessionStorage, KEYS.apiKey, key || null);
+    if (key !== null) store.set(localStorage, KEYS.apiKey, key || null);
     const session = params.get('session');
     if (session) store.set(localStorage, KEYS.session, session);
     if (key !== null || session) {
@@ -697,7 +1093,7 @@
       const q = params.toString();
       history.replaceState(null, '', location.pathname + (q ? `?${q}` : '') + location.hash);
     }
-    state.apiKey = store.get(sessionStorage, KEYS.apiKey) || '';
+    state.apiKey = store.get(localStorage, KEYS.apiKey) || '';
     state.sessionId = store.get(localStorage, KEYS.session) || null;
   }
 
@@ -726,7 +1122,19 @@
       ui.settings.returnValue = '';
     });
     window.addEventListener('online', retryNow);
-    document.addEventListener('visibilitychange', () => { if (!document.hidden) retryNow(); });
+    document.addEventListener('visibilitychange', () => { if (!document.hidden) { retryNow(); refreshList(); } });
+    ui.openSidebar.addEventListener('click', openSidebar);
+    ui.closeSidebar.addEventListener('click', closeSidebar);
+    ui.search.addEventListener('input', () => {
+      clearTimeout(list.timer);
+      list.timer = setTimeout(refreshList, 200);
+    });
+    document.addEventListener('keydown', (e) => {
+      // Esc stops the reply (dialogs and editors handle their own Esc first).
+      if (e.key !== 'Escape' || e.defaultPrevented || document.querySelector('dialog[open]')) return;
+      if (ui.sidebar.classList.contains('open')) closeSidebar();
+      else if (state.reply) { e.preventDefault(); stopReply(); }
+    });
   }
 
   readURL();
@@ -734,5 +1142,9 @@
   showThemeButton();
   bind();
   updateControls();
-  connect();
+  // Ask for a key first when the server needs one the page does not have.
+  ensureKey().finally(() => {
+    connect();
+    refreshList();
+  });
 })();
