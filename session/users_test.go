@@ -2,10 +2,14 @@ package session_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
@@ -230,5 +234,51 @@ func TestListRenameForkRegenerate(t *testing.T) {
 	empty, _, _ := svc.Open(ctx, "")
 	if _, err := svc.Regenerate(ctx, empty.ID, parley.Params{}); parley.ErrorCode(err) != parley.EInvalid {
 		t.Fatalf("regenerate with no prompt: %v", err)
+	}
+}
+
+// TestBoltIndexesUsersOfOlderFiles: a file written before users existed
+// (no user buckets) gets its sessions indexed under their users when it is
+// opened, so the list shows them.
+func TestBoltIndexesUsersOfOlderFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sessions.db")
+	st, err := session.OpenBoltStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &session.Session{ID: mustID(t), User: "alice", Messages: turnMsgs("hi", "hello")}
+	anon := &session.Session{ID: mustID(t), Messages: turnMsgs("hey", "ho")}
+	mustPut(t, st, a)
+	mustPut(t, st, anon)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		return errors.Join(tx.DeleteBucket([]byte("userof")), tx.DeleteBucket([]byte("byuser")))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	st, err = session.OpenBoltStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for user, want := range map[string]string{"alice": a.ID, "": anon.ID} {
+		ids, err := st.UserSessions(context.Background(), user)
+		if err != nil || !slices.Equal(ids, []string{want}) {
+			t.Fatalf("%q's sessions after reopening: %v, %v", user, ids, err)
+		}
+	}
+	// Deleting still finds the entries the upgrade made.
+	if err := st.Delete(context.Background(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := st.UserSessions(context.Background(), "alice"); len(ids) != 0 {
+		t.Fatalf("after delete: %v", ids)
 	}
 }
