@@ -3,6 +3,7 @@ package web_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -187,6 +188,22 @@ func TestCrossUserIDsAreNotFound(t *testing.T) {
 	// A wrong key is still refused.
 	if code, _ := call(t, "GET", s.base+"/v1/conversations", "nobody", nil); code != http.StatusUnauthorized {
 		t.Fatalf("a wrong key: %d", code)
+	}
+	// The log names users, never their keys.
+	named := false
+	for _, e := range s.logs.All() {
+		line := fmt.Sprint(e.Message, e.ContextMap())
+		for _, key := range []string{alice, bob, anon} {
+			if strings.Contains(line, key) {
+				t.Errorf("a key in the log: %s", line)
+			}
+		}
+		if e.ContextMap()["user"] == "alice" {
+			named = true
+		}
+	}
+	if !named {
+		t.Error("no log line names the user alice")
 	}
 }
 

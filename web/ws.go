@@ -141,6 +141,9 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	}
 	cn.id = sess.ID
 	cn.log = s.log.With(zap.String("session", sess.ID), zap.String("remote", ip))
+	if user != "" {
+		cn.log = cn.log.With(zap.String("user", user)) // the name, never the key
+	}
 	cn.log.Info("session open", zap.Bool("resumed", resumed), zap.Bool("json", jsonMode),
 		zap.Int("messages", len(sess.Messages)))
 	start := time.Now()
