@@ -149,6 +149,14 @@ func TestCrossUserIDsAreNotFound(t *testing.T) {
 			t.Errorf("another user resumed alice's chat: %+v", m)
 		}
 		ws.Close()
+		// Nor does the Responses WebSocket mode chain from her response.
+		rws := dial(t, s.url+"/v1/responses", auth(key))
+		rws.WriteJSON(map[string]any{"type": "response.create", "input": "go on", "previous_response_id": r.ID, "max_output_tokens": 2})
+		var ev map[string]any
+		if err := rws.ReadJSON(&ev); err != nil || ev["type"] != "error" || ev["status"] != float64(http.StatusNotFound) {
+			t.Errorf("another user chained from alice's response on the Responses WebSocket: %v %v", ev, err)
+		}
+		rws.Close()
 		var l convList
 		mustCall(t, "GET", s.base+"/v1/conversations", key, nil, &l)
 		if len(l.Data) != 0 {
