@@ -464,15 +464,16 @@ func (s *Service) Regenerate(ctx context.Context, id string, p parley.Params) (*
 }
 
 // dropLastReply removes the last user message and what follows it, and
-// returns that message.
-func (s *Session) dropLastReply() (parley.Message, error) {
+// returns that message and its absolute position.
+func (s *Session) dropLastReply() (parley.Message, int, error) {
 	for i := len(s.Messages) - 1; i >= 0; i-- {
 		if m := s.Messages[i]; m.Role == parley.RoleUser {
-			s.removeSpan(s.Trimmed+i, s.Next())
-			return m, nil
+			abs := s.Trimmed + i
+			s.removeSpan(abs, s.Next())
+			return m, abs, nil
 		}
 	}
-	return parley.Message{}, parley.Errorf(parley.EInvalid, "there is no reply to regenerate: the conversation has no prompt")
+	return parley.Message{}, 0, parley.Errorf(parley.EInvalid, "there is no reply to regenerate: the conversation has no prompt")
 }
 
 // turn adds input, a user's prompt or a tool's result, to the session's
@@ -499,11 +500,16 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		unlock()
 		return nil, err
 	}
+	var reapply func(*Session)
 	if input.Role == "" { // Regenerate
-		if input, err = sess.dropLastReply(); err != nil {
+		var from int
+		if input, from, err = sess.dropLastReply(); err != nil {
 			unlock()
 			return nil, err
 		}
+		// Another replica's write found at commit (ErrConflict) keeps
+		// the drop: the reply goes from the same position in its copy.
+		reapply = func(fresh *Session) { fresh.removeSpan(from, fresh.Next()) }
 	}
 	if input.Role == parley.RoleTool {
 		if err := checkToolResults(sess.Messages, []parley.Message{input}); err != nil {
@@ -516,7 +522,7 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		p = s.Params(sess)
 		p.SkipLogprobs = skip
 	}
-	t := &Turn{resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated)}
+	t := &Turn{resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated), reapply: reapply}
 	if len(sess.Messages) == 0 {
 		t.kv = KVNew
 	}
