@@ -223,7 +223,7 @@ func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) er
 func (s *Service) load(ctx context.Context, id string) (*Session, error) {
 	sess, err := s.store.Get(ctx, id)
 	if parley.ErrorCode(err) == parley.ENotFound {
-		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx)}, nil
+		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), Model: parley.ModelFrom(ctx)}, nil
 	}
 	return sess, err
 }
@@ -237,7 +237,7 @@ func (s *Service) newSession(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx)}, nil
+	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), Model: parley.ModelFrom(ctx)}, nil
 }
 
 // update applies f to the stored session under the session's lock (an id
@@ -513,9 +513,15 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 			return err
 		}
 	}
+	if sess.Model != "" {
+		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
+	}
 	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
 		ts.unlock()
+		if sess.Model != "" && parley.ErrorCode(err) == parley.ENotFound {
+			return parley.Errorf(parley.ENotFound, "this conversation was held with model %q, which this server no longer serves (%s); start a new conversation", sess.Model, parley.ErrorMessage(err))
+		}
 		return err
 	}
 	t.id, t.reply, t.events = sess.ID, reply, make(chan parley.Event, turnBuffer)

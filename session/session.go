@@ -53,6 +53,13 @@ type Session struct {
 	// client's sessions by it. "" for sessions created without a client,
 	// and for those stored before owners were recorded.
 	Owner string `json:"owner,omitempty"`
+
+	// Model is the model the conversation is held with when the server
+	// serves several (parley.WithModel at creation), fixed at creation: its
+	// turns run on it. "" for a server with one model, and for sessions
+	// stored before several models were served: their turns run on the
+	// request's model.
+	Model string `json:"model,omitempty"`
 }
 
 // NewID returns a fresh random session id (22 URL-safe characters).

@@ -142,17 +142,23 @@ type parsedResponse struct {
 	stream bool
 	bg     bool   // background: true (api_responses_bg.go)
 	conv   string // the conversation id as given, "" without one
+	model  string // the model the request picked ("" with one model); a stored conversation keeps its own
 	meta   map[string]string
 	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
 	// renameSent names the field the client sent in an error from the engine.
 	renameSent func(error) error
 }
 
-func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
+func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
 	var req responsesRequest
 	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
+	model, err := s.resolveModel(req.Model)
+	if err != nil {
+		return nil, err
+	}
+	ctx = withModel(ctx, model)
 	msgs, err := parseInput(req.Input, "input")
 	if err != nil {
 		return nil, err
@@ -173,7 +179,7 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	if req.Instructions != nil {
 		text.WriteString(*req.Instructions)
 	}
-	if err := s.checkPromptTokens(text.String()); err != nil {
+	if err := s.checkPromptTokens(ctx, text.String()); err != nil {
 		return nil, err
 	}
 	if req.Reasoning != nil && req.Reasoning.Effort != nil {
@@ -219,7 +225,7 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 		return nil, err
 	}
 	resolveSeed(&p)
-	out := &parsedResponse{typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
+	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		renameSent: req.paramsPatch.renameSent,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
@@ -453,7 +459,7 @@ func newMessageItem(id string, m parley.Message) messageItem {
 
 func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool) *responseObject {
 	o := &responseObject{
-		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: s.modelName(),
+		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: s.modelName(context.Background()),
 		Output: []any{}, Store: stored, Temperature: rec.Temperature, TopP: rec.TopP,
 		ToolChoice: "auto", Tools: []string{}, Text: json.RawMessage(`{"format":{"type":"text"}}`),
 		Truncation: "disabled", Metadata: map[string]string{},
@@ -492,14 +498,14 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pr, err := s.parseResponsesRequest(body)
+	pr, err := s.parseResponsesRequest(c.Request().Context(), body)
 	if err != nil {
 		return err
 	}
 	if pr.bg {
 		return s.startBackground(c, pr)
 	}
-	ctx, cancel := context.WithCancel(c.Request().Context())
+	ctx, cancel := context.WithCancel(withModel(c.Request().Context(), pr.model))
 	defer cancel()
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {

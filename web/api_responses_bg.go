@@ -109,7 +109,7 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 	if err := s.admit(client); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(parley.WithClient(s.stop, client))
+	ctx, cancel := context.WithCancel(withModel(parley.WithClient(s.stop, client), pr.model))
 	pr.req.Durable = true // a crash leaves it stored, interrupted
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {

@@ -91,7 +91,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		func() error { return es.send("response.created", map[string]any{"response": initial}) },
 		func() error { return es.send("response.in_progress", map[string]any{"response": initial}) },
 	)
-	if err == nil && !s.thinks() {
+	if err == nil && !s.thinks(ctx) {
 		err = out.openMessage() // a model without a thought: the message is the one output item
 	}
 	if err != nil {

@@ -42,6 +42,7 @@ type conn struct {
 	// as thinking messages.
 	thinking bool
 	id       string // session id
+	model    string // the session's model, with several models ("" with one)
 
 	inbox *inbox // prompts, control messages and queued answers for the worker, in arrival order
 
@@ -86,7 +87,14 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, resumed, err := s.sessions.Open(r.Context(), r.URL.Query().Get("session"))
+	// ?model= picks a new session's model (with several models; an
+	// unknown one is a 404 before the upgrade). A resumed session keeps
+	// the model it was started with.
+	model, err := s.resolveModel(r.URL.Query().Get("model"))
+	if err != nil {
+		return err
+	}
+	sess, resumed, err := s.sessions.Open(withModel(r.Context(), model), r.URL.Query().Get("session"))
 	if err != nil && !answerOnSocket(err) {
 		return err
 	}
@@ -135,7 +143,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		cn.finish(writerDone)
 		return nil
 	}
-	cn.id = sess.ID
+	cn.id, cn.model = sess.ID, sess.Model
 	cn.log = s.log.With(zap.String("session", sess.ID), zap.String("remote", ip))
 	cn.log.Info("session open", zap.Bool("resumed", resumed), zap.Bool("json", jsonMode),
 		zap.Int("messages", len(sess.Messages)))
@@ -263,7 +271,7 @@ func (c *conn) enqueuePrompt(prompt, callID string, p parley.Params) {
 		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
 		return
 	}
-	if err := c.srv.checkPromptTokens(prompt); err != nil {
+	if err := c.srv.countPromptTokens(withModel(c.ctx, c.model), prompt, false); err != nil {
 		c.refuse("prompt_tokens", err)
 		return
 	}

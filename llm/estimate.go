@@ -1,0 +1,53 @@
+package llm
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+)
+
+// MemoryEstimate is what a model will take in memory once loaded, read
+// from its GGUF header before llama.cpp sees the file: its weights (the
+// file, which llama.cpp maps) and its KV cache for every cache slot. The
+// compute buffers and the KV swap's RAM tier come on top.
+type MemoryEstimate struct {
+	WeightBytes int64 // the GGUF file
+	KVBytes     int64 // ContextLength x CacheSlots tokens of K and V, every layer
+}
+
+// Total is the estimate in bytes.
+func (m MemoryEstimate) Total() int64 { return m.WeightBytes + m.KVBytes }
+
+// String says what the estimate is made of, in MiB.
+func (m MemoryEstimate) String() string {
+	return fmt.Sprintf("file %.1f MiB + KV cache %.1f MiB", float64(m.WeightBytes)/(1<<20), float64(m.KVBytes)/(1<<20))
+}
+
+// EstimateMemory reads cfg.Path's header (a missing, foreign or damaged
+// file is an error naming it, as Open's) and estimates the memory the
+// model takes when Open loads it with cfg.
+func EstimateMemory(cfg Config) (MemoryEstimate, error) {
+	meta, err := readMetadata(cfg.Path)
+	if err != nil {
+		return MemoryEstimate{}, err
+	}
+	if err := cfg.applyDefaults(meta, zap.NewNop()); err != nil {
+		return MemoryEstimate{}, err
+	}
+	headK, headV := meta.headK, meta.headV
+	if headK == 0 && meta.shape.Heads > 0 {
+		headK = meta.shape.Embedding / meta.shape.Heads
+	}
+	if headV == 0 {
+		headV = headK
+	}
+	headsKV := meta.headsKV
+	if headsKV == 0 {
+		headsKV = meta.shape.Heads
+	}
+	perToken := float64(headsKV*(headK+headV)) * kvBytesPerValue(cfg.KVCacheType) * float64(meta.info.Layers)
+	return MemoryEstimate{
+		WeightBytes: meta.info.SizeBytes,
+		KVBytes:     int64(perToken * float64(cfg.ContextLength*cfg.CacheSlots)),
+	}, nil
+}
