@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
 )
 
 // MemoryEstimate is what a model will take in memory once loaded, read
@@ -23,17 +25,20 @@ func (m MemoryEstimate) String() string {
 	return fmt.Sprintf("file %.1f MiB + KV cache %.1f MiB", float64(m.WeightBytes)/(1<<20), float64(m.KVBytes)/(1<<20))
 }
 
-// EstimateMemory reads cfg.Path's header (a missing, foreign or damaged
-// file is an error naming it, as Open's) and estimates the memory the
-// model takes when Open loads it with cfg.
-func EstimateMemory(cfg Config) (MemoryEstimate, error) {
+// Inspect reads cfg.Path's header (a missing, foreign or damaged file is
+// an error naming it, as Open's) and returns the model's facts as Open
+// with cfg would report them (the device's excepted), and the memory it
+// would take.
+func Inspect(cfg Config) (parley.ModelInfo, MemoryEstimate, error) {
 	meta, err := readMetadata(cfg.Path)
 	if err != nil {
-		return MemoryEstimate{}, err
+		return parley.ModelInfo{}, MemoryEstimate{}, err
 	}
 	if err := cfg.applyDefaults(meta, zap.NewNop()); err != nil {
-		return MemoryEstimate{}, err
+		return parley.ModelInfo{}, MemoryEstimate{}, err
 	}
+	info := meta.info
+	info.Path, info.ContextLength, info.Parallel = cfg.Path, cfg.ContextLength, cfg.Parallel
 	headK, headV := meta.headK, meta.headV
 	if headK == 0 && meta.shape.Heads > 0 {
 		headK = meta.shape.Embedding / meta.shape.Heads
@@ -46,7 +51,7 @@ func EstimateMemory(cfg Config) (MemoryEstimate, error) {
 		headsKV = meta.shape.Heads
 	}
 	perToken := float64(headsKV*(headK+headV)) * kvBytesPerValue(cfg.KVCacheType) * float64(meta.info.Layers)
-	return MemoryEstimate{
+	return info, MemoryEstimate{
 		WeightBytes: meta.info.SizeBytes,
 		KVBytes:     int64(perToken * float64(cfg.ContextLength*cfg.CacheSlots)),
 	}, nil

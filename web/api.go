@@ -278,10 +278,16 @@ func (s *Server) startCall(c echo.Context, route, text string, p parley.Params, 
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(c.Request().Context())
+	if s.models != nil && strings.HasSuffix(route, "-stream") {
+		ctx = parley.WithLoadProgress(ctx, s.sseProgress(c))
+	}
 	call := &apiCall{srv: s, route: route, cancel: cancel, params: p, meter: s.meterReply(s.requestCancelCause)}
 	rep, err := start(ctx, s.api.responder)
 	if err != nil {
 		cancel()
+		if c.Response().Committed { // the stream began with load progress: end it with the error
+			s.sseError(c, err)
+		}
 		s.log.Info("reply refused", zap.String("route", route),
 			zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
 		return nil, err
@@ -402,6 +408,9 @@ type streamWriter struct {
 
 // beginStream sends the status and headers of a streamed response.
 func (s *Server) beginStream(c echo.Context, contentType string) *streamWriter {
+	if c.Response().Committed { // begun by sseProgress while the model loaded
+		return &streamWriter{res: c.Response(), rc: http.NewResponseController(c.Response().Writer), wait: s.cfg.WriteWait}
+	}
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, contentType)
 	h.Set("Cache-Control", "no-cache")

@@ -16,6 +16,7 @@ type sessionMessage struct {
 	Type     string           `json:"type"` // "session"
 	ID       string           `json:"id"`
 	Resumed  bool             `json:"resumed"`
+	Model    string           `json:"model,omitempty"` // the session's model, when the server serves several
 	Messages []historyMessage `json:"messages"`
 	Reply    *liveReplyJSON   `json:"reply,omitempty"` // a reply in flight, on resume (ws_resume.go)
 }

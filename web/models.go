@@ -14,6 +14,8 @@ package web
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -251,6 +253,35 @@ type healthModel struct {
 	State     string `json:"state"`
 	InFlight  int    `json:"replies_in_flight"`
 	LastError string `json:"last_error,omitempty"`
+}
+
+// sseProgress shows a streamed request that waits for its model to load
+// the load's progress: it begins the event stream and writes SSE comments
+// (": loading model NAME 42%"), which every SSE client ignores, so the
+// client sees bytes at once and proxies do not time the request out. It
+// runs on the request's goroutine (the registry's wait).
+func (s *Server) sseProgress(c echo.Context) parley.LoadProgress {
+	var w *streamWriter
+	last := -1
+	return func(model string, frac float64) {
+		pct := int(frac * 100)
+		if pct == last {
+			return
+		}
+		last = pct
+		if w == nil {
+			w = s.beginStream(c, "text/event-stream")
+		}
+		_ = w.write([]byte(fmt.Sprintf(": loading model %s %d%%\n\n", model, pct)))
+	}
+}
+
+// sseError ends a stream that sseProgress began with err, as one data
+// event carrying the error body the request would have had as JSON.
+func (s *Server) sseError(c echo.Context, err error) {
+	b, _ := json.Marshal(errorBodyFor(c.Request(), err))
+	w := &streamWriter{res: c.Response(), rc: http.NewResponseController(c.Response().Writer), wait: s.cfg.WriteWait}
+	_ = w.write([]byte("event: error\ndata: " + string(b) + "\n\n"))
 }
 
 // loadingMessage is the JSON-mode WebSocket message that shows a prompt

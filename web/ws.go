@@ -392,7 +392,7 @@ func (c *conn) replyError(err error) {
 func (c *conn) sendError(err error) { c.sendRaw(c.errorFrame(err)) }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
-	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: history(msgs)})
+	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Model: c.model, Messages: history(msgs)})
 }
 
 // replyErrorWait is replyError for the worker's queued answers: it waits up

@@ -72,7 +72,14 @@ func (c *conn) runTurn(prompt, callID string, p parley.Params) {
 	defer c.clearTurn()
 
 	p.SkipLogprobs = !c.json // text mode sends only the pieces
-	turn, err := c.startTurn(r.ctx, prompt, callID, p)
+	ctx := r.ctx
+	if c.json && c.srv.models != nil {
+		// A prompt that waits for its model to load sees the load's progress.
+		ctx = parley.WithLoadProgress(ctx, func(model string, frac float64) {
+			c.sendJSON(loadingMessage{Type: "loading", Model: model, Progress: frac})
+		})
+	}
+	turn, err := c.startTurn(ctx, prompt, callID, p)
 	if err != nil {
 		r.fail()
 		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
