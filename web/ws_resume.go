@@ -217,7 +217,7 @@ func (c *conn) greet(ctx context.Context, sess *session.Session, resumed bool, r
 		}
 	}
 	if c.json {
-		c.sendJSON(sessionMessage{Type: "session", ID: sess.ID, Resumed: resumed, Messages: hist, Reply: live})
+		c.sendJSON(sessionMessage{Type: "session", ID: sess.ID, Resumed: resumed, Model: sess.Model, Messages: hist, Reply: live})
 	}
 	return rp, true
 }

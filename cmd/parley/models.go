@@ -509,6 +509,9 @@ func newServed(cfg config, e modelEntry, log *zap.Logger, ropts []chat.Option) (
 	if e.GPULayers != nil {
 		mc.gpuLayers = gpuLayersFlag(*e.GPULayers)
 	}
+	if err := checkMaxTokens(mc.maxTokens, mc.ctx); err != nil {
+		return nil, registry.Spec{}, err
+	}
 	lcfg := engineConfig(mc, e.Path, log.Named("llm").With(zap.String("model", e.Name)))
 	opts := slices.Clone(ropts)
 	if e.Template != "" {

@@ -83,8 +83,9 @@ type Config struct {
 	// MemoryBudget caps the sum of loaded models' estimates, in bytes; 0 =
 	// no budget.
 	MemoryBudget int64
-	// KeepAlive is the default keep-alive (see Spec.KeepAlive); 0 means
-	// DefaultKeepAlive: use a negative value to keep models forever.
+	// KeepAlive is the default keep-alive (see Spec.KeepAlive): 0 unloads
+	// a model as soon as it is idle, a negative value keeps models until
+	// they must make room (DefaultKeepAlive is Ollama's 5 minutes).
 	KeepAlive time.Duration
 	// MaxWaiting bounds the requests that wait for one model's load;
 	// past it they are refused with busy (DefaultMaxWaiting when 0).
@@ -156,9 +157,6 @@ func New(specs []Spec, load Loader, cfg Config) (*Registry, error) {
 	}
 	if cfg.MaxWaiting <= 0 {
 		cfg.MaxWaiting = DefaultMaxWaiting
-	}
-	if cfg.KeepAlive == 0 {
-		cfg.KeepAlive = DefaultKeepAlive
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
