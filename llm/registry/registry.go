@@ -111,6 +111,9 @@ type Registry struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	closed  bool
+	// freed is closed (and replaced) whenever a lease is released or a
+	// model changes state: what a request waiting for room waits on.
+	freed chan struct{}
 }
 
 // entry is one model's residency; guarded by Registry.mu.
@@ -161,7 +164,7 @@ func New(specs []Spec, load Loader, cfg Config) (*Registry, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	r := &Registry{cfg: cfg, load: load, log: cfg.Logger, entries: make(map[string]*entry, len(specs))}
+	r := &Registry{cfg: cfg, load: load, log: cfg.Logger, entries: make(map[string]*entry, len(specs)), freed: make(chan struct{})}
 	for _, sp := range specs {
 		if sp.Name == "" {
 			return nil, errors.New("models: a model without a name")
@@ -274,10 +277,33 @@ func (r *Registry) Acquire(ctx context.Context, name string) (*Lease, error) {
 				r.mu.Unlock()
 				return nil, err
 			}
-			if err := r.startLoad(e); err != nil {
+			err := r.startLoad(e)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, errRoomLater) {
 				r.mu.Unlock()
 				return nil, err
 			}
+			// The room is held by replies in flight (or models loading or
+			// unloading): wait for one to end, in the model's queue.
+			if e.waiting >= r.cfg.MaxWaiting {
+				r.mu.Unlock()
+				return nil, err
+			}
+			e.waiting++
+			ch := r.freed
+			r.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				r.mu.Lock()
+				e.waiting--
+				r.mu.Unlock()
+				return nil, fmt.Errorf("wait for room to load model %q: %w", name, ctx.Err())
+			}
+			r.mu.Lock()
+			e.waiting--
 			continue
 		}
 		// Loading or Unloading: wait for the change.
@@ -371,7 +397,15 @@ func (r *Registry) startLoad(e *entry) error {
 	var victims []*entry
 	for !fits(resident) {
 		if len(idle) == 0 {
-			return parley.Errorf(parley.EBusy, "no room to load model %q: %s; try again when a reply ends", e.spec.Name, r.occupancy(resident, e))
+			err := parley.Errorf(parley.EBusy, "no room to load model %q: %s; try again when a reply ends", e.spec.Name, r.occupancy(resident, e))
+			for _, o := range resident {
+				if !o.spec.Pin {
+					// Not all pinned: the room comes free when a reply
+					// ends or a load or unload finishes.
+					return &roomLater{err}
+				}
+			}
+			return err
 		}
 		v := idle[0]
 		idle = idle[1:]
@@ -389,6 +423,17 @@ func (r *Registry) startLoad(e *entry) error {
 	go r.run(e, e.gen, victims)
 	return nil
 }
+
+// errRoomLater marks startLoad's refusal when the room a model needs is
+// held by models that will give it up (replies in flight end, loads and
+// unloads finish): the request may wait for it. A room held by pinned
+// models alone is refused at once.
+var errRoomLater = errors.New("room later")
+
+type roomLater struct{ err error }
+
+func (r *roomLater) Error() string   { return r.err.Error() }
+func (r *roomLater) Unwrap() []error { return []error{r.err, errRoomLater} }
 
 // occupancy says what holds the room a model needs: the models loaded,
 // which are in use or pinned, and the cap and budget.
@@ -490,6 +535,13 @@ func (r *Registry) setState(e *entry, st State) {
 	e.state = st
 	close(e.changed)
 	e.changed = make(chan struct{})
+	r.wakeRoom()
+}
+
+// wakeRoom wakes the requests that wait for room; mu is held.
+func (r *Registry) wakeRoom() {
+	close(r.freed)
+	r.freed = make(chan struct{})
 }
 
 // release ends a lease of e.
@@ -499,6 +551,7 @@ func (r *Registry) release(e *entry) {
 	e.refs--
 	e.lastUsed = time.Now()
 	r.scheduleIdle(e)
+	r.wakeRoom()
 }
 
 // scheduleIdle starts e's keep-alive when it is loaded and idle; mu is held.
@@ -633,6 +686,7 @@ func (r *Registry) Used() (bytes int64, models int) {
 func (r *Registry) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
+	r.wakeRoom()
 	var loaded []*entry
 	for _, n := range r.names {
 		if e := r.entries[n]; e.state == Loaded {

@@ -161,13 +161,25 @@ func TestLeastRecentlyUsedIdleUnloadsFirst(t *testing.T) {
 func TestReplyInFlightIsNeverUnloaded(t *testing.T) {
 	r, f := open(t, specs("a", "b"), registry.Config{MaxLoaded: 1, KeepAlive: -1})
 	la := acquire(t, r, "a")
-	_, err := r.Acquire(context.Background(), "b")
-	if parley.ErrorCode(err) != parley.EBusy || !strings.Contains(err.Error(), "1 replies in flight") {
-		t.Fatalf("b while a is in use: %v; want busy naming a's reply", err)
+	// b waits for the room a's reply holds, in b's queue.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := r.Acquire(ctx, "b")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("b while a is in use: %v; want it to wait", err)
 	}
 	if !f.isOpen("a") {
 		t.Fatal("a was unloaded under its reply")
 	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := r.Acquire(context.Background(), "b")
+		if err == nil {
+			l.Release()
+		}
+		got <- err
+	}()
+	eventually(t, "b waits", func() bool { return r.Status()[1].Waiting == 1 })
 	if err := r.Unload("a"); parley.ErrorCode(err) != parley.EBusy {
 		t.Fatalf("admin unload of a busy model: %v; want busy", err)
 	}
@@ -175,8 +187,10 @@ func TestReplyInFlightIsNeverUnloaded(t *testing.T) {
 		t.Fatal("the admin unload cut a's reply")
 	}
 	la.Release()
-	eventually(t, "a unloads after its reply (admin unload pending)", func() bool { return !f.isOpen("a") })
-	acquire(t, r, "b").Release()
+	if err := <-got; err != nil {
+		t.Fatalf("b once a's reply ended: %v", err)
+	}
+	eventually(t, "a unloaded", func() bool { return !f.isOpen("a") })
 }
 
 func TestPinnedModelStays(t *testing.T) {
