@@ -4,7 +4,9 @@
 //
 //   - cold: time to first token of a model that is not loaded (its load
 //     included), over -runs requests, the model unloaded before each;
+//
 //   - warm: the same request to the model once loaded;
+//
 //   - switch: requests that alternate between two models with
 //     --max-loaded-models 1 (each one unloads the other and loads its own),
 //     against the same alternation with both kept loaded.
