@@ -281,7 +281,7 @@ func (s *Server) startCall(c echo.Context, route, text string, p parley.Params, 
 	if s.models != nil && strings.HasSuffix(route, "-stream") {
 		ctx = parley.WithLoadProgress(ctx, s.sseProgress(c))
 	}
-	call := &apiCall{srv: s, route: route, cancel: cancel, params: p, meter: s.meterReply(s.requestCancelCause)}
+	call := &apiCall{srv: s, route: route, cancel: cancel, params: p, meter: s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))}
 	rep, err := start(ctx, s.api.responder)
 	if err != nil {
 		cancel()

@@ -512,7 +512,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 		return pr.renameSent(err)
 	}
 	if !pr.stream {
-		meter := s.meterReply(s.requestCancelCause)
+		meter := s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))
 		for ev := range resp.Events() {
 			meter.observe(ev)
 			if ev.Done {

@@ -69,7 +69,7 @@ func atPart(itemID string, index int, m map[string]any) map[string]any {
 // cancels the turn (through cancel) and ends the stream.
 func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, resp *session.Response, pr *parsedResponse, emit func(typ string, b []byte) error) error {
 	es := &eventStream{emit: emit}
-	meter := s.meterReply(s.requestCancelCause)
+	meter := s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))
 	observe := func(ev parley.Event) {
 		meter.observe(ev)
 		if ev.Done {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
@@ -282,6 +283,30 @@ func (s *Server) sseError(c echo.Context, err error) {
 	b, _ := json.Marshal(errorBodyFor(c.Request(), err))
 	w := &streamWriter{res: c.Response(), rc: http.NewResponseController(c.Response().Writer), wait: s.cfg.WriteWait}
 	_ = w.write([]byte("event: error\ndata: " + string(b) + "\n\n"))
+}
+
+// modelsCollector reports each model's residency at every scrape.
+type modelsCollector struct {
+	s                      *Server
+	state, bytes, inFlight *prometheus.Desc
+}
+
+func (c *modelsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.state
+	ch <- c.bytes
+	ch <- c.inFlight
+}
+
+func (c *modelsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.s.models.Models() {
+		loaded := 0.0
+		if m.State == "loaded" {
+			loaded = 1
+			ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(m.SizeBytes), m.Name)
+		}
+		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, loaded, m.Name)
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(m.InFlight), m.Name)
+	}
 }
 
 // loadingMessage is the JSON-mode WebSocket message that shows a prompt

@@ -284,6 +284,15 @@ func TestSeveralModels(t *testing.T) {
 	if !found || len(ps.Models) != 2 {
 		t.Fatalf("/api/ps: %s", b)
 	}
+
+	// Metrics by model.
+	code, b = call(t, s, "GET", "/metrics", key, nil)
+	for _, want := range []string{`parley_model_replies_total{finish="length",model="stories"} `, `parley_model_replies_total{finish="length",model="deep"} `,
+		`parley_model_loaded{model="deep"} 1`, `parley_model_replies_in_flight{model="wide"} 0`, `parley_model_time_to_first_token_seconds_count{model="wide"} `} {
+		if code != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 func TestModelsBudgetAndPin(t *testing.T) {
