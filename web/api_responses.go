@@ -457,9 +457,14 @@ func newMessageItem(id string, m parley.Message) messageItem {
 	return messageItem{Type: "message", ID: id, Status: "completed", Role: role, Content: []outputText{newPart(typ, m.Content)}}
 }
 
-func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool) *responseObject {
+// model is the conversation's (session.Session.Model): "" names the model
+// as with one model.
+func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool, model string) *responseObject {
+	if model == "" {
+		model = s.modelName(context.Background())
+	}
 	o := &responseObject{
-		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: s.modelName(context.Background()),
+		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: model,
 		Output: []any{}, Store: stored, Temperature: rec.Temperature, TopP: rec.TopP,
 		ToolChoice: "auto", Tools: []string{}, Text: json.RawMessage(`{"format":{"type":"text"}}`),
 		Truncation: "disabled", Metadata: map[string]string{},
@@ -534,7 +539,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 // finishedResponse is the response object of a turn whose events are done.
 func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
 	rec := resp.Final()
-	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored)
+	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored, resp.Model)
 	if thought := resp.Reasoning(); thought != "" {
 		o.Output = append(o.Output, newReasoningItem(resp.SessionID(), resp.Record.End, thought))
 	}
@@ -584,7 +589,7 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	o := s.newResponseObject(rec, sess.ID, true)
+	o := s.newResponseObject(rec, sess.ID, true, sess.Model)
 	out := sess.Span(rec.End-1, rec.End)
 	if len(out) == 1 {
 		if out[0].Reasoning != "" {

@@ -117,7 +117,7 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 		s.releaseIP(client)
 		return pr.renameSent(err)
 	}
-	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
+	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored, resp.Model)
 	initial.Status = "in_progress"
 	initial.Background = true
 	pr.echo(initial, resp.SessionID())

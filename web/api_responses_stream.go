@@ -83,7 +83,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		}
 		return err
 	}
-	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
+	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored, resp.Model)
 	initial.Status = "in_progress"
 	pr.echo(initial, resp.SessionID())
 	out := &outputItems{es: es, msg: s.outputItem(resp, session.StatusCompleted, ""), sid: resp.SessionID(), end: resp.Record.End}
@@ -135,7 +135,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 // streamFailed ends the stream of a turn that failed with err: an error
 // event, then response.failed.
 func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error) error {
-	failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored)
+	failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored, resp.Model)
 	failed.Status = session.StatusFailed
 	failed.Error = &responseError{Code: responseErrorCode(err), Message: parley.ErrorMessage(err)}
 	oe := newOpenAIError(err)

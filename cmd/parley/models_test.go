@@ -430,6 +430,18 @@ func TestSessionRemembersItsModel(t *testing.T) {
 		t.Fatalf("loads: wide %d, deep %d, stories %d; want the session's model twice", loads(s, "wide"), loads(s, "deep"), loads(s, "stories"))
 	}
 	ws.Close()
+
+	// The Responses API: a chain keeps the model it began with.
+	code, b := call(t, s, "POST", "/v1/responses", "", map[string]any{"model": "deep", "input": "Once upon a time", "max_output_tokens": 8})
+	var r1 struct{ ID, Model string }
+	if code != 200 || json.Unmarshal(b, &r1) != nil || r1.Model != "deep" {
+		t.Fatalf("a response from deep: %d %s", code, b)
+	}
+	code, b = call(t, s, "POST", "/v1/responses", "", map[string]any{"model": "stories", "input": "and then", "previous_response_id": r1.ID, "max_output_tokens": 8})
+	var r2 struct{ Model string }
+	if code != 200 || json.Unmarshal(b, &r2) != nil || r2.Model != "deep" || loads(s, "deep") != 2 || loads(s, "stories") != 0 {
+		t.Fatalf("a chained response naming stories: %d %s (loads: deep %d, stories %d)", code, b, loads(s, "deep"), loads(s, "stories"))
+	}
 	s.Kill()
 
 	// The same sessions, served without wide: a clear error.
