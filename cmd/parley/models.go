@@ -557,6 +557,14 @@ func (s *served) load(ctx context.Context, cfg config, log *zap.Logger, stderr i
 	}
 	lcfg := s.lcfg
 	lcfg.Path = path
+	if budget := int64(cfg.models.memory); budget > 0 && strings.Contains(s.entry.Path, "://") {
+		// A downloaded model's size is known only now: one over the whole
+		// budget is refused before it loads, as a local one is earlier.
+		if _, est, err := llm.Inspect(lcfg); err == nil && est.Total() > budget {
+			return nil, parley.Errorf(parley.ETooLarge, "model %q needs about %s (%s), more than the whole memory budget of %s (--max-models-memory)",
+				s.entry.Name, registry.MiB(est.Total()), est, registry.MiB(budget))
+		}
+	}
 	lcfg.Progress = func(f float32) { progress(float64(f)) }
 	log.Info("loading model", zap.String("model", s.entry.Name), zap.String("path", path))
 	eng, err := llm.Open(lcfg)
