@@ -201,6 +201,19 @@ func (s *Service) SetSystem(ctx context.Context, id, text string) error {
 	})
 }
 
+// SetModel picks the model of a session that has not run a turn yet (see
+// Session.Model). A session with a history keeps the model it was held
+// with: naming another is an EInvalid error on field model.
+func (s *Service) SetModel(ctx context.Context, id, model string) error {
+	return s.update(ctx, id, func(sess *Session) error {
+		if len(sess.Messages) > 0 && sess.Model != model {
+			return parley.FieldErrorf("model", "this conversation is held with model %q; open a new session with ?model=%s to talk to %s", sess.Model, model, model)
+		}
+		sess.Model = model
+		return nil
+	})
+}
+
 // SetParams stores per-session parameters (nil returns the session to the
 // defaults). They are validated here, so a bad value is refused when set,
 // not at the next turn. It waits for a running turn of the session to end.

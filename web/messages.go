@@ -140,6 +140,9 @@ type clientMessage struct {
 	Content    *string   `json:"content"`
 	Params     *wsParams `json:"params"`
 	ToolCallID string    `json:"tool_call_id"` // tool_result: the call it answers
+	// Model (prompt), with several models, picks the session's model
+	// before its first turn; a session with a history keeps its own.
+	Model string `json:"model"`
 }
 
 // parseClientMessage decodes and checks one JSON-mode client message: a

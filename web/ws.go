@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -42,7 +43,9 @@ type conn struct {
 	// as thinking messages.
 	thinking bool
 	id       string // session id
-	model    string // the session's model, with several models ("" with one)
+	// model is the session's model, with several models ("" with one):
+	// the worker sets it (a prompt that picks it), the reader reads it.
+	model atomic.Pointer[string]
 
 	inbox *inbox // prompts, control messages and queued answers for the worker, in arrival order
 
@@ -67,6 +70,7 @@ type job struct {
 	kind    jobKind
 	content string
 	callID  string // jobPrompt: the tool call content answers ("" for a user's prompt)
+	model   string // jobPrompt: the model the prompt names ("" = the session's)
 	params  parley.Params
 	err     error // jobAnswer: what to tell the client
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
@@ -143,7 +147,8 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		cn.finish(writerDone)
 		return nil
 	}
-	cn.id, cn.model = sess.ID, sess.Model
+	cn.id = sess.ID
+	cn.model.Store(&sess.Model)
 	cn.log = s.log.With(zap.String("session", sess.ID), zap.String("remote", ip))
 	cn.log.Info("session open", zap.Bool("resumed", resumed), zap.Bool("json", jsonMode),
 		zap.Int("messages", len(sess.Messages)))
@@ -228,7 +233,7 @@ func (c *conn) reader() {
 		if c.json {
 			c.handleJSON(data)
 		} else {
-			c.enqueuePrompt(string(data), "", c.srv.cfg.Defaults)
+			c.enqueuePrompt(string(data), "", "", c.srv.cfg.Defaults)
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -249,7 +254,15 @@ func (c *conn) handleJSON(data []byte) {
 			c.answer(err)
 			return
 		}
-		c.enqueuePrompt(*m.Content, m.ToolCallID, p)
+		model, err := c.srv.resolveModel(m.Model)
+		if err != nil {
+			c.answer(err)
+			return
+		}
+		if m.Model == "" {
+			model = ""
+		}
+		c.enqueuePrompt(*m.Content, m.ToolCallID, model, p)
 	case "cancel":
 		c.cancelTurn()
 	case "reset":
@@ -262,7 +275,7 @@ func (c *conn) handleJSON(data []byte) {
 
 // enqueuePrompt queues a prompt (or, with callID, a tool's result), or its
 // refusal: shutting down, over the rate, or over the prompt-token cap.
-func (c *conn) enqueuePrompt(prompt, callID string, p parley.Params) {
+func (c *conn) enqueuePrompt(prompt, callID, model string, p parley.Params) {
 	if c.srv.draining.Load() {
 		c.answer(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 		return
@@ -271,11 +284,11 @@ func (c *conn) enqueuePrompt(prompt, callID string, p parley.Params) {
 		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
 		return
 	}
-	if err := c.srv.countPromptTokens(withModel(c.ctx, c.model), prompt, false); err != nil {
+	if err := c.srv.countPromptTokens(withModel(c.ctx, cmp.Or(model, c.getModel())), prompt, false); err != nil {
 		c.refuse("prompt_tokens", err)
 		return
 	}
-	c.enqueue(job{kind: jobPrompt, content: prompt, callID: callID, params: p})
+	c.enqueue(job{kind: jobPrompt, content: prompt, callID: callID, model: model, params: p})
 }
 
 func (c *conn) enqueue(j job) {
@@ -337,6 +350,14 @@ func (c *conn) worker() {
 				c.replyErrorWait(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 				continue
 			}
+			if j.model != "" && j.model != c.getModel() {
+				if err := c.setModel(j.model); err != nil {
+					if !c.replyErrorWait(err) {
+						return
+					}
+					continue
+				}
+			}
 			c.runTurn(j.content, j.callID, j.params)
 		case jobReset:
 			if err := c.srv.sessions.Reset(c.ctx, c.id); err != nil {
@@ -351,6 +372,34 @@ func (c *conn) worker() {
 			}
 		}
 	}
+}
+
+// getModel is the session's model ("" with one model, or before the session opened).
+func (c *conn) getModel() string {
+	if m := c.model.Load(); m != nil {
+		return *m
+	}
+	return ""
+}
+
+// modelSetter is the session layer's SetModel (*session.Service has it).
+type modelSetter interface {
+	SetModel(ctx context.Context, id, model string) error
+}
+
+// setModel makes model the session's, before its first turn (see
+// session.Service.SetModel).
+func (c *conn) setModel(model string) error {
+	ms, ok := c.srv.sessions.(modelSetter)
+	if !ok {
+		return parley.FieldErrorf("model", "is not supported by this server's sessions")
+	}
+	if err := ms.SetModel(c.ctx, c.id, model); err != nil {
+		return err
+	}
+	c.model.Store(&model)
+	c.log.Info("session model", zap.String("model", model))
+	return nil
 }
 
 func errOr(err error) error {
@@ -392,7 +441,7 @@ func (c *conn) replyError(err error) {
 func (c *conn) sendError(err error) { c.sendRaw(c.errorFrame(err)) }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
-	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Model: c.model, Messages: history(msgs)})
+	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Model: c.getModel(), Messages: history(msgs)})
 }
 
 // replyErrorWait is replyError for the worker's queued answers: it waits up

@@ -62,7 +62,7 @@ func parseResumeFrom(q string) (int, error) {
 // on for the resume grace (see liveReply).
 func (c *conn) runTurn(prompt, callID string, p parley.Params) {
 	r := c.srv.replies.open(c, prompt)
-	r.model = c.model
+	r.model = c.getModel()
 	leave := r.follow(c.ctx, c.cancelCause)
 	defer leave()
 	if c.ctx.Err() != nil { // the socket is gone: nobody waits for this prompt

@@ -381,9 +381,13 @@ func dialModel(t *testing.T, s *server, query string) (*websocket.Conn, jsonmode
 }
 
 // turnLoading is turn that also takes loading messages, and returns them.
-func turnLoading(t *testing.T, ws *websocket.Conn, prompt string) (jsonmode.Message, []jsonmode.Message) {
+func turnLoading(t *testing.T, ws *websocket.Conn, prompt string, model ...string) (jsonmode.Message, []jsonmode.Message) {
 	t.Helper()
-	ws.WriteJSON(map[string]any{"type": "prompt", "content": prompt, "params": map[string]any{"max_tokens": 8, "temperature": 0}})
+	msg := map[string]any{"type": "prompt", "content": prompt, "params": map[string]any{"max_tokens": 8, "temperature": 0}}
+	if len(model) > 0 {
+		msg["model"] = model[0]
+	}
+	ws.WriteJSON(msg)
 	var loading []jsonmode.Message
 	for {
 		m := read(t, ws)
@@ -431,6 +435,17 @@ func TestSessionRemembersItsModel(t *testing.T) {
 	}
 	ws.Close()
 
+	// The prompt's model field picks a new session's model; a session
+	// with a history keeps its own.
+	ws, _ = dialModel(t, s, "&model=stories")
+	if done, _ := turnLoading(t, ws, "Once upon a time", "deep"); done.Type != "done" || loads(s, "deep") != 1 || loads(s, "stories") != 0 {
+		t.Fatalf("a first prompt naming deep: %+v (loads: deep %d, stories %d)", done, loads(s, "deep"), loads(s, "stories"))
+	}
+	if done, _ := turnLoading(t, ws, "and then", "wide"); done.Type != "error" || done.Field != "model" || !strings.Contains(done.Message, `held with model "deep"`) {
+		t.Fatalf("a later prompt naming another model: %+v", done)
+	}
+	ws.Close()
+
 	// The Responses API: a chain keeps the model it began with.
 	code, b := call(t, s, "POST", "/v1/responses", "", map[string]any{"model": "deep", "input": "Once upon a time", "max_output_tokens": 8})
 	var r1 struct{ ID, Model string }
@@ -439,7 +454,7 @@ func TestSessionRemembersItsModel(t *testing.T) {
 	}
 	code, b = call(t, s, "POST", "/v1/responses", "", map[string]any{"model": "stories", "input": "and then", "previous_response_id": r1.ID, "max_output_tokens": 8})
 	var r2 struct{ Model string }
-	if code != 200 || json.Unmarshal(b, &r2) != nil || r2.Model != "deep" || loads(s, "deep") != 2 || loads(s, "stories") != 0 {
+	if code != 200 || json.Unmarshal(b, &r2) != nil || r2.Model != "deep" || loads(s, "deep") != 3 || loads(s, "stories") != 0 {
 		t.Fatalf("a chained response naming stories: %d %s (loads: deep %d, stories %d)", code, b, loads(s, "deep"), loads(s, "stories"))
 	}
 	s.Kill()
