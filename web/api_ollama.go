@@ -12,9 +12,12 @@ package web
 //	POST /api/generate a prompt, templated or raw, with the legacy context array
 //	HEAD /             Ollama's liveness probe (GET / stays the chat page)
 //
-// Parley serves one model: it answers to an Ollama-style name, name:latest
-// (from the GGUF's general.name or its file name), and to that name without
-// the tag; any other name is a 404 in Ollama's shape. The model-management
+// With one model, Parley answers to an Ollama-style name, name:latest (from
+// the GGUF's general.name or its file name), and to that name without the
+// tag; any other name is a 404 in Ollama's shape. With several (models.go)
+// the name picks the model, each served as NAME:latest (its configured
+// name), /api/tags lists them all and /api/ps those the residency manager
+// holds loaded, with their keep-alive's expiry. The model-management
 // and embedding endpoints answer 501 with what Parley does instead, never a
 // silent success. Errors are Ollama's {"error": "..."} (errors.go).
 
@@ -63,11 +66,11 @@ func (s *Server) mountOllama(e *echo.Echo, g *echo.Group) {
 
 // ollamaUnsupported are Ollama's routes for what Parley does another way.
 var ollamaUnsupported = []struct{ method, path, instead string }{
-	{http.MethodPost, "/api/pull", "Parley serves the one model it was started with: start it with --model hf://OWNER/REPO/FILE.gguf to download one, --model ollama://NAME:TAG to serve one Ollama already pulled, or --model PATH.gguf"},
+	{http.MethodPost, "/api/pull", "Parley serves the models it was started with: start it with --model hf://OWNER/REPO/FILE.gguf to download one, --model ollama://NAME:TAG to serve one Ollama already pulled, --model PATH.gguf, or several with --models DIR or --models-file FILE"},
 	{http.MethodPost, "/api/push", "Parley does not publish models"},
 	{http.MethodPost, "/api/create", "Parley serves GGUF files as they are: start it with --model PATH.gguf (sampling defaults are flags, the chat template --template)"},
 	{http.MethodPost, "/api/copy", "Parley serves one model under its own name"},
-	{http.MethodDelete, "/api/delete", "Parley serves the one model it was started with; stop the server to unload it"},
+	{http.MethodDelete, "/api/delete", "Parley serves the models it was started with; with several, POST /admin/models/NAME/unload unloads one"},
 	{http.MethodPost, "/api/embed", "Parley serves text generation only, not embeddings"},
 	{http.MethodPost, "/api/embeddings", "Parley serves text generation only, not embeddings"},
 	{http.MethodHead, "/api/blobs/:digest", "Parley does not take model uploads: start it with --model PATH.gguf"},
