@@ -464,7 +464,23 @@ func TestSessionRemembersItsModel(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "stories.gguf"), filepath.Join(only, "stories.gguf")); err != nil {
 		t.Fatal(err)
 	}
+	// And a damaged GGUF beside it: an error for that model alone.
+	b, err := os.ReadFile(filepath.Join(only, "stories.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(only, "broken.gguf"), b[:5000], 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s2 := launch(t, bin, "--models", only, "--store", "bolt", "--data-dir", data)
+	code, b = call(t, s2, "POST", "/v1/chat/completions", "", map[string]any{"model": "broken", "max_tokens": 4, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+	if code != 503 || !strings.Contains(string(b), `model \"broken\" cannot be loaded`) || !strings.Contains(string(b), "broken.gguf") {
+		t.Fatalf("a damaged model: %d %s", code, b)
+	}
+	if lm := listModels(t, s2, "")["broken"]; lm.State != "unloaded" || !strings.Contains(lm.LastError, "broken.gguf") {
+		t.Fatalf("the damaged model in /v1/models: %+v", lm)
+	}
+	chatWith(t, s2, "", "stories", "Once upon a time", 4) // the others serve
 	ws, sess = dialModel(t, s2, "&session="+id)
 	if !sess.Resumed || sess.Model != "wide" {
 		t.Fatalf("resumed on a server without its model: %+v", sess)
