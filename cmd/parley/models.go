@@ -376,10 +376,11 @@ func (m *router) Tokenize(text string) ([]int, error) {
 // nil when the model is not loaded.
 func (m *router) TokenizerFor(ctx context.Context, load bool) (web.Tokenizer, func(), error) {
 	if !load {
-		name, err := m.reg.Resolve(parley.ModelFrom(ctx))
-		if err != nil || m.served[name].ref.p.Load() == nil {
+		l, ok := m.reg.TryAcquire(parley.ModelFrom(ctx))
+		if !ok {
 			return nil, func() {}, nil
 		}
+		return l.Model().(*resident).eng, l.Release, nil
 	}
 	_, l, err := m.acquire(ctx)
 	if err != nil {

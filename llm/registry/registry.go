@@ -328,6 +328,24 @@ func (r *Registry) Acquire(ctx context.Context, name string) (*Lease, error) {
 	}
 }
 
+// TryAcquire is Acquire for a model that is loaded now: it never loads or
+// waits, and reports false when the model is not loaded (or not served).
+func (r *Registry) TryAcquire(name string) (*Lease, bool) {
+	name, err := r.Resolve(name)
+	if err != nil {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entries[name]
+	if e.state != Loaded || r.closed {
+		return nil, false
+	}
+	e.refs++
+	e.lastUsed, e.expires = time.Now(), time.Time{}
+	return &Lease{r: r, e: e, model: e.model}, true
+}
+
 // wait waits for ch (e's next change) or ctx, showing progress the load's
 // progress meanwhile.
 func (r *Registry) wait(ctx context.Context, e *entry, ch <-chan struct{}, progress parley.LoadProgress) error {

@@ -193,6 +193,19 @@ func TestReplyInFlightIsNeverUnloaded(t *testing.T) {
 	eventually(t, "a unloaded", func() bool { return !f.isOpen("a") })
 }
 
+func TestTryAcquireNeverLoads(t *testing.T) {
+	r, f := open(t, specs("a"), registry.Config{KeepAlive: -1})
+	if _, ok := r.TryAcquire("a"); ok || f.loads["a"] != 0 {
+		t.Fatal("TryAcquire of a model not loaded")
+	}
+	acquire(t, r, "a").Release()
+	l, ok := r.TryAcquire("a")
+	if !ok || r.Status()[0].InFlight != 1 {
+		t.Fatal("TryAcquire of a loaded model")
+	}
+	l.Release()
+}
+
 func TestPinnedModelStays(t *testing.T) {
 	sp := specs("pinned", "b", "c")
 	sp[0].Pin = true
