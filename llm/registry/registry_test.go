@@ -103,15 +103,6 @@ func open(t *testing.T, sp []registry.Spec, cfg registry.Config) (*registry.Regi
 	return r, f
 }
 
-func state(r *registry.Registry, name string) registry.State {
-	for _, s := range r.Status() {
-		if s.Name == name {
-			return s.State
-		}
-	}
-	return ""
-}
-
 // eventually waits for cond (an unload runs in the background).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
