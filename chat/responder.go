@@ -294,6 +294,7 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 		promptTokens: len(tokens),
 		dropped:      dropped,
 		out:          make(chan parley.Event, size),
+		done:         make(chan struct{}),
 		remember:     remember,
 		tools:        ts,
 	}
@@ -317,6 +318,7 @@ type Reply struct {
 	promptTokens int
 	dropped      int
 	out          chan parley.Event
+	done         chan struct{} // closed when run has ended (see Done)
 	// remember, when set, is called by run at the end with the tokens the
 	// engine generated and their raw text, up to a stop.
 	remember func(gen []int, pieces []string, special []bool)
@@ -340,6 +342,12 @@ func (rep *Reply) StopSequence() string {
 
 // Events returns the cleaned event stream.
 func (rep *Reply) Events() <-chan parley.Event { return rep.out }
+
+// Done is closed when the reply's goroutine has ended: its final event is
+// in Events and the engine has ended its stream (or missed abandonAfter and
+// is drained elsewhere). A model the reply runs on may be unloaded from then
+// on, whether or not anyone reads Events.
+func (rep *Reply) Done() <-chan struct{} { return rep.done }
 
 // Prompt returns the rendered prompt (after fitting) that generation started from.
 func (rep *Reply) Prompt() string { return rep.prompt }
@@ -381,6 +389,7 @@ func (rep *Reply) Reasoning() string {
 // Flush at the end can join the last token event rather than need an event
 // of its own. Token events stay one per engine token.
 func (rep *Reply) run(ctx, genCtx context.Context, cancel context.CancelFunc, in <-chan parley.Event, st *Streamer, split *thoughtSplit) {
+	defer close(rep.done)
 	defer close(rep.out)
 	defer cancel()
 	var (

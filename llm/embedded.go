@@ -24,6 +24,8 @@ type embedded struct {
 	pool   *threadPool // the decode threads (issue 32); nil when none is attached
 	logits logitsReader
 	nVocab int
+	// threads is the context's thread count, which freeContext checks.
+	threads int
 }
 
 var _ backend = (*embedded)(nil)
@@ -36,7 +38,7 @@ func openEmbedded(cfg Config, meta metadata, log *zap.Logger) (*embedded, placem
 	if err != nil {
 		return nil, placement{}, err
 	}
-	be := &embedded{model: model, lc: lc, nVocab: model.NumVocab()}
+	be := &embedded{model: model, lc: lc, nVocab: model.NumVocab(), threads: cfg.Threads}
 	if !cfg.NoThreadPool {
 		if be.pool, err = attachThreadPool(lc, cfg.Threads, cfg.Poll); err != nil {
 			log.Warn("no persistent thread pool: each decode step starts its own threads", zap.Error(err))
@@ -45,6 +47,7 @@ func openEmbedded(cfg Config, meta metadata, log *zap.Logger) (*embedded, placem
 	be.logits = newLogitsReader(lc, cfg.Threads, be.nVocab)
 	if be.b, err = llama.NewBatch(cfg.BatchSize, cfg.Parallel, 0); err != nil {
 		be.pool.free()
+		freeContext(lc, cfg.Threads)
 		llama.FreeModel(model)
 		return nil, placement{}, fmt.Errorf("allocate batch: %w", err)
 	}
@@ -154,11 +157,13 @@ type embeddedSampler struct {
 func (s embeddedSampler) Sample(i int) int { return s.sc.Sample(s.lc, i) }
 func (s embeddedSampler) Accept(tok int)   { s.sc.Accept(tok, true) }
 
-// Close frees the thread pool and the model. The context itself is left to
-// the process, as before: the binding has no call that frees it.
+// Close frees the thread pool, the context (through the mirrored pointer:
+// the binding has no call for it; a context that is not the mirrored one is
+// left to the process) and the model.
 func (be *embedded) Close() {
 	be.b.Free()
 	be.pool.free()
+	freeContext(be.lc, be.threads)
 	llama.FreeModel(be.model)
 }
 

@@ -31,6 +31,7 @@ extern struct ggml_threadpool *ggml_threadpool_new(struct parley_tp_params *p);
 extern void ggml_threadpool_free(struct ggml_threadpool *tp);
 extern void llama_attach_threadpool(struct llama_context *ctx, struct ggml_threadpool *tp, struct ggml_threadpool *tp_batch);
 extern void llama_detach_threadpool(struct llama_context *ctx);
+extern void llama_free(struct llama_context *ctx);
 
 // parley_threadpool_new makes a pool of n_threads workers polling at poll
 // (0-100). NULL when the parameters init wrote are not the mirrored layout
@@ -89,6 +90,20 @@ func contextPointer(lc *llama.Context, threads int) *C.struct_llama_context {
 		return nil
 	}
 	return (*C.struct_llama_context)(bc.c)
+}
+
+// freeContext frees lc's llama.cpp context (its KV cache and compute
+// buffers), which the binding has no call for: without it a model that is
+// unloaded and loaded again (several models, issue 21) leaks its context
+// each time. It reports false, freeing nothing, when lc is not the mirrored
+// binding context. lc must not be used afterwards.
+func freeContext(lc *llama.Context, threads int) bool {
+	c := contextPointer(lc, threads)
+	if c == nil {
+		return false
+	}
+	C.llama_free(c)
+	return true
 }
 
 // attachThreadPool makes a pool of threads workers polling at poll (0-100)

@@ -178,6 +178,7 @@ type Response struct {
 	Record ResponseRecord   // as it will be stored; usage and status are set when Events is closed
 	Input  []parley.Message // the turn's input messages, the user prompt last
 	Stored bool             // whether the turn will be stored (store: true)
+	Model  string           // the conversation's model (Session.Model; "" with one model)
 	rec    *ResponseRecord
 }
 
@@ -284,7 +285,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	})
 	rec := &sess.Responses[len(sess.Responses)-1]
 
-	out := &Response{Record: *rec, Input: input, Stored: !req.NoStore, rec: rec}
+	out := &Response{Record: *rec, Input: input, Stored: !req.NoStore, Model: sess.Model, rec: rec}
 	t := &Turn{onFinal: rec.finish, durable: req.Durable && !req.NoStore}
 	// Another replica wrote the session while this turn ran: redo the
 	// instructions, input items and record (its usage filled by now) on

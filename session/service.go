@@ -201,6 +201,19 @@ func (s *Service) SetSystem(ctx context.Context, id, text string) error {
 	})
 }
 
+// SetModel picks the model of a session that has not run a turn yet (see
+// Session.Model). A session with a history keeps the model it was held
+// with: naming another is an EInvalid error on field model.
+func (s *Service) SetModel(ctx context.Context, id, model string) error {
+	return s.update(ctx, id, func(sess *Session) error {
+		if len(sess.Messages) > 0 && sess.Model != model {
+			return parley.FieldErrorf("model", "this conversation is held with model %q; open a new session with ?model=%s to talk to %s", sess.Model, model, model)
+		}
+		sess.Model = model
+		return nil
+	})
+}
+
 // SetParams stores per-session parameters (nil returns the session to the
 // defaults). They are validated here, so a bad value is refused when set,
 // not at the next turn. It waits for a running turn of the session to end.
@@ -223,7 +236,7 @@ func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) er
 func (s *Service) load(ctx context.Context, id string) (*Session, error) {
 	sess, err := s.store.Get(ctx, id)
 	if parley.ErrorCode(err) == parley.ENotFound {
-		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx)}, nil
+		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: parley.ModelFrom(ctx)}, nil
 	}
 	if err == nil && !ownedBy(ctx, sess) {
 		return nil, errNotFound()
@@ -261,7 +274,7 @@ func (s *Service) newSession(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx)}, nil
+	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: parley.ModelFrom(ctx)}, nil
 }
 
 // update applies f to the stored session under the session's lock (an id
@@ -570,9 +583,15 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 			return err
 		}
 	}
+	if sess.Model != "" {
+		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
+	}
 	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
 		ts.unlock()
+		if sess.Model != "" && parley.ErrorCode(err) == parley.ENotFound {
+			return parley.Errorf(parley.ENotFound, "this conversation was held with model %q, which this server no longer serves (%s); start a new conversation", sess.Model, parley.ErrorMessage(err))
+		}
 		return err
 	}
 	t.id, t.reply, t.events = sess.ID, reply, make(chan parley.Event, turnBuffer)

@@ -58,6 +58,13 @@ type Session struct {
 	// Only that user reaches the session: anyone else's request for it is
 	// answered as for an unknown id (Service.get).
 	User string `json:"user,omitempty"`
+
+	// Model is the model the conversation is held with when the server
+	// serves several (parley.WithModel at creation), fixed at creation: its
+	// turns run on it. "" for a server with one model, and for sessions
+	// stored before several models were served: their turns run on the
+	// request's model.
+	Model string `json:"model,omitempty"`
 }
 
 // NewID returns a fresh random session id (22 URL-safe characters).

@@ -86,7 +86,7 @@ func TestStoreRoundTrip(t *testing.T) {
 			msgs := append(turnMsgs("héllo 👋", "hi\x00there"),
 				parley.Message{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city": "Paris"}`}}},
 				parley.Message{Role: parley.RoleTool, Content: `{"temp": 21}`, ToolCallID: "call_1", Name: "get_weather"})
-			s := &session.Session{ID: mustID(t), System: "You are terse.", Messages: msgs, Params: &p}
+			s := &session.Session{ID: mustID(t), System: "You are terse.", Messages: msgs, Params: &p, Model: "qwen3-8b"}
 			in := s.Clone()
 			mustPut(t, st, s)
 			if !s.Created.Equal(clk.Now()) || !s.Updated.Equal(clk.Now()) {

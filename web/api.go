@@ -93,8 +93,14 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	g.POST("/invocations", s.handleInvocations)
 	g.POST("/v1/chat/completions", s.handleChatCompletions)
 	g.POST("/v1/completions", s.handleCompletions)
-	g.GET("/v1/models", anthropicOr(s.handleModels, s.handleAnthropicModels))
-	g.GET("/v1/models/:id", anthropicOr(s.handleModel, s.handleAnthropicModel))
+	if s.models != nil {
+		g.GET("/v1/models", anthropicOr(s.handleModelsList, s.handleAnthropicModels))
+		g.GET("/v1/models/:id", anthropicOr(s.handleModelsOne, s.handleAnthropicModel))
+		s.mountAdmin(g)
+	} else {
+		g.GET("/v1/models", anthropicOr(s.handleModels, s.handleAnthropicModels))
+		g.GET("/v1/models/:id", anthropicOr(s.handleModel, s.handleAnthropicModel))
+	}
 	g.POST("/v1/messages", s.handleMessages)
 	g.POST("/v1/messages/count_tokens", s.handleCountTokens)
 	if cs, ok := s.sessions.(Conversations); ok {
@@ -103,14 +109,11 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	s.mountOllama(e, g)
 }
 
-// modelName is the id clients see for the loaded model.
-func (s *Server) modelName() string {
-	if s.api.modelInfo != nil {
-		if n := s.api.modelInfo().Name; n != "" {
-			return n
-		}
-	}
-	return "parley"
+// modelName is the id clients see for the model of a request (ctx, see
+// pickModel): the loaded model's with one model.
+func (s *Server) modelName(ctx context.Context) string {
+	name, _ := s.modelFor(ctx)
+	return name
 }
 
 // apiAvailable refuses requests while the model loads or the server drains.
@@ -271,14 +274,20 @@ func (s *Server) startCall(c echo.Context, route, text string, p parley.Params, 
 	if err := s.apiAvailable(); err != nil {
 		return nil, err
 	}
-	if err := s.checkPromptTokens(text); err != nil {
+	if err := s.checkPromptTokens(c.Request().Context(), text); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(c.Request().Context())
-	call := &apiCall{srv: s, route: route, cancel: cancel, params: p, meter: s.meterReply(s.requestCancelCause)}
+	if s.models != nil && strings.HasSuffix(route, "-stream") {
+		ctx = parley.WithLoadProgress(ctx, s.sseProgress(c))
+	}
+	call := &apiCall{srv: s, route: route, cancel: cancel, params: p, meter: s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))}
 	rep, err := start(ctx, s.api.responder)
 	if err != nil {
 		cancel()
+		if c.Response().Committed { // the stream began with load progress: end it with the error
+			s.sseError(c, err)
+		}
 		s.log.Info("reply refused", zap.String("route", route),
 			zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
 		return nil, err
@@ -399,6 +408,9 @@ type streamWriter struct {
 
 // beginStream sends the status and headers of a streamed response.
 func (s *Server) beginStream(c echo.Context, contentType string) *streamWriter {
+	if c.Response().Committed { // begun by sseProgress while the model loaded
+		return &streamWriter{res: c.Response(), rc: http.NewResponseController(c.Response().Writer), wait: s.cfg.WriteWait}
+	}
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, contentType)
 	h.Set("Cache-Control", "no-cache")

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,6 +138,9 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	}
 	var req anthropicRequest
 	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return nil, err
+	}
+	if err := s.pickModel(c, req.Model); err != nil {
 		return nil, err
 	}
 	if !count && req.MaxTokens == nil {
@@ -526,7 +530,7 @@ func (s *Server) handleMessages(c echo.Context) error {
 	if err != nil {
 		return ac.patch.renameSent(err)
 	}
-	id, model := anthropicMessageID(), s.modelName()
+	id, model := anthropicMessageID(), s.modelName(c.Request().Context())
 	if ac.stream {
 		s.streamAnthropic(c, call, ac, id, model)
 		return nil
@@ -570,11 +574,10 @@ func (s *Server) handleCountTokens(c echo.Context) error {
 	if err := s.apiAvailable(); err != nil {
 		return err
 	}
-	tc, ok := s.api.responder.(tokenCounter)
+	n, ok, err := s.countTokens(c.Request().Context(), ac.key, ac.msgs, ac.params)
 	if !ok {
 		return parley.Errorf(parley.ENotFound, "this server cannot count tokens")
 	}
-	n, err := tc.CountTokens(ac.key, ac.msgs, ac.params)
 	if err != nil {
 		return renameToolField(err)
 	}
@@ -609,7 +612,7 @@ type anthropicModel struct {
 }
 
 func (s *Server) anthropicModel() anthropicModel {
-	name := s.modelName()
+	name := s.modelName(context.Background())
 	return anthropicModel{Type: "model", ID: name, DisplayName: name, CreatedAt: s.api.mounted.UTC().Format(time.RFC3339)}
 }
 

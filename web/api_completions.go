@@ -88,6 +88,9 @@ func (s *Server) parseCompletion(c echo.Context) (*completionCall, error) {
 	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
+	if err := s.pickModel(c, req.Model); err != nil {
+		return nil, err
+	}
 	call := &completionCall{stream: req.Stream, logprobs: -1}
 	raw := bytes.TrimSpace(req.Prompt)
 	switch {
@@ -179,7 +182,7 @@ func (s *Server) handleCompletions(c echo.Context) error {
 	}
 	call.topLogprobs = max(cc.logprobs, 0)
 	id := fmt.Sprintf("cmpl-%016x%08x", rand.Uint64(), rand.Uint32())
-	created, model := time.Now().Unix(), s.modelName()
+	created, model := time.Now().Unix(), s.modelName(c.Request().Context())
 	top := cc.logprobs > 0
 	if !cc.stream {
 		toks, ev := call.collect()

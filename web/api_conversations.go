@@ -95,6 +95,9 @@ func (s *Server) loadConversation(c echo.Context) (*session.Session, error) {
 
 // handleCreateConversation is POST /v1/conversations.
 func (s *Server) handleCreateConversation(c echo.Context) error {
+	if err := s.pickModel(c, c.QueryParam("model")); err != nil { // the default model, with several: the conversation keeps it
+		return err
+	}
 	req, msgs, err := readConversationBody(c, true)
 	if err != nil {
 		return err

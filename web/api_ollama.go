@@ -12,13 +12,17 @@ package web
 //	POST /api/generate a prompt, templated or raw, with the legacy context array
 //	HEAD /             Ollama's liveness probe (GET / stays the chat page)
 //
-// Parley serves one model: it answers to an Ollama-style name, name:latest
-// (from the GGUF's general.name or its file name), and to that name without
-// the tag; any other name is a 404 in Ollama's shape. The model-management
+// With one model, Parley answers to an Ollama-style name, name:latest (from
+// the GGUF's general.name or its file name), and to that name without the
+// tag; any other name is a 404 in Ollama's shape. With several (models.go)
+// the name picks the model, each served as NAME:latest (its configured
+// name), /api/tags lists them all and /api/ps those the residency manager
+// holds loaded, with their keep-alive's expiry. The model-management
 // and embedding endpoints answer 501 with what Parley does instead, never a
 // silent success. Errors are Ollama's {"error": "..."} (errors.go).
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -62,11 +66,11 @@ func (s *Server) mountOllama(e *echo.Echo, g *echo.Group) {
 
 // ollamaUnsupported are Ollama's routes for what Parley does another way.
 var ollamaUnsupported = []struct{ method, path, instead string }{
-	{http.MethodPost, "/api/pull", "Parley serves the one model it was started with: start it with --model hf://OWNER/REPO/FILE.gguf to download one, --model ollama://NAME:TAG to serve one Ollama already pulled, or --model PATH.gguf"},
+	{http.MethodPost, "/api/pull", "Parley serves the models it was started with: start it with --model hf://OWNER/REPO/FILE.gguf to download one, --model ollama://NAME:TAG to serve one Ollama already pulled, --model PATH.gguf, or several with --models DIR or --models-file FILE"},
 	{http.MethodPost, "/api/push", "Parley does not publish models"},
 	{http.MethodPost, "/api/create", "Parley serves GGUF files as they are: start it with --model PATH.gguf (sampling defaults are flags, the chat template --template)"},
 	{http.MethodPost, "/api/copy", "Parley serves one model under its own name"},
-	{http.MethodDelete, "/api/delete", "Parley serves the one model it was started with; stop the server to unload it"},
+	{http.MethodDelete, "/api/delete", "Parley serves the models it was started with; with several, POST /admin/models/NAME/unload unloads one"},
 	{http.MethodPost, "/api/embed", "Parley serves text generation only, not embeddings"},
 	{http.MethodPost, "/api/embeddings", "Parley serves text generation only, not embeddings"},
 	{http.MethodHead, "/api/blobs/:digest", "Parley does not take model uploads: start it with --model PATH.gguf"},
@@ -84,13 +88,19 @@ func unsupportedOllama(instead string) echo.HandlerFunc {
 	}
 }
 
-// ollamaModelName is the loaded model's Ollama-style name: the model name
-// in lower case, runs of characters Ollama does not allow in a name made
-// one '-', and the tag "latest".
-func (s *Server) ollamaModelName() string {
+// ollamaModelName is the Ollama-style name of the request's model (ctx;
+// see pickModel), or of the loaded model with one model.
+func (s *Server) ollamaModelName(ctx context.Context) string {
+	return ollamaName(s.modelName(ctx))
+}
+
+// ollamaName is a model's Ollama-style name: the model name in lower case,
+// runs of characters Ollama does not allow in a name made one '-', and the
+// tag "latest".
+func ollamaName(model string) string {
 	var b strings.Builder
 	dash := false
-	for _, r := range strings.ToLower(s.modelName()) {
+	for _, r := range strings.ToLower(model) {
 		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
 		switch {
 		case ok:
@@ -111,13 +121,20 @@ func (s *Server) ollamaModelName() string {
 // checkOllamaModel accepts the served model's names (name:latest, the name
 // without its tag, and the name /v1/models lists), case-insensitively; any
 // other name is a 404, an empty one a 400 naming field.
-func (s *Server) checkOllamaModel(name, field string) error {
+//
+// With several models the name picks the model (pickModel): any served
+// model's name, or its Ollama-style name with or without its tag.
+func (s *Server) checkOllamaModel(c echo.Context, name, field string) error {
 	name = strings.TrimSpace(name)
 	if name == "" {
 		return parley.FieldErrorf(field, "is required")
 	}
-	full := s.ollamaModelName()
-	for _, n := range []string{full, strings.TrimSuffix(full, ":latest"), s.modelName()} {
+	if s.models != nil {
+		return s.pickModel(c, name)
+	}
+	ctx := c.Request().Context()
+	full := s.ollamaModelName(ctx)
+	for _, n := range []string{full, strings.TrimSuffix(full, ":latest"), s.modelName(ctx)} {
 		if strings.EqualFold(name, n) {
 			return nil
 		}
@@ -148,11 +165,11 @@ type ollamaListModel struct {
 	ContextLength int           `json:"context_length,omitempty"` // /api/ps
 }
 
-func (s *Server) loadedModel() parley.ModelInfo {
-	if s.api.modelInfo != nil {
-		return s.api.modelInfo()
-	}
-	return parley.ModelInfo{}
+// loadedModel is the facts of the request's model (ctx), or of the loaded
+// model with one model.
+func (s *Server) loadedModel(ctx context.Context) parley.ModelInfo {
+	_, info := s.modelFor(ctx)
+	return info
 }
 
 // ollamaFileFacts are the model file's modification time and a digest that
@@ -167,10 +184,10 @@ func ollamaFileFacts(info parley.ModelInfo) (time.Time, string) {
 	return mod, hex.EncodeToString(h[:])
 }
 
-func (s *Server) ollamaListEntry() ollamaListModel {
-	info := s.loadedModel()
+func (s *Server) ollamaListEntry(ctx context.Context) ollamaListModel {
+	info := s.loadedModel(ctx)
 	mod, digest := ollamaFileFacts(info)
-	name := s.ollamaModelName()
+	name := s.ollamaModelName(ctx)
 	return ollamaListModel{Name: name, Model: name, ModifiedAt: &mod, Size: info.SizeBytes, Digest: digest, Details: ollamaDetailsOf(info)}
 }
 
@@ -204,25 +221,61 @@ func (s *Server) handleOllamaVersion(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"version": ollamaVersion})
 }
 
-// handleOllamaTags is GET /api/tags: the one model Parley serves.
+// handleOllamaTags is GET /api/tags: every model Parley serves, loaded or
+// not (Ollama lists the models installed).
 func (s *Server) handleOllamaTags(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaListEntry()}})
+	if s.models != nil {
+		var list []ollamaListModel
+		for _, m := range s.models.Models() {
+			list = append(list, s.ollamaListEntry(parley.WithModel(c.Request().Context(), m.Name)))
+		}
+		return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": list})
+	}
+	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaListEntry(c.Request().Context())}})
 }
 
 // handleOllamaPS is GET /api/ps: the loaded model. It stays loaded while
 // the server runs, so it never expires: expires_at is far in the future,
 // as Ollama shows a model kept with keep_alive -1.
+//
+// With several models it lists the models the residency manager holds
+// loaded, each with its size (weights and KV cache) and when its
+// keep-alive runs out (far in the future for a pinned model or one kept
+// forever, and for one with replies in flight, which cannot expire yet).
 func (s *Server) handleOllamaPS(c echo.Context) error {
-	info := s.loadedModel()
-	m := s.ollamaListEntry()
-	m.ModifiedAt = nil
 	forever := time.Now().AddDate(100, 0, 0).UTC()
-	m.ExpiresAt = &forever
+	if s.models == nil {
+		return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaPSEntry(c.Request().Context(), 0, forever)}})
+	}
+	list := []ollamaListModel{}
+	for _, m := range s.models.Models() {
+		if m.State != "loaded" {
+			continue
+		}
+		exp := forever
+		if m.ExpiresAt != nil {
+			exp = m.ExpiresAt.UTC()
+		}
+		list = append(list, s.ollamaPSEntry(parley.WithModel(c.Request().Context(), m.Name), m.SizeBytes, exp))
+	}
+	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": list})
+}
+
+// ollamaPSEntry is the /api/ps entry of ctx's model; size is its memory
+// (0: the file's size).
+func (s *Server) ollamaPSEntry(ctx context.Context, size int64, expires time.Time) ollamaListModel {
+	info := s.loadedModel(ctx)
+	m := s.ollamaListEntry(ctx)
+	m.ModifiedAt = nil
+	m.ExpiresAt = &expires
+	if size > 0 {
+		m.Size = size
+	}
 	vram := int64(0)
 	if info.Device.Type == "gpu" && info.Device.LayersTotal > 0 {
-		vram = info.SizeBytes * int64(info.Device.LayersOffloaded) / int64(info.Device.LayersTotal)
+		vram = m.Size * int64(info.Device.LayersOffloaded) / int64(info.Device.LayersTotal)
 	}
 	m.SizeVRAM = &vram
 	m.ContextLength = info.ContextLength
-	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {m}})
+	return m
 }

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
 )
 
 // POST /api/chat and POST /api/generate: Ollama's replies. Streamed by
@@ -94,21 +96,26 @@ type ollamaCall struct {
 func ollamaNow() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 
 // parseOllamaCommon validates the shared fields into params and stream.
-func (s *Server) parseOllamaCommon(req *ollamaCommon, call *ollamaCall) (*paramsPatch, error) {
-	if err := s.checkOllamaModel(req.Model, "model"); err != nil {
+func (s *Server) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *ollamaCall) (*paramsPatch, error) {
+	if err := s.checkOllamaModel(c, req.Model, "model"); err != nil {
 		return nil, err
 	}
+	ctx := c.Request().Context()
 	call.stream = req.Stream == nil || *req.Stream
 	keep, err := checkKeepAlive(req.KeepAlive)
 	if err != nil {
 		return nil, err
 	}
 	call.unload = isSet(req.KeepAlive) && keep == 0
+	if isSet(req.KeepAlive) && s.models != nil {
+		withKeepAlive(c, keep)
+		ctx = c.Request().Context()
+	}
 	var patch paramsPatch
-	if patch.Think, err = s.ollamaThink(req.Think); err != nil {
+	if patch.Think, err = s.ollamaThink(ctx, req.Think); err != nil {
 		return nil, err
 	}
-	info := s.loadedModel()
+	info := s.loadedModel(ctx)
 	if err := applyOllamaOptions(req.Options, &patch, ollamaLimits{contextLength: info.ContextLength, maxTokensCap: s.cfg.MaxTokensCap}); err != nil {
 		return nil, err
 	}
@@ -133,7 +140,7 @@ func (s *Server) resolveOllama(patch *paramsPatch, call *ollamaCall) error {
 // ollamaThink reads think: true or false, or an effort ("low", "medium",
 // "high": gpt-oss's), which turns thinking on. Asking a model that has no
 // thought to think is a 400, as Ollama answers it; false is always fine.
-func (s *Server) ollamaThink(raw json.RawMessage) (*bool, error) {
+func (s *Server) ollamaThink(ctx context.Context, raw json.RawMessage) (*bool, error) {
 	if !isSet(raw) {
 		return nil, nil
 	}
@@ -150,15 +157,19 @@ func (s *Server) ollamaThink(raw json.RawMessage) (*bool, error) {
 			return nil, parley.FieldErrorf("think", "must be true, false, or low, medium or high, got %q", effort)
 		}
 	}
-	if on && !s.ollamaThinks() {
-		return nil, parley.FieldErrorf("think", "%s does not support thinking", s.ollamaModelName())
+	if on && !s.ollamaThinks(ctx) {
+		return nil, parley.FieldErrorf("think", "%s does not support thinking", s.ollamaModelName(ctx))
 	}
 	return &on, nil
 }
 
 // ollamaThinks reports whether the model marks a thought Parley can split
 // from its answer.
-func (s *Server) ollamaThinks() bool {
+func (s *Server) ollamaThinks(ctx context.Context) bool {
+	if s.models != nil {
+		t, ok := s.templateFor(ctx)
+		return ok && chat.ThinkFormatOf(t) != chat.ThinkNone
+	}
 	if s.op.info == nil {
 		return false
 	}
@@ -211,7 +222,7 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 	if err := decodeOllama(body, &req); err != nil {
 		return err
 	}
-	patch, err := s.parseOllamaCommon(&req.ollamaCommon, call)
+	patch, err := s.parseOllamaCommon(c, &req.ollamaCommon, call)
 	if err != nil {
 		return err
 	}
@@ -228,7 +239,7 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 	if err := call.params.Validate(s.cfg.MaxTokensCap); err != nil {
 		return renameOllama(err)
 	}
-	model := s.ollamaModelName()
+	model := s.ollamaModelName(c.Request().Context())
 	call.text = func(piece string) ollamaChunk {
 		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Message: &ollamaMessage{Role: "assistant", Content: piece}}
 	}

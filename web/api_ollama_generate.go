@@ -54,7 +54,7 @@ func (s *Server) handleOllamaGenerate(c echo.Context) error {
 	if err := decodeOllama(body, &req); err != nil {
 		return err
 	}
-	patch, err := s.parseOllamaCommon(&req.ollamaCommon, call)
+	patch, err := s.parseOllamaCommon(c, &req.ollamaCommon, call)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (s *Server) handleOllamaGenerate(c echo.Context) error {
 	if err := s.resolveOllama(patch, call); err != nil {
 		return err
 	}
-	model := s.ollamaModelName()
+	model := s.ollamaModelName(c.Request().Context())
 	call.text = func(piece string) ollamaChunk {
 		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Response: &piece}
 	}
@@ -76,7 +76,7 @@ func (s *Server) handleOllamaGenerate(c echo.Context) error {
 		// Ollama's way to load a model: a generate with no prompt.
 		return s.ollamaLoaded(c, call)
 	}
-	prefix, err := s.contextText(req.Context)
+	prefix, err := s.contextText(c.Request().Context(), req.Context)
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,9 @@ func (s *Server) handleOllamaGenerate(c echo.Context) error {
 	if err != nil {
 		return renameOllama(err)
 	}
-	call.finish = func(last *ollamaChunk, reply string) { last.Context = s.contextOf(a.rep.Prompt() + reply) }
+	call.finish = func(last *ollamaChunk, reply string) {
+		last.Context = s.contextOf(c.Request().Context(), a.rep.Prompt()+reply)
+	}
 	return s.ollamaRespond(c, a, call)
 }
 
@@ -124,7 +126,7 @@ func generateMessages(req *ollamaGenerateRequest) []parley.Message {
 // exchange's text (the context array's): the prompt is the template's
 // rendering of msgs after prefix, with the template's end-of-turn stops.
 func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Message, call *ollamaCall) (*apiCall, error) {
-	tm, ok := s.api.responder.(templater)
+	t, ok := s.templateFor(c.Request().Context())
 	if !ok {
 		return nil, parley.FieldErrorf("context", "is not supported by this server")
 	}
@@ -132,7 +134,7 @@ func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Mes
 	// must not spell out a control token (a role marker would forge a
 	// turn); Reply, used without context, neutralizes them instead.
 	for _, m := range msgs {
-		for _, ct := range s.loadedModel().ControlTokens {
+		for _, ct := range s.loadedModel(c.Request().Context()).ControlTokens {
 			if ct != "" && strings.Contains(m.Content, ct) {
 				field := "prompt"
 				if m.Role == parley.RoleSystem {
@@ -142,7 +144,6 @@ func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Mes
 			}
 		}
 	}
-	t := tm.Template()
 	rendered, err := t.Render(msgs, chat.Gen)
 	if err != nil {
 		return nil, fmt.Errorf("render prompt: %w", err)
@@ -158,12 +159,17 @@ func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Mes
 // contextText is the text of a context array, checked: every id is in the
 // vocabulary and the whole fits the context window. A leading BOS is
 // dropped (the tokenizer adds its own).
-func (s *Server) contextText(ids []int) (string, error) {
+func (s *Server) contextText(ctx context.Context, ids []int) (string, error) {
 	if len(ids) == 0 {
 		return "", nil
 	}
-	info := s.loadedModel()
-	dt, ok := s.tok.(detokenizer)
+	info := s.loadedModel(ctx)
+	tok, release, err := s.tokenizerFor(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	dt, ok := tok.(detokenizer)
 	if !ok || info.VocabSize <= 0 {
 		return "", parley.FieldErrorf("context", "is not supported by this server")
 	}
@@ -187,11 +193,13 @@ func (s *Server) contextText(ids []int) (string, error) {
 // contextOf is the context array a reply returns: the token ids of its
 // prompt (the context it continued included) and its text. nil when there
 // is no tokenizer or the text does not tokenize.
-func (s *Server) contextOf(text string) []int {
-	if s.tok == nil {
+func (s *Server) contextOf(ctx context.Context, text string) []int {
+	tok, release, err := s.tokenizerFor(ctx)
+	if err != nil || tok == nil {
 		return nil
 	}
-	ids, err := s.tok.Tokenize(text)
+	defer release()
+	ids, err := tok.Tokenize(text)
 	if err != nil {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -48,19 +49,20 @@ func (s *Server) handleOllamaShow(c echo.Context) error {
 	if req.Model == "" && req.Name != "" {
 		req.Model, field = req.Name, "name"
 	}
-	if err := s.checkOllamaModel(req.Model, field); err != nil {
+	if err := s.checkOllamaModel(c, req.Model, field); err != nil {
 		return err
 	}
-	info := s.loadedModel()
+	ctx := c.Request().Context()
+	info := s.loadedModel(ctx)
 	mod, _ := ollamaFileFacts(info)
-	name := s.ollamaModelName()
+	name := s.ollamaModelName(ctx)
 	return c.JSON(http.StatusOK, ollamaShowResponse{
 		Modelfile:    fmt.Sprintf("# Served by Parley from %s\nFROM %s\n", name, info.Path),
-		Parameters:   s.ollamaParameters(),
+		Parameters:   s.ollamaParameters(ctx),
 		Template:     info.ChatTemplate,
 		Details:      ollamaDetailsOf(info),
 		ModelInfo:    ollamaModelInfo(info),
-		Capabilities: s.ollamaCapabilities(),
+		Capabilities: s.ollamaCapabilities(ctx),
 		ModifiedAt:   mod.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"),
 		Tensors:      []struct{}{},
 	})
@@ -86,12 +88,12 @@ func ollamaModelInfo(info parley.ModelInfo) map[string]any {
 // ollamaParameters are the server's sampling defaults in a Modelfile's
 // PARAMETER syntax, under Ollama's option names, with the context a
 // conversation gets (num_ctx).
-func (s *Server) ollamaParameters() string {
+func (s *Server) ollamaParameters(ctx context.Context) string {
 	d := s.cfg.Defaults
 	var b strings.Builder
 	line := func(k, v string) { fmt.Fprintf(&b, "%-30s %s\n", k, v) }
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	line("num_ctx", strconv.Itoa(s.loadedModel().ContextLength))
+	line("num_ctx", strconv.Itoa(s.loadedModel(ctx).ContextLength))
 	line("num_predict", strconv.Itoa(d.MaxTokens))
 	line("temperature", f(d.Temperature))
 	line("top_k", strconv.Itoa(d.TopK))
@@ -112,12 +114,12 @@ func (s *Server) ollamaParameters() string {
 // tools calls them at random), thinking when it marks a thought Parley
 // splits from the answer; never vision or embedding (Parley serves text
 // generation).
-func (s *Server) ollamaCapabilities() []string {
+func (s *Server) ollamaCapabilities(ctx context.Context) []string {
 	caps := []string{"completion"}
-	if strings.Contains(s.loadedModel().ChatTemplate, "tools") {
+	if strings.Contains(s.loadedModel(ctx).ChatTemplate, "tools") {
 		caps = append(caps, "tools")
 	}
-	if s.ollamaThinks() {
+	if s.ollamaThinks(ctx) {
 		caps = append(caps, "thinking")
 	}
 	return caps

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -207,6 +208,9 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
+	if err := s.pickModel(c, req.Model); err != nil {
+		return nil, err
+	}
 	if len(req.Messages) == 0 {
 		return nil, parley.FieldErrorf("messages", "at least one message is required")
 	}
@@ -328,7 +332,7 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 		return cc.renameSent(err)
 	}
 	call.topLogprobs = cc.topLogprobs
-	id, created, model := completionID(), time.Now().Unix(), s.modelName()
+	id, created, model := completionID(), time.Now().Unix(), s.modelName(c.Request().Context())
 	if !cc.stream {
 		toks, ev := call.collect()
 		if rerr := replyError(ev); rerr != nil {
@@ -496,7 +500,7 @@ type openAIModel struct {
 }
 
 func (s *Server) openAIModel() openAIModel {
-	return openAIModel{ID: s.modelName(), Object: "model", Created: s.api.mounted.Unix(), OwnedBy: "parley"}
+	return openAIModel{ID: s.modelName(context.Background()), Object: "model", Created: s.api.mounted.Unix(), OwnedBy: "parley"}
 }
 
 // handleModels is GET /v1/models: the one loaded model.

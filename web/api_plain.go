@@ -44,7 +44,10 @@ func (s *Server) handlePlain(c echo.Context) error {
 	if strings.TrimSpace(prompt) == "" {
 		return parley.FieldErrorf("prompt", "is required: POST /?prompt=... or the prompt as the request body")
 	}
-	patch, err := patchFromQuery(q, "prompt")
+	if err := s.pickModel(c, q.Get("model")); err != nil {
+		return err
+	}
+	patch, err := patchFromQuery(q, "prompt", "model")
 	if err != nil {
 		return err
 	}

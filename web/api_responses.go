@@ -147,17 +147,23 @@ type parsedResponse struct {
 	stream bool
 	bg     bool   // background: true (api_responses_bg.go)
 	conv   string // the conversation id as given, "" without one
+	model  string // the model the request picked ("" with one model); a stored conversation keeps its own
 	meta   map[string]string
 	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
 	// renameSent names the field the client sent in an error from the engine.
 	renameSent func(error) error
 }
 
-func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
+func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
 	var req responsesRequest
 	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
+	model, err := s.resolveModel(req.Model)
+	if err != nil {
+		return nil, err
+	}
+	ctx = withModel(ctx, model)
 	msgs, err := parseInput(req.Input, "input")
 	if err != nil {
 		return nil, err
@@ -178,7 +184,7 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 	if req.Instructions != nil {
 		text.WriteString(*req.Instructions)
 	}
-	if err := s.checkPromptTokens(text.String()); err != nil {
+	if err := s.checkPromptTokens(ctx, text.String()); err != nil {
 		return nil, err
 	}
 	if req.Reasoning != nil && req.Reasoning.Effort != nil {
@@ -224,7 +230,7 @@ func (s *Server) parseResponsesRequest(body []byte) (*parsedResponse, error) {
 		return nil, err
 	}
 	resolveSeed(&p)
-	out := &parsedResponse{typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
+	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		renameSent: req.paramsPatch.renameSent,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
@@ -456,9 +462,14 @@ func newMessageItem(id string, m parley.Message) messageItem {
 	return messageItem{Type: "message", ID: id, Status: "completed", Role: role, Content: []outputText{newPart(typ, m.Content)}}
 }
 
-func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool) *responseObject {
+// model is the conversation's (session.Session.Model): "" names the model
+// as with one model.
+func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool, model string) *responseObject {
+	if model == "" {
+		model = s.modelName(context.Background())
+	}
 	o := &responseObject{
-		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: s.modelName(),
+		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: model,
 		Output: []any{}, Store: stored, Temperature: rec.Temperature, TopP: rec.TopP,
 		ToolChoice: "auto", Tools: []string{}, Text: json.RawMessage(`{"format":{"type":"text"}}`),
 		Truncation: "disabled", Metadata: map[string]string{},
@@ -497,21 +508,21 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pr, err := s.parseResponsesRequest(body)
+	pr, err := s.parseResponsesRequest(c.Request().Context(), body)
 	if err != nil {
 		return err
 	}
 	if pr.bg {
 		return s.startBackground(c, pr)
 	}
-	ctx, cancel := context.WithCancel(c.Request().Context())
+	ctx, cancel := context.WithCancel(withModel(c.Request().Context(), pr.model))
 	defer cancel()
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {
 		return pr.renameSent(err)
 	}
 	if !pr.stream {
-		meter := s.meterReply(s.requestCancelCause)
+		meter := s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))
 		for ev := range resp.Events() {
 			meter.observe(ev)
 			if ev.Done {
@@ -533,7 +544,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 // finishedResponse is the response object of a turn whose events are done.
 func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
 	rec := resp.Final()
-	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored)
+	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored, resp.Model)
 	if thought := resp.Reasoning(); thought != "" {
 		o.Output = append(o.Output, newReasoningItem(resp.SessionID(), resp.Record.End, thought))
 	}
@@ -583,7 +594,7 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	o := s.newResponseObject(rec, sess.ID, true)
+	o := s.newResponseObject(rec, sess.ID, true, sess.Model)
 	out := sess.Span(rec.End-1, rec.End)
 	if len(out) == 1 {
 		if out[0].Reasoning != "" {

@@ -116,7 +116,7 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 		return err
 	}
 	user := parley.UserFrom(c.Request().Context())
-	ctx, cancel := context.WithCancel(parley.WithUser(parley.WithClient(s.stop, client), user))
+	ctx, cancel := context.WithCancel(withModel(parley.WithUser(parley.WithClient(s.stop, client), user), pr.model))
 	pr.req.Durable = true // a crash leaves it stored, interrupted
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {
@@ -124,7 +124,7 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 		s.releaseIP(client)
 		return pr.renameSent(err)
 	}
-	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
+	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored, resp.Model)
 	initial.Status = "in_progress"
 	initial.Background = true
 	pr.echo(initial, resp.SessionID())

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"strings"
 
 	"github.com/parley-chat/parley"
@@ -48,9 +49,9 @@ func reasoningInput(it inputItem, field string) (string, error) {
 
 // thinks reports whether the model writes a thought (its chat template says so), so that a stream opens the
 // message item only when the answer begins, after the reasoning item.
-func (s *Server) thinks() bool {
-	t, ok := s.api.responder.(interface{ Template() chat.Template })
-	return ok && chat.ThinkFormatOf(t.Template()) != chat.ThinkNone
+func (s *Server) thinks(ctx context.Context) bool {
+	t, ok := s.templateFor(ctx)
+	return ok && chat.ThinkFormatOf(t) != chat.ThinkNone
 }
 
 // outputItems opens and closes a streamed response's output items: the reasoning item (index 0) when the thought

@@ -69,7 +69,7 @@ func atPart(itemID string, index int, m map[string]any) map[string]any {
 // cancels the turn (through cancel) and ends the stream.
 func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, resp *session.Response, pr *parsedResponse, emit func(typ string, b []byte) error) error {
 	es := &eventStream{emit: emit}
-	meter := s.meterReply(s.requestCancelCause)
+	meter := s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))
 	observe := func(ev parley.Event) {
 		meter.observe(ev)
 		if ev.Done {
@@ -83,7 +83,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		}
 		return err
 	}
-	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored)
+	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored, resp.Model)
 	initial.Status = "in_progress"
 	pr.echo(initial, resp.SessionID())
 	out := &outputItems{es: es, msg: s.outputItem(resp, session.StatusCompleted, ""), sid: resp.SessionID(), end: resp.Record.End}
@@ -91,7 +91,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		func() error { return es.send("response.created", map[string]any{"response": initial}) },
 		func() error { return es.send("response.in_progress", map[string]any{"response": initial}) },
 	)
-	if err == nil && !s.thinks() {
+	if err == nil && !s.thinks(ctx) {
 		err = out.openMessage() // a model without a thought: the message is the one output item
 	}
 	if err != nil {
@@ -135,7 +135,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 // streamFailed ends the stream of a turn that failed with err: an error
 // event, then response.failed.
 func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error) error {
-	failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored)
+	failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored, resp.Model)
 	failed.Status = session.StatusFailed
 	failed.Error = &responseError{Code: responseErrorCode(err), Message: parley.ErrorMessage(err)}
 	oe := newOpenAIError(err)

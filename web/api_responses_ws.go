@@ -119,7 +119,7 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	if err := s.apiAvailable(); err != nil {
 		return refuse(err)
 	}
-	pr, err := s.parseResponsesRequest(data)
+	pr, err := s.parseResponsesRequest(ctx, data)
 	if err != nil {
 		return refuse(err)
 	}
@@ -129,7 +129,7 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	if pr.bg {
 		return refuse(parley.FieldErrorf("background", "is for HTTP requests: a response on this socket streams on it"))
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(withModel(ctx, pr.model))
 	defer cancel()
 	if l := *local; l != nil && pr.req.Previous != "" {
 		if _, ok := l.Record(pr.req.Previous); ok {

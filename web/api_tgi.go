@@ -63,6 +63,7 @@ type tgiRequest struct {
 	Inputs     *string        `json:"inputs"`
 	Parameters *tgiParameters `json:"parameters"`
 	Stream     bool           `json:"stream"` // SageMaker's switch on /invocations
+	Model      string         `json:"model"`  // which model, when the server serves several (or ?model=)
 }
 
 type tgiToken struct {
@@ -157,6 +158,13 @@ func (s *Server) parseTGI(c echo.Context) (*tgiCall, error) {
 	}
 	var req tgiRequest
 	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+		return nil, err
+	}
+	model := req.Model
+	if model == "" {
+		model = c.QueryParam("model")
+	}
+	if err := s.pickModel(c, model); err != nil {
 		return nil, err
 	}
 	if req.Inputs == nil {

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -113,7 +114,7 @@ func FuzzResponsesRequest(f *testing.F) {
 	}
 	srv := New(Config{MaxTokensCap: 4096}, nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		pr, err := srv.parseResponsesRequest(data)
+		pr, err := srv.parseResponsesRequest(context.Background(), data)
 		if err != nil {
 			var pe *parley.Error
 			if !errors.As(err, &pe) || pe.Code != parley.EInvalid || pe.Message == "" {

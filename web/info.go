@@ -85,6 +85,7 @@ func (s *Server) opsRoutes(e *echo.Echo) {
 type statusBody struct {
 	Status string        `json:"status"`           // loading, ok or draining
 	Device *deviceStatus `json:"device,omitempty"` // where the model runs, once loaded (/health only)
+	Models []healthModel `json:"models,omitempty"` // with several models, each one's state (/health only)
 }
 
 // deviceStatus is /health's account of the device: what the model runs on,
@@ -126,9 +127,9 @@ func (s *Server) handleHealth(c echo.Context) error {
 	case !s.ready.Load():
 		return c.JSON(http.StatusServiceUnavailable, statusBody{Status: "loading"})
 	case s.draining.Load():
-		return c.JSON(http.StatusOK, statusBody{Status: "draining", Device: s.deviceStatus()})
+		return c.JSON(http.StatusOK, statusBody{Status: "draining", Device: s.deviceStatus(), Models: s.healthModels()})
 	}
-	return c.JSON(http.StatusOK, statusBody{Status: "ok", Device: s.deviceStatus()})
+	return c.JSON(http.StatusOK, statusBody{Status: "ok", Device: s.deviceStatus(), Models: s.healthModels()})
 }
 
 // handleReady is readiness: 200 only while the server takes new work, so a

@@ -16,6 +16,7 @@ type sessionMessage struct {
 	Type     string           `json:"type"` // "session"
 	ID       string           `json:"id"`
 	Resumed  bool             `json:"resumed"`
+	Model    string           `json:"model,omitempty"` // the session's model, when the server serves several
 	Messages []historyMessage `json:"messages"`
 	Reply    *liveReplyJSON   `json:"reply,omitempty"` // a reply in flight, on resume (ws_resume.go)
 }
@@ -139,6 +140,9 @@ type clientMessage struct {
 	Content    *string   `json:"content"`
 	Params     *wsParams `json:"params"`
 	ToolCallID string    `json:"tool_call_id"` // tool_result: the call it answers
+	// Model (prompt), with several models, picks the session's model
+	// before its first turn; a session with a history keeps its own.
+	Model string `json:"model"`
 }
 
 // parseClientMessage decodes and checks one JSON-mode client message: a

@@ -93,6 +93,10 @@ type ops struct {
 	cancelled *prometheus.CounterVec // by who cancelled
 	refusals  *prometheus.CounterVec // by cause
 	kvTurns   *prometheus.CounterVec // committed session turns, by KV cache state
+	// With several models (models.go): replies and time to first token
+	// by model; nil with one model, whose metrics stay as they were.
+	modelReplies *prometheus.CounterVec   // by model and finish reason
+	modelTTFT    *prometheus.HistogramVec // by model
 }
 
 // ops returns the server's ops, creating it for the options that fill it.
@@ -154,7 +158,24 @@ func (s *Server) initOps() {
 		o.refusals.WithLabelValues(c)
 	}
 
-	cs := []prometheus.Collector{
+	cs := []prometheus.Collector{}
+	if s.models != nil {
+		o.modelReplies = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_model_replies_total",
+			Help: "Replies finished, by model and finish reason (with several models).",
+		}, []string{"model", "finish"})
+		o.modelTTFT = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "parley_model_time_to_first_token_seconds",
+			Help:    "Time from a reply's submission to its first generated token, by model (with several models; a load it waited for is not included).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"model"})
+		cs = append(cs, o.modelReplies, o.modelTTFT, &modelsCollector{s: s,
+			state:    prometheus.NewDesc("parley_model_loaded", "1 for each model loaded now, 0 for the others (with several models).", []string{"model"}, nil),
+			bytes:    prometheus.NewDesc("parley_model_resident_bytes", "The memory estimate of each model loaded now (file, KV cache, compute buffers).", []string{"model"}, nil),
+			inFlight: prometheus.NewDesc("parley_model_replies_in_flight", "Replies each model is generating (they hold it loaded).", []string{"model"}, nil),
+		})
+	}
+	cs = append(cs,
 		o.ttft, o.tokenGap, o.replies, o.cancelled, o.refusals, o.kvTurns,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -185,7 +206,7 @@ func (s *Server) initOps() {
 			}
 			return o.info().LoadTime.Seconds()
 		}),
-	}
+	)
 	if o.stats != nil {
 		cs = append(cs, engineCollectors(o.stats)...)
 		cs = append(cs, kvCollectors(o.stats)...)
@@ -305,6 +326,14 @@ type replyMeter struct {
 	o           *ops
 	cancelCause func() string
 	last        time.Time // when the previous token arrived; zero before the first
+	model       string    // with several models, the reply's ("" with one)
+}
+
+// forModel makes the meter count the reply for model too, with several
+// models (parley.ModelFrom of the reply's context; "" does nothing).
+func (r *replyMeter) forModel(model string) *replyMeter {
+	r.model = model
+	return r
 }
 
 // meterReply starts a meter. cancelCause says who cancelled the reply; it is
@@ -326,6 +355,12 @@ func (r *replyMeter) observe(ev parley.Event) {
 	r.o.replies.WithLabelValues(string(ev.Finish)).Inc()
 	if ev.Usage.CompletionTokens > 0 && ev.Timings.TimeToFirstToken > 0 {
 		r.o.ttft.Observe(ev.Timings.TimeToFirstToken.Seconds())
+	}
+	if r.model != "" && r.o.modelReplies != nil {
+		r.o.modelReplies.WithLabelValues(r.model, string(ev.Finish)).Inc()
+		if ev.Usage.CompletionTokens > 0 && ev.Timings.TimeToFirstToken > 0 {
+			r.o.modelTTFT.WithLabelValues(r.model).Observe(ev.Timings.TimeToFirstToken.Seconds())
+		}
 	}
 	if ev.Finish == parley.FinishCancelled {
 		r.o.cancelled.WithLabelValues(r.cancelCause()).Inc()

@@ -50,6 +50,7 @@ type liveReply struct {
 	ctx    context.Context // the turn's: the server's, not a socket's
 	cancel context.CancelFunc
 	hold   *admission // the client's admission, held until the reply ends
+	model  string     // the session's model, with several models (metrics)
 
 	mu        sync.Mutex
 	turn      *session.Turn  // nil until the turn started
@@ -181,7 +182,7 @@ func (r *liveReply) start(turn *session.Turn) {
 // waits on a follower.
 func (r *liveReply) pump() {
 	defer r.end()
-	meter := r.srv.meterReply(r.cancelCause)
+	meter := r.srv.meterReply(r.cancelCause).forModel(r.model)
 	for ev := range r.turn.Events() {
 		meter.observe(ev)
 		r.mu.Lock()

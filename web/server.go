@@ -160,6 +160,7 @@ type Server struct {
 	bodies  *bodyBudget   // the bytes request bodies hold (bodybudget.go)
 	replies replyRegistry // chat replies in flight (replies.go)
 	bg      bgRegistry    // background responses (api_responses_bg.go)
+	models  Models        // several models (models.go); nil: one
 }
 
 // Option configures optional parts of a Server.
@@ -582,7 +583,16 @@ func (s *Server) RequireKey(next echo.HandlerFunc) echo.HandlerFunc {
 // checkPromptTokens refuses, with too_large, a prompt of more than
 // MaxPromptTokens tokens. The WebSocket chat calls it before queueing a
 // prompt, so an oversized prompt costs one tokenization, never a slot.
-func (s *Server) checkPromptTokens(text string) error {
+// With several models it counts with ctx's model's tokenizer, loading the
+// model for it.
+func (s *Server) checkPromptTokens(ctx context.Context, text string) error {
+	return s.countPromptTokens(ctx, text, true)
+}
+
+// countPromptTokens is checkPromptTokens; without load, a prompt for a
+// model that is not loaded is not counted (the WebSocket's reader must not
+// wait for a load: the engine still refuses a prompt over the context).
+func (s *Server) countPromptTokens(ctx context.Context, text string, load bool) error {
 	limit := s.cfg.MaxPromptTokens
 	// A token spans at least one byte of text, apart from the few a
 	// tokenizer adds (BOS, EOS, SentencePiece's leading space): shorter
@@ -591,7 +601,12 @@ func (s *Server) checkPromptTokens(text string) error {
 	if s.tok == nil || limit <= 0 || len(text)+added <= limit {
 		return nil
 	}
-	toks, err := s.tok.Tokenize(text)
+	tok, release, err := s.tokenizerOf(ctx, load)
+	if err != nil || tok == nil {
+		return err
+	}
+	toks, err := tok.Tokenize(text)
+	release()
 	if err != nil {
 		return fmt.Errorf("count prompt tokens: %w", err)
 	}

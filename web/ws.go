@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -43,6 +44,9 @@ type conn struct {
 	// as thinking messages.
 	thinking bool
 	id       string // session id
+	// model is the session's model, with several models ("" with one):
+	// the worker sets it (a prompt that picks it), the reader reads it.
+	model atomic.Pointer[string]
 
 	inbox *inbox // prompts, control messages and queued answers for the worker, in arrival order
 
@@ -68,6 +72,7 @@ type job struct {
 	content string
 	callID  string // jobPrompt: the tool call content answers ("" for a user's prompt)
 	regen   bool   // jobPrompt: regenerate the last reply (content is empty)
+	model   string // jobPrompt: the model the prompt names ("" = the session's)
 	params  parley.Params
 	err     error // jobAnswer: what to tell the client
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
@@ -89,7 +94,14 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		return err
 	}
 	user := parley.UserFrom(r.Context())
-	sess, resumed, err := s.sessions.Open(r.Context(), r.URL.Query().Get("session"))
+	// ?model= picks a new session's model (with several models; an
+	// unknown one is a 404 before the upgrade). A resumed session keeps
+	// the model it was started with.
+	model, err := s.resolveModel(r.URL.Query().Get("model"))
+	if err != nil {
+		return err
+	}
+	sess, resumed, err := s.sessions.Open(withModel(r.Context(), model), r.URL.Query().Get("session"))
 	if err != nil && !answerOnSocket(err) {
 		return err
 	}
@@ -140,6 +152,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		return nil
 	}
 	cn.id = sess.ID
+	cn.model.Store(&sess.Model)
 	cn.log = s.log.With(zap.String("session", sess.ID), zap.String("remote", ip))
 	if user != "" {
 		cn.log = cn.log.With(zap.String("user", user)) // the name, never the key
@@ -248,7 +261,15 @@ func (c *conn) handleJSON(data []byte) {
 			c.answer(err)
 			return
 		}
-		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, callID: m.ToolCallID, params: p})
+		model, err := c.srv.resolveModel(m.Model)
+		if err != nil {
+			c.answer(err)
+			return
+		}
+		if m.Model == "" {
+			model = ""
+		}
+		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, callID: m.ToolCallID, model: model, params: p})
 	case "regenerate":
 		p, err := c.srv.resolveWSParams(m.Params)
 		if err != nil {
@@ -277,7 +298,7 @@ func (c *conn) enqueuePrompt(j job) {
 		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
 		return
 	}
-	if err := c.srv.checkPromptTokens(j.content); err != nil {
+	if err := c.srv.countPromptTokens(withModel(c.ctx, cmp.Or(j.model, c.getModel())), j.content, false); err != nil {
 		c.refuse("prompt_tokens", err)
 		return
 	}
@@ -343,6 +364,14 @@ func (c *conn) worker() {
 				c.replyErrorWait(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 				continue
 			}
+			if j.model != "" && j.model != c.getModel() {
+				if err := c.setModel(j.model); err != nil {
+					if !c.replyErrorWait(err) {
+						return
+					}
+					continue
+				}
+			}
 			c.runTurn(j)
 		case jobReset:
 			if err := c.srv.sessions.Reset(c.ctx, c.id); err != nil {
@@ -357,6 +386,34 @@ func (c *conn) worker() {
 			}
 		}
 	}
+}
+
+// getModel is the session's model ("" with one model, or before the session opened).
+func (c *conn) getModel() string {
+	if m := c.model.Load(); m != nil {
+		return *m
+	}
+	return ""
+}
+
+// modelSetter is the session layer's SetModel (*session.Service has it).
+type modelSetter interface {
+	SetModel(ctx context.Context, id, model string) error
+}
+
+// setModel makes model the session's, before its first turn (see
+// session.Service.SetModel).
+func (c *conn) setModel(model string) error {
+	ms, ok := c.srv.sessions.(modelSetter)
+	if !ok {
+		return parley.FieldErrorf("model", "is not supported by this server's sessions")
+	}
+	if err := ms.SetModel(c.ctx, c.id, model); err != nil {
+		return err
+	}
+	c.model.Store(&model)
+	c.log.Info("session model", zap.String("model", model))
+	return nil
 }
 
 func errOr(err error) error {
@@ -398,7 +455,7 @@ func (c *conn) replyError(err error) {
 func (c *conn) sendError(err error) { c.sendRaw(c.errorFrame(err)) }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
-	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Messages: history(msgs)})
+	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Model: c.getModel(), Messages: history(msgs)})
 }
 
 // replyErrorWait is replyError for the worker's queued answers: it waits up

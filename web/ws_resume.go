@@ -63,6 +63,7 @@ func parseResumeFrom(q string) (int, error) {
 func (c *conn) runTurn(j job) {
 	prompt, p := j.content, j.params
 	r := c.srv.replies.open(c, prompt)
+	r.model = c.getModel()
 	leave := r.follow(c.ctx, c.cancelCause)
 	defer leave()
 	if c.ctx.Err() != nil { // the socket is gone: nobody waits for this prompt
@@ -73,7 +74,14 @@ func (c *conn) runTurn(j job) {
 	defer c.clearTurn()
 
 	p.SkipLogprobs = !c.json // text mode sends only the pieces
-	turn, err := c.startTurn(r.ctx, j, p)
+	ctx := r.ctx
+	if c.json && c.srv.models != nil {
+		// A prompt that waits for its model to load sees the load's progress.
+		ctx = parley.WithLoadProgress(ctx, func(model string, frac float64) {
+			c.sendJSON(loadingMessage{Type: "loading", Model: model, Progress: frac})
+		})
+	}
+	turn, err := c.startTurn(ctx, j, p)
 	if err != nil {
 		r.fail()
 		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
@@ -211,7 +219,7 @@ func (c *conn) greet(ctx context.Context, sess *session.Session, resumed bool, r
 		}
 	}
 	if c.json {
-		c.sendJSON(sessionMessage{Type: "session", ID: sess.ID, Resumed: resumed, Messages: hist, Reply: live})
+		c.sendJSON(sessionMessage{Type: "session", ID: sess.ID, Resumed: resumed, Model: sess.Model, Messages: hist, Reply: live})
 	}
 	return rp, true
 }

@@ -113,6 +113,8 @@ type config struct {
 	kvCacheRAM, kvCacheDisk byteSize
 	// issue 32: the engine
 	engine engineFlags
+	// issue 21: several models
+	models modelsFlags
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -120,7 +122,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs := flag.NewFlagSet("parley", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	def := parley.DefaultParams()
-	fs.StringVar(&c.model, "model", "", "model: a GGUF file path, hf://OWNER/REPO/FILE.gguf[@REVISION] or ollama://NAME[:TAG] (required)")
+	fs.StringVar(&c.model, "model", "", "model: a GGUF file path, hf://OWNER/REPO/FILE.gguf[@REVISION] or ollama://NAME[:TAG] (required, unless --models or --models-file; with them, the default model)")
 	fs.StringVar(&c.modelSHA256, "model-sha256", "", "expected sha256 of the model file (checked after download)")
 	fs.StringVar(&c.modelCache, "model-cache", "", "where hf:// downloads are kept (default: the user cache dir, parley/models)")
 	fs.StringVar(&c.ollamaModels, "ollama-models", "", "Ollama model store for ollama:// (default: $OLLAMA_MODELS or ~/.ollama/models)")
@@ -181,6 +183,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
 	kvCacheFlags(fs, &c)
 	c.engine.register(fs)
+	c.models.register(fs)
 
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -202,8 +205,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
-	if c.model == "" {
-		return c, errors.New("no model: give --model PATH (a GGUF file) or set PARLEY_MODEL")
+	if c.model == "" && !c.severalModels() {
+		return c, errors.New("no model: give --model PATH (a GGUF file) or set PARLEY_MODEL, or --models DIR or --models-file FILE for several")
 	}
 	users, err := loadUsers(c.userEntries, c.usersFile, c.apiKey)
 	if err != nil {
@@ -302,17 +305,35 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer store.Close()
 
+	if cfg.severalModels() {
+		return serveSeveral(ctx, cfg, log, stderr, ropts, func(m *router) (*web.Server, error) {
+			sessions := newSessions(cfg, store, defaults, m, log)
+			srv := web.New(serverConfig(cfg, defaults), sessions,
+				web.WithLogger(log.Named("web")),
+				web.WithTokenizer(m),
+				web.WithResponder(m), web.WithModelInfo(m.served[m.def].ref.Info),
+				web.WithModels(&modelsView{r: m}),
+				web.WithEngineStats(m.stats),
+				web.WithStoreUsage(storeUsage(store)),
+				web.WithInfo(func() web.Info {
+					t := m.Template()
+					return web.Info{ModelInfo: m.served[m.def].ref.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
+				}))
+			if err := srv.Open(); err != nil {
+				return nil, err
+			}
+			log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""))
+			return srv, nil
+		})
+	}
+
 	// The server listens before the model is fetched and loaded (minutes for
 	// a download or a large file), so a port error surfaces at once and
 	// /health answers 503 "loading" meanwhile. Until SetReady the chat and
 	// the APIs answer 503, so nothing reaches the engine before it exists.
 	engine := &engineRef{}
 	responder := chat.NewResponder(engine, ropts...)
-	sessions := session.NewService(store, session.Adapt(responder.Reply),
-		session.WithSystemPrompt(cfg.systemPrompt),
-		session.WithDefaultParams(defaults),
-		session.WithClientLimits(cfg.sessionCreatesPerMinute, cfg.maxUnusedPerClient),
-		session.WithLogger(log.Named("session")))
+	sessions := newSessions(cfg, store, defaults, responder, log)
 
 	srv := web.New(serverConfig(cfg, defaults), sessions,
 		web.WithLogger(log.Named("web")),
@@ -362,6 +383,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// newSessions is the session layer over store, its replies from r.
+func newSessions(cfg config, store session.Store, defaults parley.Params, r web.Responder, log *zap.Logger) *session.Service {
+	return session.NewService(store, session.Adapt(r.Reply),
+		session.WithSystemPrompt(cfg.systemPrompt),
+		session.WithDefaultParams(defaults),
+		session.WithClientLimits(cfg.sessionCreatesPerMinute, cfg.maxUnusedPerClient),
+		session.WithLogger(log.Named("session")))
 }
 
 // defaultParams is the sampling defaults the flags set, validated.
@@ -422,24 +452,8 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 	}
 	log.Info("loading model", zap.String("model", cfg.model), zap.String("path", modelPath))
 	progress := newLoadProgress(stderr)
-	lcfg := llm.Config{
-		Path:           modelPath,
-		ContextLength:  cfg.ctx,
-		Parallel:       cfg.parallel,
-		Threads:        cfg.threads,
-		BatchSize:      cfg.batch,
-		FlashAttention: cfg.flashAttn,
-		GPULayers:      int(cfg.gpuLayers),
-		KVUnified:      cfg.kvUnified,
-		CacheSlots:     cfg.cacheSlots,
-		KVCacheType:    cfg.kvCacheType,
-		QueueSize:      cfg.queue,
-		StepBudget:     cfg.stepBudget,
-		KVCache:        kvCacheConfig(cfg),
-		Progress:       progress.update,
-		Logger:         log.Named("llm"),
-	}
-	cfg.engine.apply(&lcfg)
+	lcfg := engineConfig(cfg, modelPath, log.Named("llm"))
+	lcfg.Progress = progress.update
 	eng, err := llm.Open(lcfg)
 	progress.done()
 	if err != nil {
@@ -463,6 +477,29 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		zap.Bool("chat_template", info.ChatTemplate != ""),
 		zap.Duration("load_time", info.LoadTime))
 	return eng, nil
+}
+
+// engineConfig is the engine's configuration from the flags, for the model
+// file at path.
+func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
+	lcfg := llm.Config{
+		Path:           path,
+		ContextLength:  cfg.ctx,
+		Parallel:       cfg.parallel,
+		Threads:        cfg.threads,
+		BatchSize:      cfg.batch,
+		FlashAttention: cfg.flashAttn,
+		GPULayers:      int(cfg.gpuLayers),
+		KVUnified:      cfg.kvUnified,
+		CacheSlots:     cfg.cacheSlots,
+		KVCacheType:    cfg.kvCacheType,
+		QueueSize:      cfg.queue,
+		StepBudget:     cfg.stepBudget,
+		KVCache:        kvCacheConfig(cfg),
+		Logger:         log,
+	}
+	cfg.engine.apply(&lcfg)
+	return lcfg
 }
 
 // engineRef stands in for the engine until it has loaded, so the chat

@@ -48,8 +48,15 @@ func freeAddr(t *testing.T) string {
 // says the model is loaded.
 func start(t *testing.T, bin string, args ...string) *server {
 	t.Helper()
+	return launch(t, bin, append([]string{"--model", testmodel.Path(t)}, args...)...)
+}
+
+// launch is start without a --model of its own (args give the models), in
+// a fresh HOME and data folder unless args name a --data-dir.
+func launch(t *testing.T, bin string, args ...string) *server {
+	t.Helper()
 	s := &server{addr: freeAddr(t)}
-	args = append([]string{"--model", testmodel.Path(t), "--addr", s.addr, "--log-format", "json",
+	args = append([]string{"--addr", s.addr, "--log-format", "json",
 		"--threads", "1", "--ctx", "512", "--parallel", "2", "--temperature", "0"}, args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "XDG_DATA_HOME="+t.TempDir())

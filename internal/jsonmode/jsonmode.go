@@ -47,6 +47,9 @@ type Message struct {
 	Arguments string            `json:"arguments"`
 	ToolCalls []parley.ToolCall `json:"tool_calls"`
 
+	Model    string  `json:"model"`    // session: the session's model; loading: the model loading
+	Progress float64 `json:"progress"` // loading: the fraction loaded
+
 	Code       string `json:"code"`
 	Message    string `json:"message"`
 	Field      string `json:"field"`

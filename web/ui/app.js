@@ -40,7 +40,7 @@
     newChat: $('new-chat'), theme: $('theme'), openSettings: $('open-settings'),
     settings: $('settings'), settingsForm: $('settings-form'), defaults: $('s-defaults'),
     sTemperature: $('s-temperature'), sMaxTokens: $('s-max-tokens'), sTopP: $('s-top-p'),
-    sTopK: $('s-top-k'), sSystem: $('s-system'),
+    sTopK: $('s-top-k'), sSystem: $('s-system'), model: $('model'),
     sidebar: $('sidebar'), openSidebar: $('open-sidebar'), closeSidebar: $('close-sidebar'), search: $('search'),
     convList: $('conv-list'), convEmpty: $('conv-empty'),
     keyDialog: $('key-dialog'), keyInput: $('key-input'), keyHint: $('key-hint'),
@@ -67,6 +67,8 @@
     apiKey: '',
     settings: { ...DEFAULTS },
     pendingPrompt: '',   // an edited prompt to send once the fork it starts opens
+    model: '',           // the model a new session asks for (?model=), when the server serves several
+    loadingShown: false, // the connection text shows a model load's progress
   };
 
   // The conversation list (the sidebar), as the server last listed it.
@@ -154,6 +156,7 @@
     u.hash = '';
     u.searchParams.set('format', 'json');
     if (state.sessionId) u.searchParams.set('session', state.sessionId);
+    if (state.model) u.searchParams.set('model', state.model);
     return u.href;
   }
 
@@ -240,12 +243,20 @@
     let msg;
     try { msg = JSON.parse(data); } catch { return; } // not ours to show; the JSON mode only sends JSON
     if (!msg || typeof msg !== 'object') return;
+    if (state.loadingShown && msg.type !== 'loading') {
+      state.loadingShown = false;
+      setConn('connected', 'Connected');
+    }
     switch (msg.type) {
       case 'session': onSession(msg); break;
       case 'token': onToken(msg); break;
       case 'thinking': onThinking(msg); break;
       case 'done': onDone(msg); break;
       case 'error': onError(msg); break;
+      case 'loading': // a prompt waits for its model to load
+        state.loadingShown = true;
+        ui.connText.textContent = `Loading ${String(msg.model)}… ${Math.round((Number(msg.progress) || 0) * 100)}%`;
+        return;
       default: break; // newer servers may add event types; ignore them
     }
   }
@@ -280,6 +291,10 @@
     // prompt; apply the user's unless the history already carries it.
     const sys = state.settings.system;
     if (sys && (!msg.resumed || wasReset) && !messages.some((m) => m.role === 'system' && m.content === sys)) sendSystem();
+    if (typeof msg.model === 'string' && msg.model) {
+      state.model = msg.model;
+      ui.model.value = msg.model;
+    }
     setConn('connected', 'Connected');
     refreshActions();
     refreshList();
@@ -331,6 +346,48 @@
     box.querySelector('.thought-text').textContent = thought;
     const took = seconds > 0 ? ` for ${seconds.toFixed(1)} s` : '';
     box.querySelector('summary').textContent = `Thought${took} · ${thought.length} characters`;
+  }
+
+  // ---------- models (a server that serves several) ----------
+
+  // loadModels shows the model picker when /v1/models lists several models
+  // with their states (a server started with --models or --models-file).
+  async function loadModels() {
+    try {
+      const res = await fetch('v1/models', { headers: state.apiKey ? { Authorization: `Bearer ${state.apiKey}` } : {} });
+      if (!res.ok) return;
+      const list = (await res.json()).data;
+      if (!Array.isArray(list) || list.length < 2 || !list.every((m) => typeof m.state === 'string')) return;
+      ui.model.replaceChildren(...list.map((m) => {
+        const o = document.createElement('option');
+        o.value = String(m.id);
+        o.textContent = String(m.id);
+        return o;
+      }));
+      const def = list.find((m) => m.default);
+      ui.model.value = state.model || (def ? String(def.id) : String(list[0].id));
+      ui.model.hidden = false;
+    } catch { /* no picker: the server's default model */ }
+  }
+
+  // switchModel starts a new chat with the picked model: a session keeps the
+  // model it was started with.
+  function switchModel() {
+    state.model = ui.model.value;
+    if (state.reply) {
+      sendJSON({ type: 'cancel' });
+      state.reply = null;
+    }
+    clearLog();
+    state.messages = [];
+    state.sessionId = null;
+    store.set(localStorage, KEYS.session, null);
+    ui.sessionId.textContent = '';
+    ui.sessionWrap.hidden = true;
+    if (state.ws) dropSocket();
+    state.attempt = 0;
+    scheduleReconnect(true);
+    updateControls();
   }
 
   function onToken(msg) {
@@ -1109,6 +1166,7 @@
     ui.input.addEventListener('input', () => { autosize(); updateControls(); });
     ui.stop.addEventListener('click', stopReply);
     ui.newChat.addEventListener('click', newChat);
+    ui.model.addEventListener('change', switchModel);
     ui.conn.addEventListener('click', retryNow);
     ui.theme.addEventListener('click', toggleTheme);
     if (window.matchMedia) window.matchMedia('(prefers-color-scheme: dark)').addEventListener('change', showThemeButton);
@@ -1146,5 +1204,6 @@
   ensureKey().finally(() => {
     connect();
     refreshList();
+    loadModels();
   });
 })();

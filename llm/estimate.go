@@ -1,0 +1,65 @@
+package llm
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm/offload"
+)
+
+// MemoryEstimate is what a model will take in memory once loaded, read
+// from its GGUF header before llama.cpp sees the file: its weights (the
+// file, which llama.cpp maps), its KV cache for every cache slot and its
+// compute buffers (offload.ComputeEstimate, which errs high). The KV
+// swap's RAM tier comes on top.
+type MemoryEstimate struct {
+	WeightBytes  int64 // the GGUF file
+	KVBytes      int64 // ContextLength x CacheSlots tokens of K and V, every layer
+	ComputeBytes int64 // one micro-batch's activations
+}
+
+// Total is the estimate in bytes.
+func (m MemoryEstimate) Total() int64 { return m.WeightBytes + m.KVBytes + m.ComputeBytes }
+
+// String says what the estimate is made of, in MiB.
+func (m MemoryEstimate) String() string {
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	return fmt.Sprintf("file %.1f MiB + KV cache %.1f MiB + compute %.1f MiB", mib(m.WeightBytes), mib(m.KVBytes), mib(m.ComputeBytes))
+}
+
+// Inspect reads cfg.Path's header (a missing, foreign or damaged file is
+// an error naming it, as Open's) and returns the model's facts as Open
+// with cfg would report them (the device's excepted), and the memory it
+// would take.
+func Inspect(cfg Config) (parley.ModelInfo, MemoryEstimate, error) {
+	meta, err := readMetadata(cfg.Path)
+	if err != nil {
+		return parley.ModelInfo{}, MemoryEstimate{}, err
+	}
+	if err := cfg.applyDefaults(meta, zap.NewNop()); err != nil {
+		return parley.ModelInfo{}, MemoryEstimate{}, err
+	}
+	info := meta.info
+	info.Path, info.ContextLength, info.Parallel = cfg.Path, cfg.ContextLength, cfg.Parallel
+	headK, headV := meta.headK, meta.headV
+	if headK == 0 && meta.shape.Heads > 0 {
+		headK = meta.shape.Embedding / meta.shape.Heads
+	}
+	if headV == 0 {
+		headV = headK
+	}
+	headsKV := meta.headsKV
+	if headsKV == 0 {
+		headsKV = meta.shape.Heads
+	}
+	perToken := float64(headsKV*(headK+headV)) * kvBytesPerValue(cfg.KVCacheType) * float64(meta.info.Layers)
+	shape := meta.shape
+	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, cfg.FlashAttention == "on"
+	return info, MemoryEstimate{
+		WeightBytes:  meta.info.SizeBytes,
+		KVBytes:      int64(perToken * float64(cfg.ContextLength*cfg.CacheSlots)),
+		ComputeBytes: int64(offload.ComputeEstimate(shape)),
+	}, nil
+}
