@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/pyjson"
 )
 
 // Tool syntaxes of the families.
@@ -165,7 +166,7 @@ func llama3Tools(msgs []parley.Message, tools []parley.Tool) []parley.Message {
 			}
 		case m.Role == parley.RoleTool:
 			// The official template writes a string result with tojson.
-			out = append(out, parley.Message{Role: "ipython", Content: pyJSONString(m.Content)})
+			out = append(out, parley.Message{Role: "ipython", Content: pyjson.String(m.Content)})
 		default:
 			out = append(out, m)
 		}
@@ -213,11 +214,11 @@ func mistralTools(msgs []parley.Message, opt RenderOptions) string {
 					b.WriteString(", ")
 				}
 				call := callJSON(c, "arguments")
-				b.WriteString(call[:len(call)-1] + `, "id": ` + pyJSONString(c.ID) + "}")
+				b.WriteString(call[:len(call)-1] + `, "id": ` + pyjson.String(c.ID) + "}")
 			}
 			b.WriteString("]</s>")
 		case parley.RoleTool:
-			b.WriteString(`[TOOL_RESULTS] {"content": ` + pyJSONString(m.Content) + `, "call_id": ` + pyJSONString(m.ToolCallID) + "}[/TOOL_RESULTS]")
+			b.WriteString(`[TOOL_RESULTS] {"content": ` + pyjson.String(m.Content) + `, "call_id": ` + pyjson.String(m.ToolCallID) + "}[/TOOL_RESULTS]")
 		}
 	}
 	return b.String()
@@ -240,7 +241,7 @@ func toolJSON(t parley.Tool, indent int) string {
 		b.Write(t.Parameters)
 	}
 	b.WriteString("}}")
-	return pyJSONText(b.Bytes(), indent)
+	return pyjson.Text(b.Bytes(), pyjson.Indented(indent))
 }
 
 // callJSON is a call as the Hermes and Llama templates write it:
@@ -250,7 +251,7 @@ func callJSON(c parley.ToolCall, key string) string {
 	if strings.TrimSpace(args) == "" {
 		args = "{}"
 	}
-	return `{"name": ` + pyJSONString(c.Name) + `, "` + key + `": ` + pyJSONText([]byte(args), 0) + "}"
+	return `{"name": ` + pyjson.String(c.Name) + `, "` + key + `": ` + pyjson.Text([]byte(args), pyjson.Compact) + "}"
 }
 
 // toolSetup prepares a reply to p for tools: it sets p's ToolSyntax from the
