@@ -374,12 +374,13 @@ func newPart(typ, text string) outputText {
 }
 
 type messageItem struct {
-	Type    string         `json:"type"` // "message", "function_call" or "function_call_output"
+	Type    string         `json:"type"` // "message", "reasoning", "function_call" or "function_call_output"
 	ID      string         `json:"id"`
 	Status  string         `json:"status"`
 	Role    string         `json:"role"`
 	Content []outputText   `json:"content"`
 	tool    toolItemFields // a function item's (see MarshalJSON)
+	thought string         // a reasoning item's text
 }
 
 type responsesUsage struct {
@@ -534,11 +535,8 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
 	rec := resp.Final()
 	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored)
-	if thought := resp.Reasoning(); thought != "" {
-		o.Output = append(o.Output, newReasoningItem(resp.SessionID(), resp.Record.End, thought))
-	}
 	for _, it := range replyItems(resp.SessionID(), resp.Record.End, rec.Status,
-		parley.Message{Role: parley.RoleAssistant, Content: resp.Text(), ToolCalls: resp.ToolCalls()}) {
+		parley.Message{Role: parley.RoleAssistant, Content: resp.Text(), Reasoning: resp.Reasoning(), ToolCalls: resp.ToolCalls()}) {
 		o.Output = append(o.Output, it)
 	}
 	pr.echo(o, resp.SessionID())
@@ -586,9 +584,6 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 	o := s.newResponseObject(rec, sess.ID, true)
 	out := sess.Span(rec.End-1, rec.End)
 	if len(out) == 1 {
-		if out[0].Reasoning != "" {
-			o.Output = append(o.Output, newReasoningItem(sess.ID, rec.End, out[0].Reasoning))
-		}
 		for _, it := range replyItems(sess.ID, rec.End, rec.Status, out[0]) {
 			o.Output = append(o.Output, it)
 		}
