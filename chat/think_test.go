@@ -106,3 +106,50 @@ func TestSplitterLongHarmonyHeader(t *testing.T) {
 		}
 	}
 }
+
+// A harmony message to a function (the recipient before or after the channel) is a call: the answer gets it as
+// <|call|>{"name": ..., "arguments": ...}, the syntax the reply's toolStream reads; a reply that may not call keeps the
+// message's body as answer text. Any cutting of the text gives the same.
+func TestSplitterHarmonyCall(t *testing.T) {
+	const args = `{"city": "Paris", "unit": "c"}`
+	for _, tc := range []struct {
+		name, reply string
+		calls       bool
+		thought     string
+		answer      string
+	}{
+		{"recipient after the channel", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + args + "<|call|>",
+			true, "Look it up.", `<|call|>{"name": "get_weather", "arguments": ` + args + "}"},
+		{"recipient before the channel", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args + "<|call|>",
+			true, "Look it up.", `<|call|>{"name": "get_weather", "arguments": ` + args + "}"},
+		{"commentary without a recipient is answer text", "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args + "<|call|>",
+			true, "", `Checking.<|call|>{"name": "get_weather", "arguments": ` + args + "}"},
+		{"the engine ends on <|call|> without passing it on", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args,
+			true, "Look it up.", `<|call|>{"name": "get_weather", "arguments": ` + args + "}"},
+		{"cut inside the arguments: no call's end", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args[:9],
+			true, "Look it up.", `<|call|>{"name": "get_weather", "arguments": ` + args[:9]},
+		{"no tools", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + args + "<|call|>",
+			false, "Look it up.", args},
+	} {
+		for _, cut := range []int{1, 3, 11, len(tc.reply)} {
+			s := chat.NewSplitter(chat.ThinkHarmony, "<|start|>assistant")
+			if tc.calls {
+				s = chat.NewCallSplitter(chat.ThinkHarmony, "<|start|>assistant")
+			}
+			var th, an strings.Builder
+			for rest := tc.reply; rest != ""; {
+				n := min(cut, len(rest))
+				t, a := s.Push(rest[:n])
+				th.WriteString(t)
+				an.WriteString(a)
+				rest = rest[n:]
+			}
+			t2, a := s.Flush()
+			th.WriteString(t2)
+			an.WriteString(a)
+			if th.String() != tc.thought || an.String() != tc.answer {
+				t.Errorf("%s, cut %d: thought %q answer %q, want %q %q", tc.name, cut, th.String(), an.String(), tc.thought, tc.answer)
+			}
+		}
+	}
+}

@@ -33,6 +33,11 @@ var (
 	hermesSyntax  = parley.ToolSyntax{Trigger: "<tool_call>", Open: "<tool_call>\n", Close: "\n</tool_call>"}
 	llama3Syntax  = parley.ToolSyntax{Trigger: "<|python_tag|>", ArgsKey: "parameters"}
 	mistralSyntax = parley.ToolSyntax{Trigger: "[TOOL_CALLS]", Open: "[TOOL_CALLS] [", Close: "]"}
+	// harmonyToolSyntax: gpt-oss writes a call as a message to the function, <|start|>assistant to=functions.NAME
+	// <|channel|>commentary json<|message|>{args}<|call|>, which the Splitter turns into <|call|>{"name": "NAME",
+	// "arguments": {args}} in the answer's text (it never passes a harmony marker on otherwise). No Open: the
+	// trigger is not the model's, so no lazy grammar waits for it; a forced call's grammar writes the call object.
+	harmonyToolSyntax = parley.ToolSyntax{Trigger: harmonyCall}
 )
 
 // ToolSyntaxOf returns how a model rendered with t writes a tool call.
