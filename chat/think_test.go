@@ -91,20 +91,24 @@ func TestDetectThinkFormat(t *testing.T) {
 func TestSplitterLongHarmonyHeader(t *testing.T) {
 	reply := strings.Repeat("x", 300) + "<|message|>after"
 	for _, cut := range []int{1, 7, 100, len(reply)} {
-		s := chat.NewSplitter(chat.ThinkHarmony, "")
-		var an strings.Builder
-		for rest := reply; rest != ""; {
-			n := min(cut, len(rest))
-			_, a := s.Push(rest[:n])
-			an.WriteString(a)
-			rest = rest[n:]
-		}
-		_, a := s.Flush()
-		an.WriteString(a)
-		if an.String() != reply {
-			t.Errorf("cut %d: answer %q", cut, an.String())
+		if _, an := splitInPieces(chat.NewSplitter(chat.ThinkHarmony, ""), reply, cut); an != reply {
+			t.Errorf("cut %d: answer %q", cut, an)
 		}
 	}
+}
+
+// splitInPieces pushes reply through s in pieces of n bytes, then flushes it, and returns the thought and the answer.
+func splitInPieces(s *chat.Splitter, reply string, n int) (thought, answer string) {
+	var th, an strings.Builder
+	for rest := reply; rest != ""; {
+		k := min(n, len(rest))
+		t, a := s.Push(rest[:k])
+		th.WriteString(t)
+		an.WriteString(a)
+		rest = rest[k:]
+	}
+	t, a := s.Flush()
+	return th.String() + t, an.String() + a
 }
 
 // A harmony message to a function (the recipient before or after the channel) is a call: the answer gets it as
@@ -136,19 +140,8 @@ func TestSplitterHarmonyCall(t *testing.T) {
 			if tc.calls {
 				s = chat.NewCallSplitter(chat.ThinkHarmony, "<|start|>assistant")
 			}
-			var th, an strings.Builder
-			for rest := tc.reply; rest != ""; {
-				n := min(cut, len(rest))
-				t, a := s.Push(rest[:n])
-				th.WriteString(t)
-				an.WriteString(a)
-				rest = rest[n:]
-			}
-			t2, a := s.Flush()
-			th.WriteString(t2)
-			an.WriteString(a)
-			if th.String() != tc.thought || an.String() != tc.answer {
-				t.Errorf("%s, cut %d: thought %q answer %q, want %q %q", tc.name, cut, th.String(), an.String(), tc.thought, tc.answer)
+			if th, an := splitInPieces(s, tc.reply, cut); th != tc.thought || an != tc.answer {
+				t.Errorf("%s, cut %d: thought %q answer %q, want %q %q", tc.name, cut, th, an, tc.thought, tc.answer)
 			}
 		}
 	}

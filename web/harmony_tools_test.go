@@ -62,15 +62,7 @@ func TestHarmonyToolCalls(t *testing.T) {
 	sse := readSSE(t, post(t, s.base+"/v1/chat/completions", map[string]any{"messages": msgs, "tools": weatherTools, "stream": true}).Body, "data: ")
 	var name, args, content, finish string
 	for _, e := range sse[:len(sse)-1] {
-		var c struct {
-			Choices []struct {
-				Delta struct {
-					Content   string        `json:"content"`
-					ToolCalls []oaiToolCall `json:"tool_calls"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-		}
+		var c oaiToolChunk
 		if err := json.Unmarshal([]byte(e), &c); err != nil {
 			t.Fatal(err)
 		}
