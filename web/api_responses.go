@@ -63,9 +63,9 @@ type Conversations interface {
 
 // Limits of the Conversations API.
 const (
-	maxMetadataKeys     = 16  // OpenAI's limit
-	maxMetadataKeyLen   = 64  // bytes
-	maxMetadataValueLen = 512 // bytes
+	maxMetadataKeys     = session.MaxMetadataKeys // OpenAI's limit
+	maxMetadataKeyLen   = 64                      // bytes
+	maxMetadataValueLen = 512                     // bytes
 	maxItemsPerRequest  = 1000
 	defaultListLimit    = 20
 	maxListLimit        = 100
