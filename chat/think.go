@@ -103,9 +103,10 @@ type Splitter struct {
 	inBody  bool
 	thought bool
 	// Harmony: calls says the reply may call tools, so that a message to a function (to=functions.NAME in its
-	// header) is a call; inCall says the body being read is one (see harmonyToolSyntax).
-	calls, inCall bool
-	callBody      strings.Builder // the call's arguments so far
+	// header) is a call; inCall says the body being read is one (see harmonyToolSyntax). When the reply may not
+	// call, such a message is dropped (toFunc), as other families' replies end at a call's trigger then.
+	calls, inCall, toFunc bool
+	callBody              strings.Builder // the call's arguments so far
 	// trim: whitespace at the start of the thought or of the answer after a thought is dropped, and whitespace at
 	// the thought's end; wsHeld is whitespace inside the thought waiting for what follows it.
 	trimLeft bool
@@ -256,7 +257,9 @@ func (s *Splitter) harmony(t, a *strings.Builder, final bool) {
 				return
 			}
 			header := s.held[:i]
-			if name, ok := harmonyRecipient(header); ok && s.calls {
+			name, toFunc := harmonyRecipient(header)
+			s.toFunc = toFunc && !s.calls
+			if toFunc && s.calls {
 				// The body is the call's arguments: the answer gets the call in harmonyToolSyntax.
 				a.WriteString(harmonyCall + `{"name": ` + pyjson.String(name) + `, "arguments": `)
 				s.thought, s.inCall = false, true
@@ -281,7 +284,7 @@ func (s *Splitter) harmony(t, a *strings.Builder, final bool) {
 			if s.inCall {
 				a.WriteString("}")
 			}
-			s.held, s.inBody, s.inCall, s.wsHeld = s.held[end+n:], false, false, ""
+			s.held, s.inBody, s.inCall, s.toFunc, s.wsHeld = s.held[end+n:], false, false, false, ""
 			continue
 		}
 		keep := 0
@@ -301,7 +304,10 @@ func (s *Splitter) harmony(t, a *strings.Builder, final bool) {
 
 // body routes text of a harmony message's body.
 func (s *Splitter) body(t, a *strings.Builder, text string) {
-	if s.inCall {
+	switch {
+	case s.toFunc:
+		return
+	case s.inCall:
 		s.callBody.WriteString(text)
 	}
 	s.emit(t, a, text, s.thought)

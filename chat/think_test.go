@@ -112,8 +112,8 @@ func splitInPieces(s *chat.Splitter, reply string, n int) (thought, answer strin
 }
 
 // A harmony message to a function (the recipient before or after the channel) is a call: the answer gets it as
-// <|call|>{"name": ..., "arguments": ...}, the syntax the reply's toolStream reads; a reply that may not call keeps the
-// message's body as answer text. Any cutting of the text gives the same.
+// <|call|>{"name": ..., "arguments": ...}, the syntax the reply's toolStream reads; a reply that may not call drops
+// the message (its arguments are no answer). Any cutting of the text gives the same.
 func TestSplitterHarmonyCall(t *testing.T) {
 	const args = `{"city": "Paris", "unit": "c"}`
 	for _, tc := range []struct {
@@ -133,7 +133,9 @@ func TestSplitterHarmonyCall(t *testing.T) {
 		{"cut inside the arguments: no call's end", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args[:9],
 			true, "Look it up.", `<|call|>{"name": "get_weather", "arguments": ` + args[:9]},
 		{"no tools", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + args + "<|call|>",
-			false, "Look it up.", args},
+			false, "Look it up.", ""},
+		{"no tools: only the call is dropped", "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args + "<|call|>",
+			false, "", "Checking."},
 	} {
 		for _, cut := range []int{1, 3, 11, len(tc.reply)} {
 			s := chat.NewSplitter(chat.ThinkHarmony, "<|start|>assistant")

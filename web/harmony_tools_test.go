@@ -25,7 +25,7 @@ func gptOSSCallingModel(tb testing.TB) string {
 
 // TestHarmonyToolCalls: gpt-oss's call (a commentary message to=functions.NAME) is a tool call on every API, as
 // other families' calls are: OpenAI chat (tool_calls, finish_reason tool_calls, no content, the thought apart, and
-// streamed as tool_calls deltas), the Responses API (a function_call item after the reasoning item) and Ollama's
+// streamed as tool_calls deltas; with tool_choice none neither a call nor its arguments as text), the Responses API (a function_call item after the reasoning item) and Ollama's
 // /api/chat; the call and its result go back in the history.
 func TestHarmonyToolCalls(t *testing.T) {
 	s := openStack(t, stackOpts{model: gptOSSCallingModel(t), parallel: 1, contextLen: 4096, maxTokens: 100, tokenizer: true,
@@ -57,6 +57,13 @@ func TestHarmonyToolCalls(t *testing.T) {
 		t.Fatalf("call %+v", call)
 	}
 	checkWeatherArgs(t, call.Function.Arguments)
+
+	// tool_choice none: the model's call is no answer text (other families' replies end at the trigger).
+	res.Choices = nil
+	decodeBody(t, post(t, s.base+"/v1/chat/completions", map[string]any{"messages": msgs, "tools": weatherTools, "tool_choice": "none"}), http.StatusOK, &res)
+	if m := res.Choices[0].Message; len(m.ToolCalls) != 0 || m.Content == nil || *m.Content != "" {
+		t.Fatalf("tool_choice none: %+v", res.Choices[0])
+	}
 
 	// Streamed: the call's deltas, no content.
 	sse := readSSE(t, post(t, s.base+"/v1/chat/completions", map[string]any{"messages": msgs, "tools": weatherTools, "stream": true}).Body, "data: ")
