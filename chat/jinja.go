@@ -155,6 +155,8 @@ func (t *Jinja) toolSyntax() parley.ToolSyntax {
 		return llama3Syntax
 	case strings.Contains(src, "<tool_call>"):
 		return hermesSyntax
+	case t.ThinkFormat() == ThinkHarmony:
+		return harmonyToolSyntax
 	}
 	return ToolSyntaxOf(t.fallback)
 }

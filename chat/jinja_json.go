@@ -2,14 +2,14 @@ package chat
 
 import (
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/parley-chat/parley/internal/pyjson"
 )
 
 // The Jinja library's tojson with indent= sorts keys and escapes <, > and & (Go's encoding/json), where Hugging
@@ -33,20 +33,20 @@ func pyTojson(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, e
 	if len(args) == 0 {
 		return jinja.Undefined(), fmt.Errorf("tojson: no value")
 	}
-	e := pyJSON{item: ", ", key: ": "}
+	e := pyJSON{Format: pyjson.Compact}
 	if v, ok := kwargs["indent"]; ok && !v.IsNone() && !v.IsUndefined() {
 		switch {
 		case v.IsInt():
-			e.indent, e.pretty = strings.Repeat(" ", int(min(max(v.AsInt(), 0), 64))), true
+			e.Indent, e.Pretty = strings.Repeat(" ", int(min(max(v.AsInt(), 0), 64))), true
 		case v.IsString():
-			e.indent, e.pretty = v.AsString(), true
+			e.Indent, e.Pretty = v.AsString(), true
 		}
-		e.item = ","
+		e.Item = ","
 	}
 	if v, ok := kwargs["separators"]; ok && v.IsList() && v.AsList().Len() == 2 {
 		it := v.AsList().Items
 		if it[0].IsString() && it[1].IsString() {
-			e.item, e.key = it[0].AsString(), it[1].AsString()
+			e.Item, e.Key = it[0].AsString(), it[1].AsString()
 		}
 	}
 	if v, ok := kwargs["sort_keys"]; ok {
@@ -60,17 +60,8 @@ func pyTojson(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, e
 }
 
 type pyJSON struct {
-	item, key, indent string
-	pretty, sort      bool
-}
-
-func (e *pyJSON) newline(b *strings.Builder, depth int) {
-	if e.pretty {
-		b.WriteByte('\n')
-		for range depth {
-			b.WriteString(e.indent)
-		}
-	}
+	pyjson.Format
+	sort bool
 }
 
 func (e *pyJSON) encode(b *strings.Builder, v jinja.Value, depth int) error {
@@ -85,9 +76,9 @@ func (e *pyJSON) encode(b *strings.Builder, v jinja.Value, depth int) error {
 	case v.IsInt():
 		b.WriteString(strconv.FormatInt(v.AsInt(), 10))
 	case v.IsFloat():
-		b.WriteString(pyFloat(v.AsFloat()))
+		b.WriteString(pyjson.Float(v.AsFloat()))
 	case v.IsString():
-		pyQuote(b, v.AsString())
+		pyjson.Quote(b, v.AsString())
 	case v.IsList():
 		items := v.AsList().Items
 		if len(items) == 0 {
@@ -96,15 +87,12 @@ func (e *pyJSON) encode(b *strings.Builder, v jinja.Value, depth int) error {
 		}
 		b.WriteByte('[')
 		for i, it := range items {
-			if i > 0 {
-				b.WriteString(e.item)
-			}
-			e.newline(b, depth+1)
+			e.Member(b, i, depth+1)
 			if err := e.encode(b, it, depth+1); err != nil {
 				return err
 			}
 		}
-		e.newline(b, depth)
+		e.End(b, len(items), depth)
 		b.WriteByte(']')
 	case v.IsDict():
 		d := v.AsDict()
@@ -118,67 +106,17 @@ func (e *pyJSON) encode(b *strings.Builder, v jinja.Value, depth int) error {
 		}
 		b.WriteByte('{')
 		for i, k := range keys {
-			if i > 0 {
-				b.WriteString(e.item)
-			}
-			e.newline(b, depth+1)
-			pyQuote(b, k)
-			b.WriteString(e.key)
+			e.Member(b, i, depth+1)
+			pyjson.Quote(b, k)
+			b.WriteString(e.Key)
 			if err := e.encode(b, d.Data[k], depth+1); err != nil {
 				return err
 			}
 		}
-		e.newline(b, depth)
+		e.End(b, len(keys), depth)
 		b.WriteByte('}')
 	default:
 		return fmt.Errorf("tojson: cannot encode %s", v.String())
 	}
 	return nil
-}
-
-// pyFloat formats f as Python's float repr does (json.dumps writes floats with repr).
-func pyFloat(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	}
-	if f == math.Trunc(f) && math.Abs(f) < 1e16 {
-		return strconv.FormatFloat(f, 'f', 1, 64)
-	}
-	return strconv.FormatFloat(f, 'g', -1, 64) // the shortest repr, as Python's; exponents agree (1e-07, 1e+16)
-}
-
-// pyQuote writes s as a JSON string the way Python's json.dumps(ensure_ascii=False) does: only ", \ and the
-// control characters escaped.
-func pyQuote(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\b':
-			b.WriteString(`\b`)
-		case r == '\f':
-			b.WriteString(`\f`)
-		case r < 0x20:
-			fmt.Fprintf(b, `\u%04x`, r)
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	b.WriteByte('"')
 }

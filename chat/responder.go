@@ -300,7 +300,9 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 	}
 	var split *thoughtSplit
 	if think != ThinkNone {
-		split = &thoughtSplit{split: NewSplitter(think, prompt), st: NewStreamer(stops), format: think}
+		sp := NewSplitter(think, prompt)
+		sp.calls = ts != nil
+		split = &thoughtSplit{split: sp, st: NewStreamer(stops), format: think}
 	}
 	go rep.run(ctx, genCtx, cancel, events, NewStreamer(stops), split)
 	return rep, nil

@@ -1,8 +1,11 @@
 package chat
 
 import (
+	"encoding/json"
 	"strings"
 	"unicode"
+
+	"github.com/parley-chat/parley/internal/pyjson"
 )
 
 // ThinkFormat is how a reasoning model marks its thought in the text it writes.
@@ -99,6 +102,11 @@ type Splitter struct {
 	// analysis.
 	inBody  bool
 	thought bool
+	// Harmony: calls says the reply may call tools, so that a message to a function (to=functions.NAME in its
+	// header) is a call; inCall says the body being read is one (see harmonyToolSyntax). When the reply may not
+	// call, such a message is dropped (toFunc), as other families' replies end at a call's trigger then.
+	calls, inCall, toFunc bool
+	callBody              strings.Builder // the call's arguments so far
 	// trim: whitespace at the start of the thought or of the answer after a thought is dropped, and whitespace at
 	// the thought's end; wsHeld is whitespace inside the thought waiting for what follows it.
 	trimLeft bool
@@ -167,6 +175,11 @@ func (s *Splitter) Flush() (thought, answer string) {
 		s.tags(&t, &a, true)
 	case ThinkHarmony:
 		s.harmony(&t, &a, true)
+		if s.inCall && json.Valid([]byte(s.callBody.String())) {
+			// The engine ends a reply on <|call|> without passing the token on: whole arguments end the call.
+			a.WriteString("}")
+			s.inCall = false
+		}
 	default:
 		a.WriteString(s.held)
 	}
@@ -244,10 +257,19 @@ func (s *Splitter) harmony(t, a *strings.Builder, final bool) {
 				return
 			}
 			header := s.held[:i]
-			if j := strings.LastIndex(header, harmonyChannel); j >= 0 {
-				header = header[j+len(harmonyChannel):]
+			name, toFunc := harmonyRecipient(header)
+			s.toFunc = toFunc && !s.calls
+			if toFunc && s.calls {
+				// The body is the call's arguments: the answer gets the call in harmonyToolSyntax.
+				a.WriteString(harmonyCall + `{"name": ` + pyjson.String(name) + `, "arguments": `)
+				s.thought, s.inCall = false, true
+				s.callBody.Reset()
+			} else {
+				if j := strings.LastIndex(header, harmonyChannel); j >= 0 {
+					header = header[j+len(harmonyChannel):]
+				}
+				s.thought = strings.HasPrefix(strings.TrimSpace(header), "analysis")
 			}
-			s.thought = strings.HasPrefix(strings.TrimSpace(header), "analysis")
 			s.held, s.inBody, s.trimLeft, s.wsHeld = s.held[i+len(harmonyMessage):], true, false, ""
 			continue
 		}
@@ -258,8 +280,11 @@ func (s *Splitter) harmony(t, a *strings.Builder, final bool) {
 			}
 		}
 		if end >= 0 {
-			s.emit(t, a, s.held[:end], s.thought)
-			s.held, s.inBody, s.wsHeld = s.held[end+n:], false, ""
+			s.body(t, a, s.held[:end])
+			if s.inCall {
+				a.WriteString("}")
+			}
+			s.held, s.inBody, s.inCall, s.toFunc, s.wsHeld = s.held[end+n:], false, false, false, ""
 			continue
 		}
 		keep := 0
@@ -268,13 +293,40 @@ func (s *Splitter) harmony(t, a *strings.Builder, final bool) {
 				keep = max(keep, partialSuffix(s.held, m))
 			}
 		}
-		s.emit(t, a, s.held[:len(s.held)-keep], s.thought)
+		s.body(t, a, s.held[:len(s.held)-keep])
 		s.held = s.held[len(s.held)-keep:]
 		if final {
 			s.held = ""
 		}
 		return
 	}
+}
+
+// body routes text of a harmony message's body.
+func (s *Splitter) body(t, a *strings.Builder, text string) {
+	switch {
+	case s.toFunc:
+		return
+	case s.inCall:
+		s.callBody.WriteString(text)
+	}
+	s.emit(t, a, text, s.thought)
+}
+
+// harmonyRecipient returns the function a harmony message header sends its message to: NAME of "to=functions.NAME",
+// which gpt-oss writes before the channel (assistant to=functions.NAME<|channel|>commentary json) or after it
+// (<|channel|>commentary to=functions.NAME <|constrain|>json).
+func harmonyRecipient(header string) (string, bool) {
+	const to = "to=functions."
+	i := strings.Index(header, to)
+	if i < 0 {
+		return "", false
+	}
+	name := header[i+len(to):]
+	if j := strings.IndexAny(name, " \t\n<"); j >= 0 {
+		name = name[:j]
+	}
+	return name, name != ""
 }
 
 // partialSuffix returns the length of the longest suffix of s that is a proper prefix of marker.

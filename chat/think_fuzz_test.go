@@ -20,6 +20,7 @@ func FuzzSplitter(f *testing.F) {
 		{"  <thi", "", "\x02", false},
 		{"<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>b<|return|>", "", "\x04\x07", true},
 		{"<|channel|>final<|message|>b<|end", "", "\x03", true},
+		{"<|channel|>commentary<|message|>c<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>", "", "\x05\x02", true},
 	}
 	for _, s := range seeds {
 		f.Add(s.reply, s.prompt, []byte(s.cuts), s.harmony)

@@ -91,18 +91,60 @@ func TestDetectThinkFormat(t *testing.T) {
 func TestSplitterLongHarmonyHeader(t *testing.T) {
 	reply := strings.Repeat("x", 300) + "<|message|>after"
 	for _, cut := range []int{1, 7, 100, len(reply)} {
-		s := chat.NewSplitter(chat.ThinkHarmony, "")
-		var an strings.Builder
-		for rest := reply; rest != ""; {
-			n := min(cut, len(rest))
-			_, a := s.Push(rest[:n])
-			an.WriteString(a)
-			rest = rest[n:]
+		if _, an := splitInPieces(chat.NewSplitter(chat.ThinkHarmony, ""), reply, cut); an != reply {
+			t.Errorf("cut %d: answer %q", cut, an)
 		}
-		_, a := s.Flush()
+	}
+}
+
+// splitInPieces pushes reply through s in pieces of n bytes, then flushes it, and returns the thought and the answer.
+func splitInPieces(s *chat.Splitter, reply string, n int) (thought, answer string) {
+	var th, an strings.Builder
+	for rest := reply; rest != ""; {
+		k := min(n, len(rest))
+		t, a := s.Push(rest[:k])
+		th.WriteString(t)
 		an.WriteString(a)
-		if an.String() != reply {
-			t.Errorf("cut %d: answer %q", cut, an.String())
+		rest = rest[k:]
+	}
+	t, a := s.Flush()
+	return th.String() + t, an.String() + a
+}
+
+// A harmony message to a function (the recipient before or after the channel) is a call: the answer gets it as
+// <|call|>{"name": ..., "arguments": ...}, the syntax the reply's toolStream reads; a reply that may not call drops
+// the message (its arguments are no answer). Any cutting of the text gives the same.
+func TestSplitterHarmonyCall(t *testing.T) {
+	const args = `{"city": "Paris", "unit": "c"}`
+	for _, tc := range []struct {
+		name, reply string
+		calls       bool
+		thought     string
+		answer      string
+	}{
+		{"recipient after the channel", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + args + "<|call|>",
+			true, "Look it up.", `<|call|>{"name": "get_weather", "arguments": ` + args + "}"},
+		{"recipient before the channel", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args + "<|call|>",
+			true, "Look it up.", `<|call|>{"name": "get_weather", "arguments": ` + args + "}"},
+		{"commentary without a recipient is answer text", "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args + "<|call|>",
+			true, "", `Checking.<|call|>{"name": "get_weather", "arguments": ` + args + "}"},
+		{"the engine ends on <|call|> without passing it on", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args,
+			true, "Look it up.", `<|call|>{"name": "get_weather", "arguments": ` + args + "}"},
+		{"cut inside the arguments: no call's end", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args[:9],
+			true, "Look it up.", `<|call|>{"name": "get_weather", "arguments": ` + args[:9]},
+		{"no tools", "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + args + "<|call|>",
+			false, "Look it up.", ""},
+		{"no tools: only the call is dropped", "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" + args + "<|call|>",
+			false, "", "Checking."},
+	} {
+		for _, cut := range []int{1, 3, 11, len(tc.reply)} {
+			s := chat.NewSplitter(chat.ThinkHarmony, "<|start|>assistant")
+			if tc.calls {
+				s = chat.NewCallSplitter(chat.ThinkHarmony, "<|start|>assistant")
+			}
+			if th, an := splitInPieces(s, tc.reply, cut); th != tc.thought || an != tc.answer {
+				t.Errorf("%s, cut %d: thought %q answer %q, want %q %q", tc.name, cut, th, an, tc.thought, tc.answer)
+			}
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/pyjson"
 )
 
 // Tool syntaxes of the families.
@@ -32,6 +33,11 @@ var (
 	hermesSyntax  = parley.ToolSyntax{Trigger: "<tool_call>", Open: "<tool_call>\n", Close: "\n</tool_call>"}
 	llama3Syntax  = parley.ToolSyntax{Trigger: "<|python_tag|>", ArgsKey: "parameters"}
 	mistralSyntax = parley.ToolSyntax{Trigger: "[TOOL_CALLS]", Open: "[TOOL_CALLS] [", Close: "]"}
+	// harmonyToolSyntax: gpt-oss writes a call as a message to the function, <|start|>assistant to=functions.NAME
+	// <|channel|>commentary json<|message|>{args}<|call|>, which the Splitter turns into <|call|>{"name": "NAME",
+	// "arguments": {args}} in the answer's text (it never passes a harmony marker on otherwise). No Open: the
+	// trigger is not the model's, so no lazy grammar waits for it; a forced call's grammar writes the call object.
+	harmonyToolSyntax = parley.ToolSyntax{Trigger: harmonyCall}
 )
 
 // ToolSyntaxOf returns how a model rendered with t writes a tool call.
@@ -165,7 +171,7 @@ func llama3Tools(msgs []parley.Message, tools []parley.Tool) []parley.Message {
 			}
 		case m.Role == parley.RoleTool:
 			// The official template writes a string result with tojson.
-			out = append(out, parley.Message{Role: "ipython", Content: pyJSONString(m.Content)})
+			out = append(out, parley.Message{Role: "ipython", Content: pyjson.String(m.Content)})
 		default:
 			out = append(out, m)
 		}
@@ -213,11 +219,11 @@ func mistralTools(msgs []parley.Message, opt RenderOptions) string {
 					b.WriteString(", ")
 				}
 				call := callJSON(c, "arguments")
-				b.WriteString(call[:len(call)-1] + `, "id": ` + pyJSONString(c.ID) + "}")
+				b.WriteString(call[:len(call)-1] + `, "id": ` + pyjson.String(c.ID) + "}")
 			}
 			b.WriteString("]</s>")
 		case parley.RoleTool:
-			b.WriteString(`[TOOL_RESULTS] {"content": ` + pyJSONString(m.Content) + `, "call_id": ` + pyJSONString(m.ToolCallID) + "}[/TOOL_RESULTS]")
+			b.WriteString(`[TOOL_RESULTS] {"content": ` + pyjson.String(m.Content) + `, "call_id": ` + pyjson.String(m.ToolCallID) + "}[/TOOL_RESULTS]")
 		}
 	}
 	return b.String()
@@ -240,7 +246,7 @@ func toolJSON(t parley.Tool, indent int) string {
 		b.Write(t.Parameters)
 	}
 	b.WriteString("}}")
-	return pyJSONText(b.Bytes(), indent)
+	return pyjson.Text(b.Bytes(), pyjson.Indented(indent))
 }
 
 // callJSON is a call as the Hermes and Llama templates write it:
@@ -250,7 +256,7 @@ func callJSON(c parley.ToolCall, key string) string {
 	if strings.TrimSpace(args) == "" {
 		args = "{}"
 	}
-	return `{"name": ` + pyJSONString(c.Name) + `, "` + key + `": ` + pyJSONText([]byte(args), 0) + "}"
+	return `{"name": ` + pyjson.String(c.Name) + `, "` + key + `": ` + pyjson.Text([]byte(args), pyjson.Compact) + "}"
 }
 
 // toolSetup prepares a reply to p for tools: it sets p's ToolSyntax from the

@@ -124,17 +124,27 @@ func (s *Service) ListConversations(ctx context.Context, q ListQuery) (page []Li
 	return page, false, nil
 }
 
+// MaxMetadataKeys bounds a conversation's metadata (OpenAI's limit); a
+// title set by Rename is one of its keys.
+const MaxMetadataKeys = 16
+
 // Rename sets conversation sid's title ("" returns it to its first
-// prompt), keeping its other metadata.
+// prompt), keeping its other metadata. A conversation untitled so far whose
+// metadata holds MaxMetadataKeys keys is refused: the title would be one
+// more, and which other key to drop is the client's to say.
 func (s *Service) Rename(ctx context.Context, sid, title string) (*Session, error) {
 	if err := checkTitle(title); err != nil {
 		return nil, err
 	}
 	var out *Session
 	err := s.edit(ctx, sid, func(sess *Session) error {
-		if title == "" {
+		_, titled := sess.Metadata[TitleKey]
+		switch {
+		case title == "":
 			delete(sess.Metadata, TitleKey)
-		} else {
+		case !titled && len(sess.Metadata) >= MaxMetadataKeys:
+			return parley.FieldErrorf("title", "the conversation's metadata holds %d keys, the most, and the title would be one more: remove a key first", MaxMetadataKeys)
+		default:
 			if sess.Metadata == nil {
 				sess.Metadata = map[string]string{}
 			}

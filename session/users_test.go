@@ -325,3 +325,37 @@ func TestRegenerateAfterConflict(t *testing.T) {
 		t.Fatalf("after a conflicted regenerate: %+v, %v", got, err)
 	}
 }
+
+// TestRenameMetadataLimit: a title is a metadata key, so an untitled conversation whose metadata holds
+// MaxMetadataKeys keys refuses one (EInvalid, nothing stored); a titled one is renamed in place, and "" removes it.
+func TestRenameMetadataLimit(t *testing.T) {
+	st := mustOpen(t, storeKinds()[0])
+	svc, _ := newService(t, st, echo)
+	ctx := context.Background()
+	full := map[string]string{}
+	for i := range session.MaxMetadataKeys {
+		full[fmt.Sprintf("k%d", i)] = "v"
+	}
+	c, err := svc.CreateConversation(ctx, nil, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Rename(ctx, c.ID, "One more"); parley.ErrorCode(err) != parley.EInvalid {
+		t.Fatalf("a 17th key: %v", err)
+	}
+	got, err := svc.Conversation(ctx, c.ID)
+	if err != nil || len(got.Metadata) != session.MaxMetadataKeys || got.Metadata[session.TitleKey] != "" {
+		t.Fatalf("stored after the refusal: %v, %v", got.Metadata, err)
+	}
+	delete(full, "k0")
+	full[session.TitleKey] = "Old"
+	if _, err := svc.SetMetadata(ctx, c.ID, full); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = svc.Rename(ctx, c.ID, "New"); err != nil || len(got.Metadata) != session.MaxMetadataKeys || got.Title() != "New" {
+		t.Fatalf("renamed in place: %v, %v", got.Metadata, err)
+	}
+	if got, err = svc.Rename(ctx, c.ID, ""); err != nil || len(got.Metadata) != session.MaxMetadataKeys-1 {
+		t.Fatalf("title removed: %v, %v", got.Metadata, err)
+	}
+}

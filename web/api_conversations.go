@@ -131,6 +131,10 @@ func (s *Server) handleUpdateConversation(c echo.Context) error {
 	if isSet(req.Items) {
 		return parley.FieldErrorf("items", "add items with POST /v1/conversations/{id}/items")
 	}
+	if _, titled := req.Metadata[session.TitleKey]; req.Title != nil && *req.Title != "" && !titled && len(req.Metadata) >= maxMetadataKeys {
+		// Refused before the metadata is written: Rename would refuse the title after it.
+		return parley.FieldErrorf("title", "the metadata holds %d keys, the most, and the title would be one more", maxMetadataKeys)
+	}
 	ctx := c.Request().Context()
 	var sess *session.Session
 	if req.Metadata != nil || req.Title == nil {

@@ -63,9 +63,9 @@ type Conversations interface {
 
 // Limits of the Conversations API.
 const (
-	maxMetadataKeys     = 16  // OpenAI's limit
-	maxMetadataKeyLen   = 64  // bytes
-	maxMetadataValueLen = 512 // bytes
+	maxMetadataKeys     = session.MaxMetadataKeys // OpenAI's limit
+	maxMetadataKeyLen   = 64                      // bytes
+	maxMetadataValueLen = 512                     // bytes
 	maxItemsPerRequest  = 1000
 	defaultListLimit    = 20
 	maxListLimit        = 100
@@ -380,12 +380,13 @@ func newPart(typ, text string) outputText {
 }
 
 type messageItem struct {
-	Type    string         `json:"type"` // "message", "function_call" or "function_call_output"
+	Type    string         `json:"type"` // "message", "reasoning", "function_call" or "function_call_output"
 	ID      string         `json:"id"`
 	Status  string         `json:"status"`
 	Role    string         `json:"role"`
 	Content []outputText   `json:"content"`
 	tool    toolItemFields // a function item's (see MarshalJSON)
+	thought string         // a reasoning item's text
 }
 
 type responsesUsage struct {
@@ -545,11 +546,8 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
 	rec := resp.Final()
 	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored, resp.Model)
-	if thought := resp.Reasoning(); thought != "" {
-		o.Output = append(o.Output, newReasoningItem(resp.SessionID(), resp.Record.End, thought))
-	}
 	for _, it := range replyItems(resp.SessionID(), resp.Record.End, rec.Status,
-		parley.Message{Role: parley.RoleAssistant, Content: resp.Text(), ToolCalls: resp.ToolCalls()}) {
+		parley.Message{Role: parley.RoleAssistant, Content: resp.Text(), Reasoning: resp.Reasoning(), ToolCalls: resp.ToolCalls()}) {
 		o.Output = append(o.Output, it)
 	}
 	pr.echo(o, resp.SessionID())
@@ -597,9 +595,6 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 	o := s.newResponseObject(rec, sess.ID, true, sess.Model)
 	out := sess.Span(rec.End-1, rec.End)
 	if len(out) == 1 {
-		if out[0].Reasoning != "" {
-			o.Output = append(o.Output, newReasoningItem(sess.ID, rec.End, out[0].Reasoning))
-		}
 		for _, it := range replyItems(sess.ID, rec.End, rec.Status, out[0]) {
 			o.Output = append(o.Output, it)
 		}

@@ -27,10 +27,10 @@ type reasoningItem struct {
 	Content []reasoningText `json:"content"`
 }
 
-// newReasoningItem is the reasoning item of the reply at position end-1 of session sid.
-func newReasoningItem(sid string, end int, thought string) reasoningItem {
-	return reasoningItem{Type: "reasoning", ID: reasoningItemID(sid, end), Status: "completed", Summary: []struct{}{},
-		Content: []reasoningText{{Type: "reasoning_text", Text: thought}}}
+// newReasoningItem is the reasoning item of the reply at position end-1 of session sid (written as a reasoningItem;
+// see messageItem.MarshalJSON).
+func newReasoningItem(sid string, end int, thought string) messageItem {
+	return messageItem{Type: "reasoning", ID: reasoningItemID(sid, end), Status: "completed", thought: thought}
 }
 
 func reasoningItemID(sid string, end int) string {

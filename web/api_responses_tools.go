@@ -83,8 +83,8 @@ type toolItemFields struct {
 	Output    string
 }
 
-// MarshalJSON writes a message item as a message, and a function_call or
-// function_call_output item with its own fields.
+// MarshalJSON writes a message item as a message, and a reasoning,
+// function_call or function_call_output item with its own fields.
 func (it messageItem) MarshalJSON() ([]byte, error) {
 	switch it.Type {
 	case "function_call":
@@ -104,6 +104,9 @@ func (it messageItem) MarshalJSON() ([]byte, error) {
 			CallID string `json:"call_id"`
 			Output string `json:"output"`
 		}{it.Type, it.ID, it.Status, it.tool.CallID, it.tool.Output})
+	case "reasoning":
+		return json.Marshal(reasoningItem{Type: it.Type, ID: it.ID, Status: it.Status, Summary: []struct{}{},
+			Content: []reasoningText{{Type: "reasoning_text", Text: it.thought}}})
 	}
 	type plain messageItem // without this method
 	return json.Marshal(plain(it))
@@ -121,35 +124,38 @@ func functionCallItem(sid string, abs, j int, c parley.ToolCall, status string) 
 }
 
 // itemsOf is the message at absolute position abs of session sid as items:
-// a message; an assistant message's calls as function_call items after its
-// text (which is left out when empty); a tool message as a
-// function_call_output item.
+// a message; an assistant message's thought as a reasoning item before the
+// rest, and its calls as function_call items after its text (which is left
+// out when empty); a tool message as a function_call_output item.
 func itemsOf(sid string, abs int, m parley.Message) []messageItem {
-	switch {
-	case m.Role == parley.RoleTool:
+	if m.Role == parley.RoleTool {
 		return []messageItem{{Type: "function_call_output", ID: session.ItemID(sid, abs), Status: "completed",
 			tool: toolItemFields{CallID: m.ToolCallID, Output: m.Content}}}
-	case len(m.ToolCalls) > 0:
-		var items []messageItem
-		if m.Content != "" {
-			items = append(items, newMessageItem(session.ItemID(sid, abs), m))
-		}
-		for j, c := range m.ToolCalls {
-			items = append(items, functionCallItem(sid, abs, j, c, "completed"))
-		}
-		return items
 	}
-	return []messageItem{newMessageItem(session.ItemID(sid, abs), m)}
+	var items []messageItem
+	if m.Role == parley.RoleAssistant && m.Reasoning != "" {
+		items = append(items, newReasoningItem(sid, abs+1, m.Reasoning))
+	}
+	if m.Content != "" || len(m.ToolCalls) == 0 {
+		items = append(items, newMessageItem(session.ItemID(sid, abs), m))
+	}
+	for j, c := range m.ToolCalls {
+		items = append(items, functionCallItem(sid, abs, j, c, "completed"))
+	}
+	return items
 }
 
 // replyItems is the output of a response that ends at position end of
 // session sid with reply m: its items, "incomplete" unless status is
-// completed.
+// completed (a thought, which ended before the answer began, stays
+// completed).
 func replyItems(sid string, end int, status string, m parley.Message) []messageItem {
 	items := itemsOf(sid, end-1, m)
 	if status != session.StatusCompleted {
 		for i := range items {
-			items[i].Status = "incomplete"
+			if items[i].Type != "reasoning" {
+				items[i].Status = "incomplete"
+			}
 		}
 	}
 	return items

@@ -26,6 +26,17 @@ type oaiToolCall struct {
 }
 
 // checkWeatherArgs: the arguments parse and hold what the schema requires.
+// oaiToolChunk is a streamed chat completion chunk, with its tool-call deltas.
+type oaiToolChunk struct {
+	Choices []struct {
+		Delta struct {
+			Content   string        `json:"content"`
+			ToolCalls []oaiToolCall `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
 func checkWeatherArgs(t *testing.T, args string) {
 	t.Helper()
 	var a struct {
@@ -76,14 +87,7 @@ func TestOpenAIToolCalls(t *testing.T) {
 	var id, name, args, finish string
 	argChunks := 0
 	for _, e := range sse[:len(sse)-1] {
-		var c struct {
-			Choices []struct {
-				Delta struct {
-					ToolCalls []oaiToolCall `json:"tool_calls"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-		}
+		var c oaiToolChunk
 		if err := json.Unmarshal([]byte(e), &c); err != nil {
 			t.Fatal(err)
 		}

@@ -477,3 +477,66 @@ func TestResponsesReasoningInput(t *testing.T) {
 		t.Errorf("a reasoning item with an image: status %d", bad.StatusCode)
 	}
 }
+
+// A reply's thought is a reasoning item before its message in the conversation's items and in a later response's
+// input_items, with OpenAI's shape (summary [], content of reasoning_text), and GET finds it by its id.
+func TestConversationItemsReasoning(t *testing.T) {
+	s := openStack(t, stackOpts{model: qwen3Model(t), maxTokens: 64, tokenizer: true, options: func(s *stack) []web.Option {
+		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+	}})
+	var conv struct {
+		ID string `json:"id"`
+	}
+	decodeBody(t, post(t, s.base+"/v1/conversations", map[string]any{}), http.StatusOK, &conv)
+	var first struct {
+		Output []struct {
+			ID string `json:"id"`
+		} `json:"output"`
+	}
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "hi", "conversation": conv.ID}), http.StatusOK, &first)
+	type item struct {
+		Type    string            `json:"type"`
+		ID      string            `json:"id"`
+		Role    string            `json:"role"`
+		Summary []json.RawMessage `json:"summary"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	var items struct {
+		Data []item `json:"data"`
+	}
+	getJSON(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", &items)
+	d := items.Data
+	if len(d) != 3 || d[0].Role != "user" || d[1].Type != "reasoning" || d[2].Type != "message" || d[2].Role != "assistant" {
+		t.Fatalf("items %+v, want the user's message, a reasoning item, the answer", d)
+	}
+	if d[1].Summary == nil || len(d[1].Summary) != 0 || len(d[1].Content) != 1 || d[1].Content[0].Type != "reasoning_text" ||
+		d[1].Content[0].Text != qwenThought || d[2].Content[0].Text != qwenAnswer {
+		t.Errorf("reasoning item %+v, answer %+v", d[1], d[2])
+	}
+	if len(first.Output) != 2 || first.Output[0].ID != d[1].ID || first.Output[1].ID != d[2].ID {
+		t.Errorf("the response's output %+v names other items than %s, %s", first.Output, d[1].ID, d[2].ID)
+	}
+	var one item
+	getJSON(t, s.base+"/v1/conversations/"+conv.ID+"/items/"+d[1].ID, &one)
+	if one.Type != "reasoning" || one.ID != d[1].ID || one.Content[0].Text != qwenThought {
+		t.Errorf("GET the reasoning item: %+v", one)
+	}
+
+	// A thought sent back as input is an input item before its message.
+	var second struct {
+		ID string `json:"id"`
+	}
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"conversation": conv.ID, "input": []map[string]any{
+		{"type": "reasoning", "summary": []any{}, "content": []map[string]any{{"type": "reasoning_text", "text": "Two and two."}}},
+		{"type": "message", "role": "assistant", "content": []map[string]any{{"type": "output_text", "text": "4"}}},
+		{"type": "message", "role": "user", "content": "And 3+3?"},
+	}}), http.StatusOK, &second)
+	getJSON(t, s.base+"/v1/responses/"+second.ID+"/input_items?order=asc", &items)
+	d = items.Data
+	if len(d) != 3 || d[0].Type != "reasoning" || d[0].Content[0].Text != "Two and two." || d[1].Role != "assistant" || d[2].Role != "user" {
+		t.Errorf("input_items %+v, want a reasoning item, the assistant's message, the user's", d)
+	}
+}

@@ -277,3 +277,39 @@ func TestConversationListRenameForkRegenerate(t *testing.T) {
 	}
 	wantFieldError(t, post(t, s.base+"/v1/conversations/conv_"+sid+"/fork", map[string]any{"messages": 3}), http.StatusBadRequest, "messages")
 }
+
+// TestRenameMetadataLimit: the title is kept in metadata, so renaming a conversation whose metadata already holds
+// the 16 keys OpenAI allows is a 400 naming "title" and changes nothing, whether the keys were stored before or come
+// in the same request; a conversation that has a title is renamed in place.
+func TestRenameMetadataLimit(t *testing.T) {
+	s := mustOpenAPI(t, nil)
+	full := map[string]any{}
+	for i := range 16 {
+		full[fmt.Sprintf("k%d", i)] = "v"
+	}
+	var conv struct {
+		ID       string            `json:"id"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	mustCall(t, "POST", s.base+"/v1/conversations", "", map[string]any{"metadata": full}, &conv)
+	url := s.base + "/v1/conversations/" + conv.ID
+	wantFieldError(t, do(t, http.MethodPost, url, map[string]any{"title": "One more"}), http.StatusBadRequest, "title")
+	mustCall(t, "POST", url, "", map[string]any{"metadata": map[string]any{"a": "1"}}, nil)
+	wantFieldError(t, do(t, http.MethodPost, url, map[string]any{"title": "One more", "metadata": full}), http.StatusBadRequest, "title")
+	conv.Metadata = nil // Unmarshal would add to the map
+	mustCall(t, "GET", url, "", nil, &conv)
+	if len(conv.Metadata) != 1 || conv.Metadata["a"] != "1" {
+		t.Fatalf("metadata after the refused updates: %v", conv.Metadata)
+	}
+
+	titled := map[string]any{"title": "Old"}
+	for i := range 15 {
+		titled[fmt.Sprintf("k%d", i)] = "v"
+	}
+	mustCall(t, "POST", url, "", map[string]any{"metadata": titled}, nil)
+	conv.Metadata = nil
+	mustCall(t, "POST", url, "", map[string]any{"title": "New"}, &conv)
+	if len(conv.Metadata) != 16 || conv.Metadata["title"] != "New" {
+		t.Fatalf("renamed in place: %v", conv.Metadata)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/parley-chat/parley/internal/pyjson"
 )
 
 // jnode is one JSON value of a schema, read in document order: the
@@ -328,7 +330,7 @@ func dumpJSON(b *strings.Builder, v *jnode) error {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			quoteJSON(b, k)
+			pyjson.Quote(b, k)
 			b.WriteByte(':')
 			if err := dumpJSON(b, v.vals[i]); err != nil {
 				return err
@@ -350,7 +352,7 @@ func dumpJSON(b *strings.Builder, v *jnode) error {
 		if v.lone {
 			return fmt.Errorf("a string has a lone UTF-16 surrogate escape (\\uD800-\\uDFFF without its pair)")
 		}
-		quoteJSON(b, v.str)
+		pyjson.Quote(b, v.str)
 	case 'n':
 		b.WriteString(v.str)
 	case 'b':
@@ -359,35 +361,4 @@ func dumpJSON(b *strings.Builder, v *jnode) error {
 		b.WriteString("null")
 	}
 	return nil
-}
-
-// quoteJSON writes s as a JSON string: only ", \ and control characters
-// are escaped (no HTML escaping, no \u for non-ASCII), like nlohmann's dump.
-func quoteJSON(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			if c < 0x20 {
-				fmt.Fprintf(b, `\u%04x`, c)
-			} else {
-				b.WriteByte(c)
-			}
-		}
-	}
-	b.WriteByte('"')
 }

@@ -3,6 +3,8 @@ package gbnf
 import (
 	"fmt"
 	"strings"
+
+	"github.com/parley-chat/parley/internal/pyjson"
 )
 
 // object builds an object's rule as llama.cpp does: required properties in
@@ -64,7 +66,7 @@ func (c *converter) objectRule(props []objProp, required map[string]bool, additi
 			c.fail(ppath, "the property name has a lone UTF-16 surrogate escape")
 		}
 		var key strings.Builder
-		quoteJSON(&key, p.name)
+		pyjson.Quote(&key, p.name)
 		valRule := c.visit(p.val, ppath, p.name, "")
 		kv := c.addRule(p.name+"-kv", Literal(key.String())+` space ":" space `+valRule)
 		if required[p.name] {
