@@ -89,12 +89,20 @@ func (b *batch) numTokens() int { return len(b.tok) }
 
 // openBackend opens cfg.Engine's backend; "auto" takes the current engine
 // when its libraries load and falls back to the embedded one with one log
-// line when they do not.
+// line when they do not, or when layers are to go to a GPU that the
+// embedded build drives (the current engine runs on the CPU only).
 func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement, error) {
 	switch cfg.Engine {
 	case EngineCurrent:
 		return openCurrent(cfg, meta, log)
 	case EngineAuto:
+		if cfg.GPULayers != 0 {
+			if gpu, ok := embeddedGPU(); ok {
+				log.Info("engine auto: using the embedded engine, which offloads to the GPU (the current engine runs on the CPU only)",
+					zap.String("gpu", gpu))
+				break
+			}
+		}
 		if err := loadCurrent(cfg.LibDir); err != nil {
 			log.Info("engine auto: the current engine's libraries did not load, using the embedded engine", zap.Error(err))
 			break

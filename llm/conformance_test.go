@@ -16,6 +16,7 @@ import (
 	"github.com/parley-chat/parley/internal/repo"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/llm/offload"
 )
 
 // The conformance suite (issue 32): every engine gives the same replies
@@ -254,12 +255,18 @@ func must(toks []int, err error) []int {
 
 // TestEngineAuto: auto takes the current engine when its libraries load,
 // the embedded one (with one log line) when they do not; an unknown engine
-// name is refused.
+// name is refused. GPU layers asked for (bin/parley's default --gpu-layers
+// auto) keep the current engine when the embedded build finds no GPU, as
+// on these machines (TestDeviceWithoutGPU).
 func TestEngineAuto(t *testing.T) {
 	if os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") != "1" {
 		e := mustOpen(t, llm.Config{Engine: llm.EngineAuto, LibDir: currentLibDir(t), Parallel: 1, ContextLength: 128})
 		if e.EngineName() != llm.EngineCurrent {
 			t.Errorf("auto with the libraries: %s", e.EngineName())
+		}
+		e = mustOpen(t, llm.Config{Engine: llm.EngineAuto, LibDir: currentLibDir(t), Parallel: 1, ContextLength: 128, GPULayers: offload.Auto})
+		if e.EngineName() != llm.EngineCurrent {
+			t.Errorf("auto with the libraries, GPU layers asked for and no GPU: %s", e.EngineName())
 		}
 	}
 	e := mustOpen(t, llm.Config{Engine: llm.EngineAuto, LibDir: t.TempDir(), Parallel: 1, ContextLength: 128})

@@ -54,6 +54,14 @@ func openEmbedded(cfg Config, meta metadata, log *zap.Logger) (*embedded, placem
 	return be, dp, nil
 }
 
+// embeddedGPU returns the description of the GPU the embedded build would
+// offload to, loading its backend libraries (lib/ollama) as loadModel does.
+func embeddedGPU() (string, bool) {
+	llama.BackendInit()
+	gpu, ok := firstGPU(devices())
+	return gpu.description, ok
+}
+
 // loadModel places the model on a device, checks the KV cache type against
 // that placement, loads the weights and creates the llama.cpp context.
 // cfg has its defaults (applyDefaults).

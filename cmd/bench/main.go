@@ -152,7 +152,7 @@ func newFlagSet(c *config, lists *flagLists, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.jsonOut, "json", "", "also write every measurement as JSON to this file")
 	fs.StringVar(&c.scratch, "scratch", "", "folder for server logs, session data and the Ollama store (default: a temporary folder)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the scratch folder (it is always kept when something failed)")
-	fs.StringVar(&c.engine, "engine", "embedded", "llama.cpp engine of Parley and the raw decode: embedded, current or auto (the current engine's libraries: lib/llama-current or $PARLEY_ENGINE_LIB)")
+	fs.StringVar(&c.engine, "engine", "auto", "llama.cpp engine of Parley and the raw decode: auto (Parley's default: current when its libraries load), embedded or current (the current engine's libraries: lib/llama-current or $PARLEY_ENGINE_LIB)")
 	fs.StringVar(pargs, "parley-args", "", "extra space-separated arguments for parley")
 	return fs
 }

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,7 @@ type config struct {
 	cfg      llm.Config
 	sessions []int
 	tokens   int
+	depth    int
 	repeats  int
 	idle     time.Duration
 	profile  string
@@ -67,6 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.cfg.NoThreadPool, "no-pool", false, "no persistent thread pool (ggml's throwaway pool per step)")
 	fs.StringVar(&sessions, "sessions", "1,8", "comma-separated numbers of concurrent sequences")
 	fs.IntVar(&c.tokens, "tokens", 128, "tokens generated per sequence")
+	fs.IntVar(&c.depth, "depth", 0, "context already in the KV cache when decoding starts: each sequence's prompt is this many tokens, and the rate counts from the first token (a conversation's later turns decode at depth)")
 	fs.IntVar(&c.repeats, "repeats", 3, "runs per number of sequences (the best and the median are printed)")
 	fs.DurationVar(&c.idle, "idle", 0, "after the runs, measure the process's CPU time over this much idle time")
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a Go CPU profile of the runs to this file")
@@ -128,20 +131,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	// One warm-up run: the first decode allocates the compute buffers.
-	if _, err := measure(ctx, eng, 1, 16); err != nil {
+	if _, _, err := measure(ctx, eng, 1, 16, 0); err != nil {
 		return err
 	}
 	for _, n := range c.sessions {
 		var rates []float64
+		var cpus []float64
 		for range c.repeats {
-			r, err := measure(ctx, eng, n, c.tokens)
+			r, cpu, err := measure(ctx, eng, n, c.tokens, c.depth)
 			if err != nil {
 				return err
 			}
-			rates = append(rates, r)
+			rates, cpus = append(rates, r), append(cpus, cpu)
 		}
 		sort.Float64s(rates)
-		fmt.Fprintf(stdout, "sessions %d: %.1f tok/s aggregate (median of %d; best %.1f)\n", n, rates[len(rates)/2], len(rates), rates[len(rates)-1])
+		sort.Float64s(cpus)
+		// CPU time per token is steadier than the rate on a shared machine
+		// (at 1 thread it is the compute; at more it includes the spinning).
+		cpuMs := 1000 * cpus[len(cpus)/2]
+		fmt.Fprintf(stdout, "sessions %d: %.1f tok/s aggregate (median of %d; best %.1f), %.2f CPU ms per token (median)\n",
+			n, rates[len(rates)/2], len(rates), rates[len(rates)-1], cpuMs)
 	}
 	if c.idle > 0 {
 		u0, s0 := cpuTime()
@@ -158,29 +167,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // measure runs n greedy sequences at once, each from its own prompt, for
-// tokens tokens, and returns the aggregate rate: all tokens over the wall time.
-func measure(ctx context.Context, eng *llm.Engine, n, tokens int) (float64, error) {
+// tokens tokens, and returns the aggregate rate: all tokens over the wall
+// time. With depth > 0 each prompt is depth tokens long and the rate is the
+// decode's alone: the tokens after each sequence's first over the time from
+// the first token of any to the end. It also returns the process's CPU
+// seconds per token over the same span.
+func measure(ctx context.Context, eng *llm.Engine, n, tokens, depth int) (rate, cpu float64, err error) {
 	params := parley.DefaultParams()
 	params.MaxTokens, params.Temperature, params.RepeatPenalty, params.Seed = tokens, 0, 1, 1
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
 	total := 0
+	var first time.Time
+	var cpuFirst float64
 	start := time.Now()
+	cpuStart := cpuSeconds()
 	for i := range n {
 		prompt, err := eng.Tokenize(fmt.Sprintf("Once upon a time, child %d went to the park and", i))
 		if err != nil {
-			return 0, err
+			return 0, 0, err
+		}
+		if depth > len(prompt) {
+			prompt = deepPrompt(prompt, depth)
 		}
 		events, err := eng.Generate(ctx, parley.GenerateRequest{Key: fmt.Sprintf("s%d", i), Tokens: prompt, Params: params})
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ev := range events {
 				if !ev.Done {
+					mu.Lock()
+					if first.IsZero() {
+						first, cpuFirst = time.Now(), cpuSeconds()
+					}
+					mu.Unlock()
 					continue
 				}
 				mu.Lock()
@@ -194,9 +218,28 @@ func measure(ctx context.Context, eng *llm.Engine, n, tokens int) (float64, erro
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return 0, firstErr
+		return 0, 0, firstErr
 	}
-	return float64(total) / time.Since(start).Seconds(), nil
+	if depth > 0 && !first.IsZero() {
+		return float64(total-n) / time.Since(first).Seconds(), (cpuSeconds() - cpuFirst) / float64(max(1, total-n)), nil
+	}
+	return float64(total) / time.Since(start).Seconds(), (cpuSeconds() - cpuStart) / float64(max(1, total)), nil
+}
+
+// deepPrompt extends prompt to depth tokens by repeating its tokens after
+// the first (BOS stays single).
+func deepPrompt(prompt []int, depth int) []int {
+	out := slices.Clone(prompt)
+	for i := 1; len(out) < depth; i++ {
+		out = append(out, prompt[1+(i-1)%(len(prompt)-1)])
+	}
+	return out
+}
+
+// cpuSeconds is the process's user + system CPU seconds so far.
+func cpuSeconds() float64 {
+	u, s := cpuTime()
+	return u + s
 }
 
 // cpuTime is the process's user and system CPU seconds so far.
