@@ -39,6 +39,8 @@ export PARLEY_REQUIRE_JINJA2=1
 # The current engine's libraries (make setup): the llm conformance suite runs both engines, and the web suite runs
 # once more on the current engine below.
 export PARLEY_ENGINE_LIB=${PARLEY_ENGINE_LIB:-$root/lib/llama-current}
+# Embedded only: bin/parley's default engine (auto) would otherwise still take the current one where it is installed.
+if [ "${PARLEY_SKIP_CURRENT_ENGINE:-}" = 1 ]; then export PARLEY_ENGINE=embedded; fi
 FUZZTIME=${FUZZTIME:-10s}
 read -r -a go_test_flags <<<"${GO_TEST_FLAGS:-}"
 
@@ -129,6 +131,9 @@ suite "build ollama (peer for ollama:// tests)" build_ollama
 suite "go test -race" go test -race -count=1 -timeout=20m "${go_test_flags[@]}" ./...
 if [ "${PARLEY_SKIP_CURRENT_ENGINE:-}" != 1 ]; then
 	suite "go test ./web on the current engine" env PARLEY_TEST_ENGINE=current go test -count=1 -timeout=20m "${go_test_flags[@]}" ./web/
+	# bin/parley's --engine is auto (the current engine, whose libraries make setup installs): the binary's own tests
+	# ran on it above; once more on the embedded engine (PARLEY_ENGINE, as every flag has its variable).
+	suite "go test ./cmd/parley on the embedded engine" env PARLEY_ENGINE=embedded go test -count=1 -timeout=20m "${go_test_flags[@]}" ./cmd/parley/
 fi
 
 # Every `func FuzzX(` in a _test.go file, package by package ("DIR:TARGET" lines).
