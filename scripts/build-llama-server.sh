@@ -112,10 +112,26 @@ fi
 # else builds it with npm or downloads it. Give it a placeholder so neither runs.
 # Older trees (tools/server/public with index.html.gz + loading.html, turned into
 # headers with xxd-like CMake) get placeholders of those instead.
+# tools/ui/embed.cpp refuses a dist folder that lacks any of the assets the
+# server serves (index.html, loading.html, the PWA files, the bundles), so each
+# gets a placeholder; tools/ui/static/loading.html is the real loading page.
 placeholder='<!doctype html><title>llama-server</title><p>Web UI not built (Parley benchmark build); use the HTTP API.</p>'
 if [ -d "$srcdir/tools/ui" ]; then
-	mkdir -p "$srcdir/tools/ui/dist"
-	[ -f "$srcdir/tools/ui/dist/index.html" ] || printf '%s\n' "$placeholder" >"$srcdir/tools/ui/dist/index.html"
+	dist=$srcdir/tools/ui/dist
+	mkdir -p "$dist"
+	put() { [ -f "$dist/$1" ] || printf '%s\n' "$2" >"$dist/$1"; }
+	put index.html "$placeholder"
+	if [ -f "$srcdir/tools/ui/static/loading.html" ] && [ ! -f "$dist/loading.html" ]; then
+		cp "$srcdir/tools/ui/static/loading.html" "$dist/loading.html"
+	fi
+	put loading.html '<!doctype html><title>loading</title><p>Loading model</p>'
+	put manifest.webmanifest '{"name":"llama-server","start_url":"/","display":"standalone"}'
+	put sw.js '// placeholder: no web UI'
+	put build.json '{"placeholder":true}'
+	put version.json '{"version":"placeholder"}'
+	put bundle.placeholder.js '// placeholder: no web UI'
+	put bundle.placeholder.css '/* placeholder: no web UI */'
+	put workbox.placeholder.js '// placeholder: no web UI'
 fi
 for pub in "$srcdir/tools/server/public" "$srcdir/examples/server/public"; do
 	grep -qs 'index.html.gz' "$(dirname "$pub")/CMakeLists.txt" || continue
