@@ -197,11 +197,14 @@ func (r *report) mdPeers(w mdWriter) {
 	}
 	maxC := r.maxSessions()
 	w("\n### Engines and peers (issue 32)\n\n")
-	w("Raw loop = the engine's decode loop in-process (`llm` package, one sequence, no server). llama-server %s (scripts/build-llama-server.sh): "+
-		"`--threads %d --threads-batch %d --parallel %d --ctx-size %d --flash-attn %s`, the plain transcript as its `--chat-template-file`, its other settings at their defaults; "+
-		"single stream by streamed `POST /v1/completions` with the raw prompt, conversations by streamed `POST /v1/chat/completions` with the whole history each turn. "+
-		"Warm TTFT = median over turns 2-%d of the per-turn p50.\n\n",
-		orUnknown(r.LlamaServerVersion), r.Cfg.threads, r.Cfg.threads, r.Cfg.parallel, r.Cfg.ctx*r.Cfg.parallel, r.Cfg.flashAttn, r.Cfg.turns)
+	w("Raw loop = the engine's decode loop in-process (`llm` package, one sequence, no server); Parley's engines run with their default thread pool settings. ")
+	if slices.Contains(r.Cfg.servers, llamaServerName) {
+		w("llama-server (version %s, scripts/build-llama-server.sh): "+
+			"`--threads %d --threads-batch %d --parallel %d --ctx-size %d --flash-attn %s`, the plain transcript as its `--chat-template-file`, its other settings at their defaults; "+
+			"single stream by streamed `POST /v1/completions` with the raw prompt, conversations by streamed `POST /v1/chat/completions` with the whole history each turn. ",
+			orUnknown(r.LlamaServerVersion), r.Cfg.threads, r.Cfg.threads, r.Cfg.parallel, r.Cfg.ctx*r.Cfg.parallel, r.Cfg.flashAttn)
+	}
+	w("Warm TTFT = median over turns 2-%d of the per-turn p50.\n\n", r.Cfg.turns)
 	w("| model | server | raw loop tok/s | stream tok/s | stream / raw | stream TTFT ms | 1 conv. stream tok/s | 1 conv. warm TTFT ms | %d conv. aggregate tok/s | %d conv. stream tok/s | %d conv. warm TTFT ms | errors |\n", maxC, maxC, maxC)
 	w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, m := range r.Models {
