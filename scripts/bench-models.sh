@@ -36,7 +36,9 @@ fi
 f16=$dir/synthetic-smollm2-135m-f16.gguf
 (cd "$root" && go run ./cmd/mkgguf -o "$f16") >&2 # leaves an up-to-date file alone
 
-made_by="llama-quantize $("$quantize" --version 2>&1 | sed -n 's/^version: //p' | head -1)"
+# llama-quantize has no --version; the llama-server built beside it from the same tree has.
+version=$({ "$(dirname "$quantize")/llama-server" --version 2>&1 || true; } | sed -n 's/^version: //p' | head -1)
+made_by="llama-quantize ${version:-unknown}"
 for q in q8_0 q4_0; do
 	out=$dir/synthetic-smollm2-135m-$q.gguf
 	if [ -f "$out" ] && [ "$out" -nt "$f16" ] && [ "$(cat "$out.quantized-by" 2>/dev/null)" = "$made_by" ]; then
