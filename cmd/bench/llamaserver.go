@@ -101,8 +101,12 @@ func startLlamaServer(ctx context.Context, bin string, sc serverConfig) (*server
 		p.stop(5 * time.Second)
 		return nil, t, err
 	}
+	// A connection per request: llama-server's HTTP library closes a kept-alive
+	// connection after a streamed reply without saying so, and a POST sent on
+	// it meanwhile fails ("server closed idle connection"; Go retries only
+	// idempotent requests). A loopback connect costs tens of microseconds.
 	t = llamaServerTarget{addr: addr, stops: sc.stops, client: &http.Client{
-		Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true},
+		Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true},
 	}}
 	return p, t, nil
 }
