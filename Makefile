@@ -37,14 +37,14 @@ APT_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 python3-websockets chromiu
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
-.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-cuda build run test bench cuda bench-gpu ui fmt vet clean
+.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-cuda setup-bench build run test bench cuda bench-gpu ui fmt vet clean
 
 help:
 	@echo 'make setup   install Debian packages (only missing ones), Go modules, npm packages'
 	@echo 'make build   build $(BIN) (MARCH=$(MARCH))'
 	@echo 'make run     setup + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
 	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
-	@echo 'make bench   build ollama + the synthetic model, then cmd/bench (BENCH_ARGS=...)'
+	@echo 'make bench   build ollama, llama-server and the synthetic models (F16, Q8_0, Q4_0), then cmd/bench (BENCH_ARGS=...)'
 	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
 	@echo '             installs Debian'"'"'s nvidia-cuda-toolkit if nvcc is missing; ~17 min per architecture on 2 cores)'
 	@echo 'make bench-gpu  the GPU benchmark (needs make cuda and a GPU): Parley vs raw decode vs Ollama'
@@ -99,13 +99,27 @@ run: setup build
 test: setup build
 	scripts/test.sh
 
-# The peer (ollama, same module version and CGO flags), the synthetic model (kept outside the repo, made once),
-# then the measurements; writes BENCHMARKS.md. BENCH_ARGS go to cmd/bench (e.g. BENCH_ARGS='-servers parley').
+# The peers (ollama, same module version and CGO flags; llama-server and llama-quantize from a current llama.cpp
+# snapshot, same SIMD level), the synthetic model and its Q8_0/Q4_0 copies (kept outside the repo, made once), then the
+# measurements: the raw loop of each engine, Parley on each engine, llama-server and Ollama; writes BENCHMARKS.md.
+# Not part of CI. BENCH_ARGS go to cmd/bench after these and override them (e.g. BENCH_ARGS='-threads 2 -sessions 1,8').
+# LLAMA_CPP_SRC: the llama.cpp snapshot (default: scripts/build-llama-server.sh's).
+BENCH_MODELS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/parley/models
+BENCH_MODELS := $(BENCH_MODELS_DIR)/synthetic-smollm2-135m-f16.gguf,$(BENCH_MODELS_DIR)/synthetic-smollm2-135m-q8_0.gguf,$(BENCH_MODELS_DIR)/synthetic-smollm2-135m-q4_0.gguf
 BENCH_ARGS ?=
-bench: build
+bench: build setup-engine setup-bench
 	scripts/build-ollama.sh
-	$(GO) run ./cmd/mkgguf
-	$(GO) run ./cmd/bench -parley $(BIN) $(BENCH_ARGS)
+	scripts/build-llama-server.sh $(LLAMA_CPP_SRC)
+	scripts/bench-models.sh $(BENCH_MODELS_DIR)
+	$(GO) run ./cmd/bench -parley $(BIN) -models '$(BENCH_MODELS)' \
+	  -servers parley-embedded,parley-current,llama-server,ollama -raw-engines embedded,current -timeout 60m $(BENCH_ARGS)
+
+# cmake for build-llama-server.sh (Debian's), installed only when missing.
+setup-bench:
+	@command -v cmake >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; \
+	  else echo "bench: cmake is needed (apt-get install cmake)" >&2; exit 1; fi; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends cmake; }
 
 # The CUDA backend (issue 18): ggml's CUDA source from the pinned module, compiled by nvcc into lib/ollama, which
 # bin/parley finds as ../lib/ollama with no environment variable. Every kernel is compiled once per architecture:

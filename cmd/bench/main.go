@@ -93,10 +93,11 @@ type config struct {
 	keep            bool
 	parleyArgs      []string
 	engine          string // parley --engine and the raw decode's llm.Config.Engine (issue 32)
+	peers           peerConfig
 }
 
 // flagLists are the flags that parseFlags splits into config's lists.
-type flagLists struct{ models, servers, sessions, pargs string }
+type flagLists struct{ models, servers, sessions, pargs, rawEngines string }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var (
@@ -132,7 +133,7 @@ func newFlagSet(c *config, lists *flagLists, stderr io.Writer) *flag.FlagSet {
 		repo.TestModel(root),
 		filepath.Join(cache, "parley", "models", "synthetic-smollm2-135m-f16.gguf"),
 	}, ","), "comma-separated GGUF files")
-	fs.StringVar(servers, "servers", "parley,ollama", "comma-separated servers to measure: parley, ollama")
+	fs.StringVar(servers, "servers", "parley,ollama", "comma-separated servers to measure: parley (on -engine), parley-embedded, parley-current, ollama, llama-server")
 	fs.IntVar(&c.threads, "threads", max(1, runtime.NumCPU()/2), "CPU threads, the same for every server and the raw decode (default: parley's own default)")
 	fs.StringVar(&c.flashAttn, "flash-attn", "off", "flash attention (off, on, auto), the same for every server and the raw decode")
 	fs.StringVar(&c.gpuLayers, "gpu-layers", "0", "layers offloaded to the GPU by Parley and the raw decode: 0 (CPU), auto or a count; Ollama offloads what fits by itself. Needs lib/ollama/libggml-cuda.so beside bin/ (make cuda)")
@@ -154,6 +155,7 @@ func newFlagSet(c *config, lists *flagLists, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.keep, "keep", false, "keep the scratch folder (it is always kept when something failed)")
 	fs.StringVar(&c.engine, "engine", "auto", "llama.cpp engine of Parley and the raw decode: auto (Parley's default: current when its libraries load), embedded or current (the current engine's libraries: lib/llama-current or $PARLEY_ENGINE_LIB)")
 	fs.StringVar(pargs, "parley-args", "", "extra space-separated arguments for parley")
+	c.peers.register(fs, &lists.rawEngines, cache)
 	return fs
 }
 
@@ -170,11 +172,11 @@ func (c *config) setLists(l flagLists) error {
 		c.concurrency = append(c.concurrency, n)
 	}
 	for _, s := range c.servers {
-		if s != "parley" && s != "ollama" {
+		if !knownServer(s) {
 			return fmt.Errorf("-servers: unknown server %q", s)
 		}
 	}
-	return nil
+	return c.setRawEngines(l.rawEngines)
 }
 
 // check refuses settings out of range, and notes on stderr a number of
@@ -219,8 +221,11 @@ func (c *config) resolvePaths() error {
 	}
 	for _, s := range c.servers {
 		bin, hint := &c.parleyBin, "make build"
-		if s == "ollama" {
+		switch s {
+		case "ollama":
 			bin, hint = &c.ollamaBin, "scripts/build-ollama.sh"
+		case llamaServerName:
+			bin, hint = &c.peers.llamaServerBin, "scripts/build-llama-server.sh"
 		}
 		abs, err := filepath.Abs(*bin)
 		if err != nil {
@@ -345,17 +350,24 @@ func benchModel(ctx context.Context, cfg config, model, scratch string, stops []
 	if st, err := os.Stat(model); err == nil {
 		mr.SizeBytes = st.Size()
 	}
-	if cfg.raw {
-		logf("%s: raw decode (%d x %d tokens)", mr.Name, cfg.repeats, cfg.streamTokens)
+	for i, engine := range cfg.peers.rawEngines {
+		if !cfg.raw || ctx.Err() != nil {
+			break
+		}
+		logf("%s: raw decode, %s engine (%d x %d tokens)", mr.Name, engine, cfg.repeats, cfg.streamTokens)
 		wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
-		raw := runRaw(wctx, model, cfg.engine, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.repeats, cfg.seed)
+		raw := runRaw(wctx, model, engine, cfg.peers.engineLib, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.repeats, cfg.seed)
 		wcancel()
-		mr.Raw = &raw
+		raw.Engine = engine
+		if i == 0 {
+			mr.Raw = &raw // the raw decode of the tables' ratios
+		}
+		mr.Raws = append(mr.Raws, raw)
 		if raw.Err != "" {
 			failures++
-			logf("%s: raw decode: %s", mr.Name, raw.Err)
+			logf("%s: raw decode (%s): %s", mr.Name, engine, raw.Err)
 		} else {
-			logf("%s: raw decode %.1f tok/s", mr.Name, summarizeRuns(raw.Runs).Rate)
+			logf("%s: raw decode (%s) %.1f tok/s", mr.Name, engine, summarizeRuns(raw.Runs).Rate)
 		}
 	}
 	sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads, flashAttn: cfg.flashAttn, gpuLayers: cfg.gpuLayers,
@@ -364,8 +376,18 @@ func benchModel(ctx context.Context, cfg config, model, scratch string, stops []
 		if ctx.Err() != nil {
 			break
 		}
-		sr, version := runServer(ctx, cfg, name, sc, logf)
-		if version != "" {
+		ssc, err := sc.forServer(name) // a scratch folder per server: its log and data
+		if err != nil {
+			mr.Servers = append(mr.Servers, serverReport{Name: name, Err: err.Error()})
+			failures++
+			continue
+		}
+		sr, version := runServer(ctx, cfg, name, ssc, logf)
+		switch {
+		case version == "":
+		case name == llamaServerName:
+			rep.LlamaServerVersion = version
+		default:
 			rep.OllamaVersion = version
 		}
 		failures += sr.failures()
@@ -429,10 +451,15 @@ func runServer(ctx context.Context, cfg config, name string, sc serverConfig, lo
 	)
 	logf("%s: starting %s", model, name)
 	switch name {
-	case "parley":
+	case "parley", parleyOn + "embedded", parleyOn + "current":
 		var addr string
-		p, addr, err = startParley(ctx, cfg.parleyBin, sc, cfg.parleyArgs)
+		p, addr, err = startParley(ctx, cfg.parleyBin, sc, cfg.parleyArgsFor(name))
 		tgt = parleyTarget{addr: addr}
+	case llamaServerName:
+		var lt llamaServerTarget
+		p, lt, err = startLlamaServer(ctx, cfg.peers.llamaServerBin, sc)
+		tgt = lt
+		version = llamaServerVersion(ctx, cfg.peers.llamaServerBin)
 	case "ollama":
 		var ot ollamaTarget
 		p, ot, err = startOllama(ctx, cfg.ollamaBin, sc)

@@ -126,20 +126,22 @@ type envInfo struct {
 }
 
 type report struct {
-	Started, Finished time.Time
-	Env               envInfo
-	Command           string
-	Cfg               config
-	OllamaVersion     string
-	Models            []modelReport
-	Incomplete        string // why the run stopped early, if it did
+	Started, Finished  time.Time
+	Env                envInfo
+	Command            string
+	Cfg                config
+	OllamaVersion      string
+	LlamaServerVersion string
+	Models             []modelReport
+	Incomplete         string // why the run stopped early, if it did
 }
 
 type modelReport struct {
 	Name      string
 	Path      string
 	SizeBytes int64
-	Raw       *rawResult
+	Raw       *rawResult  // the first of Raws: the raw decode of the tables' ratios
+	Raws      []rawResult // one per -raw-engines engine
 	Servers   []serverReport
 }
 
@@ -357,6 +359,7 @@ func (r *report) markdown() string {
 	r.mdConversations(w)
 	r.mdTTFTByTurn(w)
 	r.mdTargets(w)
+	r.mdPeers(w)
 	return b.String()
 }
 

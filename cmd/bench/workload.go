@@ -80,12 +80,16 @@ func runStream(ctx context.Context, tgt target, tokens, repeats int, seed int64)
 	var res streamResult
 	for i := range repeats {
 		r, err := func() (turnResult, error) {
+			prompt, sp := fmt.Sprintf(streamPrompt, character(i)), sampling{maxTokens: tokens, seed: seed}
+			if rp, ok := tgt.(rawPrompter); ok {
+				return rp.RawTurn(ctx, prompt, sp)
+			}
 			s, err := tgt.Open(ctx)
 			if err != nil {
 				return turnResult{}, err
 			}
 			defer s.Close()
-			return s.Turn(ctx, fmt.Sprintf(streamPrompt, character(i)), sampling{maxTokens: tokens, seed: seed})
+			return s.Turn(ctx, prompt, sp)
 		}()
 		if err != nil {
 			res.Err = err.Error()
@@ -149,18 +153,19 @@ func runConversations(ctx context.Context, tgt target, first, n, turns, tokens i
 
 // rawResult is the in-process decode rate: the llm package, no server.
 type rawResult struct {
-	Info parley.ModelInfo `json:"model"`
-	Runs []turnResult     `json:"runs"`
-	Err  string           `json:"error,omitempty"`
+	Engine string           `json:"engine"`
+	Info   parley.ModelInfo `json:"model"`
+	Runs   []turnResult     `json:"runs"`
+	Err    string           `json:"error,omitempty"`
 }
 
 // runRaw opens the model with the llm package (one slot, the same context
 // and threads as the servers) and greedily decodes tokens from the stream
 // workload's prompt, rendered as the plain transcript renders it, repeats
 // times. This is the limit a server's single stream can approach.
-func runRaw(ctx context.Context, path, engine string, ctxLen, threads int, flashAttn string, gpuLayers, tokens, repeats int, seed int64) rawResult {
+func runRaw(ctx context.Context, path, engine, libDir string, ctxLen, threads int, flashAttn string, gpuLayers, tokens, repeats int, seed int64) rawResult {
 	var res rawResult
-	eng, err := llm.Open(llm.Config{Path: path, Engine: engine, ContextLength: ctxLen, Parallel: 1, Threads: threads, FlashAttention: flashAttn, GPULayers: gpuLayers,
+	eng, err := llm.Open(llm.Config{Path: path, Engine: engine, LibDir: libDir, ContextLength: ctxLen, Parallel: 1, Threads: threads, FlashAttention: flashAttn, GPULayers: gpuLayers,
 		Progress: func(float32) {}}) // without a callback llama.cpp prints progress dots
 	if err != nil {
 		res.Err = err.Error()
