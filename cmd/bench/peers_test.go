@@ -92,16 +92,16 @@ func TestPeerFlags(t *testing.T) {
 	if !slices.Equal(c.peers.rawEngines, []string{"embedded", "current"}) {
 		t.Errorf("raw engines %q", c.peers.rawEngines)
 	}
-	if got := strings.Join(c.parleyArgsFor("parley-current"), " "); got != "--engine embedded --engine current --engine-lib /lib/x" {
+	if got := strings.Join(c.parleyArgsFor("parley-current"), " "); got != "--engine auto --engine current --engine-lib /lib/x" {
 		t.Errorf("parley-current args %q", got)
 	}
-	if got := strings.Join(c.parleyArgsFor("parley"), " "); got != "--engine embedded --engine-lib /lib/x" {
+	if got := strings.Join(c.parleyArgsFor("parley"), " "); got != "--engine auto --engine-lib /lib/x" {
 		t.Errorf("parley args %q", got)
 	}
-	if c.parleyEngine("llama-server") != "" || c.parleyEngine("parley-current") != "current" || c.parleyEngine("parley") != "embedded" {
+	if c.parleyEngine("llama-server") != "" || c.parleyEngine("parley-current") != "current" || c.parleyEngine("parley") != "auto" {
 		t.Error("parleyEngine")
 	}
-	if c, _ := parseFlags([]string{"-models", model, "-servers", ""}, &bytes.Buffer{}); !slices.Equal(c.peers.rawEngines, []string{"embedded"}) {
+	if c, _ := parseFlags([]string{"-models", model, "-servers", ""}, &bytes.Buffer{}); !slices.Equal(c.peers.rawEngines, []string{"auto"}) {
 		t.Errorf("default raw engines %q, want -engine's", c.peers.rawEngines)
 	}
 	for _, args := range [][]string{
