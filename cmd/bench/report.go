@@ -152,6 +152,21 @@ type serverReport struct {
 	Conv   []concResult
 }
 
+// parley is the Parley server of the model's run: "parley", else the first
+// Parley on a named engine (parley-embedded, parley-current), so the tables
+// of Parley against Ollama have a row when -servers names engines.
+func (m modelReport) parley() *serverReport {
+	if s := m.server("parley"); s != nil {
+		return s
+	}
+	for i := range m.Servers {
+		if strings.HasPrefix(m.Servers[i].Name, parleyOn) {
+			return &m.Servers[i]
+		}
+	}
+	return nil
+}
+
 func (m modelReport) server(name string) *serverReport {
 	for i := range m.Servers {
 		if m.Servers[i].Name == name {
@@ -407,7 +422,7 @@ func (r *report) mdModels(w mdWriter) {
 func (r *report) mdSingleStream(w mdWriter) {
 	w("\n### Single stream\n\n| model | raw tok/s | Parley tok/s | Parley / raw | Ollama tok/s | Ollama / raw | Parley / Ollama | TTFT ms raw / Parley / Ollama |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, m := range r.Models {
-		raw, p, o := m.raw(), m.server("parley").stream(), m.server("ollama").stream()
+		raw, p, o := m.raw(), m.parley().stream(), m.server("ollama").stream()
 		rr, pr, or, rt, pt, ot := math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()
 		if raw != nil {
 			rr, rt = raw.Rate, raw.TTFT
@@ -531,12 +546,12 @@ func (r *report) targets() []string {
 		maxC = max(maxC, c)
 	}
 	for _, m := range r.Models {
-		raw, p, o := m.raw(), m.server("parley").stream(), m.server("ollama").stream()
+		raw, p, o := m.raw(), m.parley().stream(), m.server("ollama").stream()
 		if raw != nil && p != nil {
 			x := ratio(p.Rate, raw.Rate)
 			out = append(out, fmt.Sprintf("%s: WebSocket stream at >= 90%% of raw decode: %s (%s)", m.Name, pct(x), mark(x >= 0.9)))
 		}
-		ps := m.server("parley")
+		ps := m.parley()
 		for _, c := range r.Cfg.concurrency {
 			if st := ps.conv(c); st != nil && len(st.TTFT50) > 1 {
 				x := st.lastOverFirst()
