@@ -1,6 +1,10 @@
 package llm
 
-import "go.uber.org/zap"
+import (
+	"strings"
+
+	"go.uber.org/zap"
+)
 
 // backend is one llama.cpp engine under the decode loop: a loaded model and
 // its context. Everything the loop, the slots and the samplers need from
@@ -107,7 +111,26 @@ func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement
 			log.Info("engine auto: the current engine's libraries did not load, using the embedded engine", zap.Error(err))
 			break
 		}
+		if autoPrefersEmbedded(meta) {
+			be, p, err := openEmbedded(cfg, meta, log)
+			if err == nil {
+				log.Info("engine auto: using the embedded engine for F16 weights (the current engine's library evaluates prompts of F16 models about 2x slower on the CPU and decodes them no faster: BENCHMARKS.md)",
+					zap.String("quantization", meta.info.Quantization))
+				return be, p, nil
+			}
+			log.Info("engine auto: the embedded engine could not load the model, using the current engine", zap.Error(err))
+		}
 		return openCurrent(cfg, meta, log)
 	}
 	return openEmbedded(cfg, meta, log)
+}
+
+// autoPrefersEmbedded reports whether auto runs a model the embedded engine
+// can load on it rather than on the current engine: models of F16 weights,
+// whose prompts the current engine's prebuilt CPU library evaluates about 2.3
+// times slower (38 to 512 tokens, 2 threads, the synthetic 135M model) while
+// it decodes them at the same rate. On Q8_0 and Q4_0 the current engine is as
+// fast or faster at both (BENCHMARKS.md, "Decode speed, 2026-11-25").
+func autoPrefersEmbedded(meta metadata) bool {
+	return strings.EqualFold(meta.info.Quantization, "F16")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/repo"
+	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/llm/offload"
@@ -267,6 +268,26 @@ func TestEngineAuto(t *testing.T) {
 		e = mustOpen(t, llm.Config{Engine: llm.EngineAuto, LibDir: currentLibDir(t), Parallel: 1, ContextLength: 128, GPULayers: offload.Auto})
 		if e.EngineName() != llm.EngineCurrent {
 			t.Errorf("auto with the libraries, GPU layers asked for and no GPU: %s", e.EngineName())
+		}
+		// F16 weights go to the embedded engine (the current library's
+		// prompt evaluation of them is the slower one); a quantized copy of
+		// the same model to the current engine.
+		spec := synth.DefaultSpec()
+		spec.VocabFrom = testmodel.Path(t)
+		spec.Layers, spec.Dim, spec.Heads, spec.KVHeads, spec.FFN = 2, 64, 2, 1, 128
+		f16 := filepath.Join(t.TempDir(), "auto-f16.gguf")
+		if _, err := synth.Write(context.Background(), f16, spec); err != nil {
+			t.Fatal(err)
+		}
+		q8 := filepath.Join(t.TempDir(), "auto-q8_0.gguf")
+		if err := llm.Quantize(f16, q8, "q8_0", 1); err != nil {
+			t.Fatal(err)
+		}
+		for path, want := range map[string]string{f16: llm.EngineEmbedded, q8: llm.EngineCurrent} {
+			e = mustOpen(t, llm.Config{Path: path, Engine: llm.EngineAuto, LibDir: currentLibDir(t), Parallel: 1, ContextLength: 128})
+			if e.EngineName() != want {
+				t.Errorf("auto on %s (%s): %s, want %s", filepath.Base(path), e.Info().Quantization, e.EngineName(), want)
+			}
 		}
 	}
 	e := mustOpen(t, llm.Config{Engine: llm.EngineAuto, LibDir: t.TempDir(), Parallel: 1, ContextLength: 128})
