@@ -124,16 +124,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if _, err := s.ttft(ctx, "b"); err != nil { // both loaded
 			return err
 		}
-		for i := 0; i < c.runs; i++ {
-			for _, m := range []string{"b", "a"} {
-				d, err := s.ttft(ctx, m)
-				if err != nil {
-					return err
-				}
-				res.bothLoaded = append(res.bothLoaded, d)
-			}
-		}
-		return nil
+		return s.alternate(ctx, c.runs, &res.bothLoaded)
 	})
 	if err != nil {
 		return err
@@ -142,16 +133,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if _, err := s.ttft(ctx, "a"); err != nil {
 			return err
 		}
-		for i := 0; i < c.runs; i++ {
-			for _, m := range []string{"b", "a"} {
-				d, err := s.ttft(ctx, m)
-				if err != nil {
-					return err
-				}
-				res.switched = append(res.switched, d)
-			}
-		}
-		return nil
+		return s.alternate(ctx, c.runs, &res.switched)
 	})
 	if err != nil {
 		return err
@@ -298,4 +280,19 @@ func (s *server) ttft(ctx context.Context, model string) (time.Duration, error) 
 		return 0, fmt.Errorf("%s: no content", model)
 	}
 	return first, sc.Err()
+}
+
+// alternate asks for b then a, runs times, and appends each time to first
+// token to dst: every request switches the model.
+func (s *server) alternate(ctx context.Context, runs int, dst *[]time.Duration) error {
+	for range runs {
+		for _, m := range []string{"b", "a"} {
+			d, err := s.ttft(ctx, m)
+			if err != nil {
+				return err
+			}
+			*dst = append(*dst, d)
+		}
+	}
+	return nil
 }
