@@ -611,28 +611,48 @@ type anthropicModel struct {
 	CreatedAt   string `json:"created_at"` // RFC 3339
 }
 
-func (s *Server) anthropicModel() anthropicModel {
-	name := s.modelName(context.Background())
-	return anthropicModel{Type: "model", ID: name, DisplayName: name, CreatedAt: s.api.mounted.UTC().Format(time.RFC3339)}
+// anthropicModels are the served models in Anthropic's shape: every model
+// of a server with several (--models), else the one loaded.
+func (s *Server) anthropicModels() []anthropicModel {
+	created := s.api.mounted.UTC().Format(time.RFC3339)
+	one := func(name string) anthropicModel {
+		return anthropicModel{Type: "model", ID: name, DisplayName: name, CreatedAt: created}
+	}
+	if s.models == nil {
+		return []anthropicModel{one(s.modelName(context.Background()))}
+	}
+	var out []anthropicModel
+	for _, m := range s.models.Models() {
+		out = append(out, one(m.Name))
+	}
+	return out
 }
 
-// handleAnthropicModels is GET /v1/models for Anthropic's clients: the one
-// loaded model, as a page of one.
+// handleAnthropicModels is GET /v1/models for Anthropic's clients: the
+// served models, as one page.
 func (s *Server) handleAnthropicModels(c echo.Context) error {
-	m := s.anthropicModel()
-	return c.JSON(http.StatusOK, struct {
+	ms := s.anthropicModels()
+	page := struct {
 		Data    []anthropicModel `json:"data"`
 		HasMore bool             `json:"has_more"`
-		FirstID string           `json:"first_id"`
-		LastID  string           `json:"last_id"`
-	}{[]anthropicModel{m}, false, m.ID, m.ID})
+		FirstID *string          `json:"first_id"`
+		LastID  *string          `json:"last_id"`
+	}{Data: ms}
+	if len(ms) > 0 {
+		page.FirstID, page.LastID = &ms[0].ID, &ms[len(ms)-1].ID
+	}
+	return c.JSON(http.StatusOK, page)
 }
 
 // handleAnthropicModel is GET /v1/models/{id} for Anthropic's clients.
 func (s *Server) handleAnthropicModel(c echo.Context) error {
-	m := s.anthropicModel()
-	if c.Param("id") != m.ID {
-		return parley.Errorf(parley.ENotFound, "no model %q: this server serves %q", c.Param("id"), m.ID)
+	ms := s.anthropicModels()
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		if m.ID == c.Param("id") {
+			return c.JSON(http.StatusOK, m)
+		}
+		names[i] = m.ID
 	}
-	return c.JSON(http.StatusOK, m)
+	return parley.Errorf(parley.ENotFound, "no model %q: this server serves %s", c.Param("id"), strings.Join(names, ", "))
 }

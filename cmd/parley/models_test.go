@@ -171,6 +171,23 @@ func TestSeveralModels(t *testing.T) {
 		}
 	}
 
+	// Anthropic's clients (anthropic-version) get every model in Anthropic's shape.
+	req, _ := http.NewRequest("GET", "http://"+s.addr+"/v1/models", nil)
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("anthropic-version", "2023-06-01")
+	if res, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		var page struct {
+			Data []struct{ Type, ID string }
+		}
+		err := json.NewDecoder(res.Body).Decode(&page)
+		res.Body.Close()
+		if err != nil || len(page.Data) != 3 || page.Data[0].Type != "model" {
+			t.Fatalf("Anthropic's /v1/models: %v %+v", err, page)
+		}
+	}
+
 	// An unknown model: 404 naming those served.
 	code, b := call(t, s, "POST", "/v1/chat/completions", key, map[string]any{"model": "gpt-4o", "messages": []map[string]string{{"role": "user", "content": "hi"}}})
 	if code != 404 || !strings.Contains(string(b), "deep, stories, wide") {
