@@ -107,8 +107,20 @@ gofmt_check() {
 
 # fuzz_one DIR TARGET: a short fuzz run of one target (go test fuzzes one target of one package at a time).
 # A failing input is saved under DIR/testdata/fuzz/TARGET, where the next go test replays it.
+# A run that fails with only "context deadline exceeded" and writes no failing input is Go's own fuzzing coordinator
+# racing its -fuzztime deadline (golang/go#75804, fixed in Go 1.27, not in 1.26.x): it is said, not failed.
 fuzz_one() {
-	go test -run='^$' -fuzz="^$2\$" -fuzztime="$FUZZTIME" "./$1"
+	local corpus="$1/testdata/fuzz/$2" before after out rc=0
+	before=$(ls "$corpus" 2>/dev/null | wc -l)
+	out=$(go test -run='^$' -fuzz="^$2\$" -fuzztime="$FUZZTIME" "./$1" 2>&1) || rc=$?
+	echo "$out"
+	[ $rc -eq 0 ] && return 0
+	after=$(ls "$corpus" 2>/dev/null | wc -l)
+	if [ "$after" = "$before" ] && grep -q '^    context deadline exceeded$' <<<"$out" && ! grep -q -e 'panic:' -e 'Failing input written' <<<"$out"; then
+		echo "fuzz $1 $2: Go's fuzzing coordinator missed its own -fuzztime deadline (golang/go#75804); no failing input, not a failure"
+		return 0
+	fi
+	return $rc
 }
 
 node_tests() {
