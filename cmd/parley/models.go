@@ -28,6 +28,7 @@ import (
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/llm/registry"
+	"github.com/parley-chat/parley/llm/source"
 	"github.com/parley-chat/parley/web"
 )
 
@@ -120,7 +121,24 @@ func modelEntries(cfg config) ([]modelEntry, string, error) {
 	if len(out) == 0 {
 		return nil, "", errors.New("no models: --models found no *.gguf and no other model is configured")
 	}
+	if def == "" {
+		def = firstSound(out)
+	}
 	return out, def, nil
+}
+
+// firstSound names the default model when none is named: the first entry
+// that is not a local file failing its GGUF check (a remote hf:// or
+// ollama:// entry counts as sound until it is fetched), so that one damaged
+// file in --models does not become every default request's error. "" when
+// none is: the registry then takes the first.
+func firstSound(entries []modelEntry) string {
+	for _, e := range entries {
+		if strings.Contains(e.Path, "://") || source.CheckGGUF(e.Path) == nil {
+			return e.Name
+		}
+	}
+	return ""
 }
 
 // readModelsFile reads and checks the models file: unknown fields, a
