@@ -528,4 +528,3 @@ func TestDefaultModelIsASoundOne(t *testing.T) {
 		t.Fatalf("entries %+v, default %q, err %v", entries, def, err)
 	}
 }
-
