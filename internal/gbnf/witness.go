@@ -26,18 +26,38 @@ type gpos struct{ rule, i int32 }
 
 type stack []gpos
 
-func (s stack) key() string {
-	b := make([]byte, 0, len(s)*8)
+// appendKey appends the stack's identity (its positions) to b.
+func (s stack) appendKey(b []byte) []byte {
 	for _, p := range s {
 		b = binary.LittleEndian.AppendUint32(b, uint32(p.rule))
 		b = binary.LittleEndian.AppendUint32(b, uint32(p.i))
 	}
-	return string(b)
+	return b
 }
 
 type simulator struct {
 	p     *parser
 	steps int
+	key   []byte // scratch for a stack's key: a lookup in seen allocates nothing
+}
+
+// firstSeen reports whether s is new to seen, and records it. Only a new
+// stack's key is copied into the map.
+func (m *simulator) firstSeen(s stack, seen map[string]bool) bool {
+	m.key = s.appendKey(m.key[:0])
+	if seen[string(m.key)] {
+		return false
+	}
+	seen[string(m.key)] = true
+	return true
+}
+
+// pop returns a copy of s without its top, with room for the two positions
+// advance and accept push.
+func pop(s stack) stack {
+	ns := make(stack, len(s)-1, len(s)+1)
+	copy(ns, s)
+	return ns
 }
 
 func (m *simulator) endOfSeq(p gpos) bool {
@@ -51,26 +71,21 @@ func (m *simulator) advance(s stack, out *[]stack, seen map[string]bool) bool {
 	if m.steps++; m.steps > witnessMaxSteps {
 		return false
 	}
-	if len(s) == 0 {
-		if k := ""; !seen[k] {
-			seen[k] = true
+	top := gpos{}
+	if len(s) > 0 {
+		top = s[len(s)-1]
+	}
+	if len(s) == 0 || m.p.rules[top.rule][top.i].t != tRef {
+		if m.firstSeen(s, seen) {
 			*out = append(*out, s)
 		}
 		return true
 	}
-	top := s[len(s)-1]
 	e := m.p.rules[top.rule][top.i]
-	if e.t != tRef {
-		if k := s.key(); !seen[k] {
-			seen[k] = true
-			*out = append(*out, s)
-		}
-		return true
-	}
 	r := m.p.rules[e.v]
 	sub := int32(0)
 	for {
-		ns := append(stack(nil), s[:len(s)-1]...)
+		ns := pop(s)
 		if next := (gpos{top.rule, top.i + 1}); !m.endOfSeq(next) {
 			ns = append(ns, next)
 		}
@@ -133,7 +148,7 @@ func (m *simulator) accept(stacks []stack, c uint32) ([]stack, bool) {
 		if !ok {
 			continue
 		}
-		ns := append(stack(nil), s[:len(s)-1]...)
+		ns := pop(s)
 		if !m.endOfSeq(after) {
 			ns = append(ns, after)
 		}
