@@ -37,7 +37,7 @@ APT_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 python3-websockets chromiu
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
-.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-cuda setup-bench build run test bench cuda bench-gpu ui fmt vet clean
+.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-engine-cuda setup-cuda setup-bench build run test bench cuda bench-gpu ui fmt vet clean
 
 help:
 	@echo 'make setup   install Debian packages (only missing ones), Go modules, npm packages'
@@ -45,6 +45,7 @@ help:
 	@echo 'make run     setup + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
 	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
 	@echo 'make bench   build ollama, llama-server and the synthetic models (F16, Q8_0, Q4_0), then cmd/bench (BENCH_ARGS=...)'
+	@echo 'make setup-engine-cuda  the current engine'"'"'s CUDA build into lib/llama-current-cuda (143 MB; CUDA 13 runtime)'
 	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
 	@echo '             installs Debian'"'"'s nvidia-cuda-toolkit if nvcc is missing; ~17 min per architecture on 2 cores)'
 	@echo 'make bench-gpu  the GPU benchmark (needs make cuda and a GPU): Parley vs raw decode vs Ollama'
@@ -60,6 +61,16 @@ setup-engine: $(ENGINE_STAMP)
 
 $(ENGINE_STAMP): scripts/engine/package.json scripts/engine/package-lock.json
 	cd scripts/engine && $(NPM) ci --no-audit --no-fund --ignore-scripts
+	@touch $@
+
+# The current engine's CUDA build (143 MB download; NVIDIA's CUDA 13 runtime and a driver at run time): not part of
+# setup or test. bin/parley takes lib/llama-current-cuda over lib/llama-current when it is there.
+ENGINE_CUDA_STAMP := scripts/engine-cuda/node_modules/.package-lock.json
+setup-engine-cuda: $(ENGINE_CUDA_STAMP)
+	scripts/setup-current-engine.sh cuda
+
+$(ENGINE_CUDA_STAMP): scripts/engine-cuda/package.json scripts/engine-cuda/package-lock.json
+	cd scripts/engine-cuda && $(NPM) ci --no-audit --no-fund --ignore-scripts
 	@touch $@
 
 # apt only when something is missing, so that `make setup` works without root on a machine that has everything.

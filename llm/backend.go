@@ -94,7 +94,8 @@ func (b *batch) numTokens() int { return len(b.tok) }
 // openBackend opens cfg.Engine's backend; "auto" takes the current engine
 // when its libraries load and falls back to the embedded one with one log
 // line when they do not, or when layers are to go to a GPU that the
-// embedded build drives (the current engine runs on the CPU only).
+// embedded build drives (lib/ollama from make cuda). Layers for a GPU that
+// only the current engine's CUDA build drives go to the current engine.
 func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement, error) {
 	switch cfg.Engine {
 	case EngineCurrent:
@@ -102,7 +103,7 @@ func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement
 	case EngineAuto:
 		if cfg.GPULayers != 0 {
 			if gpu, ok := embeddedGPU(); ok {
-				log.Info("engine auto: using the embedded engine, which offloads to the GPU (the current engine runs on the CPU only)",
+				log.Info("engine auto: using the embedded engine, which offloads to the GPU (its CUDA backend, lib/ollama, is there)",
 					zap.String("gpu", gpu))
 				break
 			}
@@ -110,6 +111,12 @@ func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement
 		if err := loadCurrent(cfg.LibDir); err != nil {
 			log.Info("engine auto: the current engine's libraries did not load, using the embedded engine", zap.Error(err))
 			break
+		}
+		if cfg.GPULayers != 0 {
+			if gpu, ok := currentGPU(cfg.LibDir); ok {
+				log.Info("engine auto: using the current engine, whose CUDA libraries offload to the GPU", zap.String("gpu", gpu))
+				return openCurrent(cfg, meta, log)
+			}
 		}
 		if autoPrefersEmbedded(meta) {
 			be, p, err := openEmbedded(cfg, meta, log)

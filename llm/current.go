@@ -9,12 +9,11 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 	yz "github.com/hybridgroup/yzma/pkg/llama"
 	"go.uber.org/zap"
-
-	"github.com/parley-chat/parley"
 )
 
 // The current engine: a current llama.cpp, loaded at run time from prebuilt
@@ -33,17 +32,27 @@ const (
 )
 
 // DefaultCurrentLibDir is where the current engine's libraries are looked
-// for when Config.LibDir and $PARLEY_ENGINE_LIB are empty: lib/llama-current
-// beside the executable's bin/ (as `make setup` lays them out).
+// for when Config.LibDir and $PARLEY_ENGINE_LIB are empty: beside the
+// executable's bin/, lib/llama-current-cuda (the CUDA build, `make
+// setup-engine-cuda`) when it holds libllama.so, else lib/llama-current (the
+// CPU build, `make setup`).
 func DefaultCurrentLibDir() string {
 	if d := os.Getenv("PARLEY_ENGINE_LIB"); d != "" {
 		return d
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return filepath.Join("lib", "llama-current")
+	root := ""
+	if exe, err := os.Executable(); err == nil {
+		root = filepath.Dir(filepath.Dir(exe))
 	}
-	return filepath.Join(filepath.Dir(filepath.Dir(exe)), "lib", "llama-current")
+	if cuda := filepath.Join(root, "lib", "llama-current-cuda"); fileExists(filepath.Join(cuda, "libllama.so")) {
+		return cuda
+	}
+	return filepath.Join(root, "lib", "llama-current")
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 var (
@@ -100,6 +109,42 @@ func loadCurrentLibs(dir string) error {
 	return nil
 }
 
+// noDevices is an empty, NULL-terminated device list for llama.cpp's model
+// parameters (a package variable: its address never moves).
+var noDevices [1]uintptr
+
+// currentDevices lists the devices the current engine's backends registered:
+// the CPU, and with the libraries' CUDA build each GPU its driver finds.
+func currentDevices() []device {
+	var ds []device
+	for i := range yz.GGMLBackendDeviceCount() {
+		d := yz.GGMLBackendDeviceGet(i)
+		if d == 0 {
+			continue
+		}
+		t := yz.GGMLBackendDevType(d)
+		dv := device{
+			name:        yz.GGMLBackendDeviceName(d),
+			description: yz.GGMLBackendDeviceDescription(d),
+			gpu:         t == yz.GGMLBackendDeviceTypeGPU || t == yz.GGMLBackendDeviceTypeIGPU,
+			mem:         func() (uint64, uint64) { return yz.GGMLBackendDeviceMemory(d) },
+		}
+		dv.free, dv.total = dv.memory()
+		ds = append(ds, dv)
+	}
+	return ds
+}
+
+// currentGPU returns the description of the first GPU the current engine's
+// libraries drive (loaded from dir), if any.
+func currentGPU(dir string) (string, bool) {
+	if loadCurrent(dir) != nil {
+		return "", false
+	}
+	gpu, ok := firstGPU(currentDevices())
+	return gpu.description, ok
+}
+
 // ggmlVersion reads ggml_version() from the library at path.
 func ggmlVersion(path string) (string, error) {
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
@@ -129,29 +174,58 @@ type current struct {
 
 var _ backend = (*current)(nil)
 
-// openCurrent loads the libraries, the model (on the CPU) and its context.
+// openCurrent loads the libraries, the model (on a GPU when the libraries
+// are the CUDA build and one is found, else on the CPU) and its context.
 func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placement, error) {
 	if err := loadCurrent(cfg.LibDir); err != nil {
 		return nil, placement{}, err
 	}
-	// On the CPU only, for now (the GPU route is the libraries' CUDA
-	// variant; see README).
+	// The device: a GPU when the folder holds the libraries' CUDA build
+	// (@node-llama-cpp/linux-x64-cuda, `make setup-engine-cuda`) and its
+	// driver finds one, else the CPU.
+	ds := currentDevices()
+	dp, err := placeModel(cfg, meta, ds,
+		"the current engine's libraries in "+cfg.LibDir+" have no GPU backend (make setup-engine-cuda installs its CUDA build), or its driver found no device", log)
+	if err != nil {
+		return nil, placement{}, err
+	}
+	if dp.info.GPULayers > 0 {
+		// A library that cannot run its kernels on this GPU aborts the
+		// process at the first decode: try it in a child first.
+		if err := probeCurrentGPU(cfg.LibDir, cfg.Path, dp.info.FlashAttention); err != nil {
+			log.Warn("the current engine's CUDA library cannot run on this GPU (its build has no machine code for it and the driver cannot compile the PTX it has, or the GPU fails): running on the CPU",
+				zap.String("gpu", dp.info.Name), zap.Error(err))
+			dp = cpuPlacement(cfg, meta, ds, "the GPU failed the current engine's test decode", log)
+		}
+	}
+	if dp.info.Type == "cpu" {
+		dp.info.Name = "CPU (" + EngineCurrent + " engine)"
+	}
+	log.Info("the current engine's libraries", zap.String("libraries", cfg.LibDir), zap.String("device", dp.info.Name),
+		zap.Int("gpu_layers", dp.info.GPULayers))
 	fa := "off"
-	if cfg.FlashAttention == "on" {
+	if dp.info.FlashAttention {
 		fa = "on"
 	}
-	dp := placement{info: parley.Device{Backend: "CPU", Name: "CPU (" + EngineCurrent + " engine)", Type: "cpu",
-		LayersTotal: meta.info.Layers + 1, FlashAttention: fa == "on", KVUnified: cfg.KVUnified == "on"}}
-	log.Info("running on the CPU with the current engine", zap.String("libraries", cfg.LibDir),
-		zap.Bool("flash_attn", dp.info.FlashAttention), zap.Bool("kv_unified", dp.info.KVUnified))
 	if err := checkKVCacheType(cfg.KVCacheType, fa, meta); err != nil {
 		return nil, placement{}, err
 	}
 	mp := yz.ModelDefaultParams()
-	mp.NGpuLayers = 0
+	mp.NGpuLayers = int32(dp.info.GPULayers)
+	if dp.info.GPULayers > 0 {
+		// One GPU holds the model (Parley does not split a model across
+		// GPUs): the first, as placeModel chose.
+		mp.SplitMode, mp.MainGpu = yz.SplitModeNone, 0
+	}
+	// On the CPU, no device of the libraries' CUDA build may take part:
+	// not the weights (an empty device list) nor a large batch's
+	// operations (op offload).
+	if dp.info.GPULayers == 0 {
+		mp.Devices = uintptr(unsafe.Pointer(&noDevices[0]))
+	}
 	model, err := yz.ModelLoadFromFile(cfg.Path, mp)
 	if err != nil || model == 0 {
-		return nil, placement{}, fmt.Errorf("load model %s: the current llama.cpp could not load it (damaged file or unsupported architecture)", cfg.Path)
+		return nil, placement{}, fmt.Errorf("load model %s: the current llama.cpp could not load it (damaged file, unsupported architecture, or too little device memory for --gpu-layers)", cfg.Path)
 	}
 	cp := yz.ContextDefaultParams()
 	cp.NCtx = uint32(cfg.ContextLength * cfg.CacheSlots)
@@ -164,6 +238,9 @@ func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placemen
 		cp.FlashAttentionType = yz.FlashAttentionTypeEnabled
 	}
 	cp.Embeddings, cp.NoPerf = 0, 1
+	if dp.info.GPULayers == 0 {
+		cp.OpOffload = 0
+	}
 	cp.KVUnified = 0
 	if dp.info.KVUnified {
 		cp.KVUnified = 1

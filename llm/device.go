@@ -30,6 +30,9 @@ type device struct {
 	description string // "NVIDIA H100 80GB HBM3"
 	gpu         bool
 	free, total uint64 // bytes, when enumerated
+	// mem reads the memory of a device that the current engine's
+	// libraries enumerated (dev is nil for those).
+	mem func() (free, total uint64)
 }
 
 // devices lists the backend devices ggml loaded (llama.BackendInit loads the
@@ -61,6 +64,9 @@ func devices() []device {
 // memory reads the device's free and total memory now (a CUDA call on a
 // GPU: safe from any goroutine, and cheap enough for a metrics scrape).
 func (d device) memory() (free, total uint64) {
+	if d.mem != nil {
+		return d.mem()
+	}
 	if d.dev == nil {
 		return 0, 0
 	}

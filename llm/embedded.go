@@ -6,6 +6,7 @@ import (
 
 	"github.com/ollama/ollama/llama"
 	"github.com/ollama/ollama/ml"
+	ggmlsrc "github.com/ollama/ollama/ml/backend/ggml/ggml/src"
 	"go.uber.org/zap"
 )
 
@@ -26,6 +27,9 @@ type embedded struct {
 	nVocab int
 	// threads is the context's thread count, which freeContext checks.
 	threads int
+	// onGPU: layers went to a GPU, and Close leaves the context to the
+	// process (see Close).
+	onGPU bool
 }
 
 var _ backend = (*embedded)(nil)
@@ -38,7 +42,7 @@ func openEmbedded(cfg Config, meta metadata, log *zap.Logger) (*embedded, placem
 	if err != nil {
 		return nil, placement{}, err
 	}
-	be := &embedded{model: model, lc: lc, nVocab: model.NumVocab(), threads: cfg.Threads}
+	be := &embedded{model: model, lc: lc, nVocab: model.NumVocab(), threads: cfg.Threads, onGPU: dp.info.GPULayers > 0}
 	if !cfg.NoThreadPool {
 		if be.pool, err = attachThreadPool(lc, cfg.Threads, cfg.Poll); err != nil {
 			log.Warn("no persistent thread pool: each decode step starts its own threads", zap.Error(err))
@@ -69,7 +73,8 @@ func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama
 	// Loads the backend libraries beside the executable (lib/ollama): the
 	// devices are known from here on.
 	llama.BackendInit()
-	dp, err := placeModel(cfg, meta, devices(), log)
+	dp, err := placeModel(cfg, meta, devices(),
+		fmt.Sprintf("no GPU backend library in %v, or its driver found no device", ggmlsrc.LibPaths()), log)
 	if err != nil {
 		return nil, nil, placement{}, err
 	}
@@ -168,10 +173,19 @@ func (s embeddedSampler) Accept(tok int)   { s.sc.Accept(tok, true) }
 // Close frees the thread pool, the context (through the mirrored pointer:
 // the binding has no call for it; a context that is not the mirrored one is
 // left to the process) and the model.
+//
+// A context with layers on a GPU is left to the process too: llama_free of
+// the binding's context crashed the process (SIGSEGV inside llama_free) on an
+// H200 with the CUDA backend of make cuda, and Ollama, the binding's author,
+// never frees one (its runner process exits instead). The cost is the
+// context's device memory (KV cache, compute buffers) until the process
+// ends, once per unload of a GPU model (several models, issue 21).
 func (be *embedded) Close() {
 	be.b.Free()
 	be.pool.free()
-	freeContext(be.lc, be.threads)
+	if !be.onGPU {
+		freeContext(be.lc, be.threads)
+	}
 	llama.FreeModel(be.model)
 }
 

@@ -36,12 +36,15 @@ func (e *Engine) loop(b *batch) {
 		for active < e.parallel {
 			var seq *sequence
 			if active == 0 {
-				e.kvSaveIdle() // KV swap: nothing to decode, so keep what changed
-				select {
-				case seq = <-e.queue:
-				case <-e.closing:
-					e.shutdown()
-					return
+				// KV swap: nothing to decode, so keep what changed (unless a
+				// request comes first).
+				if seq = e.kvIdle(); seq == nil {
+					select {
+					case seq = <-e.queue:
+					case <-e.closing:
+						e.shutdown()
+						return
+					}
 				}
 			} else {
 				select {

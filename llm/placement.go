@@ -3,7 +3,6 @@ package llm
 import (
 	"fmt"
 
-	ggmlsrc "github.com/ollama/ollama/ml/backend/ggml/ggml/src"
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
@@ -34,8 +33,9 @@ func kvBytesPerValue(typ string) float64 {
 // 0, offload.Auto or a count) and resolves flash attention "auto" (on with
 // offloaded layers, off without), logging one line that says what the
 // model runs on and why. Without a GPU it places everything on the CPU and
-// says so; that is not an error.
-func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placement, error) {
+// says so; that is not an error. noGPU says where GPU backends were looked
+// for, for the log line of a machine without one.
+func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.Logger) (placement, error) {
 	layersTotal := meta.info.Layers + 1 // blocks plus the output head
 	gpu, hasGPU := firstGPU(ds)
 	var p placement
@@ -53,19 +53,7 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 		}
 		return false
 	}
-	cpuOnly := func(why string) placement {
-		cpu := cpuDevice(ds)
-		p := placement{dev: cpu, info: parley.Device{
-			Backend: cpu.name, Name: cpu.description, Type: "cpu",
-			MemoryTotal: cpu.total, MemoryFreeAtLoad: cpu.free,
-			LayersTotal: layersTotal, FlashAttention: fa(false), KVUnified: cfg.KVUnified == "on",
-		}}
-		log.Info("running on the CPU: "+why,
-			zap.String("backend", cpu.name), zap.String("device", cpu.description),
-			zap.Uint64("memory_total_mib", cpu.total/offload.MiB), zap.Uint64("memory_free_mib", cpu.free/offload.MiB),
-			zap.Int("gpu_layers", 0), zap.Bool("flash_attn", p.info.FlashAttention), zap.Bool("kv_unified", p.info.KVUnified))
-		return p
-	}
+	cpuOnly := func(why string) placement { return cpuPlacement(cfg, meta, ds, why, log) }
 	if cfg.GPULayers < offload.Auto {
 		return p, fmt.Errorf("gpu layers: want auto (-1), 0 or a positive count, got %d", cfg.GPULayers)
 	}
@@ -73,7 +61,7 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 		return cpuOnly("--gpu-layers is 0"), nil
 	}
 	if !hasGPU {
-		return cpuOnly(fmt.Sprintf("no GPU found (no GPU backend library in %v, or its driver found no device)", ggmlsrc.LibPaths())), nil
+		return cpuOnly("no GPU found (" + noGPU + ")"), nil
 	}
 
 	// What the offload costs: the blocks' weights from the GGUF, their KV
@@ -114,4 +102,20 @@ func placeModel(cfg Config, meta metadata, ds []device, log *zap.Logger) (placem
 		zap.Uint64("estimate_mib", offload.Need(m, layers)/offload.MiB),
 		zap.Bool("flash_attn", p.info.FlashAttention), zap.Bool("kv_unified", p.info.KVUnified), zap.String("why", reason))
 	return p, nil
+}
+
+// cpuPlacement places the model on the CPU, logging why.
+func cpuPlacement(cfg Config, meta metadata, ds []device, why string, log *zap.Logger) placement {
+	fa := cfg.FlashAttention == "on"
+	cpu := cpuDevice(ds)
+	p := placement{dev: cpu, info: parley.Device{
+		Backend: cpu.name, Name: cpu.description, Type: "cpu",
+		MemoryTotal: cpu.total, MemoryFreeAtLoad: cpu.free,
+		LayersTotal: meta.info.Layers + 1, FlashAttention: fa, KVUnified: cfg.KVUnified == "on",
+	}}
+	log.Info("running on the CPU: "+why,
+		zap.String("backend", cpu.name), zap.String("device", cpu.description),
+		zap.Uint64("memory_total_mib", cpu.total/offload.MiB), zap.Uint64("memory_free_mib", cpu.free/offload.MiB),
+		zap.Int("gpu_layers", 0), zap.Bool("flash_attn", p.info.FlashAttention), zap.Bool("kv_unified", p.info.KVUnified))
+	return p
 }

@@ -21,6 +21,8 @@ type KVCacheStats struct {
 	FilesRefused            map[string]int64 // files removed: "corrupt" (truncated, bad checksum) or "foreign" (another model or build)
 	RAMBytes, DiskBytes     int64            // held now
 	RAMEntries, DiskEntries int              // held now
+	Unsaved                 int64            // slots whose state changed since it was last saved
+	DiskPending             int              // saved states queued for disk, not written yet
 }
 
 // kvCollectors reads the KV swap's counters at scrape time.
@@ -57,6 +59,10 @@ func kvCollectors(stats func() EngineStats) []prometheus.Collector {
 			func(s KVCacheStats) float64 { return float64(s.RAMEntries) }),
 		gauge("parley_kv_disk_entries", "Sessions whose KV state is kept on disk.",
 			func(s KVCacheStats) float64 { return float64(s.DiskEntries) }),
+		gauge("parley_kv_unsaved_slots", "Cache slots whose KV state changed since it was last saved (the idle pass saves them once no request has come for 50 ms).",
+			func(s KVCacheStats) float64 { return float64(s.Unsaved) }),
+		gauge("parley_kv_disk_pending", "Saved KV states queued for disk, not written yet.",
+			func(s KVCacheStats) float64 { return float64(s.DiskPending) }),
 	}
 	for _, reason := range []string{"mismatch", "corrupt", "foreign", "read", "rejected"} {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -229,7 +229,9 @@ func restart(ctx context.Context, cfg config, log io.Writer) (restartResult, err
 		if err != nil {
 			return r, err
 		}
-		if st["parley_kv_disk_writes_total"] >= float64(turns) {
+		// The last turn's state is on disk: the idle pass left no slot
+		// unsaved and nothing is queued for the disk.
+		if st["parley_kv_disk_writes_total"] >= 1 && st["parley_kv_unsaved_slots"] == 0 && st["parley_kv_disk_pending"] == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -71,5 +71,6 @@ func kvCacheStats(s llm.KVCacheStats) web.KVCacheStats {
 		DiskWrites: s.DiskWrites, DiskWriteBytes: s.DiskWriteBytes, Fallbacks: s.Fallbacks,
 		FilesRefused: map[string]int64{"corrupt": s.Corrupt, "foreign": s.Foreign},
 		RAMBytes:     s.RAMBytes, DiskBytes: s.DiskBytes, RAMEntries: s.RAMEntries, DiskEntries: s.DiskEntries,
+		Unsaved: s.Unsaved, DiskPending: s.DiskPending,
 	}
 }

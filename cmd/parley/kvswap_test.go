@@ -51,14 +51,7 @@ func TestKVStateSurvivesKill9(t *testing.T) {
 		}
 		last.prompt, last.completion = m.Usage.PromptTokens, m.Usage.CompletionTokens
 	}
-	// Each turn's state reaches the disk once the server is idle.
-	deadline := time.Now().Add(20 * time.Second)
-	for metric(t, s.addr, "parley_kv_disk_writes_total") < float64(len(prompts)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the KV state was not written: %v files", metric(t, s.addr, "parley_kv_disk_writes_total"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitKVOnDisk(t, s.addr)
 	if err := s.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +110,22 @@ func createResponse(t *testing.T, addr string, body map[string]any) response {
 	return r
 }
 
+// waitKVOnDisk waits until the last turn's state is on disk: the server
+// saves at idle (50 ms after the last request), so no slot is left unsaved,
+// nothing is queued for the disk, and a file was written.
+func waitKVOnDisk(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for metric(t, addr, "parley_kv_unsaved_slots") != 0 || metric(t, addr, "parley_kv_disk_pending") != 0 ||
+		metric(t, addr, "parley_kv_disk_writes_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the KV state was not written: %v files, %v slots unsaved", metric(t, addr, "parley_kv_disk_writes_total"),
+				metric(t, addr, "parley_kv_unsaved_slots"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // The Responses API's previous_response_id after kill -9: the chained
 // response is prompted from the restored state, and its
 // input_tokens_details.cached_tokens counts the restored tokens.
@@ -126,13 +135,7 @@ func TestKVStateSurvivesKill9Responses(t *testing.T) {
 	s := start(t, bin, args...)
 	r := createResponse(t, s.addr, map[string]any{"input": "Lily found a red ball.", "max_output_tokens": 60})
 	r = createResponse(t, s.addr, map[string]any{"input": "What did she do with it?", "previous_response_id": r.ID, "max_output_tokens": 60})
-	deadline := time.Now().Add(20 * time.Second)
-	for metric(t, s.addr, "parley_kv_disk_writes_total") < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the KV state was not written")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitKVOnDisk(t, s.addr)
 	s.Cmd.Process.Signal(syscall.SIGKILL)
 	s.wait(t, 10*time.Second)
 

@@ -70,6 +70,7 @@ type Stats struct {
 	DiskWrites, DiskWriteBytes  int64 // files written
 	DiskWriteErrors             int64 // files that could not be written
 	DiskDropped                 int64 // saves not written because the queue was full
+	DiskPending                 int   // saves queued for disk, not written yet (now)
 	DiskLoads, DiskLoadNanos    int64 // files read back, and the time it took
 	Corrupt, Foreign            int64 // files refused (and removed): truncated or corrupt, of another identity
 	RAMEvictions, DiskEvictions int64 // entries dropped for room
@@ -269,7 +270,7 @@ func (c *Cache) refuse(de *diskEntry, err error) {
 // Stats returns a snapshot of the counters.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	st := Stats{RAMBytes: c.ramBytes, RAMEntries: len(c.ram), DiskBytes: c.diskSize, DiskEntries: len(c.disk)}
+	st := Stats{RAMBytes: c.ramBytes, RAMEntries: len(c.ram), DiskBytes: c.diskSize, DiskEntries: len(c.disk), DiskPending: len(c.pending)}
 	c.mu.Unlock()
 	st.Saves, st.SavedBytes = c.saves.Load(), c.savedBytes.Load()
 	st.DiskWrites, st.DiskWriteBytes, st.DiskWriteErrors = c.diskWrites.Load(), c.diskWriteBytes.Load(), c.diskWriteErrors.Load()

@@ -1,0 +1,44 @@
+package llm
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/parley-chat/parley/internal/testmodel"
+)
+
+// TestGPUProbeChild runs the current engine's GPU probe for real: this test
+// binary re-executed with the probe's variable set (the package's init
+// serves it), the pinned libraries, stories260K. Without a GPU the one layer
+// it asks for stays on the CPU, so a sound model passes; a model that does
+// not load fails the probe with the child's own words, which is what the
+// server logs before it falls back to the CPU. (On a GPU whose kernels the
+// library cannot run, the child dies of ggml_abort instead: BENCHMARKS.md,
+// "The current engine on a GPU".)
+func TestGPUProbeChild(t *testing.T) {
+	if os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
+		t.Skip("PARLEY_SKIP_CURRENT_ENGINE=1")
+	}
+	t.Setenv(gpuProbeSkipEnv, "")
+	lib := os.Getenv("PARLEY_ENGINE_LIB")
+	if wd, _ := os.Getwd(); lib == "" {
+		lib = filepath.Join(filepath.Dir(wd), "lib", "llama-current")
+	}
+	if err := probeCurrentGPU(lib, testmodel.Path(t), false); err != nil {
+		t.Fatalf("a sound model failed the probe: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "damaged.gguf")
+	if err := os.WriteFile(bad, []byte("GGUF\x03\x00\x00\x00 not a model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := probeCurrentGPU(lib, bad, false)
+	if !errors.Is(err, errGPUProbe) || !strings.Contains(err.Error(), "gpu probe: the model did not load") {
+		t.Fatalf("a damaged model: want the probe's failure with the child's words, got %v", err)
+	}
+	if err := probeCurrentGPU(t.TempDir(), testmodel.Path(t), false); err == nil || !strings.Contains(err.Error(), "libllama.so") {
+		t.Fatalf("no libraries: want the child to name what is missing, got %v", err)
+	}
+}
