@@ -210,18 +210,18 @@ func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placemen
 	if err := checkKVCacheType(cfg.KVCacheType, fa, meta); err != nil {
 		return nil, placement{}, err
 	}
+	onCPU := dp.info.GPULayers == 0
 	mp := yz.ModelDefaultParams()
 	mp.NGpuLayers = int32(dp.info.GPULayers)
-	if dp.info.GPULayers > 0 {
+	if onCPU {
+		// No device of the libraries' CUDA build may take part: not the
+		// weights (an empty device list) nor, below, a large batch's
+		// operations (op offload).
+		mp.Devices = uintptr(unsafe.Pointer(&noDevices[0]))
+	} else {
 		// One GPU holds the model (Parley does not split a model across
 		// GPUs): the first, as placeModel chose.
 		mp.SplitMode, mp.MainGpu = yz.SplitModeNone, 0
-	}
-	// On the CPU, no device of the libraries' CUDA build may take part:
-	// not the weights (an empty device list) nor a large batch's
-	// operations (op offload).
-	if dp.info.GPULayers == 0 {
-		mp.Devices = uintptr(unsafe.Pointer(&noDevices[0]))
 	}
 	model, err := yz.ModelLoadFromFile(cfg.Path, mp)
 	if err != nil || model == 0 {
@@ -238,7 +238,7 @@ func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placemen
 		cp.FlashAttentionType = yz.FlashAttentionTypeEnabled
 	}
 	cp.Embeddings, cp.NoPerf = 0, 1
-	if dp.info.GPULayers == 0 {
+	if onCPU {
 		cp.OpOffload = 0
 	}
 	cp.KVUnified = 0

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -100,7 +99,11 @@ func probeCurrentGPU(libDir, model string, flashAttn bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), gpuProbeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(), gpuProbeEnv+"="+libDir+"\x1f"+model+"\x1f"+strconv.Itoa(b2i(flashAttn)))
+	fa := "0"
+	if flashAttn {
+		fa = "1"
+	}
+	cmd.Env = append(os.Environ(), gpuProbeEnv+"="+libDir+"\x1f"+model+"\x1f"+fa)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -134,11 +137,4 @@ func probeTail(s string) string {
 		t = t[len(t)-1500:]
 	}
 	return t
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -17,16 +17,13 @@ import (
 // not load fails the probe with the child's own words, which is what the
 // server logs before it falls back to the CPU. (On a GPU whose kernels the
 // library cannot run, the child dies of ggml_abort instead: BENCHMARKS.md,
-// "The current engine on a GPU".)
+// "GPU, 2026-11-27".)
 func TestGPUProbeChild(t *testing.T) {
 	if os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
 		t.Skip("PARLEY_SKIP_CURRENT_ENGINE=1")
 	}
 	t.Setenv(gpuProbeSkipEnv, "")
-	lib := os.Getenv("PARLEY_ENGINE_LIB")
-	if wd, _ := os.Getwd(); lib == "" {
-		lib = filepath.Join(filepath.Dir(wd), "lib", "llama-current")
-	}
+	lib := testLibDir()
 	if err := probeCurrentGPU(lib, testmodel.Path(t), false); err != nil {
 		t.Fatalf("a sound model failed the probe: %v", err)
 	}

@@ -37,12 +37,18 @@ func TestStateSeqSaveRestore(t *testing.T) {
 	}
 }
 
-func testStateSeqSaveRestore(t *testing.T, engine string) {
-	lib := os.Getenv("PARLEY_ENGINE_LIB")
-	if wd, _ := os.Getwd(); lib == "" {
-		lib = filepath.Join(filepath.Dir(wd), "lib", "llama-current")
+// testLibDir is the current engine's libraries for the package's internal
+// tests: $PARLEY_ENGINE_LIB, else make setup's lib/llama-current.
+func testLibDir() string {
+	if lib := os.Getenv("PARLEY_ENGINE_LIB"); lib != "" {
+		return lib
 	}
-	e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 2, ContextLength: 128, Engine: engine, LibDir: lib})
+	wd, _ := os.Getwd()
+	return filepath.Join(filepath.Dir(wd), "lib", "llama-current")
+}
+
+func testStateSeqSaveRestore(t *testing.T, engine string) {
+	e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 2, ContextLength: 128, Engine: engine, LibDir: testLibDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,17 +71,18 @@ func (m *simulator) advance(s stack, out *[]stack, seen map[string]bool) bool {
 	if m.steps++; m.steps > witnessMaxSteps {
 		return false
 	}
-	top := gpos{}
+	var top gpos
+	var e elem
 	if len(s) > 0 {
 		top = s[len(s)-1]
+		e = m.p.rules[top.rule][top.i]
 	}
-	if len(s) == 0 || m.p.rules[top.rule][top.i].t != tRef {
+	if len(s) == 0 || e.t != tRef {
 		if m.firstSeen(s, seen) {
 			*out = append(*out, s)
 		}
 		return true
 	}
-	e := m.p.rules[top.rule][top.i]
 	r := m.p.rules[e.v]
 	sub := int32(0)
 	for {
