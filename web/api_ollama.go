@@ -241,7 +241,7 @@ func (s *Server) handleOllamaTags(c echo.Context) error {
 // With several models it lists the models the residency manager holds
 // loaded, each with its size (weights and KV cache) and when its
 // keep-alive runs out (far in the future for a pinned model or one kept
-// forever, and for one with replies in flight, which cannot expire yet).
+// forever; for one with replies in flight, its keep-alive from now).
 func (s *Server) handleOllamaPS(c echo.Context) error {
 	forever := time.Now().AddDate(100, 0, 0).UTC()
 	if s.models == nil {

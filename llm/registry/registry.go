@@ -143,7 +143,7 @@ type Status struct {
 	Estimate       int64
 	EstimateDetail string
 	KeepAlive      time.Duration // what applies once it is idle (< 0: forever)
-	ExpiresAt      time.Time     // zero unless loaded, idle and expiring
+	ExpiresAt      time.Time     // zero unless loaded and expiring; in use: now plus its keep-alive, the soonest it can go
 	InFlight       int
 	Waiting        int
 	Progress       float64 // of a load in progress
@@ -672,6 +672,12 @@ func (r *Registry) Status() []Status {
 		}
 		if e.spec.Pin {
 			st.KeepAlive = -1
+		}
+		if e.state == Loaded && st.ExpiresAt.IsZero() && (e.refs > 0 || e.waiting > 0) && !e.spec.Pin && !e.drop && e.keepAlive > 0 {
+			// Its keep-alive starts when its last reply ends: a client that
+			// reads this just after a reply (the lease's release can trail
+			// the response) sees the expiry that reply set.
+			st.ExpiresAt = time.Now().Add(e.keepAlive)
 		}
 		if e.loadErr != nil {
 			st.LastError = parley.ErrorMessage(e.loadErr)

@@ -258,14 +258,20 @@ func TestKeepAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Release()
-	var exp time.Time
-	for _, s := range r.Status() {
-		if s.Name == "b" {
-			exp = s.ExpiresAt
+	expiry := func() time.Time {
+		for _, s := range r.Status() {
+			if s.Name == "b" {
+				return s.ExpiresAt
+			}
 		}
+		return time.Time{}
 	}
-	if exp.IsZero() {
+	// In use: it cannot expire before its keep-alive after now.
+	if left := time.Until(expiry()); left < 200*time.Millisecond || left > 300*time.Millisecond {
+		t.Fatalf("a model in use reports expiry in %v, want its keep-alive from now", left)
+	}
+	l.Release()
+	if expiry().IsZero() {
 		t.Fatal("no expiry reported for an idle model with a keep-alive")
 	}
 	if !f.isOpen("b") {
