@@ -207,3 +207,56 @@ func TestPrefixCopiedFromAnotherSlot(t *testing.T) {
 		t.Fatalf("reply after the copy %q, evaluated in full %q", got.text, want.text)
 	}
 }
+
+// On the CPU a copy of another slot's KV cache costs what a few prompt
+// tokens do, so a new session that shares a short opening with another
+// slot (here a question's first words, under 32 tokens) gets it copied and
+// replies exactly as without the copy, while an opening of fewer than 8
+// tokens (a BOS and a role marker) is evaluated again.
+func TestShortPrefixCopiedOnCPU(t *testing.T) {
+	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 3, Threads: 1})
+	tok := func(s string) []int {
+		t.Helper()
+		toks, err := e.Tokenize(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toks
+	}
+	promptA := "User: Once upon a time, there was a little girl named Lily. Tell me her story.\n\nAssistant:"
+	promptB := "User: Once upon a time, there was a little girl named Mia. Tell me her story.\n\nAssistant:"
+	promptC := "User: Hi!\n\nAssistant:"
+	tokA, tokB, tokC := tok(promptA), tok(promptB), tok(promptC)
+	shared := commonLen(tokA, tokB)
+	if shared < 8 || shared >= 32 {
+		t.Fatalf("the two prompts share %d tokens; the test wants 8-31", shared)
+	}
+	if n := commonLen(tokA, tokC); n >= 8 {
+		t.Fatalf("the third prompt shares %d tokens; the test wants under 8", n)
+	}
+	generate(t, e, "a", promptA, greedy(4))
+	got := generate(t, e, "b", promptB, greedy(16))
+	st := e.Stats()
+	if st.PrefixCopies != 1 || got.final.Usage.CachedPromptTokens != shared {
+		t.Fatalf("copies %d, cached %d; want 1 copy of the %d shared tokens", st.PrefixCopies, got.final.Usage.CachedPromptTokens, shared)
+	}
+	generate(t, e, "c", promptC, greedy(4))
+	if st := e.Stats(); st.PrefixCopies != 1 {
+		t.Fatalf("copies %d after a prompt sharing only its opening; want still 1", st.PrefixCopies)
+	}
+
+	// The copied reply is the reply of a fresh evaluation.
+	fresh := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 1, Threads: 1})
+	want := generate(t, fresh, "b", promptB, greedy(16))
+	if got.text != want.text {
+		t.Fatalf("reply after the copy %q, fresh %q", got.text, want.text)
+	}
+}
+
+func commonLen(a, b []int) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}

@@ -12,13 +12,20 @@ const (
 	// prefers a slot over the least recently used one.
 	minReusePrefix = 8
 
-	// minCopyPrefix is how many more prompt tokens another slot must share
-	// with a new sequence than its own slot does before the engine copies
-	// that slot's KV cache instead of evaluating them. Each slot is its own
-	// llama.cpp stream, so a copy moves the whole stream's buffer (a few
-	// milliseconds): worth it for a system prompt, not for a BOS and a role
-	// marker.
-	minCopyPrefix = 32
+	// minCopyPrefixCPU and minCopyPrefixGPU are how many more prompt tokens
+	// another slot must share with a new sequence than its own slot does
+	// before the engine copies that slot's KV cache instead of evaluating
+	// them (Engine.minCopy picks one by where the KV cache is). Each slot is
+	// its own llama.cpp stream, so a copy moves the whole stream's buffer.
+	// Measured on the CPU (synthetic 135M F16, 2 threads; BENCHMARKS.md,
+	// "Copying a shared prefix"): a copy costs 3.5 ms at 512 tokens per slot
+	// and 14 ms at 2,048 and 8,192, what evaluating 1.4-5 prompt tokens
+	// costs, so 8 tokens (a short system prompt, a shared question opening)
+	// already pay, while a BOS and a role marker stay below it. On a GPU a
+	// prompt token costs a small fraction of a millisecond against a device
+	// copy of the same order, so there it takes a longer prefix.
+	minCopyPrefixCPU = 8
+	minCopyPrefixGPU = 32
 )
 
 // slot is one llama.cpp sequence id and what its KV cache holds. Owned by the loop.
@@ -97,7 +104,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 }
 
 // copyPrefix replaces the KV cache of s with another slot's when that slot
-// (busy or not) shares at least minCopyPrefix more leading tokens with toks
+// (busy or not) shares at least e.minCopy more leading tokens with toks
 // than s's own cache does (keep): typically a system prompt common to many
 // sessions, evaluated once instead of once per slot. The other slot's
 // cached tokens are all decoded (assign runs between steps), and the copy is
@@ -113,11 +120,15 @@ func (e *Engine) copyPrefix(s *slot, toks []int, keep int) {
 			src, best = o, p
 		}
 	}
-	if src == nil || best-keep < minCopyPrefix {
+	if src == nil || best-keep < e.minCopy {
 		return
 	}
-	// Slots are separate streams: llama.cpp copies only whole streams
+	// The slot's own cells go first: with one unified KV buffer a copy adds
+	// this sequence to the source's cells, and llama.cpp aborts the process
+	// on a cell that already holds it (one shared by an earlier copy).
+	// Slots that are separate streams: llama.cpp copies only whole streams
 	// (a partial range asserts), so copy all of it and drop the rest.
+	e.be.SeqRm(s.id, 0, -1)
 	e.be.SeqCp(src.id, s.id, 0, -1)
 	s.cached = append(s.cached[:0], src.cached...)
 	if best < len(s.cached) {
