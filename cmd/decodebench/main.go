@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"runtime"
@@ -53,6 +54,7 @@ type config struct {
 	profile  string
 	quantize string // "": measure; q4_0 or q8_0: write a quantized copy of -model to -o
 	out      string
+	copyPre  int // > 0: measure the copy of a prefix this long from another slot instead
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -75,6 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a Go CPU profile of the runs to this file")
 	fs.StringVar(&c.quantize, "quantize", "", "instead of measuring, write a copy of -model quantized to q4_0 or q8_0 into -o")
 	fs.StringVar(&c.out, "o", "", "output GGUF of -quantize")
+	fs.IntVar(&c.copyPre, "prefix-copy", 0, "instead of the decode rate, measure a new sequence's time to first token when another slot holds this many of its first tokens (copied from it) against evaluating them, -ctx tokens per slot")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -133,6 +136,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// One warm-up run: the first decode allocates the compute buffers.
 	if _, _, err := measure(ctx, eng, 1, 16, 0); err != nil {
 		return err
+	}
+	if c.copyPre > 0 {
+		return measureCopy(ctx, eng, c.copyPre, c.repeats, c.cfg.ContextLength, stdout)
 	}
 	for _, n := range c.sessions {
 		var rates []float64
@@ -224,6 +230,79 @@ func measure(ctx context.Context, eng *llm.Engine, n, tokens, depth int) (rate, 
 		return float64(total-n) / time.Since(first).Seconds(), (cpuSeconds() - cpuFirst) / float64(max(1, total-n)), nil
 	}
 	return float64(total) / time.Since(start).Seconds(), (cpuSeconds() - cpuStart) / float64(max(1, total)), nil
+}
+
+// measureCopy prints the median time to first token of three 10-token
+// continuations: of a prefix of shared tokens that another slot holds (the
+// engine copies that slot's KV cache, Stats.PrefixCopies), of the same
+// number of tokens evaluated afresh, and of the 10 tokens alone. The
+// difference between the first and the last is what the copy costs; the
+// second less the last over shared is what a prompt token costs.
+func measureCopy(ctx context.Context, eng *llm.Engine, shared, repeats, perSlot int, stdout io.Writer) error {
+	const tail = 10
+	params := parley.DefaultParams()
+	params.MaxTokens, params.Temperature, params.RepeatPenalty = 1, 0, 1
+	vocab := eng.Info().VocabSize
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func(n int) []int {
+		t := make([]int, n)
+		for i := range t {
+			t[i] = 3 + rng.IntN(vocab-3) // past BOS, EOS and unknown
+		}
+		return t
+	}
+	ttft := func(key string, toks []int) (time.Duration, int, error) {
+		start := time.Now()
+		events, err := eng.Generate(ctx, parley.GenerateRequest{Key: key, Tokens: toks, Params: params})
+		if err != nil {
+			return 0, 0, err
+		}
+		var first time.Duration
+		cached := 0
+		for ev := range events {
+			if first == 0 {
+				first = time.Since(start)
+			}
+			if ev.Done {
+				if ev.Err != nil {
+					return 0, 0, ev.Err
+				}
+				cached = ev.Usage.CachedPromptTokens
+			}
+		}
+		return first, cached, nil
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	var copied, fresh, alone []float64
+	for i := range repeats {
+		prefix := random(shared)
+		key := func(s string) string { return fmt.Sprintf("%s%d", s, i) }
+		if _, _, err := ttft(key("holder"), append(slices.Clone(prefix), random(tail)...)); err != nil {
+			return err
+		}
+		before := eng.Stats().PrefixCopies
+		tc, cached, err := ttft(key("copy"), append(slices.Clone(prefix), random(tail)...))
+		if err != nil {
+			return err
+		}
+		if eng.Stats().PrefixCopies == before || cached < shared {
+			return fmt.Errorf("the %d-token prefix was not copied (%d tokens cached): too short for the engine's threshold?", shared, cached)
+		}
+		tf, _, err := ttft(key("fresh"), random(shared+tail))
+		if err != nil {
+			return err
+		}
+		ta, _, err := ttft(key("alone"), random(tail))
+		if err != nil {
+			return err
+		}
+		copied, fresh, alone = append(copied, ms(tc)), append(fresh, ms(tf)), append(alone, ms(ta))
+	}
+	med := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
+	c, f, a := med(copied), med(fresh), med(alone)
+	fmt.Fprintf(stdout, "prefix copy, %d tokens per slot, %d shared + %d new tokens (median of %d): TTFT copied %.1f ms, evaluated %.1f ms, the %d new alone %.1f ms; the copy costs about %.1f ms, a prompt token %.2f ms\n",
+		perSlot, shared, tail, repeats, c, f, tail, a, c-a, (f-a)/float64(shared))
+	return nil
 }
 
 // deepPrompt extends prompt to depth tokens by repeating its tokens after
