@@ -15,16 +15,15 @@ const (
 	// minCopyPrefixCPU and minCopyPrefixGPU are how many more prompt tokens
 	// another slot must share with a new sequence than its own slot does
 	// before the engine copies that slot's KV cache instead of evaluating
-	// them (Engine.minCopy picks one by where the KV cache is). Each slot is
-	// its own llama.cpp stream, so a copy moves the whole stream's buffer.
-	// Measured on the CPU (cmd/decodebench -prefix-copy, synthetic 135M F16,
-	// 1 and 2 threads; BENCHMARKS.md, "A shared opening copied from another
-	// slot"): a copy costs 0-15 ms at 512 to 8,192 tokens per slot, what
-	// evaluating 0-7 prompt tokens costs, so 8 tokens (a short system
-	// prompt, a shared question opening) already pay, while a BOS and a role
-	// marker stay below it. On a GPU a
-	// prompt token costs a small fraction of a millisecond against a device
-	// copy of the same order, so there it takes a longer prefix.
+	// them (Engine.minCopy picks one by where the KV cache is). Measured on
+	// the CPU (cmd/decodebench -prefix-copy, synthetic 135M F16, 1 and 2
+	// threads; BENCHMARKS.md, "A shared opening copied from another slot"):
+	// a copy costs 0-15 ms at 512 to 32,768 tokens per slot, what evaluating
+	// 0-7 prompt tokens costs, so 8 tokens (a short system prompt, a shared
+	// question opening) already pay, while a BOS and a role marker stay
+	// below it. On a GPU a prompt token costs a small fraction of a
+	// millisecond against a device copy of the same order, so there it
+	// takes a longer prefix (not measured).
 	minCopyPrefixCPU = 8
 	minCopyPrefixGPU = 32
 )
