@@ -59,7 +59,6 @@ type Engine struct {
 	log     *zap.Logger
 	nCtx    int // tokens per slot
 	batch   int // micro-batch size
-	minCopy int // shortest gain for which copyPrefix copies another slot's KV cache (slots.go)
 	budget  time.Duration
 	queue   chan *sequence
 	closing chan struct{}
@@ -174,10 +173,6 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.overruns.perClient, e.overruns.global = cfg.MaxOverrunsPerClient, cfg.MaxOverruns
 	e.parallel = cfg.Parallel
-	e.minCopy = minCopyPrefixCPU
-	if info.Device.Type == "gpu" && info.Device.LayersOffloaded > 0 {
-		e.minCopy = minCopyPrefixGPU // the KV cache is on the device with its layers
-	}
 	for i := range cfg.CacheSlots {
 		e.slots = append(e.slots, &slot{id: i})
 	}

@@ -44,15 +44,6 @@ func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.L
 			p.index = uint64(i)
 		}
 	}
-	fa := func(offloaded bool) bool {
-		switch cfg.FlashAttention {
-		case "on":
-			return true
-		case "auto":
-			return offloaded
-		}
-		return false
-	}
 	cpuOnly := func(why string) placement { return cpuPlacement(cfg, meta, ds, why, log) }
 	if cfg.GPULayers < offload.Auto {
 		return p, fmt.Errorf("gpu layers: want auto (-1), 0 or a positive count, got %d", cfg.GPULayers)
@@ -70,7 +61,7 @@ func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.L
 	kvPerToken := float64(meta.headsKV*(meta.headK+meta.headV)) * kvBytesPerValue(cfg.KVCacheType)
 	m.KVBytesPerLayer = uint64(kvPerToken * float64(cfg.ContextLength*cfg.CacheSlots))
 	shape := meta.shape
-	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, fa(true)
+	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, flashAttention(cfg, true)
 	m.ComputeBytes = offload.ComputeEstimate(shape)
 
 	layers, reason := cfg.GPULayers, ""
@@ -93,7 +84,7 @@ func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.L
 		Backend: gpu.name, Name: gpu.description, Type: "gpu",
 		MemoryTotal: gpu.total, MemoryFreeAtLoad: gpu.free,
 		GPULayers: layers, LayersOffloaded: layers, LayersTotal: layersTotal,
-		FlashAttention: fa(true), KVUnified: cfg.KVUnified == "on",
+		FlashAttention: flashAttention(cfg, true), KVUnified: cfg.KVUnified == "on",
 	}
 	log.Info("running on the GPU",
 		zap.String("backend", gpu.name), zap.String("device", gpu.description),
@@ -104,9 +95,21 @@ func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.L
 	return p, nil
 }
 
+// flashAttention resolves cfg.FlashAttention: on, off, or with auto on
+// only when layers are offloaded (on the CPU it does not pay: BENCHMARKS.md).
+func flashAttention(cfg Config, offloaded bool) bool {
+	switch cfg.FlashAttention {
+	case "on":
+		return true
+	case "auto":
+		return offloaded
+	}
+	return false
+}
+
 // cpuPlacement places the model on the CPU, logging why.
 func cpuPlacement(cfg Config, meta metadata, ds []device, why string, log *zap.Logger) placement {
-	fa := cfg.FlashAttention == "on"
+	fa := flashAttention(cfg, false)
 	cpu := cpuDevice(ds)
 	p := placement{dev: cpu, info: parley.Device{
 		Backend: cpu.name, Name: cpu.description, Type: "cpu",

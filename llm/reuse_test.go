@@ -189,10 +189,7 @@ func TestPrefixCopiedFromAnotherSlot(t *testing.T) {
 	for range a {
 	}
 	st := e.Stats()
-	shared := 0
-	for shared < len(tokA) && tokA[shared] == tokB[shared] {
-		shared++
-	}
+	shared := commonLen(tokA, tokB)
 	if st.PrefixCopies != 1 || st.PromptCopied < int64(shared-1) || got.final.Usage.CachedPromptTokens < shared-1 {
 		t.Fatalf("copies %d, copied %d tokens, cached %d; want 1 copy of the %d shared tokens", st.PrefixCopies, st.PromptCopied, got.final.Usage.CachedPromptTokens, shared)
 	}

@@ -15,7 +15,7 @@ const (
 	// minCopyPrefixCPU and minCopyPrefixGPU are how many more prompt tokens
 	// another slot must share with a new sequence than its own slot does
 	// before the engine copies that slot's KV cache instead of evaluating
-	// them (Engine.minCopy picks one by where the KV cache is). Measured on
+	// them (minCopy picks one by where the KV cache is). Measured on
 	// the CPU (cmd/decodebench -prefix-copy, synthetic 135M F16, 1 and 2
 	// threads; BENCHMARKS.md, "A shared opening copied from another slot"):
 	// a copy costs 0-15 ms at 512 to 32,768 tokens per slot, what evaluating
@@ -103,8 +103,17 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	e.promptReused.Add(int64(keep))
 }
 
+// minCopy is the copy threshold for where the KV cache is: on the GPU
+// with the offloaded layers, else on the CPU.
+func (e *Engine) minCopy() int {
+	if d := e.info.Device; d.Type == "gpu" && d.LayersOffloaded > 0 {
+		return minCopyPrefixGPU
+	}
+	return minCopyPrefixCPU
+}
+
 // copyPrefix replaces the KV cache of s with another slot's when that slot
-// (busy or not) shares at least e.minCopy more leading tokens with toks
+// (busy or not) shares at least e.minCopy() more leading tokens with toks
 // than s's own cache does (keep): typically a system prompt common to many
 // sessions, evaluated once instead of once per slot. The other slot's
 // cached tokens are all decoded (assign runs between steps), and the copy is
@@ -120,7 +129,7 @@ func (e *Engine) copyPrefix(s *slot, toks []int, keep int) {
 			src, best = o, p
 		}
 	}
-	if src == nil || best-keep < e.minCopy {
+	if src == nil || best-keep < e.minCopy() {
 		return
 	}
 	// The slot's own cells go first: with one unified KV buffer a copy adds
