@@ -141,7 +141,7 @@ func currentGPU(dir string) (string, bool) {
 	if loadCurrent(dir) != nil {
 		return "", false
 	}
-	gpu, ok := firstGPU(currentDevices())
+	gpu, _, ok := firstGPU(currentDevices())
 	return gpu.description, ok
 }
 

@@ -75,15 +75,16 @@ func (d device) memory() (free, total uint64) {
 	return uint64(f), uint64(t)
 }
 
-// firstGPU returns the first GPU among ds: llama.cpp's main device when
-// several are present (Parley does not split a model across GPUs).
-func firstGPU(ds []device) (device, bool) {
-	for _, d := range ds {
+// firstGPU returns the first GPU among ds and its index there (llama.cpp's
+// device id): the main device when several are present (Parley does not
+// split a model across GPUs). ok is false when ds has none.
+func firstGPU(ds []device) (gpu device, index int, ok bool) {
+	for i, d := range ds {
 		if d.gpu {
-			return d, true
+			return d, i, true
 		}
 	}
-	return device{}, false
+	return device{}, 0, false
 }
 
 // cpuDevice returns the CPU device (its memory is the host's).

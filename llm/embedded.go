@@ -62,7 +62,7 @@ func openEmbedded(cfg Config, meta metadata, log *zap.Logger) (*embedded, placem
 // offload to, loading its backend libraries (lib/ollama) as loadModel does.
 func embeddedGPU() (string, bool) {
 	llama.BackendInit()
-	gpu, ok := firstGPU(devices())
+	gpu, _, ok := firstGPU(devices())
 	return gpu.description, ok
 }
 

@@ -286,29 +286,34 @@ func (e *Engine) kvIdle() *sequence {
 		return nil // the loop's select sees it (and shutdown saves)
 	case <-t.C:
 	}
+	var next *sequence
+	e.kvSaveIdle(func() bool {
+		select {
+		case next = <-e.queue:
+			return true
+		default:
+			return false
+		}
+	})
+	return next
+}
+
+// kvSaveIdle saves the state of every idle slot that changed since its last
+// save, one slot at a time, when states go to disk; it stops early when
+// interrupted (nil: never) says so after a slot. The loop's idle pass
+// (kvIdle) stops for a request; shutdown saves them all, so that a restart
+// finds every conversation warm.
+func (e *Engine) kvSaveIdle(interrupted func() bool) {
+	if e.kv == nil || !e.kv.disk {
+		return
+	}
 	for _, s := range e.slots {
 		if s.seq != nil {
 			continue
 		}
 		e.kvSave(s)
-		select {
-		case seq := <-e.queue:
-			return seq
-		default:
-		}
-	}
-	return nil
-}
-
-// kvSaveIdle saves every slot whose state changed, when states go to disk:
-// at shutdown, so a restart finds every conversation warm.
-func (e *Engine) kvSaveIdle() {
-	if e.kv == nil || !e.kv.disk {
-		return
-	}
-	for _, s := range e.slots {
-		if s.seq == nil {
-			e.kvSave(s)
+		if interrupted != nil && interrupted() {
+			return
 		}
 	}
 }

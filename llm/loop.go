@@ -335,7 +335,7 @@ func (e *Engine) shutdown() {
 			e.finish(s.seq, parley.FinishCancelled, nil)
 		}
 	}
-	e.kvSaveIdle() // KV swap: a restart finds every conversation warm
+	e.kvSaveIdle(nil) // KV swap: a restart finds every conversation warm
 	for {
 		select {
 		case seq := <-e.queue:

@@ -37,13 +37,8 @@ func kvBytesPerValue(typ string) float64 {
 // for, for the log line of a machine without one.
 func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.Logger) (placement, error) {
 	layersTotal := meta.info.Layers + 1 // blocks plus the output head
-	gpu, hasGPU := firstGPU(ds)
-	var p placement
-	for i, d := range ds {
-		if hasGPU && d.dev == gpu.dev {
-			p.index = uint64(i)
-		}
-	}
+	gpu, index, hasGPU := firstGPU(ds)
+	p := placement{index: uint64(index)}
 	cpuOnly := func(why string) placement { return cpuPlacement(cfg, meta, ds, why, log) }
 	if cfg.GPULayers < offload.Auto {
 		return p, fmt.Errorf("gpu layers: want auto (-1), 0 or a positive count, got %d", cfg.GPULayers)
