@@ -80,6 +80,9 @@ type Engine struct {
 	slots []*slot // owned by the loop; Config.CacheSlots of them
 	// parallel is how many slots generate at once (Config.Parallel).
 	parallel int
+	// minCopy is how many more shared prompt tokens another slot must hold
+	// before copyPrefix copies its KV cache (copyThreshold).
+	minCopy int
 
 	// inBatch is the step's list of sequences, kept between steps (owned
 	// by the loop).
@@ -173,6 +176,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.overruns.perClient, e.overruns.global = cfg.MaxOverrunsPerClient, cfg.MaxOverruns
 	e.parallel = cfg.Parallel
+	e.minCopy = copyThreshold(cfg, meta, dp.info)
 	for i := range cfg.CacheSlots {
 		e.slots = append(e.slots, &slot{id: i})
 	}

@@ -43,6 +43,25 @@ func Inspect(cfg Config) (parley.ModelInfo, MemoryEstimate, error) {
 	}
 	info := meta.info
 	info.Path, info.ContextLength, info.Parallel = cfg.Path, cfg.ContextLength, cfg.Parallel
+	perToken := kvBytesPerToken(meta, cfg.KVCacheType)
+	shape := meta.shape
+	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, cfg.FlashAttention == "on"
+	return info, MemoryEstimate{
+		WeightBytes:  meta.info.SizeBytes,
+		KVBytes:      int64(perToken * float64(cfg.ContextLength*cfg.CacheSlots)),
+		ComputeBytes: int64(offload.ComputeEstimate(shape)),
+	}, nil
+}
+
+// kvBytesPerToken is the KV cache one token takes in one sequence, over
+// every layer, for the cache type typ (GGUFs that leave out the head sizes
+// or the key/value heads get them from the shape).
+func kvBytesPerToken(meta metadata, typ string) float64 {
+	return kvBytesPerLayerToken(meta, typ) * float64(meta.info.Layers)
+}
+
+// kvBytesPerLayerToken is kvBytesPerToken for one layer.
+func kvBytesPerLayerToken(meta metadata, typ string) float64 {
 	headK, headV := meta.headK, meta.headV
 	if headK == 0 && meta.shape.Heads > 0 {
 		headK = meta.shape.Embedding / meta.shape.Heads
@@ -54,12 +73,5 @@ func Inspect(cfg Config) (parley.ModelInfo, MemoryEstimate, error) {
 	if headsKV == 0 {
 		headsKV = meta.shape.Heads
 	}
-	perToken := float64(headsKV*(headK+headV)) * kvBytesPerValue(cfg.KVCacheType) * float64(meta.info.Layers)
-	shape := meta.shape
-	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, cfg.FlashAttention == "on"
-	return info, MemoryEstimate{
-		WeightBytes:  meta.info.SizeBytes,
-		KVBytes:      int64(perToken * float64(cfg.ContextLength*cfg.CacheSlots)),
-		ComputeBytes: int64(offload.ComputeEstimate(shape)),
-	}, nil
+	return float64(headsKV*(headK+headV)) * kvBytesPerValue(typ)
 }

@@ -53,7 +53,7 @@ func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.L
 	// What the offload costs: the blocks' weights from the GGUF, their KV
 	// cache for every session, and the compute buffers of one micro-batch.
 	m := meta.offload
-	kvPerToken := float64(meta.headsKV*(meta.headK+meta.headV)) * kvBytesPerValue(cfg.KVCacheType)
+	kvPerToken := kvBytesPerLayerToken(meta, cfg.KVCacheType)
 	m.KVBytesPerLayer = uint64(kvPerToken * float64(cfg.ContextLength*cfg.CacheSlots))
 	shape := meta.shape
 	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, flashAttention(cfg, true)

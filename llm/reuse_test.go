@@ -250,6 +250,46 @@ func TestShortPrefixCopiedOnCPU(t *testing.T) {
 	}
 }
 
+// A copy moves the source slot's whole KV stream, so with four times the
+// tokens per slot of TestShortPrefixCopiedOnCPU it pays on this tiny model
+// only from a longer shared opening (about 25 tokens: copyThreshold): the
+// same pair of prompts is now evaluated, a pair sharing more is copied.
+func TestCopyThresholdGrowsWithSlots(t *testing.T) {
+	e := mustOpen(t, llm.Config{ContextLength: 2048, Parallel: 4, Threads: 1})
+	tok := func(s string) []int {
+		t.Helper()
+		toks, err := e.Tokenize(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toks
+	}
+	short := func(name string) string {
+		return "User: Once upon a time, there was a little girl named " + name + ". Tell me her story.\n\nAssistant:"
+	}
+	long := func(end string) string {
+		return "User: Once upon a time, there was a little girl named Lily. She lived in a small house near the woods " +
+			"with her mom, her dad and a big brown dog. Tell me what happened to " + end + ".\n\nAssistant:"
+	}
+	if n := commonLen(tok(short("Lily")), tok(short("Mia"))); n < 8 || n >= 25 {
+		t.Fatalf("the short prompts share %d tokens; the test wants 8-24", n)
+	}
+	sharedLong := commonLen(tok(long("her")), tok(long("the dog")))
+	if sharedLong < 30 {
+		t.Fatalf("the long prompts share %d tokens; the test wants 30 or more", sharedLong)
+	}
+	generate(t, e, "a", short("Lily"), greedy(4))
+	got := generate(t, e, "b", short("Mia"), greedy(4))
+	if st := e.Stats(); st.PrefixCopies != 0 || got.final.Usage.CachedPromptTokens != 0 {
+		t.Fatalf("copies %d, cached %d; want the short opening evaluated, not copied", st.PrefixCopies, got.final.Usage.CachedPromptTokens)
+	}
+	generate(t, e, "c", long("her"), greedy(4))
+	got = generate(t, e, "d", long("the dog"), greedy(4))
+	if st := e.Stats(); st.PrefixCopies != 1 || got.final.Usage.CachedPromptTokens != sharedLong {
+		t.Fatalf("copies %d, cached %d; want 1 copy of the %d shared tokens", st.PrefixCopies, got.final.Usage.CachedPromptTokens, sharedLong)
+	}
+}
+
 func commonLen(a, b []int) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {

@@ -1,9 +1,12 @@
 package llm
 
 import (
+	"math"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
 )
 
 // Thresholds for reusing a KV cache (see assign and copyPrefix).
@@ -12,21 +15,53 @@ const (
 	// prefers a slot over the least recently used one.
 	minReusePrefix = 8
 
-	// minCopyPrefixCPU and minCopyPrefixGPU are how many more prompt tokens
-	// another slot must share with a new sequence than its own slot does
-	// before the engine copies that slot's KV cache instead of evaluating
-	// them (minCopy picks one by where the KV cache is). Measured on
-	// the CPU (cmd/decodebench -prefix-copy, synthetic 135M F16, 1 and 2
-	// threads; BENCHMARKS.md, "A shared opening copied from another slot"):
-	// a copy costs 0-15 ms at 512 to 32,768 tokens per slot, what evaluating
-	// 0-7 prompt tokens costs, so 8 tokens (a short system prompt, a shared
-	// question opening) already pay, while a BOS and a role marker stay
-	// below it. On a GPU a prompt token costs a small fraction of a
-	// millisecond against a device copy of the same order, so there it
-	// takes a longer prefix (not measured).
+	// minCopyPrefixCPU and minCopyPrefixGPU are the fewest prompt tokens
+	// more than its own slot holds that another slot must share with a
+	// new sequence before the engine copies that slot's KV cache instead
+	// of evaluating them (copyThreshold picks one by where the KV cache is,
+	// and raises the CPU's where the copy costs more, below). On the CPU
+	// (cmd/decodebench -prefix-copy, synthetic 135M F16, 1 and 2 threads;
+	// BENCHMARKS.md, "A shared opening copied from another slot") a copy
+	// of 2,048-token slots costs 0-15 ms, what evaluating 0-7 prompt
+	// tokens costs, so 8 tokens (a short system prompt, a shared question
+	// opening) already pay there, while a BOS and a role marker stay below
+	// it. On a GPU a prompt token costs a small fraction of a millisecond
+	// against a device copy of the same order, so there it takes a longer
+	// prefix (not measured).
 	minCopyPrefixCPU = 8
 	minCopyPrefixGPU = 32
+
+	// copyFlopsPerBytePerThread is how much prompt evaluation one CPU
+	// thread does in the time a copy of one byte of KV cache takes. The
+	// copy is not of the shared tokens: with a KV stream per slot (the
+	// default) llama.cpp copies the source slot's whole stream, --ctx
+	// tokens of keys and values, in one thread (seq_cp across streams). Measured
+	// with cmd/decodebench -prefix-copy on a 135M F16 model trained for
+	// 32,768 tokens: the copy took 8.5-11 ms at 2,048 tokens per slot,
+	// 35-39 ms at 8,192 and 135-153 ms at 32,768 (about 5 GB/s), where
+	// evaluating the 40 shared tokens took 88-100 ms (2 threads) and
+	// 144-202 ms (1 thread): a prompt token's 2 x 107M FLOPs took 2.2-2.5
+	// and 3.6-3.7 ms, so a thread does 8.5-12 FLOPs per byte copied.
+	copyFlopsPerBytePerThread = 11
 )
+
+// copyThreshold is the engine's copy threshold (see the constants): on a
+// GPU holding the KV cache, minCopyPrefixGPU; on the CPU, minCopyPrefixCPU,
+// or more where the copy of a whole slot costs more than evaluating that
+// many prompt tokens (large --ctx, a small model, several threads). A
+// unified KV buffer copies no data (the cells gain the sequence).
+func copyThreshold(cfg Config, meta metadata, dev parley.Device) int {
+	if dev.Type == "gpu" && dev.LayersOffloaded > 0 {
+		return minCopyPrefixGPU
+	}
+	params := float64(meta.info.Parameters)
+	if dev.KVUnified || params == 0 {
+		return minCopyPrefixCPU
+	}
+	copyBytes := kvBytesPerToken(meta, cfg.KVCacheType) * float64(cfg.ContextLength)
+	tokens := copyBytes * copyFlopsPerBytePerThread * float64(max(1, cfg.Threads)) / (2 * params)
+	return max(minCopyPrefixCPU, int(math.Ceil(tokens)))
+}
 
 // slot is one llama.cpp sequence id and what its KV cache holds. Owned by the loop.
 type slot struct {
@@ -103,17 +138,8 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	e.promptReused.Add(int64(keep))
 }
 
-// minCopy is the copy threshold for where the KV cache is: on the GPU
-// with the offloaded layers, else on the CPU.
-func (e *Engine) minCopy() int {
-	if d := e.info.Device; d.Type == "gpu" && d.LayersOffloaded > 0 {
-		return minCopyPrefixGPU
-	}
-	return minCopyPrefixCPU
-}
-
 // copyPrefix replaces the KV cache of s with another slot's when that slot
-// (busy or not) shares at least e.minCopy() more leading tokens with toks
+// (busy or not) shares at least e.minCopy more leading tokens with toks
 // than s's own cache does (keep): typically a system prompt common to many
 // sessions, evaluated once instead of once per slot. The other slot's
 // cached tokens are all decoded (assign runs between steps), and the copy is
@@ -129,7 +155,7 @@ func (e *Engine) copyPrefix(s *slot, toks []int, keep int) {
 			src, best = o, p
 		}
 	}
-	if src == nil || best-keep < e.minCopy() {
+	if src == nil || best-keep < e.minCopy {
 		return
 	}
 	// The slot's own cells go first: with one unified KV buffer a copy adds
