@@ -212,14 +212,7 @@ func TestPrefixCopiedFromAnotherSlot(t *testing.T) {
 // tokens (a BOS and a role marker) is evaluated again.
 func TestShortPrefixCopiedOnCPU(t *testing.T) {
 	e := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 3, Threads: 1})
-	tok := func(s string) []int {
-		t.Helper()
-		toks, err := e.Tokenize(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return toks
-	}
+	tok := tokenizer(t, e)
 	promptA := "User: Once upon a time, there was a little girl named Lily. Tell me her story.\n\nAssistant:"
 	promptB := "User: Once upon a time, there was a little girl named Mia. Tell me her story.\n\nAssistant:"
 	promptC := "User: Hi!\n\nAssistant:"
@@ -256,14 +249,7 @@ func TestShortPrefixCopiedOnCPU(t *testing.T) {
 // same pair of prompts is now evaluated, a pair sharing more is copied.
 func TestCopyThresholdGrowsWithSlots(t *testing.T) {
 	e := mustOpen(t, llm.Config{ContextLength: 2048, Parallel: 4, Threads: 1})
-	tok := func(s string) []int {
-		t.Helper()
-		toks, err := e.Tokenize(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return toks
-	}
+	tok := tokenizer(t, e)
 	short := func(name string) string {
 		return "User: Once upon a time, there was a little girl named " + name + ". Tell me her story.\n\nAssistant:"
 	}
@@ -287,6 +273,18 @@ func TestCopyThresholdGrowsWithSlots(t *testing.T) {
 	got = generate(t, e, "d", long("the dog"), greedy(4))
 	if st := e.Stats(); st.PrefixCopies != 1 || got.final.Usage.CachedPromptTokens != sharedLong {
 		t.Fatalf("copies %d, cached %d; want 1 copy of the %d shared tokens", st.PrefixCopies, got.final.Usage.CachedPromptTokens, sharedLong)
+	}
+}
+
+// tokenizer returns e's tokenizer for test strings, failing t on an error.
+func tokenizer(t *testing.T, e *llm.Engine) func(string) []int {
+	return func(s string) []int {
+		t.Helper()
+		toks, err := e.Tokenize(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toks
 	}
 }
 
