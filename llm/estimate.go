@@ -75,3 +75,15 @@ func kvBytesPerLayerToken(meta metadata, typ string) float64 {
 	}
 	return float64(headsKV*(headK+headV)) * kvBytesPerValue(typ)
 }
+
+// kvBytesPerValue is the size of one KV cache value of each cache type
+// (q8_0 and q4_0 blocks hold 32 values in 34 and 18 bytes).
+func kvBytesPerValue(typ string) float64 {
+	switch typ {
+	case "q8_0":
+		return 34.0 / 32
+	case "q4_0":
+		return 18.0 / 32
+	}
+	return 2 // f16
+}

@@ -17,18 +17,6 @@ type placement struct {
 	info  parley.Device
 }
 
-// kvBytesPerValue is the size of one KV cache value of each cache type
-// (q8_0 and q4_0 blocks hold 32 values in 34 and 18 bytes).
-func kvBytesPerValue(typ string) float64 {
-	switch typ {
-	case "q8_0":
-		return 34.0 / 32
-	case "q4_0":
-		return 18.0 / 32
-	}
-	return 2 // f16
-}
-
 // placeModel chooses the device and the layers to offload (cfg.GPULayers:
 // 0, offload.Auto or a count) and resolves flash attention "auto" (on with
 // offloaded layers, off without), logging one line that says what the
