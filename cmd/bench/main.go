@@ -82,6 +82,7 @@ type config struct {
 	replyTokens     int
 	turns           int
 	repeats         int
+	paired          int // > 0: every server up at once, this many rounds of every workload on each in turn (paired.go)
 	concurrency     []int
 	timeout         time.Duration
 	workloadTimeout time.Duration
@@ -145,6 +146,7 @@ func newFlagSet(c *config, lists *flagLists, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.turns, "turns", 10, "turns per conversation")
 	fs.StringVar(sessions, "sessions", "1,4,8", "comma-separated numbers of concurrent conversations")
 	fs.IntVar(&c.repeats, "repeats", 3, "runs of the single-stream workload and the raw decode (the median is reported)")
+	fs.IntVar(&c.paired, "paired", 0, "instead of one server after another, start every server at once and run this many rounds, each running every workload once on each server in turn (the order rotating), and compare the servers round by round: for a noisy machine")
 	fs.DurationVar(&c.timeout, "timeout", 15*time.Minute, "deadline of the whole run")
 	fs.DurationVar(&c.workloadTimeout, "workload-timeout", 4*time.Minute, "deadline of each workload")
 	fs.Int64Var(&c.seed, "seed", 1, "sampling seed sent with every request")
@@ -193,6 +195,10 @@ func (c *config) check(stderr io.Writer) error {
 		return fmt.Errorf("-gpu-layers: want auto or a count, got %q", c.gpuLayers)
 	case c.timeout <= 0 || c.workloadTimeout <= 0:
 		return errors.New("-timeout and -workload-timeout must be positive")
+	case c.paired < 0:
+		return errors.New("-paired must not be negative")
+	case c.paired > 0 && len(c.servers) < 2:
+		return errors.New("-paired compares servers: -servers needs at least two")
 	}
 	for _, n := range c.concurrency {
 		if n > c.parallel {
@@ -372,6 +378,15 @@ func benchModel(ctx context.Context, cfg config, model, scratch string, stops []
 	}
 	sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads, flashAttn: cfg.flashAttn, gpuLayers: cfg.gpuLayers,
 		maxReply: max(cfg.streamTokens, cfg.replyTokens), scratch: scratch, stops: stops}
+	if cfg.paired > 0 {
+		servers, versions := runPaired(ctx, cfg, sc, logf)
+		for _, sr := range servers {
+			rep.noteVersion(sr.Name, versions[sr.Name])
+			failures += sr.failures()
+		}
+		mr.Servers = servers
+		return mr, failures
+	}
 	for _, name := range cfg.servers {
 		if ctx.Err() != nil {
 			break
@@ -383,17 +398,22 @@ func benchModel(ctx context.Context, cfg config, model, scratch string, stops []
 			continue
 		}
 		sr, version := runServer(ctx, cfg, name, ssc, logf)
-		switch {
-		case version == "":
-		case name == llamaServerName:
-			rep.LlamaServerVersion = version
-		default:
-			rep.OllamaVersion = version
-		}
+		rep.noteVersion(name, version)
 		failures += sr.failures()
 		mr.Servers = append(mr.Servers, sr)
 	}
 	return mr, failures
+}
+
+// noteVersion records the version a peer server reported.
+func (r *report) noteVersion(server, version string) {
+	switch {
+	case version == "":
+	case server == llamaServerName:
+		r.LlamaServerVersion = version
+	default:
+		r.OllamaVersion = version
+	}
 }
 
 // writeReport prints rep and its targets to stdout and writes it into
@@ -443,31 +463,7 @@ func (s serverReport) failures() int {
 func runServer(ctx context.Context, cfg config, name string, sc serverConfig, logf func(string, ...any)) (serverReport, string) {
 	sr := serverReport{Name: name}
 	model := strings.TrimSuffix(filepath.Base(sc.model), ".gguf")
-	var (
-		p       *server
-		tgt     target
-		version string
-		err     error
-	)
-	logf("%s: starting %s", model, name)
-	switch name {
-	case "parley", parleyOn + "embedded", parleyOn + "current":
-		var addr string
-		p, addr, err = startParley(ctx, cfg.parleyBin, sc, cfg.parleyArgsFor(name))
-		tgt = parleyTarget{addr: addr}
-	case llamaServerName:
-		var lt llamaServerTarget
-		p, lt, err = startLlamaServer(ctx, cfg.peers.llamaServerBin, sc)
-		tgt = lt
-		version = llamaServerVersion(ctx, cfg.peers.llamaServerBin)
-	case "ollama":
-		var ot ollamaTarget
-		p, ot, err = startOllama(ctx, cfg.ollamaBin, sc)
-		tgt = ot
-		if err == nil {
-			version = ollamaVersion(ctx, ot.addr)
-		}
-	}
+	p, tgt, version, err := startTarget(ctx, cfg, name, sc, logf)
 	if err != nil {
 		sr.Err = err.Error()
 		logf("%s: %s: %v", model, name, err)
@@ -513,6 +509,33 @@ func runServer(ctx context.Context, cfg config, name string, sc serverConfig, lo
 		sr.Err = err.Error()
 	}
 	return sr, version
+}
+
+// startTarget starts the server name on sc's model and returns its process,
+// the client that drives it and, for Ollama and llama-server, its version.
+func startTarget(ctx context.Context, cfg config, name string, sc serverConfig, logf func(string, ...any)) (p *server, tgt target, version string, err error) {
+	logf("%s: starting %s", strings.TrimSuffix(filepath.Base(sc.model), ".gguf"), name)
+	switch name {
+	case "parley", parleyOn + "embedded", parleyOn + "current":
+		var addr string
+		p, addr, err = startParley(ctx, cfg.parleyBin, sc, cfg.parleyArgsFor(name))
+		tgt = parleyTarget{addr: addr}
+	case llamaServerName:
+		var lt llamaServerTarget
+		p, lt, err = startLlamaServer(ctx, cfg.peers.llamaServerBin, sc)
+		tgt = lt
+		version = llamaServerVersion(ctx, cfg.peers.llamaServerBin)
+	case "ollama":
+		var ot ollamaTarget
+		p, ot, err = startOllama(ctx, cfg.ollamaBin, sc)
+		tgt = ot
+		if err == nil {
+			version = ollamaVersion(ctx, ot.addr)
+		}
+	default:
+		err = fmt.Errorf("unknown server %q", name)
+	}
+	return p, tgt, version, err
 }
 
 func at(xs []float64, i int) float64 {

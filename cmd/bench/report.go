@@ -328,6 +328,9 @@ func (r *report) text() string {
 		}
 	}
 	tw.Flush()
+	for _, line := range r.pairedLines() {
+		fmt.Fprintln(&b, line)
+	}
 	if r.Incomplete != "" {
 		fmt.Fprintf(&b, "\nINCOMPLETE: %s\n", r.Incomplete)
 	}
@@ -375,6 +378,7 @@ func (r *report) markdown() string {
 	r.mdTTFTByTurn(w)
 	r.mdTargets(w)
 	r.mdPeers(w)
+	r.mdPaired(w)
 	return b.String()
 }
 
@@ -397,8 +401,12 @@ func (r *report) mdHeader(w mdWriter) {
 		"Ollama %s built from the same module version and CGO flags (`OLLAMA_NUM_PARALLEL=%d`, `num_thread %d`, `num_ctx %d`, flash attention %s, streaming `POST /api/chat` with the whole history each turn, "+
 		"a Modelfile TEMPLATE that renders Parley's plain transcript); raw = the `llm` package in-process, one slot, no server, flash attention %s\n",
 		r.Cfg.parallel, r.Cfg.threads, r.Cfg.ctx, r.Cfg.flashAttn, orUnknown(r.OllamaVersion), r.Cfg.parallel, r.Cfg.threads, r.Cfg.ctx, r.Cfg.flashAttn, r.Cfg.flashAttn)
-	w("- Sampling: greedy (temperature 0), repetition penalty off, seed %d, the same stop strings; single stream: %d tokens, median of %d runs on fresh sessions; conversations: %s sessions x %d turns, replies capped at %d tokens\n",
-		r.Cfg.seed, r.Cfg.streamTokens, r.Cfg.repeats, joinInts(r.Cfg.concurrency), r.Cfg.turns, r.Cfg.replyTokens)
+	runs := fmt.Sprintf("median of %d runs on fresh sessions", r.Cfg.repeats)
+	if r.Cfg.paired > 0 {
+		runs = fmt.Sprintf("median of %d paired rounds (one run on a fresh session per round; conversations: every round's sessions)", r.Cfg.paired)
+	}
+	w("- Sampling: greedy (temperature 0), repetition penalty off, seed %d, the same stop strings; single stream: %d tokens, %s; conversations: %s sessions x %d turns, replies capped at %d tokens\n",
+		r.Cfg.seed, r.Cfg.streamTokens, runs, joinInts(r.Cfg.concurrency), r.Cfg.turns, r.Cfg.replyTokens)
 	w("- Figures are client-side: TTFT from sending the prompt to the first token message; stream tok/s = (tokens - 1) / (first token -> end of reply), median over turns; aggregate tok/s = all tokens / wall time of the workload\n")
 	if r.Incomplete != "" {
 		w("\n**Incomplete run:** %s\n", r.Incomplete)

@@ -59,7 +59,10 @@ type concResult struct {
 	Sessions int            `json:"sessions"`
 	Turns    [][]turnResult `json:"turns"` // [session][turn]
 	Wall     time.Duration  `json:"wall_ns"`
-	Errors   []string       `json:"errors,omitempty"`
+	// Walls is each round's wall time in a -paired run, whose rounds'
+	// sessions follow one another in Turns (Sessions per round).
+	Walls  []time.Duration `json:"round_walls_ns,omitempty"`
+	Errors []string        `json:"errors,omitempty"`
 }
 
 // warmup sends one short turn so that model loading (Ollama loads on the
@@ -79,18 +82,7 @@ func warmup(ctx context.Context, tgt target, seed int64) error {
 func runStream(ctx context.Context, tgt target, tokens, repeats int, seed int64) streamResult {
 	var res streamResult
 	for i := range repeats {
-		r, err := func() (turnResult, error) {
-			prompt, sp := fmt.Sprintf(streamPrompt, character(i)), sampling{maxTokens: tokens, seed: seed}
-			if rp, ok := tgt.(rawPrompter); ok {
-				return rp.RawTurn(ctx, prompt, sp)
-			}
-			s, err := tgt.Open(ctx)
-			if err != nil {
-				return turnResult{}, err
-			}
-			defer s.Close()
-			return s.Turn(ctx, prompt, sp)
-		}()
+		r, err := streamOnce(ctx, tgt, fmt.Sprintf(streamPrompt, character(i)), tokens, seed)
 		if err != nil {
 			res.Err = err.Error()
 			return res
@@ -98,6 +90,21 @@ func runStream(ctx context.Context, tgt target, tokens, repeats int, seed int64)
 		res.Runs = append(res.Runs, r)
 	}
 	return res
+}
+
+// streamOnce is one run of the single-stream workload: prompt on a fresh
+// session (a raw prompt where the target takes one).
+func streamOnce(ctx context.Context, tgt target, prompt string, tokens int, seed int64) (turnResult, error) {
+	sp := sampling{maxTokens: tokens, seed: seed}
+	if rp, ok := tgt.(rawPrompter); ok {
+		return rp.RawTurn(ctx, prompt, sp)
+	}
+	s, err := tgt.Open(ctx)
+	if err != nil {
+		return turnResult{}, err
+	}
+	defer s.Close()
+	return s.Turn(ctx, prompt, sp)
 }
 
 // runConversations opens n sessions, then lets all of them run their turns

@@ -1,0 +1,304 @@
+package main
+
+// Paired rounds (-paired N). On a shared or small machine the rate of one
+// configuration moves by 10-20% from one minute to the next, more than the
+// differences between the servers; running the servers one after another
+// then ranks them by the minute each ran in. With -paired, every server of a
+// model is started at once (idle servers cost no CPU), and each of N rounds
+// runs every workload once on every server, one server at a time, in an order
+// that rotates from round to round. The tables report the same medians as a
+// sequential run, and the pairs table compares each server with the reference
+// round by round, where a slow minute falls on both.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// pairedServer is one server of a paired run: its process, its client side
+// and its results, merged round after round into the sequential run's shape.
+type pairedServer struct {
+	name string
+	p    *server
+	tgt  target
+	rep  serverReport
+}
+
+// runPaired measures every server of cfg.servers on one model in cfg.paired
+// rounds (see the top of this file). Rounds are aligned across servers: the
+// r-th stream run and the r-th block of each conversation workload's sessions
+// of every server come from round r. A server whose workload fails drops out
+// of the later rounds, keeping what it measured.
+func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(string, ...any)) ([]serverReport, map[string]string) {
+	model := strings.TrimSuffix(filepath.Base(sc.model), ".gguf")
+	versions := map[string]string{}
+	var live []*pairedServer
+	var reports []serverReport
+	defer func() {
+		for _, s := range live {
+			s.tgt.Close()
+			s.p.stop(15 * time.Second)
+		}
+	}()
+	for _, name := range cfg.servers {
+		ssc, err := sc.forServer(name)
+		if err == nil {
+			var s pairedServer
+			s.p, s.tgt, versions[name], err = startTarget(ctx, cfg, name, ssc, logf)
+			if err == nil {
+				s.name, s.rep = name, serverReport{Name: name, Stream: &streamResult{}}
+				wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
+				if err = warmup(wctx, s.tgt, cfg.seed); err != nil {
+					err = fmt.Errorf("warm-up: %w", err)
+					s.tgt.Close()
+					s.p.stop(15 * time.Second)
+				} else {
+					live = append(live, &s)
+				}
+				wcancel()
+			}
+		}
+		if err != nil {
+			logf("%s: %s: %v", model, name, err)
+			reports = append(reports, serverReport{Name: name, Err: err.Error()})
+		}
+	}
+	perRound := 0
+	for _, n := range cfg.concurrency {
+		perRound += n
+	}
+	for round := range cfg.paired {
+		if ctx.Err() != nil || len(live) == 0 {
+			break
+		}
+		order := rotate(live, round)
+		for _, s := range order {
+			if s.rep.Err != "" {
+				continue
+			}
+			wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
+			r, err := streamOnce(wctx, s.tgt, fmt.Sprintf(streamPrompt, character(round)), cfg.streamTokens, cfg.seed)
+			wcancel()
+			if err != nil {
+				s.rep.Stream.Err, s.rep.Err = err.Error(), fmt.Sprintf("round %d: stream: %v", round+1, err)
+				logf("%s: %s: %s", model, s.name, s.rep.Err)
+				continue
+			}
+			s.rep.Stream.Runs = append(s.rep.Stream.Runs, r)
+		}
+		first := round * perRound // sessions are numbered across rounds: no two send the same prompts
+		for _, n := range cfg.concurrency {
+			for _, s := range order {
+				if s.rep.Err != "" {
+					continue
+				}
+				wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
+				c := runConversations(wctx, s.tgt, first, n, cfg.turns, cfg.replyTokens, cfg.seed)
+				wcancel()
+				s.rep.addRound(c)
+				if len(c.Errors) > 0 {
+					s.rep.Err = fmt.Sprintf("round %d: %d sessions: %s", round+1, n, errSummary(c.Errors))
+					logf("%s: %s: %s", model, s.name, s.rep.Err)
+				}
+			}
+			first += n
+		}
+		var line []string
+		for _, s := range live {
+			if k := len(s.rep.Stream.Runs); k == round+1 {
+				line = append(line, fmt.Sprintf("%s %.1f tok/s", s.name, s.rep.Stream.Runs[k-1].rate()))
+			}
+		}
+		logf("%s: round %d of %d: stream %s", model, round+1, cfg.paired, strings.Join(line, ", "))
+	}
+	for _, s := range live {
+		if err := s.p.exited(); err != nil && s.rep.Err == "" {
+			s.rep.Err = err.Error()
+		}
+		reports = append(reports, s.rep)
+	}
+	// The servers' order is -servers' order, as in a sequential run.
+	slices.SortStableFunc(reports, func(a, b serverReport) int {
+		return slices.Index(cfg.servers, a.Name) - slices.Index(cfg.servers, b.Name)
+	})
+	return reports, versions
+}
+
+// rotate is the round's order of the servers: each goes first in turn.
+func rotate[T any](xs []T, round int) []T {
+	k := round % max(len(xs), 1)
+	return append(slices.Clone(xs[k:]), xs[:k]...)
+}
+
+// addRound appends one round's conversation workload to the result of the
+// same number of sessions: its sessions after the earlier rounds' and its
+// wall time to theirs (so the aggregate is all tokens over all the time
+// the workload ran).
+func (s *serverReport) addRound(c concResult) {
+	for i := range s.Conv {
+		if s.Conv[i].Sessions == c.Sessions {
+			m := &s.Conv[i]
+			m.Turns = append(m.Turns, c.Turns...)
+			m.Wall += c.Wall
+			m.Walls = append(m.Walls, c.Wall)
+			m.Errors = append(m.Errors, c.Errors...)
+			return
+		}
+	}
+	c.Walls = []time.Duration{c.Wall}
+	s.Conv = append(s.Conv, c)
+}
+
+// round is the r-th round of a paired conversation workload, nil when the
+// server has none.
+func (c concResult) round(r int) *concResult {
+	lo, hi := r*c.Sessions, (r+1)*c.Sessions
+	if r >= len(c.Walls) || hi > len(c.Turns) {
+		return nil
+	}
+	return &concResult{Sessions: c.Sessions, Turns: c.Turns[lo:hi], Wall: c.Walls[r]}
+}
+
+// pairStats compares a server with the reference over the rounds both
+// completed: the median of the per-round ratios (server / reference) and in
+// how many rounds the server came out ahead (a higher rate, a lower TTFT).
+type pairStats struct {
+	N     int
+	Ratio float64
+	Wins  int
+}
+
+func pairUp(a, b []float64, higherWins bool) pairStats {
+	var st pairStats
+	var ratios []float64
+	for i := range min(len(a), len(b)) {
+		if a[i] <= 0 || b[i] <= 0 || math.IsNaN(a[i]) || math.IsNaN(b[i]) {
+			continue
+		}
+		ratios = append(ratios, a[i]/b[i])
+		if (a[i] > b[i]) == higherWins && a[i] != b[i] {
+			st.Wins++
+		}
+	}
+	st.N, st.Ratio = len(ratios), median(ratios)
+	return st
+}
+
+// roundFigures is one figure of a server per round.
+type roundFigures struct {
+	streamRate, streamTTFT []float64
+	oneRate, oneWarm       []float64 // one conversation: median rate over its turns, warm TTFT
+	manyAgg, manyWarm      []float64 // the largest -sessions workload: aggregate, warm TTFT
+}
+
+func (s *serverReport) roundFigures(maxC int) roundFigures {
+	var f roundFigures
+	if s.Stream != nil {
+		for _, r := range s.Stream.Runs {
+			f.streamRate = append(f.streamRate, r.rate())
+			f.streamTTFT = append(f.streamTTFT, ms(r.TTFT))
+		}
+	}
+	for _, c := range s.Conv {
+		for r := 0; ; r++ {
+			rc := c.round(r)
+			if rc == nil {
+				break
+			}
+			st := summarizeConv(*rc)
+			switch c.Sessions {
+			case 1:
+				f.oneRate, f.oneWarm = append(f.oneRate, st.StreamRate), append(f.oneWarm, st.warmTTFT())
+			case maxC:
+				f.manyAgg, f.manyWarm = append(f.manyAgg, st.Aggregate), append(f.manyWarm, st.warmTTFT())
+			}
+		}
+	}
+	return f
+}
+
+// pairedReference is the server the pairs table compares the others with:
+// llama-server when it ran, else the last server of -servers.
+func (r *report) pairedReference() string {
+	if slices.Contains(r.Cfg.servers, llamaServerName) {
+		return llamaServerName
+	}
+	return r.Cfg.servers[len(r.Cfg.servers)-1]
+}
+
+// pairedRow is one server's comparison with the reference: stream rate,
+// stream TTFT, one conversation's rate and warm TTFT, the largest workload's
+// aggregate and warm TTFT.
+type pairedRow struct {
+	model, server string
+	cells         [6]pairStats
+}
+
+func (r *report) pairedRows() (ref string, rows []pairedRow) {
+	if r.Cfg.paired == 0 || len(r.Cfg.servers) < 2 {
+		return "", nil
+	}
+	ref, maxC := r.pairedReference(), r.maxSessions()
+	for _, m := range r.Models {
+		rs := m.server(ref)
+		if rs == nil {
+			continue
+		}
+		rf := rs.roundFigures(maxC)
+		for i := range m.Servers {
+			s := &m.Servers[i]
+			if s.Name == ref {
+				continue
+			}
+			f := s.roundFigures(maxC)
+			rows = append(rows, pairedRow{model: m.Name, server: s.Name, cells: [6]pairStats{
+				pairUp(f.streamRate, rf.streamRate, true), pairUp(f.streamTTFT, rf.streamTTFT, false),
+				pairUp(f.oneRate, rf.oneRate, true), pairUp(f.oneWarm, rf.oneWarm, false),
+				pairUp(f.manyAgg, rf.manyAgg, true), pairUp(f.manyWarm, rf.manyWarm, false)}})
+		}
+	}
+	return ref, rows
+}
+
+func (p pairStats) String() string {
+	if p.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s, %d/%d", f2(p.Ratio), p.Wins, p.N)
+}
+
+// pairedLines are the pairs table for the terminal.
+func (r *report) pairedLines() []string {
+	ref, rows := r.pairedRows()
+	var lines []string
+	for _, row := range rows {
+		c := row.cells
+		lines = append(lines, fmt.Sprintf("paired, %s / %s (median ratio, rounds ahead): stream %v, TTFT %v; 1 conv. %v, warm TTFT %v; %d conv. aggregate %v, warm TTFT %v",
+			row.model+" "+row.server, ref, c[0], c[1], c[2], c[3], r.maxSessions(), c[4], c[5]))
+	}
+	return lines
+}
+
+// mdPaired writes the pairs table of a -paired run.
+func (r *report) mdPaired(w mdWriter) {
+	ref, rows := r.pairedRows()
+	if ref == "" {
+		return
+	}
+	maxC := r.maxSessions()
+	w("\n### Paired rounds against %s\n\n", r.peerLabel(ref))
+	w("%d rounds; in each, every workload ran once on every server, one server at a time, the order rotating from round to round (the tables above summarize the same runs). "+
+		"Each cell: the median over rounds of the server's figure divided by %s's in the same round, then in how many rounds the server was ahead (a higher rate, a lower TTFT). "+
+		"Warm TTFT = median over turns 2-%d.\n\n", r.Cfg.paired, r.peerLabel(ref), r.Cfg.turns)
+	w("| model | server | stream tok/s | stream TTFT | 1 conv. stream tok/s | 1 conv. warm TTFT | %d conv. aggregate tok/s | %d conv. warm TTFT |\n", maxC, maxC)
+	w("|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, row := range rows {
+		c := row.cells
+		w("| %s | %s | %v | %v | %v | %v | %v | %v |\n", row.model, r.peerLabel(row.server), c[0], c[1], c[2], c[3], c[4], c[5])
+	}
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parley-chat/parley/internal/testbin"
+	"github.com/parley-chat/parley/internal/testmodel"
+)
+
+func TestRotate(t *testing.T) {
+	xs := []string{"a", "b", "c"}
+	for round, want := range [][]string{{"a", "b", "c"}, {"b", "c", "a"}, {"c", "a", "b"}, {"a", "b", "c"}} {
+		if got := rotate(xs, round); !slices.Equal(got, want) {
+			t.Errorf("round %d: %v, want %v", round, got, want)
+		}
+	}
+	if !slices.Equal(xs, []string{"a", "b", "c"}) {
+		t.Errorf("rotate changed its input: %v", xs)
+	}
+}
+
+// TestAddRoundAndRound merges rounds of a conversation workload and takes
+// them apart again.
+func TestAddRoundAndRound(t *testing.T) {
+	turn := func(tokens int) []turnResult { return []turnResult{{Tokens: tokens, Decode: time.Second}} }
+	var s serverReport
+	s.addRound(concResult{Sessions: 2, Turns: [][]turnResult{turn(3), turn(5)}, Wall: 2 * time.Second})
+	s.addRound(concResult{Sessions: 1, Turns: [][]turnResult{turn(7)}, Wall: time.Second})
+	s.addRound(concResult{Sessions: 2, Turns: [][]turnResult{turn(11), turn(13)}, Wall: 4 * time.Second, Errors: []string{"x"}})
+	if len(s.Conv) != 2 {
+		t.Fatalf("%d workloads, want 2 (one per number of sessions)", len(s.Conv))
+	}
+	two := s.Conv[0]
+	if two.Sessions != 2 || len(two.Turns) != 4 || two.Wall != 6*time.Second || !slices.Equal(two.Walls, []time.Duration{2 * time.Second, 4 * time.Second}) || len(two.Errors) != 1 {
+		t.Fatalf("merged: %+v", two)
+	}
+	if st := summarizeConv(two); st.Tokens != 32 || st.Aggregate != 32.0/6 {
+		t.Errorf("merged aggregate %v over %d tokens, want all tokens over all the wall time", st.Aggregate, st.Tokens)
+	}
+	r1 := two.round(1)
+	if r1 == nil || r1.Wall != 4*time.Second || len(r1.Turns) != 2 || r1.Turns[0][0].Tokens != 11 {
+		t.Errorf("round 1: %+v", r1)
+	}
+	if two.round(2) != nil || s.Conv[1].round(1) != nil {
+		t.Error("a round past the last one")
+	}
+}
+
+func TestPairUp(t *testing.T) {
+	// Rates: higher wins. Round 2 has no figure on one side and is skipped.
+	p := pairUp([]float64{110, 90, 0, 120}, []float64{100, 100, 100, 100}, true)
+	if p.N != 3 || p.Wins != 2 || p.Ratio != 1.1 {
+		t.Errorf("rates: %+v, want 3 pairs, 2 ahead, median ratio 1.1", p)
+	}
+	// TTFT: lower wins; a tie wins nothing.
+	p = pairUp([]float64{50, 100, 200}, []float64{100, 100, 100}, false)
+	if p.N != 3 || p.Wins != 1 || p.Ratio != 1 {
+		t.Errorf("TTFT: %+v, want 3 pairs, 1 ahead, median ratio 1", p)
+	}
+	if p := pairUp(nil, []float64{1}, true); p.N != 0 || p.String() != "-" {
+		t.Errorf("no pairs: %+v %q", p, p.String())
+	}
+}
+
+// TestPairedEndToEnd runs -paired with both of Parley's engines on
+// stories260K: both servers up at once, every workload once per round on
+// each, the rounds merged into the usual tables and compared in the pairs
+// table.
+func TestPairedEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs servers")
+	}
+	dir := t.TempDir()
+	out, js := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "bench.json")
+	args := []string{
+		"-parley", testbin.Parley(t), "-servers", "parley-embedded,parley-current", "-raw=false", "-paired", "3",
+		"-models", testmodel.Path(t), "-threads", "2", "-parallel", "2", "-ctx", "512",
+		"-stream-tokens", "16", "-reply-tokens", "8", "-turns", "2", "-sessions", "1,2",
+		"-timeout", "3m", "-workload-timeout", "1m", "-out", out, "-json", js, "-scratch", filepath.Join(dir, "scratch"),
+	}
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := run(ctx, args, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("\n%s", stdout.String())
+	// Every round ran every server before the next round began, the first
+	// server rotating.
+	var starts []string
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if _, after, ok := strings.Cut(line, ": round "); ok {
+			starts = append(starts, after)
+		}
+	}
+	if len(starts) != 3 {
+		t.Errorf("%d rounds logged, want 3:\n%s", len(starts), stderr.String())
+	}
+
+	var rep struct {
+		Models []struct {
+			Servers []serverReport
+		}
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Models) != 1 || len(rep.Models[0].Servers) != 2 {
+		t.Fatalf("report: %s", b)
+	}
+	var streams [][]turnResult
+	for i, s := range rep.Models[0].Servers {
+		if want := []string{"parley-embedded", "parley-current"}[i]; s.Name != want || s.Err != "" {
+			t.Fatalf("server %d: %s (%s), want %s without an error", i, s.Name, s.Err, want)
+		}
+		if s.Stream == nil || len(s.Stream.Runs) != 3 || len(s.Conv) != 2 {
+			t.Fatalf("%s: %+v", s.Name, s)
+		}
+		streams = append(streams, s.Stream.Runs)
+		for _, c := range s.Conv {
+			if len(c.Errors) > 0 || len(c.Turns) != 3*c.Sessions || len(c.Walls) != 3 {
+				t.Fatalf("%s %d sessions: %d sessions' turns, %d rounds' walls, errors %v", s.Name, c.Sessions, len(c.Turns), len(c.Walls), c.Errors)
+			}
+			for i, sess := range c.Turns {
+				if len(sess) != 2 || sess[1].CachedTokens <= 0 {
+					t.Errorf("%s session %d of %d: %+v", s.Name, i, len(c.Turns), sess)
+				}
+			}
+		}
+	}
+	// Round r's stream has the same prompt on both servers (and greedy
+	// decoding on both engines gives the same reply), and another prompt
+	// than the other rounds'.
+	for r := range 3 {
+		a, c := streams[0][r], streams[1][r]
+		if a.PromptTokens != c.PromptTokens || a.Tokens != c.Tokens {
+			t.Errorf("round %d: embedded %d prompt / %d reply tokens, current %d / %d", r, a.PromptTokens, a.Tokens, c.PromptTokens, c.Tokens)
+		}
+		if r > 0 && a.CachedTokens >= a.PromptTokens {
+			t.Errorf("round %d: the whole prompt (%d tokens) was cached: not a fresh prompt", r, a.PromptTokens)
+		}
+	}
+
+	md, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"### Paired rounds against Parley, current engine", "| stories260K | Parley, embedded engine | ", "median of 3 paired rounds", "/3 | "} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("BENCHMARKS.md lacks %q:\n%s", want, md)
+		}
+	}
+	if !strings.Contains(stdout.String(), "paired, stories260K parley-embedded / parley-current") {
+		t.Errorf("no pairs line on stdout:\n%s", stdout.String())
+	}
+}
