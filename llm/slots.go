@@ -46,12 +46,17 @@ const (
 )
 
 // copyThreshold is the engine's copy threshold (see the constants): on a
-// GPU holding the KV cache, minCopyPrefixGPU; on the CPU, minCopyPrefixCPU,
-// or more where the copy of a whole slot costs more than evaluating that
-// many prompt tokens (large --ctx, a small model, several threads). A
-// unified KV buffer copies no data (the cells gain the sequence).
+// GPU holding the whole KV cache, minCopyPrefixGPU; on the CPU,
+// minCopyPrefixCPU, or more where the copy of a whole slot costs more than
+// evaluating that many prompt tokens (large --ctx, a small model, several
+// threads). A unified KV buffer copies no data (the cells gain the
+// sequence). A model partly offloaded counts as on the CPU: the KV cache of
+// the layers left there is copied on the CPU, and evaluating a prompt costs
+// about those layers' CPU time, both in proportion to how many layers stayed,
+// so the break-even is the CPU's (the GPU's layers, copied and evaluated on
+// the device, add little to either side).
 func copyThreshold(cfg Config, meta metadata, dev parley.Device) int {
-	if dev.Type == "gpu" && dev.LayersOffloaded > 0 {
+	if dev.Type == "gpu" && dev.LayersOffloaded >= meta.info.Layers {
 		return minCopyPrefixGPU
 	}
 	params := float64(meta.info.Parameters)

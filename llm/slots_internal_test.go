@@ -29,6 +29,11 @@ func TestCopyThreshold(t *testing.T) {
 		{"a q8_0 cache moves about half", 32768, 2, "q8_0", cpu, 42},    // 34 bytes per 32 values
 		{"one unified buffer moves no data", 32768, 2, "f16", parley.Device{Type: "cpu", KVUnified: true}, minCopyPrefixCPU},
 		{"the cache on a GPU", 32768, 2, "f16", parley.Device{Type: "gpu", LayersOffloaded: 31}, minCopyPrefixGPU},
+		{"every repeating layer on a GPU, the output layer not", 32768, 2, "f16", parley.Device{Type: "gpu", LayersOffloaded: 30}, minCopyPrefixGPU},
+		// 20 of 30 layers offloaded: the 10 left copy a third of the KV cache
+		// and evaluate about a third of the prompt's FLOPs on the CPU.
+		{"partly offloaded: the CPU's break-even", 32768, 2, "f16", parley.Device{Type: "gpu", LayersOffloaded: 20}, 78},
+		{"partly offloaded, short slots", 2048, 2, "f16", parley.Device{Type: "gpu", LayersOffloaded: 20}, minCopyPrefixCPU},
 	} {
 		cfg := Config{ContextLength: c.ctx, Threads: c.threads, KVCacheType: c.kv}
 		if got := copyThreshold(cfg, meta, c.dev); got != c.want {
