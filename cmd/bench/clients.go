@@ -29,7 +29,13 @@ type turnResult struct {
 	CachedTokens int           `json:"cached_tokens"` // -1 when the server does not say
 	Finish       string        `json:"finish"`
 	ServerRate   float64       `json:"server_tokens_per_second"` // the server's own decode-rate figure
-	Text         string        `json:"-"`
+	// ServerPromptMS is the server's own figure for the time to the first
+	// token: Parley's ttft_ms (from the engine's submission, after the
+	// session and template work), llama-server's prompt_ms (the prompt's
+	// evaluation alone); 0 when the server gives none. The client's TTFT
+	// less it is what the server spends around the engine.
+	ServerPromptMS float64 `json:"server_prompt_ms"`
+	Text           string  `json:"-"`
 }
 
 // rate is the client-side decode rate of a turn in tokens/s: the tokens after
@@ -159,6 +165,7 @@ func (s *parleySession) Turn(ctx context.Context, prompt string, sp sampling) (t
 			r.CachedTokens = m.Usage.CachedPromptTokens
 			r.Finish = m.FinishReason
 			r.ServerRate = m.Timings.TokensPerSecond
+			r.ServerPromptMS = m.Timings.TTFTMS
 			r.Text = text.String()
 			return r, nil
 		case "error":

@@ -184,6 +184,7 @@ type llamaChunk struct {
 		CacheN             int     `json:"cache_n"`
 		PredictedN         int     `json:"predicted_n"`
 		PredictedPerSecond float64 `json:"predicted_per_second"`
+		PromptMS           float64 `json:"prompt_ms"`
 	} `json:"timings"`
 	Error *struct {
 		Message string `json:"message"`
@@ -261,6 +262,7 @@ func (l llamaServerTarget) stream(ctx context.Context, path string, body map[str
 		if c.Timings != nil {
 			r.CachedTokens = c.Timings.CacheN
 			r.ServerRate = c.Timings.PredictedPerSecond
+			r.ServerPromptMS = c.Timings.PromptMS
 			if r.Tokens == 0 {
 				r.Tokens, r.PromptTokens = c.Timings.PredictedN, c.Timings.PromptN+c.Timings.CacheN
 			}
