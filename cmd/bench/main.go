@@ -357,7 +357,7 @@ func benchModel(ctx context.Context, cfg config, model, scratch string, stops []
 		mr.SizeBytes = st.Size()
 	}
 	for i, engine := range cfg.peers.rawEngines {
-		if !cfg.raw || ctx.Err() != nil {
+		if !cfg.raw || cfg.paired > 0 || ctx.Err() != nil { // a paired run decodes them round by round
 			break
 		}
 		logf("%s: raw decode, %s engine (%d x %d tokens)", mr.Name, engine, cfg.repeats, cfg.streamTokens)
@@ -379,7 +379,16 @@ func benchModel(ctx context.Context, cfg config, model, scratch string, stops []
 	sc := serverConfig{model: model, ctx: cfg.ctx, parallel: cfg.parallel, threads: cfg.threads, flashAttn: cfg.flashAttn, gpuLayers: cfg.gpuLayers,
 		maxReply: max(cfg.streamTokens, cfg.replyTokens), scratch: scratch, stops: stops}
 	if cfg.paired > 0 {
-		servers, versions := runPaired(ctx, cfg, sc, logf)
+		servers, raws, versions := runPaired(ctx, cfg, sc, logf)
+		mr.Raws = raws
+		for i := range raws {
+			if i == 0 {
+				mr.Raw = &mr.Raws[0] // the raw decode of the tables' ratios
+			}
+			if raws[i].Err != "" {
+				failures++
+			}
+		}
 		for _, sr := range servers {
 			rep.noteVersion(sr.Name, versions[sr.Name])
 			failures += sr.failures()

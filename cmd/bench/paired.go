@@ -29,22 +29,87 @@ type pairedServer struct {
 	rep  serverReport
 }
 
+// streamRound runs the round's single stream on the server and records it;
+// a server that failed before sits the rounds out.
+func (s *pairedServer) streamRound(ctx context.Context, cfg config, round int) {
+	if s.rep.Err != "" {
+		return
+	}
+	r, err := streamOnce(ctx, s.tgt, fmt.Sprintf(streamPrompt, character(round)), cfg.streamTokens, cfg.seed)
+	if err != nil {
+		s.rep.Stream.Err, s.rep.Err = err.Error(), fmt.Sprintf("round %d: stream: %v", round+1, err)
+		return
+	}
+	s.rep.Stream.Runs = append(s.rep.Stream.Runs, r)
+}
+
+func (s *pairedServer) label() string { return s.name }
+
+// pairedRaw is a raw decode loop of a paired run: in each round it decodes
+// the round's stream prompt beside the servers' streams.
+type pairedRaw struct {
+	loop *rawLoop
+	res  rawResult
+}
+
+func (r *pairedRaw) streamRound(ctx context.Context, _ config, round int) {
+	if r.res.Err != "" {
+		return
+	}
+	t, err := r.loop.once(ctx, round)
+	if err != nil {
+		r.res.Err = fmt.Sprintf("round %d: %v", round+1, err)
+		return
+	}
+	r.res.Runs = append(r.res.Runs, t)
+}
+
+func (r *pairedRaw) label() string { return "raw " + r.res.Engine }
+
+// streamer is what runs a round's single stream: a server or a raw loop.
+type streamer interface {
+	streamRound(ctx context.Context, cfg config, round int)
+	label() string
+}
+
 // runPaired measures every server of cfg.servers on one model in cfg.paired
-// rounds (see the top of this file). Rounds are aligned across servers: the
-// r-th stream run and the r-th block of each conversation workload's sessions
-// of every server come from round r. A server whose workload fails drops out
-// of the later rounds, keeping what it measured.
-func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(string, ...any)) ([]serverReport, map[string]string) {
+// rounds (see the top of this file), and the raw decode loops of -raw-engines
+// unless -raw=false, which decode each round's stream prompt in this process
+// beside the servers' streams. Rounds are aligned across servers: the r-th
+// stream run and the r-th block of each conversation workload's sessions of
+// every server come from round r. A server whose workload fails drops out of
+// the later rounds, keeping what it measured.
+func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(string, ...any)) ([]serverReport, []rawResult, map[string]string) {
 	model := strings.TrimSuffix(filepath.Base(sc.model), ".gguf")
 	versions := map[string]string{}
-	var live []*pairedServer
-	var reports []serverReport
+	var (
+		live    []*pairedServer
+		raws    []*pairedRaw
+		reports []serverReport
+	)
 	defer func() {
 		for _, s := range live {
 			s.tgt.Close()
 			s.p.stop(15 * time.Second)
 		}
+		for _, r := range raws {
+			if r.loop != nil {
+				r.loop.eng.Close()
+			}
+		}
 	}()
+	for _, engine := range cfg.peers.rawEngines {
+		if !cfg.raw {
+			break
+		}
+		loop, res := openRaw(sc.model, engine, cfg.peers.engineLib, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.seed)
+		if loop == nil {
+			logf("%s: raw decode (%s): %s", model, engine, res.Err)
+		} else if err := loop.warm(ctx); err != nil {
+			res.Err = fmt.Sprintf("warm-up: %v", err)
+		}
+		raws = append(raws, &pairedRaw{loop: loop, res: res})
+	}
 	for _, name := range cfg.servers {
 		ssc, err := sc.forServer(name)
 		if err == nil {
@@ -76,21 +141,19 @@ func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(strin
 		if ctx.Err() != nil || len(live) == 0 {
 			break
 		}
-		order := rotate(live, round)
-		for _, s := range order {
-			if s.rep.Err != "" {
-				continue
-			}
-			wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
-			r, err := streamOnce(wctx, s.tgt, fmt.Sprintf(streamPrompt, character(round)), cfg.streamTokens, cfg.seed)
-			wcancel()
-			if err != nil {
-				s.rep.Stream.Err, s.rep.Err = err.Error(), fmt.Sprintf("round %d: stream: %v", round+1, err)
-				logf("%s: %s: %s", model, s.name, s.rep.Err)
-				continue
-			}
-			s.rep.Stream.Runs = append(s.rep.Stream.Runs, r)
+		var streamers []streamer
+		for _, s := range live {
+			streamers = append(streamers, s)
 		}
+		for _, r := range raws {
+			streamers = append(streamers, r)
+		}
+		for _, s := range rotate(streamers, round) {
+			wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
+			s.streamRound(wctx, cfg, round)
+			wcancel()
+		}
+		order := rotate(live, round)
 		first := round * perRound // sessions are numbered across rounds: no two send the same prompts
 		for _, n := range cfg.concurrency {
 			for _, s := range order {
@@ -114,19 +177,34 @@ func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(strin
 				line = append(line, fmt.Sprintf("%s %.1f tok/s", s.name, s.rep.Stream.Runs[k-1].rate()))
 			}
 		}
+		for _, r := range raws {
+			if k := len(r.res.Runs); k == round+1 {
+				line = append(line, fmt.Sprintf("%s %.1f tok/s", r.label(), r.res.Runs[k-1].rate()))
+			}
+		}
 		logf("%s: round %d of %d: stream %s", model, round+1, cfg.paired, strings.Join(line, ", "))
 	}
 	for _, s := range live {
 		if err := s.p.exited(); err != nil && s.rep.Err == "" {
 			s.rep.Err = err.Error()
 		}
+		if s.rep.Err != "" {
+			logf("%s: %s: %s", model, s.name, s.rep.Err)
+		}
 		reports = append(reports, s.rep)
+	}
+	var rawResults []rawResult
+	for _, r := range raws {
+		if r.res.Err != "" {
+			logf("%s: raw decode (%s): %s", model, r.res.Engine, r.res.Err)
+		}
+		rawResults = append(rawResults, r.res)
 	}
 	// The servers' order is -servers' order, as in a sequential run.
 	slices.SortStableFunc(reports, func(a, b serverReport) int {
 		return slices.Index(cfg.servers, a.Name) - slices.Index(cfg.servers, b.Name)
 	})
-	return reports, versions
+	return reports, rawResults, versions
 }
 
 // rotate is the round's order of the servers: each goes first in turn.
@@ -168,9 +246,10 @@ func (c concResult) round(r int) *concResult {
 // completed: the median of the per-round ratios (server / reference) and in
 // how many rounds the server came out ahead (a higher rate, a lower TTFT).
 type pairStats struct {
-	N     int
-	Ratio float64
-	Wins  int
+	N        int
+	Ratio    float64
+	Wins     int
+	Min, Max float64 // the lowest and highest per-round ratio
 }
 
 func pairUp(a, b []float64, higherWins bool) pairStats {
@@ -186,6 +265,9 @@ func pairUp(a, b []float64, higherWins bool) pairStats {
 		}
 	}
 	st.N, st.Ratio = len(ratios), median(ratios)
+	if st.N > 0 {
+		st.Min, st.Max = slices.Min(ratios), slices.Max(ratios)
+	}
 	return st
 }
 
@@ -237,6 +319,7 @@ func (r *report) pairedReference() string {
 type pairedRow struct {
 	model, server string
 	cells         [6]pairStats
+	raw           pairStats // a Parley server's stream over its engine's raw loop, round by round
 }
 
 func (r *report) pairedRows() (ref string, rows []pairedRow) {
@@ -256,7 +339,17 @@ func (r *report) pairedRows() (ref string, rows []pairedRow) {
 				continue
 			}
 			f := s.roundFigures(maxC)
-			rows = append(rows, pairedRow{model: m.Name, server: s.Name, cells: [6]pairStats{
+			var raw pairStats
+			for _, rr := range m.Raws {
+				if e := r.Cfg.parleyEngine(s.Name); e != "" && rr.Engine == e {
+					var rates []float64
+					for _, t := range rr.Runs {
+						rates = append(rates, t.rate())
+					}
+					raw = pairUp(f.streamRate, rates, true)
+				}
+			}
+			rows = append(rows, pairedRow{model: m.Name, server: s.Name, raw: raw, cells: [6]pairStats{
 				pairUp(f.streamRate, rf.streamRate, true), pairUp(f.streamTTFT, rf.streamTTFT, false),
 				pairUp(f.oneRate, rf.oneRate, true), pairUp(f.oneWarm, rf.oneWarm, false),
 				pairUp(f.manyAgg, rf.manyAgg, true), pairUp(f.manyWarm, rf.manyWarm, false)}})
@@ -272,14 +365,22 @@ func (p pairStats) String() string {
 	return fmt.Sprintf("%s, %d/%d", f2(p.Ratio), p.Wins, p.N)
 }
 
+// spread is p as its median ratio and range over rounds.
+func (p pairStats) spread() string {
+	if p.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s (%s-%s)", f2(p.Ratio), f2(p.Min), f2(p.Max))
+}
+
 // pairedLines are the pairs table for the terminal.
 func (r *report) pairedLines() []string {
 	ref, rows := r.pairedRows()
 	var lines []string
 	for _, row := range rows {
 		c := row.cells
-		lines = append(lines, fmt.Sprintf("paired, %s / %s (median ratio, rounds ahead): stream %v, TTFT %v; 1 conv. %v, warm TTFT %v; %d conv. aggregate %v, warm TTFT %v",
-			row.model+" "+row.server, ref, c[0], c[1], c[2], c[3], r.maxSessions(), c[4], c[5]))
+		lines = append(lines, fmt.Sprintf("paired, %s / %s (median ratio, rounds ahead): stream %v, TTFT %v; 1 conv. %v, warm TTFT %v; %d conv. aggregate %v, warm TTFT %v; stream / own raw loop %s",
+			row.model+" "+row.server, ref, c[0], c[1], c[2], c[3], r.maxSessions(), c[4], c[5], row.raw.spread()))
 	}
 	return lines
 }
@@ -294,11 +395,11 @@ func (r *report) mdPaired(w mdWriter) {
 	w("\n### Paired rounds against %s\n\n", r.peerLabel(ref))
 	w("%d rounds; in each, every workload ran once on every server, one server at a time, the order rotating from round to round (the tables above summarize the same runs). "+
 		"Each cell: the median over rounds of the server's figure divided by %s's in the same round, then in how many rounds the server was ahead (a higher rate, a lower TTFT). "+
-		"Warm TTFT = median over turns 2-%d.\n\n", r.Cfg.paired, r.peerLabel(ref), r.Cfg.turns)
-	w("| model | server | stream tok/s | stream TTFT | 1 conv. stream tok/s | 1 conv. warm TTFT | %d conv. aggregate tok/s | %d conv. warm TTFT |\n", maxC, maxC)
-	w("|---|---|---:|---:|---:|---:|---:|---:|\n")
+		"Warm TTFT = median over turns 2-%d. Last column: a Parley server's stream rate over its engine's raw loop (in this process, the same prompt in the same round), median (range) over rounds.\n\n", r.Cfg.paired, r.peerLabel(ref), r.Cfg.turns)
+	w("| model | server | stream tok/s | stream TTFT | 1 conv. stream tok/s | 1 conv. warm TTFT | %d conv. aggregate tok/s | %d conv. warm TTFT | stream / own raw loop |\n", maxC, maxC)
+	w("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range rows {
 		c := row.cells
-		w("| %s | %s | %v | %v | %v | %v | %v | %v |\n", row.model, r.peerLabel(row.server), c[0], c[1], c[2], c[3], c[4], c[5])
+		w("| %s | %s | %v | %v | %v | %v | %v | %v | %s |\n", row.model, r.peerLabel(row.server), c[0], c[1], c[2], c[3], c[4], c[5], row.raw.spread())
 	}
 }

@@ -57,8 +57,11 @@ func TestAddRoundAndRound(t *testing.T) {
 func TestPairUp(t *testing.T) {
 	// Rates: higher wins. Round 2 has no figure on one side and is skipped.
 	p := pairUp([]float64{110, 90, 0, 120}, []float64{100, 100, 100, 100}, true)
-	if p.N != 3 || p.Wins != 2 || p.Ratio != 1.1 {
-		t.Errorf("rates: %+v, want 3 pairs, 2 ahead, median ratio 1.1", p)
+	if p.N != 3 || p.Wins != 2 || p.Ratio != 1.1 || p.Min != 0.9 || p.Max != 1.2 {
+		t.Errorf("rates: %+v, want 3 pairs, 2 ahead, median ratio 1.1 in 0.9-1.2", p)
+	}
+	if got := p.spread(); got != "1.10 (0.90-1.20)" {
+		t.Errorf("spread %q", got)
 	}
 	// TTFT: lower wins; a tie wins nothing.
 	p = pairUp([]float64{50, 100, 200}, []float64{100, 100, 100}, false)
@@ -81,7 +84,7 @@ func TestPairedEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	out, js := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "bench.json")
 	args := []string{
-		"-parley", testbin.Parley(t), "-servers", "parley-embedded,parley-current", "-raw=false", "-paired", "3",
+		"-parley", testbin.Parley(t), "-servers", "parley-embedded,parley-current", "-raw-engines", "embedded,current", "-paired", "3",
 		"-models", testmodel.Path(t), "-threads", "2", "-parallel", "2", "-ctx", "512",
 		"-stream-tokens", "16", "-reply-tokens", "8", "-turns", "2", "-sessions", "1,2",
 		"-timeout", "3m", "-workload-timeout", "1m", "-out", out, "-json", js, "-scratch", filepath.Join(dir, "scratch"),
@@ -107,6 +110,7 @@ func TestPairedEndToEnd(t *testing.T) {
 
 	var rep struct {
 		Models []struct {
+			Raws    []rawResult
 			Servers []serverReport
 		}
 	}
@@ -119,6 +123,16 @@ func TestPairedEndToEnd(t *testing.T) {
 	}
 	if len(rep.Models) != 1 || len(rep.Models[0].Servers) != 2 {
 		t.Fatalf("report: %s", b)
+	}
+	// Each raw loop decoded every round's stream prompt, the same reply as
+	// the servers' (below).
+	if got := len(rep.Models[0].Raws); got != 2 {
+		t.Fatalf("%d raw loops, want 2", got)
+	}
+	for _, raw := range rep.Models[0].Raws {
+		if raw.Err != "" || len(raw.Runs) != 3 {
+			t.Fatalf("raw loop %s: %d runs, error %q", raw.Engine, len(raw.Runs), raw.Err)
+		}
 	}
 	var streams [][]turnResult
 	for i, s := range rep.Models[0].Servers {
@@ -148,6 +162,11 @@ func TestPairedEndToEnd(t *testing.T) {
 		if a.PromptTokens != c.PromptTokens || a.Tokens != c.Tokens {
 			t.Errorf("round %d: embedded %d prompt / %d reply tokens, current %d / %d", r, a.PromptTokens, a.Tokens, c.PromptTokens, c.Tokens)
 		}
+		for _, raw := range rep.Models[0].Raws {
+			if raw.Runs[r].PromptTokens != a.PromptTokens || raw.Runs[r].Tokens != a.Tokens {
+				t.Errorf("round %d: raw loop (%s) %d prompt / %d reply tokens, the servers %d / %d", r, raw.Engine, raw.Runs[r].PromptTokens, raw.Runs[r].Tokens, a.PromptTokens, a.Tokens)
+			}
+		}
 		if r > 0 && a.CachedTokens >= a.PromptTokens {
 			t.Errorf("round %d: the whole prompt (%d tokens) was cached: not a fresh prompt", r, a.PromptTokens)
 		}
@@ -157,7 +176,7 @@ func TestPairedEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"### Paired rounds against Parley, current engine", "| stories260K | Parley, embedded engine | ", "median of 3 paired rounds", "/3 | "} {
+	for _, want := range []string{"### Paired rounds against Parley, current engine", "| stories260K | Parley, embedded engine | ", "median of 3 paired rounds", "/3 | ", "| stream / own raw loop |"} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("BENCHMARKS.md lacks %q:\n%s", want, md)
 		}

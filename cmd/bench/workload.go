@@ -171,24 +171,13 @@ type rawResult struct {
 // workload's prompt, rendered as the plain transcript renders it, repeats
 // times. This is the limit a server's single stream can approach.
 func runRaw(ctx context.Context, path, engine, libDir string, ctxLen, threads int, flashAttn string, gpuLayers, tokens, repeats int, seed int64) rawResult {
-	var res rawResult
-	eng, err := llm.Open(llm.Config{Path: path, Engine: engine, LibDir: libDir, ContextLength: ctxLen, Parallel: 1, Threads: threads, FlashAttention: flashAttn, GPULayers: gpuLayers,
-		Progress: func(float32) {}}) // without a callback llama.cpp prints progress dots
-	if err != nil {
-		res.Err = err.Error()
+	l, res := openRaw(path, engine, libDir, ctxLen, threads, flashAttn, gpuLayers, tokens, seed)
+	if l == nil {
 		return res
 	}
-	defer eng.Close()
-	res.Info = eng.Info()
-	prompt, err := eng.Tokenize("User: " + fmt.Sprintf(streamPrompt, character(0)) + "\n\nAssistant:")
-	if err != nil {
-		res.Err = err.Error()
-		return res
-	}
-	params := parley.DefaultParams()
-	params.MaxTokens, params.Temperature, params.RepeatPenalty, params.Seed = tokens, 0, 1, seed
+	defer l.eng.Close()
 	for range repeats {
-		r, err := rawOnce(ctx, eng, prompt, params)
+		r, err := l.once(ctx, 0)
 		if err != nil {
 			res.Err = err.Error()
 			return res
@@ -196,6 +185,49 @@ func runRaw(ctx context.Context, path, engine, libDir string, ctxLen, threads in
 		res.Runs = append(res.Runs, r)
 	}
 	return res
+}
+
+// rawLoop is an engine opened for the raw decode.
+type rawLoop struct {
+	eng    *llm.Engine
+	params parley.Params
+}
+
+// openRaw opens the raw decode's engine; nil and the error in the result
+// when it cannot. The caller closes l.eng.
+func openRaw(path, engine, libDir string, ctxLen, threads int, flashAttn string, gpuLayers, tokens int, seed int64) (*rawLoop, rawResult) {
+	res := rawResult{Engine: engine}
+	eng, err := llm.Open(llm.Config{Path: path, Engine: engine, LibDir: libDir, ContextLength: ctxLen, Parallel: 1, Threads: threads, FlashAttention: flashAttn, GPULayers: gpuLayers,
+		Progress: func(float32) {}}) // without a callback llama.cpp prints progress dots
+	if err != nil {
+		res.Err = err.Error()
+		return nil, res
+	}
+	res.Info = eng.Info()
+	params := parley.DefaultParams()
+	params.MaxTokens, params.Temperature, params.RepeatPenalty, params.Seed = tokens, 0, 1, seed
+	return &rawLoop{eng: eng, params: params}, res
+}
+
+// warm decodes a few tokens: the first decode allocates the compute buffers.
+func (l *rawLoop) warm(ctx context.Context) error {
+	prompt, err := l.eng.Tokenize("User: Hello.\n\nAssistant:")
+	if err != nil {
+		return err
+	}
+	p := l.params
+	p.MaxTokens = 4
+	_, err = rawOnce(ctx, l.eng, prompt, p)
+	return err
+}
+
+// once decodes the stream workload's n-th prompt (the one of character(n)).
+func (l *rawLoop) once(ctx context.Context, n int) (turnResult, error) {
+	prompt, err := l.eng.Tokenize("User: " + fmt.Sprintf(streamPrompt, character(n)) + "\n\nAssistant:")
+	if err != nil {
+		return turnResult{}, err
+	}
+	return rawOnce(ctx, l.eng, prompt, l.params)
 }
 
 func rawOnce(ctx context.Context, eng *llm.Engine, prompt []int, params parley.Params) (turnResult, error) {
