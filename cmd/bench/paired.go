@@ -43,8 +43,6 @@ func (s *pairedServer) streamRound(ctx context.Context, cfg config, round int) {
 	s.rep.Stream.Runs = append(s.rep.Stream.Runs, r)
 }
 
-func (s *pairedServer) label() string { return s.name }
-
 // pairedRaw is a raw decode loop of a paired run: in each round it decodes
 // the round's stream prompt beside the servers' streams.
 type pairedRaw struct {
@@ -64,12 +62,29 @@ func (r *pairedRaw) streamRound(ctx context.Context, _ config, round int) {
 	r.res.Runs = append(r.res.Runs, t)
 }
 
-func (r *pairedRaw) label() string { return "raw " + r.res.Engine }
-
 // streamer is what runs a round's single stream: a server or a raw loop.
 type streamer interface {
 	streamRound(ctx context.Context, cfg config, round int)
-	label() string
+}
+
+// startPaired starts the server name and warms it up.
+func startPaired(ctx context.Context, cfg config, name string, sc serverConfig, logf func(string, ...any)) (*pairedServer, string, error) {
+	sc, err := sc.forServer(name)
+	if err != nil {
+		return nil, "", err
+	}
+	p, tgt, version, err := startTarget(ctx, cfg, name, sc, logf)
+	if err != nil {
+		return nil, version, err
+	}
+	wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
+	defer wcancel()
+	if err := warmup(wctx, tgt, cfg.seed); err != nil {
+		tgt.Close()
+		p.stop(15 * time.Second)
+		return nil, version, fmt.Errorf("warm-up: %w", err)
+	}
+	return &pairedServer{name: name, p: p, tgt: tgt, rep: serverReport{Name: name, Stream: &streamResult{}}}, version, nil
 }
 
 // runPaired measures every server of cfg.servers on one model in cfg.paired
@@ -103,50 +118,37 @@ func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(strin
 			break
 		}
 		loop, res := openRaw(sc.model, engine, cfg.peers.engineLib, cfg.ctx, cfg.threads, cfg.flashAttn, gpuLayers(cfg.gpuLayers), cfg.streamTokens, cfg.seed)
-		if loop == nil {
-			logf("%s: raw decode (%s): %s", model, engine, res.Err)
-		} else if err := loop.warm(ctx); err != nil {
-			res.Err = fmt.Sprintf("warm-up: %v", err)
-		}
-		raws = append(raws, &pairedRaw{loop: loop, res: res})
-	}
-	for _, name := range cfg.servers {
-		ssc, err := sc.forServer(name)
-		if err == nil {
-			var s pairedServer
-			s.p, s.tgt, versions[name], err = startTarget(ctx, cfg, name, ssc, logf)
-			if err == nil {
-				s.name, s.rep = name, serverReport{Name: name, Stream: &streamResult{}}
-				wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
-				if err = warmup(wctx, s.tgt, cfg.seed); err != nil {
-					err = fmt.Errorf("warm-up: %w", err)
-					s.tgt.Close()
-					s.p.stop(15 * time.Second)
-				} else {
-					live = append(live, &s)
-				}
-				wcancel()
+		if loop != nil {
+			if err := loop.warm(ctx); err != nil {
+				res.Err = fmt.Sprintf("warm-up: %v", err)
 			}
 		}
+		raws = append(raws, &pairedRaw{loop: loop, res: res}) // its error is logged at the end
+	}
+	for _, name := range cfg.servers {
+		s, version, err := startPaired(ctx, cfg, name, sc, logf)
+		versions[name] = version
 		if err != nil {
 			logf("%s: %s: %v", model, name, err)
 			reports = append(reports, serverReport{Name: name, Err: err.Error()})
+			continue
 		}
+		live = append(live, s)
 	}
 	perRound := 0
 	for _, n := range cfg.concurrency {
 		perRound += n
 	}
+	var streamers []streamer
+	for _, s := range live {
+		streamers = append(streamers, s)
+	}
+	for _, r := range raws {
+		streamers = append(streamers, r)
+	}
 	for round := range cfg.paired {
 		if ctx.Err() != nil || len(live) == 0 {
 			break
-		}
-		var streamers []streamer
-		for _, s := range live {
-			streamers = append(streamers, s)
-		}
-		for _, r := range raws {
-			streamers = append(streamers, r)
 		}
 		for _, s := range rotate(streamers, round) {
 			wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
@@ -164,9 +166,8 @@ func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(strin
 				c := runConversations(wctx, s.tgt, first, n, cfg.turns, cfg.replyTokens, cfg.seed)
 				wcancel()
 				s.rep.addRound(c)
-				if len(c.Errors) > 0 {
+				if len(c.Errors) > 0 { // logged at the end
 					s.rep.Err = fmt.Sprintf("round %d: %d sessions: %s", round+1, n, errSummary(c.Errors))
-					logf("%s: %s: %s", model, s.name, s.rep.Err)
 				}
 			}
 			first += n
@@ -179,7 +180,7 @@ func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(strin
 		}
 		for _, r := range raws {
 			if k := len(r.res.Runs); k == round+1 {
-				line = append(line, fmt.Sprintf("%s %.1f tok/s", r.label(), r.res.Runs[k-1].rate()))
+				line = append(line, fmt.Sprintf("raw %s %.1f tok/s", r.res.Engine, r.res.Runs[k-1].rate()))
 			}
 		}
 		logf("%s: round %d of %d: stream %s", model, round+1, cfg.paired, strings.Join(line, ", "))
