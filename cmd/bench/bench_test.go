@@ -217,13 +217,7 @@ func TestRunEndToEnd(t *testing.T) {
 		"-stream-tokens", "24", "-reply-tokens", "12", "-turns", "3", "-sessions", "1,2", "-repeats", "2",
 		"-timeout", "3m", "-workload-timeout", "1m", "-out", out, "-json", js, "-scratch", filepath.Join(dir, "scratch"),
 	}
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	if err := run(ctx, args, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("\n%s", stdout.String())
+	runTool(t, args)
 
 	var rep struct {
 		Models []struct {
@@ -238,13 +232,7 @@ func TestRunEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	b, err := os.ReadFile(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	b := readJSON(t, js, &rep)
 	if len(rep.Models) != 1 || len(rep.Models[0].Raw.Runs) != 2 {
 		t.Fatalf("report: %s", b)
 	}
@@ -302,4 +290,31 @@ func TestRunEndToEnd(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "scratch")); err != nil {
 		t.Errorf("scratch folder: %v", err)
 	}
+}
+
+// runTool runs the whole tool with args (under a 4-minute deadline) and
+// returns what it printed; it fails the test when the run fails.
+func runTool(t *testing.T, args []string) (stdout, stderr string) {
+	t.Helper()
+	var out, errs bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := run(ctx, args, &out, &errs); err != nil {
+		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errs.String())
+	}
+	t.Logf("\n%s", out.String())
+	return out.String(), errs.String()
+}
+
+// readJSON decodes the -json file at path into v and returns its bytes.
+func readJSON(t *testing.T, path string, v any) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -89,23 +87,17 @@ func TestPairedEndToEnd(t *testing.T) {
 		"-stream-tokens", "16", "-reply-tokens", "8", "-turns", "2", "-sessions", "1,2",
 		"-timeout", "3m", "-workload-timeout", "1m", "-out", out, "-json", js, "-scratch", filepath.Join(dir, "scratch"),
 	}
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	if err := run(ctx, args, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	t.Logf("\n%s", stdout.String())
+	stdout, stderr := runTool(t, args)
 	// Every round ran every server before the next round began, the first
 	// server rotating.
 	var starts []string
-	for _, line := range strings.Split(stderr.String(), "\n") {
+	for _, line := range strings.Split(stderr, "\n") {
 		if _, after, ok := strings.Cut(line, ": round "); ok {
 			starts = append(starts, after)
 		}
 	}
 	if len(starts) != 3 {
-		t.Errorf("%d rounds logged, want 3:\n%s", len(starts), stderr.String())
+		t.Errorf("%d rounds logged, want 3:\n%s", len(starts), stderr)
 	}
 
 	var rep struct {
@@ -114,13 +106,7 @@ func TestPairedEndToEnd(t *testing.T) {
 			Servers []serverReport
 		}
 	}
-	b, err := os.ReadFile(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	b := readJSON(t, js, &rep)
 	if len(rep.Models) != 1 || len(rep.Models[0].Servers) != 2 {
 		t.Fatalf("report: %s", b)
 	}
@@ -181,7 +167,7 @@ func TestPairedEndToEnd(t *testing.T) {
 			t.Errorf("BENCHMARKS.md lacks %q:\n%s", want, md)
 		}
 	}
-	if !strings.Contains(stdout.String(), "paired, stories260K parley-embedded / parley-current") {
-		t.Errorf("no pairs line on stdout:\n%s", stdout.String())
+	if !strings.Contains(stdout, "paired, stories260K parley-embedded / parley-current") {
+		t.Errorf("no pairs line on stdout:\n%s", stdout)
 	}
 }
