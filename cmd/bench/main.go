@@ -381,11 +381,11 @@ func benchModel(ctx context.Context, cfg config, model, scratch string, stops []
 	if cfg.paired > 0 {
 		servers, raws, versions := runPaired(ctx, cfg, sc, logf)
 		mr.Raws = raws
-		for i := range raws {
-			if i == 0 {
-				mr.Raw = &mr.Raws[0] // the raw decode of the tables' ratios
-			}
-			if raws[i].Err != "" {
+		if len(raws) > 0 {
+			mr.Raw = &mr.Raws[0] // the raw decode of the tables' ratios
+		}
+		for _, r := range raws {
+			if r.Err != "" {
 				failures++
 			}
 		}
