@@ -26,6 +26,10 @@
 //	go run ./cmd/mkgguf
 //	go run ./cmd/bench -parley bin/parley
 //
+// With -paired N every server of a model runs at once and each of N rounds
+// runs every workload once on each in turn, so that a noisy machine's slow
+// minutes fall on both sides of a comparison (paired.go).
+//
 // On a GPU (issue 18), scripts/bench-gpu.sh runs it with -gpu-layers auto,
 // flash attention on, 64 slots and 1, 16 and 64 sessions on a synthetic
 // Llama-3.2-1B-shaped model, and -section gpu, which writes a section of its
