@@ -380,13 +380,17 @@ func (r *report) pairedLines() []string {
 	var lines []string
 	for _, row := range rows {
 		c := row.cells
-		lines = append(lines, fmt.Sprintf("paired, %s / %s (median ratio, rounds ahead): stream %v, TTFT %v; 1 conv. %v, warm TTFT %v; %d conv. aggregate %v, warm TTFT %v; stream / own raw loop %s",
-			row.model+" "+row.server, ref, c[0], c[1], c[2], c[3], r.maxSessions(), c[4], c[5], row.raw.spread()))
+		line := fmt.Sprintf("paired, %s %s / %s (median ratio, rounds ahead): stream %v, TTFT %v; 1 conv. %v, warm TTFT %v", row.model, row.server, ref, c[0], c[1], c[2], c[3])
+		if maxC := r.maxSessions(); maxC > 1 {
+			line += fmt.Sprintf("; %d conv. aggregate %v, warm TTFT %v", maxC, c[4], c[5])
+		}
+		lines = append(lines, line+"; stream / own raw loop "+row.raw.spread())
 	}
 	return lines
 }
 
-// mdPaired writes the pairs table of a -paired run.
+// mdPaired writes the pairs table of a -paired run (without the columns of
+// the largest -sessions workload when that is one conversation).
 func (r *report) mdPaired(w mdWriter) {
 	ref, rows := r.pairedRows()
 	if ref == "" {
@@ -397,10 +401,18 @@ func (r *report) mdPaired(w mdWriter) {
 	w("%d rounds; in each, every workload ran once on every server, one server at a time, the order rotating from round to round (the tables above summarize the same runs). "+
 		"Each cell: the median over rounds of the server's figure divided by %s's in the same round, then in how many rounds the server was ahead (a higher rate, a lower TTFT). "+
 		"Warm TTFT = median over turns 2-%d. Last column: a Parley server's stream rate over its engine's raw loop (in this process, the same prompt in the same round), median (range) over rounds.\n\n", r.Cfg.paired, r.peerLabel(ref), r.Cfg.turns)
-	w("| model | server | stream tok/s | stream TTFT | 1 conv. stream tok/s | 1 conv. warm TTFT | %d conv. aggregate tok/s | %d conv. warm TTFT | stream / own raw loop |\n", maxC, maxC)
-	w("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	head, rule := "| model | server | stream tok/s | stream TTFT | 1 conv. stream tok/s | 1 conv. warm TTFT |", "|---|---|---:|---:|---:|---:|"
+	if maxC > 1 {
+		head += fmt.Sprintf(" %d conv. aggregate tok/s | %d conv. warm TTFT |", maxC, maxC)
+		rule += "---:|---:|"
+	}
+	w("%s stream / own raw loop |\n%s---:|\n", head, rule)
 	for _, row := range rows {
 		c := row.cells
-		w("| %s | %s | %v | %v | %v | %v | %v | %v | %s |\n", row.model, r.peerLabel(row.server), c[0], c[1], c[2], c[3], c[4], c[5], row.raw.spread())
+		w("| %s | %s | %v | %v | %v | %v |", row.model, r.peerLabel(row.server), c[0], c[1], c[2], c[3])
+		if maxC > 1 {
+			w(" %v | %v |", c[4], c[5])
+		}
+		w(" %s |\n", row.raw.spread())
 	}
 }

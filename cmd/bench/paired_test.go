@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -162,12 +163,56 @@ func TestPairedEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"### Paired rounds against Parley, current engine", "| stories260K | Parley, embedded engine | ", "median of 3 paired rounds", "/3 | ", "| stream / own raw loop |"} {
+	for _, want := range []string{"### Paired rounds against Parley, current engine", "| stories260K | Parley, embedded engine | ", "median of 3 paired rounds", "/3 | ", "| 2 conv. warm TTFT | stream / own raw loop |"} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("BENCHMARKS.md lacks %q:\n%s", want, md)
 		}
 	}
 	if !strings.Contains(stdout, "paired, stories260K parley-embedded / parley-current") {
 		t.Errorf("no pairs line on stdout:\n%s", stdout)
+	}
+}
+
+// TestPairedTableOneSession: with -sessions 1 the pairs table has no
+// columns for a larger workload, and every row has as many cells as its
+// header.
+func TestPairedTableOneSession(t *testing.T) {
+	run := func(rate float64) turnResult {
+		return turnResult{Tokens: 11, Decode: time.Duration(10 / rate * float64(time.Second)), TTFT: 100 * time.Millisecond}
+	}
+	server := func(name string, rates ...float64) serverReport {
+		s := serverReport{Name: name, Stream: &streamResult{}}
+		for _, r := range rates {
+			s.Stream.Runs = append(s.Stream.Runs, run(r))
+			s.addRound(concResult{Sessions: 1, Turns: [][]turnResult{{run(r), run(r)}}, Wall: time.Second})
+		}
+		return s
+	}
+	r := &report{Cfg: config{paired: 2, servers: []string{"parley-current", llamaServerName}, concurrency: []int{1}, turns: 2},
+		Models: []modelReport{{Name: "m", Servers: []serverReport{server("parley-current", 110, 90), server(llamaServerName, 100, 100)}}}}
+	var b strings.Builder
+	r.mdPaired(func(format string, args ...any) { fmt.Fprintf(&b, format, args...) })
+	md := b.String()
+	if strings.Contains(md, "conv. aggregate") {
+		t.Errorf("a larger workload's columns with -sessions 1:\n%s", md)
+	}
+	var rows []string
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "|") {
+			rows = append(rows, line)
+		}
+	}
+	if len(rows) != 3 {
+		t.Fatalf("%d table lines, want header, rule and one row:\n%s", len(rows), md)
+	}
+	for _, row := range rows {
+		if got, want := strings.Count(row, "|"), strings.Count(rows[0], "|"); got != want {
+			t.Errorf("%d cells' bars in %q, the header has %d", got, row, want)
+		}
+	}
+	// Ratios 1.1 and 0.9: the nearest-rank median of two is the lower one;
+	// ahead in one round of two.
+	if !strings.Contains(rows[2], "| 0.90, 1/2 |") {
+		t.Errorf("row %q", rows[2])
 	}
 }
