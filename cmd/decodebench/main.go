@@ -77,6 +77,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a Go CPU profile of the runs to this file")
 	fs.StringVar(&c.quantize, "quantize", "", "instead of measuring, write a copy of -model quantized to q4_0 or q8_0 into -o")
 	fs.StringVar(&c.out, "o", "", "output GGUF of -quantize")
+	fs.IntVar(&c.cfg.Parallel, "parallel", 0, "KV-cache slots of the context (default: the largest -sessions)")
+	fs.StringVar(&c.cfg.KVUnified, "kv-unified", "off", "one KV buffer for all slots (on) or one per slot (off)")
 	fs.IntVar(&c.copyPre, "prefix-copy", 0, "instead of the decode rate, measure a new sequence's time to first token when another slot holds this many of its first tokens (copied from it) against evaluating them, -ctx tokens per slot")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -113,15 +115,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		maxN = max(maxN, n)
 	}
 	llm.SetNativeLog(io.Discard, false)
-	c.cfg.Parallel = maxN
+	if c.cfg.Parallel < maxN {
+		c.cfg.Parallel = maxN
+	}
 	c.cfg.Progress = func(float32) {}
 	eng, err := llm.Open(c.cfg)
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
-	fmt.Fprintf(stdout, "model %s, threads %d, poll %d, pool %v, flash-attn %s, engine %s\n",
-		eng.Info().Name, c.cfg.Threads, c.cfg.Poll, !c.cfg.NoThreadPool, c.cfg.FlashAttention, eng.EngineName())
+	fmt.Fprintf(stdout, "model %s, threads %d, poll %d, pool %v, flash-attn %s, engine %s, slots %d, kv-unified %s\n",
+		eng.Info().Name, c.cfg.Threads, c.cfg.Poll, !c.cfg.NoThreadPool, c.cfg.FlashAttention, eng.EngineName(), c.cfg.Parallel, c.cfg.KVUnified)
 	if c.profile != "" {
 		f, err := os.Create(c.profile)
 		if err != nil {
