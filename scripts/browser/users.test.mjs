@@ -175,7 +175,11 @@ describe('conversation list with named users', { timeout: 300_000 }, () => {
     const before = await alice.items(aliceStory, ALICE);
     assert.equal(before.length, 2);
     await page.getByRole('button', { name: 'Regenerate reply' }).click();
-    const text = await alice.replyDone();
+    await alice.replyDone();
+    // The reply as the page holds it: its Markdown source, which Copy gives.
+    // The shown text is rendered Markdown (a sampled " \n" shows as "\n").
+    await page.getByRole('button', { name: 'Copy reply' }).first().click();
+    const text = await page.evaluate(() => navigator.clipboard.readText());
     const after = await alice.items(aliceStory, ALICE);
     assert.deepEqual(after.map(([role, t]) => [role, t.trim()]), [['user', 'Alice second tale'], ['assistant', text.trim()]],
       'one prompt and the new reply');
