@@ -282,8 +282,8 @@ type roundFigures struct {
 func (s *serverReport) roundFigures(maxC int) roundFigures {
 	var f roundFigures
 	if s.Stream != nil {
+		f.streamRate = rates(s.Stream.Runs)
 		for _, r := range s.Stream.Runs {
-			f.streamRate = append(f.streamRate, r.rate())
 			f.streamTTFT = append(f.streamTTFT, ms(r.TTFT))
 		}
 	}
@@ -303,6 +303,15 @@ func (s *serverReport) roundFigures(maxC int) roundFigures {
 		}
 	}
 	return f
+}
+
+// rates are the client-side decode rates of runs.
+func rates(runs []turnResult) []float64 {
+	var xs []float64
+	for _, r := range runs {
+		xs = append(xs, r.rate())
+	}
+	return xs
 }
 
 // pairedReference is the server the pairs table compares the others with:
@@ -340,16 +349,7 @@ func (r *report) pairedRows() (ref string, rows []pairedRow) {
 				continue
 			}
 			f := s.roundFigures(maxC)
-			var raw pairStats
-			for _, rr := range m.Raws {
-				if e := r.Cfg.parleyEngine(s.Name); e != "" && rr.Engine == e {
-					var rates []float64
-					for _, t := range rr.Runs {
-						rates = append(rates, t.rate())
-					}
-					raw = pairUp(f.streamRate, rates, true)
-				}
-			}
+			raw := pairUp(f.streamRate, rates(m.rawRuns(r.Cfg.parleyEngine(s.Name))), true)
 			rows = append(rows, pairedRow{model: m.Name, server: s.Name, raw: raw, cells: [6]pairStats{
 				pairUp(f.streamRate, rf.streamRate, true), pairUp(f.streamTTFT, rf.streamTTFT, false),
 				pairUp(f.oneRate, rf.oneRate, true), pairUp(f.oneWarm, rf.oneWarm, false),

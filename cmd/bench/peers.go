@@ -105,10 +105,19 @@ func (sc serverConfig) forServer(name string) (serverConfig, error) {
 
 // rawFor is the model's raw decode on engine, if it was measured.
 func (m modelReport) rawFor(engine string) *streamStats {
+	runs := m.rawRuns(engine)
+	if len(runs) == 0 {
+		return nil
+	}
+	st := summarizeRuns(runs)
+	return &st
+}
+
+// rawRuns are the runs of the model's raw decode on engine ("" for none).
+func (m modelReport) rawRuns(engine string) []turnResult {
 	for _, r := range m.Raws {
-		if r.Engine == engine && len(r.Runs) > 0 {
-			st := summarizeRuns(r.Runs)
-			return &st
+		if engine != "" && r.Engine == engine && len(r.Runs) > 0 {
+			return r.Runs
 		}
 	}
 	return nil

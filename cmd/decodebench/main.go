@@ -115,9 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		maxN = max(maxN, n)
 	}
 	llm.SetNativeLog(io.Discard, false)
-	if c.cfg.Parallel < maxN {
-		c.cfg.Parallel = maxN
-	}
+	c.cfg.Parallel = max(c.cfg.Parallel, maxN)
 	c.cfg.Progress = func(float32) {}
 	eng, err := llm.Open(c.cfg)
 	if err != nil {
