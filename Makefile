@@ -37,7 +37,7 @@ APT_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 python3-websockets chromiu
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
-.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-engine-cuda setup-cuda setup-bench build run test bench cuda bench-gpu ui fmt vet clean
+.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-engine-cuda setup-cuda setup-bench build run test bench cuda cuda-current bench-gpu ui fmt vet clean
 
 help:
 	@echo 'make setup   install Debian packages (only missing ones), Go modules, npm packages'
@@ -48,6 +48,8 @@ help:
 	@echo 'make setup-engine-cuda  the current engine'"'"'s CUDA build into lib/llama-current-cuda (143 MB; CUDA 13 runtime)'
 	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
 	@echo '             installs Debian'"'"'s nvidia-cuda-toolkit if nvcc is missing; ~17 min per architecture on 2 cores)'
+	@echo 'make cuda-current  the current engine'"'"'s CUDA backend built from its pinned source into lib/llama-current-cuda'
+	@echo '             (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES); NVIDIA'"'"'s nvcc 12 or 13; for a driver older than CUDA 13.1)'
 	@echo 'make bench-gpu  the GPU benchmark (needs make cuda and a GPU): Parley vs raw decode vs Ollama'
 	@echo 'make ui      rebuild the chat page bundle (npm run build-ui)'
 	@echo 'make fmt | vet | clean'
@@ -147,6 +149,12 @@ cuda: setup-cuda
 # nvcc from NVIDIA's CUDA 12/13 (PATH, /usr/local/cuda or CUDACXX) is used as it is; without one, Debian's toolkit.
 setup-cuda:
 	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "$${CUDACXX:-}" ]; then 	  command -v cmake >/dev/null || { echo "cuda: cmake is needed (apt-get install cmake)" >&2; exit 1; }; 	  echo "cuda: using $$(command -v nvcc || echo $${CUDACXX:-/usr/local/cuda/bin/nvcc})"; exit 0; fi; 	. /etc/os-release; 	if [ "$${ID:-}" != debian ]; then echo "cuda: no nvcc; install NVIDIA's CUDA toolkit (12 or 13) and cmake" >&2; exit 1; fi; 	if [ "$$(id -u)" = 0 ]; then sudo=""; 	elif command -v sudo >/dev/null; then sudo="sudo"; 	else echo "cuda: need root to install nvidia-cuda-toolkit" >&2; exit 1; fi; 	echo "cuda: adding $(CUDA_APT_SOURCE) ($$VERSION_CODENAME contrib non-free) and installing nvidia-cuda-toolkit cmake"; 	printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' 	  "$$VERSION_CODENAME" "$$VERSION_CODENAME" | $$sudo tee $(CUDA_APT_SOURCE) >/dev/null; 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q; 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nvidia-cuda-toolkit cmake
+
+# The current engine's CUDA backend compiled here (scripts/build-cuda-current.sh): the prebuilt package above holds
+# CUDA 13.1 PTX for Hopper and Ampere datacenter cards, which a driver for CUDA 13.0 or older cannot load. This
+# compiles the same ggml source (node-llama-cpp's pinned bundle) with the toolkit at hand, beside the CPU libraries.
+cuda-current: setup-engine
+	CUDA_ARCHITECTURES='$(CUDA_ARCHITECTURES)' scripts/build-cuda-current.sh
 
 bench-gpu:
 	scripts/bench-gpu.sh $(BENCH_ARGS)

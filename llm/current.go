@@ -180,12 +180,13 @@ func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placemen
 	if err := loadCurrent(cfg.LibDir); err != nil {
 		return nil, placement{}, err
 	}
-	// The device: a GPU when the folder holds the libraries' CUDA build
-	// (@node-llama-cpp/linux-x64-cuda, `make setup-engine-cuda`) and its
-	// driver finds one, else the CPU.
+	// The device: a GPU when the folder holds a CUDA backend (the prebuilt
+	// @node-llama-cpp/linux-x64-cuda of `make setup-engine-cuda`, or the one
+	// `make cuda-current` compiles from the same source) and its driver finds
+	// one, else the CPU.
 	ds := currentDevices()
 	dp, err := placeModel(cfg, meta, ds,
-		"the current engine's libraries in "+cfg.LibDir+" have no GPU backend (make setup-engine-cuda installs its CUDA build), or its driver found no device", log)
+		"the current engine's libraries in "+cfg.LibDir+" have no GPU backend (make setup-engine-cuda installs its CUDA build, make cuda-current compiles one), or its driver found no device", log)
 	if err != nil {
 		return nil, placement{}, err
 	}
@@ -193,7 +194,7 @@ func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placemen
 		// A library that cannot run its kernels on this GPU aborts the
 		// process at the first decode: try it in a child first.
 		if err := probeCurrentGPU(cfg.LibDir, cfg.Path, dp.info.FlashAttention); err != nil {
-			log.Warn("the current engine's CUDA library cannot run on this GPU (its build has no machine code for it and the driver cannot compile the PTX it has, or the GPU fails): running on the CPU",
+			log.Warn("the current engine's CUDA library cannot run on this GPU (its build has no machine code for it and the driver cannot compile the PTX it has, or the GPU fails; make cuda-current compiles one for this GPU): running on the CPU",
 				zap.String("gpu", dp.info.Name), zap.Error(err))
 			dp = cpuPlacement(cfg, meta, ds, "the GPU failed the current engine's test decode", log)
 		}

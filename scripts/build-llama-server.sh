@@ -18,6 +18,12 @@
 #             prints what it built last. A second run with the same snapshot and
 #             flags only re-links (the CMake build directory OUT_DIR/build is kept).
 # Environment: PARLEY_MARCH (as in scripts/env.sh), JOBS (default 2), CMAKE (default cmake).
+#   LLAMA_SERVER_MODULES=1  shared libraries, with ggml's backends as modules loaded at run time from the
+#             binary's folder (GGML_BACKEND_DL; unversioned names, as node-llama-cpp's build has): the libraries
+#             land in OUT_DIR/bin beside llama-server, and a CUDA backend built from the same source
+#             (scripts/build-cuda-current.sh) can be dropped there. Built from the current engine's pinned
+#             source (scripts/build-cuda-current.sh -source prints it), llama-server then runs the same kernels
+#             as Parley's current engine, on the CPU or a GPU.
 #
 # Needs cmake (Debian: apt-get install cmake), a C/C++ compiler and git. Cold, it
 # takes 15-30 minutes on 2 cores. The benchmark is not part of CI, so neither is this.
@@ -152,6 +158,11 @@ x86-64-v3) simd=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON 
 	;;
 esac
 
+modules=()
+if [ "${LLAMA_SERVER_MODULES:-0}" = 1 ]; then
+	modules=(-DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON)
+fi
+
 build=$out/build
 echo "build-llama-server: configuring $srcdir -> $build (${simd[*]})" >&2
 "$cmake" -S "$srcdir" -B "$build" \
@@ -162,7 +173,7 @@ echo "build-llama-server: configuring $srcdir -> $build (${simd[*]})" >&2
 	-DLLAMA_OPENSSL=OFF \
 	${commit:+-DLLAMA_BUILD_COMMIT=${commit:0:10}} \
 	-DGGML_OPENMP=ON \
-	"${simd[@]}" >"$out/configure.log" 2>&1 || {
+	"${simd[@]}" "${modules[@]}" >"$out/configure.log" 2>&1 || {
 	tail -40 "$out/configure.log" >&2
 	exit 1
 }
@@ -176,6 +187,9 @@ mkdir -p "$out/bin"
 for t in llama-server llama-quantize; do
 	cp -f "$build/bin/$t" "$out/bin/$t"
 done
+if [ ${#modules[@]} -gt 0 ]; then
+	cp -f "$build"/bin/*.so "$out/bin/"
+fi
 "$out/bin/llama-server" --version 2>&1 | sed 's/^/build-llama-server: /' >&2 || true
 echo "$out/bin/llama-server"
 echo "$out/bin/llama-quantize"
