@@ -37,7 +37,9 @@ export_source() {
 	tmp=$(mktemp -d)
 	(cd "$tmp" && npm pack --silent "$pkg" >/dev/null)
 	local got
-	got="sha512-$(openssl dgst -sha512 -binary "$tmp"/node-llama-cpp-*.tgz | base64 -w0)"
+	# npm's integrity string, computed by node (which npm brings).
+	got=$(node -e 'const c = require("crypto"), fs = require("fs");
+console.log("sha512-" + c.createHash("sha512").update(fs.readFileSync(process.argv[1])).digest("base64"))' "$tmp"/node-llama-cpp-*.tgz)
 	[ "$got" = "$integrity" ] || { echo "build-cuda-current: $pkg: integrity $got, pinned $integrity" >&2; exit 1; }
 	tar -xzf "$tmp"/node-llama-cpp-*.tgz -C "$tmp" package/llama/gitRelease.bundle
 	rm -rf "$dst"
