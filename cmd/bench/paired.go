@@ -27,20 +27,36 @@ type pairedServer struct {
 	p    *server
 	tgt  target
 	rep  serverReport
+	// failed is the first failure of a workload: the server sits the later
+	// workloads out, and its report keeps what it completed before (the
+	// failed workload's errors are in it).
+	failed string
 }
 
 // streamRound runs the round's single stream on the server and records it;
 // a server that failed before sits the rounds out.
 func (s *pairedServer) streamRound(ctx context.Context, cfg config, round int) {
-	if s.rep.Err != "" {
+	if s.failed != "" {
 		return
 	}
 	r, err := streamOnce(ctx, s.tgt, fmt.Sprintf(streamPrompt, character(round)), cfg.streamTokens, cfg.seed)
 	if err != nil {
-		s.rep.Stream.Err, s.rep.Err = err.Error(), fmt.Sprintf("round %d: stream: %v", round+1, err)
+		s.rep.Stream.Err, s.failed = err.Error(), fmt.Sprintf("round %d: stream: %v", round+1, err)
 		return
 	}
 	s.rep.Stream.Runs = append(s.rep.Stream.Runs, r)
+}
+
+// report is the server's report at the end of the run. A server that
+// failed with nothing completed gets the failure as its error, which its
+// rows print instead of figures; one that failed later keeps the rounds
+// before, and the failed workload's errors show in their column.
+func (s *pairedServer) report() serverReport {
+	r := s.rep
+	if s.failed != "" && (r.Stream == nil || len(r.Stream.Runs) == 0) && len(r.Conv) == 0 {
+		r.Err = s.failed
+	}
+	return r
 }
 
 // pairedRaw is a raw decode loop of a paired run: in each round it decodes
@@ -159,7 +175,7 @@ func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(strin
 		first := round * perRound // sessions are numbered across rounds: no two send the same prompts
 		for _, n := range cfg.concurrency {
 			for _, s := range order {
-				if s.rep.Err != "" {
+				if s.failed != "" {
 					continue
 				}
 				wctx, wcancel := context.WithTimeout(ctx, cfg.workloadTimeout)
@@ -167,7 +183,7 @@ func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(strin
 				wcancel()
 				s.rep.addRound(c)
 				if len(c.Errors) > 0 { // logged at the end
-					s.rep.Err = fmt.Sprintf("round %d: %d sessions: %s", round+1, n, errSummary(c.Errors))
+					s.failed = fmt.Sprintf("round %d: %d sessions: %s", round+1, n, errSummary(c.Errors))
 				}
 			}
 			first += n
@@ -186,13 +202,13 @@ func runPaired(ctx context.Context, cfg config, sc serverConfig, logf func(strin
 		logf("%s: round %d of %d: stream %s", model, round+1, cfg.paired, strings.Join(line, ", "))
 	}
 	for _, s := range live {
-		if err := s.p.exited(); err != nil && s.rep.Err == "" {
-			s.rep.Err = err.Error()
+		if err := s.p.exited(); err != nil && s.failed == "" {
+			s.failed = err.Error()
 		}
-		if s.rep.Err != "" {
-			logf("%s: %s: %s", model, s.name, s.rep.Err)
+		if s.failed != "" {
+			logf("%s: %s: %s (it sat out the rest of the run)", model, s.name, s.failed)
 		}
-		reports = append(reports, s.rep)
+		reports = append(reports, s.report())
 	}
 	var rawResults []rawResult
 	for _, r := range raws {
@@ -225,22 +241,23 @@ func (s *serverReport) addRound(c concResult) {
 			m.Turns = append(m.Turns, c.Turns...)
 			m.Wall += c.Wall
 			m.Walls = append(m.Walls, c.Wall)
+			m.RoundErrors = append(m.RoundErrors, len(c.Errors))
 			m.Errors = append(m.Errors, c.Errors...)
 			return
 		}
 	}
-	c.Walls = []time.Duration{c.Wall}
+	c.Walls, c.RoundErrors = []time.Duration{c.Wall}, []int{len(c.Errors)}
 	s.Conv = append(s.Conv, c)
 }
 
 // round is the r-th round of a paired conversation workload, nil when the
-// server has none.
-func (c concResult) round(r int) *concResult {
+// server has none; failed says whether that round had errors.
+func (c concResult) round(r int) (rc *concResult, failed bool) {
 	lo, hi := r*c.Sessions, (r+1)*c.Sessions
 	if r >= len(c.Walls) || hi > len(c.Turns) {
-		return nil
+		return nil, false
 	}
-	return &concResult{Sessions: c.Sessions, Turns: c.Turns[lo:hi], Wall: c.Walls[r]}
+	return &concResult{Sessions: c.Sessions, Turns: c.Turns[lo:hi], Wall: c.Walls[r]}, r < len(c.RoundErrors) && c.RoundErrors[r] > 0
 }
 
 // pairStats compares a server with the reference over the rounds both
@@ -289,11 +306,14 @@ func (s *serverReport) roundFigures(maxC int) roundFigures {
 	}
 	for _, c := range s.Conv {
 		for r := 0; ; r++ {
-			rc := c.round(r)
+			rc, failed := c.round(r)
 			if rc == nil {
 				break
 			}
 			st := summarizeConv(*rc)
+			if failed { // a round cut short by errors is no figure: pairUp skips NaN, the rounds stay aligned
+				st.StreamRate, st.Aggregate, st.TTFT50 = math.NaN(), math.NaN(), nil
+			}
 			switch c.Sessions {
 			case 1:
 				f.oneRate, f.oneWarm = append(f.oneRate, st.StreamRate), append(f.oneWarm, st.warmTTFT())

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,12 +45,68 @@ func TestAddRoundAndRound(t *testing.T) {
 	if st := summarizeConv(two); st.Tokens != 32 || st.Aggregate != 32.0/6 {
 		t.Errorf("merged aggregate %v over %d tokens, want all tokens over all the wall time", st.Aggregate, st.Tokens)
 	}
-	r1 := two.round(1)
-	if r1 == nil || r1.Wall != 4*time.Second || len(r1.Turns) != 2 || r1.Turns[0][0].Tokens != 11 {
-		t.Errorf("round 1: %+v", r1)
+	if !slices.Equal(two.RoundErrors, []int{0, 1}) {
+		t.Errorf("errors by round %v, want [0 1]", two.RoundErrors)
 	}
-	if two.round(2) != nil || s.Conv[1].round(1) != nil {
+	if r0, failed := two.round(0); r0 == nil || failed {
+		t.Errorf("round 0: %+v, failed %v", r0, failed)
+	}
+	r1, failed := two.round(1)
+	if r1 == nil || r1.Wall != 4*time.Second || len(r1.Turns) != 2 || r1.Turns[0][0].Tokens != 11 || !failed {
+		t.Errorf("round 1: %+v, failed %v (want the round with the error)", r1, failed)
+	}
+	if r, _ := two.round(2); r != nil {
 		t.Error("a round past the last one")
+	}
+	if r, _ := s.Conv[1].round(1); r != nil {
+		t.Error("a round past the last one")
+	}
+}
+
+// TestPairedFailure: a server whose workload fails in a later round keeps
+// the rounds it completed, and the failed round is no pair; a server that
+// completed nothing reports the failure as its error.
+func TestPairedFailure(t *testing.T) {
+	turns := func(n int, decode time.Duration) [][]turnResult {
+		var ts [][]turnResult
+		for range n {
+			ts = append(ts, []turnResult{{Tokens: 10, Decode: decode, TTFT: 10 * time.Millisecond}, {Tokens: 10, Decode: decode, TTFT: 20 * time.Millisecond}})
+		}
+		return ts
+	}
+	ok := pairedServer{name: "parley-current", rep: serverReport{Name: "parley-current", Stream: &streamResult{}}}
+	bad := pairedServer{name: llamaServerName, rep: serverReport{Name: llamaServerName, Stream: &streamResult{}}}
+	for round := range 3 {
+		ok.rep.addRound(concResult{Sessions: 2, Turns: turns(2, time.Second), Wall: 2 * time.Second})
+		if round < 2 {
+			c := concResult{Sessions: 2, Turns: turns(2, 2*time.Second), Wall: 4 * time.Second}
+			if round == 1 { // crashed half-way: its rate would look like anything
+				c.Turns, c.Wall, c.Errors = turns(2, 10*time.Millisecond)[:1], time.Second, []string{"session 3 turn 2: unexpected EOF"}
+				c.Turns = append(c.Turns, nil)
+				bad.failed = "round 2: 2 sessions: 1 errors"
+			}
+			bad.rep.addRound(c)
+		}
+	}
+	rep := bad.report()
+	if rep.Err != "" || len(rep.Conv) != 1 || len(rep.Conv[0].Errors) != 1 {
+		t.Fatalf("failed in round 2: %+v, want the rounds kept, no server error, the workload's error", rep)
+	}
+	okRep := ok.report()
+	fa, fb := okRep.roundFigures(2), rep.roundFigures(2)
+	if len(fb.manyAgg) != 2 || !math.IsNaN(fb.manyAgg[1]) || math.IsNaN(fb.manyAgg[0]) {
+		t.Fatalf("llama-server's aggregate by round %v, want round 1's figure and no figure for round 2", fb.manyAgg)
+	}
+	if p := pairUp(fa.manyAgg, fb.manyAgg, true); p.N != 1 || p.Ratio != 2 {
+		t.Errorf("aggregate pairs %+v, want round 1 alone (ratio 2)", p)
+	}
+	if p := pairUp(fa.manyWarm, fb.manyWarm, false); p.N != 1 {
+		t.Errorf("warm TTFT pairs %+v, want round 1 alone", p)
+	}
+
+	none := pairedServer{name: llamaServerName, rep: serverReport{Name: llamaServerName, Stream: &streamResult{Err: "refused"}}, failed: "round 1: stream: refused"}
+	if rep := none.report(); rep.Err != "round 1: stream: refused" {
+		t.Errorf("nothing completed: error %q, want the failure", rep.Err)
 	}
 }
 

@@ -61,8 +61,11 @@ type concResult struct {
 	Wall     time.Duration  `json:"wall_ns"`
 	// Walls is each round's wall time in a -paired run, whose rounds'
 	// sessions follow one another in Turns (Sessions per round).
-	Walls  []time.Duration `json:"round_walls_ns,omitempty"`
-	Errors []string        `json:"errors,omitempty"`
+	Walls []time.Duration `json:"round_walls_ns,omitempty"`
+	// RoundErrors is how many of Errors each round of a -paired run had: a
+	// round with errors is left out of the pairs table.
+	RoundErrors []int    `json:"round_errors,omitempty"`
+	Errors      []string `json:"errors,omitempty"`
 }
 
 // warmup sends one short turn so that model loading (Ollama loads on the
