@@ -33,7 +33,7 @@ export CGO_CXXFLAGS := -O3 -march=$(MARCH)
 # Debian packages the build and the tests use: the two header packages llama.cpp needs (NATIVE-BUILD.md),
 # Python's websockets for the seed client, chromium for the browser test, python3-jinja2 for the chat-template goldens,
 # libffi8 for the current engine (yzma).
-APT_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 python3-websockets chromium ca-certificates curl redis-server nginx python3-yaml python3-jinja2
+APT_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 cmake python3-websockets chromium ca-certificates curl redis-server nginx python3-yaml python3-jinja2
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
@@ -56,10 +56,13 @@ help:
 
 setup: setup-apt setup-go setup-npm setup-engine
 
-# The current engine's libraries (issue 32): the npm package pinned in scripts/engine, linked into lib/llama-current.
+# The current engine's libraries (issue 32): the npm package pinned in scripts/engine, linked into lib/llama-current
+# beside ggml's CPU backend compiled from the same source at $(MARCH) (about a minute on 2 cores; a re-run only checks):
+# the package's prebuilt CPU variants took 1.7-2x as long over an F16 prompt (BENCHMARKS.md).
+# scripts/setup-current-engine.sh lays out the prebuilt variants instead, for a machine without a compiler.
 ENGINE_STAMP := scripts/engine/node_modules/.package-lock.json
 setup-engine: $(ENGINE_STAMP)
-	scripts/setup-current-engine.sh
+	scripts/build-current-backend.sh cpu
 
 $(ENGINE_STAMP): scripts/engine/package.json scripts/engine/package-lock.json
 	cd scripts/engine && $(NPM) ci --no-audit --no-fund --ignore-scripts
@@ -150,11 +153,11 @@ cuda: setup-cuda
 setup-cuda:
 	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "$${CUDACXX:-}" ]; then 	  command -v cmake >/dev/null || { echo "cuda: cmake is needed (apt-get install cmake)" >&2; exit 1; }; 	  echo "cuda: using $$(command -v nvcc || echo $${CUDACXX:-/usr/local/cuda/bin/nvcc})"; exit 0; fi; 	. /etc/os-release; 	if [ "$${ID:-}" != debian ]; then echo "cuda: no nvcc; install NVIDIA's CUDA toolkit (12 or 13) and cmake" >&2; exit 1; fi; 	if [ "$$(id -u)" = 0 ]; then sudo=""; 	elif command -v sudo >/dev/null; then sudo="sudo"; 	else echo "cuda: need root to install nvidia-cuda-toolkit" >&2; exit 1; fi; 	echo "cuda: adding $(CUDA_APT_SOURCE) ($$VERSION_CODENAME contrib non-free) and installing nvidia-cuda-toolkit cmake"; 	printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' 	  "$$VERSION_CODENAME" "$$VERSION_CODENAME" | $$sudo tee $(CUDA_APT_SOURCE) >/dev/null; 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q; 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nvidia-cuda-toolkit cmake
 
-# The current engine's CUDA backend compiled here (scripts/build-cuda-current.sh): the prebuilt package above holds
+# The current engine's CUDA backend compiled here (scripts/build-current-backend.sh): the prebuilt package above holds
 # CUDA 13.1 PTX for Hopper and Ampere datacenter cards, which a driver for CUDA 13.0 or older cannot load. This
 # compiles the same ggml source (node-llama-cpp's pinned bundle) with the toolkit at hand, beside the CPU libraries.
 cuda-current: setup-engine
-	CUDA_ARCHITECTURES='$(CUDA_ARCHITECTURES)' scripts/build-cuda-current.sh
+	CUDA_ARCHITECTURES='$(CUDA_ARCHITECTURES)' scripts/build-current-backend.sh cuda
 
 bench-gpu:
 	scripts/bench-gpu.sh $(BENCH_ARGS)

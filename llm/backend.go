@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"path/filepath"
 	"strings"
 
 	"go.uber.org/zap"
@@ -118,10 +119,10 @@ func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement
 				return openCurrent(cfg, meta, log)
 			}
 		}
-		if autoPrefersEmbedded(meta) {
+		if autoPrefersEmbedded(meta, cfg.LibDir) {
 			be, p, err := openEmbedded(cfg, meta, log)
 			if err == nil {
-				log.Info("engine auto: using the embedded engine for F16 weights (the current engine's library evaluates prompts of F16 models about 2x slower on the CPU and decodes them no faster: BENCHMARKS.md)",
+				log.Info("engine auto: using the embedded engine for F16 weights (the current engine's prebuilt CPU library evaluates prompts of F16 models about 2x slower and decodes them no faster; make setup builds one that does not: BENCHMARKS.md)",
 					zap.String("quantization", meta.info.Quantization))
 				return be, p, nil
 			}
@@ -133,11 +134,14 @@ func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement
 }
 
 // autoPrefersEmbedded reports whether auto runs a model the embedded engine
-// can load on it rather than on the current engine: models of F16 weights,
-// whose prompts the current engine's prebuilt CPU library evaluates about 2.3
-// times slower (38 to 512 tokens, 2 threads, the synthetic 135M model) while
-// it decodes them at the same rate. On Q8_0 and Q4_0 the current engine is as
-// fast or faster at both (BENCHMARKS.md, "Decode speed, 2026-11-25").
-func autoPrefersEmbedded(meta metadata) bool {
-	return strings.EqualFold(meta.info.Quantization, "F16")
+// can load on it rather than on the current engine: models of F16 weights
+// when the current engine's folder holds the prebuilt CPU variants, whose
+// F16 matrix kernel evaluates prompts about 2.3 times slower (38 to 512
+// tokens, 2 threads, the synthetic 135M model) while they decode at the same
+// rate. The CPU backend that make setup compiles from the same source
+// (scripts/build-current-backend.sh, libggml-cpu.so in the folder) evaluates
+// them as fast as the embedded engine. On Q8_0 and Q4_0 the current engine is
+// as fast or faster with either (BENCHMARKS.md).
+func autoPrefersEmbedded(meta metadata, libDir string) bool {
+	return strings.EqualFold(meta.info.Quantization, "F16") && !fileExists(filepath.Join(libDir, "libggml-cpu.so"))
 }

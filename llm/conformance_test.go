@@ -269,9 +269,11 @@ func TestEngineAuto(t *testing.T) {
 		if e.EngineName() != llm.EngineCurrent {
 			t.Errorf("auto with the libraries, GPU layers asked for and no GPU: %s", e.EngineName())
 		}
-		// F16 weights go to the embedded engine (the current library's
-		// prompt evaluation of them is the slower one); a quantized copy of
-		// the same model to the current engine.
+		// F16 weights go to the embedded engine when the folder holds the
+		// prebuilt CPU variants (whose prompt evaluation of them is the
+		// slower one), to the current engine when it holds the CPU backend
+		// make setup compiles; a quantized copy of the same model to the
+		// current engine either way.
 		spec := synth.DefaultSpec()
 		spec.VocabFrom = testmodel.Path(t)
 		spec.Layers, spec.Dim, spec.Heads, spec.KVHeads, spec.FFN = 2, 64, 2, 1, 128
@@ -283,7 +285,11 @@ func TestEngineAuto(t *testing.T) {
 		if err := llm.Quantize(f16, q8, "q8_0", 1); err != nil {
 			t.Fatal(err)
 		}
-		for path, want := range map[string]string{f16: llm.EngineEmbedded, q8: llm.EngineCurrent} {
+		f16Engine := llm.EngineEmbedded
+		if _, err := os.Stat(filepath.Join(currentLibDir(t), "libggml-cpu.so")); err == nil {
+			f16Engine = llm.EngineCurrent
+		}
+		for path, want := range map[string]string{f16: f16Engine, q8: llm.EngineCurrent} {
 			e = mustOpen(t, llm.Config{Path: path, Engine: llm.EngineAuto, LibDir: currentLibDir(t), Parallel: 1, ContextLength: 128})
 			if e.EngineName() != want {
 				t.Errorf("auto on %s (%s): %s, want %s", filepath.Base(path), e.Info().Quantization, e.EngineName(), want)

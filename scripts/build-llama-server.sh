@@ -21,8 +21,8 @@
 #   LLAMA_SERVER_MODULES=1  shared libraries, with ggml's backends as modules loaded at run time from the
 #             binary's folder (GGML_BACKEND_DL; unversioned names, as node-llama-cpp's build has): the libraries
 #             land in OUT_DIR/bin beside llama-server, and a CUDA backend built from the same source
-#             (scripts/build-cuda-current.sh) can be dropped there. Built from the current engine's pinned
-#             source (scripts/build-cuda-current.sh -source prints it), llama-server then runs the same kernels
+#             (scripts/build-current-backend.sh cuda) can be dropped there. Built from the current engine's pinned
+#             source (scripts/build-current-backend.sh -source DIR exports it), llama-server then runs the same kernels
 #             as Parley's current engine, on the CPU or a GPU.
 #
 # Needs cmake (Debian: apt-get install cmake), a C/C++ compiler and git. Cold, it
@@ -146,17 +146,11 @@ for pub in "$srcdir/tools/server/public" "$srcdir/examples/server/public"; do
 	[ -f "$pub/loading.html" ] || printf '%s\n' '<!doctype html><title>loading</title><p>Loading model</p>' >"$pub/loading.html"
 done
 
-# SIMD as Parley's cgo build: x86-64-v3 = AVX, AVX2, BMI2, F16C, FMA; native on request.
-march=${PARLEY_MARCH:-x86-64-v3}
-simd=()
-case "$march" in
-native) simd=(-DGGML_NATIVE=ON) ;;
-x86-64-v3) simd=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_F16C=ON -DGGML_FMA=ON) ;;
-*)
-	echo "build-llama-server: PARLEY_MARCH=$march: only x86-64-v3 and native are mapped to ggml's options" >&2
-	exit 2
-	;;
-esac
+# SIMD as Parley's cgo build.
+# shellcheck source=ggml-simd.sh
+. "$root/scripts/ggml-simd.sh"
+ggml_simd || exit 2
+simd=("${ggml_simd_flags[@]}")
 
 modules=()
 if [ "${LLAMA_SERVER_MODULES:-0}" = 1 ]; then

@@ -2,7 +2,9 @@
 # Lays out the current engine's libraries (llm/current.go): every file of a pinned npm package of node-llama-cpp's
 # prebuilt llama.cpp, plus the exact names yzma opens (libllama.so, libggml.so; the package ships versioned names).
 #   scripts/setup-current-engine.sh        the CPU build, @node-llama-cpp/linux-x64 (scripts/engine, `npm ci` there),
-#                                          into lib/llama-current; run by `make setup`
+#                                          with its prebuilt CPU variants, into lib/llama-current: for a machine
+#                                          without a compiler (`make setup` builds the CPU backend from source
+#                                          instead: scripts/build-current-backend.sh cpu)
 #   scripts/setup-current-engine.sh cuda   the CUDA build, @node-llama-cpp/linux-x64-cuda (scripts/engine-cuda), into
 #                                          lib/llama-current-cuda; run by `make setup-engine-cuda`. bin/parley takes
 #                                          that folder over lib/llama-current when it is there.
@@ -23,6 +25,8 @@ if [ "$(uname -sm)" != "Linux x86_64" ]; then
 fi
 [ -d "$src" ] || { echo "setup: $src is missing (cd scripts/$pkg && npm ci)" >&2; exit 1; }
 mkdir -p "$dst"
+# A CPU backend that scripts/build-current-backend.sh compiled would be loaded beside the variants: out.
+rm -f "$dst/libggml-cpu.so"
 for f in "$src"/*.so; do ln -sfn "$f" "$dst/$(basename "$f")"; done
 ln -sfn "$src/libllama.${tag}v0.5.0.so" "$dst/libllama.so"
 ln -sfn "$src/libggml.${tag}v0.5.0.so" "$dst/libggml.so"

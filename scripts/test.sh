@@ -168,7 +168,7 @@ if [ ${#node_dirs[@]} -gt 0 ]; then
 	suite "node --test ${node_dirs[*]}" node_tests "${node_dirs[@]}"
 fi
 
-suite "make cuda-current: pins and layout (no nvcc)" scripts/build-cuda-current-test.sh
+suite "make cuda-current: pins and layout (no nvcc)" scripts/build-current-backend-test.sh
 suite "Dockerfile check" scripts/dockerfile-check.sh
 suite "Dockerfile.cuda check" scripts/dockerfile-check.sh "$root/Dockerfile.cuda"
 
