@@ -48,7 +48,7 @@ help:
 	@echo 'make setup-engine-cuda  the current engine'"'"'s CUDA build into lib/llama-current-cuda (143 MB; CUDA 13 runtime)'
 	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
 	@echo '             installs Debian'"'"'s nvidia-cuda-toolkit if nvcc is missing; ~17 min per architecture on 2 cores)'
-	@echo 'make cuda-current  the current engine'"'"'s CUDA backend built from its pinned source into lib/llama-current-cuda'
+	@echo 'make cuda-current  the current engine'"'"'s CUDA and CPU backends built from its pinned source into lib/llama-current-cuda'
 	@echo '             (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES); NVIDIA'"'"'s nvcc 12 or 13; for a driver older than CUDA 13.1)'
 	@echo 'make bench-gpu  the GPU benchmark (needs make cuda and a GPU): Parley vs raw decode vs Ollama'
 	@echo 'make ui      rebuild the chat page bundle (npm run build-ui)'
