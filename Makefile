@@ -156,7 +156,7 @@ setup-cuda:
 # The current engine's CUDA backend compiled here (scripts/build-current-backend.sh): the prebuilt package above holds
 # CUDA 13.1 PTX for Hopper and Ampere datacenter cards, which a driver for CUDA 13.0 or older cannot load. This
 # compiles the same ggml source (node-llama-cpp's pinned bundle) with the toolkit at hand, beside the CPU libraries.
-cuda-current: setup-engine
+cuda-current: $(ENGINE_STAMP)
 	CUDA_ARCHITECTURES='$(CUDA_ARCHITECTURES)' scripts/build-current-backend.sh cuda
 
 bench-gpu:

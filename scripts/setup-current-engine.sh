@@ -25,7 +25,8 @@ if [ "$(uname -sm)" != "Linux x86_64" ]; then
 fi
 [ -d "$src" ] || { echo "setup: $src is missing (cd scripts/$pkg && npm ci)" >&2; exit 1; }
 mkdir -p "$dst"
-# A CPU backend that scripts/build-current-backend.sh compiled would be loaded beside the variants: out.
+# A CPU backend that scripts/build-current-backend.sh compiled goes: ggml would load the variants anyway, and
+# --engine auto takes a libggml-cpu.so here for that build (autoPrefersEmbedded, llm/backend.go).
 rm -f "$dst/libggml-cpu.so"
 for f in "$src"/*.so; do ln -sfn "$f" "$dst/$(basename "$f")"; done
 ln -sfn "$src/libllama.${tag}v0.5.0.so" "$dst/libllama.so"
