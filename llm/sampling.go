@@ -142,23 +142,3 @@ func (e *Engine) overStepBudget(seq *sequence, d time.Duration) bool {
 		"generating a token took %s, over the %s budget (is the grammar too complex?)", d.Round(time.Millisecond), e.budget))
 	return true
 }
-
-// logprob returns log softmax(logits / temp)[tok]. Greedy sampling (temp <= 0)
-// reports the model's own distribution (temp 1).
-func logprob(logits []float32, tok int, temp float64) float64 {
-	if tok < 0 || tok >= len(logits) {
-		return math.NaN()
-	}
-	if temp <= 0 {
-		temp = 1
-	}
-	maxL := math.Inf(-1)
-	for _, l := range logits {
-		maxL = math.Max(maxL, float64(l)/temp)
-	}
-	var sum float64
-	for _, l := range logits {
-		sum += math.Exp(float64(l)/temp - maxL)
-	}
-	return float64(logits[tok])/temp - maxL - math.Log(sum)
-}
