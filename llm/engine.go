@@ -96,6 +96,11 @@ type Engine struct {
 	gvOnce sync.Once
 	gv     *grammarVocab
 
+	// chainOnly makes every unconstrained sequence sample through the
+	// engine's llama.cpp sampler chain, greedy ones too (no
+	// greedySampler): set by tests, before the first Generate.
+	chainOnly bool
+
 	busy, queued                                          atomic.Int64
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
 	busyRefusals, slowDrops, deadEnds, overBudget         atomic.Int64

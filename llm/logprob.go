@@ -77,6 +77,33 @@ static double parley_logsumexp(const float *l, int64_t n, float s, float *max) {
 	}
 	return sum;
 }
+// parley_argmax returns the index of the first largest of l[0..n), n > 0
+// (NaNs never win, unless all are NaN: then 0).
+static int64_t parley_argmax(const float *l, int64_t n) {
+	float m = -__builtin_inff();
+	int64_t i = 0, body = n & ~(int64_t)7;
+	if (body > 0) {
+		parley_v8f mv;
+		memcpy(&mv, l, sizeof mv);
+		for (i = 8; i < body; i += 8) {
+			parley_v8f v;
+			memcpy(&v, l + i, sizeof v);
+			mv = parley_sel8(v > mv, v, mv);
+		}
+		for (int j = 0; j < 8; j++) {
+			m = mv[j] > m ? mv[j] : m;
+		}
+	}
+	for (i = body; i < n; i++) {
+		m = l[i] > m ? l[i] : m;
+	}
+	for (i = 0; i < n; i++) {
+		if (l[i] == m) {
+			return i;
+		}
+	}
+	return 0;
+}
 */
 import "C"
 
@@ -105,4 +132,31 @@ func logprob(logits []float32, tok int, temp float64) float64 {
 	sum := C.parley_logsumexp((*C.float)(unsafe.Pointer(&logits[0])), C.int64_t(len(logits)), C.float(1/temp), &maxL)
 	lp := (float64(logits[tok])-float64(maxL))/temp - math.Log(float64(sum))
 	return min(lp, 0) // rounding can put the largest term a hair past 0; NaN stays NaN
+}
+
+// argmax returns the index of the first largest logit (0 for an empty or
+// all-NaN row).
+func argmax(logits []float32) int {
+	if len(logits) == 0 {
+		return 0
+	}
+	return int(C.parley_argmax((*C.float)(unsafe.Pointer(&logits[0])), C.int64_t(len(logits))))
+}
+
+// greedySampler takes the largest logit: what llama.cpp's sampler chain
+// chooses when the temperature is 0 and no penalty or typical-p filter can
+// demote that token, without its work per token (a candidate array as long as
+// the vocabulary, a top-k sort). It reads llama.cpp's logits in place.
+type greedySampler struct{ be backend }
+
+func (g greedySampler) Sample(i int) int { return argmax(g.be.Logits(i)) }
+func (g greedySampler) Accept(int)       {}
+
+// plainGreedy reports whether p (the sampler a sequence asked for) always
+// takes the largest logit, so greedySampler gives its tokens: temperature 0,
+// no repetition, frequency or presence penalty, typical-p off. Top-k, top-p
+// and min-p always keep the largest logit.
+func plainGreedy(p samplerParams) bool {
+	return p.Temp <= 0 && p.TypicalP >= 1 &&
+		(p.RepeatLastN == 0 || p.PenaltyRepeat == 1 && p.PenaltyFreq == 0 && p.PenaltyPre == 0)
 }

@@ -44,7 +44,7 @@ func (e *Engine) newSampler(p parley.Params, client string) (tokenSampler, *gram
 		}
 		return nil, gs, nil
 	}
-	sc, err := e.be.NewSampler(samplerParams{
+	sp := samplerParams{
 		TopK:          p.TopK,
 		TopP:          float32(p.TopP),
 		MinP:          float32(p.MinP),
@@ -55,7 +55,11 @@ func (e *Engine) newSampler(p parley.Params, client string) (tokenSampler, *gram
 		PenaltyFreq:   float32(p.FrequencyPenalty),
 		PenaltyPre:    float32(p.PresencePenalty),
 		Seed:          seed,
-	})
+	}
+	if plainGreedy(sp) && !e.chainOnly {
+		return greedySampler{be: e.be}, nil, nil
+	}
+	sc, err := e.be.NewSampler(sp)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sampler: %w", err)
 	}

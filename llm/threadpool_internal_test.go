@@ -93,13 +93,3 @@ func testStateSeqSaveRestore(t *testing.T, engine string) {
 		t.Errorf("after restore: sequence 1 predicts %d, sequence 0 %d", c, a)
 	}
 }
-
-func argmax(l []float32) int {
-	best := 0
-	for i, v := range l {
-		if v > l[best] {
-			best = i
-		}
-	}
-	return best
-}

@@ -7,7 +7,10 @@
 # Usage: scripts/bench-models.sh [MODELS_DIR]
 #   MODELS_DIR defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/parley/models (never the repository).
 # Environment: LLAMA_QUANTIZE (default: the one build-llama-server.sh put in
-#   ${XDG_CACHE_HOME:-$HOME/.cache}/parley/llama-server/bin).
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/parley/llama-server/bin); VOCAB_SIZE pads the
+#   vocabulary to a real model's (SmolLM2: 49152; mkgguf -vocab-size), so the
+#   output layer and the sampler cost what they cost there: the files are then
+#   named synthetic-smollm2-135m-vVOCAB_SIZE-*.gguf.
 # Prints the three model paths, F16 first.
 #
 # A quantized copy is remade when it is missing, older than the F16 file, or
@@ -33,14 +36,20 @@ if [ ! -x "$quantize" ]; then
 	exit 2
 fi
 
-f16=$dir/synthetic-smollm2-135m-f16.gguf
-(cd "$root" && go run ./cmd/mkgguf -o "$f16") >&2 # leaves an up-to-date file alone
+name=synthetic-smollm2-135m
+mkflags=()
+if [ -n "${VOCAB_SIZE:-}" ]; then
+	name+=-v$VOCAB_SIZE
+	mkflags=(-vocab-size "$VOCAB_SIZE")
+fi
+f16=$dir/$name-f16.gguf
+(cd "$root" && go run ./cmd/mkgguf "${mkflags[@]}" -o "$f16") >&2 # leaves an up-to-date file alone
 
 # llama-quantize has no --version; the llama-server built beside it from the same tree has.
 version=$({ "$(dirname "$quantize")/llama-server" --version 2>&1 || true; } | sed -n 's/^version: //p' | head -1)
 made_by="llama-quantize ${version:-unknown}"
 for q in q8_0 q4_0; do
-	out=$dir/synthetic-smollm2-135m-$q.gguf
+	out=$dir/$name-$q.gguf
 	if [ -f "$out" ] && [ "$out" -nt "$f16" ] && [ "$(cat "$out.quantized-by" 2>/dev/null)" = "$made_by" ]; then
 		continue
 	fi
@@ -57,5 +66,5 @@ for q in q8_0 q4_0; do
 	printf '%s\n' "$made_by" >"$out.quantized-by"
 done
 echo "$f16"
-echo "$dir/synthetic-smollm2-135m-q8_0.gguf"
-echo "$dir/synthetic-smollm2-135m-q4_0.gguf"
+echo "$dir/$name-q8_0.gguf"
+echo "$dir/$name-q4_0.gguf"

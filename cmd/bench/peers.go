@@ -150,7 +150,10 @@ func (r *report) peerRow(m modelReport, s serverReport, maxC int) peerColumns {
 	}
 	if st := s.stream(); st != nil {
 		pc.stream, pc.ttft = st.Rate, st.TTFT
-	} else if s.Stream != nil {
+	}
+	if s.Stream != nil {
+		// With runs too: a paired server whose stream failed in a later
+		// round keeps the rounds before, and the failure shows beside them.
 		pc.streamErr = s.Stream.Err
 	}
 	pc.one, pc.many = s.conv(1), s.conv(maxC)

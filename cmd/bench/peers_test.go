@@ -175,6 +175,14 @@ func TestPeersTable(t *testing.T) {
 	if strings.Contains(md, "Parley embedded: single stream at or ahead") {
 		t.Error("the single-stream target against llama-server is the current engine's, not the embedded one's")
 	}
+	// A paired stream that failed in a later round: the rounds before keep
+	// their figures, and the failure is in the errors column.
+	rep.Models[0].Servers[2].Stream.Err = "unexpected EOF"
+	b.Reset()
+	rep.mdPeers(func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) })
+	if want := "| m | llama-server 1 (abc) | - | 160.0 | - |"; !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "stream: unexpected EOF |") {
+		t.Errorf("a later stream failure: table lacks %q or the error:\n%s", want, b.String())
+	}
 	// A run with neither llama-server nor a second engine writes no such table.
 	rep.Cfg.servers, rep.Cfg.peers.rawEngines = []string{"parley", "ollama"}, []string{"embedded"}
 	b.Reset()

@@ -2,9 +2,11 @@
 // real small chat model (by default SmolLM2-135M: llama architecture, 30
 // layers, dim 576, 9 query heads / 3 KV heads, FFN 1536) with seeded random
 // weights, and the vocabulary of a donor GGUF (by default stories260K, 512
-// tokens) so it tokenizes exactly like the donor. Its output is nonsense, but
-// every token costs what a token of the real model costs, which is all a
-// throughput benchmark needs; and greedy decoding never stops early or loops on
+// tokens) so it tokenizes exactly like the donor. -vocab-size pads that
+// vocabulary to a real model's size (SmolLM2: 49152) with tokens no text
+// holds, so the output layer and the sampler cost what the real model's do.
+// Its output is nonsense, but every token costs what a token of the real
+// model costs, which is all a throughput benchmark needs; and greedy decoding never stops early or loops on
 // one token (see tensors in internal/synth for how the weights ensure that).
 //
 // Usage:
@@ -57,6 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	fs.StringVar(&out, "o", defaultOutput(), "output GGUF path (outside the repository)")
 	fs.StringVar(&spec.VocabFrom, "vocab", defaultVocab(), "GGUF whose tokenizer.* metadata (vocabulary) is copied")
+	fs.IntVar(&spec.VocabSize, "vocab-size", 0, "pad the vocabulary to this many tokens (a real model's output layer and sampling cost; SmolLM2: 49152); 0: the donor's")
 	fs.StringVar(&spec.Name, "name", spec.Name, "general.name of the model")
 	fs.IntVar(&spec.Layers, "layers", spec.Layers, "transformer blocks")
 	fs.IntVar(&spec.Dim, "dim", spec.Dim, "embedding length (hidden size)")

@@ -24,6 +24,9 @@ import (
 type Spec struct {
 	Name           string
 	VocabFrom      string // donor GGUF whose tokenizer.* metadata is copied
+	// VocabSize, when above the donor's (plus a script's tokens), pads the vocabulary to this many tokens
+	// (see padVocab): a real model's output layer and sampling cost over a small donor's tokenizer.
+	VocabSize int
 	Layers         int
 	Dim            int // embedding length
 	Heads          int // query heads; Dim/Heads is the head size
@@ -47,7 +50,8 @@ type Spec struct {
 // rope_theta 100000, rms_norm_eps 1e-5), with the context cut to 2048 tokens,
 // the benchmark's per-session context. SmolLM2 ties its output projection to
 // the embeddings; here output.weight is separate (see tensors for why). With
-// a 512-token vocabulary that adds 0.3M of 106M parameters to the compute.
+// the donor's 512-token vocabulary that adds 0.3M of 106M parameters to the
+// compute; with VocabSize 49152 (SmolLM2's) it adds SmolLM2's 28M.
 //
 // F16 by default: decoding one token on a CPU streams every weight through the
 // cores once, so it is bound by memory bandwidth, and F16 halves the bytes of
@@ -85,6 +89,9 @@ func (s Spec) Description() string {
 	if s.Script != nil {
 		script = " script=" + s.Script.hash()
 	}
+	if s.VocabSize > 0 {
+		script += fmt.Sprintf(" vocab_size=%d", s.VocabSize)
+	}
 	return fmt.Sprintf("parley synthetic model v%d: layers=%d dim=%d heads=%d kv_heads=%d ffn=%d ctx=%d rope_theta=%g rms_eps=%g tied=%t type=%s std=%g resid_std=%g seed=%d vocab_from=%s",
 		generatorVersion, s.Layers, s.Dim, s.Heads, s.KVHeads, s.FFN, s.Context, s.RopeTheta, s.RMSEps, s.TiedEmbeddings, s.Type, s.Std, s.ResidStd, s.Seed, filepath.Base(s.VocabFrom)) + script
 }
@@ -105,6 +112,8 @@ func (s Spec) validate() error {
 		return fmt.Errorf("std %g, resid-std %g: want 0 < std <= 1", s.Std, s.ResidStd)
 	case !(s.RopeTheta > 0) || !(s.RMSEps > 0):
 		return errors.New("rope-theta and rms-eps must be positive")
+	case s.VocabSize < 0 || s.VocabSize > maxVocab:
+		return fmt.Errorf("vocab-size %d: want 0 (the donor's) up to %d", s.VocabSize, maxVocab)
 	case s.VocabFrom == "":
 		return errors.New("no vocabulary donor (-vocab)")
 	case s.Script != nil && (s.Script.Reply == "" || s.Script.After == ""):
@@ -159,6 +168,11 @@ func Write(ctx context.Context, path string, spec Spec) (Info, error) {
 		}
 		voc, chain = sc.voc, sc.chain
 		scriptTokenizer(tokenizer, voc, spec.Script.Template)
+	}
+	if spec.VocabSize > 0 {
+		if voc, err = padVocab(tokenizer, voc, spec.VocabSize); err != nil {
+			return Info{}, err
+		}
 	}
 	vocab := len(voc.tokens)
 	ts := tensors(ctx, spec, voc, chain)
@@ -225,6 +239,45 @@ func Write(ctx context.Context, path string, spec Spec) (Info, error) {
 type vocabulary struct {
 	tokens []string
 	types  []int32
+}
+
+// padPrefix starts the text of every token padVocab adds: a private-use
+// character, which no prompt holds, so the padding never changes how text
+// tokenizes, and cycle leaves those tokens out.
+const padPrefix = "\ue000"
+
+// maxVocab bounds VocabSize: the largest vocabularies in use (Gemma's) have
+// about 262,000 tokens; padVocab's two-character suffix names 6400^2.
+const maxVocab = 1 << 20
+
+// padVocab appends tokens to voc until it holds size, and writes the result
+// into the tokenizer metadata. The new tokens are ordinary ones whose text is
+// padPrefix and two more private-use characters, scored below every other
+// token. They cost what a real vocabulary's tokens cost (an embedding row, an
+// output row, a logit the sampler looks at) but never win the greedy choice:
+// their output rows are zero (see tensors), so their logits are 0 against the
+// cycle's hundreds.
+func padVocab(kv ggml.KV, voc vocabulary, size int) (vocabulary, error) {
+	n := len(voc.tokens)
+	if size < n {
+		return voc, fmt.Errorf("vocab-size %d is below the %d tokens of the donor's vocabulary", size, n)
+	}
+	scores := make([]float32, size)
+	copy(scores, kv.Floats("tokenizer.ggml.scores"))
+	low := float32(0)
+	for _, sc := range scores[:n] {
+		low = min(low, sc)
+	}
+	const private = 0xe000 // 6400 private-use characters from here
+	for i := range size - n {
+		voc.tokens = append(voc.tokens, fmt.Sprintf("%s%c%c", padPrefix, rune(private+i/6400), rune(private+i%6400)))
+		voc.types = append(voc.types, tokenTypeNormal)
+		scores[n+i] = low - 1
+	}
+	kv["tokenizer.ggml.tokens"] = voc.tokens
+	kv["tokenizer.ggml.token_type"] = voc.types
+	kv["tokenizer.ggml.scores"] = scores
+	return voc, nil
 }
 
 // readVocab returns the donor's tokenizer.* metadata (ready to write back)
@@ -361,7 +414,7 @@ const embdStd = 1.0
 // cycle returns σ as a map from each token of the cycle to its successor:
 // one random cycle, seeded, through the normal tokens that start a word
 // (SentencePiece's "▁" prefix), or through all normal tokens when fewer than
-// two start one. It has no fixed point.
+// two start one, padVocab's never. It has no fixed point.
 //
 // Word-start tokens make the reply tokenization-stable, as a real model's
 // replies are: the reply " w1 w2 w3" tokenizes back to exactly the tokens that
@@ -373,7 +426,7 @@ const embdStd = 1.0
 func cycle(seed uint64, voc vocabulary) map[int]int {
 	var normal, words []int
 	for i, t := range voc.types {
-		if t != tokenTypeNormal {
+		if t != tokenTypeNormal || strings.HasPrefix(voc.tokens[i], padPrefix) {
 			continue
 		}
 		normal = append(normal, i)

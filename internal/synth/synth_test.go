@@ -222,6 +222,50 @@ func TestWriteShapesAndVocabulary(t *testing.T) {
 	}
 }
 
+// TestPaddedVocabulary: -vocab-size keeps the donor's tokens, scores and
+// types in front, and adds ordinary tokens scored below them, with rows in
+// both projections.
+func TestPaddedVocabulary(t *testing.T) {
+	spec := smallSpec(t)
+	spec.VocabSize = 1000
+	out := filepath.Join(t.TempDir(), "m.gguf")
+	if _, err := Write(context.Background(), out, spec); err != nil {
+		t.Fatal(err)
+	}
+	g := decode(t, out)
+	kv, dkv := g.KV(), decode(t, spec.VocabFrom).KV()
+	tokens, scores, types := kv.Strings("tokenizer.ggml.tokens"), kv.Floats("tokenizer.ggml.scores"), kv.Ints("tokenizer.ggml.token_type")
+	if kv.Uint("vocab_size") != 1000 || len(tokens) != 1000 || len(scores) != 1000 || len(types) != 1000 {
+		t.Fatalf("vocab_size %d, %d tokens, %d scores, %d types; want 1000", kv.Uint("vocab_size"), len(tokens), len(scores), len(types))
+	}
+	if !slices.Equal(tokens[:512], dkv.Strings("tokenizer.ggml.tokens")) || !slices.Equal(scores[:512], dkv.Floats("tokenizer.ggml.scores")) ||
+		!slices.Equal(types[:512], dkv.Ints("tokenizer.ggml.token_type")) {
+		t.Error("the donor's tokens, scores or types changed")
+	}
+	seen := map[string]bool{}
+	for _, tok := range tokens {
+		if seen[tok] {
+			t.Fatalf("token %q twice", tok)
+		}
+		seen[tok] = true
+	}
+	low := slices.Min(scores[:512])
+	for i := 512; i < 1000; i++ {
+		if !strings.HasPrefix(tokens[i], padPrefix) || types[i] != tokenTypeNormal || scores[i] >= low {
+			t.Fatalf("token %d: %q type %d score %g", i, tokens[i], types[i], scores[i])
+		}
+	}
+	for _, tn := range g.Tensors().Items() {
+		if (tn.Name == "token_embd.weight" || tn.Name == "output.weight") && !slices.Equal(tn.Shape, []uint64{128, 1000}) {
+			t.Errorf("%s shape %v", tn.Name, tn.Shape)
+		}
+	}
+	spec.VocabSize = 100
+	if _, err := Write(context.Background(), filepath.Join(t.TempDir(), "m.gguf"), spec); err == nil || !strings.Contains(err.Error(), "below the 512 tokens") {
+		t.Errorf("a vocab-size below the donor's: %v", err)
+	}
+}
+
 func TestDeterministic(t *testing.T) {
 	dir := t.TempDir()
 	spec := smallSpec(t)
@@ -253,7 +297,14 @@ func TestDeterministic(t *testing.T) {
 // cycle the weights encode (see tensors). That is the property the benchmark
 // relies on: replies never end early and never repeat one token.
 func TestLlamaDecodesCycle(t *testing.T) {
-	spec := smallSpec(t)
+	padded := smallSpec(t)
+	padded.VocabSize = 2048
+	for name, spec := range map[string]Spec{"donor's vocabulary": smallSpec(t), "padded to 2048": padded} {
+		t.Run(name, func(t *testing.T) { decodesCycle(t, spec) })
+	}
+}
+
+func decodesCycle(t *testing.T, spec Spec) {
 	out := filepath.Join(t.TempDir(), "m.gguf")
 	if _, err := Write(context.Background(), out, spec); err != nil {
 		t.Fatal(err)
@@ -263,8 +314,9 @@ func TestLlamaDecodesCycle(t *testing.T) {
 		t.Fatalf("llama.cpp does not load the synthetic model: %v", err)
 	}
 	defer eng.Close()
-	if info := eng.Info(); info.Layers != spec.Layers || info.VocabSize != 512 || info.Architecture != "llama" {
-		t.Errorf("model info %+v", info)
+	wantVocab := max(512, spec.VocabSize)
+	if info := eng.Info(); info.Layers != spec.Layers || info.VocabSize != wantVocab || info.Architecture != "llama" {
+		t.Errorf("model info %+v, want vocabulary %d", info, wantVocab)
 	}
 
 	prompt, got := greedyTokens(t, eng, 48)
@@ -282,6 +334,10 @@ func TestLlamaDecodesCycle(t *testing.T) {
 			t.Fatalf("token %d is %d, want σ(previous) = %d; reply %v", i, got[i], want, got)
 		}
 	}
+	// The donor's tokenization: padding adds no token that text can hold.
+	if want := donorTokens(t, "Once upon a time"); !slices.Equal(prompt, want) {
+		t.Errorf("prompt tokenizes to %v, the donor to %v", prompt, want)
+	}
 
 	// Tokenization-stable: the prompt followed by the reply's text tokenizes
 	// to the prompt's tokens followed by exactly the generated ones, so the
@@ -297,6 +353,21 @@ func TestLlamaDecodesCycle(t *testing.T) {
 	if want := append(slices.Clone(prompt), got...); !slices.Equal(again, want) {
 		t.Errorf("prompt + reply %q re-tokenizes to\n%v, want\n%v", text.String(), again, want)
 	}
+}
+
+// donorTokens tokenizes text with the donor model itself.
+func donorTokens(t *testing.T, text string) []int {
+	t.Helper()
+	eng, err := llm.Open(llm.Config{Path: donor(t), ContextLength: 64, Parallel: 1, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	toks, err := eng.Tokenize(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toks
 }
 
 // TestQuantizedKVCache: the synthetic model (head size 32, one quantized
