@@ -99,8 +99,8 @@ func TestArgmax(t *testing.T) {
 	}{
 		{nil, 0},
 		{[]float32{1}, 0},
-		{[]float32{1, 3, 3, 2}, 1},                        // the first of equals
-		{[]float32{0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 5}, 9},   // in the scalar tail
+		{[]float32{1, 3, 3, 2}, 1}, // the first of equals
+		{[]float32{0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 5}, 9},     // in the scalar tail
 		{[]float32{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9}, 11}, // after a full vector
 		{[]float32{-3, float32(math.NaN()), -1, float32(math.Inf(-1))}, 2},
 	} {

@@ -22,11 +22,11 @@ import (
 
 // Spec is the shape and content of a synthetic model.
 type Spec struct {
-	Name           string
-	VocabFrom      string // donor GGUF whose tokenizer.* metadata is copied
+	Name      string
+	VocabFrom string // donor GGUF whose tokenizer.* metadata is copied
 	// VocabSize, when above the donor's (plus a script's tokens), pads the vocabulary to this many tokens
 	// (see padVocab): a real model's output layer and sampling cost over a small donor's tokenizer.
-	VocabSize int
+	VocabSize      int
 	Layers         int
 	Dim            int // embedding length
 	Heads          int // query heads; Dim/Heads is the head size
