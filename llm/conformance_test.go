@@ -140,6 +140,57 @@ func TestConformanceGreedyAndLogprobs(t *testing.T) {
 	}
 }
 
+// TestConformancePenalties: greedy replies under repetition, frequency and
+// presence penalties over a short window are the same on both engines (each
+// generated token counted once in the window, as llama.cpp's penalties
+// sampler counts it), and differ from the unpenalized reply.
+func TestConformancePenalties(t *testing.T) {
+	es := engines(t, testmodel.Path(t), llm.Config{Threads: 1, Parallel: 1, ContextLength: 256})
+	if len(es) < 2 {
+		t.Skip("one engine")
+	}
+	cases := map[string]func(*parley.Params){
+		"none":      func(*parley.Params) {},
+		"repeat":    func(p *parley.Params) { p.RepeatPenalty, p.RepeatLastN = 1.5, 12 },
+		"frequency": func(p *parley.Params) { p.FrequencyPenalty, p.RepeatLastN = 1.5, 24 },
+		"presence":  func(p *parley.Params) { p.PresencePenalty, p.RepeatLastN = 2, 6 },
+	}
+	replies := map[string]map[string][]int{}
+	for name, e := range es {
+		toks, err := e.Tokenize("Once upon a time")
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies[name] = map[string][]int{}
+		for c, set := range cases {
+			p := greedy(96)
+			set(&p)
+			events, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for ev := range events {
+				if ev.Done {
+					if ev.Err != nil {
+						t.Fatalf("%s %s: %v", name, c, ev.Err)
+					}
+					continue
+				}
+				replies[name][c] = append(replies[name][c], ev.Token.ID)
+			}
+		}
+	}
+	for c := range cases {
+		a, b := replies[llm.EngineEmbedded][c], replies[llm.EngineCurrent][c]
+		if !slices.Equal(a, b) {
+			t.Errorf("%s penalty: embedded %v\ncurrent %v", c, a, b)
+		}
+		if c != "none" && slices.Equal(a, replies[llm.EngineEmbedded]["none"]) {
+			t.Errorf("%s penalty changed nothing: %v", c, a)
+		}
+	}
+}
+
 func TestConformanceGrammarSchemaAndHostile(t *testing.T) {
 	es := engines(t, testmodel.Path(t), llm.Config{Threads: 1, Parallel: 2, ContextLength: 256, StepBudget: 2 * time.Second})
 	schema := json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["n","ok"]}`)

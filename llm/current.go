@@ -408,8 +408,11 @@ type currentSampler struct {
 	lc    yz.Context
 }
 
+// Sample draws from batch row i. llama_sampler_sample accepts the token it
+// returns (the penalties' window counts it), so Accept has nothing left to
+// do: accepting again would count every token twice.
 func (s *currentSampler) Sample(i int) int { return int(yz.SamplerSample(s.chain, s.lc, int32(i))) }
-func (s *currentSampler) Accept(tok int)   { yz.SamplerAccept(s.chain, yz.Token(tok)) }
+func (s *currentSampler) Accept(int)       {}
 
 func (be *current) Close() {
 	if be.tp != 0 {

@@ -55,6 +55,7 @@ type config struct {
 	quantize string // "": measure; q4_0 or q8_0: write a quantized copy of -model to -o
 	out      string
 	copyPre  int // > 0: measure the copy of a prefix this long from another slot instead
+	sampling string // "greedy" or "default" (parley.DefaultParams: what a client that sets nothing gets)
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -79,12 +80,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.out, "o", "", "output GGUF of -quantize")
 	fs.IntVar(&c.cfg.Parallel, "parallel", 0, "KV-cache slots of the context (default: the largest -sessions)")
 	fs.StringVar(&c.cfg.KVUnified, "kv-unified", "off", "one KV buffer for all slots (on) or one per slot (off)")
+	fs.StringVar(&c.sampling, "sampling", "greedy", "greedy (temperature 0, no penalty), or default: Parley's default sampling (temperature 0.8, top-k 40, top-p, min-p, repetition penalty 1.1), seeded")
 	fs.IntVar(&c.copyPre, "prefix-copy", 0, "instead of the decode rate, measure a new sequence's time to first token when another slot holds this many of its first tokens (copied from it) against evaluating them, -ctx tokens per slot")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if c.cfg.Path == "" {
 		return c, errors.New("-model is required")
+	}
+	if c.sampling != "greedy" && c.sampling != "default" {
+		return c, fmt.Errorf("-sampling %q: want greedy or default", c.sampling)
 	}
 	if c.cfg.Poll == 0 {
 		c.cfg.Poll = -1 // the flag's 0 is "no polling"; Config's 0 is the default
@@ -136,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	// One warm-up run: the first decode allocates the compute buffers.
-	if _, _, err := measure(ctx, eng, 1, 16, 0); err != nil {
+	if _, _, err := measure(ctx, eng, 1, 16, 0, c.sampling); err != nil {
 		return err
 	}
 	if c.copyPre > 0 {
@@ -146,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var rates []float64
 		var cpus []float64
 		for range c.repeats {
-			r, cpu, err := measure(ctx, eng, n, c.tokens, c.depth)
+			r, cpu, err := measure(ctx, eng, n, c.tokens, c.depth, c.sampling)
 			if err != nil {
 				return err
 			}
@@ -174,15 +179,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// measure runs n greedy sequences at once, each from its own prompt, for
+// measure runs n sequences at once (greedy, or Parley's default sampling), each from its own prompt, for
 // tokens tokens, and returns the aggregate rate: all tokens over the wall
 // time. With depth > 0 each prompt is depth tokens long and the rate is the
 // decode's alone: the tokens after each sequence's first over the time from
 // the first token of any to the end. It also returns the process's CPU
 // seconds per token over the same span.
-func measure(ctx context.Context, eng *llm.Engine, n, tokens, depth int) (rate, cpu float64, err error) {
+func measure(ctx context.Context, eng *llm.Engine, n, tokens, depth int, sampling string) (rate, cpu float64, err error) {
 	params := parley.DefaultParams()
-	params.MaxTokens, params.Temperature, params.RepeatPenalty, params.Seed = tokens, 0, 1, 1
+	params.MaxTokens, params.Seed = tokens, 1
+	if sampling == "greedy" {
+		params.Temperature, params.RepeatPenalty = 0, 1
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
