@@ -54,7 +54,7 @@ type config struct {
 	profile  string
 	quantize string // "": measure; q4_0 or q8_0: write a quantized copy of -model to -o
 	out      string
-	copyPre  int // > 0: measure the copy of a prefix this long from another slot instead
+	copyPre  int    // > 0: measure the copy of a prefix this long from another slot instead
 	sampling string // "greedy" or "default" (parley.DefaultParams: what a client that sets nothing gets)
 }
 
