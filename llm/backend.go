@@ -42,6 +42,9 @@ type backend interface {
 
 	// NewSampler makes an unconstrained sampler chain over the context.
 	NewSampler(p samplerParams) (tokenSampler, error)
+	// NewTail makes the part of that chain after its penalties and top-k,
+	// for prefilterSampler, which does those two itself.
+	NewTail(p samplerParams) (tail, error)
 
 	// Close frees the context and the model. The loop must have ended.
 	Close()
@@ -54,6 +57,12 @@ type samplerParams struct {
 	RepeatLastN                            int
 	PenaltyRepeat, PenaltyFreq, PenaltyPre float32
 	Seed                                   uint32
+}
+
+// tail draws a token from the top-k candidates (largest first; rewritten
+// in place), -1 when it draws none.
+type tail interface {
+	draw(cands []tokenData) int
 }
 
 // tokenSampler samples one sequence inline, on the loop, from a batch row.

@@ -133,11 +133,35 @@ static void parley_cs_accept(parley_cs *cs, int32_t tok, bool eog) {
 	if (!eog) grammar_accept(cs->grammar, tok);
 	llama_sampler_accept(cs->chain, tok);
 }
+// parley_tail_new builds the part of that chain after the penalties and
+// top-k (typical, top-p, min-p, temperature, the seeded draw), for a
+// sampler that applies those two itself (prefilter.go).
+static struct llama_sampler *parley_tail_new(parley_sparams sp) {
+	parley_chain_params cp = { true };
+	struct llama_sampler *chain = llama_sampler_chain_init(cp);
+	llama_sampler_chain_add(chain, llama_sampler_init_typical(sp.typical_p, 0));
+	llama_sampler_chain_add(chain, llama_sampler_init_top_p(sp.top_p, 0));
+	llama_sampler_chain_add(chain, llama_sampler_init_min_p(sp.min_p, 0));
+	llama_sampler_chain_add(chain, llama_sampler_init_temp_ext(sp.temp, 0.0f, 1.0f));
+	llama_sampler_chain_add(chain, llama_sampler_init_dist(sp.seed));
+	return chain;
+}
+
+// parley_tail_draw applies the tail to data[0..n), the top-k candidates
+// sorted as top-k leaves them (largest first), and returns the chosen
+// token, or -1 when it chose none.
+static int32_t parley_tail_draw(struct llama_sampler *chain, parley_token_data *data, size_t n) {
+	parley_token_data_array a = { data, n, -1, true };
+	llama_sampler_apply(chain, &a);
+	if (a.selected < 0 || (size_t)a.selected >= a.size) return -1;
+	return a.data[a.selected].id;
+}
 */
 import "C"
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -382,4 +406,29 @@ func grammarError(field, format string, args ...any) *parley.Error {
 		field = "grammar"
 	}
 	return parley.FieldErrorf(field, format, args...)
+}
+
+// tailChain is llama.cpp's sampler chain after the penalties and top-k (the
+// binding's llama.cpp, which both engines link for grammars too), freed
+// with its last reference.
+type tailChain struct{ c *C.struct_llama_sampler }
+
+func newTailChain(p samplerParams) *tailChain {
+	t := &tailChain{c: C.parley_tail_new(C.parley_sparams{
+		top_p: C.float(p.TopP), min_p: C.float(p.MinP), typical_p: C.float(p.TypicalP),
+		temp: C.float(p.Temp), seed: C.uint32_t(p.Seed),
+	})}
+	runtime.SetFinalizer(t, func(t *tailChain) { C.llama_sampler_free(t.c) })
+	return t
+}
+
+// draw applies the chain to cands (the top-k, largest first; rewritten in
+// place) and returns the chosen token, -1 for none.
+func (t *tailChain) draw(cands []tokenData) int {
+	if len(cands) == 0 {
+		return -1
+	}
+	tok := C.parley_tail_draw(t.c, (*C.parley_token_data)(unsafe.Pointer(&cands[0])), C.size_t(len(cands)))
+	runtime.KeepAlive(t)
+	return int(tok)
 }

@@ -403,6 +403,38 @@ func (be *current) NewSampler(p samplerParams) (tokenSampler, error) {
 	return s, nil
 }
 
+// NewTail is NewSampler's chain after its penalties and top-k: this
+// llama.cpp's own samplers, whose draws differ from the binding's.
+func (be *current) NewTail(p samplerParams) (tail, error) {
+	chain := yz.SamplerChainInit(yz.SamplerChainDefaultParams())
+	if chain == 0 {
+		return nil, errors.New("sampler chain")
+	}
+	yz.SamplerChainAdd(chain, yz.SamplerInitTypical(p.TypicalP, 0))
+	yz.SamplerChainAdd(chain, yz.SamplerInitTopP(p.TopP, 0))
+	yz.SamplerChainAdd(chain, yz.SamplerInitMinP(p.MinP, 0))
+	yz.SamplerChainAdd(chain, yz.SamplerInitTempExt(p.Temp, 0, 1))
+	yz.SamplerChainAdd(chain, yz.SamplerInitDist(p.Seed))
+	t := &currentTail{chain: chain}
+	runtime.SetFinalizer(t, func(t *currentTail) { yz.SamplerFree(t.chain) })
+	return t, nil
+}
+
+type currentTail struct{ chain yz.Sampler }
+
+func (t *currentTail) draw(cands []tokenData) int {
+	if len(cands) == 0 {
+		return -1
+	}
+	a := yz.TokenDataArray{Data: (*yz.TokenData)(unsafe.Pointer(&cands[0])), Size: uint64(len(cands)), Selected: -1, Sorted: 1}
+	yz.SamplerApply(t.chain, &a)
+	runtime.KeepAlive(t)
+	if a.Selected < 0 || a.Selected >= int64(a.Size) {
+		return -1
+	}
+	return int(cands[a.Selected].ID)
+}
+
 type currentSampler struct {
 	chain yz.Sampler
 	lc    yz.Context

@@ -161,6 +161,8 @@ func (be *embedded) NewSampler(p samplerParams) (tokenSampler, error) {
 	return embeddedSampler{sc: sc, lc: be.lc}, nil
 }
 
+func (be *embedded) NewTail(p samplerParams) (tail, error) { return newTailChain(p), nil }
+
 // embeddedSampler is the binding's common_sampler (freed by its finalizer).
 type embeddedSampler struct {
 	sc *llama.SamplingContext

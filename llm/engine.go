@@ -97,8 +97,8 @@ type Engine struct {
 	gv     *grammarVocab
 
 	// chainOnly makes every unconstrained sequence sample through the
-	// engine's llama.cpp sampler chain, greedy ones too (no
-	// greedySampler): set by tests, before the first Generate.
+	// engine's whole llama.cpp sampler chain (no greedySampler or
+	// prefilterSampler): set by tests, before the first Generate.
 	chainOnly bool
 
 	busy, queued                                          atomic.Int64

@@ -56,8 +56,16 @@ func (e *Engine) newSampler(p parley.Params, client string) (tokenSampler, *gram
 		PenaltyPre:    float32(p.PresencePenalty),
 		Seed:          seed,
 	}
-	if plainGreedy(sp) && !e.chainOnly {
+	switch {
+	case e.chainOnly:
+	case plainGreedy(sp):
 		return greedySampler{be: e.be}, nil, nil
+	case prefilterable(sp, e.info.VocabSize):
+		s, err := newPrefilterSampler(e.be, sp)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sampler: %w", err)
+		}
+		return s, nil, nil
 	}
 	sc, err := e.be.NewSampler(sp)
 	if err != nil {

@@ -1,6 +1,7 @@
 package llm
 
 /*
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -104,6 +105,82 @@ static int64_t parley_argmax(const float *l, int64_t n) {
 	}
 	return 0;
 }
+// parley_cand is a top-k candidate: a token and its logit.
+typedef struct { int32_t id; float v; } parley_cand;
+
+// parley_worse orders the top-k heap: the lower logit, and of equal ones
+// the later token, is worse (so ties keep the earlier token).
+static inline bool parley_worse(parley_cand a, parley_cand b) {
+	return a.v < b.v || (a.v == b.v && a.id > b.id);
+}
+
+static void parley_sift(parley_cand *h, int32_t n, int32_t i) {
+	for (;;) {
+		int32_t w = i, l = 2 * i + 1, r = l + 1;
+		if (l < n && parley_worse(h[l], h[w])) w = l;
+		if (r < n && parley_worse(h[r], h[w])) w = r;
+		if (w == i) return;
+		parley_cand t = h[i];
+		h[i] = h[w];
+		h[w] = t;
+		i = w;
+	}
+}
+
+static inline void parley_offer(parley_cand *h, int32_t k, int64_t i, float v) {
+	if (v > h[0].v) {
+		h[0].id = (int32_t)i;
+		h[0].v = v;
+		parley_sift(h, k, 0);
+	}
+}
+
+// parley_topk writes the k largest of l[0..n) (k > 0), in no order, to
+// heap and returns how many it found (fewer than k only when fewer
+// tokens are left), leaving out the tokens skip[0..nskip) (distinct, in
+// range) and NaNs. The skipped logits are set aside in saved[0..nskip) and
+// put back before it returns. After the first k, a block of eight logits
+// costs one vector comparison with the k-th largest so far.
+static int32_t parley_topk(float *l, int64_t n, int32_t k, const int32_t *skip, int32_t nskip,
+		float *saved, parley_cand *heap) {
+	for (int32_t j = 0; j < nskip; j++) {
+		saved[j] = l[skip[j]];
+		l[skip[j]] = __builtin_nanf("");
+	}
+	int32_t m = 0;
+	int64_t i = 0;
+	for (; i < n && m < k; i++) {
+		if (l[i] == l[i]) {
+			heap[m].id = (int32_t)i;
+			heap[m].v = l[i];
+			m++;
+		}
+	}
+	if (m == k) {
+		for (int32_t j = k / 2 - 1; j >= 0; j--) {
+			parley_sift(heap, k, j);
+		}
+		for (; i + 8 <= n; i += 8) {
+			parley_v8f v, thr = {0};
+			memcpy(&v, l + i, sizeof v);
+			thr += heap[0].v;
+			parley_v8i gt = v > thr;
+			if ((gt[0] | gt[1] | gt[2] | gt[3] | gt[4] | gt[5] | gt[6] | gt[7]) == 0) {
+				continue;
+			}
+			for (int j = 0; j < 8; j++) {
+				parley_offer(heap, k, i + j, l[i + j]);
+			}
+		}
+		for (; i < n; i++) {
+			parley_offer(heap, k, i, l[i]);
+		}
+	}
+	for (int32_t j = 0; j < nskip; j++) {
+		l[skip[j]] = saved[j];
+	}
+	return m;
+}
 */
 import "C"
 
@@ -159,4 +236,27 @@ func (g greedySampler) Accept(int)       {}
 func plainGreedy(p samplerParams) bool {
 	return p.Temp <= 0 && p.TypicalP >= 1 &&
 		(p.RepeatLastN == 0 || p.PenaltyRepeat == 1 && p.PenaltyFreq == 0 && p.PenaltyPre == 0)
+}
+
+// candidate is a token and its logit: parley_cand's layout.
+type candidate struct {
+	ID    int32
+	Logit float32
+}
+
+// topK writes the k largest logits (k > 0), in no order, into heap
+// (len(heap) >= k) and returns how many it found; the tokens in skip
+// (distinct, in range; saved as long) are left out. It writes into logits
+// while it runs (llama.cpp's buffer, read in place) and restores them.
+func topK(logits []float32, k int, skip []int32, saved []float32, heap []candidate) int {
+	if len(logits) == 0 || k <= 0 {
+		return 0
+	}
+	var sk *C.int32_t
+	var sv *C.float
+	if len(skip) > 0 {
+		sk, sv = (*C.int32_t)(unsafe.Pointer(&skip[0])), (*C.float)(unsafe.Pointer(&saved[0]))
+	}
+	return int(C.parley_topk((*C.float)(unsafe.Pointer(&logits[0])), C.int64_t(len(logits)), C.int32_t(k),
+		sk, C.int32_t(len(skip)), sv, (*C.parley_cand)(unsafe.Pointer(&heap[0]))))
 }

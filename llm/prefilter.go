@@ -1,0 +1,157 @@
+package llm
+
+import "slices"
+
+// maxPrefilterK is the largest top-k that prefilterSampler takes; a larger
+// one (or none) goes through the engine's whole sampler chain.
+const maxPrefilterK = 256
+
+// tokenData is llama_token_data: a token, its logit and its probability.
+type tokenData struct {
+	ID    int32
+	Logit float32
+	P     float32
+}
+
+// prefilterSampler is the engine's sampler chain (penalties, top-k,
+// typical, top-p, min-p, temperature, a seeded draw) with its first two
+// links done here: the penalties touch only the tokens in their window and
+// top-k scans the logits in place (topK), so the rest of the chain gets k
+// candidates. llama.cpp's chain copies the whole vocabulary into a
+// candidate array, looks every token up in the penalties' hash map and
+// sorts for top-k at every token: on the 2-core machine, about 0.8 ms per
+// token for a 49,152-token vocabulary with Parley's defaults, 5-8% of a
+// small model's decode step (BENCHMARKS.md). The tokens it draws are the
+// chain's (TestPrefilterMatchesChain), but for the order of equal logits.
+type prefilterSampler struct {
+	be   backend
+	k    int
+	win  penaltyWindow
+	tail tail
+
+	// Buffers reused at every token.
+	skip  []int32
+	saved []float32
+	heap  []candidate
+	cands []candidate
+	td    []tokenData
+}
+
+func newPrefilterSampler(be backend, p samplerParams) (*prefilterSampler, error) {
+	t, err := be.NewTail(p)
+	if err != nil {
+		return nil, err
+	}
+	return &prefilterSampler{
+		be:   be,
+		k:    p.TopK,
+		win:  newPenaltyWindow(p),
+		tail: t,
+		heap: make([]candidate, p.TopK),
+	}, nil
+}
+
+// prefilterable reports whether prefilterSampler gives p's draws: a top-k
+// of at most maxPrefilterK that cuts the vocabulary.
+func prefilterable(p samplerParams, nVocab int) bool {
+	return p.TopK > 0 && p.TopK <= maxPrefilterK && p.TopK < nVocab
+}
+
+func (s *prefilterSampler) Sample(i int) int {
+	logits := s.be.Logits(i)
+	s.skip = s.win.tokens(s.skip[:0])
+	if cap(s.saved) < len(s.skip) {
+		s.saved = make([]float32, len(s.skip))
+	}
+	n := topK(logits, s.k, s.skip, s.saved[:len(s.skip)], s.heap)
+	s.cands = append(s.cands[:0], s.heap[:n]...)
+	for _, id := range s.skip {
+		s.cands = append(s.cands, candidate{ID: id, Logit: s.win.penalize(id, logits[id])})
+	}
+	slices.SortFunc(s.cands, func(a, b candidate) int {
+		switch {
+		case a.Logit > b.Logit:
+			return -1
+		case a.Logit < b.Logit:
+			return 1
+		}
+		return int(a.ID - b.ID)
+	})
+	s.cands = s.cands[:min(s.k, len(s.cands))]
+	s.td = s.td[:0]
+	for _, c := range s.cands {
+		s.td = append(s.td, tokenData{ID: c.ID, Logit: c.Logit})
+	}
+	if tok := s.tail.draw(s.td); tok >= 0 {
+		return tok
+	}
+	return int(s.cands[0].ID) // the chain chose none: llama.cpp would abort; take the likeliest
+}
+
+func (s *prefilterSampler) Accept(tok int) { s.win.accept(int32(tok)) }
+
+// penaltyWindow is llama.cpp's penalties sampler: the last lastN accepted
+// tokens with their counts, and the repetition, frequency and presence
+// penalties it applies to those tokens' logits.
+type penaltyWindow struct {
+	lastN                  int
+	repeat, freq, presence float32
+	ring                   []int32 // the window, oldest at head once full
+	head                   int
+	count                  map[int32]int32
+}
+
+func newPenaltyWindow(p samplerParams) penaltyWindow {
+	w := penaltyWindow{lastN: max(p.RepeatLastN, 0), repeat: p.PenaltyRepeat, freq: p.PenaltyFreq, presence: p.PenaltyPre}
+	if w.off() {
+		w.lastN = 0
+	}
+	w.count = map[int32]int32{}
+	return w
+}
+
+// off is llama.cpp's is_disabled: no window, or no penalty to apply.
+func (w *penaltyWindow) off() bool {
+	return w.lastN == 0 || w.repeat == 1 && w.freq == 0 && w.presence == 0
+}
+
+func (w *penaltyWindow) accept(tok int32) {
+	if w.lastN == 0 {
+		return
+	}
+	w.count[tok]++
+	if len(w.ring) < w.lastN {
+		w.ring = append(w.ring, tok)
+		return
+	}
+	old := w.ring[w.head]
+	if w.count[old]--; w.count[old] == 0 {
+		delete(w.count, old)
+	}
+	w.ring[w.head] = tok
+	w.head = (w.head + 1) % w.lastN
+}
+
+// tokens appends the window's distinct tokens to dst.
+func (w *penaltyWindow) tokens(dst []int32) []int32 {
+	for tok := range w.count {
+		dst = append(dst, tok)
+	}
+	return dst
+}
+
+// penalize is the logit of tok (in the window) after the penalties, in
+// llama.cpp's float32 arithmetic.
+func (w *penaltyWindow) penalize(tok int32, logit float32) float32 {
+	if logit <= 0 {
+		logit *= w.repeat
+	} else {
+		logit /= w.repeat
+	}
+	c := w.count[tok]
+	var present float32
+	if c > 0 {
+		present = 1
+	}
+	return logit - (float32(c)*w.freq + present*w.presence)
+}

@@ -1,0 +1,304 @@
+package llm
+
+import (
+	"context"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/testmodel"
+)
+
+// logprob64 is the definition: log softmax(logits / temp)[tok] in float64.
+func logprob64(logits []float32, tok int, temp float64) float64 {
+	if temp <= 0 {
+		temp = 1
+	}
+	maxL := math.Inf(-1)
+	for _, l := range logits {
+		maxL = math.Max(maxL, float64(l)/temp)
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l)/temp - maxL)
+	}
+	return float64(logits[tok])/temp - maxL - math.Log(sum)
+}
+
+func TestLogprobMatchesFloat64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{1, 7, 8, 9, 31, 32000, 49152, 151936} {
+		for _, spread := range []float64{0.01, 3, 12, 40} {
+			logits := make([]float32, n)
+			for i := range logits {
+				logits[i] = float32(rng.NormFloat64()*spread + 2)
+			}
+			if n > 9 {
+				logits[n/3] = float32(math.Inf(-1)) // a banned token
+				logits[n-1] = -200                  // far below the rest, in the tail
+			}
+			for _, temp := range []float64{0, 0.3, 1, 2.5} {
+				toks := []int{0, n / 2, n - 1, rng.IntN(n)}
+				best := 0
+				for i, l := range logits {
+					if l > logits[best] {
+						best = i
+					}
+				}
+				toks = append(toks, best)
+				for _, tok := range toks {
+					got, want := logprob(logits, tok, temp), logprob64(logits, tok, temp)
+					if math.IsInf(want, -1) {
+						if !math.IsInf(got, -1) {
+							t.Fatalf("n %d spread %v temp %v tok %d: got %v, want -Inf", n, spread, temp, tok, got)
+						}
+						continue
+					}
+					if d := math.Abs(got - want); d > 1e-5+1e-6*math.Abs(want) || got > 0 {
+						t.Fatalf("n %d spread %v temp %v tok %d: got %.9g, want %.9g (off by %.3g)", n, spread, temp, tok, got, want, d)
+					}
+				}
+			}
+		}
+	}
+	if lp := logprob([]float32{1, 2}, 2, 1); !math.IsNaN(lp) {
+		t.Fatalf("a token past the vocabulary: %v, want NaN", lp)
+	}
+	if lp := logprob([]float32{1, float32(math.NaN()), 2}, 0, 1); !math.IsNaN(lp) {
+		t.Fatalf("NaN logits: %v, want NaN", lp)
+	}
+}
+
+// BenchmarkLogprob: one token's logprob over a SmolLM2-sized vocabulary,
+// the loop's cost per token for a client that reads logprobs.
+func BenchmarkLogprob(b *testing.B) {
+	logits := make([]float32, 49152)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64() * 3)
+	}
+	b.Run("vector", func(b *testing.B) {
+		for b.Loop() {
+			logprob(logits, 7, 0)
+		}
+	})
+	b.Run("float64", func(b *testing.B) {
+		for b.Loop() {
+			logprob64(logits, 7, 0)
+		}
+	})
+}
+
+func TestArgmax(t *testing.T) {
+	for _, c := range []struct {
+		logits []float32
+		want   int
+	}{
+		{nil, 0},
+		{[]float32{1}, 0},
+		{[]float32{1, 3, 3, 2}, 1}, // the first of equals
+		{[]float32{0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 5}, 9},     // in the scalar tail
+		{[]float32{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9}, 11}, // after a full vector
+		{[]float32{-3, float32(math.NaN()), -1, float32(math.Inf(-1))}, 2},
+	} {
+		if got := argmax(c.logits); got != c.want {
+			t.Errorf("argmax(%v) = %d, want %d", c.logits, got, c.want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 50 {
+		l := make([]float32, 1+rng.IntN(70000))
+		for i := range l {
+			l[i] = float32(rng.NormFloat64())
+		}
+		want := 0
+		for i, x := range l {
+			if x > l[want] {
+				want = i
+			}
+		}
+		if got := argmax(l); got != want {
+			t.Fatalf("%d logits: argmax %d, want %d", len(l), got, want)
+		}
+	}
+}
+
+// TestGreedyMatchesChain: a greedy request's tokens through greedySampler,
+// and a sampled one's through prefilterSampler, are the ones llama.cpp's
+// whole sampler chain picks, on both engines; and only the requests each
+// serves take them.
+func TestGreedyMatchesChain(t *testing.T) {
+	cases := map[string]func(*parley.Params){
+		"greedy":            func(p *parley.Params) { p.Temperature, p.RepeatPenalty = 0, 1 },
+		"defaults":          func(*parley.Params) {},
+		"greedy, penalties": func(p *parley.Params) { p.Temperature, p.RepeatPenalty, p.RepeatLastN = 0, 1.5, 12 },
+		"hot, frequency": func(p *parley.Params) {
+			p.Temperature, p.FrequencyPenalty, p.PresencePenalty, p.TopK = 1.5, 0.5, 0.3, 100
+		},
+		"top-k 1, typical, min-p": func(p *parley.Params) { p.TopK, p.TypicalP, p.MinP, p.TopP = 1, 0.9, 0.2, 0.5 },
+	}
+	for _, name := range []string{EngineEmbedded, EngineCurrent} {
+		if name == EngineCurrent && os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			var engines [2]*Engine
+			for i, chain := range []bool{false, true} {
+				e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 256, Engine: name, LibDir: testLibDir()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				e.chainOnly = chain
+				engines[i] = e
+			}
+			for c, set := range cases {
+				var replies [2][]int
+				for i, e := range engines {
+					p := parley.DefaultParams()
+					p.MaxTokens, p.Seed = 96, 7
+					set(&p)
+					p.SkipLogprobs = i == 1
+					if err := p.Validate(256); err != nil {
+						t.Fatal(err)
+					}
+					s, _, err := e.newSampler(p, "test")
+					if err != nil {
+						t.Fatal(err)
+					}
+					_, isGreedy := s.(greedySampler)
+					_, isPrefilter := s.(*prefilterSampler)
+					if wantGreedy := i == 0 && c == "greedy"; isGreedy != wantGreedy || isPrefilter != (i == 0 && !wantGreedy) {
+						t.Fatalf("%s, chainOnly %v: sampler %T", c, e.chainOnly, s)
+					}
+					toks, err := e.Tokenize("Once upon a time, there was a little")
+					if err != nil {
+						t.Fatal(err)
+					}
+					events, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for ev := range events {
+						if ev.Done {
+							if ev.Err != nil || ev.Finish != parley.FinishLength && ev.Finish != parley.FinishEOS {
+								t.Fatalf("%s: finish %q: %v", c, ev.Finish, ev.Err)
+							}
+							break
+						}
+						replies[i] = append(replies[i], ev.Token.ID)
+					}
+				}
+				if len(replies[0]) < 20 || !slices.Equal(replies[0], replies[1]) {
+					t.Errorf("%s: Parley's sampler:\n%v\nthe chain:\n%v", c, replies[0], replies[1])
+				}
+			}
+		})
+	}
+	for _, c := range []struct {
+		p    samplerParams
+		want bool
+	}{
+		{samplerParams{Temp: 0, TypicalP: 1, PenaltyRepeat: 1, RepeatLastN: 64, TopK: 40, TopP: 0.9, MinP: 0.05}, true},
+		{samplerParams{Temp: 0, TypicalP: 1, PenaltyRepeat: 1.1, RepeatLastN: 0}, true},
+		{samplerParams{Temp: 0, TypicalP: 1, PenaltyRepeat: 1.1, RepeatLastN: 64}, false},
+		{samplerParams{Temp: 0, TypicalP: 1, PenaltyRepeat: 1, PenaltyFreq: 0.5, RepeatLastN: 64}, false},
+		{samplerParams{Temp: 0, TypicalP: 1, PenaltyRepeat: 1, PenaltyPre: 0.5, RepeatLastN: 64}, false},
+		{samplerParams{Temp: 0, TypicalP: 0.5, PenaltyRepeat: 1}, false},
+		{samplerParams{Temp: 0.7, TypicalP: 1, PenaltyRepeat: 1}, false},
+	} {
+		if got := plainGreedy(c.p); got != c.want {
+			t.Errorf("plainGreedy(%+v) = %v", c.p, got)
+		}
+	}
+}
+
+// TestTopK: topK against a sort, over random logits with ties, NaNs and
+// skipped tokens, which it must leave as they were.
+func TestTopK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 300 {
+		n := 1 + rng.IntN(3000)
+		l := make([]float32, n)
+		for i := range l {
+			l[i] = float32(rng.IntN(200)) / 8 // many equal values
+			if rng.IntN(50) == 0 {
+				l[i] = float32(math.NaN())
+			}
+		}
+		var skip []int32
+		for _, i := range rng.Perm(n)[:rng.IntN(min(n, 40))] {
+			skip = append(skip, int32(i))
+		}
+		k := 1 + rng.IntN(min(n, 300))
+		before := slices.Clone(l)
+		heap := make([]candidate, k)
+		m := topK(l, k, skip, make([]float32, len(skip)), heap)
+		for i := range l {
+			if l[i] != before[i] && !(math.IsNaN(float64(l[i])) && math.IsNaN(float64(before[i]))) {
+				t.Fatalf("logit %d changed: %v -> %v", i, before[i], l[i])
+			}
+		}
+		var want []candidate
+		for i, v := range l {
+			if !slices.Contains(skip, int32(i)) && !math.IsNaN(float64(v)) {
+				want = append(want, candidate{ID: int32(i), Logit: v})
+			}
+		}
+		slices.SortStableFunc(want, func(a, b candidate) int {
+			if a.Logit != b.Logit {
+				if a.Logit > b.Logit {
+					return -1
+				}
+				return 1
+			}
+			return int(a.ID - b.ID)
+		})
+		want = want[:min(k, len(want))]
+		got := heap[:m]
+		slices.SortFunc(got, func(a, b candidate) int {
+			if a.Logit != b.Logit {
+				if a.Logit > b.Logit {
+					return -1
+				}
+				return 1
+			}
+			return int(a.ID - b.ID)
+		})
+		if !slices.Equal(got, want) {
+			t.Fatalf("n %d k %d skip %d: top-k\n%v\nwant\n%v", n, k, len(skip), got, want)
+		}
+	}
+}
+
+// TestPenaltyWindow: the window holds the last lastN accepted tokens with
+// their counts, as llama.cpp's ring buffer does.
+func TestPenaltyWindow(t *testing.T) {
+	w := newPenaltyWindow(samplerParams{RepeatLastN: 4, PenaltyRepeat: 2, PenaltyFreq: 0.5, PenaltyPre: 0.25})
+	var all []int32
+	for _, tok := range []int32{5, 6, 5, 7, 5, 8, 9, 9, 9, 5} {
+		w.accept(tok)
+		all = append(all, tok)
+		want := map[int32]int32{}
+		for _, x := range all[max(0, len(all)-4):] {
+			want[x]++
+		}
+		if !maps.Equal(w.count, want) {
+			t.Fatalf("after %v: counts %v, want %v", all, w.count, want)
+		}
+	}
+	// The window is 9 9 9 5: 9 counted three times.
+	if got, want := w.penalize(9, 3), float32(3.0/2-(3*0.5+0.25)); got != want {
+		t.Errorf("penalize(9, 3) = %v, want %v", got, want)
+	}
+	if got, want := w.penalize(5, -3), float32(-3*2-(0.5+0.25)); got != want {
+		t.Errorf("penalize(5, -3) = %v, want %v", got, want)
+	}
+	if off := newPenaltyWindow(samplerParams{RepeatLastN: 64, PenaltyRepeat: 1}); off.lastN != 0 {
+		t.Error("neutral penalties keep a window")
+	}
+}
