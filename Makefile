@@ -120,13 +120,17 @@ test: setup build
 # measurements: the raw loop of each engine, Parley on each engine, llama-server and Ollama; writes BENCHMARKS.md.
 # Not part of CI. BENCH_ARGS go to cmd/bench after these and override them (e.g. BENCH_ARGS='-threads 2 -sessions 1,8').
 # LLAMA_CPP_SRC: the llama.cpp snapshot (default: scripts/build-llama-server.sh's).
+# BENCH_VOCAB: the synthetic models' vocabulary size, SmolLM2's by default (the donor's 512 tokens would make the output
+# projection, log-probabilities and sampling nearly free); BENCH_VOCAB= measures the 512-token models of earlier runs.
 BENCH_MODELS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/parley/models
-BENCH_MODELS := $(BENCH_MODELS_DIR)/synthetic-smollm2-135m-f16.gguf,$(BENCH_MODELS_DIR)/synthetic-smollm2-135m-q8_0.gguf,$(BENCH_MODELS_DIR)/synthetic-smollm2-135m-q4_0.gguf
+BENCH_VOCAB ?= 49152
+BENCH_NAME := $(BENCH_MODELS_DIR)/synthetic-smollm2-135m$(if $(BENCH_VOCAB),-v$(BENCH_VOCAB))
+BENCH_MODELS := $(BENCH_NAME)-f16.gguf,$(BENCH_NAME)-q8_0.gguf,$(BENCH_NAME)-q4_0.gguf
 BENCH_ARGS ?=
 bench: build setup-engine setup-bench
 	scripts/build-ollama.sh
 	scripts/build-llama-server.sh $(LLAMA_CPP_SRC)
-	scripts/bench-models.sh $(BENCH_MODELS_DIR)
+	VOCAB_SIZE=$(BENCH_VOCAB) scripts/bench-models.sh $(BENCH_MODELS_DIR)
 	$(GO) run ./cmd/bench -parley $(BIN) -models '$(BENCH_MODELS)' \
 	  -servers parley-embedded,parley-current,llama-server,ollama -raw-engines embedded,current -timeout 60m $(BENCH_ARGS)
 

@@ -189,7 +189,7 @@ func TestPrefixCopiedFromAnotherSlot(t *testing.T) {
 	for range a {
 	}
 	st := e.Stats()
-	shared := commonLen(tokA, tokB)
+	shared := llm.CommonPrefix(tokA, tokB)
 	if st.PrefixCopies != 1 || st.PromptCopied < int64(shared-1) || got.final.Usage.CachedPromptTokens < shared-1 {
 		t.Fatalf("copies %d, copied %d tokens, cached %d; want 1 copy of the %d shared tokens", st.PrefixCopies, st.PromptCopied, got.final.Usage.CachedPromptTokens, shared)
 	}
@@ -217,11 +217,11 @@ func TestShortPrefixCopiedOnCPU(t *testing.T) {
 	promptB := "User: Once upon a time, there was a little girl named Mia. Tell me her story.\n\nAssistant:"
 	promptC := "User: Hi!\n\nAssistant:"
 	tokA, tokB, tokC := tok(promptA), tok(promptB), tok(promptC)
-	shared := commonLen(tokA, tokB)
+	shared := llm.CommonPrefix(tokA, tokB)
 	if shared < 8 || shared >= 32 {
 		t.Fatalf("the two prompts share %d tokens; the test wants 8-31", shared)
 	}
-	if n := commonLen(tokA, tokC); n >= 8 {
+	if n := llm.CommonPrefix(tokA, tokC); n >= 8 {
 		t.Fatalf("the third prompt shares %d tokens; the test wants under 8", n)
 	}
 	generate(t, e, "a", promptA, greedy(4))
@@ -257,10 +257,10 @@ func TestCopyThresholdGrowsWithSlots(t *testing.T) {
 		return "User: Once upon a time, there was a little girl named Lily. She lived in a small house near the woods " +
 			"with her mom, her dad and a big brown dog. Tell me what happened to " + end + ".\n\nAssistant:"
 	}
-	if n := commonLen(tok(short("Lily")), tok(short("Mia"))); n < 8 || n >= 25 {
+	if n := llm.CommonPrefix(tok(short("Lily")), tok(short("Mia"))); n < 8 || n >= 25 {
 		t.Fatalf("the short prompts share %d tokens; the test wants 8-24", n)
 	}
-	sharedLong := commonLen(tok(long("her")), tok(long("the dog")))
+	sharedLong := llm.CommonPrefix(tok(long("her")), tok(long("the dog")))
 	if sharedLong < 30 {
 		t.Fatalf("the long prompts share %d tokens; the test wants 30 or more", sharedLong)
 	}
@@ -286,12 +286,4 @@ func tokenizer(t *testing.T, e *llm.Engine) func(string) []int {
 		}
 		return toks
 	}
-}
-
-func commonLen(a, b []int) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
 }

@@ -1,0 +1,4 @@
+package llm
+
+// CommonPrefix is commonPrefix, for the package's external tests.
+var CommonPrefix = commonPrefix
