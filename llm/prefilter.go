@@ -68,15 +68,7 @@ func (s *prefilterSampler) Sample(i int) int {
 	for _, id := range s.skip {
 		s.cands = append(s.cands, candidate{ID: id, Logit: s.win.penalize(id, logits[id])})
 	}
-	slices.SortFunc(s.cands, func(a, b candidate) int {
-		switch {
-		case a.Logit > b.Logit:
-			return -1
-		case a.Logit < b.Logit:
-			return 1
-		}
-		return int(a.ID - b.ID)
-	})
+	slices.SortFunc(s.cands, byLogit)
 	s.cands = s.cands[:min(s.k, len(s.cands))]
 	s.td = s.td[:0]
 	for _, c := range s.cands {
@@ -86,6 +78,18 @@ func (s *prefilterSampler) Sample(i int) int {
 		return tok
 	}
 	return int(s.cands[0].ID) // the chain chose none: llama.cpp would abort; take the likeliest
+}
+
+// byLogit orders candidates as top-k leaves them: the largest logit first,
+// and of equal ones the earlier token.
+func byLogit(a, b candidate) int {
+	switch {
+	case a.Logit > b.Logit:
+		return -1
+	case a.Logit < b.Logit:
+		return 1
+	}
+	return int(a.ID - b.ID)
 }
 
 func (s *prefilterSampler) Accept(tok int) { s.win.accept(int32(tok)) }

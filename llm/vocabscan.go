@@ -33,16 +33,13 @@ static inline parley_v8f parley_exp8(parley_v8f x) {
 	return (parley_v8f)((parley_v8i)p + (k << 23));
 }
 
-// parley_logsumexp returns log-sum-exp's two parts over l[0..n) scaled by
-// s > 0: *max = max(l[i]), and the sum of exp((l[i] - *max) * s) (at least
-// 1: the largest term is exp(0)). The difference comes first: l[i] * s -
-// max * s would lose the low digits of large scaled logits. Terms below e^-80 count as e^-80,
-// which no sum of a vocabulary's worth of them can make visible.
-static double parley_logsumexp(const float *l, int64_t n, float s, float *max) {
-	parley_v8f mv;
+// parley_max returns the largest of l[0..n) (NaNs never win; -inf for
+// none), eight lanes at a time.
+static float parley_max(const float *l, int64_t n) {
 	float m = -__builtin_inff();
 	int64_t i = 0, body = n & ~(int64_t)7;
 	if (body > 0) {
+		parley_v8f mv;
 		memcpy(&mv, l, sizeof mv);
 		for (i = 8; i < body; i += 8) {
 			parley_v8f v;
@@ -56,6 +53,17 @@ static double parley_logsumexp(const float *l, int64_t n, float s, float *max) {
 	for (i = body; i < n; i++) {
 		m = l[i] > m ? l[i] : m;
 	}
+	return m;
+}
+
+// parley_logsumexp returns log-sum-exp's two parts over l[0..n) scaled by
+// s > 0: *max = max(l[i]), and the sum of exp((l[i] - *max) * s) (at least
+// 1: the largest term is exp(0)). The difference comes first: l[i] * s -
+// max * s would lose the low digits of large scaled logits. Terms below e^-80 count as e^-80,
+// which no sum of a vocabulary's worth of them can make visible.
+static double parley_logsumexp(const float *l, int64_t n, float s, float *max) {
+	float m = parley_max(l, n);
+	int64_t i, body = n & ~(int64_t)7;
 	*max = m;
 
 	const parley_v8f lo = {-80, -80, -80, -80, -80, -80, -80, -80};
@@ -78,27 +86,12 @@ static double parley_logsumexp(const float *l, int64_t n, float s, float *max) {
 	}
 	return sum;
 }
+
 // parley_argmax returns the index of the first largest of l[0..n), n > 0
 // (NaNs never win, unless all are NaN: then 0).
 static int64_t parley_argmax(const float *l, int64_t n) {
-	float m = -__builtin_inff();
-	int64_t i = 0, body = n & ~(int64_t)7;
-	if (body > 0) {
-		parley_v8f mv;
-		memcpy(&mv, l, sizeof mv);
-		for (i = 8; i < body; i += 8) {
-			parley_v8f v;
-			memcpy(&v, l + i, sizeof v);
-			mv = parley_sel8(v > mv, v, mv);
-		}
-		for (int j = 0; j < 8; j++) {
-			m = mv[j] > m ? mv[j] : m;
-		}
-	}
-	for (i = body; i < n; i++) {
-		m = l[i] > m ? l[i] : m;
-	}
-	for (i = 0; i < n; i++) {
+	float m = parley_max(l, n);
+	for (int64_t i = 0; i < n; i++) {
 		if (l[i] == m) {
 			return i;
 		}

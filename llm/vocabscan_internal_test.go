@@ -249,26 +249,10 @@ func TestTopK(t *testing.T) {
 				want = append(want, candidate{ID: int32(i), Logit: v})
 			}
 		}
-		slices.SortStableFunc(want, func(a, b candidate) int {
-			if a.Logit != b.Logit {
-				if a.Logit > b.Logit {
-					return -1
-				}
-				return 1
-			}
-			return int(a.ID - b.ID)
-		})
+		slices.SortStableFunc(want, byLogit)
 		want = want[:min(k, len(want))]
 		got := heap[:m]
-		slices.SortFunc(got, func(a, b candidate) int {
-			if a.Logit != b.Logit {
-				if a.Logit > b.Logit {
-					return -1
-				}
-				return 1
-			}
-			return int(a.ID - b.ID)
-		})
+		slices.SortFunc(got, byLogit)
 		if !slices.Equal(got, want) {
 			t.Fatalf("n %d k %d skip %d: top-k\n%v\nwant\n%v", n, k, len(skip), got, want)
 		}
