@@ -19,10 +19,11 @@ type tokenData struct {
 // top-k scans the logits in place (topK), so the rest of the chain gets k
 // candidates. llama.cpp's chain copies the whole vocabulary into a
 // candidate array, looks every token up in the penalties' hash map and
-// sorts for top-k at every token: on the 2-core machine, about 0.8 ms per
-// token for a 49,152-token vocabulary with Parley's defaults, 5-8% of a
-// small model's decode step (BENCHMARKS.md). The tokens it draws are the
-// chain's (TestPrefilterMatchesChain), but for the order of equal logits.
+// sorts for top-k at every token: with a 49,152-token vocabulary and
+// Parley's defaults, 1.3% of a 2-thread decode's CPU samples against this
+// sampler's 0.13% (BENCHMARKS.md, "Per-token work over the vocabulary").
+// The tokens it draws are the chain's (TestSamplersMatchChain), but for the
+// order of equal logits.
 type prefilterSampler struct {
 	be   backend
 	k    int
@@ -59,7 +60,7 @@ func prefilterable(p samplerParams, nVocab int) bool {
 
 func (s *prefilterSampler) Sample(i int) int {
 	logits := s.be.Logits(i)
-	s.skip = s.win.tokens(s.skip[:0])
+	s.skip = s.win.tokens(s.skip[:0], len(logits))
 	if cap(s.saved) < len(s.skip) {
 		s.saved = make([]float32, len(s.skip))
 	}
@@ -77,7 +78,12 @@ func (s *prefilterSampler) Sample(i int) int {
 	if tok := s.tail.draw(s.td); tok >= 0 {
 		return tok
 	}
-	return int(s.cands[0].ID) // the chain chose none: llama.cpp would abort; take the likeliest
+	// The chain chose none (llama.cpp's own sampler would abort), or no
+	// logit was a number: the likeliest, as greedy decoding would take.
+	if len(s.cands) > 0 {
+		return int(s.cands[0].ID)
+	}
+	return argmax(logits)
 }
 
 // byLogit orders candidates as top-k leaves them: the largest logit first,
@@ -136,10 +142,13 @@ func (w *penaltyWindow) accept(tok int32) {
 	w.head = (w.head + 1) % w.lastN
 }
 
-// tokens appends the window's distinct tokens to dst.
-func (w *penaltyWindow) tokens(dst []int32) []int32 {
+// tokens appends the window's distinct tokens below n (the vocabulary:
+// the scan of the logits writes at these indexes) to dst.
+func (w *penaltyWindow) tokens(dst []int32, n int) []int32 {
 	for tok := range w.count {
-		dst = append(dst, tok)
+		if tok >= 0 && int(tok) < n {
+			dst = append(dst, tok)
+		}
 	}
 	return dst
 }

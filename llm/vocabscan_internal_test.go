@@ -127,11 +127,11 @@ func TestArgmax(t *testing.T) {
 	}
 }
 
-// TestGreedyMatchesChain: a greedy request's tokens through greedySampler,
+// TestSamplersMatchChain: a greedy request's tokens through greedySampler,
 // and a sampled one's through prefilterSampler, are the ones llama.cpp's
 // whole sampler chain picks, on both engines; and only the requests each
 // serves take them.
-func TestGreedyMatchesChain(t *testing.T) {
+func TestSamplersMatchChain(t *testing.T) {
 	cases := map[string]func(*parley.Params){
 		"greedy":            func(p *parley.Params) { p.Temperature, p.RepeatPenalty = 0, 1 },
 		"defaults":          func(*parley.Params) {},
@@ -284,5 +284,44 @@ func TestPenaltyWindow(t *testing.T) {
 	}
 	if off := newPenaltyWindow(samplerParams{RepeatLastN: 64, PenaltyRepeat: 1}); off.lastN != 0 {
 		t.Error("neutral penalties keep a window")
+	}
+}
+
+// logitsOnly is a backend whose every row holds the same logits.
+type logitsOnly struct {
+	backend
+	l []float32
+}
+
+func (b logitsOnly) Logits(int) []float32 { return b.l }
+
+// TestPrefilterSampler: the greedy draw after the penalties, a penalized
+// token giving way, and logits that are no numbers at all, which must not
+// bring the loop down.
+func TestPrefilterSampler(t *testing.T) {
+	p := samplerParams{TopK: 4, TopP: 1, TypicalP: 1, Temp: 0, RepeatLastN: 2, PenaltyRepeat: 4, Seed: 1}
+	be := logitsOnly{l: []float32{1, 5, 3, 4.5, -2, 0, 2, 4}}
+	s := &prefilterSampler{be: be, k: p.TopK, win: newPenaltyWindow(p), tail: newTailChain(p), heap: make([]candidate, p.TopK)}
+	var got []int
+	for range 4 {
+		tok := s.Sample(0)
+		s.Accept(tok)
+		got = append(got, tok)
+	}
+	// 1 (5), then 3 (4.5; 1 is now 1.25), then 7 (4; both in the window),
+	// then 1 again: the window holds the last two, 3 and 7.
+	if want := []int{1, 3, 7, 1}; !slices.Equal(got, want) {
+		t.Errorf("draws %v, want %v", got, want)
+	}
+	// Rows shorter than a token in the window (which no engine gives) are
+	// no reason to write past them; rows of NaNs still give a token.
+	nan := float32(math.NaN())
+	s.be = logitsOnly{l: []float32{nan, nan, nan, nan, nan, nan}}
+	if tok := s.Sample(0); tok < 0 || tok >= 6 {
+		t.Errorf("all-NaN logits: token %d", tok)
+	}
+	s.win = newPenaltyWindow(p)
+	if tok := s.Sample(0); tok != 0 {
+		t.Errorf("all-NaN logits, nothing in the window: token %d, want 0", tok)
 	}
 }
