@@ -50,6 +50,10 @@ typedef struct {
 	struct llama_sampler *chain;
 	parley_token_data *cur;
 	int32_t n_vocab;
+	// greedy: the chain takes the largest allowed logit (temperature 0, no
+	// penalty, typical-p off), so the largest logit, when the grammar
+	// allows it, is the draw (set by the Go side after parley_cs_new).
+	bool greedy;
 } parley_cs;
 
 static void parley_cs_free(parley_cs *cs) {
@@ -105,7 +109,24 @@ static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_
 // probe, draws one with the chain. logits may be NULL (all equal: a probe).
 // Returns the token, -1 when the grammar allows none (llama.cpp's own
 // sampler would abort), -2 when the chain selected nothing allowed.
-static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe) {
+static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe, bool *shortcut) {
+	*shortcut = false;
+	if (cs->greedy && logits != NULL && !probe && cs->n_vocab > 0) {
+		// The grammar is asked about one token, not the vocabulary: the
+		// largest logit (the first of equals; NaNs never win), kept when it
+		// is allowed, as masking everything first would leave it the largest.
+		int32_t best = 0;
+		for (int32_t i = 1; i < cs->n_vocab; i++) {
+			if (logits[i] > logits[best] || logits[best] != logits[best]) best = i;
+		}
+		parley_token_data one = { best, logits[best], 0.0f };
+		parley_token_data_array a1 = { &one, 1, -1, false };
+		grammar_apply(cs->grammar, &a1);
+		if (a1.size == 1 && one.logit != -INFINITY && one.logit == one.logit) {
+			*shortcut = true;
+			return best;
+		}
+	}
 	for (int32_t i = 0; i < cs->n_vocab; i++) {
 		cs->cur[i].id = i;
 		cs->cur[i].logit = logits ? logits[i] : 0.0f;
@@ -244,6 +265,8 @@ func (e *Engine) compileGrammar(grammar string, p parley.Params, lastN int, seed
 	if cs == nil {
 		return nil, errors.New("does not parse as GBNF with a root rule (or is left-recursive)")
 	}
+	cs.greedy = C.bool(!e.chainOnly && plainGreedy(samplerParams{Temp: float32(p.Temperature), TypicalP: float32(p.TypicalP),
+		RepeatLastN: lastN, PenaltyRepeat: float32(p.RepeatPenalty), PenaltyFreq: float32(p.FrequencyPenalty), PenaltyPre: float32(p.PresencePenalty)}))
 	return cs, nil
 }
 
@@ -317,7 +340,11 @@ func (e *Engine) startSampler(cs *C.parley_cs, field, client string) (*grammarSa
 			if len(job.logits) > 0 {
 				lp = (*C.float)(unsafe.Pointer(&job.logits[0]))
 			}
-			tok := int(C.parley_cs_sample(cs, lp, C.bool(job.probe)))
+			var shortcut C.bool
+			tok := int(C.parley_cs_sample(cs, lp, C.bool(job.probe), &shortcut))
+			if shortcut {
+				e.grammarShortcuts.Add(1)
+			}
 			if tok >= 0 && !job.probe {
 				C.parley_cs_accept(cs, C.int32_t(tok), C.bool(tok < len(isEOG) && isEOG[tok]))
 			}

@@ -96,10 +96,14 @@ type Engine struct {
 	gvOnce sync.Once
 	gv     *grammarVocab
 
-	// chainOnly makes every unconstrained sequence sample through the
-	// engine's whole llama.cpp sampler chain (no greedySampler or
-	// prefilterSampler): set by tests, before the first Generate.
+	// chainOnly makes every sequence sample through the whole llama.cpp
+	// sampler chain (no greedySampler or prefilterSampler, and a greedy
+	// grammar masks the vocabulary before every draw): set by tests,
+	// before the first Generate.
 	chainOnly bool
+	// grammarShortcuts counts greedy grammar draws whose largest logit the
+	// grammar allowed, asked about that one token (csampler.go).
+	grammarShortcuts atomic.Int64
 
 	busy, queued                                          atomic.Int64
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64

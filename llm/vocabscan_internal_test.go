@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -323,5 +324,60 @@ func TestPrefilterSampler(t *testing.T) {
 	s.win = newPenaltyWindow(p)
 	if tok := s.Sample(0); tok != 0 {
 		t.Errorf("all-NaN logits, nothing in the window: token %d, want 0", tok)
+	}
+}
+
+// TestGrammarGreedyShortcut: a greedy grammar-constrained reply asks the
+// grammar about the largest logit first, and gives the same tokens as
+// masking the whole vocabulary before every draw, on both engines.
+func TestGrammarGreedyShortcut(t *testing.T) {
+	schema := json.RawMessage(`{"type":"object","properties":{"story":{"type":"string"},"n":{"type":"integer"}},"required":["story","n"]}`)
+	for _, name := range []string{EngineEmbedded, EngineCurrent} {
+		if name == EngineCurrent && os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			var replies [2][]int
+			var shortcuts [2]int64
+			for i, chain := range []bool{false, true} {
+				e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 256, Engine: name, LibDir: testLibDir()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.chainOnly = chain
+				p := parley.DefaultParams()
+				p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed = 0, 1, 80, 1
+				p.JSONSchema = schema
+				if err := p.Validate(256); err != nil {
+					t.Fatal(err)
+				}
+				toks, err := e.Tokenize("Once upon a time, there was a little")
+				if err != nil {
+					t.Fatal(err)
+				}
+				events, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for ev := range events {
+					if ev.Done {
+						if ev.Err != nil {
+							t.Fatalf("chainOnly %v: %v", chain, ev.Err)
+						}
+						break
+					}
+					replies[i] = append(replies[i], ev.Token.ID)
+				}
+				e.Close() // waits for the sampler goroutines
+				shortcuts[i] = e.grammarShortcuts.Load()
+			}
+			if len(replies[0]) < 10 || !slices.Equal(replies[0], replies[1]) {
+				t.Fatalf("with the shortcut:\n%v\nmasking every draw:\n%v", replies[0], replies[1])
+			}
+			if shortcuts[0] == 0 || shortcuts[1] != 0 {
+				t.Errorf("shortcuts taken: %d with it, %d without; want some and none", shortcuts[0], shortcuts[1])
+			}
+			t.Logf("%d tokens, %d drawn by the shortcut", len(replies[0]), shortcuts[0])
+		})
 	}
 }
