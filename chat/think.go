@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/parley-chat/parley/internal/pyjson"
 )
@@ -156,15 +157,37 @@ func (s *Splitter) Push(text string) (thought, answer string) {
 	s.held += text
 	var t, a strings.Builder
 	switch s.format {
-	case ThinkTags, ThinkChannel:
-		s.tags(&t, &a, false)
-	case ThinkHarmony:
-		s.harmony(&t, &a, false)
+	case ThinkTags, ThinkChannel, ThinkHarmony:
+		// A character cut between two tokens (byte tokens) waits for its
+		// last bytes: whether it is whitespace to trim is known only then.
+		cut := len(s.held) - incompleteRune(s.held)
+		pending := s.held[cut:]
+		s.held = s.held[:cut]
+		if s.format == ThinkHarmony {
+			s.harmony(&t, &a, false)
+		} else {
+			s.tags(&t, &a, false)
+		}
+		s.held += pending
 	default:
 		a.WriteString(s.held)
 		s.held = ""
 	}
 	return t.String(), a.String()
+}
+
+// incompleteRune is how many bytes at the end of s begin a multi-byte UTF-8
+// character that has not all arrived (0 when none does).
+func incompleteRune(s string) int {
+	for n := 1; n <= min(len(s), utf8.UTFMax-1); n++ {
+		if c := s[len(s)-n]; utf8.RuneStart(c) {
+			if c >= utf8.RuneSelf && !utf8.FullRuneInString(s[len(s)-n:]) {
+				return n
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 // Flush returns what is held at the end of the reply.

@@ -1,8 +1,10 @@
 package llm
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -378,6 +380,56 @@ func TestGrammarGreedyShortcut(t *testing.T) {
 				t.Errorf("shortcuts taken: %d with it, %d without; want some and none", shortcuts[0], shortcuts[1])
 			}
 			t.Logf("%d tokens, %d drawn by the shortcut", len(replies[0]), shortcuts[0])
+		})
+	}
+}
+
+// BenchmarkGrammarGreedy: a greedy JSON-schema reply's rate with the
+// shortcut and masking every draw, on PARLEY_BENCH_MODEL (a model with a
+// real vocabulary, such as scripts/bench-models.sh's padded ones; skipped
+// without it) on PARLEY_BENCH_ENGINE (default current).
+func BenchmarkGrammarGreedy(b *testing.B) {
+	model := os.Getenv("PARLEY_BENCH_MODEL")
+	if model == "" {
+		b.Skip("PARLEY_BENCH_MODEL not set")
+	}
+	engine := cmp.Or(os.Getenv("PARLEY_BENCH_ENGINE"), EngineCurrent)
+	schema := json.RawMessage(`{"type":"object","properties":{"story":{"type":"string"}},"required":["story"]}`)
+	for _, chain := range []bool{false, true} {
+		b.Run(fmt.Sprintf("mask-every-draw=%v", chain), func(b *testing.B) {
+			e, err := Open(Config{Path: model, Threads: 2, Parallel: 1, ContextLength: 512, Engine: engine, LibDir: testLibDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			e.chainOnly = chain
+			toks, err := e.Tokenize("Once upon a time, there was a little")
+			if err != nil {
+				b.Fatal(err)
+			}
+			tokens := 0
+			for b.Loop() {
+				p := parley.DefaultParams()
+				p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed = 0, 1, 128, 1
+				p.JSONSchema = schema
+				if err := p.Validate(512); err != nil {
+					b.Fatal(err)
+				}
+				events, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for ev := range events {
+					if ev.Done {
+						if ev.Err != nil {
+							b.Fatal(ev.Err)
+						}
+						break
+					}
+					tokens++
+				}
+			}
+			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
 }
