@@ -148,6 +148,12 @@ func (s *Server) runBackground(ctx context.Context, b *bgResponse, resp *session
 	_ = s.streamResponse(ctx, b.cancel, resp, pr, b.emit)
 	final := s.finishedResponse(resp, pr)
 	final.Background = true
+	// It ran: the log that lingers holds no admission. Released before the
+	// end is published, so that a client told it ended (its cancel
+	// answered, its stream's last event read) has its room back at once.
+	b.cancel()
+	s.bg.live.Add(-1)
+	s.releaseIP(client)
 	b.mu.Lock()
 	if b.cancelled {
 		final.Status = session.StatusCancelled
@@ -157,9 +163,6 @@ func (s *Server) runBackground(ctx context.Context, b *bgResponse, resp *session
 	b.wake = make(chan struct{})
 	b.mu.Unlock()
 	close(b.ended)
-	b.cancel()
-	s.bg.live.Add(-1)
-	s.releaseIP(client) // it ran: the log that lingers holds no admission
 	log.Info("background response ended", zap.String("status", final.Status))
 	t := time.NewTimer(bgLinger)
 	defer t.Stop()
