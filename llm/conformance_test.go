@@ -157,27 +157,15 @@ func TestConformancePenalties(t *testing.T) {
 	}
 	replies := map[string]map[string][]int{}
 	for name, e := range es {
-		toks, err := e.Tokenize("Once upon a time")
-		if err != nil {
-			t.Fatal(err)
-		}
 		replies[name] = map[string][]int{}
 		for c, set := range cases {
 			p := greedy(96)
 			set(&p)
-			events, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
-			if err != nil {
-				t.Fatal(err)
+			r := generate(t, e, "", "Once upon a time", p)
+			if r.final.Err != nil {
+				t.Fatalf("%s %s: %v", name, c, r.final.Err)
 			}
-			for ev := range events {
-				if ev.Done {
-					if ev.Err != nil {
-						t.Fatalf("%s %s: %v", name, c, ev.Err)
-					}
-					continue
-				}
-				replies[name][c] = append(replies[name][c], ev.Token.ID)
-			}
+			replies[name][c] = r.ids
 		}
 	}
 	for c := range cases {

@@ -178,23 +178,7 @@ func TestSamplersMatchChain(t *testing.T) {
 					if wantGreedy := i == 0 && c == "greedy"; isGreedy != wantGreedy || isPrefilter != (i == 0 && !wantGreedy) {
 						t.Fatalf("%s, chainOnly %v: sampler %T", c, e.chainOnly, s)
 					}
-					toks, err := e.Tokenize("Once upon a time, there was a little")
-					if err != nil {
-						t.Fatal(err)
-					}
-					events, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
-					if err != nil {
-						t.Fatal(err)
-					}
-					for ev := range events {
-						if ev.Done {
-							if ev.Err != nil || ev.Finish != parley.FinishLength && ev.Finish != parley.FinishEOS {
-								t.Fatalf("%s: finish %q: %v", c, ev.Finish, ev.Err)
-							}
-							break
-						}
-						replies[i] = append(replies[i], ev.Token.ID)
-					}
+					replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
 				}
 				if len(replies[0]) < 20 || !slices.Equal(replies[0], replies[1]) {
 					t.Errorf("%s: Parley's sampler:\n%v\nthe chain:\n%v", c, replies[0], replies[1])
@@ -353,23 +337,7 @@ func TestGrammarGreedyShortcut(t *testing.T) {
 				if err := p.Validate(256); err != nil {
 					t.Fatal(err)
 				}
-				toks, err := e.Tokenize("Once upon a time, there was a little")
-				if err != nil {
-					t.Fatal(err)
-				}
-				events, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for ev := range events {
-					if ev.Done {
-						if ev.Err != nil {
-							t.Fatalf("chainOnly %v: %v", chain, ev.Err)
-						}
-						break
-					}
-					replies[i] = append(replies[i], ev.Token.ID)
-				}
+				replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
 				e.Close() // waits for the sampler goroutines
 				shortcuts[i] = e.grammarShortcuts.Load()
 			}
@@ -403,10 +371,6 @@ func BenchmarkGrammarGreedy(b *testing.B) {
 			}
 			defer e.Close()
 			e.chainOnly = chain
-			toks, err := e.Tokenize("Once upon a time, there was a little")
-			if err != nil {
-				b.Fatal(err)
-			}
 			tokens := 0
 			for b.Loop() {
 				p := parley.DefaultParams()
@@ -415,21 +379,34 @@ func BenchmarkGrammarGreedy(b *testing.B) {
 				if err := p.Validate(512); err != nil {
 					b.Fatal(err)
 				}
-				events, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
-				if err != nil {
-					b.Fatal(err)
-				}
-				for ev := range events {
-					if ev.Done {
-						if ev.Err != nil {
-							b.Fatal(ev.Err)
-						}
-						break
-					}
-					tokens++
-				}
+				tokens += len(replyIDs(b, e, "Once upon a time, there was a little", p))
 			}
 			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
+}
+
+// replyIDs generates p's reply to prompt on e and returns its tokens; the
+// reply must end at its length or at an end-of-generation token.
+func replyIDs(tb testing.TB, e *Engine, prompt string, p parley.Params) []int {
+	tb.Helper()
+	toks, err := e.Tokenize(prompt)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	events, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var ids []int
+	for ev := range events {
+		if ev.Done {
+			if ev.Err != nil || ev.Finish != parley.FinishLength && ev.Finish != parley.FinishEOS {
+				tb.Fatalf("finish %q: %v", ev.Finish, ev.Err)
+			}
+			continue
+		}
+		ids = append(ids, ev.Token.ID)
+	}
+	return ids
 }
