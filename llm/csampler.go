@@ -52,7 +52,7 @@ typedef struct {
 	int32_t n_vocab;
 	// greedy: the chain takes the largest allowed logit (temperature 0, no
 	// penalty, typical-p off), so the largest logit, when the grammar
-	// allows it, is the draw (set by the Go side after parley_cs_new).
+	// allows it, is the draw (set and read by the Go side).
 	bool greedy;
 } parley_cs;
 
@@ -62,6 +62,16 @@ static void parley_cs_free(parley_cs *cs) {
 	if (cs->chain) llama_sampler_free(cs->chain);
 	free(cs->cur);
 	free(cs);
+}
+
+// parley_add_tail adds the chain's links after the penalties and top-k:
+// typical, top-p, min-p, temperature and the seeded draw.
+static void parley_add_tail(struct llama_sampler *chain, parley_sparams sp) {
+	llama_sampler_chain_add(chain, llama_sampler_init_typical(sp.typical_p, 0));
+	llama_sampler_chain_add(chain, llama_sampler_init_top_p(sp.top_p, 0));
+	llama_sampler_chain_add(chain, llama_sampler_init_min_p(sp.min_p, 0));
+	llama_sampler_chain_add(chain, llama_sampler_init_temp_ext(sp.temp, 0.0f, 1.0f));
+	llama_sampler_chain_add(chain, llama_sampler_init_dist(sp.seed));
 }
 
 // parley_cs_new compiles grammar over the vocabulary (pieces[i] is at
@@ -97,11 +107,7 @@ static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_
 	cs->chain = llama_sampler_chain_init(cp);
 	llama_sampler_chain_add(cs->chain, llama_sampler_init_penalties(sp.last_n, sp.repeat, sp.freq, sp.present));
 	llama_sampler_chain_add(cs->chain, llama_sampler_init_top_k(sp.top_k));
-	llama_sampler_chain_add(cs->chain, llama_sampler_init_typical(sp.typical_p, 0));
-	llama_sampler_chain_add(cs->chain, llama_sampler_init_top_p(sp.top_p, 0));
-	llama_sampler_chain_add(cs->chain, llama_sampler_init_min_p(sp.min_p, 0));
-	llama_sampler_chain_add(cs->chain, llama_sampler_init_temp_ext(sp.temp, 0.0f, 1.0f));
-	llama_sampler_chain_add(cs->chain, llama_sampler_init_dist(sp.seed));
+	parley_add_tail(cs->chain, sp);
 	return cs;
 }
 
@@ -109,16 +115,13 @@ static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_
 // probe, draws one with the chain. logits may be NULL (all equal: a probe).
 // Returns the token, -1 when the grammar allows none (llama.cpp's own
 // sampler would abort), -2 when the chain selected nothing allowed.
-static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe, bool *shortcut) {
+// With best >= 0 (cs->greedy: the largest logit, which the Go side found),
+// the grammar is first asked about that one token, not the vocabulary: it is
+// the draw when allowed, as masking everything first would leave it the
+// largest (*shortcut then says so).
+static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe, int32_t best, bool *shortcut) {
 	*shortcut = false;
-	if (cs->greedy && logits != NULL && !probe && cs->n_vocab > 0) {
-		// The grammar is asked about one token, not the vocabulary: the
-		// largest logit (the first of equals; NaNs never win), kept when it
-		// is allowed, as masking everything first would leave it the largest.
-		int32_t best = 0;
-		for (int32_t i = 1; i < cs->n_vocab; i++) {
-			if (logits[i] > logits[best] || logits[best] != logits[best]) best = i;
-		}
+	if (best >= 0 && best < cs->n_vocab && logits != NULL && !probe) {
 		parley_token_data one = { best, logits[best], 0.0f };
 		parley_token_data_array a1 = { &one, 1, -1, false };
 		grammar_apply(cs->grammar, &a1);
@@ -154,17 +157,13 @@ static void parley_cs_accept(parley_cs *cs, int32_t tok, bool eog) {
 	if (!eog) grammar_accept(cs->grammar, tok);
 	llama_sampler_accept(cs->chain, tok);
 }
-// parley_tail_new builds the part of that chain after the penalties and
-// top-k (typical, top-p, min-p, temperature, the seeded draw), for a
-// sampler that applies those two itself (prefilter.go).
+
+// parley_tail_new builds a chain of the tail alone, for a sampler that
+// applies the penalties and top-k itself (prefilter.go).
 static struct llama_sampler *parley_tail_new(parley_sparams sp) {
 	parley_chain_params cp = { true };
 	struct llama_sampler *chain = llama_sampler_chain_init(cp);
-	llama_sampler_chain_add(chain, llama_sampler_init_typical(sp.typical_p, 0));
-	llama_sampler_chain_add(chain, llama_sampler_init_top_p(sp.top_p, 0));
-	llama_sampler_chain_add(chain, llama_sampler_init_min_p(sp.min_p, 0));
-	llama_sampler_chain_add(chain, llama_sampler_init_temp_ext(sp.temp, 0.0f, 1.0f));
-	llama_sampler_chain_add(chain, llama_sampler_init_dist(sp.seed));
+	parley_add_tail(chain, sp);
 	return chain;
 }
 
@@ -227,7 +226,7 @@ func (e *Engine) grammarVocab() *grammarVocab {
 // parse becomes a null sampler (a crash on first use), "%llguidance"
 // grammars abort the process, and it reads the logits from the context,
 // which the next decode overwrites.
-func (e *Engine) compileGrammar(grammar string, p parley.Params, lastN int, seed uint32) (*C.parley_cs, error) {
+func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*C.parley_cs, error) {
 	if strings.HasPrefix(strings.TrimSpace(grammar), "%llguidance") {
 		return nil, errors.New("llguidance grammars are not supported")
 	}
@@ -249,25 +248,28 @@ func (e *Engine) compileGrammar(grammar string, p parley.Params, lastN int, seed
 		copy(unsafe.Slice((*uint32)(m), len(gv.eog)), gv.eog)
 		eog = (*C.uint32_t)(m)
 	}
-	sp := C.parley_sparams{
-		top_k:     C.int32_t(p.TopK),
-		last_n:    C.int32_t(lastN),
-		top_p:     C.float(p.TopP),
-		min_p:     C.float(p.MinP),
-		typical_p: C.float(p.TypicalP),
-		temp:      C.float(p.Temperature),
-		repeat:    C.float(p.RepeatPenalty),
-		freq:      C.float(p.FrequencyPenalty),
-		present:   C.float(p.PresencePenalty),
-		seed:      C.uint32_t(seed),
-	}
-	cs := C.parley_cs_new(cg, (*C.char)(blob), (*C.int64_t)(offs), C.int32_t(len(gv.offs)), eog, C.size_t(len(gv.eog)), sp)
+	cs := C.parley_cs_new(cg, (*C.char)(blob), (*C.int64_t)(offs), C.int32_t(len(gv.offs)), eog, C.size_t(len(gv.eog)), cSamplerParams(sp))
 	if cs == nil {
 		return nil, errors.New("does not parse as GBNF with a root rule (or is left-recursive)")
 	}
-	cs.greedy = C.bool(!e.chainOnly && plainGreedy(samplerParams{Temp: float32(p.Temperature), TypicalP: float32(p.TypicalP),
-		RepeatLastN: lastN, PenaltyRepeat: float32(p.RepeatPenalty), PenaltyFreq: float32(p.FrequencyPenalty), PenaltyPre: float32(p.PresencePenalty)}))
+	cs.greedy = C.bool(!e.chainOnly && plainGreedy(sp))
 	return cs, nil
+}
+
+// cSamplerParams is sp for the C side's chains.
+func cSamplerParams(sp samplerParams) C.parley_sparams {
+	return C.parley_sparams{
+		top_k:     C.int32_t(sp.TopK),
+		last_n:    C.int32_t(sp.RepeatLastN),
+		top_p:     C.float(sp.TopP),
+		min_p:     C.float(sp.MinP),
+		typical_p: C.float(sp.TypicalP),
+		temp:      C.float(sp.Temp),
+		repeat:    C.float(sp.PenaltyRepeat),
+		freq:      C.float(sp.PenaltyFreq),
+		present:   C.float(sp.PenaltyPre),
+		seed:      C.uint32_t(sp.Seed),
+	}
 }
 
 // Results of one off-loop sample.
@@ -340,8 +342,12 @@ func (e *Engine) startSampler(cs *C.parley_cs, field, client string) (*grammarSa
 			if len(job.logits) > 0 {
 				lp = (*C.float)(unsafe.Pointer(&job.logits[0]))
 			}
+			best := -1
+			if bool(cs.greedy) && !job.probe && len(job.logits) > 0 {
+				best = argmax(job.logits)
+			}
 			var shortcut C.bool
-			tok := int(C.parley_cs_sample(cs, lp, C.bool(job.probe), &shortcut))
+			tok := int(C.parley_cs_sample(cs, lp, C.bool(job.probe), C.int32_t(best), &shortcut))
 			if shortcut {
 				e.grammarShortcuts.Add(1)
 			}
@@ -441,10 +447,7 @@ func grammarError(field, format string, args ...any) *parley.Error {
 type tailChain struct{ c *C.struct_llama_sampler }
 
 func newTailChain(p samplerParams) *tailChain {
-	t := &tailChain{c: C.parley_tail_new(C.parley_sparams{
-		top_p: C.float(p.TopP), min_p: C.float(p.MinP), typical_p: C.float(p.TypicalP),
-		temp: C.float(p.Temp), seed: C.uint32_t(p.Seed),
-	})}
+	t := &tailChain{c: C.parley_tail_new(cSamplerParams(p))}
 	runtime.SetFinalizer(t, func(t *tailChain) { C.llama_sampler_free(t.c) })
 	return t
 }

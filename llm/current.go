@@ -392,11 +392,7 @@ func (be *current) NewSampler(p samplerParams) (tokenSampler, error) {
 	}
 	yz.SamplerChainAdd(chain, yz.SamplerInitPenalties(int32(be.nVocab), int32(p.RepeatLastN), p.PenaltyRepeat, p.PenaltyFreq, p.PenaltyPre))
 	yz.SamplerChainAdd(chain, yz.SamplerInitTopK(int32(p.TopK)))
-	yz.SamplerChainAdd(chain, yz.SamplerInitTypical(p.TypicalP, 0))
-	yz.SamplerChainAdd(chain, yz.SamplerInitTopP(p.TopP, 0))
-	yz.SamplerChainAdd(chain, yz.SamplerInitMinP(p.MinP, 0))
-	yz.SamplerChainAdd(chain, yz.SamplerInitTempExt(p.Temp, 0, 1))
-	yz.SamplerChainAdd(chain, yz.SamplerInitDist(p.Seed))
+	addTail(chain, p)
 	s := &currentSampler{chain: chain, lc: be.lc}
 	// The chain is C memory: freed with the sampler's last reference.
 	runtime.SetFinalizer(s, func(s *currentSampler) { yz.SamplerFree(s.chain) })
@@ -410,14 +406,20 @@ func (be *current) NewTail(p samplerParams) (tail, error) {
 	if chain == 0 {
 		return nil, errors.New("sampler chain")
 	}
+	addTail(chain, p)
+	t := &currentTail{chain: chain}
+	runtime.SetFinalizer(t, func(t *currentTail) { yz.SamplerFree(t.chain) })
+	return t, nil
+}
+
+// addTail adds the chain's links after the penalties and top-k: typical,
+// top-p, min-p, temperature and the seeded draw.
+func addTail(chain yz.Sampler, p samplerParams) {
 	yz.SamplerChainAdd(chain, yz.SamplerInitTypical(p.TypicalP, 0))
 	yz.SamplerChainAdd(chain, yz.SamplerInitTopP(p.TopP, 0))
 	yz.SamplerChainAdd(chain, yz.SamplerInitMinP(p.MinP, 0))
 	yz.SamplerChainAdd(chain, yz.SamplerInitTempExt(p.Temp, 0, 1))
 	yz.SamplerChainAdd(chain, yz.SamplerInitDist(p.Seed))
-	t := &currentTail{chain: chain}
-	runtime.SetFinalizer(t, func(t *currentTail) { yz.SamplerFree(t.chain) })
-	return t, nil
 }
 
 type currentTail struct{ chain yz.Sampler }

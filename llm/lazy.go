@@ -29,15 +29,7 @@ func (e *Engine) newLazy(p parley.Params, client string, inline bool) (*lazyGram
 	if !ok || !inline {
 		return nil, nil
 	}
-	seed := uint32(1<<32 - 1)
-	if p.Seed >= 0 {
-		seed = uint32(p.Seed)
-	}
-	lastN := p.RepeatLastN
-	if lastN < 0 {
-		lastN = e.nCtx
-	}
-	cs, err := e.compileGrammar(grammar, p, lastN, seed)
+	cs, err := e.compileGrammar(grammar, e.samplerParams(p))
 	if err != nil {
 		return nil, parley.FieldErrorf("tools", "%v", err)
 	}

@@ -21,16 +21,9 @@ func (e *Engine) newSampler(p parley.Params, client string) (tokenSampler, *gram
 	if !ok {
 		return nil, nil, parley.Errorf(parley.EInternal, "sampling parameters were not validated")
 	}
-	seed := uint32(math.MaxUint32) // llama.cpp: random
-	if p.Seed >= 0 {
-		seed = uint32(p.Seed)
-	}
-	lastN := p.RepeatLastN
-	if lastN < 0 {
-		lastN = e.nCtx
-	}
+	sp := e.samplerParams(p)
 	if grammar != "" {
-		cs, err := e.compileGrammar(grammar, p, lastN, seed)
+		cs, err := e.compileGrammar(grammar, sp)
 		if err != nil {
 			return nil, nil, parley.FieldErrorf(field, "%v", err)
 		}
@@ -43,18 +36,6 @@ func (e *Engine) newSampler(p parley.Params, client string) (tokenSampler, *gram
 			return nil, nil, err
 		}
 		return nil, gs, nil
-	}
-	sp := samplerParams{
-		TopK:          p.TopK,
-		TopP:          float32(p.TopP),
-		MinP:          float32(p.MinP),
-		TypicalP:      float32(p.TypicalP),
-		Temp:          float32(p.Temperature),
-		RepeatLastN:   lastN,
-		PenaltyRepeat: float32(p.RepeatPenalty),
-		PenaltyFreq:   float32(p.FrequencyPenalty),
-		PenaltyPre:    float32(p.PresencePenalty),
-		Seed:          seed,
 	}
 	switch {
 	case e.chainOnly:
@@ -72,6 +53,32 @@ func (e *Engine) newSampler(p parley.Params, client string) (tokenSampler, *gram
 		return nil, nil, fmt.Errorf("sampler: %w", err)
 	}
 	return sc, nil, nil
+}
+
+// samplerParams are p's sampling settings as llama.cpp's samplers take them:
+// a negative seed is llama.cpp's random one, a negative repeat_last_n the
+// whole context.
+func (e *Engine) samplerParams(p parley.Params) samplerParams {
+	seed := uint32(math.MaxUint32) // llama.cpp: random
+	if p.Seed >= 0 {
+		seed = uint32(p.Seed)
+	}
+	lastN := p.RepeatLastN
+	if lastN < 0 {
+		lastN = e.nCtx
+	}
+	return samplerParams{
+		TopK:          p.TopK,
+		TopP:          float32(p.TopP),
+		MinP:          float32(p.MinP),
+		TypicalP:      float32(p.TypicalP),
+		Temp:          float32(p.Temperature),
+		RepeatLastN:   lastN,
+		PenaltyRepeat: float32(p.RepeatPenalty),
+		PenaltyFreq:   float32(p.FrequencyPenalty),
+		PenaltyPre:    float32(p.PresencePenalty),
+		Seed:          seed,
+	}
 }
 
 // probe checks, on gs's goroutine and within the step budget, that some
