@@ -50,10 +50,6 @@ typedef struct {
 	struct llama_sampler *chain;
 	parley_token_data *cur;
 	int32_t n_vocab;
-	// greedy: the chain takes the largest allowed logit (temperature 0, no
-	// penalty, typical-p off), so the largest logit, when the grammar
-	// allows it, is the draw (set and read by the Go side).
-	bool greedy;
 } parley_cs;
 
 static void parley_cs_free(parley_cs *cs) {
@@ -77,9 +73,11 @@ static void parley_add_tail(struct llama_sampler *chain, parley_sparams sp) {
 // parley_cs_new compiles grammar over the vocabulary (pieces[i] is at
 // blob + offs[i], NUL-terminated) and builds the chain the binding's
 // common_sampler builds, minus its grammar and the samplers that are off
-// at their defaults (DRY, top-n-sigma, XTC). NULL when the grammar fails.
+// at their defaults (DRY, top-n-sigma, XTC). ranked: the Go side applies
+// the penalties (it ranks the candidates, parley_cs_draw_top), so the chain
+// starts at top-k. NULL when the grammar fails.
 static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_t n_vocab,
-		uint32_t *eog, size_t n_eog, parley_sparams sp) {
+		uint32_t *eog, size_t n_eog, parley_sparams sp, bool ranked) {
 	parley_cs *cs = calloc(1, sizeof(parley_cs));
 	if (cs == NULL) return NULL;
 	const char **pieces = malloc(sizeof(char *) * (size_t)n_vocab);
@@ -105,35 +103,29 @@ static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_
 	}
 	parley_chain_params cp = { true };
 	cs->chain = llama_sampler_chain_init(cp);
-	llama_sampler_chain_add(cs->chain, llama_sampler_init_penalties(sp.last_n, sp.repeat, sp.freq, sp.present));
+	if (!ranked) {
+		llama_sampler_chain_add(cs->chain, llama_sampler_init_penalties(sp.last_n, sp.repeat, sp.freq, sp.present));
+	}
 	llama_sampler_chain_add(cs->chain, llama_sampler_init_top_k(sp.top_k));
 	parley_add_tail(cs->chain, sp);
 	return cs;
 }
 
-// parley_cs_sample masks the candidates with the grammar and, unless
-// probe, draws one with the chain. logits may be NULL (all equal: a probe).
-// Returns the token, -1 when the grammar allows none (llama.cpp's own
-// sampler would abort), -2 when the chain selected nothing allowed.
-// With best >= 0 (cs->greedy: the largest logit, which the Go side found),
-// the grammar is first asked about that one token, not the vocabulary: it is
-// the draw when allowed, as masking everything first would leave it the
-// largest (*shortcut then says so).
-static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe, int32_t best, bool *shortcut) {
-	*shortcut = false;
-	if (best >= 0 && best < cs->n_vocab && logits != NULL && !probe) {
-		parley_token_data one = { best, logits[best], 0.0f };
-		parley_token_data_array a1 = { &one, 1, -1, false };
-		grammar_apply(cs->grammar, &a1);
-		if (a1.size == 1 && one.logit != -INFINITY && one.logit == one.logit) {
-			*shortcut = true;
-			return best;
-		}
-	}
+// parley_cs_sample masks the candidates (the whole vocabulary) with the
+// grammar and, unless probe, draws one with the chain. logits may be NULL
+// (all equal: a probe). The n_ov tokens ov_ids take the logits ov_logits
+// instead of theirs (a ranked sampler's penalties). Returns the token, -1
+// when the grammar allows none (llama.cpp's own sampler would abort), -2
+// when the chain selected nothing allowed.
+static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe,
+		const int32_t *ov_ids, const float *ov_logits, size_t n_ov) {
 	for (int32_t i = 0; i < cs->n_vocab; i++) {
 		cs->cur[i].id = i;
 		cs->cur[i].logit = logits ? logits[i] : 0.0f;
 		cs->cur[i].p = 0.0f;
+	}
+	for (size_t i = 0; i < n_ov; i++) {
+		if (ov_ids[i] >= 0 && ov_ids[i] < cs->n_vocab) cs->cur[ov_ids[i]].logit = ov_logits[i];
 	}
 	parley_token_data_array a = { cs->cur, (size_t)cs->n_vocab, -1, false };
 	grammar_apply(cs->grammar, &a);
@@ -146,6 +138,38 @@ static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe, 
 	}
 	if (!any) return -1;
 	if (probe) return 0;
+	llama_sampler_apply(cs->chain, &a);
+	if (a.selected < 0 || (size_t)a.selected >= a.size || a.data[a.selected].logit == -INFINITY) return -2;
+	return a.data[a.selected].id;
+}
+
+// parley_cs_draw_top draws from the top of the vocabulary without masking
+// all of it: data[0..n) are the largest logits after the penalties, largest
+// first, and no token left out has a logit above bound. The grammar is asked
+// about them in chunks that double (the first is need long) and the allowed
+// ones move to the front, until need are allowed. When they are, and the
+// need-th is at least bound, they are exactly the first need tokens of the
+// masked, ranked vocabulary, so the chain's draw over them (greedy: the
+// first) is the draw, and *decided is set. Otherwise the caller masks the
+// whole vocabulary (parley_cs_sample).
+static int32_t parley_cs_draw_top(parley_cs *cs, parley_token_data *data, size_t n, size_t need,
+		float bound, bool greedy, bool *decided) {
+	*decided = false;
+	size_t ok = 0, i = 0, chunk = need > 0 ? need : 1;
+	while (i < n && ok < need) {
+		size_t m = chunk < n - i ? chunk : n - i;
+		parley_token_data_array part = { data + i, m, -1, true };
+		grammar_apply(cs->grammar, &part);
+		for (size_t j = i; j < i + m; j++) {
+			if (data[j].logit != -INFINITY && data[j].logit == data[j].logit) data[ok++] = data[j];
+		}
+		i += m;
+		chunk *= 2;
+	}
+	if (ok < need || need == 0 || data[need - 1].logit < bound) return -1;
+	*decided = true;
+	if (greedy) return data[0].id;
+	parley_token_data_array a = { data, need, -1, true };
 	llama_sampler_apply(cs->chain, &a);
 	if (a.selected < 0 || (size_t)a.selected >= a.size || a.data[a.selected].logit == -INFINITY) return -2;
 	return a.data[a.selected].id;
@@ -226,7 +250,10 @@ func (e *Engine) grammarVocab() *grammarVocab {
 // parse becomes a null sampler (a crash on first use), "%llguidance"
 // grammars abort the process, and it reads the logits from the context,
 // which the next decode overwrites.
-func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*C.parley_cs, error) {
+//
+// The draws rank the candidates first where they can (a greedy request, or
+// a top-k of at most maxPrefilterK): see grammarRank.
+func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGrammar, error) {
 	if strings.HasPrefix(strings.TrimSpace(grammar), "%llguidance") {
 		return nil, errors.New("llguidance grammars are not supported")
 	}
@@ -248,12 +275,70 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*C.parley_cs,
 		copy(unsafe.Slice((*uint32)(m), len(gv.eog)), gv.eog)
 		eog = (*C.uint32_t)(m)
 	}
-	cs := C.parley_cs_new(cg, (*C.char)(blob), (*C.int64_t)(offs), C.int32_t(len(gv.offs)), eog, C.size_t(len(gv.eog)), cSamplerParams(sp))
+	var rank *grammarRank
+	switch {
+	case e.chainOnly:
+	case sp.Temp <= 0 && sp.TypicalP >= 1:
+		// The chain takes the largest logit after the penalties: top-k,
+		// top-p and min-p always keep it (plainGreedy, with penalties).
+		rank = &grammarRank{ranker: newRanker(sp), need: 1, greedy: true}
+	case prefilterable(sp, len(gv.offs)):
+		rank = &grammarRank{ranker: newRanker(sp), need: sp.TopK}
+	}
+	cs := C.parley_cs_new(cg, (*C.char)(blob), (*C.int64_t)(offs), C.int32_t(len(gv.offs)), eog, C.size_t(len(gv.eog)), cSamplerParams(sp), C.bool(rank != nil))
 	if cs == nil {
 		return nil, errors.New("does not parse as GBNF with a root rule (or is left-recursive)")
 	}
-	cs.greedy = C.bool(!e.chainOnly && plainGreedy(sp))
-	return cs, nil
+	return &compiledGrammar{cs: cs, rank: rank}, nil
+}
+
+// compiledGrammar is a grammar's C sampler and, when its draws rank the
+// candidates first, the Go side of that.
+type compiledGrammar struct {
+	cs   *C.parley_cs
+	rank *grammarRank
+}
+
+// grammarRank is a grammar sampler's way around masking the whole
+// vocabulary before each draw, which costs about 9 ms a token over a
+// 49,152-token vocabulary on this machine (BENCHMARKS.md): the penalties and
+// a ranking of the largest logits happen here (ranker), the grammar is asked
+// about those first (parley_cs_draw_top), and only when fewer than need of
+// them are allowed is the whole vocabulary masked. need is the top-k (the
+// chain draws from the first k allowed tokens), or 1 for a greedy request.
+// The draws are the chain's (TestGrammarRankedDraws).
+type grammarRank struct {
+	ranker
+	need   int
+	greedy bool
+
+	ovIDs    []int32   // the window's tokens and their penalized logits,
+	ovLogits []float32 // for a draw that masks the whole vocabulary
+}
+
+// draw is the next token from logits (the sequence's copy), and whether it
+// was decided from the ranked candidates alone.
+func (g *grammarRank) draw(cs *C.parley_cs, logits []float32) (tok int, ranked bool) {
+	td, bound := g.top(logits, max(g.need, maxPrefilterK))
+	if len(td) > 0 {
+		var decided C.bool
+		t := C.parley_cs_draw_top(cs, (*C.parley_token_data)(unsafe.Pointer(&td[0])), C.size_t(len(td)),
+			C.size_t(g.need), C.float(bound), C.bool(g.greedy), &decided)
+		if decided {
+			return int(t), true
+		}
+	}
+	g.ovIDs, g.ovLogits = g.ovIDs[:0], g.ovLogits[:0]
+	for _, id := range g.skip { // the window's tokens, as top left them
+		g.ovIDs = append(g.ovIDs, id)
+		g.ovLogits = append(g.ovLogits, g.win.penalize(id, logits[id]))
+	}
+	var ids *C.int32_t
+	var ls *C.float
+	if len(g.ovIDs) > 0 {
+		ids, ls = (*C.int32_t)(unsafe.Pointer(&g.ovIDs[0])), (*C.float)(unsafe.Pointer(&g.ovLogits[0]))
+	}
+	return int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&logits[0])), false, ids, ls, C.size_t(len(g.ovIDs)))), false
 }
 
 // cSamplerParams is sp for the C side's chains.
@@ -311,10 +396,11 @@ type grammarSampler struct {
 	client   string
 }
 
-// startSampler starts cs's goroutine (which frees cs), unless the engine
-// is closing: Shutdown waits for these goroutines, and none may start once
-// it does.
-func (e *Engine) startSampler(cs *C.parley_cs, field, client string) (*grammarSampler, error) {
+// startSampler starts cg's goroutine (which frees its C sampler), unless the
+// engine is closing: Shutdown waits for these goroutines, and none may start
+// once it does.
+func (e *Engine) startSampler(cg *compiledGrammar, field, client string) (*grammarSampler, error) {
+	cs := cg.cs
 	e.closeMu.RLock()
 	defer e.closeMu.RUnlock()
 	if e.closed {
@@ -338,21 +424,24 @@ func (e *Engine) startSampler(cs *C.parley_cs, field, client string) (*grammarSa
 			}
 		}()
 		for job := range gs.jobs {
-			var lp *C.float
-			if len(job.logits) > 0 {
-				lp = (*C.float)(unsafe.Pointer(&job.logits[0]))
-			}
-			best := -1
-			if bool(cs.greedy) && !job.probe && len(job.logits) > 0 {
-				best = argmax(job.logits)
-			}
-			var shortcut C.bool
-			tok := int(C.parley_cs_sample(cs, lp, C.bool(job.probe), C.int32_t(best), &shortcut))
-			if shortcut {
-				e.grammarShortcuts.Add(1)
+			var tok int
+			switch {
+			case job.probe || len(job.logits) == 0:
+				tok = int(C.parley_cs_sample(cs, nil, C.bool(job.probe), nil, nil, 0))
+			case cg.rank != nil:
+				var ranked bool
+				tok, ranked = cg.rank.draw(cs, job.logits)
+				if ranked {
+					e.grammarRanked.Add(1)
+				}
+			default:
+				tok = int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&job.logits[0])), false, nil, nil, 0))
 			}
 			if tok >= 0 && !job.probe {
 				C.parley_cs_accept(cs, C.int32_t(tok), C.bool(tok < len(isEOG) && isEOG[tok]))
+				if cg.rank != nil {
+					cg.rank.win.accept(int32(tok))
+				}
 			}
 			gs.res <- sampleResult{tok: tok}
 			select {

@@ -101,9 +101,9 @@ type Engine struct {
 	// grammar masks the vocabulary before every draw): set by tests,
 	// before the first Generate.
 	chainOnly bool
-	// grammarShortcuts counts greedy grammar draws whose largest logit the
-	// grammar allowed, asked about that one token (csampler.go).
-	grammarShortcuts atomic.Int64
+	// grammarRanked counts grammar-constrained draws decided from the
+	// largest logits alone, without masking the vocabulary (grammarRank).
+	grammarRanked atomic.Int64
 
 	busy, queued                                          atomic.Int64
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64

@@ -29,11 +29,11 @@ func (e *Engine) newLazy(p parley.Params, client string, inline bool) (*lazyGram
 	if !ok || !inline {
 		return nil, nil
 	}
-	cs, err := e.compileGrammar(grammar, e.samplerParams(p))
+	cg, err := e.compileGrammar(grammar, e.samplerParams(p))
 	if err != nil {
 		return nil, parley.FieldErrorf("tools", "%v", err)
 	}
-	gs, err := e.startSampler(cs, "tools", client)
+	gs, err := e.startSampler(cg, "tools", client)
 	if err != nil {
 		return nil, err
 	}

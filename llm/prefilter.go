@@ -1,6 +1,9 @@
 package llm
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // maxPrefilterK is the largest top-k that prefilterSampler takes; a larger
 // one (or none) goes through the engine's whole sampler chain.
@@ -27,15 +30,8 @@ type tokenData struct {
 type prefilterSampler struct {
 	be   backend
 	k    int
-	win  penaltyWindow
+	rank ranker
 	tail tail
-
-	// Buffers reused at every token.
-	skip  []int32
-	saved []float32
-	heap  []candidate
-	cands []candidate
-	td    []tokenData
 }
 
 func newPrefilterSampler(be backend, p samplerParams) (*prefilterSampler, error) {
@@ -43,13 +39,7 @@ func newPrefilterSampler(be backend, p samplerParams) (*prefilterSampler, error)
 	if err != nil {
 		return nil, err
 	}
-	return &prefilterSampler{
-		be:   be,
-		k:    p.TopK,
-		win:  newPenaltyWindow(p),
-		tail: t,
-		heap: make([]candidate, p.TopK),
-	}, nil
+	return &prefilterSampler{be: be, k: p.TopK, rank: newRanker(p), tail: t}, nil
 }
 
 // prefilterable reports whether prefilterSampler gives p's draws: a top-k
@@ -60,30 +50,68 @@ func prefilterable(p samplerParams, nVocab int) bool {
 
 func (s *prefilterSampler) Sample(i int) int {
 	logits := s.be.Logits(i)
-	s.skip = s.win.tokens(s.skip[:0], len(logits))
-	if cap(s.saved) < len(s.skip) {
-		s.saved = make([]float32, len(s.skip))
-	}
-	n := topK(logits, s.k, s.skip, s.saved[:len(s.skip)], s.heap)
-	s.cands = append(s.cands[:0], s.heap[:n]...)
-	for _, id := range s.skip {
-		s.cands = append(s.cands, candidate{ID: id, Logit: s.win.penalize(id, logits[id])})
-	}
-	slices.SortFunc(s.cands, byLogit)
-	s.cands = s.cands[:min(s.k, len(s.cands))]
-	s.td = s.td[:0]
-	for _, c := range s.cands {
-		s.td = append(s.td, tokenData{ID: c.ID, Logit: c.Logit})
-	}
-	if tok := s.tail.draw(s.td); tok >= 0 {
+	td, _ := s.rank.top(logits, s.k)
+	td = td[:min(s.k, len(td))]
+	if tok := s.tail.draw(td); tok >= 0 {
 		return tok
 	}
 	// The chain chose none (llama.cpp's own sampler would abort), or no
 	// logit was a number: the likeliest, as greedy decoding would take.
-	if len(s.cands) > 0 {
-		return int(s.cands[0].ID)
+	if len(td) > 0 {
+		return int(s.rank.cands[0].ID)
 	}
 	return argmax(logits)
+}
+
+func (s *prefilterSampler) Accept(tok int) { s.rank.win.accept(int32(tok)) }
+
+// ranker finds the largest logits of a row after the penalties without
+// copying or sorting the row: topK scans it in place with the window's
+// tokens left out, and those few are added after their penalties.
+type ranker struct {
+	win penaltyWindow
+
+	// Buffers reused at every token.
+	skip  []int32
+	saved []float32
+	heap  []candidate
+	cands []candidate
+	td    []tokenData
+}
+
+func newRanker(p samplerParams) ranker { return ranker{win: newPenaltyWindow(p)} }
+
+// top returns the m largest logits of the row after the penalties, largest
+// first (of equal ones the earlier token), followed by any of the window's
+// tokens that fall below them; and bound: no token left out has a larger
+// logit (-inf when none is left out but NaNs). The slice is r's, rewritten
+// by the next call.
+func (r *ranker) top(logits []float32, m int) (td []tokenData, bound float32) {
+	r.skip = r.win.tokens(r.skip[:0], len(logits))
+	if cap(r.saved) < len(r.skip) {
+		r.saved = make([]float32, len(r.skip))
+	}
+	if len(r.heap) < m {
+		r.heap = make([]candidate, m)
+	}
+	n := topK(logits, m, r.skip, r.saved[:len(r.skip)], r.heap)
+	bound = float32(math.Inf(-1))
+	if n == m {
+		bound = float32(math.Inf(1))
+		for _, c := range r.heap[:n] {
+			bound = min(bound, c.Logit)
+		}
+	}
+	r.cands = append(r.cands[:0], r.heap[:n]...)
+	for _, id := range r.skip {
+		r.cands = append(r.cands, candidate{ID: id, Logit: r.win.penalize(id, logits[id])})
+	}
+	slices.SortFunc(r.cands, byLogit)
+	r.td = r.td[:0]
+	for _, c := range r.cands {
+		r.td = append(r.td, tokenData{ID: c.ID, Logit: c.Logit})
+	}
+	return r.td, bound
 }
 
 // byLogit orders candidates as top-k leaves them: the largest logit first,
@@ -97,8 +125,6 @@ func byLogit(a, b candidate) int {
 	}
 	return int(a.ID - b.ID)
 }
-
-func (s *prefilterSampler) Accept(tok int) { s.win.accept(int32(tok)) }
 
 // penaltyWindow is llama.cpp's penalties sampler: the last lastN accepted
 // tokens with their counts, and the repetition, frequency and presence

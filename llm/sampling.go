@@ -23,11 +23,11 @@ func (e *Engine) newSampler(p parley.Params, client string) (tokenSampler, *gram
 	}
 	sp := e.samplerParams(p)
 	if grammar != "" {
-		cs, err := e.compileGrammar(grammar, sp)
+		cg, err := e.compileGrammar(grammar, sp)
 		if err != nil {
 			return nil, nil, parley.FieldErrorf(field, "%v", err)
 		}
-		gs, err := e.startSampler(cs, field, client)
+		gs, err := e.startSampler(cg, field, client)
 		if err != nil {
 			return nil, nil, err
 		}

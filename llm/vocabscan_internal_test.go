@@ -288,7 +288,7 @@ func (b logitsOnly) Logits(int) []float32 { return b.l }
 func TestPrefilterSampler(t *testing.T) {
 	p := samplerParams{TopK: 4, TopP: 1, TypicalP: 1, Temp: 0, RepeatLastN: 2, PenaltyRepeat: 4, Seed: 1}
 	be := logitsOnly{l: []float32{1, 5, 3, 4.5, -2, 0, 2, 4}}
-	s := &prefilterSampler{be: be, k: p.TopK, win: newPenaltyWindow(p), tail: newTailChain(p), heap: make([]candidate, p.TopK)}
+	s := &prefilterSampler{be: be, k: p.TopK, rank: newRanker(p), tail: newTailChain(p)}
 	var got []int
 	for range 4 {
 		tok := s.Sample(0)
@@ -307,82 +307,113 @@ func TestPrefilterSampler(t *testing.T) {
 	if tok := s.Sample(0); tok < 0 || tok >= 6 {
 		t.Errorf("all-NaN logits: token %d", tok)
 	}
-	s.win = newPenaltyWindow(p)
+	s.rank.win = newPenaltyWindow(p)
 	if tok := s.Sample(0); tok != 0 {
 		t.Errorf("all-NaN logits, nothing in the window: token %d, want 0", tok)
 	}
 }
 
-// TestGrammarGreedyShortcut: a greedy grammar-constrained reply asks the
-// grammar about the largest logit first, and gives the same tokens as
-// masking the whole vocabulary before every draw, on both engines.
-func TestGrammarGreedyShortcut(t *testing.T) {
+// TestGrammarRankedDraws: grammar-constrained replies that ask the grammar
+// about the largest logits first (greedy, and sampled with a top-k) give the
+// same tokens as masking the whole vocabulary before every draw, on both
+// engines, with penalties too.
+func TestGrammarRankedDraws(t *testing.T) {
 	schema := json.RawMessage(`{"type":"object","properties":{"story":{"type":"string"},"n":{"type":"integer"}},"required":["story","n"]}`)
+	cases := []struct {
+		name   string
+		set    func(*parley.Params)
+		ranked bool // some draws decided from the ranking alone
+	}{
+		{"greedy", func(p *parley.Params) { p.Temperature, p.RepeatPenalty = 0, 1 }, true},
+		{"greedy, top-k off", func(p *parley.Params) { p.Temperature, p.RepeatPenalty, p.TopK = 0, 1, 0 }, true},
+		{"defaults", func(*parley.Params) {}, true},
+		{"hot, penalties, top-k 8", func(p *parley.Params) {
+			p.Temperature, p.TopK, p.RepeatPenalty, p.FrequencyPenalty, p.PresencePenalty, p.RepeatLastN = 1.3, 8, 1.3, 0.4, 0.2, 16
+		}, true},
+		{"greedy, penalties", func(p *parley.Params) { p.Temperature, p.RepeatPenalty, p.RepeatLastN = 0, 1.5, 12 }, true},
+		{"top-k 1000 (the whole chain)", func(p *parley.Params) { p.TopK = 1000 }, false},
+	}
 	for _, name := range []string{EngineEmbedded, EngineCurrent} {
 		if name == EngineCurrent && os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
-			var replies [2][]int
-			var shortcuts [2]int64
+			var engines [2]*Engine
 			for i, chain := range []bool{false, true} {
 				e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 256, Engine: name, LibDir: testLibDir()})
 				if err != nil {
 					t.Fatal(err)
 				}
+				defer e.Close()
 				e.chainOnly = chain
-				p := parley.DefaultParams()
-				p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed = 0, 1, 80, 1
-				p.JSONSchema = schema
-				if err := p.Validate(256); err != nil {
-					t.Fatal(err)
+				engines[i] = e
+			}
+			for _, c := range cases {
+				var replies [2][]int
+				var ranked [2]int64
+				for i, e := range engines {
+					p := parley.DefaultParams()
+					p.MaxTokens, p.Seed = 80, 3
+					c.set(&p)
+					p.JSONSchema = schema
+					if err := p.Validate(256); err != nil {
+						t.Fatal(err)
+					}
+					before := e.grammarRanked.Load()
+					replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
+					e.samplers.Wait() // the sampler's goroutine has counted its draws
+					ranked[i] = e.grammarRanked.Load() - before
 				}
-				replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
-				e.Close() // waits for the sampler goroutines
-				shortcuts[i] = e.grammarShortcuts.Load()
+				if len(replies[0]) < 10 || !slices.Equal(replies[0], replies[1]) {
+					t.Errorf("%s: ranked:\n%v\nmasking every draw:\n%v", c.name, replies[0], replies[1])
+				}
+				if (ranked[0] > 0) != c.ranked || ranked[1] != 0 {
+					t.Errorf("%s: draws decided from the ranking: %d (want some: %v), %d masking every draw", c.name, ranked[0], c.ranked, ranked[1])
+				}
+				t.Logf("%s: %d tokens, %d decided from the ranking", c.name, len(replies[0]), ranked[0])
 			}
-			if len(replies[0]) < 10 || !slices.Equal(replies[0], replies[1]) {
-				t.Fatalf("with the shortcut:\n%v\nmasking every draw:\n%v", replies[0], replies[1])
-			}
-			if shortcuts[0] == 0 || shortcuts[1] != 0 {
-				t.Errorf("shortcuts taken: %d with it, %d without; want some and none", shortcuts[0], shortcuts[1])
-			}
-			t.Logf("%d tokens, %d drawn by the shortcut", len(replies[0]), shortcuts[0])
 		})
 	}
 }
 
-// BenchmarkGrammarGreedy: a greedy JSON-schema reply's rate with the
-// shortcut and masking every draw, on PARLEY_BENCH_MODEL (a model with a
-// real vocabulary, such as scripts/bench-models.sh's padded ones; skipped
-// without it) on PARLEY_BENCH_ENGINE (default current).
-func BenchmarkGrammarGreedy(b *testing.B) {
+// BenchmarkGrammar: a JSON-schema reply's rate, greedy and with the default
+// sampling, ranking the candidates first and masking every draw, on
+// PARLEY_BENCH_MODEL (a model with a real vocabulary, such as
+// scripts/bench-models.sh's padded ones; skipped without it) on
+// PARLEY_BENCH_ENGINE (default current).
+func BenchmarkGrammar(b *testing.B) {
 	model := os.Getenv("PARLEY_BENCH_MODEL")
 	if model == "" {
 		b.Skip("PARLEY_BENCH_MODEL not set")
 	}
 	engine := cmp.Or(os.Getenv("PARLEY_BENCH_ENGINE"), EngineCurrent)
 	schema := json.RawMessage(`{"type":"object","properties":{"story":{"type":"string"}},"required":["story"]}`)
-	for _, chain := range []bool{false, true} {
-		b.Run(fmt.Sprintf("mask-every-draw=%v", chain), func(b *testing.B) {
-			e, err := Open(Config{Path: model, Threads: 2, Parallel: 1, ContextLength: 512, Engine: engine, LibDir: testLibDir()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Close()
-			e.chainOnly = chain
-			tokens := 0
-			for b.Loop() {
-				p := parley.DefaultParams()
-				p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed = 0, 1, 128, 1
-				p.JSONSchema = schema
-				if err := p.Validate(512); err != nil {
+	for _, sampling := range []string{"greedy", "default"} {
+		for _, chain := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/mask-every-draw=%v", sampling, chain), func(b *testing.B) {
+				e, err := Open(Config{Path: model, Threads: 2, Parallel: 1, ContextLength: 512, Engine: engine, LibDir: testLibDir()})
+				if err != nil {
 					b.Fatal(err)
 				}
-				tokens += len(replyIDs(b, e, "Once upon a time, there was a little", p))
-			}
-			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tok/s")
-		})
+				defer e.Close()
+				e.chainOnly = chain
+				tokens := 0
+				for b.Loop() {
+					p := parley.DefaultParams()
+					p.MaxTokens, p.Seed = 128, 1
+					if sampling == "greedy" {
+						p.Temperature, p.RepeatPenalty = 0, 1
+					}
+					p.JSONSchema = schema
+					if err := p.Validate(512); err != nil {
+						b.Fatal(err)
+					}
+					tokens += len(replyIDs(b, e, "Once upon a time, there was a little", p))
+				}
+				b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tok/s")
+				b.ReportMetric(float64(e.grammarRanked.Load())/float64(max(tokens, 1)), "ranked/tok")
+			})
+		}
 	}
 }
 
