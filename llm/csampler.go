@@ -5,6 +5,7 @@ package llm
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 // llama.h and the binding's sampling_ext.h are not included here (their
 // include paths belong to the binding); these declarations match them:
@@ -50,6 +51,18 @@ typedef struct {
 	struct llama_sampler *chain;
 	parley_token_data *cur;
 	int32_t n_vocab;
+	// The vocabulary grouped by the characters its tokens begin with
+	// (prefixGroups): token i is in first-character group g1[i] and
+	// two-character group g2[i] (-1: in none), two-character group h is
+	// within first-character group parent[h], and the grammar knows group
+	// g's prefix as the pseudo-token n_vocab + g (the n1 first-character
+	// groups, then the n2 others). gcur and gok are per group, lbuf a row
+	// of logits with the penalties' overrides.
+	int32_t n1, n2;
+	int32_t *layout; // g1 (n_vocab), g2 (n_vocab), parent (n2)
+	parley_token_data *gcur;
+	bool *gok;
+	float *lbuf;
 } parley_cs;
 
 static void parley_cs_free(parley_cs *cs) {
@@ -57,6 +70,10 @@ static void parley_cs_free(parley_cs *cs) {
 	if (cs->grammar) grammar_free(cs->grammar);
 	if (cs->chain) llama_sampler_free(cs->chain);
 	free(cs->cur);
+	free(cs->layout);
+	free(cs->gcur);
+	free(cs->gok);
+	free(cs->lbuf);
 	free(cs);
 }
 
@@ -70,31 +87,46 @@ static void parley_add_tail(struct llama_sampler *chain, parley_sparams sp) {
 	llama_sampler_chain_add(chain, llama_sampler_init_dist(sp.seed));
 }
 
-// parley_cs_new compiles grammar over the vocabulary (pieces[i] is at
-// blob + offs[i], NUL-terminated) and builds the chain the binding's
+// parley_cs_new compiles grammar over the vocabulary and its groups'
+// prefixes (pieces[i] is at blob + offs[i], NUL-terminated; the n1 + n2
+// prefixes follow the n_vocab tokens; layout as in parley_cs) and builds
+// the chain the binding's
 // common_sampler builds, minus its grammar and the samplers that are off
 // at their defaults (DRY, top-n-sigma, XTC). ranked: the Go side applies
 // the penalties (it ranks the candidates, parley_cs_draw_top), so the chain
 // starts at top-k. NULL when the grammar fails.
 static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_t n_vocab,
-		uint32_t *eog, size_t n_eog, parley_sparams sp, bool ranked) {
+		int32_t n1, int32_t n2, const int32_t *layout, uint32_t *eog, size_t n_eog, parley_sparams sp, bool ranked) {
 	parley_cs *cs = calloc(1, sizeof(parley_cs));
 	if (cs == NULL) return NULL;
-	const char **pieces = malloc(sizeof(char *) * (size_t)n_vocab);
-	uint32_t *ids = malloc(sizeof(uint32_t) * (size_t)n_vocab);
+	int32_t n_groups = n1 + n2;
+	size_t n_all = (size_t)n_vocab + (size_t)n_groups;
+	size_t n_layout = 2 * (size_t)n_vocab + (size_t)n2;
+	const char **pieces = malloc(sizeof(char *) * n_all);
+	uint32_t *ids = malloc(sizeof(uint32_t) * n_all);
 	cs->cur = malloc(sizeof(parley_token_data) * (size_t)n_vocab);
-	if (pieces == NULL || ids == NULL || cs->cur == NULL) {
+	cs->lbuf = malloc(sizeof(float) * (size_t)n_vocab);
+	if (n_groups > 0) {
+		cs->layout = malloc(sizeof(int32_t) * n_layout);
+		cs->gcur = malloc(sizeof(parley_token_data) * (size_t)n_groups);
+		cs->gok = malloc(sizeof(bool) * (size_t)n_groups);
+	}
+	if (pieces == NULL || ids == NULL || cs->cur == NULL || cs->lbuf == NULL ||
+			(n_groups > 0 && (cs->layout == NULL || cs->gcur == NULL || cs->gok == NULL))) {
 		free(pieces);
 		free(ids);
 		parley_cs_free(cs);
 		return NULL;
 	}
-	for (int32_t i = 0; i < n_vocab; i++) {
+	for (size_t i = 0; i < n_all; i++) {
 		pieces[i] = blob + offs[i];
 		ids[i] = (uint32_t)i;
 	}
 	cs->n_vocab = n_vocab;
-	cs->grammar = grammar_init(grammar, ids, (size_t)n_vocab, pieces, eog, n_eog);
+	cs->n1 = n1;
+	cs->n2 = n2;
+	if (n_groups > 0) memcpy(cs->layout, layout, sizeof(int32_t) * n_layout);
+	cs->grammar = grammar_init(grammar, ids, n_all, pieces, eog, n_eog);
 	free(pieces);
 	free(ids);
 	if (cs->grammar == NULL) {
@@ -114,20 +146,54 @@ static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_
 // parley_cs_sample masks the candidates (the whole vocabulary) with the
 // grammar and, unless probe, draws one with the chain. logits may be NULL
 // (all equal: a probe). The n_ov tokens ov_ids take the logits ov_logits
-// instead of theirs (a ranked sampler's penalties). Returns the token, -1
+// instead of theirs (a ranked sampler's penalties). by_first: the grammar
+// is asked about the groups' prefixes first (the two-character ones only
+// within an allowed first character), and the tokens of a group whose
+// prefix it refuses are left out (it would refuse each of them); the rest
+// stay in token order, so the chain sees what it would see over the whole
+// vocabulary, less refused tokens. Returns the token, -1
 // when the grammar allows none (llama.cpp's own sampler would abort), -2
 // when the chain selected nothing allowed.
 static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe,
-		const int32_t *ov_ids, const float *ov_logits, size_t n_ov) {
+		const int32_t *ov_ids, const float *ov_logits, size_t n_ov, bool by_first) {
+	const float *l = logits;
+	if (logits != NULL && n_ov > 0) {
+		memcpy(cs->lbuf, logits, sizeof(float) * (size_t)cs->n_vocab);
+		for (size_t i = 0; i < n_ov; i++) {
+			if (ov_ids[i] >= 0 && ov_ids[i] < cs->n_vocab) cs->lbuf[ov_ids[i]] = ov_logits[i];
+		}
+		l = cs->lbuf;
+	}
+	bool groups = by_first && cs->n1 > 0;
+	const int32_t *g1 = cs->layout, *g2 = g1 + cs->n_vocab, *parent = g2 + cs->n_vocab;
+	if (groups) {
+		for (int32_t g = 0; g < cs->n1; g++) {
+			cs->gcur[g] = (parley_token_data){ cs->n_vocab + g, 0.0f, 0.0f };
+		}
+		parley_token_data_array ga = { cs->gcur, (size_t)cs->n1, -1, false };
+		grammar_apply(cs->grammar, &ga);
+		for (int32_t g = 0; g < cs->n1; g++) cs->gok[g] = cs->gcur[g].logit != -INFINITY;
+		size_t m = 0;
+		for (int32_t h = 0; h < cs->n2; h++) {
+			cs->gok[cs->n1 + h] = false;
+			if (cs->gok[parent[h]]) cs->gcur[cs->n1 + m++] = (parley_token_data){ cs->n_vocab + cs->n1 + h, 0.0f, 0.0f };
+		}
+		parley_token_data_array gb = { cs->gcur + cs->n1, m, -1, false };
+		if (m > 0) grammar_apply(cs->grammar, &gb);
+		for (size_t j = 0; j < m; j++) {
+			parley_token_data d = cs->gcur[cs->n1 + j];
+			cs->gok[d.id - cs->n_vocab] = d.logit != -INFINITY;
+		}
+	}
+	size_t n = 0;
 	for (int32_t i = 0; i < cs->n_vocab; i++) {
-		cs->cur[i].id = i;
-		cs->cur[i].logit = logits ? logits[i] : 0.0f;
-		cs->cur[i].p = 0.0f;
+		if (groups && ((g1[i] >= 0 && !cs->gok[g1[i]]) || (g2[i] >= 0 && !cs->gok[cs->n1 + g2[i]]))) continue;
+		cs->cur[n].id = i;
+		cs->cur[n].logit = l ? l[i] : 0.0f;
+		cs->cur[n].p = 0.0f;
+		n++;
 	}
-	for (size_t i = 0; i < n_ov; i++) {
-		if (ov_ids[i] >= 0 && ov_ids[i] < cs->n_vocab) cs->cur[ov_ids[i]].logit = ov_logits[i];
-	}
-	parley_token_data_array a = { cs->cur, (size_t)cs->n_vocab, -1, false };
+	parley_token_data_array a = { cs->cur, n, -1, false };
 	grammar_apply(cs->grammar, &a);
 	bool any = false;
 	for (size_t i = 0; i < a.size; i++) {
@@ -206,10 +272,12 @@ import "C"
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/parley-chat/parley"
@@ -223,7 +291,16 @@ type grammarVocab struct {
 	offs  []int64
 	eog   []uint32
 	isEOG []bool
+
+	// groups: the tokens grouped by the characters they begin with, for
+	// the grammar's whole-vocabulary mask (parley_cs_sample); blob and offs
+	// hold the groups' prefixes after the tokens, as pseudo-tokens.
+	groups prefixGroups
 }
+
+// minGroup is the fewest tokens a prefix must begin for a group: asking
+// the grammar about it costs as much as about one of its tokens.
+const minGroup = 4
 
 func (e *Engine) grammarVocab() *grammarVocab {
 	e.gvOnce.Do(func() {
@@ -239,9 +316,95 @@ func (e *Engine) grammarVocab() *grammarVocab {
 				gv.isEOG[i] = true
 			}
 		}
+		gv.groups = groupByPrefix(e.pieces, gv.isEOG)
+		for _, p := range gv.groups.prefixes {
+			gv.offs = append(gv.offs, int64(len(gv.blob)))
+			gv.blob = append(gv.blob, p...)
+			gv.blob = append(gv.blob, 0)
+		}
 		e.gv = gv
 	})
 	return e.gv
+}
+
+// prefixGroups groups the vocabulary by the characters its tokens begin
+// with. If llama.cpp's grammar refuses a prefix (as a token of its own), it
+// refuses every token that begins with it: it matches a token's characters
+// one by one and refuses at the first that no rule allows. So a mask can ask
+// about a group's prefix once and skip its tokens, which at a JSON reply's
+// structure is most of the vocabulary. That holds in the middle of a
+// character too (the last token ended inside one): a group's tokens and its
+// prefix begin with a whole character, not the continuation byte the
+// grammar then waits for, so it refuses them all. Two levels: a first character (most
+// tokens of a BPE vocabulary begin with a space: 45% of Llama 3's), and the
+// first two within it.
+type prefixGroups struct {
+	first, second []int32 // per token: its groups (-1: in none)
+	n1, n2        int
+	parent        []int32  // per two-character group: its first-character group
+	prefixes      []string // the n1 first characters, then the n2 pairs
+}
+
+// groupByPrefix groups the tokens that begin with the same character, and
+// with the same two, at least minGroup of them. A token is in no group when
+// it ends generation, or its piece is empty, begins with a NUL byte or does
+// not begin with whole, valid UTF-8 characters (whose code points llama.cpp's
+// grammar decodes in its own way).
+func groupByPrefix(pieces []string, isEOG []bool) prefixGroups {
+	pg := prefixGroups{first: make([]int32, len(pieces)), second: make([]int32, len(pieces))}
+	type prefix struct{ one, two string }
+	heads := make([]prefix, len(pieces))
+	count := map[string]int{}
+	for i, p := range pieces {
+		if isEOG[i] || p == "" || p[0] == 0 {
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(p)
+		if r == utf8.RuneError && n <= 1 {
+			continue
+		}
+		heads[i].one = p[:n]
+		count[heads[i].one]++
+		if r2, n2 := utf8.DecodeRuneInString(p[n:]); n2 > 0 && !(r2 == utf8.RuneError && n2 <= 1) && r2 != 0 {
+			heads[i].two = p[:n+n2]
+			count[heads[i].two]++
+		}
+	}
+	ids := map[string]int32{}
+	var pairs []string
+	for i, h := range heads {
+		pg.first[i], pg.second[i] = -1, -1
+		if h.one == "" || count[h.one] < minGroup {
+			continue
+		}
+		g, ok := ids[h.one]
+		if !ok {
+			g = int32(pg.n1)
+			ids[h.one] = g
+			pg.prefixes = append(pg.prefixes, h.one)
+			pg.n1++
+		}
+		pg.first[i] = g
+		if h.two == "" || count[h.two] < minGroup {
+			continue
+		}
+		g2, ok := ids[h.two]
+		if !ok {
+			g2 = int32(len(pairs))
+			ids[h.two] = g2
+			pairs = append(pairs, h.two)
+			pg.parent = append(pg.parent, g)
+		}
+		pg.second[i] = g2
+	}
+	pg.n2 = len(pairs)
+	pg.prefixes = append(pg.prefixes, pairs...)
+	return pg
+}
+
+// layout is the groups as parley_cs takes them: first, second, parent.
+func (pg *prefixGroups) layout() []int32 {
+	return slices.Concat(pg.first, pg.second, pg.parent)
 }
 
 // compileGrammar parses a GBNF grammar with llama.cpp's parser (inside the
@@ -285,11 +448,24 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGram
 	case prefilterable(sp, len(gv.offs)):
 		rank = &grammarRank{ranker: newRanker(sp), need: sp.TopK}
 	}
-	cs := C.parley_cs_new(cg, (*C.char)(blob), (*C.int64_t)(offs), C.int32_t(len(gv.offs)), eog, C.size_t(len(gv.eog)), cSamplerParams(sp), C.bool(rank != nil))
+	// Grouping by first character is exact only where the grammar matches
+	// characters: a token element (<[id]>, <text>, !<...>) matches ids.
+	byFirst := !e.chainOnly && !e.noGroups && gv.groups.n1 > 0 && !strings.ContainsRune(grammar, '<')
+	var layout *C.int32_t
+	n1, n2 := 0, 0
+	if byFirst {
+		l := gv.groups.layout()
+		m := C.malloc(C.size_t(4 * len(l)))
+		defer C.free(m)
+		copy(unsafe.Slice((*int32)(m), len(l)), l)
+		layout, n1, n2 = (*C.int32_t)(m), gv.groups.n1, gv.groups.n2
+	}
+	cs := C.parley_cs_new(cg, (*C.char)(blob), (*C.int64_t)(offs), C.int32_t(len(gv.isEOG)), C.int32_t(n1), C.int32_t(n2), layout,
+		eog, C.size_t(len(gv.eog)), cSamplerParams(sp), C.bool(rank != nil))
 	if cs == nil {
 		return nil, errors.New("does not parse as GBNF with a root rule (or is left-recursive)")
 	}
-	return &compiledGrammar{cs: cs, rank: rank}, nil
+	return &compiledGrammar{cs: cs, rank: rank, byFirst: byFirst}, nil
 }
 
 // compiledGrammar is a grammar's C sampler and, when its draws rank the
@@ -297,7 +473,13 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGram
 type compiledGrammar struct {
 	cs   *C.parley_cs
 	rank *grammarRank
+	// byFirst: the whole-vocabulary mask skips the tokens of refused
+	// prefixes (prefixGroups).
+	byFirst bool
 }
+
+// free frees the C sampler of a grammar that was never started.
+func (cg *compiledGrammar) free() { C.parley_cs_free(cg.cs) }
 
 // grammarRank is a grammar sampler's way around masking the whole
 // vocabulary before each draw, which costs about 9 ms a token over a
@@ -318,7 +500,7 @@ type grammarRank struct {
 
 // draw is the next token from logits (the sequence's copy), and whether it
 // was decided from the ranked candidates alone.
-func (g *grammarRank) draw(cs *C.parley_cs, logits []float32) (tok int, ranked bool) {
+func (g *grammarRank) draw(cs *C.parley_cs, logits []float32, byFirst C.bool) (tok int, ranked bool) {
 	td, bound := g.top(logits, max(g.need, maxPrefilterK))
 	if len(td) > 0 {
 		var decided C.bool
@@ -338,7 +520,7 @@ func (g *grammarRank) draw(cs *C.parley_cs, logits []float32) (tok int, ranked b
 	if len(g.ovIDs) > 0 {
 		ids, ls = (*C.int32_t)(unsafe.Pointer(&g.ovIDs[0])), (*C.float)(unsafe.Pointer(&g.ovLogits[0]))
 	}
-	return int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&logits[0])), false, ids, ls, C.size_t(len(g.ovIDs)))), false
+	return int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&logits[0])), false, ids, ls, C.size_t(len(g.ovIDs)), byFirst)), false
 }
 
 // cSamplerParams is sp for the C side's chains.
@@ -404,7 +586,7 @@ func (e *Engine) startSampler(cg *compiledGrammar, field, client string) (*gramm
 	e.closeMu.RLock()
 	defer e.closeMu.RUnlock()
 	if e.closed {
-		C.parley_cs_free(cs)
+		cg.free()
 		return nil, parley.Errorf(parley.EUnavailable, "the model is shutting down")
 	}
 	gs := &grammarSampler{
@@ -427,15 +609,15 @@ func (e *Engine) startSampler(cg *compiledGrammar, field, client string) (*gramm
 			var tok int
 			switch {
 			case job.probe || len(job.logits) == 0:
-				tok = int(C.parley_cs_sample(cs, nil, C.bool(job.probe), nil, nil, 0))
+				tok = int(C.parley_cs_sample(cs, nil, C.bool(job.probe), nil, nil, 0, C.bool(cg.byFirst)))
 			case cg.rank != nil:
 				var ranked bool
-				tok, ranked = cg.rank.draw(cs, job.logits)
+				tok, ranked = cg.rank.draw(cs, job.logits, C.bool(cg.byFirst))
 				if ranked {
 					e.grammarRanked.Add(1)
 				}
 			default:
-				tok = int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&job.logits[0])), false, nil, nil, 0))
+				tok = int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&job.logits[0])), false, nil, nil, 0, C.bool(cg.byFirst)))
 			}
 			if tok >= 0 && !job.probe {
 				C.parley_cs_accept(cs, C.int32_t(tok), C.bool(tok < len(isEOG) && isEOG[tok]))

@@ -101,6 +101,9 @@ type Engine struct {
 	// grammar masks the vocabulary before every draw): set by tests,
 	// before the first Generate.
 	chainOnly bool
+	// noGroups makes grammar masks ask about every token, not first their
+	// prefixes' groups (prefixGroups): for benchmarks and tests.
+	noGroups bool
 	// grammarRanked counts grammar-constrained draws decided from the
 	// largest logits alone, without masking the vocabulary (grammarRank).
 	grammarRanked atomic.Int64

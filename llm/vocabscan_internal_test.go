@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -332,6 +331,11 @@ func TestGrammarRankedDraws(t *testing.T) {
 		}, true},
 		{"greedy, penalties", func(p *parley.Params) { p.Temperature, p.RepeatPenalty, p.RepeatLastN = 0, 1.5, 12 }, true},
 		{"top-k 1000 (the whole chain)", func(p *parley.Params) { p.TopK = 1000 }, false},
+		// Characters of two bytes, which this vocabulary writes a byte at a
+		// time: the grammar then waits for a character's second byte.
+		{"defaults, a grammar of two-byte characters", func(p *parley.Params) {
+			p.JSONSchema, p.Grammar = nil, `root ::= (("é" | "ü") [a-z ]{1,3}){4,12} "."`
+		}, true},
 	}
 	for _, name := range []string{EngineEmbedded, EngineCurrent} {
 		if name == EngineCurrent && os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
@@ -349,35 +353,39 @@ func TestGrammarRankedDraws(t *testing.T) {
 				engines[i] = e
 			}
 			for _, c := range cases {
-				var replies [2][]int
-				var ranked [2]int64
-				for i, e := range engines {
-					p := parley.DefaultParams()
-					p.MaxTokens, p.Seed = 80, 3
-					c.set(&p)
-					p.JSONSchema = schema
-					if err := p.Validate(256); err != nil {
-						t.Fatal(err)
+				for _, seed := range []int64{3, 11, 29} {
+					var replies [2][]int
+					var ranked [2]int64
+					for i, e := range engines {
+						p := parley.DefaultParams()
+						p.MaxTokens, p.Seed = 80, seed
+						p.JSONSchema = schema
+						c.set(&p)
+						if err := p.Validate(256); err != nil {
+							t.Fatal(err)
+						}
+						before := e.grammarRanked.Load()
+						replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
+						e.samplers.Wait() // the sampler's goroutine has counted its draws
+						ranked[i] = e.grammarRanked.Load() - before
 					}
-					before := e.grammarRanked.Load()
-					replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
-					e.samplers.Wait() // the sampler's goroutine has counted its draws
-					ranked[i] = e.grammarRanked.Load() - before
+					if len(replies[0]) < 5 || !slices.Equal(replies[0], replies[1]) {
+						t.Errorf("%s, seed %d: ranked:\n%v\nmasking every draw:\n%v", c.name, seed, replies[0], replies[1])
+					}
+					if (ranked[0] > 0) != c.ranked || ranked[1] != 0 {
+						t.Errorf("%s, seed %d: draws decided from the ranking: %d (want some: %v), %d masking every draw", c.name, seed, ranked[0], c.ranked, ranked[1])
+					}
+					t.Logf("%s, seed %d: %d tokens, %d decided from the ranking", c.name, seed, len(replies[0]), ranked[0])
 				}
-				if len(replies[0]) < 10 || !slices.Equal(replies[0], replies[1]) {
-					t.Errorf("%s: ranked:\n%v\nmasking every draw:\n%v", c.name, replies[0], replies[1])
-				}
-				if (ranked[0] > 0) != c.ranked || ranked[1] != 0 {
-					t.Errorf("%s: draws decided from the ranking: %d (want some: %v), %d masking every draw", c.name, ranked[0], c.ranked, ranked[1])
-				}
-				t.Logf("%s: %d tokens, %d decided from the ranking", c.name, len(replies[0]), ranked[0])
 			}
 		})
 	}
 }
 
 // BenchmarkGrammar: a JSON-schema reply's rate, greedy and with the default
-// sampling, ranking the candidates first and masking every draw, on
+// sampling: ranking the candidates first, with and without masking the
+// vocabulary by its prefixes' groups when that fails, and masking every
+// draw, token by token; on
 // PARLEY_BENCH_MODEL (a model with a real vocabulary, such as
 // scripts/bench-models.sh's padded ones; skipped without it) on
 // PARLEY_BENCH_ENGINE (default current).
@@ -387,20 +395,24 @@ func BenchmarkGrammar(b *testing.B) {
 		b.Skip("PARLEY_BENCH_MODEL not set")
 	}
 	engine := cmp.Or(os.Getenv("PARLEY_BENCH_ENGINE"), EngineCurrent)
-	schema := json.RawMessage(`{"type":"object","properties":{"story":{"type":"string"}},"required":["story"]}`)
+	// A tool call's shape: keys, a number, a short list, and a text long
+	// enough that a sampled reply does not close it at once.
+	schema := json.RawMessage(`{"type":"object","properties":{"title":{"type":"string","maxLength":40},"year":{"type":"integer"},` +
+		`"tags":{"type":"array","items":{"type":"string","maxLength":12},"maxItems":3},"story":{"type":"string","minLength":60}},` +
+		`"required":["title","year","tags","story"]}`)
 	for _, sampling := range []string{"greedy", "default"} {
-		for _, chain := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/mask-every-draw=%v", sampling, chain), func(b *testing.B) {
+		for _, mode := range []string{"ranked+groups", "ranked", "mask-every-draw"} {
+			b.Run(sampling+"/"+mode, func(b *testing.B) {
 				e, err := Open(Config{Path: model, Threads: 2, Parallel: 1, ContextLength: 512, Engine: engine, LibDir: testLibDir()})
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer e.Close()
-				e.chainOnly = chain
+				e.chainOnly, e.noGroups = mode == "mask-every-draw", mode == "ranked"
 				tokens := 0
 				for b.Loop() {
 					p := parley.DefaultParams()
-					p.MaxTokens, p.Seed = 128, 1
+					p.MaxTokens, p.Seed = 192, 1
 					if sampling == "greedy" {
 						p.Temperature, p.RepeatPenalty = 0, 1
 					}
@@ -440,4 +452,49 @@ func replyIDs(tb testing.TB, e *Engine, prompt string, p parley.Params) []int {
 		ids = append(ids, ev.Token.ID)
 	}
 	return ids
+}
+
+// TestGroupByPrefix: tokens that begin with the same whole character, and
+// the same two, at least minGroup of them, share a group; the rest are in
+// none.
+func TestGroupByPrefix(t *testing.T) {
+	pieces := []string{"a", "ab", "abc", "ad", "b", "é", "éa", "éb", "éc", "\xc3", "\xc3x", "\xc3y", "\xc3z", "", "\x00a", "</s>", "x",
+		"abd", "a\xc3", "a\xc3\xa9", "abe"}
+	isEOG := make([]bool, len(pieces))
+	isEOG[15] = true
+	pg := groupByPrefix(pieces, isEOG)
+	first := []int32{0, 0, 0, 0, -1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0}
+	second := []int32{-1, 0, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1, 0}
+	if pg.n1 != 2 || pg.n2 != 1 || !slices.Equal(pg.first, first) || !slices.Equal(pg.second, second) ||
+		!slices.Equal(pg.parent, []int32{0}) || !slices.Equal(pg.prefixes, []string{"a", "é", "ab"}) {
+		t.Errorf("groups %+v", pg)
+	}
+}
+
+// TestGroupsOnlyForCharacterGrammars: a grammar with a token element
+// (which matches token ids, not characters) never masks by first character.
+func TestGroupsOnlyForCharacterGrammars(t *testing.T) {
+	e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	sp := e.samplerParams(parley.DefaultParams())
+	for grammar, want := range map[string]bool{
+		`root ::= [a-z ]+ "."`:    true,
+		`root ::= <[1]> [a-z ]+`:  false,
+		`root ::= !<[1]> [a-z ]+`: false,
+	} {
+		cg, err := e.compileGrammar(grammar, sp)
+		if err != nil {
+			t.Fatalf("%s: %v", grammar, err)
+		}
+		if cg.byFirst != want {
+			t.Errorf("%s: by first character %v, want %v", grammar, cg.byFirst, want)
+		}
+		cg.free()
+	}
+	if gv := e.grammarVocab(); gv.groups.n1 == 0 || gv.groups.n2 == 0 {
+		t.Errorf("stories260K's vocabulary: %d first-character groups and %d two-character ones", gv.groups.n1, gv.groups.n2)
+	}
 }
