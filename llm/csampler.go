@@ -63,10 +63,14 @@ typedef struct {
 	parley_token_data *gcur;
 	bool *gok;
 	float *lbuf;
+	// own_vocab: the grammar's own (empty) vocabulary while it reads a
+	// shared one (parley_vocab_new), put back before it is freed.
+	void *own_vocab;
 } parley_cs;
 
 static void parley_cs_free(parley_cs *cs) {
 	if (cs == NULL) return;
+	if (cs->grammar && cs->own_vocab) ((void **)cs->grammar)[1] = cs->own_vocab;
 	if (cs->grammar) grammar_free(cs->grammar);
 	if (cs->chain) llama_sampler_free(cs->chain);
 	free(cs->cur);
@@ -87,23 +91,64 @@ static void parley_add_tail(struct llama_sampler *chain, parley_sparams sp) {
 	llama_sampler_chain_add(chain, llama_sampler_init_dist(sp.seed));
 }
 
+// parley_pieces makes the arrays grammar_init takes: n token ids and their
+// pieces (pieces[i] is at blob + offs[i], NUL-terminated). NULL when out of
+// memory; *ids is to be freed with the result.
+static const char **parley_pieces(char *blob, int64_t *offs, size_t n, uint32_t **ids) {
+	const char **pieces = malloc(sizeof(char *) * (n > 0 ? n : 1));
+	*ids = malloc(sizeof(uint32_t) * (n > 0 ? n : 1));
+	if (pieces == NULL || *ids == NULL) {
+		free(pieces);
+		free(*ids);
+		*ids = NULL;
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		pieces[i] = blob + offs[i];
+		(*ids)[i] = (uint32_t)i;
+	}
+	return pieces;
+}
+
+// parley_vocab_new makes a grammar whose only use is its vocabulary (the
+// binding's ollama_vocab: a std::map from every token id to its text, which
+// grammar_init builds for each grammar, 21 ms for Llama 3's 128,256 tokens),
+// for parley_cs_new to share. The binding's llama_grammar begins with two
+// pointers, vocab (NULL from grammar_init) and o_vocab: NULL unless this
+// grammar is laid out so.
+static struct llama_grammar *parley_vocab_new(char *blob, int64_t *offs, size_t n, uint32_t *eog, size_t n_eog) {
+	static char trivial[] = "root ::= \"a\"";
+	uint32_t *ids;
+	const char **pieces = parley_pieces(blob, offs, n, &ids);
+	if (pieces == NULL) return NULL;
+	struct llama_grammar *g = grammar_init(trivial, ids, n, pieces, eog, n_eog);
+	free(pieces);
+	free(ids);
+	if (g != NULL && !(((void **)g)[0] == NULL && ((void **)g)[1] != NULL)) {
+		grammar_free(g);
+		return NULL;
+	}
+	return g;
+}
+
 // parley_cs_new compiles grammar over the vocabulary and its groups'
 // prefixes (pieces[i] is at blob + offs[i], NUL-terminated; the n1 + n2
-// prefixes follow the n_vocab tokens; layout as in parley_cs) and builds
-// the chain the binding's
+// prefixes follow the n_vocab tokens; layout as in parley_cs), or with
+// shared (parley_vocab_new, which holds them all) over that vocabulary
+// instead of a copy of its own, and builds the chain the binding's
 // common_sampler builds, minus its grammar and the samplers that are off
 // at their defaults (DRY, top-n-sigma, XTC). ranked: the Go side applies
 // the penalties (it ranks the candidates, parley_cs_draw_top), so the chain
 // starts at top-k. NULL when the grammar fails.
-static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_t n_vocab,
+static parley_cs *parley_cs_new(char *grammar, struct llama_grammar *shared, char *blob, int64_t *offs, int32_t n_vocab,
 		int32_t n1, int32_t n2, const int32_t *layout, uint32_t *eog, size_t n_eog, parley_sparams sp, bool ranked) {
 	parley_cs *cs = calloc(1, sizeof(parley_cs));
 	if (cs == NULL) return NULL;
 	int32_t n_groups = n1 + n2;
-	size_t n_all = (size_t)n_vocab + (size_t)n_groups;
+	size_t n_all = shared != NULL ? 0 : (size_t)n_vocab + (size_t)n_groups;
 	size_t n_layout = 2 * (size_t)n_vocab + (size_t)n2;
-	const char **pieces = malloc(sizeof(char *) * n_all);
-	uint32_t *ids = malloc(sizeof(uint32_t) * n_all);
+	uint32_t *ids;
+	const char **pieces = parley_pieces(blob, offs, n_all, &ids);
 	cs->cur = malloc(sizeof(parley_token_data) * (size_t)n_vocab);
 	cs->lbuf = malloc(sizeof(float) * (size_t)n_vocab);
 	if (n_groups > 0) {
@@ -118,20 +163,21 @@ static parley_cs *parley_cs_new(char *grammar, char *blob, int64_t *offs, int32_
 		parley_cs_free(cs);
 		return NULL;
 	}
-	for (size_t i = 0; i < n_all; i++) {
-		pieces[i] = blob + offs[i];
-		ids[i] = (uint32_t)i;
-	}
 	cs->n_vocab = n_vocab;
 	cs->n1 = n1;
 	cs->n2 = n2;
 	if (n_groups > 0) memcpy(cs->layout, layout, sizeof(int32_t) * n_layout);
-	cs->grammar = grammar_init(grammar, ids, n_all, pieces, eog, n_eog);
+	cs->grammar = grammar_init(grammar, ids, n_all, pieces, shared != NULL ? NULL : eog, shared != NULL ? 0 : n_eog);
 	free(pieces);
 	free(ids);
 	if (cs->grammar == NULL) {
 		parley_cs_free(cs);
 		return NULL;
+	}
+	if (shared != NULL) {
+		void **fields = (void **)cs->grammar;
+		cs->own_vocab = fields[1];
+		fields[1] = ((void **)shared)[1];
 	}
 	parley_chain_params cp = { true };
 	cs->chain = llama_sampler_chain_init(cp);
@@ -296,6 +342,43 @@ type grammarVocab struct {
 	// the grammar's whole-vocabulary mask (parley_cs_sample); blob and offs
 	// hold the groups' prefixes after the tokens, as pseudo-tokens.
 	groups prefixGroups
+
+	// shared holds all of the above in llama.cpp's form, for every grammar
+	// to read instead of building its own (parley_vocab_new); nil when the
+	// binding's grammar is not laid out as expected, or once freed
+	// (freeSharedVocab). Read under Engine.vocabMu.
+	shared *C.struct_llama_grammar
+}
+
+// cVocab is gv's vocabulary (tokens, then prefixes) and end-of-generation
+// tokens in C memory, freed by the returned function.
+func (gv *grammarVocab) cVocab() (blob *C.char, offs *C.int64_t, eog *C.uint32_t, free func()) {
+	b := C.CBytes(gv.blob)
+	o := C.malloc(C.size_t(8 * len(gv.offs)))
+	copy(unsafe.Slice((*int64)(o), len(gv.offs)), gv.offs)
+	var m unsafe.Pointer
+	if len(gv.eog) > 0 {
+		m = C.malloc(C.size_t(4 * len(gv.eog)))
+		copy(unsafe.Slice((*uint32)(m), len(gv.eog)), gv.eog)
+	}
+	return (*C.char)(b), (*C.int64_t)(o), (*C.uint32_t)(m), func() {
+		C.free(b)
+		C.free(o)
+		C.free(m)
+	}
+}
+
+// freeSharedVocab frees the shared vocabulary once no grammar reads it:
+// Shutdown calls it when the samplers' goroutines have ended, and grammars
+// compiled after that build their own.
+func (e *Engine) freeSharedVocab() {
+	e.vocabMu.Lock()
+	defer e.vocabMu.Unlock()
+	e.vocabFreed = true
+	if e.gv != nil && e.gv.shared != nil {
+		C.grammar_free(e.gv.shared)
+		e.gv.shared = nil
+	}
 }
 
 // minGroup is the fewest tokens a prefix must begin for a group: asking
@@ -321,6 +404,16 @@ func (e *Engine) grammarVocab() *grammarVocab {
 			gv.offs = append(gv.offs, int64(len(gv.blob)))
 			gv.blob = append(gv.blob, p...)
 			gv.blob = append(gv.blob, 0)
+		}
+		e.vocabMu.Lock()
+		defer e.vocabMu.Unlock()
+		if !e.vocabFreed {
+			blob, offs, eog, free := gv.cVocab()
+			gv.shared = C.parley_vocab_new(blob, offs, C.size_t(len(gv.offs)), eog, C.size_t(len(gv.eog)))
+			free()
+			if gv.shared == nil {
+				e.log.Warn("grammars build their own copy of the vocabulary: the binding's grammar is not laid out as expected")
+			}
 		}
 		e.gv = gv
 	})
@@ -426,17 +519,15 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGram
 	gv := e.grammarVocab()
 	cg := C.CString(grammar)
 	defer C.free(unsafe.Pointer(cg))
-	blob := C.CBytes(gv.blob)
-	defer C.free(blob)
-	offs := C.malloc(C.size_t(8 * len(gv.offs)))
-	defer C.free(offs)
-	copy(unsafe.Slice((*int64)(offs), len(gv.offs)), gv.offs)
+	e.vocabMu.RLock() // gv.shared stays until parley_cs_new has read it
+	defer e.vocabMu.RUnlock()
+	var blob *C.char
+	var offs *C.int64_t
 	var eog *C.uint32_t
-	if len(gv.eog) > 0 {
-		m := C.malloc(C.size_t(4 * len(gv.eog)))
-		defer C.free(m)
-		copy(unsafe.Slice((*uint32)(m), len(gv.eog)), gv.eog)
-		eog = (*C.uint32_t)(m)
+	if gv.shared == nil {
+		var free func()
+		blob, offs, eog, free = gv.cVocab()
+		defer free()
 	}
 	var rank *grammarRank
 	switch {
@@ -460,7 +551,7 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGram
 		copy(unsafe.Slice((*int32)(m), len(l)), l)
 		layout, n1, n2 = (*C.int32_t)(m), gv.groups.n1, gv.groups.n2
 	}
-	cs := C.parley_cs_new(cg, (*C.char)(blob), (*C.int64_t)(offs), C.int32_t(len(gv.isEOG)), C.int32_t(n1), C.int32_t(n2), layout,
+	cs := C.parley_cs_new(cg, gv.shared, blob, offs, C.int32_t(len(gv.isEOG)), C.int32_t(n1), C.int32_t(n2), layout,
 		eog, C.size_t(len(gv.eog)), cSamplerParams(sp), C.bool(rank != nil))
 	if cs == nil {
 		return nil, errors.New("does not parse as GBNF with a root rule (or is left-recursive)")

@@ -95,6 +95,10 @@ type Engine struct {
 
 	gvOnce sync.Once
 	gv     *grammarVocab
+	// vocabMu guards gv.shared (read while a grammar compiles, freed at
+	// Shutdown); vocabFreed: it was, and is not made again.
+	vocabMu    sync.RWMutex
+	vocabFreed bool
 
 	// chainOnly makes every sequence sample through the whole llama.cpp
 	// sampler chain (no greedySampler or prefilterSampler, and a greedy
@@ -405,6 +409,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	samplersDone := make(chan struct{})
 	go func() {
 		e.samplers.Wait()
+		e.freeSharedVocab()
 		close(samplersDone)
 	}()
 	select {

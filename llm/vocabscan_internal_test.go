@@ -472,7 +472,8 @@ func TestGroupByPrefix(t *testing.T) {
 }
 
 // TestGroupsOnlyForCharacterGrammars: a grammar with a token element
-// (which matches token ids, not characters) never masks by first character.
+// (which matches token ids, not characters) never masks by first character;
+// and all grammars share one copy of the vocabulary until Close.
 func TestGroupsOnlyForCharacterGrammars(t *testing.T) {
 	e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 256})
 	if err != nil {
@@ -494,7 +495,51 @@ func TestGroupsOnlyForCharacterGrammars(t *testing.T) {
 		}
 		cg.free()
 	}
-	if gv := e.grammarVocab(); gv.groups.n1 == 0 || gv.groups.n2 == 0 {
+	gv := e.grammarVocab()
+	if gv.groups.n1 == 0 || gv.groups.n2 == 0 {
 		t.Errorf("stories260K's vocabulary: %d first-character groups and %d two-character ones", gv.groups.n1, gv.groups.n2)
+	}
+	// Every grammar reads one copy of the vocabulary, freed at Close; one
+	// compiled after that builds its own.
+	if gv.shared == nil {
+		t.Error("no shared vocabulary")
+	}
+	e.Close()
+	if gv.shared != nil {
+		t.Error("the shared vocabulary outlived Close")
+	}
+	cg, err := e.compileGrammar(`root ::= [a-z ]+ "."`, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg.free()
+}
+
+// BenchmarkCompileGrammar: what a grammar-constrained request costs before
+// its first token: compiling a JSON schema's grammar over the vocabulary of
+// PARLEY_BENCH_MODEL (skipped without it).
+func BenchmarkCompileGrammar(b *testing.B) {
+	model := os.Getenv("PARLEY_BENCH_MODEL")
+	if model == "" {
+		b.Skip("PARLEY_BENCH_MODEL not set")
+	}
+	e, err := Open(Config{Path: model, Threads: 2, Parallel: 1, ContextLength: 512, LibDir: testLibDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	p := parley.DefaultParams()
+	p.JSONSchema = json.RawMessage(`{"type":"object","properties":{"story":{"type":"string"}},"required":["story"]}`)
+	if err := p.Validate(512); err != nil {
+		b.Fatal(err)
+	}
+	grammar, _, _ := p.CheckedGrammar()
+	e.grammarVocab()
+	for b.Loop() {
+		cg, err := e.compileGrammar(grammar, e.samplerParams(p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cg.free()
 	}
 }
