@@ -197,9 +197,9 @@ static parley_cs *parley_cs_new(char *grammar, struct llama_grammar *shared, cha
 // within an allowed first character), and the tokens of a group whose
 // prefix it refuses are left out (it would refuse each of them); the rest
 // stay in token order, so the chain sees what it would see over the whole
-// vocabulary, less refused tokens. Returns the token, -1
-// when the grammar allows none (llama.cpp's own sampler would abort), -2
-// when the chain selected nothing allowed.
+// vocabulary, less refused tokens. Returns the token, -1 when the grammar
+// allows none (llama.cpp's own sampler would abort), -2 when the chain
+// selected nothing allowed.
 static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe,
 		const int32_t *ov_ids, const float *ov_logits, size_t n_ov, bool by_first) {
 	const float *l = logits;
@@ -211,8 +211,11 @@ static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe,
 		l = cs->lbuf;
 	}
 	bool groups = by_first && cs->n1 > 0;
-	const int32_t *g1 = cs->layout, *g2 = g1 + cs->n_vocab, *parent = g2 + cs->n_vocab;
+	const int32_t *g1 = NULL, *g2 = NULL, *parent = NULL;
 	if (groups) {
+		g1 = cs->layout;
+		g2 = g1 + cs->n_vocab;
+		parent = g2 + cs->n_vocab;
 		for (int32_t g = 0; g < cs->n1; g++) {
 			cs->gcur[g] = (parley_token_data){ cs->n_vocab + g, 0.0f, 0.0f };
 		}

@@ -11,6 +11,11 @@
 #   vocabulary to a real model's (SmolLM2: 49152; mkgguf -vocab-size), so the
 #   output layer and the sampler cost what they cost there: the files are then
 #   named synthetic-smollm2-135m-vVOCAB_SIZE-*.gguf.
+#   VOCAB_FROM takes the whole vocabulary of another GGUF instead, such as one of
+#   llama.cpp's vocabulary-only files (models/ggml-vocab-llama-bpe.gguf: Llama 3's
+#   128,256 tokens, in the tree scripts/build-current-backend.sh fetches): real
+#   tokens, so grammars cost what they cost there (BenchmarkGrammar); the files
+#   are then named synthetic-smollm2-135m-NAME-*.gguf for ggml-vocab-NAME.gguf.
 # Prints the three model paths, F16 first.
 #
 # A quantized copy is remade when it is missing, older than the F16 file, or
@@ -41,6 +46,11 @@ mkflags=()
 if [ -n "${VOCAB_SIZE:-}" ]; then
 	name+=-v$VOCAB_SIZE
 	mkflags=(-vocab-size "$VOCAB_SIZE")
+fi
+if [ -n "${VOCAB_FROM:-}" ]; then
+	base=$(basename "$VOCAB_FROM" .gguf)
+	name+=-${base#ggml-vocab-}
+	mkflags+=(-vocab "$VOCAB_FROM")
 fi
 f16=$dir/$name-f16.gguf
 (cd "$root" && go run ./cmd/mkgguf "${mkflags[@]}" -o "$f16") >&2 # leaves an up-to-date file alone
