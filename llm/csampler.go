@@ -527,7 +527,11 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGram
 	var blob *C.char
 	var offs *C.int64_t
 	var eog *C.uint32_t
-	if gv.shared == nil {
+	shared := gv.shared
+	if e.ownVocab {
+		shared = nil
+	}
+	if shared == nil {
 		var free func()
 		blob, offs, eog, free = gv.cVocab()
 		defer free()
@@ -554,7 +558,7 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGram
 		copy(unsafe.Slice((*int32)(m), len(l)), l)
 		layout, n1, n2 = (*C.int32_t)(m), gv.groups.n1, gv.groups.n2
 	}
-	cs := C.parley_cs_new(cg, gv.shared, blob, offs, C.int32_t(len(gv.isEOG)), C.int32_t(n1), C.int32_t(n2), layout,
+	cs := C.parley_cs_new(cg, shared, blob, offs, C.int32_t(len(gv.isEOG)), C.int32_t(n1), C.int32_t(n2), layout,
 		eog, C.size_t(len(gv.eog)), cSamplerParams(sp), C.bool(rank != nil))
 	if cs == nil {
 		return nil, errors.New("does not parse as GBNF with a root rule (or is left-recursive)")

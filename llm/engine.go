@@ -108,6 +108,9 @@ type Engine struct {
 	// noGroups makes grammar masks ask about every token, not first their
 	// prefixes' groups (prefixGroups): for benchmarks and tests.
 	noGroups bool
+	// ownVocab makes every grammar build its own copy of the vocabulary, as
+	// where the shared one cannot be made (parley_vocab_new): for tests.
+	ownVocab bool
 	// grammarRanked counts grammar-constrained draws decided from the
 	// largest logits alone, without masking the vocabulary (grammarRank).
 	grammarRanked atomic.Int64

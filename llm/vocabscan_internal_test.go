@@ -342,20 +342,22 @@ func TestGrammarRankedDraws(t *testing.T) {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
-			var engines [2]*Engine
-			for i, chain := range []bool{false, true} {
+			// The ranked draws over the shared vocabulary and over a copy of
+			// their own, and masking every draw.
+			var engines [3]*Engine
+			for i := range engines {
 				e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 256, Engine: name, LibDir: testLibDir()})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer e.Close()
-				e.chainOnly = chain
+				e.ownVocab, e.chainOnly = i == 1, i == 2
 				engines[i] = e
 			}
 			for _, c := range cases {
 				for _, seed := range []int64{3, 11, 29} {
-					var replies [2][]int
-					var ranked [2]int64
+					var replies [3][]int
+					var ranked [3]int64
 					for i, e := range engines {
 						p := parley.DefaultParams()
 						p.MaxTokens, p.Seed = 80, seed
@@ -369,11 +371,11 @@ func TestGrammarRankedDraws(t *testing.T) {
 						e.samplers.Wait() // the sampler's goroutine has counted its draws
 						ranked[i] = e.grammarRanked.Load() - before
 					}
-					if len(replies[0]) < 5 || !slices.Equal(replies[0], replies[1]) {
-						t.Errorf("%s, seed %d: ranked:\n%v\nmasking every draw:\n%v", c.name, seed, replies[0], replies[1])
+					if len(replies[0]) < 5 || !slices.Equal(replies[0], replies[2]) || !slices.Equal(replies[1], replies[2]) {
+						t.Errorf("%s, seed %d: ranked:\n%v\nover a copy of the vocabulary:\n%v\nmasking every draw:\n%v", c.name, seed, replies[0], replies[1], replies[2])
 					}
-					if (ranked[0] > 0) != c.ranked || ranked[1] != 0 {
-						t.Errorf("%s, seed %d: draws decided from the ranking: %d (want some: %v), %d masking every draw", c.name, seed, ranked[0], c.ranked, ranked[1])
+					if (ranked[0] > 0) != c.ranked || ranked[1] != ranked[0] || ranked[2] != 0 {
+						t.Errorf("%s, seed %d: draws decided from the ranking: %d (want some: %v), %d over a copy, %d masking every draw", c.name, seed, ranked[0], c.ranked, ranked[1], ranked[2])
 					}
 					t.Logf("%s, seed %d: %d tokens, %d decided from the ranking", c.name, seed, len(replies[0]), ranked[0])
 				}
