@@ -431,9 +431,9 @@ func (e *Engine) grammarVocab() *grammarVocab {
 // structure is most of the vocabulary. That holds in the middle of a
 // character too (the last token ended inside one): a group's tokens and its
 // prefix begin with a whole character, not the continuation byte the
-// grammar then waits for, so it refuses them all. Two levels: a first character (most
-// tokens of a BPE vocabulary begin with a space: 45% of Llama 3's), and the
-// first two within it.
+// grammar then waits for, so it refuses them all. Two levels: a first
+// character (most tokens of a BPE vocabulary begin with a space: 45% of
+// Llama 3's), and the first two within it.
 type prefixGroups struct {
 	first, second []int32 // per token: its groups (-1: in none)
 	n1, n2        int
@@ -543,7 +543,7 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGram
 		// The chain takes the largest logit after the penalties: top-k,
 		// top-p and min-p always keep it (plainGreedy, with penalties).
 		rank = &grammarRank{ranker: newRanker(sp), need: 1, greedy: true}
-	case prefilterable(sp, len(gv.offs)):
+	case prefilterable(sp, len(gv.isEOG)): // the vocabulary (offs holds the prefixes too)
 		rank = &grammarRank{ranker: newRanker(sp), need: sp.TopK}
 	}
 	// Grouping by first character is exact only where the grammar matches
