@@ -189,11 +189,20 @@ static parley_cs *parley_cs_new(char *grammar, struct llama_grammar *shared, cha
 	return cs;
 }
 
+// parley_cs_pick draws from a (the grammar applied) with the chain: the
+// token, or -2 when the chain selected nothing allowed.
+static int32_t parley_cs_pick(parley_cs *cs, parley_token_data_array *a) {
+	llama_sampler_apply(cs->chain, a);
+	if (a->selected < 0 || (size_t)a->selected >= a->size || a->data[a->selected].logit == -INFINITY) return -2;
+	return a->data[a->selected].id;
+}
+
 // parley_cs_sample masks the candidates (the whole vocabulary) with the
 // grammar and, unless probe, draws one with the chain. logits may be NULL
 // (all equal: a probe). The n_ov tokens ov_ids take the logits ov_logits
-// instead of theirs (a ranked sampler's penalties). by_first: the grammar
-// is asked about the groups' prefixes first (the two-character ones only
+// instead of theirs (a ranked sampler's penalties). With groups (n1 > 0:
+// compileGrammar passes none where they do not apply), the grammar is asked
+// about the groups' prefixes first (the two-character ones only
 // within an allowed first character), and the tokens of a group whose
 // prefix it refuses are left out (it would refuse each of them); the rest
 // stay in token order, so the chain sees what it would see over the whole
@@ -201,7 +210,7 @@ static parley_cs *parley_cs_new(char *grammar, struct llama_grammar *shared, cha
 // allows none (llama.cpp's own sampler would abort), -2 when the chain
 // selected nothing allowed.
 static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe,
-		const int32_t *ov_ids, const float *ov_logits, size_t n_ov, bool by_first) {
+		const int32_t *ov_ids, const float *ov_logits, size_t n_ov) {
 	const float *l = logits;
 	if (logits != NULL && n_ov > 0) {
 		memcpy(cs->lbuf, logits, sizeof(float) * (size_t)cs->n_vocab);
@@ -210,7 +219,7 @@ static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe,
 		}
 		l = cs->lbuf;
 	}
-	bool groups = by_first && cs->n1 > 0;
+	bool groups = cs->n1 > 0;
 	const int32_t *g1 = NULL, *g2 = NULL, *parent = NULL;
 	if (groups) {
 		g1 = cs->layout;
@@ -253,9 +262,7 @@ static int32_t parley_cs_sample(parley_cs *cs, const float *logits, bool probe,
 	}
 	if (!any) return -1;
 	if (probe) return 0;
-	llama_sampler_apply(cs->chain, &a);
-	if (a.selected < 0 || (size_t)a.selected >= a.size || a.data[a.selected].logit == -INFINITY) return -2;
-	return a.data[a.selected].id;
+	return parley_cs_pick(cs, &a);
 }
 
 // parley_cs_draw_top draws from the top of the vocabulary without masking
@@ -285,9 +292,7 @@ static int32_t parley_cs_draw_top(parley_cs *cs, parley_token_data *data, size_t
 	*decided = true;
 	if (greedy) return data[0].id;
 	parley_token_data_array a = { data, need, -1, true };
-	llama_sampler_apply(cs->chain, &a);
-	if (a.selected < 0 || (size_t)a.selected >= a.size || a.data[a.selected].logit == -INFINITY) return -2;
-	return a.data[a.selected].id;
+	return parley_cs_pick(cs, &a);
 }
 
 // parley_cs_accept advances the grammar (not over an end-of-generation
@@ -345,6 +350,7 @@ type grammarVocab struct {
 	// the grammar's whole-vocabulary mask (parley_cs_sample); blob and offs
 	// hold the groups' prefixes after the tokens, as pseudo-tokens.
 	groups prefixGroups
+	layout []int32 // groups.layout(), built once
 
 	// shared holds all of the above in llama.cpp's form, for every grammar
 	// to read instead of building its own (parley_vocab_new); nil when the
@@ -403,6 +409,7 @@ func (e *Engine) grammarVocab() *grammarVocab {
 			}
 		}
 		gv.groups = groupByPrefix(e.pieces, gv.isEOG)
+		gv.layout = gv.groups.layout()
 		for _, p := range gv.groups.prefixes {
 			gv.offs = append(gv.offs, int64(len(gv.blob)))
 			gv.blob = append(gv.blob, p...)
@@ -552,18 +559,15 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGram
 	var layout *C.int32_t
 	n1, n2 := 0, 0
 	if byFirst {
-		l := gv.groups.layout()
-		m := C.malloc(C.size_t(4 * len(l)))
-		defer C.free(m)
-		copy(unsafe.Slice((*int32)(m), len(l)), l)
-		layout, n1, n2 = (*C.int32_t)(m), gv.groups.n1, gv.groups.n2
+		// parley_cs_new copies it (cgo lets C read Go memory for the call).
+		layout, n1, n2 = (*C.int32_t)(unsafe.Pointer(&gv.layout[0])), gv.groups.n1, gv.groups.n2
 	}
 	cs := C.parley_cs_new(cg, shared, blob, offs, C.int32_t(len(gv.isEOG)), C.int32_t(n1), C.int32_t(n2), layout,
 		eog, C.size_t(len(gv.eog)), cSamplerParams(sp), C.bool(rank != nil))
 	if cs == nil {
 		return nil, errors.New("does not parse as GBNF with a root rule (or is left-recursive)")
 	}
-	return &compiledGrammar{cs: cs, rank: rank, byFirst: byFirst}, nil
+	return &compiledGrammar{cs: cs, rank: rank}, nil
 }
 
 // compiledGrammar is a grammar's C sampler and, when its draws rank the
@@ -571,10 +575,11 @@ func (e *Engine) compileGrammar(grammar string, sp samplerParams) (*compiledGram
 type compiledGrammar struct {
 	cs   *C.parley_cs
 	rank *grammarRank
-	// byFirst: the whole-vocabulary mask skips the tokens of refused
-	// prefixes (prefixGroups).
-	byFirst bool
 }
+
+// grouped reports whether cg's whole-vocabulary mask skips the tokens of
+// refused prefixes (prefixGroups).
+func (cg *compiledGrammar) grouped() bool { return cg.cs.n1 > 0 }
 
 // free frees the C sampler of a grammar that was never started.
 func (cg *compiledGrammar) free() { C.parley_cs_free(cg.cs) }
@@ -598,7 +603,7 @@ type grammarRank struct {
 
 // draw is the next token from logits (the sequence's copy), and whether it
 // was decided from the ranked candidates alone.
-func (g *grammarRank) draw(cs *C.parley_cs, logits []float32, byFirst C.bool) (tok int, ranked bool) {
+func (g *grammarRank) draw(cs *C.parley_cs, logits []float32) (tok int, ranked bool) {
 	td, bound := g.top(logits, max(g.need, maxPrefilterK))
 	if len(td) > 0 {
 		var decided C.bool
@@ -618,7 +623,7 @@ func (g *grammarRank) draw(cs *C.parley_cs, logits []float32, byFirst C.bool) (t
 	if len(g.ovIDs) > 0 {
 		ids, ls = (*C.int32_t)(unsafe.Pointer(&g.ovIDs[0])), (*C.float)(unsafe.Pointer(&g.ovLogits[0]))
 	}
-	return int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&logits[0])), false, ids, ls, C.size_t(len(g.ovIDs)), byFirst)), false
+	return int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&logits[0])), false, ids, ls, C.size_t(len(g.ovIDs)))), false
 }
 
 // cSamplerParams is sp for the C side's chains.
@@ -707,15 +712,15 @@ func (e *Engine) startSampler(cg *compiledGrammar, field, client string) (*gramm
 			var tok int
 			switch {
 			case job.probe || len(job.logits) == 0:
-				tok = int(C.parley_cs_sample(cs, nil, C.bool(job.probe), nil, nil, 0, C.bool(cg.byFirst)))
+				tok = int(C.parley_cs_sample(cs, nil, C.bool(job.probe), nil, nil, 0))
 			case cg.rank != nil:
 				var ranked bool
-				tok, ranked = cg.rank.draw(cs, job.logits, C.bool(cg.byFirst))
+				tok, ranked = cg.rank.draw(cs, job.logits)
 				if ranked {
 					e.grammarRanked.Add(1)
 				}
 			default:
-				tok = int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&job.logits[0])), false, nil, nil, 0, C.bool(cg.byFirst)))
+				tok = int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&job.logits[0])), false, nil, nil, 0))
 			}
 			if tok >= 0 && !job.probe {
 				C.parley_cs_accept(cs, C.int32_t(tok), C.bool(tok < len(isEOG) && isEOG[tok]))

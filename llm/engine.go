@@ -101,9 +101,9 @@ type Engine struct {
 	vocabFreed bool
 
 	// chainOnly makes every sequence sample through the whole llama.cpp
-	// sampler chain (no greedySampler or prefilterSampler, and a greedy
-	// grammar masks the vocabulary before every draw): set by tests,
-	// before the first Generate.
+	// sampler chain (no greedySampler or prefilterSampler, and a grammar
+	// masks the whole vocabulary, token by token, before every draw): set
+	// by tests, before the first Generate.
 	chainOnly bool
 	// noGroups makes grammar masks ask about every token, not first their
 	// prefixes' groups (prefixGroups): for benchmarks and tests.

@@ -492,8 +492,8 @@ func TestGroupsOnlyForCharacterGrammars(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", grammar, err)
 		}
-		if cg.byFirst != want {
-			t.Errorf("%s: by first character %v, want %v", grammar, cg.byFirst, want)
+		if cg.grouped() != want {
+			t.Errorf("%s: by first character %v, want %v", grammar, cg.grouped(), want)
 		}
 		cg.free()
 	}
