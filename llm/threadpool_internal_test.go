@@ -29,11 +29,17 @@ func TestThreadPoolAttached(t *testing.T) {
 // restored into another lets the second continue exactly as the first
 // would: the same greedy next token from the restored cells.
 func TestStateSeqSaveRestore(t *testing.T) {
+	eachEngine(t, testStateSeqSaveRestore)
+}
+
+// eachEngine runs f as a subtest on each engine (the embedded one only
+// with PARLEY_SKIP_CURRENT_ENGINE=1).
+func eachEngine(t *testing.T, f func(t *testing.T, engine string)) {
 	for _, name := range []string{EngineEmbedded, EngineCurrent} {
 		if name == EngineCurrent && os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
 			continue
 		}
-		t.Run(name, func(t *testing.T) { testStateSeqSaveRestore(t, name) })
+		t.Run(name, func(t *testing.T) { f(t, name) })
 	}
 }
 

@@ -143,48 +143,35 @@ func TestSamplersMatchChain(t *testing.T) {
 		},
 		"top-k 1, typical, min-p": func(p *parley.Params) { p.TopK, p.TypicalP, p.MinP, p.TopP = 1, 0.9, 0.2, 0.5 },
 	}
-	for _, name := range []string{EngineEmbedded, EngineCurrent} {
-		if name == EngineCurrent && os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
-			continue
-		}
-		t.Run(name, func(t *testing.T) {
-			var engines [2]*Engine
-			for i, chain := range []bool{false, true} {
-				e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 256, Engine: name, LibDir: testLibDir()})
+	eachEngine(t, func(t *testing.T, name string) {
+		engines := samplingEngines(t, name, 2)
+		engines[1].chainOnly = true
+		for c, set := range cases {
+			var replies [2][]int
+			for i, e := range engines {
+				p := parley.DefaultParams()
+				p.MaxTokens, p.Seed = 96, 7
+				set(&p)
+				p.SkipLogprobs = i == 1
+				if err := p.Validate(256); err != nil {
+					t.Fatal(err)
+				}
+				s, _, err := e.newSampler(p, "test")
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer e.Close()
-				e.chainOnly = chain
-				engines[i] = e
-			}
-			for c, set := range cases {
-				var replies [2][]int
-				for i, e := range engines {
-					p := parley.DefaultParams()
-					p.MaxTokens, p.Seed = 96, 7
-					set(&p)
-					p.SkipLogprobs = i == 1
-					if err := p.Validate(256); err != nil {
-						t.Fatal(err)
-					}
-					s, _, err := e.newSampler(p, "test")
-					if err != nil {
-						t.Fatal(err)
-					}
-					_, isGreedy := s.(greedySampler)
-					_, isPrefilter := s.(*prefilterSampler)
-					if wantGreedy := i == 0 && c == "greedy"; isGreedy != wantGreedy || isPrefilter != (i == 0 && !wantGreedy) {
-						t.Fatalf("%s, chainOnly %v: sampler %T", c, e.chainOnly, s)
-					}
-					replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
+				_, isGreedy := s.(greedySampler)
+				_, isPrefilter := s.(*prefilterSampler)
+				if wantGreedy := i == 0 && c == "greedy"; isGreedy != wantGreedy || isPrefilter != (i == 0 && !wantGreedy) {
+					t.Fatalf("%s, chainOnly %v: sampler %T", c, e.chainOnly, s)
 				}
-				if len(replies[0]) < 20 || !slices.Equal(replies[0], replies[1]) {
-					t.Errorf("%s: Parley's sampler:\n%v\nthe chain:\n%v", c, replies[0], replies[1])
-				}
+				replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
 			}
-		})
-	}
+			if len(replies[0]) < 20 || !slices.Equal(replies[0], replies[1]) {
+				t.Errorf("%s: Parley's sampler:\n%v\nthe chain:\n%v", c, replies[0], replies[1])
+			}
+		}
+	})
 	for _, c := range []struct {
 		p    samplerParams
 		want bool
@@ -201,6 +188,22 @@ func TestSamplersMatchChain(t *testing.T) {
 			t.Errorf("plainGreedy(%+v) = %v", c.p, got)
 		}
 	}
+}
+
+// samplingEngines opens n engines of one kind on stories260K, one slot each,
+// closed when t ends; the tests set each one's sampling flags.
+func samplingEngines(t *testing.T, engine string, n int) []*Engine {
+	t.Helper()
+	es := make([]*Engine, n)
+	for i := range es {
+		e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 256, Engine: engine, LibDir: testLibDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		es[i] = e
+	}
+	return es
 }
 
 // TestTopK: topK against a sort, over random logits with ties, NaNs and
@@ -337,51 +340,38 @@ func TestGrammarRankedDraws(t *testing.T) {
 			p.JSONSchema, p.Grammar = nil, `root ::= (("é" | "ü") [a-z ]{1,3}){4,12} "."`
 		}, true},
 	}
-	for _, name := range []string{EngineEmbedded, EngineCurrent} {
-		if name == EngineCurrent && os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
-			continue
+	eachEngine(t, func(t *testing.T, name string) {
+		// The ranked draws over the shared vocabulary and over a copy of
+		// their own, and masking every draw.
+		engines := samplingEngines(t, name, 3)
+		engines[1].ownVocab, engines[2].chainOnly = true, true
+		for _, c := range cases {
+			for _, seed := range []int64{3, 11, 29} {
+				var replies [3][]int
+				var ranked [3]int64
+				for i, e := range engines {
+					p := parley.DefaultParams()
+					p.MaxTokens, p.Seed = 80, seed
+					p.JSONSchema = schema
+					c.set(&p)
+					if err := p.Validate(256); err != nil {
+						t.Fatal(err)
+					}
+					before := e.grammarRanked.Load()
+					replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
+					e.samplers.Wait() // the sampler's goroutine has counted its draws
+					ranked[i] = e.grammarRanked.Load() - before
+				}
+				if len(replies[0]) < 5 || !slices.Equal(replies[0], replies[2]) || !slices.Equal(replies[1], replies[2]) {
+					t.Errorf("%s, seed %d: ranked:\n%v\nover a copy of the vocabulary:\n%v\nmasking every draw:\n%v", c.name, seed, replies[0], replies[1], replies[2])
+				}
+				if (ranked[0] > 0) != c.ranked || ranked[1] != ranked[0] || ranked[2] != 0 {
+					t.Errorf("%s, seed %d: draws decided from the ranking: %d (want some: %v), %d over a copy, %d masking every draw", c.name, seed, ranked[0], c.ranked, ranked[1], ranked[2])
+				}
+				t.Logf("%s, seed %d: %d tokens, %d decided from the ranking", c.name, seed, len(replies[0]), ranked[0])
+			}
 		}
-		t.Run(name, func(t *testing.T) {
-			// The ranked draws over the shared vocabulary and over a copy of
-			// their own, and masking every draw.
-			var engines [3]*Engine
-			for i := range engines {
-				e, err := Open(Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 256, Engine: name, LibDir: testLibDir()})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer e.Close()
-				e.ownVocab, e.chainOnly = i == 1, i == 2
-				engines[i] = e
-			}
-			for _, c := range cases {
-				for _, seed := range []int64{3, 11, 29} {
-					var replies [3][]int
-					var ranked [3]int64
-					for i, e := range engines {
-						p := parley.DefaultParams()
-						p.MaxTokens, p.Seed = 80, seed
-						p.JSONSchema = schema
-						c.set(&p)
-						if err := p.Validate(256); err != nil {
-							t.Fatal(err)
-						}
-						before := e.grammarRanked.Load()
-						replies[i] = replyIDs(t, e, "Once upon a time, there was a little", p)
-						e.samplers.Wait() // the sampler's goroutine has counted its draws
-						ranked[i] = e.grammarRanked.Load() - before
-					}
-					if len(replies[0]) < 5 || !slices.Equal(replies[0], replies[2]) || !slices.Equal(replies[1], replies[2]) {
-						t.Errorf("%s, seed %d: ranked:\n%v\nover a copy of the vocabulary:\n%v\nmasking every draw:\n%v", c.name, seed, replies[0], replies[1], replies[2])
-					}
-					if (ranked[0] > 0) != c.ranked || ranked[1] != ranked[0] || ranked[2] != 0 {
-						t.Errorf("%s, seed %d: draws decided from the ranking: %d (want some: %v), %d over a copy, %d masking every draw", c.name, seed, ranked[0], c.ranked, ranked[1], ranked[2])
-					}
-					t.Logf("%s, seed %d: %d tokens, %d decided from the ranking", c.name, seed, len(replies[0]), ranked[0])
-				}
-			}
-		})
-	}
+	})
 }
 
 // BenchmarkGrammar: a JSON-schema reply's rate, greedy and with the default
