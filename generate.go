@@ -32,6 +32,7 @@ type Device struct {
 	LayersTotal      int    `json:"layers_total"`     // offloadable layers: blocks plus the output head
 	FlashAttention   bool   `json:"flash_attention"`  // as resolved from on, off or auto
 	KVUnified        bool   `json:"kv_unified"`       // one KV buffer shared by all slots (else one stream per slot)
+	HugePagesBytes   uint64 `json:"huge_pages_bytes"` // weights read into memory on 2 MiB pages (0: the file is mapped)
 }
 
 // ModelInfo describes the loaded model.

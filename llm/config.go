@@ -97,6 +97,12 @@ type Config struct {
 	// 0 means DefaultPoll; negative means no polling (the workers sleep at
 	// once). See BENCHMARKS.md, "Thread pool", for its idle CPU cost.
 	Poll int
+	// HugePages is where a model placed wholly on the CPU keeps its
+	// weights: "auto" (the default, "" too) reads them into memory on
+	// transparent huge pages when the kernel offers them and the file is at
+	// most half the available memory (hugepages.go); "off" maps the file,
+	// as llama.cpp does by default.
+	HugePages string
 	// NoThreadPool leaves the context without a persistent thread pool:
 	// ggml then starts and joins its worker threads for every step (the
 	// behaviour before issue 32; for measurement).
@@ -180,6 +186,13 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 	}
 	if cfg.LibDir == "" {
 		cfg.LibDir = DefaultCurrentLibDir()
+	}
+	switch cfg.HugePages {
+	case "":
+		cfg.HugePages = HugePagesAuto
+	case HugePagesAuto, HugePagesOff:
+	default:
+		return fmt.Errorf("huge pages: want auto or off, got %q", cfg.HugePages)
 	}
 	switch cfg.KVUnified {
 	case "", "off", "on":

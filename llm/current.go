@@ -168,6 +168,7 @@ type current struct {
 	mem    yz.Memory
 	b      yz.Batch
 	tp     yz.Threadpool
+	huge   *collapser // the weights' move onto huge pages; nil when none
 	nVocab int
 	seqIDs [][]yz.SeqId // one one-element slice per sequence id, for Batch.Add
 }
@@ -224,8 +225,17 @@ func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placemen
 		// GPUs): the first, as placeModel chose.
 		mp.SplitMode, mp.MainGpu = yz.SplitModeNone, 0
 	}
-	model, err := yz.ModelLoadFromFile(cfg.Path, mp)
-	if err != nil || model == 0 {
+	var model yz.Model
+	err = loadWeights(cfg, meta, &dp, log, func(inMemory bool) (err error) {
+		if inMemory {
+			mp.LoadMode = yz.LoadModeNone
+		}
+		if model, err = yz.ModelLoadFromFile(cfg.Path, mp); err == nil && model == 0 {
+			err = errors.New("no model")
+		}
+		return err
+	})
+	if err != nil {
 		return nil, placement{}, fmt.Errorf("load model %s: the current llama.cpp could not load it (damaged file, unsupported architecture, or too little device memory for --gpu-layers)", cfg.Path)
 	}
 	cp := yz.ContextDefaultParams()
@@ -251,10 +261,11 @@ func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placemen
 	}
 	lc, err := yz.InitFromModel(model, cp)
 	if err != nil || lc == 0 {
+		dp.huge.close()
 		yz.ModelFree(model)
 		return nil, placement{}, fmt.Errorf("create context: %v", err)
 	}
-	be := &current{model: model, vocab: yz.ModelGetVocab(model), lc: lc}
+	be := &current{model: model, vocab: yz.ModelGetVocab(model), lc: lc, huge: dp.huge}
 	be.nVocab = int(yz.VocabNTokens(be.vocab))
 	if be.mem, err = yz.GetMemory(lc); err != nil {
 		be.Close()
@@ -449,6 +460,7 @@ func (s *currentSampler) Sample(i int) int { return int(yz.SamplerSample(s.chain
 func (s *currentSampler) Accept(int)       {}
 
 func (be *current) Close() {
+	be.huge.close()
 	if be.tp != 0 {
 		yz.DetachThreadpool(be.lc)
 		yz.ThreadpoolFree(be.tp)

@@ -23,6 +23,7 @@ type embedded struct {
 	lc     *llama.Context
 	b      *llama.Batch
 	pool   *threadPool // the decode threads (issue 32); nil when none is attached
+	huge   *collapser  // the weights' move onto huge pages; nil when none
 	logits logitsReader
 	nVocab int
 	// threads is the context's thread count, which freeContext checks.
@@ -42,7 +43,7 @@ func openEmbedded(cfg Config, meta metadata, log *zap.Logger) (*embedded, placem
 	if err != nil {
 		return nil, placement{}, err
 	}
-	be := &embedded{model: model, lc: lc, nVocab: model.NumVocab(), threads: cfg.Threads, onGPU: dp.info.GPULayers > 0}
+	be := &embedded{model: model, lc: lc, nVocab: model.NumVocab(), threads: cfg.Threads, onGPU: dp.info.GPULayers > 0, huge: dp.huge}
 	if !cfg.NoThreadPool {
 		if be.pool, err = attachThreadPool(lc, cfg.Threads, cfg.Poll); err != nil {
 			log.Warn("no persistent thread pool: each decode step starts its own threads", zap.Error(err))
@@ -50,6 +51,7 @@ func openEmbedded(cfg Config, meta metadata, log *zap.Logger) (*embedded, placem
 	}
 	be.logits = newLogitsReader(lc, cfg.Threads, be.nVocab)
 	if be.b, err = llama.NewBatch(cfg.BatchSize, cfg.Parallel, 0); err != nil {
+		be.huge.close()
 		be.pool.free()
 		freeContext(lc, cfg.Threads)
 		llama.FreeModel(model)
@@ -93,7 +95,12 @@ func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama
 	if dp.info.GPULayers > 0 {
 		mp.Devices = []uint64{dp.index}
 	}
-	model, err := llama.LoadModelFromFile(cfg.Path, mp)
+	var model *llama.Model
+	err = loadWeights(cfg, meta, &dp, log, func(inMemory bool) (err error) {
+		mp.UseMmap = !inMemory
+		model, err = llama.LoadModelFromFile(cfg.Path, mp)
+		return err
+	})
 	if err != nil {
 		return nil, nil, placement{}, fmt.Errorf("load model %s: the embedded llama.cpp (2025-12) could not load it: a damaged file, too little device memory for --gpu-layers, "+
 			"or an architecture (%q) added to llama.cpp since, which the current engine loads (--engine current; README, Engines)", cfg.Path, meta.info.Architecture)
@@ -112,6 +119,7 @@ func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama
 	}
 	lc, err := llama.NewContextWithModel(model, params)
 	if err != nil {
+		dp.huge.close()
 		llama.FreeModel(model)
 		return nil, nil, placement{}, fmt.Errorf("create context: %w", err)
 	}
@@ -183,6 +191,7 @@ func (s embeddedSampler) Accept(tok int)   { s.sc.Accept(tok, true) }
 // context's device memory (KV cache, compute buffers) until the process
 // ends, once per unload of a GPU model (several models, issue 21).
 func (be *embedded) Close() {
+	be.huge.close()
 	be.b.Free()
 	be.pool.free()
 	if !be.onGPU {

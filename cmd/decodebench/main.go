@@ -69,6 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.cfg.ContextLength, "ctx", 1024, "context tokens per sequence")
 	fs.StringVar(&c.cfg.FlashAttention, "flash-attn", "off", "flash attention: off, on, auto")
 	fs.IntVar(&c.cfg.Poll, "poll", llm.DefaultPoll, "thread pool polling level, 0 to 100")
+	fs.StringVar(&c.cfg.HugePages, "huge-pages", llm.HugePagesAuto, "weights on huge pages (auto) or mapped from the file (off)")
 	fs.BoolVar(&c.cfg.NoThreadPool, "no-pool", false, "no persistent thread pool (ggml's throwaway pool per step)")
 	fs.StringVar(&sessions, "sessions", "1,8", "comma-separated numbers of concurrent sequences")
 	fs.IntVar(&c.tokens, "tokens", 128, "tokens generated per sequence")
@@ -127,8 +128,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer eng.Close()
-	fmt.Fprintf(stdout, "model %s, threads %d, poll %d, pool %v, flash-attn %s, engine %s, slots %d, kv-unified %s\n",
-		eng.Info().Name, c.cfg.Threads, c.cfg.Poll, !c.cfg.NoThreadPool, c.cfg.FlashAttention, eng.EngineName(), c.cfg.Parallel, c.cfg.KVUnified)
+	fmt.Fprintf(stdout, "model %s, threads %d, poll %d, pool %v, flash-attn %s, engine %s, slots %d, kv-unified %s, huge pages %d MiB, load %s\n",
+		eng.Info().Name, c.cfg.Threads, c.cfg.Poll, !c.cfg.NoThreadPool, c.cfg.FlashAttention, eng.EngineName(), c.cfg.Parallel, c.cfg.KVUnified, eng.Info().Device.HugePagesBytes>>20, eng.Info().LoadTime.Round(time.Millisecond))
 	if c.profile != "" {
 		f, err := os.Create(c.profile)
 		if err != nil {

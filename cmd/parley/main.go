@@ -473,6 +473,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		zap.Int("gpu_layers", info.Device.LayersOffloaded),
 		zap.Bool("flash_attn", info.Device.FlashAttention),
 		zap.Bool("kv_unified", info.Device.KVUnified),
+		zap.Uint64("huge_pages_mib", info.Device.HugePagesBytes>>20),
 		zap.String("kv_cache_type", cfg.kvCacheType),
 		zap.Bool("chat_template", info.ChatTemplate != ""),
 		zap.Duration("load_time", info.LoadTime))
