@@ -96,6 +96,7 @@ type deviceStatus struct {
 	Type            string `json:"type"` // gpu or cpu
 	LayersOffloaded int    `json:"layers_offloaded"`
 	LayersTotal     int    `json:"layers_total"`
+	HugePages       uint64 `json:"huge_pages_bytes,omitempty"` // weights on 2 MiB pages (CPU, --huge-pages)
 	MemoryUsed      uint64 `json:"memory_used_bytes,omitempty"`
 	MemoryTotal     uint64 `json:"memory_total_bytes,omitempty"`
 }
@@ -111,7 +112,7 @@ func (s *Server) deviceStatus() *deviceStatus {
 		return nil
 	}
 	ds := &deviceStatus{Backend: d.Backend, Name: d.Name, Type: d.Type,
-		LayersOffloaded: d.LayersOffloaded, LayersTotal: d.LayersTotal}
+		LayersOffloaded: d.LayersOffloaded, LayersTotal: d.LayersTotal, HugePages: d.HugePagesBytes}
 	if s.op.stats != nil {
 		st := s.op.stats()
 		ds.MemoryUsed, ds.MemoryTotal = st.DeviceMemoryUsed, st.DeviceMemoryTotal

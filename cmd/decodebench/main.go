@@ -55,6 +55,7 @@ type config struct {
 	quantize string // "": measure; q4_0 or q8_0: write a quantized copy of -model to -o
 	out      string
 	copyPre  int    // > 0: measure the copy of a prefix this long from another slot instead
+	huge     int    // > 0: compare the weights on huge pages with the file mapped, this many rounds
 	sampling string // "greedy" or "default" (parley.DefaultParams: what a client that sets nothing gets)
 }
 
@@ -83,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.cfg.KVUnified, "kv-unified", "off", "one KV buffer for all slots (on) or one per slot (off)")
 	fs.StringVar(&c.sampling, "sampling", "greedy", "greedy (temperature 0, no penalty), or default: Parley's default sampling (temperature 0.8, top-k 40, top-p, min-p, repetition penalty 1.1), seeded")
 	fs.IntVar(&c.copyPre, "prefix-copy", 0, "instead of the decode rate, measure a new sequence's time to first token when another slot holds this many of its first tokens (copied from it) against evaluating them, -ctx tokens per slot")
+	fs.IntVar(&c.huge, "compare-huge-pages", 0, "instead, open the model twice, mapped from the file (-huge-pages off) and on huge pages (auto), and alternate this many rounds of the first -sessions between them")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -115,6 +117,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.New("-quantize needs -o")
 		}
 		return llm.Quantize(c.cfg.Path, c.out, c.quantize, c.cfg.Threads)
+	}
+	if c.huge > 0 {
+		return compareHugePages(ctx, c, stdout)
 	}
 	maxN := 1
 	for _, n := range c.sessions {
@@ -340,4 +345,63 @@ func cpuTime() (user, sys float64) {
 	}
 	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 	return tv(ru.Utime), tv(ru.Stime)
+}
+
+// compareHugePages opens the model twice in this process, its weights
+// mapped from the file and on huge pages, and alternates c.huge rounds of
+// the first -sessions between them (the order swapping every round), so a
+// slow minute on this machine falls on both. It prints every round, the
+// mean rates and the median ratio.
+func compareHugePages(ctx context.Context, c config, stdout io.Writer) error {
+	llm.SetNativeLog(io.Discard, false)
+	n := c.sessions[0]
+	c.cfg.Parallel = max(c.cfg.Parallel, n)
+	c.cfg.Progress = func(float32) {}
+	var engs [2]*llm.Engine
+	for i, mode := range []string{llm.HugePagesOff, llm.HugePagesAuto} {
+		cfg := c.cfg
+		cfg.HugePages = mode
+		eng, err := llm.Open(cfg)
+		if err != nil {
+			return err
+		}
+		defer eng.Close()
+		engs[i] = eng
+		fmt.Fprintf(stdout, "%s: engine %s, huge pages %d MiB, load %s\n", mode, eng.EngineName(),
+			eng.Info().Device.HugePagesBytes>>20, eng.Info().LoadTime.Round(time.Millisecond))
+		if _, _, err := measure(ctx, eng, 1, 16, 0, c.sampling); err != nil {
+			return err
+		}
+	}
+	if engs[1].Info().Device.HugePagesBytes == 0 {
+		return errors.New("the weights are not on huge pages here (see the log): nothing to compare")
+	}
+	// The background move onto huge pages takes a second or so.
+	time.Sleep(2 * time.Second)
+	var sum [2]float64
+	var ratios []float64
+	for r := range c.huge {
+		var rate [2]float64
+		for j := range 2 {
+			k := (r + j) % 2
+			x, _, err := measure(ctx, engs[k], n, c.tokens, c.depth, c.sampling)
+			if err != nil {
+				return err
+			}
+			rate[k] = x
+			sum[k] += x
+		}
+		ratios = append(ratios, rate[1]/rate[0])
+		fmt.Fprintf(stdout, "round %d: mapped %.1f tok/s, huge pages %.1f (%.3f)\n", r+1, rate[0], rate[1], rate[1]/rate[0])
+	}
+	ahead := 0
+	for _, x := range ratios {
+		if x > 1 {
+			ahead++
+		}
+	}
+	sort.Float64s(ratios)
+	fmt.Fprintf(stdout, "sessions %d, %d rounds: mapped %.1f tok/s, huge pages %.1f (means); huge pages / mapped: median %.3f, ahead in %d of %d\n",
+		n, c.huge, sum[0]/float64(c.huge), sum[1]/float64(c.huge), ratios[len(ratios)/2], ahead, c.huge)
+	return nil
 }
