@@ -22,9 +22,11 @@ package llm
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,20 +142,33 @@ func anonMappings(maps []byte) []mapping {
 	return out
 }
 
-// newWeightMappings returns the mappings of after that are not in before,
-// hold at least minWeightMapping bytes, and do not contain keep (an
-// address of the Go heap).
+// newWeightMappings returns the address ranges of after's mappings that
+// were in no mapping of before (the kernel merges a new mapping into an
+// adjacent one with the same flags, so a whole mapping of after may be
+// partly old), that hold at least minWeightMapping bytes, and whose mapping
+// does not contain keep (an address of the Go heap).
 func newWeightMappings(before, after []mapping, keep uintptr) []mapping {
-	old := make(map[mapping]bool, len(before))
-	for _, m := range before {
-		old[m] = true
-	}
+	old := slices.Clone(before)
+	slices.SortFunc(old, func(a, b mapping) int { return cmp.Compare(a.start, b.start) })
 	var out []mapping
 	for _, m := range after {
-		if old[m] || m.end-m.start < minWeightMapping || keep >= m.start && keep < m.end {
+		if keep >= m.start && keep < m.end {
 			continue
 		}
-		out = append(out, m)
+		// What of m no old mapping covers, in address order.
+		lo := m.start
+		for _, o := range old {
+			if o.end <= lo || o.start >= m.end {
+				continue
+			}
+			if o.start > lo && o.start-lo >= minWeightMapping {
+				out = append(out, mapping{lo, o.start})
+			}
+			lo = max(lo, o.end)
+		}
+		if m.end > lo && m.end-lo >= minWeightMapping {
+			out = append(out, mapping{lo, m.end})
+		}
 	}
 	return out
 }

@@ -39,9 +39,18 @@ func TestNewWeightMappings(t *testing.T) {
 	small := mapping{0x7f0020000000, 0x7f0020000000 + minWeightMapping - 4096}
 	weights := mapping{0x7f0030000000, 0x7f0038000000}
 	grown := mapping{0xc000000000, 0xc008000000} // the Go heap, grown during the load
-	got := newWeightMappings([]mapping{old, {0xc000000000, 0xc004000000}}, []mapping{old, small, weights, grown}, 0xc000001000)
-	if !slices.Equal(got, []mapping{weights}) {
-		t.Errorf("newWeightMappings = %x, want only %x", got, weights)
+	// The kernel merged new weights into the mapping before them, and another
+	// new mapping into the one after: only the new parts are taken.
+	kv := mapping{0x7f0040000000, 0x7f0041000000}
+	merged := mapping{kv.start, kv.end + 0x4000000}
+	cache := mapping{0x7f0050000000, 0x7f0051000000}
+	mergedBefore := mapping{cache.start - 0x2000000, cache.end}
+	before := []mapping{old, kv, cache, {0xc000000000, 0xc004000000}}
+	after := []mapping{old, small, weights, grown, merged, mergedBefore}
+	got := newWeightMappings(before, after, 0xc000001000)
+	want := []mapping{weights, {kv.end, merged.end}, {mergedBefore.start, cache.start}}
+	if !slices.Equal(got, want) {
+		t.Errorf("newWeightMappings = %x, want %x", got, want)
 	}
 	lo, hi := hugeRange(mapping{0x7f0000001000, 0x7f0000601000})
 	if lo != 0x7f0000200000 || hi != 0x7f0000600000 {
