@@ -81,13 +81,20 @@ func memAvailable() uint64 {
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
+			return kiB(rest)
 		}
 	}
 	return 0
+}
+
+// kiB parses a /proc field's value ("  1234 kB") into bytes (0 when it is
+// not one).
+func kiB(v string) uint64 {
+	kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return kb << 10
 }
 
 // planHugePages decides whether a model loads into memory on huge pages,
@@ -239,10 +246,15 @@ func startCollapse(ms []mapping, log *zap.Logger) *collapser {
 		defer close(c.done)
 		t0 := time.Now()
 		var err error
+	collapse:
 		for _, m := range ms {
 			for lo := m.start; lo < m.end && !c.stop.Load(); lo += hugePageSize {
-				if e := madvise(lo, lo+hugePageSize, madvCollapse); e != nil && err == nil {
+				e := madvise(lo, lo+hugePageSize, madvCollapse)
+				if e != nil && err == nil {
 					err = fmt.Errorf("madvise(MADV_COLLAPSE, Linux 6.1): %w", e)
+				}
+				if errors.Is(e, syscall.EINVAL) {
+					break collapse // a kernel without it: khugepaged will, in its time
 				}
 			}
 		}
@@ -320,9 +332,7 @@ func anonHugeBytes(smaps []byte, ms []mapping) uint64 {
 			continue
 		}
 		if rest, ok := strings.CutPrefix(line, "AnonHugePages:"); ok && in {
-			if kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil {
-				total += kb << 10
-			}
+			total += kiB(rest)
 		}
 	}
 	return total
