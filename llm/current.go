@@ -168,7 +168,7 @@ type current struct {
 	mem    yz.Memory
 	b      yz.Batch
 	tp     yz.Threadpool
-	huge   *collapser // the weights' move onto huge pages; nil when none
+	huge   collapsers // the moves onto huge pages; empty when none
 	nVocab int
 	seqIDs [][]yz.SeqId // one one-element slice per sequence id, for Batch.Add
 }
@@ -259,8 +259,14 @@ func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placemen
 	if t, ok := kvTypes[cfg.KVCacheType]; ok {
 		cp.TypeK, cp.TypeV = t, t
 	}
-	lc, err := yz.InitFromModel(model, cp)
-	if err != nil || lc == 0 {
+	var lc yz.Context
+	err = createOnHugePages(&dp, log, func() (err error) {
+		if lc, err = yz.InitFromModel(model, cp); err == nil && lc == 0 {
+			err = errors.New("no context")
+		}
+		return err
+	})
+	if err != nil {
 		dp.huge.close()
 		yz.ModelFree(model)
 		return nil, placement{}, fmt.Errorf("create context: %v", err)

@@ -23,7 +23,7 @@ type embedded struct {
 	lc     *llama.Context
 	b      *llama.Batch
 	pool   *threadPool // the decode threads (issue 32); nil when none is attached
-	huge   *collapser  // the weights' move onto huge pages; nil when none
+	huge   collapsers  // the moves onto huge pages; empty when none
 	logits logitsReader
 	nVocab int
 	// threads is the context's thread count, which freeContext checks.
@@ -117,7 +117,11 @@ func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama
 			log.Warn("the binding's context parameters are not the ones this build knows: the KV cache stays one stream per slot")
 		}
 	}
-	lc, err := llama.NewContextWithModel(model, params)
+	var lc *llama.Context
+	err = createOnHugePages(&dp, log, func() (err error) {
+		lc, err = llama.NewContextWithModel(model, params)
+		return err
+	})
 	if err != nil {
 		dp.huge.close()
 		llama.FreeModel(model)

@@ -97,7 +97,8 @@ func TestPlanHugePages(t *testing.T) {
 
 // TestWeightsOnHugePages loads a synthetic model of 52 MB on each engine
 // with and without huge pages: the same greedy reply either way, and with
-// them the weights' mappings end up on 2 MiB pages (where the kernel has
+// them the context's buffers are advised too and the weights' mappings end
+// up on 2 MiB pages (where the kernel has
 // transparent huge pages and MADV_COLLAPSE). Its weights are one buffer of
 // more than 32 MiB, which glibc always maps anew: a smaller one may come
 // from the heap once a freed buffer of its size has raised glibc's mmap
@@ -115,23 +116,30 @@ func TestWeightsOnHugePages(t *testing.T) {
 	eachEngine(t, func(t *testing.T, engine string) {
 		var replies [][]int
 		for _, mode := range []string{HugePagesOff, HugePagesAuto} {
-			e, err := Open(Config{Path: path, Threads: 2, Parallel: 1, ContextLength: 128, Engine: engine, LibDir: testLibDir(), HugePages: mode})
+			// 4 slots of 1,024 tokens: a KV cache of 34 MB, which goes onto huge pages too.
+			e, err := Open(Config{Path: path, Threads: 2, Parallel: 4, ContextLength: 1024, Engine: engine, LibDir: testLibDir(), HugePages: mode})
 			if err != nil {
 				t.Fatal(err)
 			}
 			advised := e.Info().Device.HugePagesBytes
-			var c *collapser
+			var cs collapsers
 			switch be := e.be.(type) {
 			case *embedded:
-				c = be.huge
+				cs = be.huge
 			case *current:
-				c = be.huge
+				cs = be.huge
+			}
+			var c *collapser // the weights'
+			if len(cs) > 0 {
+				c = cs[0]
 			}
 			switch {
 			case mode == HugePagesOff && (advised != 0 || c != nil):
 				t.Errorf("off: %d bytes advised", advised)
 			case mode == HugePagesAuto && thp && (advised < 40<<20 || c == nil):
 				t.Errorf("auto: %d bytes advised, want the weights' (about 50 MB)", advised)
+			case mode == HugePagesAuto && thp && len(cs) != 2:
+				t.Errorf("auto: %d moves onto huge pages, want the weights' and the context's", len(cs))
 			case c != nil:
 				<-c.done
 				t.Logf("advised %d, on huge pages %d", advised, c.huge)
