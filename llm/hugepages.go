@@ -230,31 +230,29 @@ func loadOnHugePages(load func() error) (loadErr error, advised []mapping, err e
 	return nil, advised, errors.Join(errs...)
 }
 
-// collapser moves advised weights onto huge pages in the background: the
-// pages are in memory already, and khugepaged's scan would take minutes
-// (MADV_COLLAPSE does it now, Linux 6.1). The model is usable meanwhile: a
-// collapse copies each 2 MiB and swaps the page tables under the readers.
+// collapser moves advised memory onto huge pages in the background: pages
+// in memory already wait for khugepaged's scan otherwise, which takes
+// minutes (MADV_COLLAPSE does it now, Linux 6.1). The model is usable
+// meanwhile: a collapse copies each 2 MiB and swaps the page tables under
+// the readers. A range nothing has touched yet cannot be collapsed (the
+// kernel refuses it); advised, it comes as huge pages when touched.
 type collapser struct {
 	stop atomic.Bool
 	done chan struct{}
 	huge uint64 // bytes on huge pages when it finished (read after done)
 }
 
+// startCollapse collapses ms, the model's weights.
 func startCollapse(ms []mapping, log *zap.Logger) *collapser {
 	c := &collapser{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		t0 := time.Now()
 		var err error
-	collapse:
 		for _, m := range ms {
 			for lo := m.start; lo < m.end && !c.stop.Load(); lo += hugePageSize {
-				e := madvise(lo, lo+hugePageSize, madvCollapse)
-				if e != nil && err == nil {
+				if e := madvise(lo, lo+hugePageSize, madvCollapse); e != nil && err == nil {
 					err = fmt.Errorf("madvise(MADV_COLLAPSE, Linux 6.1): %w", e)
-				}
-				if errors.Is(e, syscall.EINVAL) {
-					break collapse // a kernel without it: khugepaged will, in its time
 				}
 			}
 		}
@@ -264,7 +262,7 @@ func startCollapse(ms []mapping, log *zap.Logger) *collapser {
 		if smaps, e := os.ReadFile("/proc/self/smaps"); e == nil {
 			c.huge = anonHugeBytes(smaps, ms)
 		}
-		log.Info("on huge pages", zap.Uint64("huge_pages_mib", c.huge>>20),
+		log.Info("model weights on huge pages", zap.Uint64("huge_pages_mib", c.huge>>20),
 			zap.Duration("took", time.Since(t0)), zap.NamedError("collapse_error", err))
 	}()
 	return c
@@ -310,10 +308,12 @@ func loadWeights(cfg Config, meta metadata, dp *placement, log *zap.Logger, load
 // createOnHugePages runs create (which creates the llama.cpp context: its
 // KV cache and compute buffers) and, when the weights went onto huge pages
 // (dp.huge), advises the buffers' new mappings too: attention reads the KV
-// cache at every step, and a conversation's grows with each turn (8% faster
-// decoding at a depth of 900 tokens here, BENCHMARKS.md). Pages the context
-// has not touched yet come as huge pages when it does, so its resident
-// memory grows by 2 MiB at a time, up to the buffers' size.
+// cache at every step, and a conversation's grows with each turn (5-8%
+// faster decoding at a depth of 900 tokens here, BENCHMARKS.md). They are
+// not collapsed: most of a KV cache is untouched at first, and a collapse
+// would fill every 2 MiB around a touched page at once. Advised, a page
+// comes as a 2 MiB one when first touched, so the resident memory grows
+// 2 MiB at a time, up to the buffers' size.
 func createOnHugePages(dp *placement, log *zap.Logger, create func() error) error {
 	if len(dp.huge) == 0 {
 		return create()
@@ -330,11 +330,10 @@ func createOnHugePages(dp *placement, log *zap.Logger, create func() error) erro
 		n += uint64(m.end - m.start)
 	}
 	log.Info("the context's buffers (KV cache, compute) advised onto huge pages", zap.Uint64("mib", n>>20))
-	dp.huge = append(dp.huge, startCollapse(ms, log))
 	return nil
 }
 
-// collapsers are a model's moves onto huge pages (its weights, its context).
+// collapsers are a model's moves onto huge pages.
 type collapsers []*collapser
 
 // close stops and waits for each.
