@@ -168,7 +168,7 @@ type current struct {
 	mem    yz.Memory
 	b      yz.Batch
 	tp     yz.Threadpool
-	huge   collapsers // the moves onto huge pages; empty when none
+	huge   *collapser // the weights' move onto huge pages; nil when none
 	nVocab int
 	seqIDs [][]yz.SeqId // one one-element slice per sequence id, for Batch.Add
 }

@@ -23,7 +23,7 @@ type embedded struct {
 	lc     *llama.Context
 	b      *llama.Batch
 	pool   *threadPool // the decode threads (issue 32); nil when none is attached
-	huge   collapsers  // the moves onto huge pages; empty when none
+	huge   *collapser  // the weights' move onto huge pages; nil when none
 	logits logitsReader
 	nVocab int
 	// threads is the context's thread count, which freeContext checks.

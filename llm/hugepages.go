@@ -301,21 +301,22 @@ func loadWeights(cfg Config, meta metadata, dp *placement, log *zap.Logger, load
 	for _, m := range ms {
 		dp.info.HugePagesBytes += uint64(m.end - m.start)
 	}
-	dp.huge = append(dp.huge, startCollapse(ms, log))
+	dp.huge = startCollapse(ms, log)
 	return nil
 }
 
 // createOnHugePages runs create (which creates the llama.cpp context: its
 // KV cache and compute buffers) and, when the weights went onto huge pages
-// (dp.huge), advises the buffers' new mappings too: attention reads the KV
-// cache at every step, and a conversation's grows with each turn (5-8%
-// faster decoding at a depth of 900 tokens here, BENCHMARKS.md). They are
+// (dp.huge set), advises the buffers' new mappings too: attention reads the KV
+// cache at every step, and a conversation's grows with each turn (with the
+// weights, 6-11% faster decoding at a depth of 900 tokens here,
+// BENCHMARKS.md). They are
 // not collapsed: most of a KV cache is untouched at first, and a collapse
 // would fill every 2 MiB around a touched page at once. Advised, a page
 // comes as a 2 MiB one when first touched, so the resident memory grows
 // 2 MiB at a time, up to the buffers' size.
 func createOnHugePages(dp *placement, log *zap.Logger, create func() error) error {
-	if len(dp.huge) == 0 {
+	if dp.huge == nil {
 		return create()
 	}
 	createErr, ms, err := loadOnHugePages(create)
@@ -331,16 +332,6 @@ func createOnHugePages(dp *placement, log *zap.Logger, create func() error) erro
 	}
 	log.Info("the context's buffers (KV cache, compute) advised onto huge pages", zap.Uint64("mib", n>>20))
 	return nil
-}
-
-// collapsers are a model's moves onto huge pages.
-type collapsers []*collapser
-
-// close stops and waits for each.
-func (cs collapsers) close() {
-	for _, c := range cs {
-		c.close()
-	}
 }
 
 // anonHugeBytes sums smaps' AnonHugePages over the mappings that lie in ms

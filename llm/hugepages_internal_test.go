@@ -127,16 +127,12 @@ func TestWeightsOnHugePages(t *testing.T) {
 			}
 			hg = advisedBytes(t) - hg
 			advised := e.Info().Device.HugePagesBytes
-			var cs collapsers
+			var c *collapser
 			switch be := e.be.(type) {
 			case *embedded:
-				cs = be.huge
+				c = be.huge
 			case *current:
-				cs = be.huge
-			}
-			var c *collapser // the weights'
-			if len(cs) > 0 {
-				c = cs[0]
+				c = be.huge
 			}
 			switch {
 			case mode == HugePagesOff && (advised != 0 || c != nil):

@@ -15,10 +15,9 @@ type placement struct {
 	dev   device
 	index uint64 // the device's index among ggml's devices (llama.cpp's device id)
 	info  parley.Device
-	// huge moves the weights, and the context's buffers, onto huge pages
-	// after the load (hugepages.go): empty when they are not; closed before
-	// the model is freed.
-	huge collapsers
+	// huge moves the weights onto huge pages after the load (hugepages.go):
+	// nil when they are not; closed before the model is freed.
+	huge *collapser
 }
 
 // placeModel chooses the device and the layers to offload (cfg.GPULayers:
