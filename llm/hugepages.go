@@ -9,15 +9,17 @@ package llm
 // repacks for the CPU (Q4_0 on AVX2) lives in memory it allocates, also in
 // 4 KiB pages where the kernel's transparent huge pages are "madvise" (the
 // common default). Read into memory it allocates and advised onto 2 MiB
-// pages, the same weights decode 3-9% faster here (BENCHMARKS.md,
+// pages, the same weights decode 4-14% faster here (BENCHMARKS.md,
 // "Model weights on huge pages").
 //
 // llama.cpp does not say where its weight buffers are, so the load is
-// bracketed: the anonymous mappings that appear while the model loads,
-// large enough to be weights, are the ones advised (MADV_HUGEPAGE) and
-// collapsed onto huge pages at once (MADV_COLLAPSE, Linux 6.1). The Go
-// heap's mapping is left out. Loads that do this take turns (hugeMu), so
-// one load's mappings are not another's.
+// bracketed: the anonymous memory that appears while the model loads, in
+// mappings large enough to be weights, is advised (MADV_HUGEPAGE) and
+// collapsed onto huge pages in the background (MADV_COLLAPSE, Linux 6.1).
+// The Go heap's mapping is left out. The context's creation (its KV cache
+// and compute buffers) is bracketed the same way, advised but not
+// collapsed. Brackets take turns (hugeMu), so one load's mappings are not
+// another's.
 
 import (
 	"bufio"
