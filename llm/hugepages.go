@@ -138,17 +138,27 @@ func anonMappings(maps []byte) []mapping {
 		if len(f) < 5 || f[1] != "rw-p" || f[4] != "0" || len(f) > 5 && !strings.HasPrefix(f[5], "[anon:") {
 			continue
 		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		if !ok {
-			continue
-		}
-		a, err1 := strconv.ParseUint(lo, 16, 64)
-		b, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 == nil && err2 == nil && b > a {
-			out = append(out, mapping{uintptr(a), uintptr(b)})
+		if m, ok := parseRange(f[0]); ok {
+			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// parseRange parses the address range that begins a line of
+// /proc/self/maps or of a mapping's header in /proc/self/smaps
+// ("7f0000000000-7f0002000000").
+func parseRange(field string) (mapping, bool) {
+	lo, hi, ok := strings.Cut(field, "-")
+	if !ok {
+		return mapping{}, false
+	}
+	a, err1 := strconv.ParseUint(lo, 16, 64)
+	b, err2 := strconv.ParseUint(hi, 16, 64)
+	if err1 != nil || err2 != nil || b <= a {
+		return mapping{}, false
+	}
+	return mapping{uintptr(a), uintptr(b)}, true
 }
 
 // newWeightMappings returns the address ranges of after's mappings that
@@ -180,6 +190,14 @@ func newWeightMappings(before, after []mapping, keep uintptr) []mapping {
 		}
 	}
 	return out
+}
+
+// bytesIn is the size of ms.
+func bytesIn(ms []mapping) (n uint64) {
+	for _, m := range ms {
+		n += uint64(m.end - m.start)
+	}
+	return n
 }
 
 // hugeRange is the part of m that whole huge pages cover.
@@ -300,9 +318,7 @@ func loadWeights(cfg Config, meta metadata, dp *placement, log *zap.Logger, load
 		log.Warn("model weights read into memory, but not onto huge pages", zap.Error(err))
 		return nil
 	}
-	for _, m := range ms {
-		dp.info.HugePagesBytes += uint64(m.end - m.start)
-	}
+	dp.info.HugePagesBytes = bytesIn(ms)
 	dp.huge = startCollapse(ms, log)
 	return nil
 }
@@ -328,11 +344,7 @@ func createOnHugePages(dp *placement, log *zap.Logger, create func() error) erro
 		}
 		return createErr
 	}
-	var n uint64
-	for _, m := range ms {
-		n += uint64(m.end - m.start)
-	}
-	log.Info("the context's buffers (KV cache, compute) advised onto huge pages", zap.Uint64("mib", n>>20))
+	log.Info("the context's buffers (KV cache, compute) advised onto huge pages", zap.Uint64("mib", bytesIn(ms)>>20))
 	return nil
 }
 
@@ -345,20 +357,11 @@ func anonHugeBytes(smaps []byte, ms []mapping) uint64 {
 	sc := bufio.NewScanner(bytes.NewReader(smaps))
 	for sc.Scan() {
 		line := sc.Text()
-		if f := strings.Fields(line); len(f) >= 5 && !strings.HasSuffix(f[0], ":") && strings.Contains(f[0], "-") {
-			lo, hi, _ := strings.Cut(f[0], "-")
-			a, err1 := strconv.ParseUint(lo, 16, 64)
-			b, err2 := strconv.ParseUint(hi, 16, 64)
-			in = false
-			if err1 == nil && err2 == nil {
-				for _, m := range ms {
-					if uintptr(a) >= m.start && uintptr(b) <= m.end {
-						in = true
-						break
-					}
-				}
+		if f := strings.Fields(line); len(f) >= 5 && !strings.HasSuffix(f[0], ":") {
+			if r, ok := parseRange(f[0]); ok {
+				in = slices.ContainsFunc(ms, func(m mapping) bool { return r.start >= m.start && r.end <= m.end })
+				continue
 			}
-			continue
 		}
 		if rest, ok := strings.CutPrefix(line, "AnonHugePages:"); ok && in {
 			total += kiB(rest)
