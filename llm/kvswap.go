@@ -237,11 +237,14 @@ func (e *Engine) kvSave(s *slot) {
 	if k == nil || k.clean[s.id] {
 		return
 	}
+	t0 := time.Now()
+	if s.key != "" && len(s.tail) > 0 {
+		e.kvDecodeTail(s)
+	}
 	if s.key == "" || len(s.cached) == 0 {
 		k.setClean(s.id, true) // nothing of a session's to keep
 		return
 	}
-	t0 := time.Now()
 	state, err := k.be.StateSeqSave(s.id)
 	if err == nil && len(state) == 0 {
 		err = errors.New("llama.cpp has no state for the sequence")
@@ -255,6 +258,37 @@ func (e *Engine) kvSave(s *slot) {
 	k.setClean(s.id, true)
 	e.log.Debug("kv state saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Int("tokens", len(s.cached)),
 		zap.Int("bytes", len(state)), zap.Duration("took", time.Since(t0)))
+}
+
+// kvDecodeTail decodes slot s's tail (the reply's last token, sampled and
+// never decoded) into its cache, so that the state saved next ends with the
+// whole reply. Without it the state would stop one token short of the
+// conversation's text, and after a restart the chat layer, which builds the
+// next prompt from the saved tokens, would have to tokenize that token's
+// text (often the middle of a word) as the start of the new text: a
+// continuation the tokenizer refuses, and the turn would be evaluated in
+// full. It costs one token's decode, at idle or when the slot is taken
+// over, and the next turn evaluates one token less. Called by the loop,
+// between steps.
+func (e *Engine) kvDecodeTail(s *slot) {
+	tail := s.tail
+	s.tail = s.tail[:0]
+	if len(s.cached)+len(tail) >= e.nCtx-1 {
+		return // the context's last position: a longer state would not be restored anyway
+	}
+	b := newBatch(len(tail))
+	for i, tok := range tail {
+		b.add(tok, len(s.cached)+i, s.id, false)
+	}
+	if err := e.be.Decode(b); err != nil {
+		// The slot's cache is unknown now: forget it, as a failed step does.
+		e.be.SeqRm(s.id, 0, -1)
+		s.cached = s.cached[:0]
+		e.log.Warn("the reply's last token was not decoded; the slot's cache is dropped", zap.String("key", s.key),
+			zap.Int("slot", s.id), zap.Error(err))
+		return
+	}
+	s.cached = append(s.cached, tail...)
 }
 
 // kvIdlePause is how long the loop, with nothing to decode, waits for the

@@ -283,6 +283,9 @@ func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
 	}
 	seq.out <- ev
 
+	// The token is the next step's input, or, when the sequence ends here,
+	// the slot's tail (see finish).
+	seq.pending = append(seq.pending[:0], tok)
 	switch {
 	case seq.generated >= seq.req.Params.MaxTokens:
 		e.finish(seq, parley.FinishLength, nil)
@@ -292,7 +295,6 @@ func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
 		e.finish(seq, parley.FinishLength, nil)
 		return true
 	}
-	seq.pending = append(seq.pending[:0], tok)
 	if seq.lazy != nil {
 		e.watchTrigger(seq, ev.Token.Text)
 	}
@@ -313,6 +315,12 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 		s.seq = nil
 		seq.slot = nil
 		e.busy.Add(-1)
+		// A reply that ended on a token it generated (not an end of text,
+		// which emit does not keep): the token was sampled, never decoded.
+		s.tail = s.tail[:0]
+		if seq.generated > 0 && reason != parley.FinishError {
+			s.tail = append(s.tail, seq.pending...)
+		}
 	}
 	now := time.Now()
 	seq.usage.CompletionTokens = seq.generated

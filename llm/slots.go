@@ -75,6 +75,12 @@ type slot struct {
 	cached   []int  // tokens whose keys and values are in the cache, in position order
 	lastUsed uint64 // loop tick of the last assignment, for LRU
 	seq      *sequence
+	// tail is what the slot's last sequence generated after cached and
+	// never decoded: its last token, when its reply ended on it (the length
+	// limit, a cancel). The KV swap decodes it before it saves the slot's
+	// state, so a saved state ends with the whole reply, as the next
+	// prompt holds it (issue 44). Reset when the slot is assigned.
+	tail []int
 }
 
 // assign binds seq to a free slot: the one this key used last if it is free,
@@ -113,6 +119,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	}
 	s := best
 	e.kvTakeover(s, seq.req.Key) // KV swap: the state of the session leaving the slot
+	s.tail = s.tail[:0]
 	if s.key != seq.req.Key && s.key != "" {
 		e.log.Debug("slot taken over", zap.Int("slot", s.id), zap.String("from", s.key), zap.String("to", seq.req.Key))
 	}
