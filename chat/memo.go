@@ -21,6 +21,20 @@ type ContinuationTokenizer interface {
 	TokenizeContinuation(text string) ([]int, error)
 }
 
+// Engine is the whole contract between a Responder and its engine: the
+// Generator it needs and every optional interface it looks for on it with a
+// type assertion (a Generator without one still works, only colder). A type
+// that stands in for the engine, such as a wrapper that forwards to an
+// engine loaded later, should implement Engine and say so at compile time
+// (var _ chat.Engine = ...): a capability it failed to forward would
+// otherwise be dropped silently, and with it the reuse of the KV cache.
+// TestEngineListsEveryCapability keeps this list whole.
+type Engine interface {
+	Generator
+	ContinuationTokenizer
+	SavedTokenSource
+}
+
 // SavedTokenSource is implemented by a Generator that keeps conversations'
 // KV state beyond their slot, across restarts (llm.Engine with its KV cache
 // on). SavedTokens returns the tokens of key's saved state, with their text

@@ -65,13 +65,17 @@ func main() {
 // Responses and Conversations APIs only when a type assertion finds
 // web.Conversations on it; these lines make a Service that stops
 // satisfying either a compile error here instead of a silent 404 there.
-// Likewise chat reuses a conversation's exact prompt tokens only when its
-// generator (the engineRef below) is a chat.ContinuationTokenizer: one
-// that stopped being one would silently re-tokenize every prompt.
+// Likewise chat finds what it reuses the KV cache with (exact prompt
+// tokens, the saved state's tokens after a restart) by type assertions on
+// its generator, the engineRef below: chat.Engine is every interface it
+// asserts for, so a method engineRef fails to forward is a compile error
+// here instead of conversations silently cold after a restart (issue 44).
 var (
-	_ web.Sessions               = (*session.Service)(nil)
-	_ web.Conversations          = (*session.Service)(nil)
-	_ chat.ContinuationTokenizer = (*engineRef)(nil)
+	_ web.Sessions      = (*session.Service)(nil)
+	_ web.Conversations = (*session.Service)(nil)
+	_ chat.Engine       = (*llm.Engine)(nil)
+	_ chat.Engine       = (*engineRef)(nil)
+	_ chat.Engine       = (*modelRef)(nil)
 )
 
 // config is every flag's value.
@@ -507,7 +511,9 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 // responder, the sessions and the server can be built, and listening, before
 // a load that may take minutes. Before set, Generate and Tokenize answer
 // unavailable (the server's readiness gate keeps requests away until then
-// anyway) and Info and stats are zero. set is called once.
+// anyway), Info and stats are zero and there are no saved tokens. It
+// implements chat.Engine whole (see the checks at the top of this file).
+// set is called once.
 type engineRef struct{ p atomic.Pointer[llm.Engine] }
 
 func (r *engineRef) set(e *llm.Engine) { r.p.Store(e) }
@@ -533,6 +539,13 @@ func (r *engineRef) TokenizeContinuation(text string) ([]int, error) {
 		return e.TokenizeContinuation(text)
 	}
 	return nil, errLoading
+}
+
+func (r *engineRef) SavedTokens(key string) []parley.Token {
+	if e := r.p.Load(); e != nil {
+		return e.SavedTokens(key)
+	}
+	return nil
 }
 
 func (r *engineRef) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
