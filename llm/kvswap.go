@@ -237,7 +237,7 @@ func (e *Engine) kvSave(s *slot) {
 	if k == nil || k.clean[s.id] {
 		return
 	}
-	if s.key == "" || len(s.cached) == 0 {
+	if s.key == "" || s.stateless || len(s.cached) == 0 {
 		k.setClean(s.id, true) // nothing of a session's to keep
 		return
 	}
@@ -330,7 +330,7 @@ func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
 	k.setClean(s.id, false) // the slot's cache changes from here on
 	ent := seq.restore
 	seq.restore = nil
-	if ent == nil && seq.req.Key != "" {
+	if ent == nil && seq.req.Key != "" && !seq.stateless {
 		ent = k.cache.GetMemory(seq.req.Key) // saved after fetch (its slot was taken meanwhile)
 	}
 	if ent == nil {
