@@ -31,6 +31,13 @@ type KVCacheConfig struct {
 	RAMBytes  int64  // states held in memory at most, in bytes
 	DiskBytes int64  // states kept in Dir at most, in bytes; they survive restarts
 	Dir       string // where the files go (a folder per model and llama.cpp build is made in it)
+	// MinFreeBytes is the free space the files leave on Dir's disk
+	// (kvcache.Config.MinFreeBytes): below it they give way, oldest
+	// first, and new states stay in RAM.
+	MinFreeBytes int64
+	// MaxAge: files not used for longer are removed when the cache opens,
+	// in every model's folder (kvcache.Config.MaxAge); 0 keeps them.
+	MaxAge time.Duration
 }
 
 // minRestoreGain is how many more prompt tokens a saved state must hold than
@@ -98,7 +105,8 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	if kc.DiskBytes <= 0 {
 		dir = ""
 	}
-	ccfg := kvcache.Config{Dir: dir, RAMBytes: max(kc.RAMBytes, 0), DiskBytes: max(kc.DiskBytes, 0), Identity: id, Logger: e.log}
+	ccfg := kvcache.Config{Dir: dir, RAMBytes: max(kc.RAMBytes, 0), DiskBytes: max(kc.DiskBytes, 0), Identity: id, Logger: e.log,
+		MinFreeBytes: max(kc.MinFreeBytes, 0), MaxAge: max(kc.MaxAge, 0)}
 	c, err := kvcache.Open(ccfg)
 	if err != nil && dir != "" {
 		// An unwritable folder costs the restarts their warm conversations, not the server its start.

@@ -111,7 +111,7 @@ type config struct {
 	clientStoreShare                                                  float64
 	maxHTTPConnsPerIP                                                 int
 	// issue 20 (KV swap): bytes of sessions' KV state kept in RAM and on disk
-	kvCacheRAM, kvCacheDisk byteSize
+	kvCacheRAM, kvCacheDisk, kvCacheMinFree byteSize
 	// issue 32: the engine
 	engine engineFlags
 	// issue 21: several models
