@@ -155,7 +155,7 @@ type sequence struct {
 	// it (parley.ScopedKey).
 	scope string
 	// stateless: the request belongs to no stored conversation
-	// (parley.IsStateless); its slot's state is never saved.
+	// (parley.IsStateless); its slot's state is kept in RAM only (KV swap).
 	stateless bool
 }
 
@@ -375,9 +375,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		iBatch:    -1,
 		submitted: time.Now(),
 	}
-	if !seq.stateless {
-		seq.restore = e.kv.fetch(req.Key) // KV swap: a disk read, if any, here rather than on the loop
-	}
+	seq.restore = e.kv.fetch(req.Key) // KV swap: a disk read, if any, here rather than on the loop
 
 	e.closeMu.RLock()
 	defer e.closeMu.RUnlock()

@@ -242,13 +242,35 @@ func (e *Engine) kvTakeover(s *slot, key string) {
 // saved already, holds nothing or belongs to no session. Called by the loop.
 func (e *Engine) kvSave(s *slot) {
 	k := e.kv
-	if k == nil || k.clean[s.id] {
+	if k == nil {
 		return
 	}
-	if s.key == "" || s.stateless || len(s.cached) == 0 {
+	if s.stateless {
+		// A stateless conversation's state goes to RAM, when its slot
+		// goes to another: a client that resends it finds it warm, but it
+		// never reaches the disk, which only sessions use.
+		if s.ramDirty && s.key != "" && len(s.cached) > 0 {
+			e.kvCopyOut(s, true)
+		}
+		s.ramDirty = false
+		return
+	}
+	if k.clean[s.id] {
+		return
+	}
+	if s.key == "" || len(s.cached) == 0 {
 		k.setClean(s.id, true) // nothing of a session's to keep
 		return
 	}
+	if e.kvCopyOut(s, false) {
+		k.setClean(s.id, true)
+	}
+}
+
+// kvCopyOut copies slot s's state into the cache under its key (ramOnly:
+// never to disk) and reports whether it did. Called by the loop.
+func (e *Engine) kvCopyOut(s *slot, ramOnly bool) bool {
+	k := e.kv
 	t0 := time.Now()
 	state, err := k.be.StateSeqSave(s.id)
 	if err == nil && len(state) == 0 {
@@ -257,12 +279,12 @@ func (e *Engine) kvSave(s *slot) {
 	k.saveNanos.Add(int64(time.Since(t0)))
 	if err != nil {
 		k.log.Warn("kv state not saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Error(err))
-		return
+		return false
 	}
-	k.cache.Put(&kvcache.Entry{Key: s.key, Tokens: append([]int(nil), s.cached...), State: state})
-	k.setClean(s.id, true)
+	k.cache.Put(&kvcache.Entry{Key: s.key, Tokens: append([]int(nil), s.cached...), State: state, RAMOnly: ramOnly})
 	e.log.Debug("kv state saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Int("tokens", len(s.cached)),
-		zap.Int("bytes", len(state)), zap.Duration("took", time.Since(t0)))
+		zap.Int("bytes", len(state)), zap.Bool("ram_only", ramOnly), zap.Duration("took", time.Since(t0)))
+	return true
 }
 
 // kvIdlePause is how long the loop, with nothing to decode, waits for the
@@ -316,8 +338,8 @@ func (e *Engine) kvSaveIdle(interrupted func() bool) {
 		return
 	}
 	for _, s := range e.slots {
-		if s.seq != nil {
-			continue
+		if s.seq != nil || s.stateless {
+			continue // a stateless slot is kept (in RAM) only when it is taken over
 		}
 		e.kvSave(s)
 		if interrupted != nil && interrupted() {
@@ -335,10 +357,16 @@ func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
 	if k == nil {
 		return keep
 	}
-	k.setClean(s.id, false) // the slot's cache changes from here on
+	// The slot's cache changes from here on.
+	if seq.stateless {
+		k.setClean(s.id, true) // nothing for the idle pass
+		s.ramDirty = true
+	} else {
+		k.setClean(s.id, false)
+	}
 	ent := seq.restore
 	seq.restore = nil
-	if ent == nil && seq.req.Key != "" && !seq.stateless {
+	if ent == nil && seq.req.Key != "" {
 		ent = k.cache.GetMemory(seq.req.Key) // saved after fetch (its slot was taken meanwhile)
 	}
 	if ent == nil {

@@ -80,8 +80,9 @@ type slot struct {
 	// cache or copies it; any other finds the slot empty.
 	scope string
 	// stateless: the request that last used it belongs to no stored
-	// conversation, so its state is not saved when the slot goes (KV swap).
-	stateless bool
+	// conversation, so its state is kept in RAM only when the slot goes,
+	// never at idle nor on disk (KV swap); ramDirty: it changed since.
+	stateless, ramDirty bool
 }
 
 // assign binds seq to a free slot: the one this key used last if it is free,

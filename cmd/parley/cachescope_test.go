@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/parley-chat/parley/internal/testbin"
 )
@@ -124,22 +125,20 @@ func TestCacheScopeDigitProbe(t *testing.T) {
 
 // The second channel of issue 45: a stateless conversation's state, saved
 // under a key made of its opening, was restored for another user who sent
-// the same opening. A stateless conversation's state is no longer saved,
-// and every key is within its user's scope: bob's request reports no
-// cached token and restores nothing, while alice's own resend still finds
-// her conversation in its slot.
+// the same opening. Every key is now within its user's scope: bob's request
+// reports no cached token and restores nothing, while alice's own resend
+// still finds her state (kept in RAM when her slot went to carol). A
+// stateless conversation's state never reaches the disk: once a session's
+// turn has been written there, it is the only file.
 func TestCacheScopeStatelessStateNotShared(t *testing.T) {
 	bin := testbin.Parley(t)
-	s := start(t, bin, "--user", "alice:key-alice", "--user", "bob:key-bob", "--user", "carol:key-carol", "--store", "memory")
+	s := start(t, bin, "--user", "alice:key-alice", "--user", "bob:key-bob", "--user", "carol:key-carol", "--store", "bolt", "--data-dir", t.TempDir())
 	msgs := []map[string]string{{"role": "system", "content": "You tell short stories about a girl called Lily and her dog."},
 		{"role": "user", "content": "Tell me about the day Lily found a red ball in the park near the river."}}
 	chat := func(key string) (int, int) {
 		return postAs(t, s.addr, key, "/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 4})
 	}
 	chat("key-alice")
-	if _, cached := chat("key-alice"); cached == 0 {
-		t.Fatalf("alice's resend found none of her prompt cached")
-	}
 	// Carol's two conversations take both slots: alice's leaves hers.
 	for i := range 2 {
 		postAs(t, s.addr, "key-carol", "/v1/chat/completions", map[string]any{
@@ -153,7 +152,20 @@ func TestCacheScopeStatelessStateNotShared(t *testing.T) {
 	if r := metricAs(t, s.addr, "key-alice", "parley_kv_restores_total"); r != 0 {
 		t.Fatalf("parley_kv_restores_total %v, want 0", r)
 	}
-	if v := metricAs(t, s.addr, "key-alice", "parley_kv_saves_total"); v != 0 {
-		t.Fatalf("parley_kv_saves_total %v: stateless conversations were saved", v)
+	// Bob's took a slot of carol's: alice's state is still kept, for her.
+	if _, cached := chat("key-alice"); cached < prompt-1 || metricAs(t, s.addr, "key-alice", "parley_kv_restores_total") != 1 {
+		t.Fatalf("alice's resend: %d of %d prompt tokens cached, want her saved state restored", cached, prompt)
+	}
+	postAs(t, s.addr, "key-alice", "/v1/responses", map[string]any{"input": "A stored conversation.", "max_output_tokens": 4})
+	deadline := time.Now().Add(20 * time.Second)
+	for metricAs(t, s.addr, "key-alice", "parley_kv_disk_writes_total") < 1 || metricAs(t, s.addr, "key-alice", "parley_kv_disk_pending") != 0 ||
+		metricAs(t, s.addr, "key-alice", "parley_kv_unsaved_slots") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session's state was not written")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := metricAs(t, s.addr, "key-alice", "parley_kv_disk_entries"); n != 1 {
+		t.Fatalf("%v KV files, want the session's alone", n)
 	}
 }

@@ -75,6 +75,10 @@ type Entry struct {
 	Key    string
 	Tokens []int  // the tokens whose keys and values State holds, in position order
 	State  []byte // llama_state_seq_get_data's bytes
+	// RAMOnly keeps the entry in RAM and never writes it to disk: a
+	// stateless conversation's, which no stored session will ask for
+	// after a restart.
+	RAMOnly bool
 }
 
 func (e *Entry) size() int64 { return int64(len(e.State) + 4*len(e.Tokens)) }
@@ -180,7 +184,7 @@ func (c *Cache) Put(e *Entry) {
 		c.ramBytes += e.size()
 		c.ramEvict()
 	}
-	if c.writes == nil || c.closed.Load() || e.size() > c.cfg.DiskBytes {
+	if c.writes == nil || e.RAMOnly || c.closed.Load() || e.size() > c.cfg.DiskBytes {
 		return
 	}
 	select {
