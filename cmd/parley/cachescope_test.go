@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +169,93 @@ func TestCacheScopeStatelessStateNotShared(t *testing.T) {
 	}
 	if n := metricAs(t, s.addr, "key-alice", "parley_kv_disk_entries"); n != 1 {
 		t.Fatalf("%v KV files, want the session's alone", n)
+	}
+}
+
+// postFrom is postAs from a given loopback address (a client of its own),
+// without a key; it returns the status and the usage's cached tokens.
+func postFrom(t *testing.T, local, addr, path string, body map[string]any) (int, int) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	client := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}).DialContext}}
+	res, err := client.Post("http://"+addr+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out struct {
+		Usage struct {
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	raw, _ := io.ReadAll(res.Body)
+	_ = json.Unmarshal(raw, &out)
+	return res.StatusCode, out.Usage.PromptTokensDetails.CachedTokens
+}
+
+// prompt_cache_key and cache_salt narrow a user's scope: the same value
+// shares a prompt's cache, another value (or none) does not, and an
+// over-long one is refused. With --cache-scope client two addresses of the
+// one anonymous user share nothing; one address shares with itself.
+func TestCacheScopeNarrowing(t *testing.T) {
+	bin := testbin.Parley(t)
+	s := start(t, bin, "--cache-scope", "client", "--store", "memory")
+	prompt := "Once upon a time there was a little girl called Lily who had a red ball."
+	req := func(extra map[string]any) map[string]any {
+		body := map[string]any{"prompt": prompt, "max_tokens": 1}
+		for k, v := range extra {
+			body[k] = v
+		}
+		return body
+	}
+	for _, step := range []struct {
+		local  string
+		extra  map[string]any
+		cached bool
+	}{
+		{"127.0.0.1", nil, false},
+		{"127.0.0.1", nil, true},
+		{"127.0.0.2", nil, false}, // another client
+		{"127.0.0.1", map[string]any{"prompt_cache_key": "x"}, false},
+		{"127.0.0.1", map[string]any{"prompt_cache_key": "x"}, true},
+		{"127.0.0.1", map[string]any{"prompt_cache_key": "y"}, false},
+		{"127.0.0.1", map[string]any{"cache_salt": "x"}, false},
+		{"127.0.0.2", map[string]any{"prompt_cache_key": "x"}, false}, // the key does not widen to another client
+	} {
+		code, cached := postFrom(t, step.local, s.addr, "/v1/completions", req(step.extra))
+		if code != http.StatusOK || (cached > 0) != step.cached {
+			t.Fatalf("%s %v: status %d, %d tokens cached; want cached %v", step.local, step.extra, code, cached, step.cached)
+		}
+	}
+	if code, _ := postFrom(t, "127.0.0.1", s.addr, "/v1/completions", req(map[string]any{"prompt_cache_key": strings.Repeat("k", 2000)})); code != http.StatusBadRequest {
+		t.Fatalf("an over-long prompt_cache_key: %d, want 400", code)
+	}
+}
+
+// --cache-scope takes user or client; --kv-cache-min-free defaults to the
+// store's budget and a margin with bbolt.
+func TestCacheFlags(t *testing.T) {
+	if _, err := parseFlags([]string{"--model", "m.gguf", "--cache-scope", "everyone"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil ||
+		!strings.Contains(err.Error(), "--cache-scope") {
+		t.Fatalf("--cache-scope everyone: %v", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want int64
+	}{
+		{[]string{"--store", "bolt"}, kvMinFreeMargin + 1<<30},
+		{[]string{"--store", "bolt", "--max-store-bytes", "1048576"}, kvMinFreeMargin + 1<<20},
+		{[]string{"--store", "redis://127.0.0.1:1/0"}, kvMinFreeMargin},
+		{[]string{"--store", "bolt", "--kv-cache-min-free", "1GiB"}, 1 << 30},
+	} {
+		c, err := parseFlags(append([]string{"--model", "m.gguf"}, tc.args...), func(string) string { return "" }, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kvCacheConfig(c).MinFreeBytes; got != tc.want {
+			t.Errorf("%v: min free %d, want %d", tc.args, got, tc.want)
+		}
 	}
 }
