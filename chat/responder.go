@@ -120,7 +120,12 @@ func (r *Responder) Template() Template {
 // after cancelling it may stop reading. Errors are parley *Errors where the
 // request is at fault: EInvalid (bad role, max_tokens too large for the
 // context), ETooLarge (the newest turn alone does not fit), or the engine's.
+//
+// key is taken within ctx's cache scope (parley.ScopedKey): the memo, the
+// saved KV state and the slot of one user's conversation are never another
+// user's, whatever key the other sends.
 func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*Reply, error) {
+	key = parley.ScopedKey(ctx, key)
 	if len(msgs) == 0 {
 		return nil, parley.FieldErrorf("messages", "at least one message is needed")
 	}
@@ -249,6 +254,7 @@ func dropTurns(msgs []parley.Message, k int) []parley.Message {
 // p.Stop only. For clients that send the whole prompt (TGI inputs, plain
 // ?prompt=). The same reading rule as Reply applies.
 func (r *Responder) Complete(ctx context.Context, key string, prompt string, p parley.Params) (*Reply, error) {
+	key = parley.ScopedKey(ctx, key)
 	info := r.gen.Info()
 	tokens, err := r.gen.Tokenize(prompt)
 	if err != nil {

@@ -149,6 +149,14 @@ type sequence struct {
 	firstTok  time.Time
 
 	restore *kvcache.Entry // KV swap: the key's saved state, fetched before queueing (nil: none)
+
+	// scope is the request's cache scope (parley.CacheScope): it reuses,
+	// copies and restores only KV caches of its own scope. req.Key is within
+	// it (parley.ScopedKey).
+	scope string
+	// stateless: the request belongs to no stored conversation
+	// (parley.IsStateless); its slot's state is kept in RAM only (KV swap).
+	stateless bool
 }
 
 // Open loads the model and starts the decode loop.
@@ -350,9 +358,15 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 			e.stopSampler(lazy.gs)
 		}
 	}()
+	// Every key the caches keep is within the request's scope, whatever
+	// the caller passed: a key of another user never reaches this one's
+	// slot or saved state.
+	req.Key = parley.ScopedKey(ctx, req.Key)
 	seq := &sequence{
 		ctx:       ctx,
 		req:       req,
+		scope:     parley.CacheScope(ctx),
+		stateless: parley.IsStateless(ctx),
 		out:       make(chan parley.Event, min(req.Params.MaxTokens, maxEventBuffer)+1),
 		sampler:   sampler,
 		gs:        gs,

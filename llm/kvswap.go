@@ -31,6 +31,13 @@ type KVCacheConfig struct {
 	RAMBytes  int64  // states held in memory at most, in bytes
 	DiskBytes int64  // states kept in Dir at most, in bytes; they survive restarts
 	Dir       string // where the files go (a folder per model and llama.cpp build is made in it)
+	// MinFreeBytes is the free space the files leave on Dir's disk
+	// (kvcache.Config.MinFreeBytes): below it they give way, oldest
+	// first, and new states stay in RAM.
+	MinFreeBytes int64
+	// MaxAge: files not used for longer are removed when the cache opens,
+	// in every model's folder (kvcache.Config.MaxAge); 0 keeps them.
+	MaxAge time.Duration
 }
 
 // minRestoreGain is how many more prompt tokens a saved state must hold than
@@ -98,7 +105,8 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	if kc.DiskBytes <= 0 {
 		dir = ""
 	}
-	ccfg := kvcache.Config{Dir: dir, RAMBytes: max(kc.RAMBytes, 0), DiskBytes: max(kc.DiskBytes, 0), Identity: id, Logger: e.log}
+	ccfg := kvcache.Config{Dir: dir, RAMBytes: max(kc.RAMBytes, 0), DiskBytes: max(kc.DiskBytes, 0), Identity: id, Logger: e.log,
+		MinFreeBytes: max(kc.MinFreeBytes, 0), MaxAge: max(kc.MaxAge, 0)}
 	c, err := kvcache.Open(ccfg)
 	if err != nil && dir != "" {
 		// An unwritable folder costs the restarts their warm conversations, not the server its start.
@@ -234,17 +242,41 @@ func (e *Engine) kvTakeover(s *slot, key string) {
 // saved already, holds nothing or belongs to no session. Called by the loop.
 func (e *Engine) kvSave(s *slot) {
 	k := e.kv
-	if k == nil || k.clean[s.id] {
+	if k == nil {
 		return
 	}
-	t0 := time.Now()
+	if s.stateless {
+		// A stateless conversation's state goes to RAM, when its slot
+		// goes to another: a client that resends it finds it warm, but it
+		// never reaches the disk, which only sessions use.
+		if s.ramDirty && s.key != "" && len(s.cached) > 0 {
+			e.kvCopyOut(s, true)
+		}
+		s.ramDirty = false
+		return
+	}
+	if k.clean[s.id] {
+		return
+	}
 	if s.key != "" && len(s.tail) > 0 {
+		t0 := time.Now()
 		e.kvDecodeTail(s)
+		k.saveNanos.Add(int64(time.Since(t0))) // part of what a save costs
 	}
 	if s.key == "" || len(s.cached) == 0 {
 		k.setClean(s.id, true) // nothing of a session's to keep
 		return
 	}
+	if e.kvCopyOut(s, false) {
+		k.setClean(s.id, true)
+	}
+}
+
+// kvCopyOut copies slot s's state into the cache under its key (ramOnly:
+// never to disk) and reports whether it did. Called by the loop.
+func (e *Engine) kvCopyOut(s *slot, ramOnly bool) bool {
+	k := e.kv
+	t0 := time.Now()
 	state, err := k.be.StateSeqSave(s.id)
 	if err == nil && len(state) == 0 {
 		err = errors.New("llama.cpp has no state for the sequence")
@@ -252,12 +284,12 @@ func (e *Engine) kvSave(s *slot) {
 	k.saveNanos.Add(int64(time.Since(t0)))
 	if err != nil {
 		k.log.Warn("kv state not saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Error(err))
-		return
+		return false
 	}
-	k.cache.Put(&kvcache.Entry{Key: s.key, Tokens: append([]int(nil), s.cached...), State: state})
-	k.setClean(s.id, true)
+	k.cache.Put(&kvcache.Entry{Key: s.key, Tokens: append([]int(nil), s.cached...), State: state, RAMOnly: ramOnly})
 	e.log.Debug("kv state saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Int("tokens", len(s.cached)),
-		zap.Int("bytes", len(state)), zap.Duration("took", time.Since(t0)))
+		zap.Int("bytes", len(state)), zap.Bool("ram_only", ramOnly), zap.Duration("took", time.Since(t0)))
+	return true
 }
 
 // kvDecodeTail decodes slot s's tail (the reply's last token, sampled and
@@ -342,8 +374,8 @@ func (e *Engine) kvSaveIdle(interrupted func() bool) {
 		return
 	}
 	for _, s := range e.slots {
-		if s.seq != nil {
-			continue
+		if s.seq != nil || s.stateless {
+			continue // a stateless slot is kept (in RAM) only when it is taken over
 		}
 		e.kvSave(s)
 		if interrupted != nil && interrupted() {
@@ -361,7 +393,13 @@ func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
 	if k == nil {
 		return keep
 	}
-	k.setClean(s.id, false) // the slot's cache changes from here on
+	// The slot's cache changes from here on.
+	if seq.stateless {
+		k.setClean(s.id, true) // nothing for the idle pass
+		s.ramDirty = true
+	} else {
+		k.setClean(s.id, false)
+	}
 	ent := seq.restore
 	seq.restore = nil
 	if ent == nil && seq.req.Key != "" {

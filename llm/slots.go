@@ -81,11 +81,22 @@ type slot struct {
 	// state, so a saved state ends with the whole reply, as the next
 	// prompt holds it (issue 44). Reset when the slot is assigned.
 	tail []int
+	// scope is the cache scope of the request that last used this slot
+	// (parley.CacheScope): only a request of the same scope reuses its
+	// cache or copies it; any other finds the slot empty.
+	scope string
+	// stateless: the request that last used it belongs to no stored
+	// conversation, so its state is kept in RAM only when the slot goes,
+	// never at idle nor on disk (KV swap); ramDirty: it changed since.
+	stateless, ramDirty bool
 }
 
 // assign binds seq to a free slot: the one this key used last if it is free,
 // else the least recently used; then trims the slot's cache to the longest
-// common prefix with the prompt.
+// common prefix with the prompt. A slot whose cache another scope filled
+// counts as empty: it shares no prefix with seq, and its cache is dropped
+// before seq uses it, so neither the cached-token count nor the time to the
+// first token tells seq anything of another user's prompt.
 func (e *Engine) assign(seq *sequence, tick uint64) {
 	// The slot this key filled last wins. Otherwise the free slot sharing the
 	// longest prefix with the prompt (a common system prompt, or a stateless
@@ -97,11 +108,14 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 		if s.seq != nil {
 			continue
 		}
-		if seq.req.Key != "" && s.key == seq.req.Key {
+		if seq.req.Key != "" && s.key == seq.req.Key && s.scope == seq.scope {
 			best = s
 			break
 		}
-		p := commonPrefix(s.cached, seq.req.Tokens)
+		p := 0
+		if s.scope == seq.scope {
+			p = commonPrefix(s.cached, seq.req.Tokens)
+		}
 		if p < minReusePrefix {
 			p = 0 // a BOS and a role marker in common is no reason to pass over the LRU slot
 		}
@@ -123,7 +137,13 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	if s.key != seq.req.Key && s.key != "" {
 		e.log.Debug("slot taken over", zap.Int("slot", s.id), zap.String("from", s.key), zap.String("to", seq.req.Key))
 	}
-	s.seq, s.key, s.lastUsed = seq, seq.req.Key, tick
+	if s.scope != seq.scope && len(s.cached) > 0 {
+		// Another scope's cache: nothing of it may serve seq (its state
+		// was saved above, under its own key, when it had one).
+		e.be.SeqRm(s.id, 0, -1)
+		s.cached = s.cached[:0]
+	}
+	s.seq, s.key, s.lastUsed, s.scope, s.stateless = seq, seq.req.Key, tick, seq.scope, seq.stateless
 	seq.slot = s
 	seq.started = time.Now()
 	e.busy.Add(1)
@@ -151,16 +171,17 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 }
 
 // copyPrefix replaces the KV cache of s with another slot's when that slot
-// (busy or not) shares at least e.minCopy more leading tokens with toks
-// than s's own cache does (keep): typically a system prompt common to many
-// sessions, evaluated once instead of once per slot. The other slot's
+// (busy or not) of the same scope shares at least e.minCopy more leading
+// tokens with toks than s's own cache does (keep): typically a system prompt
+// common to many of a user's sessions, evaluated once instead of once per
+// slot. Another scope's slot is never a source, whatever it holds. The other slot's
 // cached tokens are all decoded (assign runs between steps), and the copy is
 // done by llama.cpp before the next decode.
 func (e *Engine) copyPrefix(s *slot, toks []int, keep int) {
 	var src *slot
 	best := keep
 	for _, o := range e.slots {
-		if o == s {
+		if o == s || o.scope != s.scope {
 			continue
 		}
 		if p := commonPrefix(o.cached, toks); p > best {

@@ -277,7 +277,10 @@ func (s *Server) startCall(c echo.Context, route, text string, p parley.Params, 
 	if err := s.checkPromptTokens(c.Request().Context(), text); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(c.Request().Context())
+	// These APIs store nothing: the engine keeps no copy of their KV state
+	// beyond the slot (a conversation key only leads a resent conversation
+	// back to its slot).
+	ctx, cancel := context.WithCancel(parley.WithStateless(c.Request().Context()))
 	if s.models != nil && strings.HasSuffix(route, "-stream") {
 		ctx = parley.WithLoadProgress(ctx, s.sseProgress(c))
 	}

@@ -31,6 +31,7 @@ const maxLegacyLogprobs = 5
 
 type completionRequest struct {
 	paramsPatch
+	cacheKeyFields
 	Model         string          `json:"model"`
 	Prompt        json.RawMessage `json:"prompt"`
 	Stream        bool            `json:"stream"`
@@ -89,6 +90,9 @@ func (s *Server) parseCompletion(c echo.Context) (*completionCall, error) {
 		return nil, err
 	}
 	if err := s.pickModel(c, req.Model); err != nil {
+		return nil, err
+	}
+	if err := narrowRequest(c, &req.cacheKeyFields); err != nil {
 		return nil, err
 	}
 	call := &completionCall{stream: req.Stream, logprobs: -1}

@@ -56,6 +56,7 @@ type responseFormat struct {
 
 type chatRequest struct {
 	paramsPatch
+	cacheKeyFields
 	Model         string          `json:"model"`
 	Messages      []openAIMessage `json:"messages"`
 	Stream        bool            `json:"stream"`
@@ -209,6 +210,9 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 		return nil, err
 	}
 	if err := s.pickModel(c, req.Model); err != nil {
+		return nil, err
+	}
+	if err := narrowRequest(c, &req.cacheKeyFields); err != nil {
 		return nil, err
 	}
 	if len(req.Messages) == 0 {

@@ -95,6 +95,7 @@ func (s *Server) mountResponses(g *echo.Group, cs Conversations) {
 // "response.create" message.
 type responsesRequest struct {
 	paramsPatch
+	cacheKeyFields
 	Type               string            `json:"type"` // "response.create" on the WebSocket
 	Model              string            `json:"model"`
 	Input              json.RawMessage   `json:"input"`
@@ -152,6 +153,20 @@ type parsedResponse struct {
 	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
 	// renameSent names the field the client sent in an error from the engine.
 	renameSent func(error) error
+	// scope is the request's cache scope, narrowed by its prompt_cache_key
+	// or cache_salt (see turnContext).
+	scope string
+}
+
+// turnContext is ctx for the turn pr asks for: its cache scope, and an
+// unstored turn's KV state kept no longer than its slot (it belongs to no
+// stored session).
+func (pr *parsedResponse) turnContext(ctx context.Context) context.Context {
+	ctx = parley.WithCacheScope(ctx, pr.scope)
+	if pr.req.NoStore || pr.req.Local != nil {
+		ctx = parley.WithStateless(ctx)
+	}
+	return ctx
 }
 
 func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
@@ -164,6 +179,9 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 		return nil, err
 	}
 	ctx = withModel(ctx, model)
+	if ctx, err = req.cacheKeyFields.narrow(ctx); err != nil {
+		return nil, err
+	}
 	msgs, err := parseInput(req.Input, "input")
 	if err != nil {
 		return nil, err
@@ -231,7 +249,7 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 	}
 	resolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
-		renameSent: req.paramsPatch.renameSent,
+		renameSent: req.paramsPatch.renameSent, scope: parley.CacheScope(ctx),
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
 	if req.PreviousResponseID != nil {
@@ -516,7 +534,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	if pr.bg {
 		return s.startBackground(c, pr)
 	}
-	ctx, cancel := context.WithCancel(withModel(c.Request().Context(), pr.model))
+	ctx, cancel := context.WithCancel(withModel(pr.turnContext(c.Request().Context()), pr.model))
 	defer cancel()
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {

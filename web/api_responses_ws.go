@@ -129,13 +129,13 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	if pr.bg {
 		return refuse(parley.FieldErrorf("background", "is for HTTP requests: a response on this socket streams on it"))
 	}
-	ctx, cancel := context.WithCancel(withModel(ctx, pr.model))
-	defer cancel()
 	if l := *local; l != nil && pr.req.Previous != "" {
 		if _, ok := l.Record(pr.req.Previous); ok {
 			pr.req.Local = l
 		}
 	}
+	ctx, cancel := context.WithCancel(withModel(pr.turnContext(ctx), pr.model))
+	defer cancel()
 	resp, err := s.api.convs.Respond(ctx, pr.req)
 	if err != nil {
 		return refuse(pr.renameSent(err))

@@ -38,13 +38,27 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		ctx := parley.WithClient(r.Context(), clientKey(r))
-		if user, ok := s.identify(r); ok {
+		client := clientKey(r)
+		ctx := parley.WithClient(r.Context(), client)
+		user, ok := s.identify(r)
+		if ok {
 			ctx = parley.WithUser(ctx, user)
 		}
+		ctx = parley.WithCacheScope(ctx, s.cacheScope(user, client))
 		c.SetRequest(r.WithContext(ctx))
 		return next(c)
 	}
+}
+
+// cacheScope is the cache scope of user's requests from client
+// (Config.CachePerClient): every context that runs a reply carries it, the
+// ones made for work that outlives its request (a chat socket's, a
+// background response's) included.
+func (s *Server) cacheScope(user, client string) string {
+	if s.cfg.CachePerClient {
+		return parley.ClientCacheScope(user, client)
+	}
+	return parley.UserCacheScope(user)
 }
 
 // limitListener bounds the connections open at once, in all and per client

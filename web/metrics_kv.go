@@ -23,6 +23,8 @@ type KVCacheStats struct {
 	RAMEntries, DiskEntries int              // held now
 	Unsaved                 int64            // slots whose state changed since it was last saved
 	DiskPending             int              // saved states queued for disk, not written yet
+	DiskFull                int64            // saved states not written: no room above the disk's free-space floor
+	Pruned                  int64            // files removed at start for their age
 }
 
 // kvCollectors reads the KV swap's counters at scrape time.
@@ -63,6 +65,10 @@ func kvCollectors(stats func() EngineStats) []prometheus.Collector {
 			func(s KVCacheStats) float64 { return float64(s.Unsaved) }),
 		gauge("parley_kv_disk_pending", "Saved KV states queued for disk, not written yet.",
 			func(s KVCacheStats) float64 { return float64(s.DiskPending) }),
+		counter("parley_kv_disk_full_total", "Saved KV states not written to disk: no room above --kv-cache-min-free even without the older states (they stay in RAM).",
+			func(s KVCacheStats) float64 { return float64(s.DiskFull) }),
+		counter("parley_kv_files_pruned_total", "KV state files removed at start because nobody used them within --session-ttl.",
+			func(s KVCacheStats) float64 { return float64(s.Pruned) }),
 	}
 	for _, reason := range []string{"mismatch", "corrupt", "foreign", "read", "rejected"} {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{

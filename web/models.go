@@ -370,6 +370,7 @@ func (s *Server) templateFor(ctx context.Context) (chat.Template, bool) {
 // countTokens counts the prompt tokens of msgs for ctx's model; false when
 // the responder cannot count.
 func (s *Server) countTokens(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, bool, error) {
+	key = parley.ScopedKey(ctx, key) // the memo Reply keeps under the caller's scope
 	if mc, ok := s.api.responder.(modelCounters); ok && s.models != nil {
 		n, err := mc.CountTokensFor(ctx, key, msgs, p)
 		return n, true, err

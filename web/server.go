@@ -72,7 +72,12 @@ type Config struct {
 	// accepted the way APIKey is, and the request acts as the key's user,
 	// who reaches only its own sessions. APIKey, when set beside them, is
 	// the anonymous user's key.
-	Users            []UserKey
+	Users []UserKey
+	// CachePerClient gives every client address of a user a cache scope of
+	// its own (parley.ClientCacheScope) instead of one per user: without
+	// named users, clients that share the one key (or no key) then share
+	// no KV cache either.
+	CachePerClient   bool
 	MaxMessageBytes  int64         // per WebSocket message; over it the connection closes with 1009
 	MaxConns         int           // open WebSocket connections
 	MaxConnsPerIP    int           // open WebSocket connections per client address

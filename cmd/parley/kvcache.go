@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
 
@@ -49,6 +50,33 @@ func kvCacheFlags(fs *flag.FlagSet, c *config) {
 	c.kvCacheRAM, c.kvCacheDisk = defaultKVCacheRAM, -1
 	fs.Var(&c.kvCacheRAM, "kv-cache-ram", "memory for the KV state of conversations whose slot went to another session, restored on their next turn instead of evaluated again (least recently used out first; 0 = off); e.g. 512MiB, 2GiB")
 	fs.Var(&c.kvCacheDisk, "kv-cache-disk", "disk space under --data-dir/kvcache for the same states, kept across restarts (least recently used out first; 0 = off); default 2GiB, off with --store memory")
+	c.kvCacheMinFree = -1
+	fs.Var(&c.kvCacheMinFree, "kv-cache-min-free", "free space the KV state files leave on --data-dir's disk: below it the oldest give way and new states stay in RAM; default 64MiB, plus the store's byte budget with --store bolt")
+}
+
+// kvMinFreeMargin is the default free-space floor of the KV state files
+// beyond the bbolt store's budget: room for the store's file to grow in
+// steps, the logs, and whatever else shares the disk.
+const kvMinFreeMargin = 64 << 20
+
+// kvMinFree is --kv-cache-min-free, or by default kvMinFreeMargin plus,
+// with bbolt in the same folder, the store's byte budget as configured
+// (--max-store-bytes, else the default): the states never take the room the
+// store was promised.
+func kvMinFree(cfg config) int64 {
+	if cfg.kvCacheMinFree >= 0 {
+		return int64(cfg.kvCacheMinFree)
+	}
+	floor := int64(kvMinFreeMargin)
+	if cfg.store == "bolt" {
+		switch {
+		case cfg.maxStoreBytes > 0:
+			floor += cfg.maxStoreBytes
+		case cfg.maxStoreBytes == 0:
+			floor += session.DefaultMaxStoreBytes
+		}
+	}
+	return floor
 }
 
 // kvCacheConfig is the engine's KV swap configuration from the flags.
@@ -60,7 +88,10 @@ func kvCacheConfig(cfg config) llm.KVCacheConfig {
 			disk = 0 // sessions do not outlive the process: neither need their states
 		}
 	}
-	return llm.KVCacheConfig{RAMBytes: int64(cfg.kvCacheRAM), DiskBytes: disk, Dir: filepath.Join(cfg.dataDir, "kvcache")}
+	// A state outlives its session by at most the session's TTL: past it
+	// nobody will ask for it again.
+	return llm.KVCacheConfig{RAMBytes: int64(cfg.kvCacheRAM), DiskBytes: disk, Dir: filepath.Join(cfg.dataDir, "kvcache"),
+		MinFreeBytes: kvMinFree(cfg), MaxAge: max(cfg.sessionTTL, 0)}
 }
 
 // kvCacheStats adapts the engine's KV swap counters to web's.
@@ -69,8 +100,8 @@ func kvCacheStats(s llm.KVCacheStats) web.KVCacheStats {
 		Saves: s.Saves, SavedBytes: s.SavedBytes, Restores: s.Restores, RestoredTokens: s.RestoredTokens,
 		RestoreTime: time.Duration(s.RestoreNanos), SaveTime: time.Duration(s.SaveNanos),
 		DiskWrites: s.DiskWrites, DiskWriteBytes: s.DiskWriteBytes, Fallbacks: s.Fallbacks,
-		FilesRefused: map[string]int64{"corrupt": s.Corrupt, "foreign": s.Foreign},
-		RAMBytes:     s.RAMBytes, DiskBytes: s.DiskBytes, RAMEntries: s.RAMEntries, DiskEntries: s.DiskEntries,
+		FilesRefused: map[string]int64{"corrupt": s.Corrupt, "foreign": s.Foreign}, DiskFull: s.DiskFull, Pruned: s.Pruned,
+		RAMBytes: s.RAMBytes, DiskBytes: s.DiskBytes, RAMEntries: s.RAMEntries, DiskEntries: s.DiskEntries,
 		Unsaved: s.Unsaved, DiskPending: s.DiskPending,
 	}
 }

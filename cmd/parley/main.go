@@ -85,6 +85,7 @@ type config struct {
 	store, dataDir, apiKey, template             string
 	userEntries                                  userFlag
 	usersFile                                    string
+	cacheScope                                   string // --cache-scope: user or client
 	users                                        []web.UserKey
 	allowedOrigins, allowedHosts                 string
 	ctx, threads, parallel, queue, batch         int
@@ -114,7 +115,7 @@ type config struct {
 	clientStoreShare                                                  float64
 	maxHTTPConnsPerIP                                                 int
 	// issue 20 (KV swap): bytes of sessions' KV state kept in RAM and on disk
-	kvCacheRAM, kvCacheDisk byteSize
+	kvCacheRAM, kvCacheDisk, kvCacheMinFree byteSize
 	// issue 32: the engine
 	engine engineFlags
 	// issue 21: several models
@@ -169,6 +170,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.apiKey, "api-key", "", "require this key (Authorization: Bearer, or WebSocket subprotocol parley.key.KEY)")
 	fs.Var(&c.userEntries, "user", "a named user NAME:KEY (repeat for more): the key is accepted like --api-key's, and its user reaches only its own conversations")
 	fs.StringVar(&c.usersFile, "users", "", "file of named users, one NAME:KEY a line (# comments), as --user")
+	fs.StringVar(&c.cacheScope, "cache-scope", "user", "who shares KV caches (a slot's prompt, a copied prefix, saved states): user (each user its own; without named users, every client of the one key) or client (each client address of each user its own)")
 	fs.Int64Var(&c.maxMessageBytes, "max-message-bytes", web.DefaultMaxMessageBytes, "largest WebSocket message accepted")
 	fs.IntVar(&c.maxConns, "max-conns", web.DefaultMaxConns, "open WebSocket connections at most")
 	fs.IntVar(&c.maxConnsPerIP, "max-conns-per-ip", web.DefaultMaxConnsPerIP, "open WebSocket connections per client address at most")
@@ -217,6 +219,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return c, err
 	}
 	c.users = users
+	if c.cacheScope != "user" && c.cacheScope != "client" {
+		return c, fmt.Errorf("--cache-scope: want user or client, got %q", c.cacheScope)
+	}
 	if err := checkMaxTokens(c.maxTokens, c.ctx); err != nil {
 		return c, err
 	}
@@ -428,6 +433,7 @@ func serverConfig(cfg config, defaults parley.Params) web.Config {
 		AllowedHosts:     splitList(cfg.allowedHosts),
 		APIKey:           cfg.apiKey,
 		Users:            cfg.users,
+		CachePerClient:   cfg.cacheScope == "client",
 		MaxMessageBytes:  cfg.maxMessageBytes,
 		MaxConns:         cfg.maxConns,
 		MaxConnsPerIP:    cfg.maxConnsPerIP,

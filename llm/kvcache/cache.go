@@ -53,6 +53,21 @@ type Config struct {
 	// identity is never returned.
 	Identity string
 	Logger   *zap.Logger
+	// MinFreeBytes is the free space the files leave on Dir's filesystem:
+	// a file that would take it below the floor is written only once this
+	// cache's own least recently used files have made room, and not at all
+	// when they cannot (the state stays in RAM). The same holds at Open,
+	// and when a write fails for want of space (ENOSPC, EDQUOT) whatever
+	// the floor says. Other files there (the session store's) are never
+	// touched: their room is what the floor keeps. 0: no floor.
+	MinFreeBytes int64
+	// MaxAge removes at Open the files, of every identity under Dir, not
+	// used for longer (their sessions have expired; a folder of a model or
+	// build no longer served has no other way out). 0 keeps them.
+	MaxAge time.Duration
+	// FreeBytes returns the space free for this process on dir's
+	// filesystem; nil: statfs. For tests.
+	FreeBytes func(dir string) (int64, error)
 }
 
 // Entry is one session's saved state. Immutable once saved.
@@ -60,6 +75,10 @@ type Entry struct {
 	Key    string
 	Tokens []int  // the tokens whose keys and values State holds, in position order
 	State  []byte // llama_state_seq_get_data's bytes
+	// RAMOnly keeps the entry in RAM and never writes it to disk: a
+	// stateless conversation's, which no stored session will ask for
+	// after a restart.
+	RAMOnly bool
 }
 
 func (e *Entry) size() int64 { return int64(len(e.State) + 4*len(e.Tokens)) }
@@ -73,7 +92,9 @@ type Stats struct {
 	DiskPending                 int   // saves queued for disk, not written yet (now)
 	DiskLoads, DiskLoadNanos    int64 // files read back, and the time it took
 	Corrupt, Foreign            int64 // files refused (and removed): truncated or corrupt, of another identity
-	RAMEvictions, DiskEvictions int64 // entries dropped for room
+	RAMEvictions, DiskEvictions int64 // entries dropped for room (the budget, or the disk's free space)
+	DiskFull                    int64 // saves not written: the disk had no room above MinFreeBytes, even without this cache's files
+	Pruned                      int64 // files removed at Open for their age (MaxAge)
 	RAMBytes, DiskBytes         int64 // held now
 	RAMEntries, DiskEntries     int   // held now
 }
@@ -99,6 +120,8 @@ type Cache struct {
 
 	saves, savedBytes, diskWrites, diskWriteBytes, diskWriteErrors, diskDropped atomic.Int64
 	diskLoads, diskLoadNanos, corrupt, foreign, ramEvictions, diskEvictions     atomic.Int64
+	diskFull, pruned                                                            atomic.Int64
+	full                                                                        bool // the last write found no room (logged once until one succeeds); owned by the writer
 }
 
 type diskEntry struct {
@@ -122,7 +145,14 @@ func Open(cfg Config) (*Cache, error) {
 		if err := os.MkdirAll(c.dir, 0o700); err != nil {
 			return nil, fmt.Errorf("kv cache dir: %w", err)
 		}
+		c.prune()
 		c.scan()
+		c.mu.Lock()
+		if !c.makeRoom(0) {
+			c.log.Warn("kv cache: the disk is below its free-space floor; states are kept in RAM until it has room",
+				zap.String("dir", c.dir), zap.Int64("min_free_bytes", cfg.MinFreeBytes))
+		}
+		c.mu.Unlock()
 		c.writes, c.done = make(chan *Entry, writeQueue), make(chan struct{})
 		go c.writer()
 	}
@@ -154,7 +184,7 @@ func (c *Cache) Put(e *Entry) {
 		c.ramBytes += e.size()
 		c.ramEvict()
 	}
-	if c.writes == nil || c.closed.Load() || e.size() > c.cfg.DiskBytes {
+	if c.writes == nil || e.RAMOnly || c.closed.Load() || e.size() > c.cfg.DiskBytes {
 		return
 	}
 	select {
@@ -277,6 +307,7 @@ func (c *Cache) Stats() Stats {
 	st.DiskDropped, st.DiskLoads, st.DiskLoadNanos = c.diskDropped.Load(), c.diskLoads.Load(), c.diskLoadNanos.Load()
 	st.Corrupt, st.Foreign = c.corrupt.Load(), c.foreign.Load()
 	st.RAMEvictions, st.DiskEvictions = c.ramEvictions.Load(), c.diskEvictions.Load()
+	st.DiskFull, st.Pruned = c.diskFull.Load(), c.pruned.Load()
 	return st
 }
 
@@ -323,10 +354,20 @@ func (c *Cache) writer() {
 			continue // replaced by a newer save (queued behind it) or dropped
 		}
 		name := fileName(c.cfg.Identity, e.Key, e.Tokens)
-		n, err := writeFile(c.dir, name, header{identity: c.cfg.Identity, key: e.Key, tokens: e.Tokens}, e.State)
+		n, err := c.write(e, name)
 		c.mu.Lock()
 		if c.pending[e.Key] == e {
 			delete(c.pending, e.Key)
+		}
+		if errors.Is(err, errNoRoom) {
+			c.mu.Unlock()
+			c.diskFull.Add(1)
+			if !c.full {
+				c.full = true
+				c.log.Warn("kv cache: no room on the disk above its free-space floor, even without this cache's files; states are kept in RAM until there is",
+					zap.String("dir", c.dir), zap.Int64("min_free_bytes", c.cfg.MinFreeBytes))
+			}
+			continue
 		}
 		if err != nil {
 			c.mu.Unlock()
@@ -334,6 +375,7 @@ func (c *Cache) writer() {
 			c.log.Warn("kv cache file not written", zap.String("key", e.Key), zap.Error(err))
 			continue
 		}
+		c.full = false
 		c.diskWrites.Add(1)
 		c.diskWriteBytes.Add(n)
 		if old, ok := c.disk[e.Key]; ok {

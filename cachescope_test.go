@@ -1,0 +1,48 @@
+package parley_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/parley-chat/parley"
+)
+
+// Scopes: one per user, the anonymous user's empty (its keys unchanged),
+// a client's within its user's, a narrowing within its parent; ScopedKey
+// is idempotent and never maps two scopes' keys to one.
+func TestCacheScopes(t *testing.T) {
+	bg := context.Background()
+	alice, bob := parley.WithUser(bg, "alice"), parley.WithUser(bg, "bob")
+	if parley.CacheScope(bg) != "" || parley.ScopedKey(bg, "s1") != "s1" {
+		t.Fatalf("anonymous: scope %q, key %q", parley.CacheScope(bg), parley.ScopedKey(bg, "s1"))
+	}
+	if parley.CacheScope(alice) == parley.CacheScope(bob) || parley.CacheScope(alice) == "" {
+		t.Fatal("alice and bob share a scope")
+	}
+	ka := parley.ScopedKey(alice, "s1")
+	if ka == parley.ScopedKey(bob, "s1") || ka == "s1" || parley.ScopedKey(alice, ka) != ka || parley.ScopedKey(alice, "") != "" {
+		t.Fatalf("keys: alice %q, bob %q", ka, parley.ScopedKey(bob, "s1"))
+	}
+	if parley.ScopedKey(bob, ka) == ka {
+		t.Fatal("bob's scope kept alice's key as it was")
+	}
+	narrow := parley.NarrowCacheScope(alice, "prompt_cache_key=x")
+	for _, other := range []context.Context{alice, bob, parley.NarrowCacheScope(bob, "prompt_cache_key=x"), parley.NarrowCacheScope(alice, "prompt_cache_key=y")} {
+		if parley.CacheScope(narrow) == parley.CacheScope(other) {
+			t.Fatal("a narrowed scope equals another")
+		}
+	}
+	if parley.CacheScope(parley.NarrowCacheScope(alice, "")) != parley.CacheScope(alice) {
+		t.Fatal("an empty key narrowed the scope")
+	}
+	if parley.ClientCacheScope("alice", "10.0.0.1") == parley.ClientCacheScope("alice", "10.0.0.2") ||
+		parley.ClientCacheScope("alice", "10.0.0.1") == parley.ClientCacheScope("bob", "10.0.0.1") {
+		t.Fatal("client scopes collide")
+	}
+	if parley.CacheScope(parley.WithCacheScope(alice, parley.ClientCacheScope("alice", "10.0.0.1"))) != parley.ClientCacheScope("alice", "10.0.0.1") {
+		t.Fatal("WithCacheScope not used")
+	}
+	if parley.IsStateless(alice) || !parley.IsStateless(parley.WithStateless(alice)) {
+		t.Fatal("stateless mark")
+	}
+}
