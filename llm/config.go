@@ -34,6 +34,15 @@ type Config struct {
 	Threads       int    // CPU threads for decoding; default runtime.NumCPU()
 	BatchSize     int    // tokens per llama.cpp micro-batch
 	QueueSize     int    // requests that may wait for a free slot before Generate returns EBusy; < 0 means none
+	// MaxQueuedPerClient is how many of those one client (parley.WithClient)
+	// may have waiting; past it its requests are refused with busy while
+	// other clients still get in. 0 means QueueSize/2 + Parallel.
+	MaxQueuedPerClient int
+	// MaxSlotsPerClient is how many slots one client may hold while
+	// another client waits for one (alone, a client may use them all).
+	// 0 means Parallel - Parallel/4; < 0 means no cap. Waiting clients are
+	// served round robin either way.
+	MaxSlotsPerClient int
 	// CacheSlots is how many KV-cache slots are kept: conversations whose
 	// cache survives between their turns. At least Parallel (the default);
 	// only Parallel of them generate at once. More slots than Parallel let
@@ -162,6 +171,12 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 		cfg.QueueSize = DefaultQueueSize
 	} else if cfg.QueueSize < 0 {
 		cfg.QueueSize = 0
+	}
+	if cfg.MaxQueuedPerClient <= 0 {
+		cfg.MaxQueuedPerClient = cfg.QueueSize/2 + cfg.Parallel
+	}
+	if cfg.MaxSlotsPerClient == 0 {
+		cfg.MaxSlotsPerClient = cfg.Parallel - cfg.Parallel/4
 	}
 
 	switch {

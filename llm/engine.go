@@ -60,7 +60,7 @@ type Engine struct {
 	nCtx    int // tokens per slot
 	batch   int // micro-batch size
 	budget  time.Duration
-	queue   chan *sequence
+	queue   *fairQueue // the sequences waiting for a slot (fairqueue.go)
 	closing chan struct{}
 	done    chan struct{}
 	// wake is signalled (never blocking) by a grammar sampler with a
@@ -157,6 +157,7 @@ type sequence struct {
 	// stateless: the request belongs to no stored conversation
 	// (parley.IsStateless); its slot's state is kept in RAM only (KV swap).
 	stateless bool
+	popped    bool // taken from the queue: its client's share of the slots counts it until finish
 }
 
 // Open loads the model and starts the decode loop.
@@ -196,7 +197,7 @@ func Open(cfg Config) (*Engine, error) {
 		nCtx:    cfg.ContextLength,
 		batch:   cfg.BatchSize,
 		budget:  cfg.StepBudget,
-		queue:   make(chan *sequence, cfg.QueueSize+cfg.Parallel),
+		queue:   newFairQueue(cfg.QueueSize+cfg.Parallel, cfg.MaxQueuedPerClient, cfg.MaxSlotsPerClient),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 		wake:    make(chan struct{}, 1),
@@ -382,15 +383,14 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	if e.closed {
 		return nil, parley.Errorf(parley.EUnavailable, "the model is shutting down")
 	}
-	select {
-	case e.queue <- seq:
-		e.queued.Add(1)
-		queued = true
-		return seq.out, nil
-	default:
+	e.queued.Add(1)
+	if err := e.queue.push(seq); err != nil {
+		e.queued.Add(-1)
 		e.busyRefusals.Add(1)
-		return nil, parley.Errorf(parley.EBusy, "the server is busy: every slot is taken and the queue is full; try again shortly")
+		return nil, err
 	}
+	queued = true
+	return seq.out, nil
 }
 
 // Close stops the loop (ending every sequence as cancelled) and frees the

@@ -346,20 +346,16 @@ func (e *Engine) kvIdle() *sequence {
 	t := time.NewTimer(kvIdlePause)
 	defer t.Stop()
 	select {
-	case seq := <-e.queue:
-		return seq
+	case <-e.queue.signal:
+		return e.queue.pop()
 	case <-e.closing:
 		return nil // the loop's select sees it (and shutdown saves)
 	case <-t.C:
 	}
 	var next *sequence
 	e.kvSaveIdle(func() bool {
-		select {
-		case next = <-e.queue:
-			return true
-		default:
-			return false
-		}
+		next = e.queue.pop()
+		return next != nil
 	})
 	return next
 }

@@ -22,6 +22,7 @@ func (e *Engine) loop(b *batch) {
 	var tick uint64
 	active := 0
 	admit := func(seq *sequence) {
+		seq.popped = true // it holds its client's share of the slots until finish
 		e.queued.Add(-1)
 		if seq.ctx.Err() != nil {
 			e.finish(seq, parley.FinishCancelled, nil)
@@ -32,27 +33,21 @@ func (e *Engine) loop(b *batch) {
 	}
 	for {
 		tick++
-		// Admit queued requests into free slots. With nothing active, block.
+		// Admit queued requests into free slots, fairly between clients
+		// (fairqueue.go). With nothing active, block.
 		for active < e.parallel {
-			var seq *sequence
-			if active == 0 {
+			seq := e.queue.pop()
+			if seq == nil && active == 0 {
 				// KV swap: nothing to decode, so keep what changed (unless a
 				// request comes first).
 				if seq = e.kvIdle(); seq == nil {
 					select {
-					case seq = <-e.queue:
+					case <-e.queue.signal:
+						continue
 					case <-e.closing:
 						e.shutdown()
 						return
 					}
-				}
-			} else {
-				select {
-				case seq = <-e.queue:
-				case <-e.closing:
-					e.shutdown()
-					return
-				default:
 				}
 			}
 			if seq == nil {
@@ -72,16 +67,15 @@ func (e *Engine) loop(b *batch) {
 		if active > 0 && next > 0 {
 			// Every active sequence waits for its grammar sampler: sleep
 			// until one answers, its deadline passes or a request comes.
-			queue := e.queue
-			if active >= e.parallel {
-				queue = nil
+			var pushed <-chan struct{}
+			if active < e.parallel {
+				pushed = e.queue.signal // the loop's top admits it
 			}
 			t := time.NewTimer(next)
 			select {
 			case <-e.wake:
 			case <-t.C:
-			case seq := <-queue:
-				admit(seq)
+			case <-pushed:
 			case <-e.closing:
 				t.Stop()
 				e.shutdown()
@@ -322,6 +316,10 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 			s.tail = append(s.tail, seq.pending...)
 		}
 	}
+	if seq.popped {
+		seq.popped = false
+		e.queue.done(seq)
+	}
 	now := time.Now()
 	seq.usage.CompletionTokens = seq.generated
 	final := parley.Event{Done: true, Finish: reason, Usage: seq.usage, Err: err}
@@ -344,13 +342,8 @@ func (e *Engine) shutdown() {
 		}
 	}
 	e.kvSaveIdle(nil) // KV swap: a restart finds every conversation warm
-	for {
-		select {
-		case seq := <-e.queue:
-			e.queued.Add(-1)
-			e.finish(seq, parley.FinishCancelled, nil)
-		default:
-			return
-		}
+	for _, seq := range e.queue.drain() {
+		e.queued.Add(-1)
+		e.finish(seq, parley.FinishCancelled, nil)
 	}
 }

@@ -27,8 +27,8 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// tagClient names the request's client (clientKey: its address, IPv6 per
-// /64) in its context, for every per-client limit: the session layer
+// tagClient names the request's client (userClient: its user, or its
+// address, IPv6 per /64) in its context, for every per-client limit: the session layer
 // stamps it on the sessions the request creates (parley.ClientFrom), the
 // engine caps the grammar samplers one client's requests hold. It names
 // the user its API key maps to too (parley.WithUser), whose sessions are
@@ -38,13 +38,14 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		client := clientKey(r)
-		ctx := parley.WithClient(r.Context(), client)
-		user, ok := s.identify(r)
-		if ok {
+		addr := clientKey(r)
+		ctx, user := r.Context(), ""
+		if u, ok := s.identify(r); ok {
+			user = u
 			ctx = parley.WithUser(ctx, user)
 		}
-		ctx = parley.WithCacheScope(ctx, s.cacheScope(user, client))
+		ctx = parley.WithClient(ctx, userClient(addr, user))
+		ctx = parley.WithCacheScope(ctx, s.cacheScope(user, addr))
 		c.SetRequest(r.WithContext(ctx))
 		return next(c)
 	}

@@ -118,7 +118,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	// of the server's stop context, which names the client like the request's
 	// (a session the connection writes first is the client's).
 	cn := &conn{
-		pump:     s.newPump(parley.WithCacheScope(parley.WithUser(parley.WithClient(s.stop, ip), user), s.cacheScope(user, ip)), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		pump:     s.newPump(parley.WithCacheScope(parley.WithUser(parley.WithClient(s.stop, userClient(ip, user)), user), s.cacheScope(user, ip)), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
 		ip:       ip,
 		user:     user,
 		json:     jsonMode,

@@ -89,6 +89,7 @@ type config struct {
 	users                                        []web.UserKey
 	allowedOrigins, allowedHosts                 string
 	ctx, threads, parallel, queue, batch         int
+	queuePerClient, slotsPerClient               int
 	flashAttn, kvCacheType                       string
 	gpuLayers                                    gpuLayersFlag
 	kvUnified                                    string
@@ -137,6 +138,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.parallel, "parallel", llm.DefaultParallel, "replies generated at once (KV-cache slots)")
 	fs.IntVar(&c.cacheSlots, "cache-slots", 0, "KV-cache slots kept, at least --parallel (the default): conversations whose cache survives between turns, so that more stateless clients than --parallel that resend their conversation are evaluated only for their new tokens; each costs --ctx tokens of KV memory")
 	fs.IntVar(&c.queue, "queue", llm.DefaultQueueSize, "replies that may wait for a slot before clients are told the server is busy")
+	fs.IntVar(&c.queuePerClient, "queue-per-client", 0, "of those, how many one client (address, or named user) may have waiting; past it its requests get 503 busy with Retry-After while others still get in (0 = half of --queue plus --parallel)")
+	fs.IntVar(&c.slotsPerClient, "slots-per-client", 0, "slots one client may hold while another client waits for one (alone it may use all; waiting clients are served round robin either way; 0 = --parallel minus a quarter, -1 = no cap)")
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
 	fs.StringVar(&c.flashAttn, "flash-attn", "auto", "flash attention: off, on or auto (auto: on when layers run on a GPU, off on the CPU, where off is faster as conversations grow; see BENCHMARKS.md)")
 	fs.StringVar(&c.kvCacheType, "kv-cache-type", "f16", "KV cache element type: f16, q8_0 (about half the memory per session) or q4_0 (a quarter); quantized needs flash attention (on, or auto on a GPU)")
@@ -506,8 +509,11 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 		KVCacheType:    cfg.kvCacheType,
 		QueueSize:      cfg.queue,
 		StepBudget:     cfg.stepBudget,
-		KVCache:        kvCacheConfig(cfg),
-		Logger:         log,
+		// Fair sharing between clients (llm/fairqueue.go).
+		MaxQueuedPerClient: cfg.queuePerClient,
+		MaxSlotsPerClient:  cfg.slotsPerClient,
+		KVCache:            kvCacheConfig(cfg),
+		Logger:             log,
 	}
 	cfg.engine.apply(&lcfg)
 	return lcfg

@@ -158,7 +158,9 @@ func waitState(t *testing.T, s *server, key, model, state string) {
 func TestSeveralModels(t *testing.T) {
 	bin := testbin.Parley(t)
 	const key = "models-key"
-	s := launch(t, bin, "--models", modelsDir(t), "--max-loaded-models", "2", "--keep-alive", "-1s",
+	// --min-residency 0: the order of unloads below is least recently used
+	// alone (a residency ends with time: TestMinResidencyDampsThrash).
+	s := launch(t, bin, "--models", modelsDir(t), "--max-loaded-models", "2", "--keep-alive", "-1s", "--min-residency", "0",
 		"--api-key", key, "--user", "carol:carol-key", "--store", "memory")
 
 	ms := listModels(t, s, key)
@@ -268,18 +270,26 @@ func TestSeveralModels(t *testing.T) {
 		t.Fatalf("/health: %d %s", code, b)
 	}
 
-	// Ollama's API: tags lists all three; chat picks by name:tag, and its
-	// keep_alive shows in /api/ps as the model's expiry.
+	// Ollama's API: tags lists all three; chat picks by name:tag. A
+	// request's keep_alive may lengthen the model's stay, never shorten it
+	// (--client-keep-alive extend, the default): 0 from one user does not
+	// unload the model the others use, and 1h does not cut the server's
+	// --keep-alive -1s (forever) short; /api/ps shows the expiry.
 	code, b = call(t, s, "GET", "/api/tags", key, nil)
 	for _, n := range []string{"stories:latest", "wide:latest", "deep:latest"} {
 		if code != 200 || !strings.Contains(string(b), `"name":"`+n+`"`) {
 			t.Fatalf("/api/tags lacks %s: %d %s", n, code, b)
 		}
 	}
-	code, b = call(t, s, "POST", "/api/chat", key, map[string]any{"model": "deep:latest", "stream": false, "keep_alive": "1h",
-		"messages": []map[string]string{{"role": "user", "content": "Once upon a time"}}, "options": map[string]any{"num_predict": 8, "temperature": 0}})
-	if code != 200 || !strings.Contains(string(b), `"model":"deep:latest"`) {
-		t.Fatalf("/api/chat with deep:latest: %d %s", code, b)
+	for _, ka := range []any{"1h", 0} {
+		code, b = call(t, s, "POST", "/api/chat", "carol-key", map[string]any{"model": "deep:latest", "stream": false, "keep_alive": ka,
+			"messages": []map[string]string{{"role": "user", "content": "Once upon a time"}}, "options": map[string]any{"num_predict": 8, "temperature": 0}})
+		if code != 200 || !strings.Contains(string(b), `"model":"deep:latest"`) {
+			t.Fatalf("/api/chat with deep:latest, keep_alive %v: %d %s", ka, code, b)
+		}
+	}
+	if st := listModels(t, s, key)["deep"].State; st != "loaded" {
+		t.Fatalf("a user's keep_alive 0 unloaded deep for everyone: %s", st)
 	}
 	code, b = call(t, s, "GET", "/api/ps", key, nil)
 	var ps struct {
@@ -296,8 +306,8 @@ func TestSeveralModels(t *testing.T) {
 	for _, m := range ps.Models {
 		if m.Name == "deep:latest" {
 			found = true
-			if left := time.Until(m.ExpiresAt); left < 58*time.Minute || left > 61*time.Minute || m.Size != ms["deep"].SizeBytes {
-				t.Fatalf("deep in /api/ps: expires in %v, size %d: %s", left, m.Size, b)
+			if left := time.Until(m.ExpiresAt); left < 24*time.Hour || m.Size != ms["deep"].SizeBytes {
+				t.Fatalf("deep in /api/ps: expires in %v (want far ahead: forever), size %d: %s", left, m.Size, b)
 			}
 		}
 	}
@@ -526,5 +536,29 @@ func TestDefaultModelIsASoundOne(t *testing.T) {
 	entries, def, err := modelEntries(cfg)
 	if err != nil || len(entries) != 2 || def != "b-good" {
 		t.Fatalf("entries %+v, default %q, err %v", entries, def, err)
+	}
+}
+
+// TestMinResidencyDampsThrash: with room for one model, a request for
+// another does not unload the one loaded within its minimum residency: it
+// waits in its model's queue (here until its client gives up), and the
+// model that serves stays loaded, loaded once.
+func TestMinResidencyDampsThrash(t *testing.T) {
+	bin := testbin.Parley(t)
+	s := launch(t, bin, "--models", modelsDir(t), "--max-loaded-models", "1", "--keep-alive", "-1s", "--min-residency", "1h", "--store", "memory")
+	chatWith(t, s, "", "stories", "Once upon a time", 4)
+	body, _ := json.Marshal(map[string]any{"model": "wide", "max_tokens": 4, "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+s.addr+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		t.Fatalf("a request for another model was answered within stories' residency: %d %s", res.StatusCode, b)
+	}
+	chatWith(t, s, "", "stories", "Once upon a time", 4)
+	if ms := listModels(t, s, ""); ms["stories"].State != "loaded" || ms["wide"].State != "unloaded" || loads(s, "stories") != 1 || loads(s, "wide") != 0 {
+		t.Fatalf("after a request for wide within stories' residency: %+v, loads %d/%d", ms, loads(s, "stories"), loads(s, "wide"))
 	}
 }

@@ -43,7 +43,14 @@ const (
 	DefaultMaxWaiting = 64                     // requests that may wait for one model's load
 	DefaultKeepAlive  = 5 * time.Minute        // Ollama's default
 	reapEvery         = 250 * time.Millisecond // how often expired keep-alives are looked for: the keep-alive's granularity
-	progressEvery     = 200 * time.Millisecond // how often a waiter is shown the load's progress
+	// DefaultResidencyFactor: with Config.MinResidency < 0, a model stays at
+	// least this many times its own last load time before it may be
+	// unloaded for another model's room (a load is only worth paying for if
+	// the model then serves for a while: this bounds loads to about one per
+	// factor+1 load times under any alternation of requests).
+	DefaultResidencyFactor = 3
+	maxAutoResidency       = time.Minute            // the automatic minimum residency's ceiling
+	progressEvery          = 200 * time.Millisecond // how often a waiter is shown the load's progress
 )
 
 // Spec is one model the registry may load.
@@ -76,6 +83,48 @@ type Model interface {
 // to 1) as it goes. ctx ends when the registry closes.
 type Loader func(ctx context.Context, name string, progress func(float64)) (Model, error)
 
+// KeepAlivePolicy says what a request's keep-alive (Ollama's keep_alive)
+// may do to the model it names, which other users share.
+type KeepAlivePolicy int
+
+const (
+	// KeepAliveExtend (the default): a request's keep-alive may lengthen
+	// how long the model stays after that request's reply (negative: until
+	// it must make room), never shorten the model's configured keep-alive:
+	// keep_alive 0 unloads nothing. One user cannot unload a model that
+	// others use, or leave it with a shorter keep-alive for them.
+	KeepAliveExtend KeepAlivePolicy = iota
+	// KeepAliveObey is Ollama's behaviour: the request's keep-alive becomes
+	// the model's (0 unloads it when idle), for every later request too.
+	// For a server with one trusted user.
+	KeepAliveObey
+	// KeepAliveIgnore: requests' keep-alives change nothing.
+	KeepAliveIgnore
+)
+
+// ParseKeepAlivePolicy reads "extend", "obey" or "ignore".
+func ParseKeepAlivePolicy(s string) (KeepAlivePolicy, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "extend", "":
+		return KeepAliveExtend, nil
+	case "obey":
+		return KeepAliveObey, nil
+	case "ignore":
+		return KeepAliveIgnore, nil
+	}
+	return 0, fmt.Errorf("want extend, obey or ignore, got %q", s)
+}
+
+func (p KeepAlivePolicy) String() string {
+	switch p {
+	case KeepAliveObey:
+		return "obey"
+	case KeepAliveIgnore:
+		return "ignore"
+	}
+	return "extend"
+}
+
 // Config configures a Registry.
 type Config struct {
 	// MaxLoaded caps the models loaded (and loading) at once; 0 = no cap.
@@ -87,6 +136,16 @@ type Config struct {
 	// a model as soon as it is idle, a negative value keeps models until
 	// they must make room (DefaultKeepAlive is Ollama's 5 minutes).
 	KeepAlive time.Duration
+	// ClientKeepAlive is what a request's keep-alive may do (the zero
+	// value: KeepAliveExtend).
+	ClientKeepAlive KeepAlivePolicy
+	// MinResidency is how long a loaded model stays at least before it may
+	// be unloaded to make room for another (load/unload thrash damping: a
+	// request for another model waits in that model's queue meanwhile).
+	// 0 = none; < 0 = DefaultResidencyFactor times the model's own last
+	// load time, at most a minute. An admin's Unload and the model's own
+	// keep-alive are not held back by it.
+	MinResidency time.Duration
 	// MaxWaiting bounds the requests that wait for one model's load;
 	// past it they are refused with busy (DefaultMaxWaiting when 0).
 	MaxWaiting int
@@ -114,6 +173,10 @@ type Registry struct {
 	// freed is closed (and replaced) whenever a lease is released or a
 	// model changes state: what a request waiting for room waits on.
 	freed chan struct{}
+	// roomWaiters counts the requests waiting on freed; while there are
+	// any, the reaper wakes them at each tick, since a model's minimum
+	// residency ends with time, not with an event.
+	roomWaiters int
 }
 
 // entry is one model's residency; guarded by Registry.mu.
@@ -124,7 +187,10 @@ type entry struct {
 	refs      int           // leases held: replies in flight
 	waiting   int           // requests waiting for the load
 	lastUsed  time.Time     // when a lease was last taken or released
-	keepAlive time.Duration // the last request's (or the spec's)
+	keepAlive time.Duration // the spec's (or, with KeepAliveObey, the last request's)
+	holdUntil time.Time     // KeepAliveExtend: the latest expiry a request asked for
+	holdEver  bool          // KeepAliveExtend: a request asked to keep it until it must make room
+	loadedAt  time.Time     // when its last load ended
 	expires   time.Time     // when an idle model unloads; zero: not scheduled
 	drop      bool          // unload as soon as the last lease is released
 	progress  float64       // of the load in progress
@@ -230,6 +296,10 @@ type Lease struct {
 	e     *entry
 	model Model
 	once  sync.Once
+	// keep is the request's keep-alive (KeepAliveExtend applies it at
+	// Release); hasKeep says whether the request set one.
+	keep    time.Duration
+	hasKeep bool
 }
 
 // Model returns the leased model.
@@ -237,7 +307,7 @@ func (l *Lease) Model() Model { return l.model }
 
 // Release gives the model back; its keep-alive starts when no lease is
 // left. Release is idempotent.
-func (l *Lease) Release() { l.once.Do(func() { l.r.release(l.e) }) }
+func (l *Lease) Release() { l.once.Do(func() { l.r.release(l) }) }
 
 // Acquire returns the named model (see Resolve), loading it first when it
 // is not loaded: the request waits in the model's bounded queue (busy
@@ -265,12 +335,18 @@ func (r *Registry) Acquire(ctx context.Context, name string) (*Lease, error) {
 		case Loaded:
 			e.refs++
 			e.lastUsed, e.expires = time.Now(), time.Time{}
+			l := &Lease{r: r, e: e, model: e.model}
 			if ka, ok := parley.KeepAliveFrom(ctx); ok {
-				e.keepAlive = ka
+				switch r.cfg.ClientKeepAlive {
+				case KeepAliveObey:
+					e.keepAlive = ka
+				case KeepAliveExtend:
+					l.keep, l.hasKeep = ka, true
+					e.hold(ka, e.lastUsed) // shown while in use; renewed at Release
+				}
 			}
-			m := e.model
 			r.mu.Unlock()
-			return &Lease{r: r, e: e, model: m}, nil
+			return l, nil
 		case Unloaded:
 			if waitedGen >= 0 && e.gen == waitedGen && e.loadErr != nil {
 				err := e.loadErr
@@ -286,24 +362,29 @@ func (r *Registry) Acquire(ctx context.Context, name string) (*Lease, error) {
 				return nil, err
 			}
 			// The room is held by replies in flight (or models loading or
-			// unloading): wait for one to end, in the model's queue.
+			// unloading, or loaded too recently to unload): wait for it, in
+			// the model's queue.
 			if e.waiting >= r.cfg.MaxWaiting {
 				r.mu.Unlock()
 				return nil, err
 			}
 			e.waiting++
+			r.roomWaiters++
 			ch := r.freed
 			r.mu.Unlock()
+			var waitErr error
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				r.mu.Lock()
-				e.waiting--
-				r.mu.Unlock()
-				return nil, fmt.Errorf("wait for room to load model %q: %w", name, ctx.Err())
+				waitErr = fmt.Errorf("wait for room to load model %q: %w", name, ctx.Err())
 			}
 			r.mu.Lock()
 			e.waiting--
+			r.roomWaiters--
+			if waitErr != nil {
+				r.mu.Unlock()
+				return nil, waitErr
+			}
 			continue
 		}
 		// Loading or Unloading: wait for the change.
@@ -404,10 +485,12 @@ func (r *Registry) startLoad(e *entry) error {
 		}
 		return true
 	}
-	// Candidates to unload: loaded, idle, not pinned; least recently used first.
+	// Candidates to unload: loaded, idle, not pinned, past their minimum
+	// residency; least recently used first.
 	var idle []*entry
+	now := time.Now()
 	for _, o := range resident {
-		if o.state == Loaded && o.refs == 0 && !o.spec.Pin {
+		if o.state == Loaded && o.refs == 0 && !o.spec.Pin && !r.young(o, now) {
 			idle = append(idle, o)
 		}
 	}
@@ -442,6 +525,20 @@ func (r *Registry) startLoad(e *entry) error {
 	return nil
 }
 
+// young reports whether e, loaded, is still within its minimum residency
+// (Config.MinResidency); mu is held.
+func (r *Registry) young(e *entry, now time.Time) bool {
+	return now.Before(e.loadedAt.Add(r.minResidency(e)))
+}
+
+// minResidency is e's minimum residency; mu is held.
+func (r *Registry) minResidency(e *entry) time.Duration {
+	if d := r.cfg.MinResidency; d >= 0 {
+		return d
+	}
+	return min(DefaultResidencyFactor*e.loadTime, maxAutoResidency)
+}
+
 // errRoomLater marks startLoad's refusal when the room a model needs is
 // held by models that will give it up (replies in flight end, loads and
 // unloads finish): the request may wait for it. A room held by pinned
@@ -465,6 +562,8 @@ func (r *Registry) occupancy(resident []*entry, e *entry) string {
 			why = "pinned"
 		case o.refs > 0:
 			why = fmt.Sprintf("%d replies in flight", o.refs)
+		case o.state == Loaded && r.young(o, time.Now()):
+			why = fmt.Sprintf("loaded %s ago, stays at least %s", time.Since(o.loadedAt).Round(time.Millisecond), r.minResidency(o).Round(time.Millisecond))
 		}
 		used += o.spec.Estimate
 		parts = append(parts, fmt.Sprintf("%s (%s, %s)", o.spec.Name, MiB(o.spec.Estimate), why))
@@ -524,6 +623,7 @@ func (r *Registry) run(e *entry, gen int, victims []*entry) {
 	}
 	e.model, e.loadTime, e.progress = m, time.Since(start), 1
 	e.lastUsed = time.Now()
+	e.loadedAt = e.lastUsed
 	r.log.Info("model loaded", zap.String("model", e.spec.Name), zap.Duration("load_time", e.loadTime))
 	r.setState(e, Loaded)
 	r.scheduleIdle(e) // loaded for nobody (its waiters gave up, or an admin's load): its keep-alive runs
@@ -543,6 +643,7 @@ func (r *Registry) closeModel(v *entry) {
 	}
 	r.mu.Lock()
 	v.model, v.drop, v.expires = nil, false, time.Time{}
+	v.holdUntil, v.holdEver = time.Time{}, false
 	r.setState(v, Unloaded)
 	r.mu.Unlock()
 	r.log.Info("model unloaded", zap.String("model", v.spec.Name))
@@ -562,14 +663,32 @@ func (r *Registry) wakeRoom() {
 	r.freed = make(chan struct{})
 }
 
-// release ends a lease of e.
-func (r *Registry) release(e *entry) {
+// release ends lease l.
+func (r *Registry) release(l *Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	e := l.e
 	e.refs--
 	e.lastUsed = time.Now()
+	if l.hasKeep && e.state == Loaded {
+		e.hold(l.keep, e.lastUsed)
+	}
 	r.scheduleIdle(e)
 	r.wakeRoom()
+}
+
+// hold applies a request's keep-alive ka under KeepAliveExtend, from now:
+// it may only hold the model longer than its own keep-alive would (0 and
+// shorter ones change nothing; negative: until it must make room).
+func (e *entry) hold(ka time.Duration, now time.Time) {
+	switch {
+	case ka < 0:
+		e.holdEver = true
+	case ka > 0:
+		if t := now.Add(ka); t.After(e.holdUntil) {
+			e.holdUntil = t
+		}
+	}
 }
 
 // scheduleIdle starts e's keep-alive when it is loaded and idle; mu is held.
@@ -577,15 +696,19 @@ func (r *Registry) scheduleIdle(e *entry) {
 	if e.state != Loaded || e.refs > 0 || e.waiting > 0 {
 		return
 	}
+	now := time.Now()
 	switch {
 	case e.drop:
 		r.unloadLocked(e)
-	case e.spec.Pin || e.keepAlive < 0:
+	case e.spec.Pin || e.keepAlive < 0 || e.holdEver:
 		e.expires = time.Time{}
-	case e.keepAlive == 0:
+	case e.keepAlive == 0 && !e.holdUntil.After(now):
 		r.unloadLocked(e)
 	default:
-		e.expires = time.Now().Add(e.keepAlive)
+		e.expires = now.Add(e.keepAlive)
+		if e.holdUntil.After(e.expires) {
+			e.expires = e.holdUntil
+		}
 	}
 }
 
@@ -610,6 +733,9 @@ func (r *Registry) reap() {
 			return
 		case now := <-t.C:
 			r.mu.Lock()
+			if r.roomWaiters > 0 {
+				r.wakeRoom() // a minimum residency may have ended
+			}
 			for _, n := range r.names {
 				e := r.entries[n]
 				if e.state == Loaded && e.refs == 0 && !e.expires.IsZero() && !now.Before(e.expires) {
@@ -670,14 +796,17 @@ func (r *Registry) Status() []Status {
 			KeepAlive: e.keepAlive, ExpiresAt: e.expires, InFlight: e.refs, Waiting: e.waiting,
 			Progress: e.progress, LoadTime: e.loadTime,
 		}
-		if e.spec.Pin {
+		if e.spec.Pin || e.holdEver {
 			st.KeepAlive = -1
 		}
-		if e.state == Loaded && st.ExpiresAt.IsZero() && (e.refs > 0 || e.waiting > 0) && !e.spec.Pin && !e.drop && e.keepAlive > 0 {
+		if e.state == Loaded && st.ExpiresAt.IsZero() && (e.refs > 0 || e.waiting > 0) && !e.spec.Pin && !e.drop && !e.holdEver && e.keepAlive > 0 {
 			// Its keep-alive starts when its last reply ends: a client that
 			// reads this just after a reply (the lease's release can trail
 			// the response) sees the expiry that reply set.
 			st.ExpiresAt = time.Now().Add(e.keepAlive)
+			if e.holdUntil.After(st.ExpiresAt) {
+				st.ExpiresAt = e.holdUntil
+			}
 		}
 		if e.loadErr != nil {
 			st.LastError = parley.ErrorMessage(e.loadErr)

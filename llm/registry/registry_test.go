@@ -245,8 +245,9 @@ func TestBudgetRefusesTooLargeAndMakesRoom(t *testing.T) {
 }
 
 func TestKeepAlive(t *testing.T) {
-	r, f := open(t, specs("a", "b"), registry.Config{KeepAlive: time.Hour})
-	// keep_alive 0 on the request: unloaded when the reply ends.
+	r, f := open(t, specs("a", "b"), registry.Config{KeepAlive: time.Hour, ClientKeepAlive: registry.KeepAliveObey})
+	// keep_alive 0 on the request (obeyed, as Ollama does): unloaded when
+	// the reply ends.
 	l, err := r.Acquire(parley.WithKeepAlive(context.Background(), 0), "a")
 	if err != nil {
 		t.Fatal(err)
@@ -258,26 +259,132 @@ func TestKeepAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expiry := func() time.Time {
-		for _, s := range r.Status() {
-			if s.Name == "b" {
-				return s.ExpiresAt
-			}
-		}
-		return time.Time{}
-	}
 	// In use: it cannot expire before its keep-alive after now.
-	if left := time.Until(expiry()); left < 200*time.Millisecond || left > 300*time.Millisecond {
+	if left := time.Until(expiry(r, "b")); left <= 0 || left > 300*time.Millisecond {
 		t.Fatalf("a model in use reports expiry in %v, want its keep-alive from now", left)
 	}
 	l.Release()
-	if expiry().IsZero() {
+	if expiry(r, "b").IsZero() {
 		t.Fatal("no expiry reported for an idle model with a keep-alive")
 	}
-	if !f.isOpen("b") {
-		t.Fatal("b unloaded before its keep-alive")
-	}
 	eventually(t, "b unloads after its keep-alive", func() bool { return !f.isOpen("b") })
+}
+
+func expiry(r *registry.Registry, name string) time.Time {
+	for _, s := range r.Status() {
+		if s.Name == name {
+			return s.ExpiresAt
+		}
+	}
+	return time.Time{}
+}
+
+// TestKeepAliveExtend: by default a request's keep-alive may lengthen the
+// model's stay after its own reply, never shorten it or unload the model
+// for the others who use it.
+func TestKeepAliveExtend(t *testing.T) {
+	r, f := open(t, specs("a", "b"), registry.Config{KeepAlive: time.Hour})
+	for _, ka := range []time.Duration{0, time.Millisecond} {
+		l, err := r.Acquire(parley.WithKeepAlive(context.Background(), ka), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		// The expiry is set under the same lock as the release: no wait.
+		if left := time.Until(expiry(r, "a")); left < 59*time.Minute || !f.isOpen("a") {
+			t.Fatalf("after keep_alive %v: a open %v, expires in %v; want the server's hour", ka, f.isOpen("a"), left)
+		}
+	}
+	// Longer than the server's: honoured, for this request's reply.
+	l, err := r.Acquire(parley.WithKeepAlive(context.Background(), 3*time.Hour), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if left := time.Until(expiry(r, "a")); left < 179*time.Minute {
+		t.Fatalf("keep_alive 3h: expires in %v", left)
+	}
+	// A later request without one does not shorten what was asked.
+	acquire(t, r, "a").Release()
+	if left := time.Until(expiry(r, "a")); left < 179*time.Minute {
+		t.Fatalf("after a request without keep_alive: expires in %v, want the 3h asked before", left)
+	}
+	// Forever (negative): until it must make room, shown as such.
+	l, err = r.Acquire(parley.WithKeepAlive(context.Background(), -1), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	for _, s := range r.Status() {
+		if s.Name == "b" && (s.KeepAlive >= 0 || !s.ExpiresAt.IsZero()) {
+			t.Fatalf("keep_alive -1: %+v", s)
+		}
+	}
+	// The admin's unload still unloads, and a reload starts afresh.
+	if err := r.Unload("a"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a unloads on the admin's request", func() bool { return !f.isOpen("a") })
+	acquire(t, r, "a").Release()
+	if left := time.Until(expiry(r, "a")); left > time.Hour {
+		t.Fatalf("reloaded a keeps the 3h of its previous load: expires in %v", left)
+	}
+
+	// KeepAliveIgnore: nothing a request says changes the expiry.
+	r2, _ := open(t, specs("c"), registry.Config{KeepAlive: time.Hour, ClientKeepAlive: registry.KeepAliveIgnore})
+	l, err = r2.Acquire(parley.WithKeepAlive(context.Background(), 5*time.Hour), "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if left := time.Until(expiry(r2, "c")); left > time.Hour {
+		t.Fatalf("ignored keep_alive 5h: expires in %v", left)
+	}
+}
+
+// TestMinResidency: a model loaded less than its minimum residency ago is
+// not unloaded for another's room; the other waits in its queue, and is
+// refused when its caller gives up. Without a residency it is unloaded.
+func TestMinResidency(t *testing.T) {
+	r, f := open(t, specs("a", "b"), registry.Config{MaxLoaded: 1, KeepAlive: -1, MinResidency: time.Hour})
+	acquire(t, r, "a").Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		l, err := r.Acquire(ctx, "b")
+		if err == nil {
+			l.Release()
+		}
+		errc <- err
+	}()
+	eventually(t, "b waits for room", func() bool {
+		for _, s := range r.Status() {
+			if s.Name == "b" && s.Waiting == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	if !f.isOpen("a") || f.isOpen("b") {
+		t.Fatal("a young model was unloaded for another")
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("b's wait ended with %v", err)
+	}
+	// The admin's unload is not held back.
+	if err := r.Unload("a"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a unloads on the admin's request", func() bool { return !f.isOpen("a") })
+
+	// The automatic residency (a multiple of the load time: microseconds
+	// for these fakes) lets alternating requests through.
+	r2, f2 := open(t, specs("c", "d"), registry.Config{MaxLoaded: 1, KeepAlive: -1, MinResidency: -1})
+	for _, n := range []string{"c", "d", "c"} {
+		acquire(t, r2, n).Release()
+	}
+	eventually(t, "d unloaded for c", func() bool { return f2.isOpen("c") && !f2.isOpen("d") })
 }
 
 func TestLoadFailureIsThatModelsAlone(t *testing.T) {

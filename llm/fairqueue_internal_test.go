@@ -1,0 +1,91 @@
+package llm
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/parley-chat/parley"
+)
+
+func seqOf(client, name string) *sequence {
+	return &sequence{ctx: parley.WithClient(context.Background(), client), req: parley.GenerateRequest{Key: name}}
+}
+
+func popNames(q *fairQueue, n int) string {
+	var out []string
+	for range n {
+		s := q.pop()
+		if s == nil {
+			out = append(out, "-")
+			continue
+		}
+		out = append(out, s.req.Key)
+	}
+	return strings.Join(out, " ")
+}
+
+// TestFairQueueRoundRobin: one client's many requests do not stand before
+// another's one; each client's own stay in order.
+func TestFairQueueRoundRobin(t *testing.T) {
+	q := newFairQueue(100, 100, 0)
+	for _, n := range []string{"a1", "a2", "a3", "a4"} {
+		if err := q.push(seqOf("a", n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.push(seqOf("b", "b1"))
+	q.push(seqOf("c", "c1"))
+	q.push(seqOf("b", "b2"))
+	if got, want := popNames(q, 8), "a1 b1 c1 a2 b2 a3 a4 -"; got != want {
+		t.Fatalf("order %q, want %q", got, want)
+	}
+}
+
+// TestFairQueueCaps: a client's waiting requests are capped (busy, with
+// Retry-After) while others still get in; a client holding its slots is
+// passed over while another waits, and takes them all when alone.
+func TestFairQueueCaps(t *testing.T) {
+	q := newFairQueue(10, 3, 2)
+	for i := range 3 {
+		if err := q.push(seqOf("heavy", "h")); err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+	}
+	err := q.push(seqOf("heavy", "h"))
+	if parley.ErrorCode(err) != parley.EBusy || parley.RetryAfter(err) <= 0 {
+		t.Fatalf("heavy's 4th: %v, want busy with Retry-After", err)
+	}
+	if err := q.push(seqOf("light", "l")); err != nil {
+		t.Fatalf("light refused while heavy is at its cap: %v", err)
+	}
+	// heavy gets two slots, then is passed over while light waits.
+	if got := popNames(q, 3); got != "h l h" {
+		t.Fatalf("order %q", got)
+	}
+	if got := popNames(q, 1); got != "h" {
+		t.Fatalf("heavy alone could not take a third slot: %q", got)
+	}
+	q.push(seqOf("light", "l"))
+	q.push(seqOf("heavy", "h"))
+	if got := popNames(q, 1); got != "l" {
+		t.Fatalf("heavy over its slots was served before light: %q", got)
+	}
+	// Ending heavy's slots brings it under the cap again.
+	for range 3 {
+		q.done(seqOf("heavy", ""))
+	}
+	if got := popNames(q, 2); got != "h -" {
+		t.Fatalf("after heavy's slots ended: %q", got)
+	}
+	if n := len(q.drain()); n != 0 || q.n != 0 {
+		t.Fatalf("drain left %d, n %d", n, q.n)
+	}
+	// The whole queue's cap holds for everyone.
+	q2 := newFairQueue(2, 2, 0)
+	q2.push(seqOf("a", "a"))
+	q2.push(seqOf("b", "b"))
+	if err := q2.push(seqOf("c", "c")); parley.ErrorCode(err) != parley.EBusy {
+		t.Fatalf("over the whole queue: %v", err)
+	}
+}
