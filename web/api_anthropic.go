@@ -24,7 +24,8 @@ import (
 // only the new turn is evaluated.
 //
 // Supported: system (a string or text blocks), messages of user, assistant
-// (and system) roles whose content is a string or text blocks, max_tokens
+// (and system, anywhere in the list) roles whose content is a string or text
+// blocks, max_tokens
 // (required), temperature, top_p, top_k, stop_sequences, metadata, and
 // Parley's own sampling fields (min_p, seed, grammar, json_schema, ...);
 // tools, tool_choice, tool_use and tool_result blocks (api_anthropic_tools.go).
@@ -172,9 +173,8 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 		}
 		msgs = append(msgs, ms...)
 	}
-	if last := len(req.Messages) - 1; msgs[len(msgs)-1].Role != parley.RoleUser && msgs[len(msgs)-1].Role != parley.RoleTool {
-		return nil, parley.FieldErrorf(fmt.Sprintf("messages[%d].role", last),
-			"the last message must be the user's (a partial assistant turn to continue is not supported)")
+	if err := checkAnthropicLast(req.Messages, msgs); err != nil {
+		return nil, err
 	}
 	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.paramsPatch}
 	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
@@ -200,6 +200,29 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	p.SkipLogprobs = true
 	call.params = p
 	return call, nil
+}
+
+// checkAnthropicLast refuses a conversation whose last turn is the
+// assistant's (a partial turn to continue is not supported). System
+// messages may stand anywhere in the list, as Anthropic's API accepts them
+// (Claude Code sends its environment block as one after the first user turn,
+// and at the end of a request): they are passed over, so the turn they follow
+// decides; the template renders them where they stand, or folds them as its
+// model can (the Jinja template's fallback family, systemText).
+func checkAnthropicLast(req []anthropicMessage, msgs []parley.Message) error {
+	i := len(msgs) - 1
+	for i > 0 && msgs[i].Role == parley.RoleSystem {
+		i--
+	}
+	if r := msgs[i].Role; r == parley.RoleUser || r == parley.RoleTool {
+		return nil
+	}
+	last := len(req) - 1
+	for last > 0 && req[last].Role == "system" {
+		last--
+	}
+	return parley.FieldErrorf(fmt.Sprintf("messages[%d].role", last),
+		"the last message must be the user's (a partial assistant turn to continue is not supported)")
 }
 
 // renameThinkField names thinking.budget_tokens where the shared validation

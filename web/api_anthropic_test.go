@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-chat/parley/internal/synth"
+	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/web"
 )
 
@@ -630,5 +632,54 @@ func TestAnthropicToolUse(t *testing.T) {
 	}
 	if next.Usage.CacheReadInputTokens < m.Usage.InputTokens+m.Usage.CacheReadInputTokens-4 {
 		t.Fatalf("after the result: usage %+v, want the call's prompt (%+v) read from the cache", next.Usage, m.Usage)
+	}
+}
+
+// TestAnthropicSystemMessages: a system message after the first user turn
+// (Claude Code sends its environment block there, and one at the end) is
+// accepted as Anthropic accepts it, and reaches the prompt: on the plain
+// transcript, and on a model whose template raises on a system message past
+// the first (rendered by its family then). The next turn, resent with the
+// system message where it was, reads the earlier prompt from the cache.
+func TestAnthropicSystemMessages(t *testing.T) {
+	strict := testmodel.Scripted(t, &synth.Script{
+		Template: "{% for m in messages %}{% if m.role == 'system' and not loop.first %}{{ raise_exception('System message must be at the beginning.') }}{% endif %}" +
+			"<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+		Control: []string{"<|im_start|>", "<|im_end|>"},
+		After:   "\n",
+		Reply:   "Done.<|im_end|>",
+	})
+	for _, model := range []string{"", strict} {
+		s := openStack(t, stackOpts{model: model, parallel: 1, contextLen: 1024, maxTokens: 8, tokenizer: true, options: func(s *stack) []web.Option {
+			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+		}})
+		env := map[string]any{"role": "system", "content": []map[string]any{{"type": "text", "text": "Working directory: /home/ann/pond. Platform: linux."}}}
+		user := map[string]any{"role": "user", "content": "Tell me about a frog."}
+		body := func(msgs ...map[string]any) map[string]any {
+			return map[string]any{"max_tokens": 6, "temperature": 0, "system": "You tell stories.", "messages": msgs}
+		}
+		without := antCount(t, s, body(user))
+		with := antCount(t, s, body(user, env))
+		if with <= without+5 {
+			t.Fatalf("model %q: %d prompt tokens with the system message after the user's, %d without: it did not reach the prompt", model, with, without)
+		}
+		m := antCreate(t, s, body(user, env))
+		if got := m.Usage.InputTokens + m.Usage.CacheReadInputTokens; got != with {
+			t.Fatalf("model %q: usage %+v, count_tokens %d", model, m.Usage, with)
+		}
+		reply := map[string]any{"role": "assistant", "content": []map[string]any{{"type": "text", "text": m.Content[0].Text}}}
+		next := antCreate(t, s, body(user, env, reply, map[string]any{"role": "user", "content": "And then?"}, env))
+		if next.Usage.CacheReadInputTokens < with-2 {
+			t.Fatalf("model %q: second turn usage %+v; want the first prompt (%d tokens) read from the cache", model, next.Usage, with)
+		}
+		// A conversation whose last turn before the system message is the
+		// assistant's is still refused, naming that message.
+		var e struct {
+			Error struct{ Type, Message string }
+		}
+		decodeBody(t, post(t, s.base+"/v1/messages", body(user, reply, env)), http.StatusBadRequest, &e)
+		if !strings.HasPrefix(e.Error.Message, "messages[1].role") {
+			t.Fatalf("model %q: ends with the assistant's turn: %+v, want an error naming messages[1].role", model, e)
+		}
 	}
 }
