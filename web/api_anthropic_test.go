@@ -683,3 +683,35 @@ func TestAnthropicSystemMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicLargeSchemaBounds: a tool whose schema bounds a string far
+// past what a grammar can count (Claude Code's Write tool: maxLength
+// 524288) is accepted, its bound read as none (the model may write on);
+// a minimum past the cap, which no grammar can enforce, is still refused.
+func TestAnthropicLargeSchemaBounds(t *testing.T) {
+	s := openToolStack(t)
+	write := func(content map[string]any) []map[string]any {
+		return []map[string]any{{"name": "Write", "description": "Writes a file",
+			"input_schema": map[string]any{"type": "object", "additionalProperties": false, "required": []string{"file_path", "content"},
+				"properties": map[string]any{"file_path": map[string]any{"type": "string", "maxLength": 12}, "content": content}}}}
+	}
+	body := map[string]any{"max_tokens": 60, "temperature": 0, "messages": []map[string]any{{"role": "user", "content": "Write a story to a file."}},
+		"tools": write(map[string]any{"type": "string", "maxLength": 524288}), "tool_choice": map[string]any{"type": "any"}}
+	// Forced to call Write, stories260K writes its content until max_tokens:
+	// the grammar lets the string run on.
+	m := antCreate(t, s, body)
+	if *m.StopReason != "max_tokens" || m.Usage.OutputTokens != 60 {
+		t.Fatalf("message %+v: want the call's content cut at max_tokens", m)
+	}
+	if n := antCount(t, s, body); n != m.Usage.InputTokens+m.Usage.CacheReadInputTokens {
+		t.Fatalf("count_tokens %d, usage %+v", n, m.Usage)
+	}
+	body["tools"] = write(map[string]any{"type": "string", "minLength": 524288})
+	var e struct {
+		Error struct{ Type, Message string }
+	}
+	decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusBadRequest, &e)
+	if !strings.Contains(e.Error.Message, "minLength") {
+		t.Fatalf("minLength 524288: %+v, want an error naming minLength", e)
+	}
+}
