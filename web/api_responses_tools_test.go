@@ -124,3 +124,35 @@ func TestResponsesToolCalls(t *testing.T) {
 		t.Fatalf("the refused result changed the conversation: %d items, then %d", len(items.Data), len(again.Data))
 	}
 }
+
+// TestResponsesOtherToolTypes: tools of types Parley does not run (Codex
+// sends web_search and a namespace of its sub-agent tools in every
+// request) are accepted and left out of the prompt: the request is
+// answered, its prompt is the one with its function tools alone, and
+// tool_choice required still calls the function.
+func TestResponsesOtherToolTypes(t *testing.T) {
+	s := openToolStack(t)
+	others := append([]map[string]any{
+		{"type": "web_search", "external_web_access": false},
+		{"type": "namespace", "name": "multi_agent_v1", "description": "Tools for sub-agents.", "tools": []map[string]any{
+			{"type": "function", "name": "close_agent", "parameters": map[string]any{"type": "object", "properties": map[string]any{}}}}},
+		{"type": "custom", "name": "apply_patch", "format": map[string]any{"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+	}, respWeatherTools...)
+	type usage struct {
+		Usage struct {
+			InputTokens int `json:"input_tokens"`
+		} `json:"usage"`
+		Output []respToolItem `json:"output"`
+	}
+	var alone, mixed usage
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "Weather in Paris?", "tools": respWeatherTools,
+		"tool_choice": "required", "max_output_tokens": 200, "store": false}), http.StatusOK, &alone)
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "Weather in Paris?", "tools": others,
+		"tool_choice": "required", "max_output_tokens": 200, "store": false}), http.StatusOK, &mixed)
+	if mixed.Usage.InputTokens != alone.Usage.InputTokens {
+		t.Fatalf("prompt of %d tokens with the other tools, %d with the function alone: they reached the prompt", mixed.Usage.InputTokens, alone.Usage.InputTokens)
+	}
+	if len(mixed.Output) != 1 || mixed.Output[0].Type != "function_call" || mixed.Output[0].Name != "get_weather" {
+		t.Fatalf("output %+v", mixed.Output)
+	}
+}
