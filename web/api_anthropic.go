@@ -28,7 +28,8 @@ import (
 // blocks, max_tokens
 // (required), temperature, top_p, top_k, stop_sequences, metadata, and
 // Parley's own sampling fields (min_p, seed, grammar, json_schema, ...);
-// tools, tool_choice, tool_use and tool_result blocks (api_anthropic_tools.go).
+// structured output (output_config.format, or output_format, with a JSON
+// schema: the reply's text is JSON that validates); tools, tool_choice, tool_use and tool_result blocks (api_anthropic_tools.go).
 // cache_control marks are accepted and ignored (Parley caches every prefix
 // without being asked). Images and documents are refused with a 400 naming
 // the block. thinking switches a reasoning model's thought
@@ -76,6 +77,36 @@ type anthropicRequest struct {
 	Tools      json.RawMessage    `json:"tools"`
 	ToolChoice json.RawMessage    `json:"tool_choice"`
 	Thinking   *anthropicThinking `json:"thinking"`
+	// OutputConfig.Format is structured output: {"type": "json_schema",
+	// "schema": {...}} constrains the reply's text to JSON that validates, as
+	// OpenAI's response_format does. OutputFormat is the same in the form of
+	// the structured-outputs beta, which older SDKs send.
+	OutputConfig *struct {
+		Format *anthropicFormat `json:"format"`
+	} `json:"output_config"`
+	OutputFormat *anthropicFormat `json:"output_format"`
+}
+
+// anthropicFormat is a structured-output format.
+type anthropicFormat struct {
+	Type   string          `json:"type"`
+	Schema json.RawMessage `json:"schema"`
+}
+
+// apply puts the format's schema on patch; field names where it was sent.
+func (f *anthropicFormat) apply(patch *paramsPatch, field string) error {
+	if f == nil {
+		return nil
+	}
+	if f.Type != "json_schema" {
+		return parley.FieldErrorf(field+".type", "must be json_schema, got %q", f.Type)
+	}
+	if !isSet(f.Schema) {
+		return parley.FieldErrorf(field+".schema", "is required")
+	}
+	patch.JSONSchema = f.Schema
+	patch.schemaField = field + ".schema"
+	return nil
 }
 
 // anthropicThinking is a request's thinking: {"type": "enabled",
@@ -174,6 +205,14 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 		msgs = append(msgs, ms...)
 	}
 	if err := checkAnthropicLast(req.Messages, msgs); err != nil {
+		return nil, err
+	}
+	if req.OutputConfig != nil {
+		if err := req.OutputConfig.Format.apply(&req.paramsPatch, "output_config.format"); err != nil {
+			return nil, err
+		}
+	}
+	if err := req.OutputFormat.apply(&req.paramsPatch, "output_format"); err != nil {
 		return nil, err
 	}
 	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.paramsPatch}

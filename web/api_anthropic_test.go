@@ -715,3 +715,39 @@ func TestAnthropicLargeSchemaBounds(t *testing.T) {
 		t.Fatalf("minLength 524288: %+v, want an error naming minLength", e)
 	}
 }
+
+// TestAnthropicStructuredOutput: output_config.format with a JSON schema
+// (the AI SDK's Anthropic provider and LangChain's jsonSchema method send
+// it), and the beta's output_format, constrain the reply's text to JSON
+// that validates, whole and streamed; a format of another type is refused
+// naming it.
+func TestAnthropicStructuredOutput(t *testing.T) {
+	s := mustOpenAPI(t, nil)
+	schema := map[string]any{"type": "object", "additionalProperties": false, "required": []string{"city", "unit"},
+		"properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 16}, "unit": map[string]any{"enum": []string{"c", "f"}}}}
+	format := map[string]any{"type": "json_schema", "schema": schema}
+	for _, extra := range []map[string]any{{"output_config": map[string]any{"format": format, "effort": "low"}}, {"output_format": format}} {
+		body := map[string]any{"max_tokens": 200, "temperature": 0, "messages": []map[string]any{{"role": "user", "content": "Weather in Paris?"}}}
+		for k, v := range extra {
+			body[k] = v
+		}
+		m := antCreate(t, s, body)
+		if *m.StopReason != "end_turn" || len(m.Content) != 1 || m.Content[0].Type != "text" {
+			t.Fatalf("%v: message %+v", extra, m)
+		}
+		checkWeatherArgs(t, m.Content[0].Text)
+		got := antAccumulate(t, antStream(t, s, body))
+		if len(got.Content) != 1 || got.Content[0].Text != m.Content[0].Text {
+			t.Fatalf("%v: streamed %+v, whole %+v", extra, got, m)
+		}
+	}
+	body := map[string]any{"max_tokens": 20, "messages": []map[string]any{{"role": "user", "content": "Hi"}},
+		"output_config": map[string]any{"format": map[string]any{"type": "xml"}}}
+	var e struct {
+		Error struct{ Type, Message string }
+	}
+	decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusBadRequest, &e)
+	if !strings.HasPrefix(e.Error.Message, "output_config.format.type") {
+		t.Fatalf("format xml: %+v", e)
+	}
+}
