@@ -51,17 +51,22 @@ func TestResponsesToolCalls(t *testing.T) {
 	var deltas []string
 	var doneArgs string
 	var completed respToolObject
+	type event struct {
+		Type        string          `json:"type"`
+		Delta       string          `json:"delta"`
+		Arguments   string          `json:"arguments"`
+		Response    json.RawMessage `json:"response"`
+		OutputIndex int             `json:"output_index"`
+		Item        respToolItem    `json:"item"`
+	}
+	var streamed []event
 	for _, e := range readResponseEvents(t, res.Body) {
-		var ev struct {
-			Type      string          `json:"type"`
-			Delta     string          `json:"delta"`
-			Arguments string          `json:"arguments"`
-			Response  json.RawMessage `json:"response"`
-		}
+		var ev event
 		b, _ := json.Marshal(e.data)
 		if err := json.Unmarshal(b, &ev); err != nil {
 			t.Fatal(err)
 		}
+		streamed = append(streamed, ev)
 		switch ev.Type {
 		case "response.function_call_arguments.delta":
 			deltas = append(deltas, ev.Delta)
@@ -76,8 +81,15 @@ func TestResponsesToolCalls(t *testing.T) {
 	if len(deltas) < 3 || strings.Join(deltas, "") != doneArgs || doneArgs != call.Arguments {
 		t.Fatalf("streamed arguments %q, done %q, want %q over several deltas", deltas, doneArgs, call.Arguments)
 	}
-	if n := len(completed.Output); n != 2 || completed.Output[1].Type != "function_call" || completed.Output[1].Arguments != doneArgs {
+	// A reply that is only a call has no message item, streamed or not, as
+	// OpenAI's has none (a client sends every output item back by reference).
+	if n := len(completed.Output); n != 1 || completed.Output[0].Type != "function_call" || completed.Output[0].Arguments != doneArgs {
 		t.Fatalf("completed output %+v", completed.Output)
+	}
+	for _, ev := range streamed {
+		if ev.Type == "response.output_item.added" && (ev.OutputIndex != 0 || ev.Item.Type != "function_call") {
+			t.Fatalf("item added %+v: want the call alone, at output index 0", ev)
+		}
 	}
 
 	// The result continues the first response.
