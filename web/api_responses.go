@@ -138,6 +138,9 @@ type inputItem struct {
 	Name      string          `json:"name"`
 	Arguments string          `json:"arguments"`
 	Output    json.RawMessage `json:"output"`
+	// ID is an item_reference's item (api_responses_refs.go); other items'
+	// ids are ignored.
+	ID string `json:"id"`
 }
 
 // parsedResponse is a decoded, validated create request.
@@ -164,7 +167,7 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 		return nil, err
 	}
 	ctx = withModel(ctx, model)
-	msgs, err := parseInput(req.Input, "input")
+	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) })
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +280,7 @@ func parseConversationField(raw json.RawMessage) (string, error) {
 }
 
 // parseInput decodes a string (one user message) or an array of message items.
-func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
+func parseInput(raw json.RawMessage, field string, refs func(id, field string) (itemRef, error)) ([]parley.Message, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
@@ -311,8 +314,22 @@ func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
 			thought = t
 			continue
 		}
-		m, err := parseItem(it, f)
-		if err != nil {
+		var m parley.Message
+		var err error
+		if it.Type == "item_reference" {
+			if refs == nil {
+				return nil, parley.FieldErrorf(f+".type", "item_reference is for responses' input")
+			}
+			ref, err := refs(it.ID, f)
+			if err != nil {
+				return nil, err
+			}
+			if !ref.isMsg {
+				thought = ref.thought
+				continue
+			}
+			m = ref.msg
+		} else if m, err = parseItem(it, f); err != nil {
 			return nil, err
 		}
 		if m.Role == parley.RoleAssistant {
@@ -329,7 +346,7 @@ func parseItem(it inputItem, field string) (parley.Message, error) {
 	case "function_call", "function_call_output":
 		return parseToolItem(it, field)
 	default:
-		return parley.Message{}, parley.FieldErrorf(field+".type", "must be message, function_call or function_call_output, got %q", it.Type)
+		return parley.Message{}, parley.FieldErrorf(field+".type", "must be message, function_call, function_call_output, reasoning or item_reference, got %q", it.Type)
 	}
 	role, err := parseRole(it.Role, field+".role")
 	if err != nil {
@@ -518,7 +535,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	}
 	ctx, cancel := context.WithCancel(withModel(c.Request().Context(), pr.model))
 	defer cancel()
-	resp, err := s.api.convs.Respond(ctx, pr.req)
+	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
 		return pr.renameSent(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/parley-chat/parley/web"
 )
 
 var respWeatherTools = []map[string]any{{"type": "function", "name": "get_weather", "description": "Weather in a city",
@@ -166,5 +168,57 @@ func TestResponsesOtherToolTypes(t *testing.T) {
 	}
 	if len(mixed.Output) != 1 || mixed.Output[0].Type != "function_call" || mixed.Output[0].Name != "get_weather" {
 		t.Fatalf("output %+v", mixed.Output)
+	}
+}
+
+// TestResponsesItemReference: a client that keeps its history but lets the
+// server store responses (the AI SDK's OpenAI provider) sends a stored
+// response's output items back as item_reference inputs in its next step:
+// they are read from the stored response, so the prompt is the one the
+// items' full content makes, whatever the stream or the reply held; a
+// reference to an item the server does not keep is a 400 naming it.
+func TestResponsesItemReference(t *testing.T) {
+	s := openStack(t, stackOpts{model: toolCallingModel(t), parallel: 1, contextLen: 2048, maxTokens: 100, tokenizer: true, options: func(s *stack) []web.Option {
+		return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+	}})
+	user := map[string]any{"role": "user", "content": "Weather in Paris?"}
+	res := post(t, s.base+"/v1/responses", map[string]any{"input": []map[string]any{user}, "tools": respWeatherTools, "stream": true})
+	var first respToolObject
+	for _, e := range readResponseEvents(t, res.Body) {
+		var ev struct {
+			Type     string          `json:"type"`
+			Response json.RawMessage `json:"response"`
+		}
+		b, _ := json.Marshal(e.data)
+		json.Unmarshal(b, &ev)
+		if ev.Type == "response.completed" {
+			json.Unmarshal(ev.Response, &first)
+		}
+	}
+	if len(first.Output) != 2 || first.Output[0].Type != "message" || first.Output[1].Type != "function_call" {
+		t.Fatalf("output %+v: want a message and a call", first.Output)
+	}
+	msg, call := first.Output[0], first.Output[1]
+	result := map[string]any{"type": "function_call_output", "call_id": call.CallID, "output": `{"temperature": 21}`}
+	full := map[string]any{"type": "message", "role": "assistant", "content": []map[string]any{{"type": "output_text", "text": "Let me look that up."}}}
+	fullCall := map[string]any{"type": "function_call", "call_id": call.CallID, "name": call.Name, "arguments": call.Arguments}
+	type usage struct {
+		Usage struct {
+			InputTokens int `json:"input_tokens"`
+		} `json:"usage"`
+	}
+	var byValue, byRef, callByRef usage
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"tools": respWeatherTools, "max_output_tokens": 4,
+		"input": []map[string]any{user, full, fullCall, result}}), http.StatusOK, &byValue)
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"tools": respWeatherTools, "max_output_tokens": 4,
+		"input": []map[string]any{user, {"type": "item_reference", "id": msg.ID}, fullCall, result}}), http.StatusOK, &byRef)
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"tools": respWeatherTools, "max_output_tokens": 4,
+		"input": []map[string]any{user, {"type": "item_reference", "id": msg.ID}, {"type": "item_reference", "id": call.ID}, result}}), http.StatusOK, &callByRef)
+	if byRef.Usage.InputTokens != byValue.Usage.InputTokens || callByRef.Usage.InputTokens != byValue.Usage.InputTokens {
+		t.Fatalf("prompt %d tokens with the items by reference (%d with the call too), %d with their content", byRef.Usage.InputTokens, callByRef.Usage.InputTokens, byValue.Usage.InputTokens)
+	}
+	for _, id := range []string{"msg_nothing12345678900", "fc_x", ""} {
+		wantFieldError(t, post(t, s.base+"/v1/responses", map[string]any{"max_output_tokens": 4,
+			"input": []map[string]any{user, {"type": "item_reference", "id": id}, {"role": "user", "content": "And?"}}}), http.StatusBadRequest, "input[1].id")
 	}
 }

@@ -136,7 +136,7 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 			pr.req.Local = l
 		}
 	}
-	resp, err := s.api.convs.Respond(ctx, pr.req)
+	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
 		return refuse(pr.renameSent(err))
 	}
