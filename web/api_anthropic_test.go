@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -394,8 +395,9 @@ func TestAnthropicErrors(t *testing.T) {
 
 // TestAnthropicStreamEnds: a stream that fails after it began ends with an
 // "error" event in Anthropic's shape (no message_stop); a client that goes
-// away mid-stream frees its slot; a prompt over the server's cap is a 413
-// request_too_large before anything reaches the engine.
+// away mid-stream frees its slot; a prompt over the server's cap, or over
+// the context, is Anthropic's 400 "prompt is too long" (before anything
+// reaches the engine).
 func TestAnthropicStreamEnds(t *testing.T) {
 	long := map[string]any{"max_tokens": 400, "stream": true, "messages": []map[string]any{{"role": "user", "content": "Hi"}}}
 	t.Run("error after start", func(t *testing.T) {
@@ -440,9 +442,26 @@ func TestAnthropicStreamEnds(t *testing.T) {
 			Error struct{ Type, Message string }
 		}
 		body := map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": strings.Repeat("The cat sat on the mat. ", 10)}}}
-		decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusRequestEntityTooLarge, &e)
-		if e.Type != "error" || e.Error.Type != "request_too_large" || s.engine.Stats().PromptEvaluated != 0 {
+		decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusBadRequest, &e)
+		if e.Type != "error" || e.Error.Type != "invalid_request_error" || !regexp.MustCompile(`^prompt is too long: \d+ tokens > 20 maximum \(`).MatchString(e.Error.Message) ||
+			s.engine.Stats().PromptEvaluated != 0 {
 			t.Fatalf("error %+v, stats %+v", e, s.engine.Stats())
+		}
+	})
+	// Over the context window (512 tokens; no cap): the same error, Anthropic's
+	// answer to a prompt too long for the model, streamed or not.
+	t.Run("prompt over the context", func(t *testing.T) {
+		s := mustOpenAPI(t, nil)
+		for _, stream := range []bool{false, true} {
+			var e struct {
+				Type  string
+				Error struct{ Type, Message string }
+			}
+			body := map[string]any{"max_tokens": 4, "stream": stream, "messages": []map[string]any{{"role": "user", "content": strings.Repeat("The cat sat on the mat. ", 80)}}}
+			decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusBadRequest, &e)
+			if e.Type != "error" || e.Error.Type != "invalid_request_error" || !regexp.MustCompile(`^prompt is too long: \d+ tokens > \d+ maximum \(`).MatchString(e.Error.Message) {
+				t.Fatalf("stream %v: error %+v", stream, e)
+			}
 		}
 	})
 }

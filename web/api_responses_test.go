@@ -387,7 +387,7 @@ func TestResponsesHostileInput(t *testing.T) {
 		{"malformed previous", map[string]any{"input": "hi", "previous_response_id": "../../etc"}, http.StatusNotFound, ""},
 		{"unknown conversation", map[string]any{"input": "hi", "conversation": "conv_AAAAAAAAAAAAAAAAAAAAAA"}, http.StatusNotFound, ""},
 		{"too many metadata keys", map[string]any{"input": "hi", "metadata": manyKeys(17)}, http.StatusBadRequest, "metadata"},
-		{"prompt over the token cap", map[string]any{"input": strings.Repeat("once upon a time ", 100)}, http.StatusRequestEntityTooLarge, ""},
+		{"prompt over the token cap", map[string]any{"input": strings.Repeat("once upon a time ", 100)}, http.StatusBadRequest, "messages"},
 		{"oversized body", `{"input": "` + strings.Repeat("a", 5<<20) + `"}`, http.StatusRequestEntityTooLarge, ""},
 	}
 	for _, tc := range cases {

@@ -153,6 +153,6 @@ func wsErrorEvent(err error) []byte {
 		Status     int         `json:"status"`
 		Error      openAIError `json:"error"`
 		RetryAfter int         `json:"retry_after,omitempty"` // seconds, as the HTTP Retry-After header says it
-	}{"error", ErrorStatus(err), newOpenAIError(err), retryAfterSeconds(err)})
+	}{"error", wireStatus(err, shapeOpenAI), newOpenAIError(err), retryAfterSeconds(err)})
 	return b
 }
