@@ -114,6 +114,8 @@ type responsesRequest struct {
 	Reasoning *struct {
 		Effort *string `json:"effort"`
 	} `json:"reasoning"`
+	// Generate false is the WebSocket mode's warm-up (api_responses_ws.go).
+	Generate *bool `json:"generate"`
 }
 
 // responseText is the request's (and the response's) text configuration:
@@ -149,6 +151,7 @@ type parsedResponse struct {
 	typ    string // the request's "type" ("response.create" on the WebSocket)
 	stream bool
 	bg     bool   // background: true (api_responses_bg.go)
+	warmup bool   // generate: false (the WebSocket mode's warm-up)
 	conv   string // the conversation id as given, "" without one
 	model  string // the model the request picked ("" with one model); a stored conversation keeps its own
 	meta   map[string]string
@@ -171,10 +174,13 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 	if err != nil {
 		return nil, err
 	}
-	if len(msgs) == 0 {
+	// A request that continues a WebSocket warm-up may bring no input of its
+	// own: the warm-up's is prepended (warmup.chain).
+	continuesWarmup := req.PreviousResponseID != nil && strings.HasPrefix(*req.PreviousResponseID, warmupPrefix)
+	if len(msgs) == 0 && !continuesWarmup {
 		return nil, parley.FieldErrorf("input", "is required")
 	}
-	if err := session.CheckResponseInput(msgs); err != nil {
+	if err := session.CheckResponseInput(msgs); err != nil && !continuesWarmup {
 		return nil, err
 	}
 	if err := checkMetadata(req.Metadata); err != nil {
@@ -234,6 +240,7 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 	}
 	resolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
+		warmup:     req.Generate != nil && !*req.Generate,
 		renameSent: req.paramsPatch.renameSent,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}

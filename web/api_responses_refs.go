@@ -81,8 +81,13 @@ func (r *itemSessions) keyLens() []int {
 }
 
 // respond runs a Responses turn and remembers its session for later
-// item_reference inputs when the response is stored.
+// item_reference inputs when the response is stored. Every Responses turn
+// (HTTP, background, WebSocket) starts here.
 func (s *Server) respond(ctx context.Context, req session.ResponseRequest) (*session.Response, error) {
+	if strings.HasPrefix(req.Previous, warmupPrefix) {
+		// A warm-up is kept by its socket alone (warmup.chain took those it knows).
+		return nil, parley.Errorf(parley.ENotFound, "no such response: a warm-up (generate: false) continues only on its own WebSocket")
+	}
 	resp, err := s.api.convs.Respond(ctx, req)
 	if err == nil && resp.Stored {
 		s.api.items.remember(resp.SessionID())
