@@ -182,6 +182,7 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	if pr.warmup {
 		w, err := s.answerWarmup(pr, write)
 		*warm = w
+		s.log.Debug("responses websocket warm-up", zap.String("id", w.id), zap.Int("input_items", len(pr.req.Input)))
 		return err
 	}
 	ctx, cancel := context.WithCancel(withModel(ctx, pr.model))
