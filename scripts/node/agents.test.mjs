@@ -182,6 +182,46 @@ describe('coding agents against a scripted model', { timeout: 900_000 }, () => {
     });
   });
 
+  // A session of 10 turns (claude -p, then -p --continue): every request
+  // after the first evaluates only what its prompt adds to the one before
+  // (the new user message, and the last reply as the template renders it),
+  // plus at most WARM_SLACK tokens; and the usage Claude Code reports for
+  // each turn is the server's count: input_tokens evaluated,
+  // cache_read_input_tokens read from the KV cache.
+  const WARM_SLACK = 4;
+  test('claude: a 10-turn session stays warm, and its cached-token counts are the server\'s', async () => {
+    await agent('claude', async (ctx) => {
+      let out = '';
+      let seen = 0; // server replies accounted for so far
+      let worst = -Infinity;
+      for (let turn = 1; turn <= 10; turn++) {
+        const args = ['-p', `Turn ${turn}: write the marker file.`, '--output-format', 'json', '--allowedTools', 'Bash'];
+        if (turn > 1) args.push('--continue');
+        const r = await run(CLAUDE, args, { cwd: ctx.cwd, env: claudeEnv(ctx) });
+        assert.equal(r.code, 0, `turn ${turn}: exit ${r.code}\n${r.stdout}\n${r.stderr}`);
+        const res = JSON.parse(r.stdout);
+        assert.equal(res.result, ANSWER, `turn ${turn}`);
+        out += r.stdout;
+        const rs = replies(ctx.server);
+        const mine = rs.slice(seen);
+        seen = rs.length;
+        const evaluated = mine.reduce((n, x) => n + x.prompt_tokens - x.cached_prompt_tokens, 0);
+        const cached = mine.reduce((n, x) => n + x.cached_prompt_tokens, 0);
+        assert.equal(res.usage.input_tokens, evaluated, `turn ${turn}: usage ${JSON.stringify(res.usage)}, server ${JSON.stringify(mine)}`);
+        assert.equal(res.usage.cache_read_input_tokens, cached, `turn ${turn}: usage ${JSON.stringify(res.usage)}, server ${JSON.stringify(mine)}`);
+        if (turn > 1) {
+          assert.equal(mine.length, 1, `turn ${turn}: ${JSON.stringify(mine)}`);
+          const grew = mine[0].prompt_tokens - rs[rs.length - 2].prompt_tokens;
+          const over = mine[0].prompt_tokens - mine[0].cached_prompt_tokens - grew;
+          worst = Math.max(worst, over);
+          assert.ok(over <= WARM_SLACK, `turn ${turn}: evaluated ${mine[0].prompt_tokens - mine[0].cached_prompt_tokens} tokens, the prompt grew by ${grew}`);
+        }
+      }
+      console.log(`# claude, 10 turns: each turn after the first evaluated at most ${worst} tokens more than its prompt grew`);
+      return out;
+    });
+  });
+
   // Codex: a model provider in $CODEX_HOME/config.toml (the Responses API,
   // the key from an environment variable), no analytics or update check.
   async function codex(ctx, websockets) {
