@@ -11,6 +11,8 @@
 //   and stopWhen, on a scripted synthetic model that says a sentence and
 //   calls the tool, then answers once the result is in. The provider sends
 //   the first step's output back as item_reference inputs (store: true).
+//   The OpenAI Agents SDK runs the same agent loop over the Responses API
+//   and over chat completions (tracing off: it would export to OpenAI).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -21,6 +23,7 @@ import { generateText, Output, stepCountIs, streamText, tool } from 'ai7';
 import { createOpenAI } from 'ai-sdk-openai-v4';
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { ChatAnthropic } from '@langchain/anthropic';
+import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool as agentTool } from '@openai/agents';
 import { z } from 'zod';
 import { ROOT, MODEL, startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
 
@@ -108,6 +111,22 @@ describe('AI SDK 7 multi-step tools on the Responses API', { timeout: 600_000 },
     await stopAPIServer(server, dataDir);
     if (tmp) await rm(tmp, { recursive: true, force: true });
   });
+
+  for (const useResponses of [true, false]) {
+    test(`Agents SDK: run() calls the tool and answers (${useResponses ? 'Responses API' : 'chat completions'})`, async () => {
+      setTracingDisabled(true);
+      const calls = [];
+      const getWeather = agentTool({
+        name: 'get_weather', description: 'Weather in a city', parameters: weather,
+        execute: async (args) => { calls.push(args); return '{"temperature": 21}'; },
+      });
+      const agent = new Agent({ name: 'weather', instructions: 'You answer with the weather.', model: 'parley', tools: [getWeather] });
+      const runner = new Runner({ modelProvider: new OpenAIProvider({ apiKey: API_KEY, baseURL, useResponses }), tracingDisabled: true });
+      const result = await runner.run(agent, 'Weather in Paris?', { maxTurns: 4 });
+      assert.deepEqual(calls, [{ city: 'Paris', unit: 'c' }]);
+      assert.equal(result.finalOutput, 'It is 21 degrees in Paris.');
+    });
+  }
 
   test('streamText runs the tool and answers in a second step (item_reference inputs)', async () => {
     const bodies = []; // what the provider sent, request by request
