@@ -231,11 +231,22 @@ describe('coding agents against a scripted model', { timeout: 900_000 }, () => {
       '[model_providers.parley]', 'name = "Parley"', `base_url = "${ctx.base}/v1"`, 'wire_api = "responses"',
       'env_key = "PARLEY_AGENT_KEY"', ...(websockets ? ['supports_websockets = true'] : []), '',
     ].join('\n'));
-    const r = await run(CODEX, ['exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', 'Write the marker file.'],
+    const r = await run(CODEX, ['exec', '--json', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', 'Write the marker file.'],
       { cwd: ctx.cwd, env: { ...ctx.env, CODEX_HOME: ctx.home, PARLEY_AGENT_KEY: API_KEY } });
     assert.equal(r.code, 0, `exit ${r.code} ${r.signal ?? ''}\n${r.stdout}\n${r.stderr}`);
-    assert.equal(r.stdout.trim().split('\n').at(-1), ANSWER, r.stdout);
-    assert.match(r.stderr, /parley-tool-ran > parley-tool\.txt/);
+    const events = r.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    const done = events.filter((e) => e.type === 'item.completed').map((e) => e.item);
+    const commands = done.filter((it) => it.type === 'command_execution');
+    assert.equal(commands.length, 1, r.stdout);
+    assert.ok(commands[0].command.includes(COMMAND) && commands[0].exit_code === 0, JSON.stringify(commands[0]));
+    assert.deepEqual(done.filter((it) => it.type === 'agent_message').map((it) => it.text), [ANSWER]);
+    // The turn's usage is the server's: OpenAI's input_tokens are the whole
+    // prompts, cached_input_tokens the part read from the KV cache.
+    const usage = events.find((e) => e.type === 'turn.completed').usage;
+    const rs = replies(ctx.server);
+    assert.equal(usage.input_tokens, rs.reduce((n, x) => n + x.prompt_tokens, 0), JSON.stringify({ usage, rs }));
+    assert.equal(usage.cached_input_tokens, rs.reduce((n, x) => n + x.cached_prompt_tokens, 0), JSON.stringify({ usage, rs }));
+    assert.equal(usage.output_tokens, rs.reduce((n, x) => n + x.reply_tokens, 0), JSON.stringify({ usage, rs }));
     // The WebSocket's end is logged (debug) when its client leaves: the run
     // went over the WebSocket, or over HTTP alone.
     const sockets = ctx.server.output.split('\n').filter((l) => l.includes('"msg":"read ended"')).length;
