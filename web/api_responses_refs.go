@@ -57,27 +57,16 @@ func (r *itemSessions) remember(sid string) {
 }
 
 // find returns the session whose digest begins rest (an item id without its
-// prefix), and what follows the digest.
+// prefix), and what follows the digest. Every digest has one length.
 func (r *itemSessions) find(rest string) (sid, tail string, ok bool) {
+	n := len(itemKeyOf(""))
+	if len(rest) <= n {
+		return "", "", false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, n := range r.keyLens() {
-		if len(rest) > n {
-			if sid, ok := r.sids[rest[:n]]; ok {
-				return sid, rest[n:], true
-			}
-		}
-	}
-	return "", "", false
-}
-
-// keyLens is the length of the digests (all have one length); none when
-// empty. r.mu must be held.
-func (r *itemSessions) keyLens() []int {
-	if len(r.order) == 0 {
-		return nil
-	}
-	return []int{len(r.order[0])}
+	sid, ok = r.sids[rest[:n]]
+	return sid, rest[n:], ok
 }
 
 // respond runs a Responses turn and remembers its session for later
