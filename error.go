@@ -35,6 +35,28 @@ type Error struct {
 	// trying again (rate limits, a full store); the wire shows it as
 	// Retry-After.
 	RetryAfter time.Duration
+	// Tokens and Limit, when Limit is positive, say that the error is a
+	// prompt over a limit (code ETooLarge): the prompt's tokens and the
+	// most the limit allows. The OpenAI and Anthropic wires answer it as
+	// their APIs answer a prompt over the context window (a 400 that their
+	// clients recognise), not as a body too large.
+	Tokens, Limit int
+}
+
+// PromptTooLong returns an ETooLarge error for a prompt of tokens tokens
+// over a limit of limit (see Error.Limit), with the formatted message.
+func PromptTooLong(tokens, limit int, format string, args ...any) *Error {
+	return &Error{Code: ETooLarge, Message: fmt.Sprintf(format, args...), Tokens: tokens, Limit: limit}
+}
+
+// PromptLimit returns the prompt's tokens and the limit of the *Error in
+// err's chain when it is a prompt over a limit (PromptTooLong).
+func PromptLimit(err error) (tokens, limit int, ok bool) {
+	var e *Error
+	if errors.As(err, &e) && e.Code == ETooLarge && e.Limit > 0 {
+		return e.Tokens, e.Limit, true
+	}
+	return 0, 0, false
 }
 
 func (e *Error) Error() string {

@@ -195,7 +195,8 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	}
 	kept, dropped, turns, err := fit(msgs, budget, dropBlock, from, count)
 	if parley.ErrorCode(err) == parley.ETooLarge {
-		return nil, parley.Errorf(parley.ETooLarge, "%s (the context holds %d tokens, %d of them kept for the reply by max_tokens)",
+		tokens, limit, _ := parley.PromptLimit(err)
+		return nil, parley.PromptTooLong(tokens, limit, "%s (the context holds %d tokens, %d of them kept for the reply by max_tokens)",
 			parley.ErrorMessage(err), info.ContextLength, p.MaxTokens)
 	}
 	if err != nil {
@@ -261,7 +262,7 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 		return nil, fmt.Errorf("tokenize prompt: %w", err)
 	}
 	if len(tokens)+1 > info.ContextLength {
-		return nil, parley.Errorf(parley.ETooLarge, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
+		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
 	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }

@@ -321,7 +321,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
 	}
 	if len(req.Tokens) >= e.nCtx {
-		return nil, parley.Errorf(parley.ETooLarge, "prompt is %d tokens; the context holds %d", len(req.Tokens), e.nCtx)
+		return nil, parley.PromptTooLong(len(req.Tokens), e.nCtx, "prompt is %d tokens; the context holds %d", len(req.Tokens), e.nCtx)
 	}
 	for _, t := range req.Tokens {
 		// llama.cpp rejects bad ids too, but an id check here keeps hostile

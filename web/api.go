@@ -64,6 +64,7 @@ type apiDeps struct {
 	modelInfo func() parley.ModelInfo // nil: the model is described by name only
 	mounted   time.Time               // when the routes were mounted: the model's "created" for OpenAI clients
 	convs     Conversations           // the Responses and Conversations APIs' sessions (api_responses.go); nil: not mounted
+	items     itemSessions            // the sessions of recent stored responses, for item_reference inputs (api_responses_refs.go)
 }
 
 // WithResponder mounts the HTTP streaming APIs (plain, TGI/SageMaker, JSON

@@ -24,10 +24,12 @@ import (
 // only the new turn is evaluated.
 //
 // Supported: system (a string or text blocks), messages of user, assistant
-// (and system) roles whose content is a string or text blocks, max_tokens
+// (and system, anywhere in the list) roles whose content is a string or text
+// blocks, max_tokens
 // (required), temperature, top_p, top_k, stop_sequences, metadata, and
 // Parley's own sampling fields (min_p, seed, grammar, json_schema, ...);
-// tools, tool_choice, tool_use and tool_result blocks (api_anthropic_tools.go).
+// structured output (output_config.format, or output_format, with a JSON
+// schema: the reply's text is JSON that validates); tools, tool_choice, tool_use and tool_result blocks (api_anthropic_tools.go).
 // cache_control marks are accepted and ignored (Parley caches every prefix
 // without being asked). Images and documents are refused with a 400 naming
 // the block. thinking switches a reasoning model's thought
@@ -75,6 +77,36 @@ type anthropicRequest struct {
 	Tools      json.RawMessage    `json:"tools"`
 	ToolChoice json.RawMessage    `json:"tool_choice"`
 	Thinking   *anthropicThinking `json:"thinking"`
+	// OutputConfig.Format is structured output: {"type": "json_schema",
+	// "schema": {...}} constrains the reply's text to JSON that validates, as
+	// OpenAI's response_format does. OutputFormat is the same in the form of
+	// the structured-outputs beta, which older SDKs send.
+	OutputConfig *struct {
+		Format *anthropicFormat `json:"format"`
+	} `json:"output_config"`
+	OutputFormat *anthropicFormat `json:"output_format"`
+}
+
+// anthropicFormat is a structured-output format.
+type anthropicFormat struct {
+	Type   string          `json:"type"`
+	Schema json.RawMessage `json:"schema"`
+}
+
+// apply puts the format's schema on patch; field names where it was sent.
+func (f *anthropicFormat) apply(patch *paramsPatch, field string) error {
+	if f == nil {
+		return nil
+	}
+	if f.Type != "json_schema" {
+		return parley.FieldErrorf(field+".type", "must be json_schema, got %q", f.Type)
+	}
+	if !isSet(f.Schema) {
+		return parley.FieldErrorf(field+".schema", "is required")
+	}
+	patch.JSONSchema = f.Schema
+	patch.schemaField = field + ".schema"
+	return nil
 }
 
 // anthropicThinking is a request's thinking: {"type": "enabled",
@@ -172,9 +204,16 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 		}
 		msgs = append(msgs, ms...)
 	}
-	if last := len(req.Messages) - 1; msgs[len(msgs)-1].Role != parley.RoleUser && msgs[len(msgs)-1].Role != parley.RoleTool {
-		return nil, parley.FieldErrorf(fmt.Sprintf("messages[%d].role", last),
-			"the last message must be the user's (a partial assistant turn to continue is not supported)")
+	if err := checkAnthropicLast(req.Messages, msgs); err != nil {
+		return nil, err
+	}
+	if req.OutputConfig != nil {
+		if err := req.OutputConfig.Format.apply(&req.paramsPatch, "output_config.format"); err != nil {
+			return nil, err
+		}
+	}
+	if err := req.OutputFormat.apply(&req.paramsPatch, "output_format"); err != nil {
+		return nil, err
 	}
 	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.paramsPatch}
 	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
@@ -200,6 +239,29 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	p.SkipLogprobs = true
 	call.params = p
 	return call, nil
+}
+
+// checkAnthropicLast refuses a conversation whose last turn is the
+// assistant's (a partial turn to continue is not supported). System
+// messages may stand anywhere in the list, as Anthropic's API accepts them
+// (Claude Code sends its environment block as one after the first user turn,
+// and at the end of a request): they are passed over, so the turn they follow
+// decides; the template renders them where they stand, or folds them as its
+// model can (the Jinja template's fallback family, systemText).
+func checkAnthropicLast(req []anthropicMessage, msgs []parley.Message) error {
+	i := len(msgs) - 1
+	for i > 0 && msgs[i].Role == parley.RoleSystem {
+		i--
+	}
+	if r := msgs[i].Role; r == parley.RoleUser || r == parley.RoleTool {
+		return nil
+	}
+	last := len(req) - 1
+	for last > 0 && req[last].Role == "system" {
+		last--
+	}
+	return parley.FieldErrorf(fmt.Sprintf("messages[%d].role", last),
+		"the last message must be the user's (a partial assistant turn to continue is not supported)")
 }
 
 // renameThinkField names thinking.budget_tokens where the shared validation

@@ -7,10 +7,13 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/parley-chat/parley/internal/synth"
+	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/web"
 )
 
@@ -392,8 +395,9 @@ func TestAnthropicErrors(t *testing.T) {
 
 // TestAnthropicStreamEnds: a stream that fails after it began ends with an
 // "error" event in Anthropic's shape (no message_stop); a client that goes
-// away mid-stream frees its slot; a prompt over the server's cap is a 413
-// request_too_large before anything reaches the engine.
+// away mid-stream frees its slot; a prompt over the server's cap, or over
+// the context, is Anthropic's 400 "prompt is too long" (before anything
+// reaches the engine).
 func TestAnthropicStreamEnds(t *testing.T) {
 	long := map[string]any{"max_tokens": 400, "stream": true, "messages": []map[string]any{{"role": "user", "content": "Hi"}}}
 	t.Run("error after start", func(t *testing.T) {
@@ -438,9 +442,26 @@ func TestAnthropicStreamEnds(t *testing.T) {
 			Error struct{ Type, Message string }
 		}
 		body := map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": strings.Repeat("The cat sat on the mat. ", 10)}}}
-		decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusRequestEntityTooLarge, &e)
-		if e.Type != "error" || e.Error.Type != "request_too_large" || s.engine.Stats().PromptEvaluated != 0 {
+		decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusBadRequest, &e)
+		if e.Type != "error" || e.Error.Type != "invalid_request_error" || !regexp.MustCompile(`^prompt is too long: \d+ tokens > 20 maximum \(`).MatchString(e.Error.Message) ||
+			s.engine.Stats().PromptEvaluated != 0 {
 			t.Fatalf("error %+v, stats %+v", e, s.engine.Stats())
+		}
+	})
+	// Over the context window (512 tokens; no cap): the same error, Anthropic's
+	// answer to a prompt too long for the model, streamed or not.
+	t.Run("prompt over the context", func(t *testing.T) {
+		s := mustOpenAPI(t, nil)
+		for _, stream := range []bool{false, true} {
+			var e struct {
+				Type  string
+				Error struct{ Type, Message string }
+			}
+			body := map[string]any{"max_tokens": 4, "stream": stream, "messages": []map[string]any{{"role": "user", "content": strings.Repeat("The cat sat on the mat. ", 80)}}}
+			decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusBadRequest, &e)
+			if e.Type != "error" || e.Error.Type != "invalid_request_error" || !regexp.MustCompile(`^prompt is too long: \d+ tokens > \d+ maximum \(`).MatchString(e.Error.Message) {
+				t.Fatalf("stream %v: error %+v", stream, e)
+			}
 		}
 	})
 }
@@ -630,5 +651,122 @@ func TestAnthropicToolUse(t *testing.T) {
 	}
 	if next.Usage.CacheReadInputTokens < m.Usage.InputTokens+m.Usage.CacheReadInputTokens-4 {
 		t.Fatalf("after the result: usage %+v, want the call's prompt (%+v) read from the cache", next.Usage, m.Usage)
+	}
+}
+
+// TestAnthropicSystemMessages: a system message after the first user turn
+// (Claude Code sends its environment block there, and one at the end) is
+// accepted as Anthropic accepts it, and reaches the prompt: on the plain
+// transcript, and on a model whose template raises on a system message past
+// the first (rendered by its family then). The next turn, resent with the
+// system message where it was, reads the earlier prompt from the cache.
+func TestAnthropicSystemMessages(t *testing.T) {
+	strict := testmodel.Scripted(t, &synth.Script{
+		Template: "{% for m in messages %}{% if m.role == 'system' and not loop.first %}{{ raise_exception('System message must be at the beginning.') }}{% endif %}" +
+			"<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+		Control: []string{"<|im_start|>", "<|im_end|>"},
+		After:   "\n",
+		Reply:   "Done.<|im_end|>",
+	})
+	for _, model := range []string{"", strict} {
+		s := openStack(t, stackOpts{model: model, parallel: 1, contextLen: 1024, maxTokens: 8, tokenizer: true, options: func(s *stack) []web.Option {
+			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+		}})
+		env := map[string]any{"role": "system", "content": []map[string]any{{"type": "text", "text": "Working directory: /home/ann/pond. Platform: linux."}}}
+		user := map[string]any{"role": "user", "content": "Tell me about a frog."}
+		body := func(msgs ...map[string]any) map[string]any {
+			return map[string]any{"max_tokens": 6, "temperature": 0, "system": "You tell stories.", "messages": msgs}
+		}
+		without := antCount(t, s, body(user))
+		with := antCount(t, s, body(user, env))
+		if with <= without+5 {
+			t.Fatalf("model %q: %d prompt tokens with the system message after the user's, %d without: it did not reach the prompt", model, with, without)
+		}
+		m := antCreate(t, s, body(user, env))
+		if got := m.Usage.InputTokens + m.Usage.CacheReadInputTokens; got != with {
+			t.Fatalf("model %q: usage %+v, count_tokens %d", model, m.Usage, with)
+		}
+		reply := map[string]any{"role": "assistant", "content": []map[string]any{{"type": "text", "text": m.Content[0].Text}}}
+		next := antCreate(t, s, body(user, env, reply, map[string]any{"role": "user", "content": "And then?"}, env))
+		if next.Usage.CacheReadInputTokens < with-2 {
+			t.Fatalf("model %q: second turn usage %+v; want the first prompt (%d tokens) read from the cache", model, next.Usage, with)
+		}
+		// A conversation whose last turn before the system message is the
+		// assistant's is still refused, naming that message.
+		var e struct {
+			Error struct{ Type, Message string }
+		}
+		decodeBody(t, post(t, s.base+"/v1/messages", body(user, reply, env)), http.StatusBadRequest, &e)
+		if !strings.HasPrefix(e.Error.Message, "messages[1].role") {
+			t.Fatalf("model %q: ends with the assistant's turn: %+v, want an error naming messages[1].role", model, e)
+		}
+	}
+}
+
+// TestAnthropicLargeSchemaBounds: a tool whose schema bounds a string far
+// past what a grammar can count (Claude Code's Write tool: maxLength
+// 524288) is accepted, its bound read as none (the model may write on);
+// a minimum past the cap, which no grammar can enforce, is still refused.
+func TestAnthropicLargeSchemaBounds(t *testing.T) {
+	s := openToolStack(t)
+	write := func(content map[string]any) []map[string]any {
+		return []map[string]any{{"name": "Write", "description": "Writes a file",
+			"input_schema": map[string]any{"type": "object", "additionalProperties": false, "required": []string{"file_path", "content"},
+				"properties": map[string]any{"file_path": map[string]any{"type": "string", "maxLength": 12}, "content": content}}}}
+	}
+	body := map[string]any{"max_tokens": 60, "temperature": 0, "messages": []map[string]any{{"role": "user", "content": "Write a story to a file."}},
+		"tools": write(map[string]any{"type": "string", "maxLength": 524288}), "tool_choice": map[string]any{"type": "any"}}
+	// Forced to call Write, stories260K writes its content until max_tokens:
+	// the grammar lets the string run on.
+	m := antCreate(t, s, body)
+	if *m.StopReason != "max_tokens" || m.Usage.OutputTokens != 60 {
+		t.Fatalf("message %+v: want the call's content cut at max_tokens", m)
+	}
+	if n := antCount(t, s, body); n != m.Usage.InputTokens+m.Usage.CacheReadInputTokens {
+		t.Fatalf("count_tokens %d, usage %+v", n, m.Usage)
+	}
+	body["tools"] = write(map[string]any{"type": "string", "minLength": 524288})
+	var e struct {
+		Error struct{ Type, Message string }
+	}
+	decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusBadRequest, &e)
+	if !strings.Contains(e.Error.Message, "minLength") {
+		t.Fatalf("minLength 524288: %+v, want an error naming minLength", e)
+	}
+}
+
+// TestAnthropicStructuredOutput: output_config.format with a JSON schema
+// (the AI SDK's Anthropic provider and LangChain's jsonSchema method send
+// it), and the beta's output_format, constrain the reply's text to JSON
+// that validates, whole and streamed; a format of another type is refused
+// naming it.
+func TestAnthropicStructuredOutput(t *testing.T) {
+	s := mustOpenAPI(t, nil)
+	schema := map[string]any{"type": "object", "additionalProperties": false, "required": []string{"city", "unit"},
+		"properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 16}, "unit": map[string]any{"enum": []string{"c", "f"}}}}
+	format := map[string]any{"type": "json_schema", "schema": schema}
+	for _, extra := range []map[string]any{{"output_config": map[string]any{"format": format, "effort": "low"}}, {"output_format": format}} {
+		body := map[string]any{"max_tokens": 200, "temperature": 0, "messages": []map[string]any{{"role": "user", "content": "Weather in Paris?"}}}
+		for k, v := range extra {
+			body[k] = v
+		}
+		m := antCreate(t, s, body)
+		if *m.StopReason != "end_turn" || len(m.Content) != 1 || m.Content[0].Type != "text" {
+			t.Fatalf("%v: message %+v", extra, m)
+		}
+		checkWeatherArgs(t, m.Content[0].Text)
+		got := antAccumulate(t, antStream(t, s, body))
+		if len(got.Content) != 1 || got.Content[0].Text != m.Content[0].Text {
+			t.Fatalf("%v: streamed %+v, whole %+v", extra, got, m)
+		}
+	}
+	body := map[string]any{"max_tokens": 20, "messages": []map[string]any{{"role": "user", "content": "Hi"}},
+		"output_config": map[string]any{"format": map[string]any{"type": "xml"}}}
+	var e struct {
+		Error struct{ Type, Message string }
+	}
+	decodeBody(t, post(t, s.base+"/v1/messages", body), http.StatusBadRequest, &e)
+	if !strings.HasPrefix(e.Error.Message, "output_config.format.type") {
+		t.Fatalf("format xml: %+v", e)
 	}
 }

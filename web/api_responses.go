@@ -115,6 +115,8 @@ type responsesRequest struct {
 	Reasoning *struct {
 		Effort *string `json:"effort"`
 	} `json:"reasoning"`
+	// Generate false is the WebSocket mode's warm-up (api_responses_ws.go).
+	Generate *bool `json:"generate"`
 }
 
 // responseText is the request's (and the response's) text configuration:
@@ -139,6 +141,9 @@ type inputItem struct {
 	Name      string          `json:"name"`
 	Arguments string          `json:"arguments"`
 	Output    json.RawMessage `json:"output"`
+	// ID is an item_reference's item (api_responses_refs.go); other items'
+	// ids are ignored.
+	ID string `json:"id"`
 }
 
 // parsedResponse is a decoded, validated create request.
@@ -147,6 +152,7 @@ type parsedResponse struct {
 	typ    string // the request's "type" ("response.create" on the WebSocket)
 	stream bool
 	bg     bool   // background: true (api_responses_bg.go)
+	warmup bool   // generate: false (the WebSocket mode's warm-up)
 	conv   string // the conversation id as given, "" without one
 	model  string // the model the request picked ("" with one model); a stored conversation keeps its own
 	meta   map[string]string
@@ -182,14 +188,17 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 	if ctx, err = req.cacheKeyFields.narrow(ctx); err != nil {
 		return nil, err
 	}
-	msgs, err := parseInput(req.Input, "input")
+	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) })
 	if err != nil {
 		return nil, err
 	}
-	if len(msgs) == 0 {
+	// A request that continues a WebSocket warm-up may bring no input of its
+	// own: the warm-up's is prepended (warmup.chain).
+	continuesWarmup := req.PreviousResponseID != nil && strings.HasPrefix(*req.PreviousResponseID, warmupPrefix)
+	if len(msgs) == 0 && !continuesWarmup {
 		return nil, parley.FieldErrorf("input", "is required")
 	}
-	if err := session.CheckResponseInput(msgs); err != nil {
+	if err := session.CheckResponseInput(msgs); err != nil && !continuesWarmup {
 		return nil, err
 	}
 	if err := checkMetadata(req.Metadata); err != nil {
@@ -249,6 +258,7 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 	}
 	resolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
+		warmup:     req.Generate != nil && !*req.Generate,
 		renameSent: req.paramsPatch.renameSent, scope: parley.CacheScope(ctx),
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
@@ -295,7 +305,7 @@ func parseConversationField(raw json.RawMessage) (string, error) {
 }
 
 // parseInput decodes a string (one user message) or an array of message items.
-func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
+func parseInput(raw json.RawMessage, field string, refs func(id, field string) (itemRef, error)) ([]parley.Message, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
@@ -329,8 +339,22 @@ func parseInput(raw json.RawMessage, field string) ([]parley.Message, error) {
 			thought = t
 			continue
 		}
-		m, err := parseItem(it, f)
-		if err != nil {
+		var m parley.Message
+		var err error
+		if it.Type == "item_reference" {
+			if refs == nil {
+				return nil, parley.FieldErrorf(f+".type", "item_reference is for responses' input")
+			}
+			ref, err := refs(it.ID, f)
+			if err != nil {
+				return nil, err
+			}
+			if !ref.isMsg {
+				thought = ref.thought
+				continue
+			}
+			m = ref.msg
+		} else if m, err = parseItem(it, f); err != nil {
 			return nil, err
 		}
 		if m.Role == parley.RoleAssistant {
@@ -347,7 +371,7 @@ func parseItem(it inputItem, field string) (parley.Message, error) {
 	case "function_call", "function_call_output":
 		return parseToolItem(it, field)
 	default:
-		return parley.Message{}, parley.FieldErrorf(field+".type", "must be message, function_call or function_call_output, got %q", it.Type)
+		return parley.Message{}, parley.FieldErrorf(field+".type", "must be message, function_call, function_call_output, reasoning or item_reference, got %q", it.Type)
 	}
 	role, err := parseRole(it.Role, field+".role")
 	if err != nil {
@@ -536,7 +560,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	}
 	ctx, cancel := context.WithCancel(withModel(pr.turnContext(c.Request().Context()), pr.model))
 	defer cancel()
-	resp, err := s.api.convs.Respond(ctx, pr.req)
+	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
 		return pr.renameSent(err)
 	}

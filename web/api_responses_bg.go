@@ -118,7 +118,7 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 	user := parley.UserFrom(c.Request().Context())
 	ctx, cancel := context.WithCancel(withModel(pr.turnContext(parley.WithUser(parley.WithClient(s.stop, client), user)), pr.model))
 	pr.req.Durable = true // a crash leaves it stored, interrupted
-	resp, err := s.api.convs.Respond(ctx, pr.req)
+	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
 		cancel()
 		s.releaseIP(client)

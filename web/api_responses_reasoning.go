@@ -2,11 +2,9 @@ package web
 
 import (
 	"bytes"
-	"context"
 	"strings"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/session"
 )
 
@@ -45,13 +43,6 @@ func reasoningInput(it inputItem, field string) (string, error) {
 		return "", nil
 	}
 	return parseContent(it.Content, field+".content", "reasoning_text")
-}
-
-// thinks reports whether the model writes a thought (its chat template says so), so that a stream opens the
-// message item only when the answer begins, after the reasoning item.
-func (s *Server) thinks(ctx context.Context) bool {
-	t, ok := s.templateFor(ctx)
-	return ok && chat.ThinkFormatOf(t) != chat.ThinkNone
 }
 
 // outputItems opens and closes a streamed response's output items: the reasoning item (index 0) when the thought

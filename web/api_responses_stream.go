@@ -91,9 +91,10 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		func() error { return es.send("response.created", map[string]any{"response": initial}) },
 		func() error { return es.send("response.in_progress", map[string]any{"response": initial}) },
 	)
-	if err == nil && !s.thinks(ctx) {
-		err = out.openMessage() // a model without a thought: the message is the one output item
-	}
+	// The message item opens with the answer's first text (outputItems.token):
+	// a reply that is only calls has none, as OpenAI's has none, and a client
+	// that refers back to every output item (the AI SDK's item_reference
+	// inputs) must find each of them in the response.
 	if err != nil {
 		return drain(err)
 	}
@@ -106,12 +107,17 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 			continue
 		}
 		if ev.ToolCall != nil {
-			// A call's items follow the message item: the thought ends and
-			// the message opens first.
-			if err := steps(out.closeReasoning, out.openMessage); err != nil {
+			// A call's items follow the thought and the message item, when
+			// the answer has text.
+			if err := out.closeReasoning(); err != nil {
 				return drain(err)
 			}
-			calls.base = out.msgIndex + 1
+			if len(calls.opened) == 0 {
+				calls.base = out.msgIndex
+				if out.msgOpen {
+					calls.base++
+				}
+			}
 			if err := calls.delta(*ev.ToolCall); err != nil {
 				return drain(err)
 			}
@@ -126,8 +132,10 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 	if err := out.closeReasoning(); err != nil {
 		return err
 	}
-	if err := out.openMessage(); err != nil {
-		return err
+	if len(calls.opened) == 0 {
+		if err := out.openMessage(); err != nil { // an empty reply is still a message
+			return err
+		}
 	}
 	return s.streamDone(es, resp, pr, out, calls)
 }
@@ -159,9 +167,20 @@ func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedR
 	text := resp.Text()
 	part := newPart("output_text", text)
 	itemID, index := items.msg.ID, items.msgIndex
+	finishCalls := func() error { return calls.done(messageItems(done.Output[calls.base:])) }
+	completed := func() error {
+		typ := "response.completed"
+		if done.Status == session.StatusIncomplete {
+			typ = "response.incomplete"
+		}
+		return es.send(typ, map[string]any{"response": done})
+	}
+	if !items.msgOpen {
+		return steps(finishCalls, completed) // only calls: no message item
+	}
 	if m, ok := itemAt(done.Output, index); !ok || m.Type != "message" {
-		// A reply that is only calls: the stream opened its message
-		// item, so the response keeps it (empty) where it was.
+		// The message opened on text the reply's end left out (an answer
+		// of white space before a call): the response keeps it where it was.
 		msg := replyItem(resp.SessionID(), resp.Record.End, done.Status, parley.Message{Role: parley.RoleAssistant})
 		done.Output = slices.Insert(done.Output, index, any(msg))
 	}
@@ -176,14 +195,8 @@ func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedR
 		func() error {
 			return es.send("response.output_item.done", map[string]any{"output_index": index, "item": out})
 		},
-		func() error { return calls.done(messageItems(done.Output[index+1:])) },
-		func() error {
-			typ := "response.completed"
-			if done.Status == session.StatusIncomplete {
-				typ = "response.incomplete"
-			}
-			return es.send(typ, map[string]any{"response": done})
-		},
+		finishCalls,
+		completed,
 	)
 }
 

@@ -380,14 +380,14 @@ func TestResponsesHostileInput(t *testing.T) {
 		{"top_p type", map[string]any{"input": "hi", "top_p": "x"}, http.StatusBadRequest, "top_p"},
 		{"store type", map[string]any{"input": "hi", "store": "yes"}, http.StatusBadRequest, "store"},
 		{"tools", map[string]any{"input": "hi", "tools": []map[string]any{{"type": "function"}}}, http.StatusBadRequest, "tools[0].name"},
-		{"tool type", map[string]any{"input": "hi", "tools": []map[string]any{{"type": "web_search"}}}, http.StatusBadRequest, "tools[0].type"},
+		{"tool type", map[string]any{"input": "hi", "tools": []map[string]any{{"name": "f"}}}, http.StatusBadRequest, "tools[0].type"},
 		{"both previous and conversation", map[string]any{"input": "hi", "previous_response_id": "resp_x", "conversation": "conv_x"}, http.StatusBadRequest, "conversation"},
 		{"conversation type", map[string]any{"input": "hi", "conversation": 7}, http.StatusBadRequest, "conversation"},
 		{"unknown previous", map[string]any{"input": "hi", "previous_response_id": "resp_AAAAAAAAAAAAAAAAAAAAAA000000000000"}, http.StatusNotFound, ""},
 		{"malformed previous", map[string]any{"input": "hi", "previous_response_id": "../../etc"}, http.StatusNotFound, ""},
 		{"unknown conversation", map[string]any{"input": "hi", "conversation": "conv_AAAAAAAAAAAAAAAAAAAAAA"}, http.StatusNotFound, ""},
 		{"too many metadata keys", map[string]any{"input": "hi", "metadata": manyKeys(17)}, http.StatusBadRequest, "metadata"},
-		{"prompt over the token cap", map[string]any{"input": strings.Repeat("once upon a time ", 100)}, http.StatusRequestEntityTooLarge, ""},
+		{"prompt over the token cap", map[string]any{"input": strings.Repeat("once upon a time ", 100)}, http.StatusBadRequest, "messages"},
 		{"oversized body", `{"input": "` + strings.Repeat("a", 5<<20) + `"}`, http.StatusRequestEntityTooLarge, ""},
 	}
 	for _, tc := range cases {

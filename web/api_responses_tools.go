@@ -28,7 +28,8 @@ type responsesTool struct {
 	Strict      *bool           `json:"strict"`
 }
 
-// parseResponsesTools decodes the request's tools (only function tools).
+// parseResponsesTools decodes the request's tools: its function tools; tools
+// of other types are accepted and left out (see the README's list).
 func parseResponsesTools(raw json.RawMessage) ([]parley.Tool, error) {
 	if !isSet(raw) {
 		return nil, nil
@@ -42,10 +43,17 @@ func parseResponsesTools(raw json.RawMessage) ([]parley.Tool, error) {
 	}
 	tools := make([]parley.Tool, 0, len(in))
 	for i, t := range in {
-		if t.Type != "function" {
-			return nil, parley.FieldErrorf(fmt.Sprintf("tools[%d].type", i), "only \"function\" tools are supported, got %q", t.Type)
+		switch t.Type {
+		case "function":
+			tools = append(tools, parley.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		case "":
+			return nil, parley.FieldErrorf(fmt.Sprintf("tools[%d].type", i), "is required")
+		default:
+			// A tool the server runs itself on OpenAI's side (web_search, file_search, code_interpreter, ...) or a
+			// group of a client's tools (namespace): Parley runs none of them, so they are left out of the prompt
+			// and the model is not offered them, as OpenAI leaves out a hosted tool a model does not support.
+			// Codex sends web_search and namespace tools in every request.
 		}
-		tools = append(tools, parley.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 	}
 	return tools, nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
@@ -22,7 +24,8 @@ import (
 // HTTP API's and the chat WebSocket's: previous_response_id and
 // conversation continue any of them. The socket also keeps the newest
 // store: false response in memory, so unstored responses chain on it (as
-// OpenAI's WebSocket mode does); closing the socket forgets it. Errors are an "error" event
+// OpenAI's WebSocket mode does); closing the socket forgets it. A
+// response.create with generate: false is a warm-up (see warmup). Errors are an "error" event
 // ({"type": "error", "status": 400, "error": {code, message, param}}); the
 // socket stays open for the next request.
 
@@ -72,6 +75,51 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 	return nil
 }
 
+// warmup is a response.create with generate: false (Codex sends one
+// when it opens the socket): nothing is generated; the answer is a
+// completed response with no output whose id the next request may chain
+// from, as from any response, with only its new input. The socket keeps
+// the warm-up's request and prepends its input to that next request's.
+type warmup struct {
+	id  string // warmupPrefix and a random part
+	req session.ResponseRequest
+}
+
+// warmupPrefix starts a warm-up's response id.
+const warmupPrefix = "resp_warmup_"
+
+// chain makes a request that continues the warm-up into one that carries
+// the warm-up's input before its own (and its instructions, when it sends
+// none).
+func (w *warmup) chain(req *session.ResponseRequest) {
+	if w == nil || req.Previous != w.id {
+		return
+	}
+	req.Previous = ""
+	req.Input = append(append([]parley.Message(nil), w.req.Input...), req.Input...)
+	if req.Instructions == nil {
+		req.Instructions = w.req.Instructions
+	}
+}
+
+// answerWarmup answers a warm-up: response.created and response.completed
+// of a response with no output.
+func (s *Server) answerWarmup(pr *parsedResponse, write func([]byte) error) (*warmup, error) {
+	id := warmupPrefix + strings.TrimPrefix(anthropicMessageID(), "msg_")
+	rec := session.ResponseRecord{ID: id, Created: time.Now().Unix(), Status: session.StatusCompleted, Temperature: pr.req.Params.Temperature, TopP: pr.req.Params.TopP}
+	if pr.req.Instructions != nil {
+		rec.Instructions = *pr.req.Instructions
+	}
+	o := s.newResponseObject(rec, "", false, pr.model)
+	setUsage(o, rec)
+	es := &eventStream{emit: func(_ string, b []byte) error { return write(b) }}
+	err := steps(
+		func() error { return es.send("response.created", map[string]any{"response": o}) },
+		func() error { return es.send("response.completed", map[string]any{"response": o}) },
+	)
+	return &warmup{id: id, req: pr.req}, err
+}
+
 // reader runs the socket's requests, one after the other, until the
 // client leaves or the socket closes.
 func (sock *respSocket) reader() {
@@ -84,6 +132,7 @@ func (sock *respSocket) reader() {
 	// local is the newest store: false response's session: the socket's own
 	// state, so unstored responses chain by previous_response_id here.
 	var local *session.Session
+	var warm *warmup // the socket's last warm-up
 	sock.rd.start()
 	for {
 		mt, data, ok := sock.read()
@@ -97,7 +146,7 @@ func (sock *respSocket) reader() {
 			continue
 		}
 		sock.busy.Store(true)
-		err := sock.srv.wsResponse(sock.ctx, data, write, &local)
+		err := sock.srv.wsResponse(sock.ctx, data, write, &local, &warm)
 		sock.busy.Store(false)
 		if err != nil {
 			sock.log.Debug("responses websocket ended", zap.Error(err))
@@ -114,7 +163,7 @@ func (sock *respSocket) reader() {
 
 // wsResponse runs one response.create event. It returns an error only when
 // the socket failed.
-func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte) error, local **session.Session) error {
+func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte) error, local **session.Session, warm **warmup) error {
 	refuse := func(err error) error { return write(wsErrorEvent(err)) }
 	if err := s.apiAvailable(); err != nil {
 		return refuse(err)
@@ -129,6 +178,13 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	if pr.bg {
 		return refuse(parley.FieldErrorf("background", "is for HTTP requests: a response on this socket streams on it"))
 	}
+	(*warm).chain(&pr.req)
+	if pr.warmup {
+		w, err := s.answerWarmup(pr, write)
+		*warm = w
+		s.log.Debug("responses websocket warm-up", zap.String("id", w.id), zap.Int("input_items", len(pr.req.Input)))
+		return err
+	}
 	if l := *local; l != nil && pr.req.Previous != "" {
 		if _, ok := l.Record(pr.req.Previous); ok {
 			pr.req.Local = l
@@ -136,7 +192,7 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	}
 	ctx, cancel := context.WithCancel(withModel(pr.turnContext(ctx), pr.model))
 	defer cancel()
-	resp, err := s.api.convs.Respond(ctx, pr.req)
+	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
 		return refuse(pr.renameSent(err))
 	}
@@ -153,6 +209,6 @@ func wsErrorEvent(err error) []byte {
 		Status     int         `json:"status"`
 		Error      openAIError `json:"error"`
 		RetryAfter int         `json:"retry_after,omitempty"` // seconds, as the HTTP Retry-After header says it
-	}{"error", ErrorStatus(err), newOpenAIError(err), retryAfterSeconds(err)})
+	}{"error", wireStatus(err, shapeOpenAI), newOpenAIError(err), retryAfterSeconds(err)})
 	return b
 }

@@ -240,10 +240,25 @@ func TestAPIPromptTokenCap(t *testing.T) {
 		{"/generate", map[string]any{"inputs": long}},
 		{"/generate_stream", map[string]any{"inputs": long}},
 		{"/generate?format=jsonlines", map[string]any{"inputs": long}},
-		{"/v1/chat/completions", map[string]any{"messages": userMsgs(long)}},
 	} {
 		e := wantFieldError(t, post(t, s.base+c.path, c.body), http.StatusRequestEntityTooLarge, "")
 		if e.Error.Code != "too_large" && !(e.shape == "tgi" && e.Error.Type == "validation") {
+			t.Fatalf("%s: %+v", c.path, e)
+		}
+	}
+	// OpenAI's routes answer as OpenAI answers a prompt over the context
+	// window: a 400 context_length_exceeded, which its clients recognise.
+	for _, c := range []struct {
+		path string
+		body any
+	}{
+		{"/v1/chat/completions", map[string]any{"messages": userMsgs(long)}},
+		{"/v1/responses", map[string]any{"input": long}},
+		{"/v1/completions", map[string]any{"prompt": long}},
+	} {
+		e := wantFieldError(t, post(t, s.base+c.path, c.body), http.StatusBadRequest, "")
+		if e.shape != "openai" || e.Error.Code != "context_length_exceeded" || e.Error.Type != "invalid_request_error" ||
+			!strings.HasPrefix(e.Error.Message, "This model's maximum context length is 20 tokens. However, your messages resulted in ") {
 			t.Fatalf("%s: %+v", c.path, e)
 		}
 	}

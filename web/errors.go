@@ -3,6 +3,7 @@ package web
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -107,7 +108,10 @@ type openAIErrorBody struct {
 	Error openAIError `json:"error"`
 }
 
-// newOpenAIError is err in OpenAI's shape.
+// newOpenAIError is err in OpenAI's shape. A prompt over a limit is
+// OpenAI's context_length_exceeded, worded as OpenAI words it (clients
+// such as Codex match the code and trim their history), Parley's message
+// after it.
 func newOpenAIError(err error) openAIError {
 	code := parley.ErrorCode(err)
 	e := openAIError{Message: parley.ErrorMessage(err), Type: errorMapping[code].openAIType, Code: &code}
@@ -117,7 +121,28 @@ func newOpenAIError(err error) openAIError {
 	if f := errorField(err); f != "" {
 		e.Param = &f
 	}
+	if tokens, limit, ok := parley.PromptLimit(err); ok {
+		c, param := contextLengthExceeded, "messages"
+		e.Code, e.Param = &c, &param
+		e.Message = fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. "+
+			"Please reduce the length of the messages. (%s)", limit, tokens, e.Message)
+	}
 	return e
+}
+
+// contextLengthExceeded is OpenAI's error code for a prompt over the
+// context window.
+const contextLengthExceeded = "context_length_exceeded"
+
+// wireStatus is the HTTP status of err on a route of shape: ErrorStatus,
+// except that a prompt over a limit is a 400 on the OpenAI and Anthropic
+// routes, as those APIs answer it (a 413 there reads as a body over the
+// size limit: Claude Code asks to remove images, Codex retries).
+func wireStatus(err error, shape errorShape) int {
+	if _, _, ok := parley.PromptLimit(err); ok && (shape == shapeOpenAI || shape == shapeAnthropic) {
+		return http.StatusBadRequest
+	}
+	return ErrorStatus(err)
 }
 
 // responseErrorCode is the code of a failed Responses object's error
@@ -145,7 +170,15 @@ type anthropicErrorBody struct {
 	Error anthropicError `json:"error"`
 }
 
+// newAnthropicError is err in Anthropic's shape. A prompt over a limit is
+// an invalid_request_error worded as Anthropic words it ("prompt is too
+// long: N tokens > M maximum", which Claude Code matches to compact its
+// conversation), Parley's message after it.
 func newAnthropicError(err error) anthropicError {
+	if tokens, limit, ok := parley.PromptLimit(err); ok {
+		return anthropicError{Type: "invalid_request_error",
+			Message: fmt.Sprintf("prompt is too long: %d tokens > %d maximum (%s)", tokens, limit, parley.ErrorMessage(err))}
+	}
 	t := errorMapping[parley.ErrorCode(err)].anthropicType
 	if t == "" {
 		t = "api_error"
@@ -247,7 +280,7 @@ func (s *Server) httpErrorHandler(err error, c echo.Context) {
 		}
 		err = &parley.Error{Code: statusCode(he.Code), Message: msg}
 	} else {
-		status = ErrorStatus(err)
+		status = wireStatus(err, errorShapeFor(c.Request()))
 		if parley.ErrorCode(err) == parley.EInternal {
 			s.log.Error("request failed", zap.String("path", c.Request().URL.Path), zap.Error(err))
 		}

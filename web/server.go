@@ -616,7 +616,7 @@ func (s *Server) countPromptTokens(ctx context.Context, text string, load bool) 
 		return fmt.Errorf("count prompt tokens: %w", err)
 	}
 	if len(toks) > limit {
-		return parley.Errorf(parley.ETooLarge, "the prompt is %d tokens; at most %d are accepted", len(toks), limit)
+		return parley.PromptTooLong(len(toks), limit, "the prompt is %d tokens; at most %d are accepted", len(toks), limit)
 	}
 	return nil
 }

@@ -431,6 +431,10 @@ func writeClassChar(b *strings.Builder, r rune) {
 }
 
 // bound reads a length or item count; def when absent (-1: no maximum).
+// A maximum (def -1) above the grammar's repetition cap is no maximum: a
+// grammar cannot count that far, and a bound that large (Claude Code's
+// maxLength 524288) says "long", not "at most so many"; the model is free
+// to write less. A minimum above the cap cannot be enforced and is refused.
 func (c *converter) bound(n *jnode, key, path string, def int) int {
 	v := n.get(key)
 	if v == nil {
@@ -441,6 +445,9 @@ func (c *converter) bound(n *jnode, key, path string, def int) int {
 		c.fail(join(path, key), "must be a non-negative integer")
 	}
 	if f > float64(defaultLimits().MaxRepeat) {
+		if def < 0 {
+			return -1
+		}
 		c.fail(join(path, key), "is over %d", defaultLimits().MaxRepeat)
 	}
 	return int(f)

@@ -155,7 +155,7 @@ func TestSchemaToGrammarRefuses(t *testing.T) {
 		{`{"allOf":[{"type":"string"},{"type":"integer"}]}`, "allOf[0]: allOf can merge only"},
 		{`{"type":"integer","minimum":1e300}`, "minimum: is over 2^53-1"},
 		{`{"type":"integer","minimum":5,"maximum":3}`, "no integer lies"},
-		{`{"type":"object","properties":{"a":{"type":"string","maxLength":2001}}}`, "properties.a.maxLength: is over 2000"},
+		{`{"type":"object","properties":{"a":{"type":"string","minLength":2001}}}`, "properties.a.minLength: is over 2000"},
 		{`{"type":"string"`, "not valid JSON"},
 	}
 	for _, c := range cases {
@@ -187,6 +187,11 @@ func TestSchemaToGrammarShapes(t *testing.T) {
 		{`{"type":"array","items":false}`, []string{`"[" space "]" space`}},
 		// An empty schema is any value.
 		{`{"type":"object","properties":{"x":{}}}`, []string{`x-kv ::= "\"x\"" space ":" space value`}},
+		// A maximum past the repetition cap (Claude Code's Write tool: maxLength 524288) is no maximum; a minimum
+		// beside it still counts.
+		{`{"type":"string","maxLength":524288}`, []string{`"\"" char* "\"" space`}},
+		{`{"type":"string","minLength":2,"maxLength":524288}`, []string{`"\"" char{2,} "\"" space`}},
+		{`{"type":"array","items":{"type":"integer"},"maxItems":100000}`, []string{`"[" space (integer ("," space integer)*)? "]" space`}},
 	}
 	for _, c := range cases {
 		g, err := gbnf.SchemaToGrammar([]byte(c.schema), gbnf.Limits{})

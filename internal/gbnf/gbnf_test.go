@@ -107,6 +107,8 @@ func TestCheckSchema(t *testing.T) {
 		`{"type":"string","pattern":"^[a-z]+(-[a-z0-9]{1,8})*$"}`,
 		`{"type":"object","properties":{"pattern":{"type":"string"},"minimum":{"type":"integer"}}}`,
 		`{"type":"integer","minimum":10,"maximum":10}`,
+		`{"type":"string","maxLength":1e9}`, // past the repetition cap: no maximum
+		`{"type":"string","minLength":3,"maxLength":524288}`,
 	}
 	for _, s := range ok {
 		if err := gbnf.CheckSchema([]byte(s), gbnf.Limits{}); err != nil {
@@ -116,7 +118,7 @@ func TestCheckSchema(t *testing.T) {
 	for _, tc := range []struct{ schema, want string }{
 		{`{"type":"string","minLength":5,"maxLength":2}`, "minLength 5 is above maxLength 2"},
 		{`{"type":"array","minItems":3,"maxItems":1}`, "minItems 3 is above maxItems 1"},
-		{`{"type":"string","maxLength":1e9}`, "at most 2000"},
+		{`{"type":"string","minLength":1e9}`, "at most 2000"},
 		{`{"type":"string","minLength":-1}`, "non-negative"},
 		{`{"type":"number","minimum":5,"maximum":1}`, "empty"},
 		{`{"type":"integer","minimum":10,"exclusiveMaximum":10}`, "empty"},

@@ -82,8 +82,10 @@ func walkSchema(v any, path string, lim Limits) error {
 	return nil
 }
 
-// count reads a non-negative integer bound such as minLength.
-func count(o map[string]any, key, path string, lim Limits) (n int, ok bool, err error) {
+// count reads a non-negative integer bound such as minLength. A maximum
+// (upper) above the repetition cap is no bound (ok false), as the converter
+// treats it (converter.bound); a minimum above it is refused.
+func count(o map[string]any, key, path string, lim Limits, upper bool) (n int, ok bool, err error) {
 	raw, present := o[key]
 	if !present {
 		return 0, false, nil
@@ -97,6 +99,9 @@ func count(o map[string]any, key, path string, lim Limits) (n int, ok bool, err 
 		return 0, false, schemaErr(path, "%s must be a non-negative integer, got %s", key, num)
 	}
 	if f > float64(lim.MaxRepeat) {
+		if upper {
+			return 0, false, nil
+		}
 		return 0, false, schemaErr(path, "%s is %s; at most %d", key, num, lim.MaxRepeat)
 	}
 	return int(f), true, nil
@@ -139,11 +144,11 @@ func hasType(o map[string]any, t string) bool {
 
 func checkObject(o map[string]any, path string, lim Limits) error {
 	for _, pair := range [][2]string{{"minLength", "maxLength"}, {"minItems", "maxItems"}, {"minProperties", "maxProperties"}} {
-		lo, hasLo, err := count(o, pair[0], path, lim)
+		lo, hasLo, err := count(o, pair[0], path, lim, false)
 		if err != nil {
 			return err
 		}
-		hi, hasHi, err := count(o, pair[1], path, lim)
+		hi, hasHi, err := count(o, pair[1], path, lim, true)
 		if err != nil {
 			return err
 		}

@@ -43,6 +43,17 @@ type Script struct {
 	// End is the text of the token that follows the reply (an end-of-generation token); empty means the donor's EOS.
 	// When Reply already ends with an end-of-generation token, End is never reached.
 	End string `json:"end,omitempty"`
+	// Then are more replies, each after a token of its own: a template that ends its generation prompt with another
+	// token in another state of the conversation (say, after a tool's result) gets another reply there. A piece of
+	// vocabulary is used once across every reply, as in one (σ depends on the current token alone); each ends with
+	// End, which does not count as a use.
+	Then []Branch `json:"then,omitempty"`
+}
+
+// Branch is one more reply of a Script: greedy decoding after the token After writes Reply.
+type Branch struct {
+	After string `json:"after"`
+	Reply string `json:"reply"`
 }
 
 // Token types of the GGUF tokenizer (llama.cpp's llama_token_type) that Script adds.
@@ -59,10 +70,10 @@ func (s *Script) hash() string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// scripted is a vocabulary with a script's tokens added, and the chain its reply follows.
+// scripted is a vocabulary with a script's tokens added, and the chains its replies follow.
 type scripted struct {
-	voc   vocabulary
-	chain []int // After, r1..rn, end
+	voc    vocabulary
+	chains [][]int // After, r1..rn, end: the reply's, then each of Then's
 }
 
 // apply adds the script's tokens to voc and returns the chain of token ids that greedy decoding follows.
@@ -103,12 +114,36 @@ func (s *Script) apply(voc vocabulary, eos int) (scripted, error) {
 			return scripted{}, fmt.Errorf("script: end %q is no single token of the vocabulary", s.End)
 		}
 	}
-	reply, err := pieces.segment(s.Reply, map[int]bool{after: true}, &out)
-	if err != nil {
-		return scripted{}, err
+	used := map[int]bool{after: true}
+	afters := []int{after}
+	for i, b := range s.Then {
+		a, ok := pieces.lookup(b.After)
+		if !ok {
+			return scripted{}, fmt.Errorf("script: then[%d].after %q is no single token of the vocabulary", i, b.After)
+		}
+		if used[a] {
+			return scripted{}, fmt.Errorf("script: then[%d].after %q is another reply's after", i, b.After)
+		}
+		used[a] = true
+		afters = append(afters, a)
 	}
-	chain := append(append([]int{after}, reply...), end)
-	return scripted{voc: out, chain: chain}, nil
+	var chains [][]int
+	for i, reply := range append([]string{s.Reply}, branchReplies(s.Then)...) {
+		ids, err := pieces.segment(reply, used, &out)
+		if err != nil {
+			return scripted{}, err
+		}
+		chains = append(chains, append(append([]int{afters[i]}, ids...), end))
+	}
+	return scripted{voc: out, chains: chains}, nil
+}
+
+func branchReplies(bs []Branch) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = b.Reply
+	}
+	return out
 }
 
 // pieceSet is every token with the text it stands for: added tokens as themselves, ordinary pieces with "▁" read

@@ -75,12 +75,36 @@ func TestScriptedHarmonyRepeats(t *testing.T) {
 	}
 }
 
+// TestScriptedThen: a script with a second reply after another token: a
+// tool call after a user's turn, an answer after the tool's result; the two
+// replies share no piece but end on the same end-of-turn token.
+func TestScriptedThen(t *testing.T) {
+	s := &Script{
+		Control: []string{"<|im_start|>", "<|im_end|>", "<|answer|>"},
+		Text:    []string{"<tool_call>", "</tool_call>"},
+		After:   "\n",
+		Reply:   `<tool_call>{"name": "Bash", "arguments": {"command": "echo hi"}}</tool_call>`,
+		End:     "<|im_end|>",
+		Then:    []Branch{{After: "<|answer|>", Reply: "The command said hi."}},
+	}
+	for prompt, want := range map[string]string{
+		"<|im_start|>user\nRun it<|im_end|>\n<|im_start|>assistant\n":                                         s.Reply,
+		"<|im_start|>user\nRun it<|im_end|>\n<|im_start|>tool\nhi<|im_end|>\n<|im_start|>assistant<|answer|>": "The command said hi.",
+	} {
+		got, finish := scriptedReply(t, s, prompt)
+		if strings.TrimPrefix(got, " ") != want || finish != parley.FinishEOS {
+			t.Errorf("after %q: reply %q (%s), want %q ended by <|im_end|>", prompt, got, finish, want)
+		}
+	}
+}
+
 func TestScriptRefusals(t *testing.T) {
 	voc := vocabulary{tokens: []string{"<unk>", "<s>", "</s>", "<0x0A>", "\u2581a", "b"}, types: []int32{2, 3, 3, 6, 1, 1}}
 	for name, s := range map[string]*Script{
 		"after missing":    {After: "zzz", Reply: "ab"},
 		"tail unspellable": {After: "\n", Reply: "bb"}, // the second "b" has no other spelling
 		"token exists":     {After: "\n", Reply: "b", Control: []string{"b"}},
+		"then after twice": {After: "\n", Reply: "b", Then: []Branch{{After: "\n", Reply: "a"}}},
 	} {
 		if _, err := s.apply(voc, 2); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -90,8 +114,8 @@ func TestScriptRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{3, 4, 5, 2}; !slices.Equal(sc.chain, want) {
-		t.Errorf("chain %v, want %v", sc.chain, want)
+	if want := []int{3, 4, 5, 2}; len(sc.chains) != 1 || !slices.Equal(sc.chains[0], want) {
+		t.Errorf("chains %v, want %v", sc.chains, want)
 	}
 	// A repeat is spelled with an invented piece: " ab ab" is ▁a b, then ▁ab (new) once more... every piece once.
 	sc, err = (&Script{After: "\n", Reply: " ab ab!"}).apply(voc, 2)
@@ -100,9 +124,10 @@ func TestScriptRefusals(t *testing.T) {
 	}
 	seen := map[int]bool{}
 	var text strings.Builder
-	for _, id := range sc.chain[1 : len(sc.chain)-1] {
+	chain := sc.chains[0]
+	for _, id := range chain[1 : len(chain)-1] {
 		if seen[id] {
-			t.Errorf("piece %d used twice in %v", id, sc.chain)
+			t.Errorf("piece %d used twice in %v", id, chain)
 		}
 		seen[id] = true
 		text.WriteString(strings.ReplaceAll(sc.voc.tokens[id], wordStart, " "))

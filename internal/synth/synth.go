@@ -160,13 +160,13 @@ func Write(ctx context.Context, path string, spec Spec) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	var chain []int
+	var chains [][]int
 	if spec.Script != nil {
 		sc, err := spec.Script.apply(voc, int(tokenizer.Uint("tokenizer.ggml.eos_token_id")))
 		if err != nil {
 			return Info{}, err
 		}
-		voc, chain = sc.voc, sc.chain
+		voc, chains = sc.voc, sc.chains
 		scriptTokenizer(tokenizer, voc, spec.Script.Template)
 	}
 	if spec.VocabSize > 0 {
@@ -175,7 +175,7 @@ func Write(ctx context.Context, path string, spec Spec) (Info, error) {
 		}
 	}
 	vocab := len(voc.tokens)
-	ts := tensors(ctx, spec, voc, chain)
+	ts := tensors(ctx, spec, voc, chains)
 	var params uint64
 	for _, t := range ts {
 		params += t.Elements()
@@ -345,7 +345,7 @@ func fileType(typ string) uint32 {
 //
 // With TiedEmbeddings the output projection is token_embd itself (SmolLM2's
 // exact tensor list), and greedy decoding repeats the current token.
-func tensors(ctx context.Context, spec Spec, voc vocabulary, chain []int) []*ggml.Tensor {
+func tensors(ctx context.Context, spec Spec, voc vocabulary, chains [][]int) []*ggml.Tensor {
 	kind := uint32(ggml.TensorTypeF32)
 	if spec.Type == "f16" {
 		kind = uint32(ggml.TensorTypeF16)
@@ -375,8 +375,10 @@ func tensors(ctx context.Context, spec Spec, voc vocabulary, chain []int) []*ggm
 	}
 	if !spec.TiedEmbeddings {
 		next := cycle(spec.Seed, voc)
-		for i := 0; i+1 < len(chain); i++ {
-			next[chain[i]] = chain[i+1]
+		for _, chain := range chains {
+			for i := 0; i+1 < len(chain); i++ {
+				next[chain[i]] = chain[i+1]
+			}
 		}
 		out := make([]float32, vocab*dim)
 		for x, y := range next {
