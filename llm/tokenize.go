@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"unicode/utf8"
 )
 
 // Tokenizing in chunks.
@@ -143,21 +144,33 @@ func isSpace(b byte) bool {
 
 // tokenize is the backend's Tokenize in chunks: it stops with ctx's error
 // when ctx ends, and, when limit > 0, as soon as it has more than limit
-// tokens (returning those, a prefix of the text's tokens, and no error).
+// tokens (returning more than limit tokens, which only count: see
+// TokenizeLimit, and no error).
 // addSpecial adds BOS (and EOS, for models that end every text with it)
 // as one call would.
 func (e *Engine) tokenize(ctx context.Context, text string, addSpecial, parseSpecial bool, limit int) ([]int, error) {
-	if !parseSpecial || e.specials == nil || len(e.specials.ids) == 0 {
+	if !parseSpecial || e.specials == nil {
 		return e.be.Tokenize(text, addSpecial, parseSpecial)
 	}
 	cs := e.specials.cuts(text)
-	if len(cs) == 1 {
+	if len(cs) == 1 && (limit <= 0 || len(text) <= chunkBytes) {
 		return e.be.Tokenize(text, addSpecial, parseSpecial)
 	}
 	var out []int
 	for i, c := range cs {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("tokenize: %w", err)
+		}
+		if limit > 0 && c.end-c.start > chunkBytes {
+			// A long stretch with no place to cut exactly: count it in
+			// pieces first, and stop if it is surely over.
+			approx, over, err := e.countPieces(ctx, text[c.start:c.end], limit-len(out))
+			if err != nil {
+				return nil, err
+			}
+			if over {
+				return append(out, approx...), nil
+			}
 		}
 		toks, err := e.be.Tokenize(text[c.start:c.end], addSpecial && i == 0, true)
 		if err != nil {
@@ -186,10 +199,59 @@ func (e *Engine) tokenize(ctx context.Context, text string, addSpecial, parseSpe
 	return out, nil
 }
 
+// pieceSlack bounds how many more tokens a text cut in two may have than
+// the whole (a SentencePiece space prefix, a pair a tokenizer would have
+// merged across the cut).
+const pieceSlack = 2
+
+// countPieces tokenizes text in pieces of about chunkBytes, each cut before
+// whitespace where there is some, until it is sure that text has more than
+// limit tokens (over; approx holds the pieces' tokens then), or has seen
+// all of it (approx is then not the text's tokens: tokenize it whole).
+func (e *Engine) countPieces(ctx context.Context, text string, limit int) (approx []int, over bool, err error) {
+	cuts := 0
+	for start := 0; start < len(text); cuts++ {
+		if err := ctx.Err(); err != nil {
+			return nil, false, fmt.Errorf("tokenize: %w", err)
+		}
+		end := pieceEnd(text, start)
+		toks, err := e.be.Tokenize(text[start:end], false, true)
+		if err != nil {
+			return nil, false, err
+		}
+		approx = append(approx, toks...)
+		if len(approx)-pieceSlack*cuts > limit {
+			return approx, true, nil
+		}
+		start = end
+	}
+	return approx, false, nil
+}
+
+// pieceEnd is where the piece of text that starts at start ends: at most
+// chunkBytes on, before the last whitespace there, else at the start of a
+// UTF-8 character.
+func pieceEnd(text string, start int) int {
+	end := start + chunkBytes
+	if end >= len(text) {
+		return len(text)
+	}
+	for i := end; i > start+chunkBytes/2; i-- {
+		if isSpace(text[i]) {
+			return i
+		}
+	}
+	for end > start+1 && !utf8.RuneStart(text[end]) {
+		end--
+	}
+	return end
+}
+
 // TokenizeLimit is Tokenize that stops early: with ctx's error when ctx
 // ends (between chunks of the text), and, when limit > 0, as soon as the
-// text is known to need more than limit tokens. Then it returns the tokens
-// found so far (more than limit of them, the start of the text's tokens)
+// text is known to need more than limit tokens. Then it returns more than
+// limit tokens, which only count (a long stretch without special tokens is
+// counted in pieces, whose tokens may differ from the whole's at the cuts),
 // and no error.
 func (e *Engine) TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error) {
 	toks, err := e.tokenize(ctx, text, true, true, limit)

@@ -79,6 +79,23 @@ func TestTokenizeLimit(t *testing.T) {
 	if len(part) <= 1000 || len(part) >= len(all)/4 || !slices.Equal(part, all[:len(part)]) {
 		t.Errorf("limit 1000: %d tokens (of %d), want a prefix just over the limit", len(part), len(all))
 	}
+	// A long text without special tokens: counted in pieces, stopped
+	// after the first.
+	plain := strings.Repeat("Once upon a time there was a dog. ", 30000) // 1 MB
+	part, err = e.TokenizeLimit(context.Background(), plain, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(part) <= 1000 || len(part) > 20000 {
+		t.Errorf("1 MB of text, limit 1000: %d tokens, want just over the limit (one piece)", len(part))
+	}
+	// Under the limit, the count is exact.
+	short := plain[:100000]
+	whole, _ := e.TokenizeWhole(short, true)
+	got, err := e.TokenizeLimit(context.Background(), short, 1000000)
+	if err != nil || !slices.Equal(got, whole) {
+		t.Errorf("100 kB under the limit: %d tokens (%v), want the %d of one call", len(got), err, len(whole))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := e.TokenizeLimit(ctx, text, 0); !errors.Is(err, context.Canceled) {
