@@ -286,6 +286,11 @@ func (s *Server) startCall(c echo.Context, route, text string, extra int, p parl
 	}
 	call := &apiCall{srv: s, route: route, cancel: cancel, params: p, meter: s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))}
 	rep, err := start(ctx, s.api.responder)
+	if err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The client left while its prompt was rendered or tokenized:
+		// not a failure of the server's.
+		err = parley.Errorf(parley.EUnavailable, "the request was cancelled before its reply started")
+	}
 	if err != nil {
 		cancel()
 		if c.Response().Committed { // the stream began with load progress: end it with the error
