@@ -2,6 +2,7 @@ package parley
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -79,6 +80,11 @@ func ClientFrom(ctx context.Context) string {
 	c, _ := ctx.Value(clientKey{}).(string)
 	return c
 }
+
+// ErrShuttingDown is the cause (context.Cause) of the cancellation of the
+// requests and turns a server cancels when its drain ends: what was still
+// running, or still waiting for the engine, when the server shut down.
+var ErrShuttingDown = errors.New("the server shut down")
 
 // maxPromptKey is the context key of WithMaxPromptTokens.
 type maxPromptKey struct{}

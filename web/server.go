@@ -150,7 +150,7 @@ type Server struct {
 	// cancels it (stopAll) when the drain deadline passes, so whatever is
 	// still running is cancelled rather than waited for.
 	stop    context.Context
-	stopAll context.CancelFunc
+	stopAll context.CancelCauseFunc
 	connWG  sync.WaitGroup // the serve loop and every tracked socket
 	reqWG   sync.WaitGroup // HTTP handlers running (see trackRequest)
 	ready   atomic.Bool
@@ -258,7 +258,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	s.echo.HTTPErrorHandler = s.httpErrorHandler
 	s.initOps()
 	s.routes()
-	s.stop, s.stopAll = context.WithCancel(context.Background())
+	s.stop, s.stopAll = context.WithCancelCause(context.Background())
 	s.http = &http.Server{
 		Handler:           s.echo,
 		BaseContext:       func(net.Listener) context.Context { return s.stop },
@@ -345,8 +345,10 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	err := <-shutdownErr
-	// The drain is over: cancel every request and turn still running.
-	s.stopAll()
+	// The drain is over: cancel every request and turn still running,
+	// saying why (a turn whose prompt never ran is then stored as pending,
+	// see session's settle).
+	s.stopAll(parley.ErrShuttingDown)
 	if err != nil {
 		s.http.Close()
 	}
