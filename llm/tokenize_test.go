@@ -28,36 +28,40 @@ func chatML(n int) string {
 
 // TestTokenizeChunked: a prompt with thousands of role markers tokenizes, in
 // chunks, to exactly the tokens of one llama.cpp call, with and without
-// BOS, on a vocabulary with control and user-defined tokens and on
-// stories260K's (SentencePiece: a space prefix after every special token).
+// BOS, on both engines, on a vocabulary with control and user-defined
+// tokens and on stories260K's (SentencePiece: a space prefix after every
+// special token).
 func TestTokenizeChunked(t *testing.T) {
-	scripted := mustOpen(t, llm.Config{Path: testmodel.Scripted(t, hermesScript()), ContextLength: 512, Parallel: 1, Threads: 1})
-	stories := mustOpen(t, llm.Config{ContextLength: 512, Parallel: 1, Threads: 1})
-	for _, c := range []struct {
-		name string
-		e    *llm.Engine
-		text string
-	}{
-		{"chatml", scripted, chatML(1500)},
-		{"chatml short", scripted, chatML(3)},
-		{"stories", stories, strings.Repeat("<s>Once upon a time</s> x</s>\n<s> <unk>y", 400)},
-		{"no specials", stories, strings.Repeat("Once upon a time ", 3000)},
-	} {
-		for _, add := range []bool{true, false} {
-			whole, err := c.e.TokenizeWhole(c.text, add)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := c.e.TokenizeChunks(c.text, add)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(got, whole) {
-				i := 0
-				for i < min(len(got), len(whole)) && got[i] == whole[i] {
-					i++
+	cfg := llm.Config{ContextLength: 512, Parallel: 1, Threads: 1}
+	scripted := engines(t, testmodel.Scripted(t, hermesScript()), cfg)
+	stories := engines(t, testmodel.Path(t), cfg)
+	for name := range scripted {
+		for _, c := range []struct {
+			name string
+			e    *llm.Engine
+			text string
+		}{
+			{"chatml", scripted[name], chatML(1500)},
+			{"chatml short", scripted[name], chatML(3)},
+			{"stories", stories[name], strings.Repeat("<s>Once upon a time</s> x</s>\n<s> <unk>y", 400)},
+			{"no specials", stories[name], strings.Repeat("Once upon a time ", 3000)},
+		} {
+			for _, add := range []bool{true, false} {
+				whole, err := c.e.TokenizeWhole(c.text, add)
+				if err != nil {
+					t.Fatal(err)
 				}
-				t.Errorf("%s (add %v): %d tokens in chunks, %d in one call, first difference at %d", c.name, add, len(got), len(whole), i)
+				got, err := c.e.TokenizeChunks(c.text, add)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, whole) {
+					i := 0
+					for i < min(len(got), len(whole)) && got[i] == whole[i] {
+						i++
+					}
+					t.Errorf("%s, %s (add %v): %d tokens in chunks, %d in one call, first difference at %d", name, c.name, add, len(got), len(whole), i)
+				}
 			}
 		}
 	}
