@@ -2,6 +2,7 @@ package parley
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -55,8 +56,9 @@ type ModelInfo struct {
 	LoadTime        time.Duration `json:"load_time"`
 	Device          Device        `json:"device"` // where the model runs
 	// ControlTokens are the texts of the vocabulary's control tokens (role
-	// markers, BOS/EOS). The tokenizer turns these texts into the tokens
-	// themselves, so message contents must not carry them verbatim.
+	// markers, BOS/EOS) and of its user-defined tokens that are markup
+	// (such as <tool_call>). The tokenizer turns these texts into the tokens
+	// themselves, so no string a client writes may carry them verbatim.
 	ControlTokens []string `json:"-"`
 	// ChatTemplates are the named variants (tokenizer.chat_template.NAME), such as tool_use, which renders when a
 	// request has tools.
@@ -77,6 +79,28 @@ func WithClient(ctx context.Context, client string) context.Context {
 func ClientFrom(ctx context.Context) string {
 	c, _ := ctx.Value(clientKey{}).(string)
 	return c
+}
+
+// ErrShuttingDown is the cause (context.Cause) of the cancellation of the
+// requests and turns a server cancels when its drain ends: what was still
+// running, or still waiting for the engine, when the server shut down.
+var ErrShuttingDown = errors.New("the server shut down")
+
+// maxPromptKey is the context key of WithMaxPromptTokens.
+type maxPromptKey struct{}
+
+// WithMaxPromptTokens returns a context that caps the tokens of the whole
+// prompt a reply renders (every message and tool, and what the template
+// writes around them, before older turns are dropped to fit the context):
+// over it the reply is refused with ETooLarge. n <= 0 means no cap.
+func WithMaxPromptTokens(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, maxPromptKey{}, n)
+}
+
+// MaxPromptTokensFrom returns the cap WithMaxPromptTokens put in ctx, or 0.
+func MaxPromptTokensFrom(ctx context.Context) int {
+	n, _ := ctx.Value(maxPromptKey{}).(int)
+	return n
 }
 
 // userKey is the context key of WithUser.

@@ -22,6 +22,7 @@ func (r *Responder) CountTokens(key string, msgs []parley.Message, p parley.Para
 	if err != nil {
 		return 0, err
 	}
+	opt.Tools = neutralizeTools(opt.Tools, info.ControlTokens)
 	prompt, err := tmpl.Render(neutralize(msgs, info.ControlTokens), opt)
 	if err != nil {
 		return 0, err

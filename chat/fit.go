@@ -166,5 +166,5 @@ func fit(msgs []parley.Message, budget, block, from int, count func(msgs []parle
 
 // tooLarge reports a prompt that cannot fit however much history is dropped.
 func tooLarge(tokens, budget int) error {
-	return parley.PromptTooLong(tokens, budget, "the message is too long: the prompt needs %d tokens even without earlier turns, but only %d fit", tokens, budget)
+	return parley.PromptTooLong(tokens, budget, "the message is too long: the prompt needs %d tokens or more even without earlier turns, but only %d fit", tokens, budget)
 }

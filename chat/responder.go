@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -139,6 +138,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	if err != nil {
 		return nil, err
 	}
+	opt.Tools = neutralizeTools(opt.Tools, info.ControlTokens)
 
 	// The memo of this conversation's last turn, when msgs continue it:
 	// fitting starts from the turns it dropped, and prompts are built from its
@@ -158,6 +158,10 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		cont   bool // the prompt continues the memo's
 	}
 	seen := make(map[int]rendered)
+	// Tokenizing a candidate stops once it is over both the budget and
+	// the cap on the whole prompt (when the request has one).
+	maxPrompt := parley.MaxPromptTokensFrom(ctx)
+	limit := max(budget, maxPrompt)
 	count := func(cand []parley.Message) (int, error) {
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens), nil
@@ -173,12 +177,24 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 				return len(tokens), nil
 			}
 		}
-		tokens, err := r.gen.Tokenize(prompt)
+		// Over limit the count is only known to be over (the tokens
+		// are a prefix): such a candidate is never the prompt.
+		tokens, err := r.tokenize(ctx, prompt, limit)
 		if err != nil {
 			return 0, fmt.Errorf("tokenize prompt: %w", err)
 		}
 		seen[len(cand)] = rendered{prompt, tokens, cont}
 		return len(tokens), nil
+	}
+	if maxPrompt > 0 {
+		// The whole conversation, as rendered, is held to the cap.
+		n, err := count(msgs)
+		if err != nil {
+			return nil, fmt.Errorf("count prompt tokens: %w", err)
+		}
+		if n > maxPrompt {
+			return nil, parley.Errorf(parley.ETooLarge, "the prompt is at least %d tokens with the template's markup; at most %d are accepted", n, maxPrompt)
+		}
 	}
 	from := 0
 	if m != nil {
@@ -240,6 +256,23 @@ func (r *Responder) memoFor(key string, msgs []parley.Message, tk ContinuationTo
 	return r.savedMemo(key)
 }
 
+// LimitTokenizer is a Generator that can stop tokenizing early (llm.Engine
+// is one): with ctx's error once ctx ends, and, when limit > 0, once the
+// text is known to need more than limit tokens, returning the tokens found
+// so far (more than limit, the start of the text's) and no error.
+type LimitTokenizer interface {
+	TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error)
+}
+
+// tokenize tokenizes a prompt, stopping early (see LimitTokenizer) when the
+// generator can.
+func (r *Responder) tokenize(ctx context.Context, prompt string, limit int) ([]int, error) {
+	if lt, ok := r.gen.(LimitTokenizer); ok {
+		return lt.TokenizeLimit(ctx, prompt, limit)
+	}
+	return r.gen.Tokenize(prompt)
+}
+
 // dropTurns returns msgs without their first k droppable turns (see fit).
 func dropTurns(msgs []parley.Message, k int) []parley.Message {
 	turnEnd := turnsOf(msgs)
@@ -257,12 +290,12 @@ func dropTurns(msgs []parley.Message, k int) []parley.Message {
 func (r *Responder) Complete(ctx context.Context, key string, prompt string, p parley.Params) (*Reply, error) {
 	key = parley.ScopedKey(ctx, key)
 	info := r.gen.Info()
-	tokens, err := r.gen.Tokenize(prompt)
+	tokens, err := r.tokenize(ctx, prompt, info.ContextLength)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize prompt: %w", err)
 	}
 	if len(tokens)+1 > info.ContextLength {
-		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
+		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs at least %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
 	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }
@@ -587,43 +620,6 @@ func (rep *Reply) deliverFinal(ctx context.Context, ev parley.Event) {
 		default:
 		}
 	}
-}
-
-// neutralize breaks up control-token text (such as "<|im_start|>" or
-// "</s>") inside message contents with a zero-width space after its first
-// character. The tokenizer parses special-token text anywhere in the
-// rendered prompt, so without this a user could type a role marker and
-// speak as the system or end the prompt early. Only the template's own
-// markup produces control tokens.
-func neutralize(msgs []parley.Message, controls []string) []parley.Message {
-	if len(controls) == 0 {
-		return msgs
-	}
-	var out []parley.Message
-	for i, m := range msgs {
-		c, r := neutralizeText(m.Content, controls), neutralizeText(m.Reasoning, controls)
-		if c != m.Content || r != m.Reasoning {
-			if out == nil {
-				out = append([]parley.Message(nil), msgs...)
-			}
-			out[i].Content, out[i].Reasoning = c, r
-		}
-	}
-	if out == nil {
-		return msgs
-	}
-	return out
-}
-
-// neutralizeText breaks up every control token's text in s (see neutralize).
-func neutralizeText(s string, controls []string) string {
-	for _, tok := range controls {
-		if strings.Contains(s, tok) {
-			_, size := utf8.DecodeRuneInString(tok)
-			s = strings.ReplaceAll(s, tok, tok[:size]+"\u200b"+tok[size:])
-		}
-	}
-	return s
 }
 
 // clean turns one engine token into what the reply shows: its text through

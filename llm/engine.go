@@ -52,17 +52,22 @@ type Stats struct {
 
 // Engine is a loaded model with its decode loop. It is safe for concurrent use.
 type Engine struct {
-	be      backend // the model and its context (backend.go); the loop owns the context
-	dev     device  // where the offloaded layers are (the CPU when none are); its memory is read at each Stats
-	info    parley.ModelInfo
-	vocab   vocabInfo
-	log     *zap.Logger
-	nCtx    int // tokens per slot
-	batch   int // micro-batch size
-	budget  time.Duration
-	queue   *fairQueue // the sequences waiting for a slot (fairqueue.go)
-	closing chan struct{}
-	done    chan struct{}
+	be    backend // the model and its context (backend.go); the loop owns the context
+	dev   device  // where the offloaded layers are (the CPU when none are); its memory is read at each Stats
+	info  parley.ModelInfo
+	vocab vocabInfo
+	// specials finds special-token text for tokenizing in chunks
+	// (tokenize.go); addedSuffix is what the backend adds after a text
+	// with its special tokens (EOS for some models).
+	specials    *specials
+	addedSuffix []int
+	log         *zap.Logger
+	nCtx        int // tokens per slot
+	batch       int // micro-batch size
+	budget      time.Duration
+	queue       *fairQueue // the sequences waiting for a slot (fairqueue.go)
+	closing     chan struct{}
+	done        chan struct{}
 	// wake is signalled (never blocking) by a grammar sampler with a
 	// result, so a loop waiting only on samplers resumes.
 	wake chan struct{}
@@ -208,6 +213,7 @@ func Open(cfg Config) (*Engine, error) {
 	for i := range cfg.CacheSlots {
 		e.slots = append(e.slots, &slot{id: i})
 	}
+	e.specials, e.addedSuffix = newSpecials(meta.vocab), addedSuffix(be)
 	e.pieces = make([]string, info.VocabSize)
 	for i := range e.pieces {
 		e.pieces[i] = be.TokenToPiece(i)
@@ -231,7 +237,7 @@ func (e *Engine) EngineName() string { return e.be.Name() }
 // Tokenize turns text into tokens, adding BOS when the model wants it and
 // parsing special-token text (such as a chat template's role markers).
 func (e *Engine) Tokenize(text string) ([]int, error) {
-	toks, err := e.be.Tokenize(text, true, true)
+	toks, err := e.tokenize(context.Background(), text, true, true, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
@@ -251,7 +257,7 @@ func (e *Engine) TokenizeContinuation(text string) ([]int, error) {
 	if text == "" {
 		return nil, nil
 	}
-	toks, err := e.be.Tokenize(text, false, true)
+	toks, err := e.tokenize(context.Background(), text, false, true, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}

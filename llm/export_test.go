@@ -1,4 +1,17 @@
 package llm
 
+import "context"
+
 // CommonPrefix is commonPrefix, for the package's external tests.
 var CommonPrefix = commonPrefix
+
+// TokenizeWhole tokenizes text in one llama.cpp call (what Tokenize does in
+// chunks), for the tests that compare the two.
+func (e *Engine) TokenizeWhole(text string, addSpecial bool) ([]int, error) {
+	return e.be.Tokenize(text, addSpecial, true)
+}
+
+// TokenizeChunks is Tokenize (in chunks), with or without BOS.
+func (e *Engine) TokenizeChunks(text string, addSpecial bool) ([]int, error) {
+	return e.tokenize(context.Background(), text, addSpecial, true, 0)
+}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ollama/ollama/fs/ggml"
 
@@ -38,6 +40,27 @@ func (v vocabInfo) special(tok int) bool {
 		return false
 	}
 	return v.types[tok] == tokenTypeControl
+}
+
+// neutralized reports whether a client's text must not spell the token
+// (see parley.ModelInfo.ControlTokens): control tokens, and user-defined
+// ones (such as <tool_call>), which llama.cpp finds in text even when told
+// not to parse special tokens. Single characters are never broken up, nor
+// are user-defined tokens that are only whitespace or only letters and
+// digits (some vocabularies add runs of spaces or words as user-defined
+// tokens: they forge nothing, and breaking them up would change the text).
+func neutralized(typ int32, text string) bool {
+	if utf8.RuneCountInString(text) < 2 {
+		return false
+	}
+	switch typ {
+	case tokenTypeControl:
+		return true
+	case tokenTypeUserDefined:
+		return strings.ContainsFunc(text, func(r rune) bool { return !unicode.IsSpace(r) && !unicode.IsLetter(r) && !unicode.IsDigit(r) }) &&
+			!strings.ContainsFunc(text, unicode.IsSpace)
+	}
+	return false
 }
 
 type metadata struct {
@@ -102,7 +125,7 @@ func readMetadata(path string) (metadata, error) {
 	}
 	var controls []string
 	for i, typ := range vocab.types {
-		if typ == tokenTypeControl && i < len(vocab.tokens) && len(vocab.tokens[i]) > 1 {
+		if i < len(vocab.tokens) && neutralized(typ, vocab.tokens[i]) {
 			controls = append(controls, vocab.tokens[i])
 		}
 	}

@@ -632,7 +632,9 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, input parley.
 
 // settle commits the turn whose reply ended with final (a failed reply, and
 // a cancelled one without text, are not stored; a cancelled one with text is
-// stored marked interrupted) and returns the final event to deliver. It
+// stored marked interrupted, and so is one without text that the server's
+// shutdown cancelled: its prompt, still waiting for the engine, is kept as
+// pending rather than lost) and returns the final event to deliver. It
 // holds t.settleMu throughout, so Snapshot sees the turn either settled
 // (stored, or known not to be) or still to come, never half way.
 func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parley.Message, final parley.Event) parley.Event {
@@ -640,7 +642,8 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parl
 	defer t.settleMu.Unlock()
 	t.settled = true
 	text := t.reply.Text()
-	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && text == "" && !t.durable) {
+	shutdown := errors.Is(context.Cause(ctx), parley.ErrShuttingDown)
+	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && text == "" && !t.durable && !shutdown) {
 		return final // (a durable turn's pending record stays: interrupted)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)

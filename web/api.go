@@ -252,30 +252,33 @@ type apiCall struct {
 
 // startCompletion starts a raw-prompt reply (no template) for route.
 func (s *Server) startCompletion(c echo.Context, route, prompt string, p parley.Params) (*apiCall, error) {
-	return s.startCall(c, route, prompt, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+	return s.startCall(c, route, prompt, 0, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
 		return r.Complete(ctx, "", prompt, p)
 	})
 }
 
 // startChat starts a reply to a conversation rendered with the model's template.
+// The whole prompt (every message and tool, and what the template adds) is
+// held to Config.MaxPromptTokens: counted first from the request's strings
+// (startCall), then, rendered, by the responder.
 func (s *Server) startChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*apiCall, error) {
-	var text strings.Builder
-	for _, m := range msgs {
-		text.WriteString(m.Content)
-	}
-	return s.startCall(c, route, text.String(), p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+	return s.startCall(c, route, promptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+		if s.cfg.MaxPromptTokens > 0 && s.tok != nil {
+			ctx = parley.WithMaxPromptTokens(ctx, s.cfg.MaxPromptTokens)
+		}
 		return r.Reply(ctx, key, msgs, p)
 	})
 }
 
 // startCall starts a reply for route once the server takes work and the
-// request's text (the prompt, or every message of a conversation: a
-// stateless request's whole prompt) is within Config.MaxPromptTokens.
-func (s *Server) startCall(c echo.Context, route, text string, p parley.Params, start func(context.Context, Responder) (*chat.Reply, error)) (*apiCall, error) {
+// request's text (the prompt, or every string of a conversation: a
+// stateless request's whole prompt) plus extra tokens (one per message) is
+// within Config.MaxPromptTokens.
+func (s *Server) startCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, Responder) (*chat.Reply, error)) (*apiCall, error) {
 	if err := s.apiAvailable(); err != nil {
 		return nil, err
 	}
-	if err := s.checkPromptTokens(c.Request().Context(), text); err != nil {
+	if err := s.countPromptTokens(c.Request().Context(), text, extra, true); err != nil {
 		return nil, err
 	}
 	// These APIs store nothing: the engine keeps no copy of their KV state
@@ -287,6 +290,11 @@ func (s *Server) startCall(c echo.Context, route, text string, p parley.Params, 
 	}
 	call := &apiCall{srv: s, route: route, cancel: cancel, params: p, meter: s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))}
 	rep, err := start(ctx, s.api.responder)
+	if err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The client left while its prompt was rendered or tokenized:
+		// not a failure of the server's.
+		err = parley.Errorf(parley.EUnavailable, "the request was cancelled before its reply started")
+	}
 	if err != nil {
 		cancel()
 		if c.Response().Committed { // the stream began with load progress: end it with the error

@@ -151,7 +151,7 @@ func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Mes
 	p := call.params
 	p.Stop = append(append([]string(nil), p.Stop...), t.Stops()...)
 	prompt := prefix + rendered
-	return s.startCall(c, "ollama-generate", prompt, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+	return s.startCall(c, "ollama-generate", prompt, 0, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
 		return r.Complete(ctx, "", prompt, p)
 	})
 }

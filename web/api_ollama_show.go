@@ -56,8 +56,12 @@ func (s *Server) handleOllamaShow(c echo.Context) error {
 	info := s.loadedModel(ctx)
 	mod, _ := ollamaFileFacts(info)
 	name := s.ollamaModelName(ctx)
+	from := info.Path
+	if !s.operator(c.Request()) {
+		from = baseName(from) // where the model lives is the operator's business (redact.go)
+	}
 	return c.JSON(http.StatusOK, ollamaShowResponse{
-		Modelfile:    fmt.Sprintf("# Served by Parley from %s\nFROM %s\n", name, info.Path),
+		Modelfile:    fmt.Sprintf("# Served by Parley from %s\nFROM %s\n", name, from),
 		Parameters:   s.ollamaParameters(ctx),
 		Template:     info.ChatTemplate,
 		Details:      ollamaDetailsOf(info),

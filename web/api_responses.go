@@ -204,14 +204,13 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
-	var text strings.Builder
-	for _, m := range msgs {
-		text.WriteString(m.Content)
-	}
+	// Every string of the input and the tools counts (the tools as their
+	// JSON text), and one token per message for its role marker.
+	text := promptText(msgs, nil) + string(req.Tools)
 	if req.Instructions != nil {
-		text.WriteString(*req.Instructions)
+		text += *req.Instructions
 	}
-	if err := s.checkPromptTokens(ctx, text.String()); err != nil {
+	if err := s.countPromptTokens(ctx, text, len(msgs), true); err != nil {
 		return nil, err
 	}
 	if req.Reasoning != nil && req.Reasoning.Effort != nil {

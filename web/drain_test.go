@@ -157,3 +157,61 @@ func TestCloseBoundedWhenAStepNeverReturns(t *testing.T) {
 		t.Fatalf("stored reply %q, delivered %q", sess.Messages[1].Content, want)
 	}
 }
+
+// queuedGenerator holds every prompt as if it waited in the engine's queue
+// behind busy slots: no token ever comes, and when its context ends the
+// stream ends cancelled.
+type queuedGenerator struct {
+	*llm.Engine
+	queued chan struct{} // a send per prompt that is waiting
+}
+
+func (g *queuedGenerator) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
+	out := make(chan parley.Event, 1)
+	go func() {
+		defer close(out)
+		g.queued <- struct{}{}
+		<-ctx.Done()
+		out <- parley.Event{Done: true, Finish: parley.FinishCancelled}
+	}()
+	return out, nil
+}
+
+// TestPromptQueuedAtShutdownIsKept: a chat prompt still waiting for the
+// engine when the drain ends is not lost: its session stores it, with an
+// empty reply marked interrupted, so the client that reconnects finds it.
+func TestPromptQueuedAtShutdownIsKept(t *testing.T) {
+	g := &queuedGenerator{queued: make(chan struct{}, 1)}
+	h := openStack(t, stackOpts{
+		cfg: func(c *web.Config) { c.DrainTimeout = 100 * time.Millisecond },
+		generator: func(e *llm.Engine) chat.Generator {
+			g.Engine = e
+			return g
+		}})
+	ws, res, err := websocket.DefaultDialer.Dial(h.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	id := res.Header.Get("X-Parley-Session")
+	if err := ws.WriteMessage(websocket.TextMessage, []byte("Once upon a time")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.queued:
+	case <-time.After(time.Minute):
+		t.Fatal("the prompt never reached the engine")
+	}
+	if err := h.srv.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := h.sessions.Conversation(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := sess.Messages
+	if len(msgs) != 2 || msgs[0].Role != parley.RoleUser || msgs[0].Content != "Once upon a time" ||
+		msgs[1].Role != parley.RoleAssistant || !msgs[1].Interrupted || msgs[1].Content != "" {
+		t.Fatalf("the session after the shutdown holds %+v, want the prompt and an interrupted empty reply", msgs)
+	}
+}

@@ -123,14 +123,22 @@ func (s *Server) deviceStatus() *deviceStatus {
 // handleHealth is liveness: 503 while the model loads, 200 once it has
 // loaded, draining included (a draining server is alive and finishing its
 // replies; restarting it then would cut them off).
+//
+// Without an accepted API key (when one is configured) it says only its
+// status: the device, the models, their replies in flight and their load
+// errors describe the deployment (see redact.go).
 func (s *Server) handleHealth(c echo.Context) error {
+	status := "ok"
 	switch {
 	case !s.ready.Load():
 		return c.JSON(http.StatusServiceUnavailable, statusBody{Status: "loading"})
 	case s.draining.Load():
-		return c.JSON(http.StatusOK, statusBody{Status: "draining", Device: s.deviceStatus(), Models: s.healthModels()})
+		status = "draining"
 	}
-	return c.JSON(http.StatusOK, statusBody{Status: "ok", Device: s.deviceStatus(), Models: s.healthModels()})
+	if !s.authorized(c.Request()) {
+		return c.JSON(http.StatusOK, statusBody{Status: status})
+	}
+	return c.JSON(http.StatusOK, statusBody{Status: status, Device: s.deviceStatus(), Models: s.healthModels(c.Request())})
 }
 
 // handleReady is readiness: 200 only while the server takes new work, so a
@@ -152,7 +160,11 @@ func (s *Server) handleInfo(c echo.Context) error {
 	if !s.ready.Load() {
 		return parley.Errorf(parley.EUnavailable, "the model is loading")
 	}
-	return c.JSON(http.StatusOK, s.info())
+	in := s.info()
+	if !s.operator(c.Request()) {
+		in.Path = baseName(in.Path)
+	}
+	return c.JSON(http.StatusOK, in)
 }
 
 // requireReady answers 503 unavailable on every route that needs the model

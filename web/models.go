@@ -169,7 +169,7 @@ func (s *Server) modelsListEntry(m ModelStatus) modelsListEntry {
 }
 
 func (s *Server) handleModelsList(c echo.Context) error {
-	ms := s.models.Models()
+	ms := s.modelsFor(c.Request(), s.models.Models())
 	data := make([]modelsListEntry, 0, len(ms))
 	for _, m := range ms {
 		data = append(data, s.modelsListEntry(m))
@@ -186,6 +186,9 @@ func (s *Server) handleModelsOne(c echo.Context) error {
 		return err
 	}
 	m, _ := s.modelStatus(name)
+	if !s.operator(c.Request()) {
+		m = redactStatus(m)
+	}
 	return c.JSON(http.StatusOK, s.modelsListEntry(m))
 }
 
@@ -243,12 +246,12 @@ func (s *Server) handleAdminUnload(c echo.Context) error {
 }
 
 // healthModels is /health's account of every model (nil with one model).
-func (s *Server) healthModels() []healthModel {
+func (s *Server) healthModels(r *http.Request) []healthModel {
 	if s.models == nil {
 		return nil
 	}
 	var out []healthModel
-	for _, m := range s.models.Models() {
+	for _, m := range s.modelsFor(r, s.models.Models()) {
 		out = append(out, healthModel{Name: m.Name, State: m.State, InFlight: m.InFlight, LastError: m.LastError})
 	}
 	return out

@@ -155,7 +155,7 @@ type Server struct {
 	// cancels it (stopAll) when the drain deadline passes, so whatever is
 	// still running is cancelled rather than waited for.
 	stop    context.Context
-	stopAll context.CancelFunc
+	stopAll context.CancelCauseFunc
 	connWG  sync.WaitGroup // the serve loop and every tracked socket
 	reqWG   sync.WaitGroup // HTTP handlers running (see trackRequest)
 	ready   atomic.Bool
@@ -263,7 +263,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	s.echo.HTTPErrorHandler = s.httpErrorHandler
 	s.initOps()
 	s.routes()
-	s.stop, s.stopAll = context.WithCancel(context.Background())
+	s.stop, s.stopAll = context.WithCancelCause(context.Background())
 	s.http = &http.Server{
 		Handler:           s.echo,
 		BaseContext:       func(net.Listener) context.Context { return s.stop },
@@ -350,8 +350,10 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	err := <-shutdownErr
-	// The drain is over: cancel every request and turn still running.
-	s.stopAll()
+	// The drain is over: cancel every request and turn still running,
+	// saying why (a turn whose prompt never ran is then stored as pending,
+	// see session's settle).
+	s.stopAll(parley.ErrShuttingDown)
 	if err != nil {
 		s.http.Close()
 	}
@@ -591,34 +593,86 @@ func (s *Server) RequireKey(next echo.HandlerFunc) echo.HandlerFunc {
 // With several models it counts with ctx's model's tokenizer, loading the
 // model for it.
 func (s *Server) checkPromptTokens(ctx context.Context, text string) error {
-	return s.countPromptTokens(ctx, text, true)
+	return s.countPromptTokens(ctx, text, 0, true)
 }
 
-// countPromptTokens is checkPromptTokens; without load, a prompt for a
-// model that is not loaded is not counted (the WebSocket's reader must not
-// wait for a load: the engine still refuses a prompt over the context).
-func (s *Server) countPromptTokens(ctx context.Context, text string, load bool) error {
+// limitTokenizer is a Tokenizer that stops early (*llm.Engine): once ctx
+// ends, and once the text is known to be over limit (it then returns the
+// tokens found so far, more than limit).
+type limitTokenizer interface {
+	TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error)
+}
+
+// countPromptTokens is checkPromptTokens for text plus extra tokens (one
+// per message: the role marker every template writes); without load, a
+// prompt for a model that is not loaded is not counted (the WebSocket's
+// reader must not wait for a load: the engine still refuses a prompt over
+// the context). Tokenizing stops as soon as the text is over the limit, and
+// when ctx ends (the client left).
+func (s *Server) countPromptTokens(ctx context.Context, text string, extra int, load bool) error {
 	limit := s.cfg.MaxPromptTokens
+	if s.tok == nil || limit <= 0 {
+		return nil
+	}
+	if extra > limit {
+		return parley.Errorf(parley.ETooLarge, "the prompt has %d messages, each at least one token; at most %d tokens are accepted", extra, limit)
+	}
 	// A token spans at least one byte of text, apart from the few a
 	// tokenizer adds (BOS, EOS, SentencePiece's leading space): shorter
 	// texts cannot be over the cap and are not tokenized.
 	const added = 4
-	if s.tok == nil || limit <= 0 || len(text)+added <= limit {
+	if len(text)+added+extra <= limit {
 		return nil
 	}
 	tok, release, err := s.tokenizerOf(ctx, load)
 	if err != nil || tok == nil {
 		return err
 	}
-	toks, err := tok.Tokenize(text)
+	var toks []int
+	if lt, ok := tok.(limitTokenizer); ok {
+		toks, err = lt.TokenizeLimit(ctx, text, limit-extra)
+	} else {
+		toks, err = tok.Tokenize(text)
+	}
 	release()
 	if err != nil {
 		return fmt.Errorf("count prompt tokens: %w", err)
 	}
-	if len(toks) > limit {
-		return parley.PromptTooLong(len(toks), limit, "the prompt is %d tokens; at most %d are accepted", len(toks), limit)
+	if n := len(toks) + extra; n > limit {
+		return parley.PromptTooLong(n, limit, "the prompt is at least %d tokens; at most %d are accepted", n, limit)
 	}
 	return nil
+}
+
+// promptText is every string of msgs and tools that reaches the prompt
+// (contents, reasoning, names, tool calls, tool definitions), one per line,
+// for countPromptTokens: what the template adds around them is counted as
+// one token per message.
+func promptText(msgs []parley.Message, tools []parley.Tool) string {
+	var b strings.Builder
+	line := func(s string) {
+		if s != "" {
+			b.WriteString(s)
+			b.WriteByte('\n')
+		}
+	}
+	for _, m := range msgs {
+		line(m.Content)
+		line(m.Reasoning)
+		line(m.Name)
+		line(m.ToolCallID)
+		for _, c := range m.ToolCalls {
+			line(c.ID)
+			line(c.Name)
+			line(c.Arguments)
+		}
+	}
+	for _, t := range tools {
+		line(t.Name)
+		line(t.Description)
+		line(string(t.Parameters))
+	}
+	return b.String()
 }
 
 // Defaults returns the server's sampling defaults and reply cap.

@@ -546,6 +546,13 @@ func (r *engineRef) Tokenize(text string) ([]int, error) {
 	return nil, errLoading
 }
 
+func (r *engineRef) TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error) {
+	if e := r.p.Load(); e != nil {
+		return e.TokenizeLimit(ctx, text, limit)
+	}
+	return nil, errLoading
+}
+
 func (r *engineRef) TokenizeContinuation(text string) ([]int, error) {
 	if e := r.p.Load(); e != nil {
 		return e.TokenizeContinuation(text)

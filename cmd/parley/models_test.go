@@ -172,6 +172,14 @@ func TestSeveralModels(t *testing.T) {
 			t.Errorf("%s before any request: %+v", name, m)
 		}
 	}
+	// Where a model lives is shown to the server's key only: a user's key
+	// sees the file's name.
+	for name, m := range listModels(t, s, "carol-key") {
+		full, _ := ms[name].Settings["path"].(string)
+		if !filepath.IsAbs(full) || m.Settings["path"] != filepath.Base(full) {
+			t.Errorf("%s's path: %v to the server's key, %v to a user's", name, full, m.Settings["path"])
+		}
+	}
 
 	// Anthropic's clients (anthropic-version) get every model in Anthropic's shape.
 	req, _ := http.NewRequest("GET", "http://"+s.addr+"/v1/models", nil)
@@ -264,10 +272,14 @@ func TestSeveralModels(t *testing.T) {
 	}
 	waitState(t, s, key, "deep", "unloaded")
 
-	// /health tells each model's state.
-	code, b = call(t, s, "GET", "/health", "", nil)
+	// /health tells each model's state to a key; without one, only that
+	// the server is up.
+	code, b = call(t, s, "GET", "/health", "carol-key", nil)
 	if code != 200 || !strings.Contains(string(b), `{"name":"deep","state":"unloaded"`) {
 		t.Fatalf("/health: %d %s", code, b)
+	}
+	if code, b = call(t, s, "GET", "/health", "", nil); code != 200 || string(b) != `{"status":"ok"}`+"\n" {
+		t.Fatalf("/health without a key: %d %q", code, b)
 	}
 
 	// Ollama's API: tags lists all three; chat picks by name:tag. A
