@@ -18,7 +18,9 @@ const busyRetryAfter = 2 * time.Second
 // free slot, not behind the whole queue. Two caps keep one client from
 // taking everything: the sequences it may have waiting (past it Generate
 // refuses it with busy, while others still get in), and the slots it may
-// hold while another client waits. Alone, a client may use every slot.
+// hold while another client is generating or waiting: those left over stay
+// free for the others' next requests, which then start at once instead of
+// waiting for one of its replies to end. Alone, a client may use every slot.
 //
 // Generate pushes from any goroutine; the loop pops, and tells done when a
 // sequence it popped ends. Safe for concurrent use.
@@ -91,15 +93,19 @@ func (q *fairQueue) push(seq *sequence) error {
 
 // pop returns the next sequence to admit, or nil when none may be: round
 // robin from the client after the last one served, passing over a client
-// that holds its slotsPer slots while another client has one waiting. The
-// caller holds a slot for it until done.
+// that holds its slotsPer slots while another client has a sequence waiting
+// or generating. The caller holds a slot for it until done.
 func (q *fairQueue) pop() *sequence {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := range q.ring {
 		k := (q.next + i) % len(q.ring)
 		c := q.ring[k]
-		if q.slotsPer > 0 && c.active >= q.slotsPer && len(q.ring) > 1 {
+		if q.slotsPer > 0 && c.active >= q.slotsPer && len(q.clients) > 1 {
+			// Another client is generating or waiting: c leaves it the
+			// slots past its share, so that the other's next request
+			// finds one free instead of waiting for one of c's replies
+			// to end.
 			continue
 		}
 		seq := c.seqs[0]

@@ -63,6 +63,12 @@ func TestFairQueueCaps(t *testing.T) {
 	if got := popNames(q, 3); got != "h l h" {
 		t.Fatalf("order %q", got)
 	}
+	// While light generates, heavy keeps to its two slots: the third stays
+	// free for light's next request.
+	if got := popNames(q, 1); got != "-" {
+		t.Fatalf("heavy took a third slot while light generates: %q", got)
+	}
+	q.done(seqOf("light", ""))
 	if got := popNames(q, 1); got != "h" {
 		t.Fatalf("heavy alone could not take a third slot: %q", got)
 	}
