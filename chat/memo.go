@@ -33,6 +33,7 @@ type Engine interface {
 	Generator
 	ContinuationTokenizer
 	SavedTokenSource
+	LimitTokenizer
 }
 
 // SavedTokenSource is implemented by a Generator that keeps conversations'
