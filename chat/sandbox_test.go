@@ -27,9 +27,27 @@ var hostileTemplates = map[string]string{
 // hangWait bounds what must end: it only catches a hang (issue 43).
 const hangWait = time.Minute
 
+// renderLimit is the render limit of the test sandboxes: a second, or, on a machine that is slow now, ten times what a
+// sandbox takes here to start and render a trivial template (a baseline measured by each test on the same machine:
+// issue 43; under a CPU hog with -race a good template's probes took over a second). A hostile template is
+// unbounded, so any limit refuses it; a good one must never be refused for the machine's load.
+func renderLimit(t *testing.T) time.Duration {
+	t.Helper()
+	s := chat.NewSandbox(chat.WithRenderTimeout(hangWait))
+	defer s.Close()
+	tmpl := chat.NewJinja("{% for m in messages %}{{ m.content }}{% endfor %}", chat.JinjaConfig{Renderer: s})
+	start := time.Now()
+	if _, err := tmpl.RenderJinja([]parley.Message{{Role: parley.RoleUser, Content: "hello"}}, chat.Gen); err != nil {
+		t.Fatal(err)
+	}
+	limit := max(time.Second, 10*time.Since(start))
+	t.Logf("render limit %v (a sandbox's first render took %v)", limit, time.Since(start))
+	return limit
+}
+
 func newTestSandbox(t *testing.T) *chat.Sandbox {
 	t.Helper()
-	s := chat.NewSandbox(chat.WithRenderTimeout(time.Second), chat.WithSandboxMemory(512<<20))
+	s := chat.NewSandbox(chat.WithRenderTimeout(renderLimit(t)), chat.WithSandboxMemory(512<<20))
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -113,7 +131,7 @@ func TestSandboxRendersLikeInProcess(t *testing.T) {
 // A render stuck on one conversation holds up one child, not the others' renders: a normal render started beside it
 // returns while the stuck one is still running (the order of the two events, not a time: issue 43).
 func TestSandboxSlowRenderDoesNotStallOthers(t *testing.T) {
-	s := chat.NewSandbox(chat.WithRenderTimeout(2*time.Second), chat.WithSandboxWorkers(2))
+	s := chat.NewSandbox(chat.WithRenderTimeout(2*renderLimit(t)), chat.WithSandboxWorkers(2))
 	defer s.Close()
 	src := "{% if messages[-1].content == 'boom' %}{% for i in range(100000000) %}{% endfor %}{% endif %}" +
 		"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
