@@ -143,8 +143,12 @@ func TestOpenAILargeSchemas(t *testing.T) {
 	t.Logf("500 properties: %d keys, %d tokens in %v: %.200s", len(keys), c.Usage.CompletionTokens, elapsed, reply)
 
 	// 1000 properties (the limit) and 2000 leaves in 20 nested objects
-	// convert and start generating. The faster of the two is the baseline
-	// the refusals below are held to, measured on this machine now.
+	// convert and start generating. The slower of the two (1000
+	// properties, measured: several times the largest refusal below, idle
+	// and under a CPU hog) is the baseline the refusals are held to,
+	// measured on this machine now. (The faster one is not: a 5000-property
+	// body took longer to read and refuse than 2000 leaves took to answer
+	// under a hog.)
 	var accepted time.Duration
 	nested := map[string]any{}
 	for i := range 20 {
@@ -161,9 +165,7 @@ func TestOpenAILargeSchemas(t *testing.T) {
 			t.Fatalf("%s: reply %q", name, c.Choices[0].Message.Content)
 		}
 		d := time.Since(t0)
-		if accepted == 0 || d < accepted {
-			accepted = d
-		}
+		accepted = max(accepted, d)
 		t.Logf("%s: 40 tokens in %v: %.100s", name, d, c.Choices[0].Message.Content)
 	}
 
