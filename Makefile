@@ -8,7 +8,7 @@
 #
 #   make cuda                the CUDA backend into lib/ollama (CUDA_ARCHITECTURES='80;86;89;90'; not part of test)
 #
-# Targets: setup build run test bench cuda bench-gpu ui fmt vet clean (see `make help`).
+# Targets: setup build run test test-busy bench cuda bench-gpu ui fmt vet clean (see `make help`).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -37,13 +37,14 @@ APT_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 cmake python3-websockets c
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
-.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-engine-cuda setup-cuda setup-bench build run test bench cuda cuda-current bench-gpu ui fmt vet clean
+.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-engine-cuda setup-cuda setup-bench build run test test-busy bench cuda cuda-current bench-gpu ui fmt vet clean
 
 help:
 	@echo 'make setup   install Debian packages (only missing ones), Go modules, npm packages'
 	@echo 'make build   build $(BIN) (MARCH=$(MARCH))'
 	@echo 'make run     setup + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
 	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
+	@echo 'make test-busy  the same suite while a CPU hog keeps every core busy (twice as many busy threads as cores)'
 	@echo 'make bench   build ollama, llama-server and the synthetic models (F16, Q8_0, Q4_0), then cmd/bench (BENCH_ARGS=...)'
 	@echo 'make setup-engine-cuda  the current engine'"'"'s CUDA build into lib/llama-current-cuda (143 MB; CUDA 13 runtime)'
 	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
@@ -114,6 +115,11 @@ run: setup build
 
 test: setup build
 	scripts/test.sh
+
+# The suite on a busy machine, as on a shared CI runner (issue 43): scripts/busy.sh starts a bounded CPU hog of twice as
+# many busy threads as cores (stress-ng when installed, else shell busy loops), runs the suite, and always stops it.
+test-busy: setup build
+	scripts/busy.sh scripts/test.sh
 
 # The peers (ollama, same module version and CGO flags; llama-server and llama-quantize from a current llama.cpp
 # snapshot, same SIMD level), the synthetic model and its Q8_0/Q4_0 copies (kept outside the repo, made once), then the

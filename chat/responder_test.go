@@ -139,7 +139,7 @@ func (f *fakeGen) wait(t testing.TB) {
 	f.mu.Unlock()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(hangWait):
 		t.Fatal("the fake engine's stream was not closed")
 	}
 }
@@ -167,7 +167,7 @@ func collect(t testing.TB, rep *chat.Reply) ([]parley.Event, parley.Event) {
 	t.Helper()
 	var tokens []parley.Event
 	var final *parley.Event
-	timeout := time.After(5 * time.Second)
+	timeout := time.After(hangWait)
 	for {
 		select {
 		case ev, ok := <-rep.Events():

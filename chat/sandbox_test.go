@@ -11,8 +11,8 @@ import (
 	"github.com/parley-chat/parley/chat"
 )
 
-// hostileTemplates loop, recurse or allocate without bound; each must be refused at load, within the render time
-// limit, without harming the process that loads it.
+// hostileTemplates loop, recurse or allocate without bound; each must be refused at load (by the render limit: the
+// refusal is the check, not how long a busy machine took to deliver it), without harming the process that loads it.
 var hostileTemplates = map[string]string{
 	"long loop":         "{% for i in range(100000000) %}{% endfor %}{{ messages[0].content }}",
 	"nested loops":      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ messages[0].content }}",
@@ -24,9 +24,30 @@ var hostileTemplates = map[string]string{
 		"{% for m in messages %}{{ m.content }}{% endfor %}",
 }
 
+// hangWait bounds what must end: it only catches a hang (issue 43).
+const hangWait = time.Minute
+
+// renderLimit is the render limit of the test sandboxes: a second, or, on a machine that is slow now, ten times what a
+// sandbox takes here to start and render a trivial template (a baseline measured by each test on the same machine:
+// issue 43; under a CPU hog with -race a good template's probes took over a second). A hostile template is
+// unbounded, so any limit refuses it; a good one must never be refused for the machine's load.
+func renderLimit(t *testing.T) time.Duration {
+	t.Helper()
+	s := chat.NewSandbox(chat.WithRenderTimeout(hangWait))
+	defer s.Close()
+	tmpl := chat.NewJinja("{% for m in messages %}{{ m.content }}{% endfor %}", chat.JinjaConfig{Renderer: s})
+	start := time.Now()
+	if _, err := tmpl.RenderJinja([]parley.Message{{Role: parley.RoleUser, Content: "hello"}}, chat.Gen); err != nil {
+		t.Fatal(err)
+	}
+	limit := max(time.Second, 10*time.Since(start))
+	t.Logf("render limit %v (a sandbox's first render took %v)", limit, time.Since(start))
+	return limit
+}
+
 func newTestSandbox(t *testing.T) *chat.Sandbox {
 	t.Helper()
-	s := chat.NewSandbox(chat.WithRenderTimeout(time.Second), chat.WithSandboxMemory(512<<20))
+	s := chat.NewSandbox(chat.WithRenderTimeout(renderLimit(t)), chat.WithSandboxMemory(512<<20))
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -46,8 +67,8 @@ func TestSandboxRefusesHostileTemplates(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: refused in %v: %v", name, took.Round(time.Millisecond), err)
-		if took > 5*time.Second {
-			t.Errorf("%s: refused after %v, want within the render limit", name, took)
+		if took > hangWait {
+			t.Errorf("%s: refused after %v, want by the render limit", name, took)
 		}
 		// The sandbox recovers: the next template renders.
 		tmpl, err := chat.LoadJinja(string(good), chat.JinjaConfig{Renderer: s})
@@ -77,7 +98,7 @@ func TestSandboxCapsEachRender(t *testing.T) {
 	if _, err := tmpl.RenderJinja(boom, chat.Gen); !errors.Is(err, chat.ErrTemplateLimit) {
 		t.Fatalf("render err %v, want ErrTemplateLimit", err)
 	}
-	if took := time.Since(start); took > 3*time.Second {
+	if took := time.Since(start); took > hangWait {
 		t.Errorf("the capped render took %v", took)
 	}
 	out, err := tmpl.Render(boom, chat.Gen) // with the fallback (chatml, detected from the source)
@@ -107,9 +128,10 @@ func TestSandboxRendersLikeInProcess(t *testing.T) {
 	}
 }
 
-// A render stuck on one conversation holds up one child, not the others' renders.
+// A render stuck on one conversation holds up one child, not the others' renders: a normal render started beside it
+// returns while the stuck one is still running (the order of the two events, not a time: issue 43).
 func TestSandboxSlowRenderDoesNotStallOthers(t *testing.T) {
-	s := chat.NewSandbox(chat.WithRenderTimeout(2*time.Second), chat.WithSandboxWorkers(2))
+	s := chat.NewSandbox(chat.WithRenderTimeout(2*renderLimit(t)), chat.WithSandboxWorkers(2))
 	defer s.Close()
 	src := "{% if messages[-1].content == 'boom' %}{% for i in range(100000000) %}{% endfor %}{% endif %}" +
 		"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -123,12 +145,13 @@ func TestSandboxSlowRenderDoesNotStallOthers(t *testing.T) {
 		slow <- err
 	}()
 	time.Sleep(200 * time.Millisecond) // the slow render holds its child
-	start := time.Now()
 	if _, err := tmpl.RenderJinja([]parley.Message{{Role: parley.RoleUser, Content: "hello"}}, chat.Gen); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("a normal render beside a stuck one took %v", took)
+	select {
+	case err := <-slow:
+		t.Fatalf("the normal render returned only after the stuck one (%v)", err)
+	default:
 	}
 	if err := <-slow; !errors.Is(err, chat.ErrTemplateLimit) {
 		t.Errorf("the stuck render: %v, want ErrTemplateLimit", err)

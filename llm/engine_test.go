@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -186,10 +185,16 @@ func TestCancelFreesSlotWithinAStep(t *testing.T) {
 	if r.final.Usage.CompletionTokens > 100 {
 		t.Fatalf("%d tokens generated after cancel", r.final.Usage.CompletionTokens)
 	}
-	start := time.Now()
+	// The slot is free for the next request: it runs to its length, and no
+	// token of the cancelled one was sampled behind it (counted, not timed:
+	// a busy machine may queue it a while; issue 43).
+	before := e.Stats().TokensGenerated
 	next := generate(t, e, "", "Lily", greedy(4))
-	if next.final.Finish != parley.FinishLength || next.final.Timings.Queued > time.Second {
-		t.Fatalf("next request after cancel: %+v (waited %v)", next.final, time.Since(start))
+	if next.final.Finish != parley.FinishLength {
+		t.Fatalf("next request after cancel: %+v", next.final)
+	}
+	if n := e.Stats().TokensGenerated - before; n != int64(next.final.Usage.CompletionTokens) {
+		t.Fatalf("%d tokens sampled while the next request made %d: the cancelled one went on", n, next.final.Usage.CompletionTokens)
 	}
 }
 

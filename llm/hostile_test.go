@@ -141,11 +141,17 @@ func TestShutdownIsBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	if err := e.Shutdown(ctx); err != nil && !errors.Is(err, llm.ErrShutdownTimeout) {
+	err = e.Shutdown(ctx)
+	if err != nil && !errors.Is(err, llm.ErrShutdownTimeout) {
 		t.Fatal(err)
 	}
-	if time.Since(start) > 5*time.Second+500*time.Millisecond {
-		t.Fatalf("Shutdown took %s", time.Since(start))
+	// A timeout only once the deadline has passed; how long past it a busy
+	// machine wakes the caller is not checked (issue 43), only a hang.
+	if errors.Is(err, llm.ErrShutdownTimeout) && ctx.Err() == nil {
+		t.Fatalf("Shutdown timed out after %s, before its deadline", time.Since(start))
+	}
+	if took := time.Since(start); took > 5*time.Second+time.Minute {
+		t.Fatalf("Shutdown took %s", took)
 	}
 	done, cancel0 := context.WithCancel(context.Background())
 	cancel0()

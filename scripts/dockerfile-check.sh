@@ -51,8 +51,8 @@ import urllib.request
 REPO, DOCKERFILE = sys.argv[1], os.path.abspath(sys.argv[2])
 ROOT = os.path.dirname(DOCKERFILE)  # the build context, as in `docker build .` next to the Dockerfile
 MODEL = os.environ.get("PARLEY_TEST_MODEL") or os.path.join(REPO, "..", "shared", "models", "stories260K.gguf")
-START_TIMEOUT = 60  # seconds for the server to load stories260K and pass its health check
-STOP_TIMEOUT = 20  # seconds a SIGTERM'd server may take to exit
+START_TIMEOUT = 120  # seconds for the server to load stories260K and pass its health check
+STOP_TIMEOUT = 60  # seconds a SIGTERM'd server may take to exit
 
 failures = []
 

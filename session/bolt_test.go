@@ -75,7 +75,9 @@ func TestBoltRefusesASecondOpener(t *testing.T) {
 	if _, err := session.OpenBoltStore(path); err == nil || !strings.Contains(err.Error(), "locked") {
 		t.Fatalf("second open of a locked file: err = %v, want a 'locked' error", err)
 	}
-	if d := time.Since(start); d > 10*time.Second {
+	// Refused after the lock's own wait (2 s); the bound only catches a
+	// second opener that waits for ever.
+	if d := time.Since(start); d > time.Minute {
 		t.Fatalf("second open took %v", d)
 	}
 }

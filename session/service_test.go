@@ -364,7 +364,7 @@ func TestTurnRefusals(t *testing.T) {
 	_, err := svc.Turn(ctx, s.ID, "hi", parley.Params{})
 	wantCode(t, err, parley.EBusy)
 	f.err = nil
-	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, time.Minute) // catches a session left locked
 	defer cancel()
 	tr, err := svc.Turn(tctx, s.ID, "hi", parley.Params{})
 	if err != nil {
@@ -520,7 +520,7 @@ func TestTurnAbandoned(t *testing.T) {
 	<-tr.Events() // read one token, then walk away
 	cancel()
 
-	next, cancelNext := context.WithTimeout(context.Background(), 5*time.Second)
+	next, cancelNext := context.WithTimeout(context.Background(), time.Minute) // catches a session left locked
 	defer cancelNext()
 	tr2, err := svc.Turn(next, s.ID, "again", parley.Params{})
 	if err != nil {
@@ -635,7 +635,7 @@ func TestTurnWaitHonoursContextAndSessionsAreIndependent(t *testing.T) {
 		t.Fatalf("reset during a turn: err = %v, want the context's deadline", err)
 	}
 	// Session b is not held up by a.
-	bctx, cancelB := context.WithTimeout(ctx, 5*time.Second)
+	bctx, cancelB := context.WithTimeout(ctx, time.Minute) // a is held until release: waiting for it would hit this
 	defer cancelB()
 	tb, err := svc.Turn(bctx, b.ID, "other", parley.Params{})
 	if err != nil {

@@ -231,7 +231,7 @@ func TestStoreJanitorDeletesExpired(t *testing.T) {
 				t.Fatalf("janitor deleted live sessions: Len = %d", st.Len())
 			}
 			clk.Advance(time.Minute + time.Second)
-			deadline := time.Now().Add(5 * time.Second)
+			deadline := time.Now().Add(time.Minute) // catches a hang only
 			for st.Len() != 0 {
 				if time.Now().After(deadline) {
 					t.Fatalf("janitor left %d expired sessions", st.Len())

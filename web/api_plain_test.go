@@ -25,7 +25,7 @@ func rawChunked(tb testing.TB, addr, request string) (int, http.Header, []string
 		tb.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	c.SetDeadline(time.Now().Add(hangWait))
 	if _, err := io.WriteString(c, request); err != nil {
 		tb.Fatal(err)
 	}

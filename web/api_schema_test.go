@@ -143,7 +143,13 @@ func TestOpenAILargeSchemas(t *testing.T) {
 	t.Logf("500 properties: %d keys, %d tokens in %v: %.200s", len(keys), c.Usage.CompletionTokens, elapsed, reply)
 
 	// 1000 properties (the limit) and 2000 leaves in 20 nested objects
-	// convert and start generating.
+	// convert and start generating. The slower of the two (1000
+	// properties, measured: several times the largest refusal below, idle
+	// and under a CPU hog) is the baseline the refusals are held to,
+	// measured on this machine now. (The faster one is not: a 5000-property
+	// body took longer to read and refuse than 2000 leaves took to answer
+	// under a hog.)
+	var accepted time.Duration
 	nested := map[string]any{}
 	for i := range 20 {
 		nested[fmt.Sprintf("g%d", i)] = wideSchema(100, 0)
@@ -158,10 +164,14 @@ func TestOpenAILargeSchemas(t *testing.T) {
 		if !strings.HasPrefix(c.Choices[0].Message.Content, "{") {
 			t.Fatalf("%s: reply %q", name, c.Choices[0].Message.Content)
 		}
-		t.Logf("%s: 40 tokens in %v: %.100s", name, time.Since(t0), c.Choices[0].Message.Content)
+		d := time.Since(t0)
+		accepted = max(accepted, d)
+		t.Logf("%s: 40 tokens in %v: %.100s", name, d, c.Choices[0].Message.Content)
 	}
 
-	// Over a limit: a 400 naming it, within 0.5 s.
+	// Over a limit: a 400 naming it, fast: sooner than a schema at the
+	// limit is converted, compiled and sampled (a ratio to the baseline, not
+	// a time: issue 43).
 	deep := map[string]any{"type": "string"}
 	for range 70 {
 		deep = map[string]any{"type": "array", "items": deep}
@@ -178,8 +188,8 @@ func TestOpenAILargeSchemas(t *testing.T) {
 		t0 := time.Now()
 		e := wantFieldError(t, ask(c.schema, 10), http.StatusBadRequest, "response_format.json_schema.schema")
 		d := time.Since(t0)
-		if !strings.Contains(e.Error.Message, c.want) || d > 3*time.Second { // milliseconds when quiet; generous for a loaded machine
-			t.Errorf("%s: refused in %v with %q, want %q within 3 s", name, d, e.Error.Message, c.want)
+		if !strings.Contains(e.Error.Message, c.want) || d > accepted {
+			t.Errorf("%s: refused in %v with %q, want %q sooner than a schema at the limit is answered (%v)", name, d, e.Error.Message, c.want, accepted)
 		}
 		t.Logf("%s: refused in %v: %s", name, d, e.Error.Message)
 	}

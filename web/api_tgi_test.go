@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 type tgiToken struct {
@@ -349,7 +348,7 @@ func TestTGIDisconnectCancelsGeneration(t *testing.T) {
 	res.Body.Close() // the client goes away after the first event
 	s.waitIdle(t)
 	var logs []map[string]any
-	waitFor(2*time.Second, func() bool { logs = s.replyLogs("tgi-stream"); return len(logs) > 0 })
+	waitFor(hangWait, func() bool { logs = s.replyLogs("tgi-stream"); return len(logs) > 0 })
 	if len(logs) != 1 || logs[0]["finish"] != "cancelled" || logs[0]["reply_tokens"].(int64) >= 480 {
 		t.Fatalf("reply log %v: want one cancelled reply short of 480 tokens", logs)
 	}

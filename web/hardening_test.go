@@ -64,7 +64,7 @@ func rawDial(tb testing.TB, addr, path string, rcvbuf int) *rawConn {
 	fmt.Fprintf(nc, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", path, addr)
 	br := bufio.NewReader(nc)
-	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	nc.SetReadDeadline(time.Now().Add(hangWait))
 	res, err := http.ReadResponse(br, nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -182,7 +182,7 @@ func TestMalformedFrameCloses1002(t *testing.T) {
 			if got := rc.closeFrame(t, 5*time.Second); got != websocket.CloseProtocolError {
 				t.Fatalf("close code %d, want 1002", got)
 			}
-			if !waitFor(2*time.Second, func() bool { return h.logged("malformed frame") > c0 }) {
+			if !waitFor(hangWait, func() bool { return h.logged("malformed frame") > c0 }) {
 				t.Error("no log line for the malformed frame")
 			}
 		})
@@ -192,7 +192,7 @@ func TestMalformedFrameCloses1002(t *testing.T) {
 	if len(readReply(t, ws)) == 0 {
 		t.Fatal("no reply after malformed frames")
 	}
-	if !waitFor(5*time.Second, func() bool { return h.srv.OpenConns() == 1 }) {
+	if !waitFor(hangWait, func() bool { return h.srv.OpenConns() == 1 }) {
 		t.Fatalf("%d connections open, want only the last one", h.srv.OpenConns())
 	}
 }
@@ -220,7 +220,7 @@ func TestPeerWithoutPongsIsDropped(t *testing.T) {
 	// The silent peer reads (and so sees the pings) but never answers.
 	start := time.Now()
 	rc := rawDial(t, h.srv.Addr(), "/", 0)
-	rc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rc.SetReadDeadline(time.Now().Add(hangWait))
 	sawPing := false
 	var err error
 	for {
@@ -243,23 +243,27 @@ func TestPeerWithoutPongsIsDropped(t *testing.T) {
 	if !sawPing {
 		t.Error("no ping before the drop")
 	}
-	// Dropped by the pong wait, not before it and not much after it.
-	if took < pongWait*9/10 || took > pongWait+closeSlack {
-		t.Errorf("silent peer dropped after %v, want about %v", took, pongWait)
+	// Dropped by the pong wait, not before it. (How much after it depends
+	// on the machine's load: the drop itself is the event checked.)
+	if took < pongWait*9/10 {
+		t.Errorf("silent peer dropped after %v, before the %v pong wait", took, pongWait)
 	}
 	if h.logged("peer stopped answering pings: dropped") == 0 {
 		t.Error("no log line for the drop")
 	}
 
-	// The lively peer has outlived several pong waits and still chats.
-	time.Sleep(3 * pongWait)
-	select {
-	case err := <-readErr:
-		t.Fatalf("lively peer dropped: %v", err)
-	default:
-	}
-	if len(pings) < 3 {
-		t.Errorf("lively peer saw %d pings in %v, want one every %v", len(pings), 3*pongWait+took, pongWait*9/10)
+	// The lively peer outlives several pong waits and still chats: pings
+	// come every 9/10 of the pong wait, so its fourth ping is past three
+	// pong waits, however slowly the machine runs them.
+	for seen := 0; seen < 4; {
+		select {
+		case <-pings:
+			seen++
+		case err := <-readErr:
+			t.Fatalf("lively peer dropped after %d pings: %v", seen, err)
+		case <-time.After(hangWait):
+			t.Fatalf("lively peer saw %d pings in %v, want one every %v", seen, hangWait, pongWait*9/10)
+		}
 	}
 	alive.WriteMessage(websocket.TextMessage, []byte("Hello"))
 	select {
@@ -269,16 +273,12 @@ func TestPeerWithoutPongsIsDropped(t *testing.T) {
 		}
 	case err := <-readErr:
 		t.Fatal(err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(hangWait):
 		t.Fatal("no reply")
 	}
 	alive.Close()
 	<-readErr
 }
-
-// closeSlack is how much later than its deadline a drop may be observed:
-// scheduling, the race detector, a busy machine.
-const closeSlack = 1500 * time.Millisecond
 
 // TestConnectionCapsRefuseBeforeUpgrade: past the per-address cap a client
 // gets 429, past the global cap 503, both before any upgrade, with a JSON
@@ -325,7 +325,7 @@ func TestConnectionCapsRefuseBeforeUpgrade(t *testing.T) {
 	}
 	// A closed connection gives its place back.
 	a1.Close()
-	if !waitFor(5*time.Second, func() bool { _, st, _ := try("127.0.0.1"); return st == 101 }) {
+	if !waitFor(hangWait, func() bool { _, st, _ := try("127.0.0.1"); return st == 101 }) {
 		t.Fatal("a closed connection did not free its place")
 	}
 }
@@ -362,7 +362,7 @@ func TestPromptTokenCap(t *testing.T) {
 	refusals := func() int {
 		return h.logs.FilterMessage("prompt refused").FilterField(zap.String("cause", "prompt_tokens")).Len()
 	}
-	if !waitFor(2*time.Second, func() bool { return refusals() >= 2 }) || refusals() != 2 {
+	if !waitFor(hangWait, func() bool { return refusals() >= 2 }) || refusals() != 2 {
 		t.Fatalf("%d log lines for refused prompts, want 2", refusals())
 	}
 }
@@ -439,7 +439,7 @@ func TestQueueAndRateCapsAnswerInOrder(t *testing.T) {
 			logged := func() int {
 				return h.logs.FilterMessage("prompt refused").FilterField(zap.String("cause", c.cause)).Len()
 			}
-			if waitFor(2*time.Second, func() bool { return logged() >= runs }); logged() != runs || runs == 0 {
+			if waitFor(hangWait, func() bool { return logged() >= runs }); logged() != runs || runs == 0 {
 				t.Errorf("%d log lines for %d runs of refusals, want one per run", logged(), runs)
 			}
 		})
@@ -484,15 +484,13 @@ func TestSlowClientIsDroppedAndItsReplyCancelled(t *testing.T) {
 	}
 	// The client never reads. Generation starts, the buffers fill, and the
 	// server gives up on the client.
-	if !waitFor(30*time.Second, func() bool { return h.logged("client too slow: disconnecting") > 0 }) {
+	if !waitFor(hangWait, func() bool { return h.logged("client too slow: disconnecting") > 0 }) {
 		t.Fatalf("the client that stopped reading was never dropped; stats %+v", h.engine.Stats())
 	}
-	dropped := time.Now()
-	if !waitFor(time.Second, func() bool { return h.engine.Stats().SlotsBusy == 0 }) {
+	if !waitFor(hangWait, func() bool { return h.engine.Stats().SlotsBusy == 0 }) {
 		t.Fatal("the slot stayed busy after the client was dropped")
 	}
-	freed := time.Since(dropped)
-	if !waitFor(300*time.Millisecond+closeSlack+time.Second, func() bool { return h.srv.OpenConns() == 0 }) {
+	if !waitFor(hangWait, func() bool { return h.srv.OpenConns() == 0 }) {
 		t.Fatal("the connection stayed open")
 	}
 	after := h.engine.Stats()
@@ -500,14 +498,14 @@ func TestSlowClientIsDroppedAndItsReplyCancelled(t *testing.T) {
 	if generated >= prompts*maxTokens {
 		t.Fatalf("all %d tokens were generated: nothing was cancelled", generated)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if h.engine.Stats().TokensGenerated != after.TokensGenerated {
-		t.Fatal("tokens are still being generated for a dropped client")
+	// No slot is busy, so no token can follow: the counter stays.
+	if st := h.engine.Stats(); st.TokensGenerated != after.TokensGenerated || st.SlotsBusy != 0 {
+		t.Fatalf("tokens are still being generated for a dropped client: %+v", st)
 	}
-	t.Logf("dropped after %d tokens; slot free %v after the drop", generated, freed)
+	t.Logf("dropped after %d tokens", generated)
 
 	// What the server sent ends: the socket reaches EOF once drained.
-	rc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rc.SetReadDeadline(time.Now().Add(hangWait))
 	if _, err := io.Copy(io.Discard, rc); err != nil && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("draining the dropped connection: %v", err)
 	}
@@ -539,38 +537,37 @@ func TestDisconnectMidReplyFreesTheSlotAtOnce(t *testing.T) {
 	if m := readJSON(t, ws); m.Type != "token" {
 		t.Fatalf("want a token first, got %+v", m)
 	}
-	if h.engine.Stats().SlotsBusy != 1 {
+	before := h.engine.Stats()
+	if before.SlotsBusy != 1 {
 		t.Fatal("the reply is not generating")
 	}
 	ws.UnderlyingConn().Close() // vanish: no close frame
-	gone := time.Now()
-	if !waitFor(2*time.Second, func() bool { return h.engine.Stats().SlotsBusy == 0 }) {
+	if !waitFor(hangWait, func() bool { return h.engine.Stats().SlotsBusy == 0 }) {
 		t.Fatal("the slot stayed busy after the client vanished")
 	}
-	t.Logf("slot free %v after the disconnect", time.Since(gone))
-	if !waitFor(2*time.Second, func() bool { return h.srv.OpenConns() == 0 }) {
+	// Freed by the disconnect, not by the reply's end: the reply's 400
+	// tokens were not all generated (counted, not timed: issue 43).
+	if n := h.engine.Stats().TokensGenerated - before.TokensGenerated; n >= 400 {
+		t.Fatalf("the slot freed only after the whole reply (%d more tokens)", n)
+	} else {
+		t.Logf("slot free %d tokens after the disconnect", n)
+	}
+	if !waitFor(hangWait, func() bool { return h.srv.OpenConns() == 0 }) {
 		t.Fatal("the connection stayed open")
 	}
 	goleak.VerifyNone(t, ignore)
 
-	// The only slot serves a new client without queueing.
+	// The only slot serves a new client without queueing: it is free and
+	// nothing waits for it when the prompt comes (the queue's state, not
+	// queued_ms, which a busy machine's scheduling alone can raise).
 	ws2 := dial(t, h.url+"/ws?format=json", nil)
 	readJSON(t, ws2)
+	if st := h.engine.Stats(); st.SlotsBusy != 0 || st.Queued != 0 {
+		t.Fatalf("the slot is not free for the next client: %+v", st)
+	}
 	ws2.WriteJSON(map[string]any{"type": "prompt", "content": "Lily", "params": map[string]any{"max_tokens": 5}})
-	var done struct {
-		Type    string `json:"type"`
-		Timings struct {
-			QueuedMS float64 `json:"queued_ms"`
-		} `json:"timings"`
-	}
-	for done.Type != "done" {
-		ws2.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if err := ws2.ReadJSON(&done); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if done.Timings.QueuedMS > 100 {
-		t.Fatalf("the next reply waited %.1f ms for a slot", done.Timings.QueuedMS)
+	if _, done := readUntilDone(t, ws2); done.Type != "done" {
+		t.Fatalf("the next client: %+v", done)
 	}
 }
 
@@ -584,7 +581,7 @@ func TestDrainReplyInFlight(t *testing.T) {
 		drain     time.Duration
 		completes bool
 	}{
-		{"reply completes within the drain", 20 * time.Second, true},
+		{"reply completes within the drain", hangWait, true},
 		{"drain deadline cuts the reply", 50 * time.Millisecond, false},
 	}
 	for _, c := range cases {
@@ -597,18 +594,17 @@ func TestDrainReplyInFlight(t *testing.T) {
 			ws := dial(t, h.url, nil)
 			ws.WriteMessage(websocket.TextMessage, []byte("Once upon a time"))
 			ws.WriteMessage(websocket.TextMessage, []byte("And then?"))
-			ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+			ws.SetReadDeadline(time.Now().Add(hangWait))
 			if _, first, err := ws.ReadMessage(); err != nil || string(first) == web.Sentinel {
 				t.Fatalf("first piece: %q %v", first, err)
 			}
 
 			closed := make(chan error, 1)
-			start := time.Now()
 			go func() { closed <- h.srv.Close(context.Background()) }()
 
 			var answers [][]string
 			var cerr *websocket.CloseError
-			ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+			ws.SetReadDeadline(time.Now().Add(hangWait))
 			if err := readAnswers(ws, func(a []string) { answers = append(answers, a) }); !errors.As(err, &cerr) {
 				t.Fatalf("read: %v", err)
 			}
@@ -620,10 +616,9 @@ func TestDrainReplyInFlight(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-			case <-time.After(c.drain + 5*time.Second):
+			case <-time.After(c.drain + hangWait):
 				t.Fatal("Close hangs")
 			}
-			took := time.Since(start)
 			if c.completes {
 				// The running reply's sentinel, then the queued prompt's refusal.
 				if len(answers) != 2 || len(answers[0]) < 50 || len(answers[1]) != 1 ||
@@ -631,11 +626,11 @@ func TestDrainReplyInFlight(t *testing.T) {
 					t.Fatalf("answers before 1001: %q", answers)
 				}
 			} else {
+				// Cut by the drain deadline: no sentinel (a reply of 400
+				// tokens outlasts 50 ms on any machine). How long Close
+				// took past the deadline is the machine's, not checked.
 				if len(answers) != 0 {
 					t.Fatalf("the cut reply still ended with a sentinel: %q", answers)
-				}
-				if took > c.drain+closeSlack {
-					t.Fatalf("Close took %v with a %v drain", took, c.drain)
 				}
 			}
 			if h.engine.Stats().SlotsBusy != 0 {

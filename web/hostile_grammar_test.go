@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/parley-chat/parley"
 )
@@ -96,14 +95,16 @@ func TestCostlyGrammarsAreRefusedOnEveryAPI(t *testing.T) {
 		{"tgi schema", "/generate", map[string]any{"inputs": "Once", "parameters": map[string]any{"grammar": map[string]any{"type": "json", "value": schema}}}},
 		{"responses", "/v1/responses", map[string]any{"input": "Once upon a time", "grammar": g}},
 	} {
-		start := time.Now()
 		res := post(t, s.base+c.path, c.body)
 		b, _ := io.ReadAll(res.Body)
 		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "too costly to match") {
 			t.Errorf("%s: status %d %s", c.api, res.StatusCode, b)
 		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("%s: refused after %s", c.api, d)
+		// Fast: refused by the static check (it names llama.cpp's parse
+		// stacks or paths), before any sampler runs, not by the step
+		// budget after one did. Which check refused, not a time (issue 43).
+		if strings.Contains(string(b), "step budget") || !strings.Contains(string(b), "parse") {
+			t.Errorf("%s: not refused by the static check: %s", c.api, b)
 		}
 	}
 	ws := dial(t, strings.Replace(s.base, "http", "ws", 1)+"/ws?format=json", nil)

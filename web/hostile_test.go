@@ -171,7 +171,7 @@ func TestHostileInput(t *testing.T) {
 			FinishReason string `json:"finish_reason"`
 		}
 		for {
-			js.SetReadDeadline(time.Now().Add(30 * time.Second))
+			js.SetReadDeadline(time.Now().Add(hangWait))
 			if err := js.ReadJSON(&m); err != nil {
 				t.Fatalf("json %s: %v", c.name, err)
 			}
@@ -236,7 +236,7 @@ func TestHostileInput(t *testing.T) {
 	if ans := readReply(t, ok); len(ans) == 0 || strings.HasPrefix(ans[0], "Error:") {
 		t.Fatalf("after the hostile input: %q", ans)
 	}
-	if !waitFor(5*time.Second, func() bool { return h.engine.Stats().SlotsBusy == 0 }) {
+	if !waitFor(hangWait, func() bool { return h.engine.Stats().SlotsBusy == 0 }) {
 		t.Fatal("a slot is still busy")
 	}
 

@@ -105,7 +105,7 @@ func wsOutcome(tb testing.TB, s *stack, ip, path string, jsonMode bool) outcome 
 		tb.Fatalf("dial %s from %s: %v", url, ip, err)
 	}
 	defer ws.Close()
-	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	ws.SetReadDeadline(time.Now().Add(hangWait))
 	if res.Header.Get("X-Parley-Session") != "" {
 		// A socket that never talks: a reset and a system prompt are not turns.
 		if jsonMode {
@@ -207,7 +207,7 @@ func creators() []creator {
 							Message string `json:"message"`
 						} `json:"error"` // a refusal before the turn
 					}
-					ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+					ws.SetReadDeadline(time.Now().Add(hangWait))
 					if err := ws.ReadJSON(&m); err != nil {
 						tb.Fatal(err)
 					}

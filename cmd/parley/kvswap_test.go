@@ -56,7 +56,7 @@ func TestKVStateSurvivesKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ee *exec.ExitError
-	if err := s.wait(t, 10*time.Second); !errors.As(err, &ee) {
+	if err := s.wait(t, hangWait); !errors.As(err, &ee) {
 		t.Fatalf("want death by SIGKILL, got %v", err)
 	}
 
@@ -115,7 +115,7 @@ func createResponse(t *testing.T, addr string, body map[string]any) response {
 // nothing is queued for the disk, and a file was written.
 func waitKVOnDisk(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(hangWait)
 	for metric(t, addr, "parley_kv_unsaved_slots") != 0 || metric(t, addr, "parley_kv_disk_pending") != 0 ||
 		metric(t, addr, "parley_kv_disk_writes_total") < 1 {
 		if time.Now().After(deadline) {
@@ -137,7 +137,7 @@ func TestKVStateSurvivesKill9Responses(t *testing.T) {
 	r = createResponse(t, s.addr, map[string]any{"input": "What did she do with it?", "previous_response_id": r.ID, "max_output_tokens": 60})
 	waitKVOnDisk(t, s.addr)
 	s.Cmd.Process.Signal(syscall.SIGKILL)
-	s.wait(t, 10*time.Second)
+	s.wait(t, hangWait)
 
 	s2 := start(t, bin, args...)
 	next := createResponse(t, s2.addr, map[string]any{"input": "Who came to play?", "previous_response_id": r.ID, "max_output_tokens": 20})

@@ -147,7 +147,7 @@ func loads(s *server, model string) int {
 
 func waitState(t *testing.T, s *server, key, model, state string) {
 	t.Helper()
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(hangWait); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if listModels(t, s, key)[model].State == state {
 			return
 		}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/parley-chat/parley/internal/testbin"
 )
@@ -51,7 +50,7 @@ func TestBackgroundResponseSurvivesKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ee *exec.ExitError
-	if err := s.wait(t, 10*time.Second); !errors.As(err, &ee) {
+	if err := s.wait(t, hangWait); !errors.As(err, &ee) {
 		t.Fatalf("want death by SIGKILL, got %v", err)
 	}
 	stream.Body.Close()

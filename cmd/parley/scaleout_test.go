@@ -100,7 +100,7 @@ func startNginx(t *testing.T, replicas ...*server) string {
 			t.Logf("nginx:\n%s%s", out.String(), log)
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hangWait)
 	defer cancel()
 	if err := p.WaitHTTP(ctx, "http://"+addr+"/health"); err != nil {
 		t.Fatalf("nginx did not answer: %v\n%s", err, out.String())
@@ -201,7 +201,7 @@ func TestScaleOut(t *testing.T) {
 	if err := home.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	home.WaitFor(10 * time.Second)
+	home.WaitFor(hangWait)
 	ws = resume(t, lb, id, hist)
 	add("Is Lily happy?", turn(t, ws, "Is Lily happy?", nil))
 	resume(t, other.addr, id, hist)

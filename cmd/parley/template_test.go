@@ -72,7 +72,7 @@ func TestBinaryRefusesHostileTemplate(t *testing.T) {
 	if !strings.Contains(log, "the model's chat template is refused") || !strings.Contains(log, "exceeded its limits") {
 		t.Errorf("the log does not say the template was refused and why:\n%s", log)
 	}
-	if took > 30*time.Second {
+	if took > 2*time.Minute { // catches a hang: how long the sandbox's limit took depends on the machine's load
 		t.Errorf("the server took %v to become ready", took)
 	}
 	ws := s.dial(t, "")

@@ -43,7 +43,7 @@ func TestExitAndOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exited, err := p.WaitFor(10 * time.Second)
+	exited, err := p.WaitFor(time.Minute) // catches a hang only
 	var ee *exec.ExitError
 	if !exited || !errors.As(err, &ee) || ee.ExitCode() != 3 {
 		t.Fatalf("WaitFor = %v, %v; want exit status 3", exited, err)
@@ -101,7 +101,7 @@ func TestWaitHTTP(t *testing.T) {
 	}
 
 	t.Run("answers 200 after 503s", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := sleeper(t).WaitHTTP(ctx, srv.URL); err != nil {
 			t.Fatal(err)
@@ -115,7 +115,7 @@ func TestWaitHTTP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		// Nothing listens on a free port: only the exit can end the wait.
 		addr, _ := proc.FreeAddr()

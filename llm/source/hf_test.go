@@ -551,7 +551,9 @@ func TestResolveHFCancelAndStall(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("error = %v, want %v", err, tt.wantErr)
 			}
-			if el := time.Since(start); el > 10*time.Second {
+			// The hub never sends the rest: the error is the check, and this
+			// bound only catches a download that does not stop (issue 43).
+			if el := time.Since(start); el > time.Minute {
 				t.Fatalf("took %s to stop", el)
 			}
 			if fi, err := os.Stat(partial); err != nil || fi.Size() != cut {

@@ -13,8 +13,8 @@ import { chromium } from 'playwright-core';
 import { ROOT, MODEL, ParleyServer, assertBinaryAndModel, freePort } from '../lib/parley-server.mjs';
 
 const CHROMIUM = process.env.PARLEY_CHROMIUM || '/usr/bin/chromium';
-const UI_MS = 10_000;
-const REPLY_MS = 30_000;
+const UI_MS = 60_000; // only catches a hang (issue 43: a busy machine is slow, not broken)
+const REPLY_MS = 120_000; // only catches a hang
 
 function mkgguf(out, layers, dim) {
   execFileSync('go', ['run', './cmd/mkgguf', '-o', out, '-vocab', MODEL, '-name', path.basename(out, '.gguf'),

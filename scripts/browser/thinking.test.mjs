@@ -16,7 +16,7 @@ const CHROMIUM = process.env.PARLEY_CHROMIUM || '/usr/bin/chromium';
 const THOUGHT = 'The user says hi. I should greet them.';
 const ANSWER = 'Hello there, how are you today?';
 
-describe('chat page, reasoning model', { timeout: 240_000 }, () => {
+describe('chat page, reasoning model', { timeout: 600_000 }, () => {
   let dir;
   let server;
   let context;
@@ -59,7 +59,7 @@ describe('chat page, reasoning model', { timeout: 240_000 }, () => {
     await page.getByLabel('Message', { exact: true }).fill('hi');
     await page.getByLabel('Message', { exact: true }).press('Enter');
     const reply = page.locator('#log .msg.assistant[data-state="done"]').last();
-    await reply.waitFor({ timeout: 30_000 });
+    await reply.waitFor({ timeout: 120_000 });
 
     assert.equal((await reply.locator('.content').textContent()).trim(), ANSWER, 'the answer alone in the content');
     const box = reply.locator('details.thought');

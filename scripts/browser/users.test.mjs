@@ -16,8 +16,8 @@ import { ROOT, ParleyServer, assertBinaryAndModel, freePort } from '../lib/parle
 
 const RESULTS = path.join(ROOT, 'test-results');
 const CHROMIUM = process.env.PARLEY_CHROMIUM || '/usr/bin/chromium';
-const REPLY_MS = 30_000;
-const UI_MS = 10_000;
+const REPLY_MS = 120_000; // only catches a hang
+const UI_MS = 60_000; // only catches a hang (issue 43: a busy machine is slow, not broken)
 const ALICE = 'alice-key-5e1d';
 const BOB = 'bob-key-93ac';
 
@@ -99,7 +99,7 @@ class Person {
   }
 }
 
-describe('conversation list with named users', { timeout: 300_000 }, () => {
+describe('conversation list with named users', { timeout: 600_000 }, () => {
   let server;
   let dataDir;
   const alice = new Person('alice');

@@ -27,7 +27,7 @@ export const BIN = process.env.PARLEY_BIN || path.join(ROOT, 'bin', 'parley');
 export const MODEL = process.env.PARLEY_TEST_MODEL || path.resolve(ROOT, '..', 'shared', 'models', 'stories260K.gguf');
 
 // Start-up covers loading the model: stories260K loads in well under a second.
-export const START_MS = 60_000;
+export const START_MS = 120_000;
 
 // assertBinaryAndModel fails with what to do when either file is missing.
 export function assertBinaryAndModel() {

@@ -24,7 +24,7 @@ function billing() {
 // promptTokens is the whole prompt a reply's usage accounts for.
 const promptTokens = (u) => u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0);
 
-describe('@anthropic-ai/sdk', { timeout: 240_000 }, () => {
+describe('@anthropic-ai/sdk', { timeout: 600_000 }, () => {
   let server;
   let dataDir;
   let client;
@@ -32,7 +32,7 @@ describe('@anthropic-ai/sdk', { timeout: 240_000 }, () => {
   before(async () => {
     let port;
     ({ server, port, dataDir } = await startAPIServer('anthropic', { apiKey: API_KEY, args: ['--parallel', '4', '--cache-slots', '8'] }));
-    client = new Anthropic({ baseURL: `http://127.0.0.1:${port}`, apiKey: API_KEY, maxRetries: 0, timeout: 60_000 });
+    client = new Anthropic({ baseURL: `http://127.0.0.1:${port}`, apiKey: API_KEY, maxRetries: 0, timeout: 120_000 });
   });
 
   after(() => stopAPIServer(server, dataDir));

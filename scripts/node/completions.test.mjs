@@ -13,7 +13,7 @@ import { startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
 const API_KEY = 'node-completions-key';
 const PROMPT = 'Once upon a time, there was a little dog';
 
-describe('/v1/completions with the openai and @huggingface/inference clients', { timeout: 120_000 }, () => {
+describe('/v1/completions with the openai and @huggingface/inference clients', { timeout: 600_000 }, () => {
   let server;
   let dataDir;
   let base;
@@ -24,7 +24,7 @@ describe('/v1/completions with the openai and @huggingface/inference clients', {
     let port;
     ({ server, port, dataDir } = await startAPIServer('completions', { apiKey: API_KEY }));
     base = `http://127.0.0.1:${port}`;
-    openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 30_000 });
+    openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 120_000 });
   });
 
   after(() => stopAPIServer(server, dataDir));

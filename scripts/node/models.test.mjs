@@ -39,7 +39,7 @@ describe('several models with the openai client', { timeout: 600_000 }, () => {
       apiKey: API_KEY, args: ['--models', modelsDir, '--max-loaded-models', '2', '--ctx', '512', '--parallel', '2'],
     }));
     base = `http://127.0.0.1:${port}`;
-    openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 60_000 });
+    openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 120_000 });
   });
 
   after(async () => {

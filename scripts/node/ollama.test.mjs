@@ -18,7 +18,7 @@ import { startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
 const API_KEY = 'ollama-test-key';
 const run = promisify(execFile);
 
-describe('ollama npm client', { timeout: 120_000 }, () => {
+describe('ollama npm client', { timeout: 600_000 }, () => {
   let server;
   let dataDir;
   let port;
@@ -140,7 +140,7 @@ describe('ollama npm client', { timeout: 120_000 }, () => {
       }
     }, (err) => err.name === 'AbortError');
     // The server logs the reply as cancelled, well before 400 tokens.
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + 120_000; // polls for the line; the bound only catches a hang
     let line;
     while (!line && Date.now() < deadline) {
       line = server.output.split('\n').find((l) => l.includes('"route":"ollama-chat"') && l.includes('"finish":"cancelled"'));

@@ -14,7 +14,7 @@ import { startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
 
 const API_KEY = 'node-test-key';
 
-describe('openai npm client', { timeout: 120_000 }, () => {
+describe('openai npm client', { timeout: 600_000 }, () => {
   let server;
   let dataDir;
   let client;
@@ -26,7 +26,7 @@ describe('openai npm client', { timeout: 120_000 }, () => {
   before(async () => {
     let port;
     ({ server, port, dataDir } = await startAPIServer('openai', { apiKey: API_KEY }));
-    client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 30_000 });
+    client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 120_000 });
   });
 
   after(() => stopAPIServer(server, dataDir));

@@ -44,7 +44,7 @@ function checkPerson(obj) {
   assert.ok(Number.isInteger(obj.pet.legs), JSON.stringify(obj));
 }
 
-describe('AI SDK and LangChain', { timeout: 180_000 }, () => {
+describe('AI SDK and LangChain', { timeout: 600_000 }, () => {
   let server;
   let dataDir;
   let baseURL;

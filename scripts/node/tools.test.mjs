@@ -26,7 +26,7 @@ function checkArgs(text) {
   assert.ok(['c', 'f'].includes(args.unit));
 }
 
-describe('openai npm client: tool calls', { timeout: 120_000 }, () => {
+describe('openai npm client: tool calls', { timeout: 600_000 }, () => {
   let server;
   let dataDir;
   let client;
@@ -35,7 +35,7 @@ describe('openai npm client: tool calls', { timeout: 120_000 }, () => {
   before(async () => {
     let port;
     ({ server, port, dataDir } = await startAPIServer('tools', { apiKey: API_KEY }));
-    client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 60_000 });
+    client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: API_KEY, maxRetries: 0, timeout: 120_000 });
   });
 
   after(() => stopAPIServer(server, dataDir));
