@@ -345,12 +345,20 @@ func (e *Engine) kvIdle() *sequence {
 	}
 	t := time.NewTimer(kvIdlePause)
 	defer t.Stop()
-	select {
-	case <-e.queue.signal:
-		return e.queue.pop()
-	case <-e.closing:
-		return nil // the loop's select sees it (and shutdown saves)
-	case <-t.C:
+wait:
+	for {
+		select {
+		case <-e.queue.signal:
+			if seq := e.queue.pop(); seq != nil {
+				return seq
+			}
+			// A signal for a request the loop admitted already: keep
+			// waiting, or the states would stay unsaved until the next.
+		case <-e.closing:
+			return nil // the loop's select sees it (and shutdown saves)
+		case <-t.C:
+			break wait
+		}
 	}
 	var next *sequence
 	e.kvSaveIdle(func() bool {
