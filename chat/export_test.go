@@ -9,3 +9,6 @@ func NewCallSplitter(format ThinkFormat, prompt string) *Splitter {
 	s.calls = true
 	return s
 }
+
+// SandboxStarts is how many children s has started (one per worker, one more for each that died or was killed).
+func SandboxStarts(s *Sandbox) int64 { return s.started.Load() }

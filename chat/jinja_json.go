@@ -2,7 +2,6 @@ package chat
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,18 +13,8 @@ import (
 
 // The Jinja library's tojson with indent= sorts keys and escapes <, > and & (Go's encoding/json), where Hugging
 // Face's tojson (Python's json.dumps with ensure_ascii=False) keeps insertion order and writes them as they are:
-// Llama 3.x and Granite write their tool prompts with tojson(indent=4). The library looks builtin filters up before
-// the template's variables, so the source is rewritten to call pyTojsonFilter, passed as a variable, instead.
-
-// pyTojsonName is the filter the rewritten source calls; a name no real template uses.
-const pyTojsonName = "parley_tojson"
-
-var tojsonIndent = regexp.MustCompile(`\btojson\s*\(\s*indent\b`)
-
-// rewriteSource returns src with every tojson(indent=...) calling pyTojsonName.
-func rewriteSource(src string) string {
-	return tojsonIndent.ReplaceAllString(src, pyTojsonName+"(indent")
-}
+// Llama 3.x and Granite write their tool prompts with tojson(indent=4). prepareSource makes every tojson(...) with
+// arguments call pyTojson (pyTojsonName) instead.
 
 // pyTojson is Hugging Face's tojson filter: json.dumps(x, ensure_ascii=False, indent=indent,
 // separators=separators, sort_keys=sort_keys).
@@ -52,6 +41,9 @@ func pyTojson(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, e
 	if v, ok := kwargs["sort_keys"]; ok {
 		e.sort = v.IsTruthy()
 	}
+	if v, ok := kwargs["ensure_ascii"]; ok {
+		e.ascii = v.IsTruthy()
+	}
 	var b strings.Builder
 	if err := e.encode(&b, args[0], 0); err != nil {
 		return jinja.Undefined(), err
@@ -61,7 +53,30 @@ func pyTojson(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, e
 
 type pyJSON struct {
 	pyjson.Format
-	sort bool
+	sort  bool
+	ascii bool // ensure_ascii: every character outside ' '..'~' as \uXXXX
+}
+
+// quote writes s as a JSON string; with ensure_ascii, Python's way: \uXXXX (lower-case hex) for every character
+// outside ' '..'~', a surrogate pair for one past U+FFFF.
+func (e *pyJSON) quote(b *strings.Builder, s string) {
+	if !e.ascii {
+		pyjson.Quote(b, s)
+		return
+	}
+	var q strings.Builder
+	pyjson.Quote(&q, s)
+	for _, r := range q.String() {
+		switch {
+		case r >= ' ' && r <= '~':
+			b.WriteRune(r)
+		case r > 0xffff:
+			r -= 0x10000
+			fmt.Fprintf(b, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
+		default:
+			fmt.Fprintf(b, `\u%04x`, r)
+		}
+	}
 }
 
 func (e *pyJSON) encode(b *strings.Builder, v jinja.Value, depth int) error {
@@ -78,7 +93,7 @@ func (e *pyJSON) encode(b *strings.Builder, v jinja.Value, depth int) error {
 	case v.IsFloat():
 		b.WriteString(pyjson.Float(v.AsFloat()))
 	case v.IsString():
-		pyjson.Quote(b, v.AsString())
+		e.quote(b, v.AsString())
 	case v.IsList():
 		items := v.AsList().Items
 		if len(items) == 0 {
@@ -107,7 +122,7 @@ func (e *pyJSON) encode(b *strings.Builder, v jinja.Value, depth int) error {
 		b.WriteByte('{')
 		for i, k := range keys {
 			e.Member(b, i, depth+1)
-			pyjson.Quote(b, k)
+			e.quote(b, k)
 			b.WriteString(e.Key)
 			if err := e.encode(b, d.Data[k], depth+1); err != nil {
 				return err

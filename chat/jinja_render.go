@@ -78,7 +78,12 @@ func compileSafe(src string) (t *jinja.Template, err error) {
 			t, err = nil, fmt.Errorf("compile chat template: panic: %v", r)
 		}
 	}()
-	t, err = jinja.Compile(rewriteSource(src))
+	prepared, err := prepareSource(src)
+	if err != nil {
+		// jinja2 raises RecursionError: a template limit, refused at once.
+		return nil, fmt.Errorf("compile chat template: %w: %w", ErrTemplateLimit, err)
+	}
+	t, err = jinja.Compile(prepared)
 	if err != nil {
 		return nil, fmt.Errorf("compile chat template: %w", err)
 	}
@@ -107,12 +112,22 @@ func renderCompiled(t *jinja.Template, vars []byte) (out string, err error) {
 		return jinja.NewString(strftime(now, format)), nil
 	})
 	data[pyTojsonName] = jinja.NewCallable(pyTojsonName, pyTojson)
+	data[pyPrintName] = jinja.NewCallable(pyPrintName, pyPrint)
+	data[pyStringName] = jinja.NewCallable(pyStringName, pyString)
+	data[pyEnterName] = jinja.NewCallable(pyEnterName, pyEnter)
+	data["range"] = jinja.NewCallable("range", pyRange)
+	data["format"] = jinja.NewCallable("format", pyFormat) // a filter the engine lacks: found among the variables
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = "", fmt.Errorf("render chat template: panic: %v", r)
 		}
 	}()
 	out, err = t.RenderValues(data)
+	if errors.Is(err, errRecursion) {
+		// jinja2 raises RecursionError at once; so does the render, instead of holding a sandbox worker to its
+		// time limit or overflowing the stack.
+		return "", fmt.Errorf("render chat template: %w: %w", ErrTemplateLimit, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("render chat template: %w", err)
 	}

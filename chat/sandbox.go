@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,6 +60,7 @@ type Sandbox struct {
 	idle      chan *sandboxWorker // the workers not rendering; a render takes one and gives it back
 	done      chan struct{}       // closed by Close
 	closeOnce sync.Once
+	started   atomic.Int64 // children started: one per worker, and one more for each that died or was killed
 }
 
 // sandboxWorker is one child, started on its first render and again after it died.
@@ -169,7 +171,9 @@ func (s *Sandbox) RenderJinja(src string, vars []byte) (string, error) {
 	}
 	if resp.Err != "" {
 		if resp.Limit {
-			return "", fmt.Errorf("%w: %s", ErrTemplateLimit, resp.Err)
+			// The child's message already says which limit; it is rebuilt here around the sentinel.
+			msg := strings.Replace(resp.Err, ErrTemplateLimit.Error()+": ", "", 1)
+			return "", fmt.Errorf("%w: %s", ErrTemplateLimit, msg)
 		}
 		return "", errors.New(resp.Err)
 	}
@@ -195,6 +199,7 @@ func (s *Sandbox) start() (*sandboxProc, error) {
 		return nil, err
 	}
 	w.Close() // the child holds its own copy; EOF on r means it exited
+	s.started.Add(1)
 	return &sandboxProc{cmd: cmd, in: in, out: r, dec: json.NewDecoder(bufio.NewReader(r)), stderr: stderr}, nil
 }
 

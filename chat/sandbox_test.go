@@ -13,14 +13,15 @@ import (
 
 // hostileTemplates loop, recurse or allocate without bound; each must be refused at load (by the render limit: the
 // refusal is the check, not how long a busy machine took to deliver it), without harming the process that loads it.
+// (range() stops at 100000, as in jinja2's sandbox: a longer loop nests two.)
 var hostileTemplates = map[string]string{
 	"long loop":         "{% for i in range(100000000) %}{% endfor %}{{ messages[0].content }}",
 	"nested loops":      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ messages[0].content }}",
-	"huge output":       "{% for i in range(100000000) %}xxxxxxxxxxxxxxxx{% endfor %}",
+	"huge output":       "{% for i in range(100000) %}{% for j in range(1000) %}xxxxxxxxxxxxxxxx{% endfor %}{% endfor %}",
 	"doubling string":   "{% set ns = namespace(s='xy') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
 	"string repetition": "{{ 'x' * 100000000000 }}{{ messages[0].content }}",
 	"macro recursion":   "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
-	"only on long chats": "{% if messages | length > 100 %}{% for i in range(100000000) %}{% endfor %}{% endif %}" +
+	"only on long chats": "{% if messages | length > 100 %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}" +
 		"{% for m in messages %}{{ m.content }}{% endfor %}",
 }
 
@@ -86,7 +87,8 @@ func TestSandboxRefusesHostileTemplates(t *testing.T) {
 // fails with ErrTemplateLimit and the turn falls back to the hand-written family.
 func TestSandboxCapsEachRender(t *testing.T) {
 	s := newTestSandbox(t)
-	src := "{% if messages[-1].content == 'boom' %}{% for i in range(100000000) %}{% endfor %}{% endif %}" +
+	// range() stops at 100000 (jinja2's sandbox MAX_RANGE): two nested ranges make the slow render.
+	src := "{% if messages[-1].content == 'boom' %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}" +
 		"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
 		"{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 	tmpl, err := chat.LoadJinja(src, chat.JinjaConfig{Renderer: s})
@@ -133,7 +135,8 @@ func TestSandboxRendersLikeInProcess(t *testing.T) {
 func TestSandboxSlowRenderDoesNotStallOthers(t *testing.T) {
 	s := chat.NewSandbox(chat.WithRenderTimeout(2*renderLimit(t)), chat.WithSandboxWorkers(2))
 	defer s.Close()
-	src := "{% if messages[-1].content == 'boom' %}{% for i in range(100000000) %}{% endfor %}{% endif %}" +
+	// range() stops at 100000 (jinja2's sandbox MAX_RANGE): two nested ranges make the slow render.
+	src := "{% if messages[-1].content == 'boom' %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}" +
 		"{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 	tmpl := chat.NewJinja(src, chat.JinjaConfig{Renderer: s})
 	if _, err := tmpl.RenderJinja([]parley.Message{{Role: parley.RoleUser, Content: "warm"}}, chat.Gen); err != nil {

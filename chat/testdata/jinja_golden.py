@@ -3,8 +3,8 @@
 ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and the loopcontrols extension, a tojson that neither
 sorts keys nor escapes HTML, raise_exception, strftime_now, and the {% generation %} tag (a no-op for rendering).
 
-TestJinjaGolden runs it (Debian's python3-jinja2): it reads a JSON list of cases from stdin, each
-{"template": path, "vars": {...}} with the variables Parley passes (a "now" key is the Unix time strftime_now
+TestJinjaGolden and TestJinjaBehaviours run it (Debian's python3-jinja2): it reads a JSON list of cases from stdin,
+each {"template": path, "vars": {...}} or {"source": text, "vars": {...}} with the variables Parley passes (a "now" key is the Unix time strftime_now
 formats, removed from the variables), and writes a JSON list of {"out": text} or {"err": message} in the same order.
 """
 import datetime
@@ -41,14 +41,18 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
 
 
 def render(env, cache, case):
-    path = case["template"]
-    if path not in cache:
-        with open(path, encoding="utf-8") as f:
-            cache[path] = env.from_string(f.read())
+    path = case.get("template")
+    if path is None:
+        template = env.from_string(case["source"])
+    else:
+        if path not in cache:
+            with open(path, encoding="utf-8") as f:
+                cache[path] = env.from_string(f.read())
+        template = cache[path]
     variables = dict(case["vars"])
     now = datetime.datetime.fromtimestamp(variables.pop("now", 0), datetime.timezone.utc)
     variables["strftime_now"] = lambda fmt: now.strftime(fmt)
-    return cache[path].render(**variables)
+    return template.render(**variables)
 
 
 def main():
