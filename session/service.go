@@ -391,8 +391,15 @@ type Turn struct {
 	reapply func(*Session)
 
 	// durable: the turn is stored, marked interrupted, before its reply
-	// starts (pending.go); its commit then replaces that.
+	// starts, and its reply so far at checkpoints (pending.go); its commit
+	// then replaces that. input is the turn's new message.
 	durable bool
+	input   parley.Message
+	// revert, when set, is the session as it was before a durable turn
+	// (a chat turn): what is stored again when the reply fails, so a
+	// failed reply leaves the history as it was. Without it (a background
+	// response) the pending record stays, interrupted.
+	revert *Session
 
 	// settleMu is held while the turn is committed; settled (guarded by
 	// it) is set once the commit is decided, stored or not. See Snapshot.
@@ -447,9 +454,11 @@ func (t *Turn) Committed() bool { return t.committed }
 // for it to end (queued turns run in arrival order) or for ctx to be done.
 //
 // p are the reply's parameters; a zero p (MaxTokens 0) means the session's
-// own (see Params). The new user message and the reply are stored together
-// when the reply ends (see Turn.Events); nothing is stored before that, so a
-// failed reply leaves the history as it was.
+// own (see Params). The new user message is stored before the reply starts,
+// with an empty reply marked interrupted, and the reply's text so far at
+// checkpoints while it runs (pending.go), so a crash never loses what the
+// user typed; the turn's commit replaces that when the reply ends (see
+// Turn.Events). A failed reply leaves the history as it was.
 func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) (*Turn, error) {
 	if prompt == "" {
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
@@ -514,7 +523,9 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		return nil, err
 	}
 	var reapply func(*Session)
+	revert := sess
 	if input.Role == "" { // Regenerate
+		revert = sess.Clone() // the old reply comes back if the new one fails
 		var from int
 		if input, from, err = sess.dropLastReply(); err != nil {
 			unlock()
@@ -535,7 +546,13 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		p = s.Params(sess)
 		p.SkipLogprobs = skip
 	}
-	t := &Turn{resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated), reapply: reapply}
+	t := &Turn{resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated), reapply: reapply,
+		durable: true}
+	if revert != sess {
+		t.revert = revert
+	} else {
+		t.revert = sess.Clone()
+	}
 	if len(sess.Messages) == 0 {
 		t.kv = KVNew
 	}
@@ -571,23 +588,34 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 			return err
 		}
 	}
+	t.input = ts.input
+	if t.durable {
+		if err := s.storePendingTurn(ctx, t, sess); err != nil {
+			ts.unlock()
+			return err
+		}
+		// A fresh copy read after another replica's write (commit's retry)
+		// holds this turn's pending write: drop it before redoing the turn.
+		prev := t.reapply
+		t.reapply = func(fresh *Session) {
+			dropPending(fresh, ts.input)
+			if prev != nil {
+				prev(fresh)
+			}
+		}
+	}
 	msgs := make([]parley.Message, 0, len(sess.Messages)+2)
 	if sess.System != "" {
 		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
 	}
 	msgs = append(msgs, sess.Messages...)
 	msgs = append(msgs, ts.input)
-	if t.durable {
-		if err := s.storePending(ctx, sess, ts.input); err != nil {
-			ts.unlock()
-			return err
-		}
-	}
 	if sess.Model != "" {
 		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
 	}
 	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
+		s.undoPending(ctx, t, sess)
 		ts.unlock()
 		if sess.Model != "" && parley.ErrorCode(err) == parley.ENotFound {
 			return parley.Errorf(parley.ENotFound, "this conversation was held with model %q, which this server no longer serves (%s); start a new conversation", sess.Model, parley.ErrorMessage(err))
@@ -607,10 +635,17 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, input parley.
 
 	var final parley.Event
 	ended := false
+	var cp *checkpointer
+	if t.durable {
+		cp = s.newCheckpointer(sess, input)
+	}
 	for ev := range t.reply.Events() {
 		if ev.Done {
 			final, ended = ev, true
 			break // the reply closes its channel after the final event
+		}
+		if cp != nil {
+			cp.add(ctx, ev)
 		}
 		t.send(ctx, ev)
 	}
@@ -641,7 +676,12 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parl
 	t.settled = true
 	text := t.reply.Text()
 	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && text == "" && !t.durable) {
-		return final // (a durable turn's pending record stays: interrupted)
+		// A durable turn's pending record stays, interrupted, but for a
+		// chat turn's failed reply, which leaves the history as it was.
+		if final.Finish == parley.FinishError {
+			s.undoPending(ctx, t, sess)
+		}
+		return final
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
@@ -668,6 +708,24 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parl
 	s.log.Debug("turn committed", zap.String("session", t.id),
 		zap.String("finish", string(final.Finish)), zap.Int("messages", len(sess.Messages)))
 	return final
+}
+
+// undoPending stores t.revert again in place of a durable chat turn's
+// pending write, when its reply fails (sess carries that write's version).
+// A failure is logged: the pending turn then stays, marked interrupted.
+func (s *Service) undoPending(ctx context.Context, t *Turn, sess *Session) {
+	if !t.durable || t.revert == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	r := t.revert.Clone()
+	r.Created, r.Updated = sess.Created, sess.Updated
+	if err := s.put(cctx, r); err != nil {
+		s.log.Warn("undo a failed reply's pending turn", zap.String("session", sess.ID), zap.Error(err))
+		return
+	}
+	sess.Created, sess.Updated = r.Created, r.Updated
 }
 
 // send delivers a token event, or drops it once ctx is done and the reader
