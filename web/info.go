@@ -20,6 +20,27 @@ type Info struct {
 	Engine   string `json:"engine"`   // the llama.cpp binding's module and version (filled by the server)
 	// Thinking is how the model marks its thought (think-tags, harmony, channel), "none" for a model without one.
 	Thinking string `json:"thinking,omitempty"`
+	// Defaults are the sampling parameters a request gets for each one it
+	// leaves out (the server's flags), and Limits what a request may ask
+	// for: the chat page shows both and sends only what its user changed.
+	Defaults *InfoDefaults `json:"defaults,omitempty"`
+	Limits   *InfoLimits   `json:"limits,omitempty"`
+}
+
+// InfoDefaults is /info's account of the server's sampling defaults.
+type InfoDefaults struct {
+	MaxTokens   int     `json:"max_tokens"`
+	Temperature float64 `json:"temperature"`
+	TopK        int     `json:"top_k"`
+	TopP        float64 `json:"top_p"`
+	MinP        float64 `json:"min_p"`
+	Seed        int64   `json:"seed"`
+}
+
+// InfoLimits is /info's account of what a request may ask for.
+type InfoLimits struct {
+	MaxTokens     int `json:"max_tokens"`     // the largest max_tokens (--max-tokens-limit)
+	ContextLength int `json:"context_length"` // tokens of one conversation's window: prompt and reply together
 }
 
 // WithInfo makes GET /info and parley_model_info report the loaded model.
@@ -63,6 +84,10 @@ func buildVersions() (version, engine string) {
 func (s *Server) info() Info {
 	in := s.op.info()
 	in.Version, in.Engine = s.op.version, s.op.engine
+	d := s.cfg.Defaults
+	in.Defaults = &InfoDefaults{MaxTokens: d.MaxTokens, Temperature: d.Temperature, TopK: d.TopK, TopP: d.TopP,
+		MinP: d.MinP, Seed: d.Seed}
+	in.Limits = &InfoLimits{MaxTokens: s.cfg.MaxTokensCap, ContextLength: in.ContextLength}
 	return in
 }
 
