@@ -59,7 +59,11 @@ func (s *Service) storePending(ctx context.Context, sess *Session, input, reply 
 // copy. A Responses turn's conflict is returned.
 func (s *Service) storePendingTurn(ctx context.Context, t *Turn, sess *Session) error {
 	for attempt := 0; ; attempt++ {
-		err := s.storePending(ctx, sess, t.input, parley.Message{})
+		var reply parley.Message // empty; a Continue turn's: the reply it carries on
+		if t.prefix != nil {
+			reply = *t.prefix
+		}
+		err := s.storePending(ctx, sess, t.input, reply)
 		if err == nil || !errors.Is(err, ErrConflict) || t.revert == nil || attempt == conflictRetries {
 			return err
 		}
@@ -89,8 +93,12 @@ type checkpointer struct {
 	off       bool // a checkpoint failed: the commit decides from here
 }
 
-func (s *Service) newCheckpointer(sess *Session, input parley.Message) *checkpointer {
-	return &checkpointer{s: s, sess: sess, input: input, next: firstCheckpoint}
+func (s *Service) newCheckpointer(sess *Session, input parley.Message, prefix *parley.Message) *checkpointer {
+	c := &checkpointer{s: s, sess: sess, input: input, next: firstCheckpoint}
+	if prefix != nil {
+		c.text, c.reasoning = []byte(prefix.Content), []byte(prefix.Reasoning)
+	}
+	return c
 }
 
 // add records a token event and, when a checkpoint is due, stores the

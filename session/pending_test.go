@@ -114,3 +114,54 @@ func TestChatTurnCheckpointsItsReply(t *testing.T) {
 		})
 	}
 }
+
+// TestContinueCarriesOnTheLastReply: Continue asks the responder to carry
+// on the last reply (the conversation ends with it, the context says so),
+// and stores the reply whole, its text then the new, in place of the old:
+// one prompt, one reply. A conversation without a reply cannot continue.
+func TestContinueCarriesOnTheLastReply(t *testing.T) {
+	for _, k := range storeKinds()[:2] {
+		t.Run(k.name, func(t *testing.T) {
+			st := mustOpen(t, k)
+			var continued []bool
+			play := func(ctx context.Context, c call, r *fakeReply) {
+				continued = append(continued, parley.ContinueFrom(ctx))
+				if parley.ContinueFrom(ctx) {
+					r.token(ctx, " and then")
+				} else {
+					r.token(ctx, "Once upon")
+				}
+				r.finish(parley.FinishLength, nil)
+			}
+			svc, f := newService(t, st, play)
+			ctx := context.Background()
+			s := mustOpenSession(t, svc)
+			if _, err := svc.Continue(ctx, s.ID, parley.Params{}); parley.ErrorCode(err) != parley.EInvalid {
+				t.Fatalf("continue with no reply: %v, want invalid", err)
+			}
+			tr, err := svc.Turn(ctx, s.ID, "Tell me", parley.Params{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			drain(t, tr)
+			tr, err = svc.Continue(ctx, s.ID, parley.Params{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			texts, final := drain(t, tr)
+			if final.Finish != parley.FinishLength || strings.Join(texts, "") != " and then" || tr.Text() != "Once upon and then" {
+				t.Fatalf("continue streamed %q, final %+v, text %q", texts, final, tr.Text())
+			}
+			calls := f.callList()
+			last := calls[len(calls)-1].msgs
+			if len(last) != 2 || last[1].Role != parley.RoleAssistant || last[1].Content != "Once upon" || !continued[1] || continued[0] {
+				t.Fatalf("the continue asked for %+v (continued %v)", last, continued)
+			}
+			got := mustGet(t, st, s.ID)
+			want := []parley.Message{{Role: parley.RoleUser, Content: "Tell me"}, {Role: parley.RoleAssistant, Content: "Once upon and then"}}
+			if !reflect.DeepEqual(got.Messages, want) {
+				t.Fatalf("after continue the store holds %+v, want %+v", got.Messages, want)
+			}
+		})
+	}
+}

@@ -395,6 +395,9 @@ type Turn struct {
 	// then replaces that. input is the turn's new message.
 	durable bool
 	input   parley.Message
+	// prefix, for a Continue turn, is the reply it carries on: its text
+	// comes before the new text in Text, checkpoints and the commit.
+	prefix *parley.Message
 	// revert, when set, is the session as it was before a durable turn
 	// (a chat turn): what is stored again when the reply fails, so a
 	// failed reply leaves the history as it was. Without it (a background
@@ -428,16 +431,26 @@ func (t *Turn) Events() <-chan parley.Event { return t.events }
 // SessionID is the id of the turn's session.
 func (t *Turn) SessionID() string { return t.id }
 
-// Text is the reply's whole text; valid after the final event.
-func (t *Turn) Text() string { return t.reply.Text() }
+// Text is the reply's whole text (a Continue turn's: the reply it carried
+// on, then the new text); valid after the final event.
+func (t *Turn) Text() string {
+	if t.prefix != nil {
+		return t.prefix.Content + t.reply.Text()
+	}
+	return t.reply.Text()
+}
 
 // Reasoning is the reply's thought (a reasoning model's, kept apart from
 // Text), when the reply has one; valid after the final event.
 func (t *Turn) Reasoning() string {
-	if r, ok := t.reply.(interface{ Reasoning() string }); ok {
-		return r.Reasoning()
+	var prev string
+	if t.prefix != nil {
+		prev = t.prefix.Reasoning
 	}
-	return ""
+	if r, ok := t.reply.(interface{ Reasoning() string }); ok {
+		return prev + r.Reasoning()
+	}
+	return prev
 }
 
 // Prompt is the prompt as the model saw it (the rendered conversation).
@@ -485,6 +498,33 @@ func (s *Service) Regenerate(ctx context.Context, id string, p parley.Params) (*
 	return s.turn(ctx, id, parley.Message{}, p)
 }
 
+// roleContinue marks Continue's turn inside the Service (never stored).
+const roleContinue parley.Role = "continue"
+
+// Continue carries on the session's last reply, one cut short by its length
+// limit, a stop string or a cancel: the model continues its text (the chat
+// layer's parley.WithContinue), and the stored session holds the reply
+// whole, its text then the new, in place of the old. Turn.Text is the whole
+// reply; the token events are the new text. A conversation that does not
+// end with a reply (or ends with one that called tools) is a parley
+// EInvalid error.
+func (s *Service) Continue(ctx context.Context, id string, p parley.Params) (*Turn, error) {
+	return s.turn(ctx, id, parley.Message{Role: roleContinue}, p)
+}
+
+// dropLastReplyToContinue removes the last reply and the message it
+// answered, and returns both and the answered message's absolute position.
+func (s *Session) dropLastReplyToContinue() (input, reply parley.Message, abs int, err error) {
+	n := len(s.Messages)
+	if n < 2 || s.Messages[n-1].Role != parley.RoleAssistant || len(s.Messages[n-1].ToolCalls) > 0 ||
+		(s.Messages[n-2].Role != parley.RoleUser && s.Messages[n-2].Role != parley.RoleTool) {
+		return input, reply, 0, parley.Errorf(parley.EInvalid, "there is no reply to continue: the conversation does not end with a reply to a prompt")
+	}
+	input, reply, abs = s.Messages[n-2], s.Messages[n-1], s.Trimmed+n-2
+	s.removeSpan(abs, s.Next())
+	return input, reply, abs, nil
+}
+
 // dropLastReply removes the last user message and what follows it, and
 // returns that message and its absolute position.
 func (s *Session) dropLastReply() (parley.Message, int, error) {
@@ -523,8 +563,10 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		return nil, err
 	}
 	var reapply func(*Session)
+	var prefix *parley.Message // Continue: the reply carried on
 	revert := sess
-	if input.Role == "" { // Regenerate
+	switch input.Role {
+	case "": // Regenerate
 		revert = sess.Clone() // the old reply comes back if the new one fails
 		var from int
 		if input, from, err = sess.dropLastReply(); err != nil {
@@ -534,6 +576,17 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		// Another replica's write found at commit (ErrConflict) keeps
 		// the drop: the reply goes from the same position in its copy.
 		reapply = func(fresh *Session) { fresh.removeSpan(from, fresh.Next()) }
+	case roleContinue:
+		revert = sess.Clone()
+		var from int
+		var reply parley.Message
+		if input, reply, from, err = sess.dropLastReplyToContinue(); err != nil {
+			unlock()
+			return nil, err
+		}
+		prefix = &parley.Message{Role: parley.RoleAssistant, Content: reply.Content, Reasoning: reply.Reasoning}
+		reapply = func(fresh *Session) { fresh.removeSpan(from, fresh.Next()) }
+		ctx = parley.WithContinue(ctx)
 	}
 	if input.Role == parley.RoleTool {
 		if err := checkToolResults(sess.Messages, []parley.Message{input}); err != nil {
@@ -547,7 +600,7 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		p.SkipLogprobs = skip
 	}
 	t := &Turn{resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated), reapply: reapply,
-		durable: true}
+		durable: true, prefix: prefix}
 	if revert != sess {
 		t.revert = revert
 	} else {
@@ -610,6 +663,9 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	}
 	msgs = append(msgs, sess.Messages...)
 	msgs = append(msgs, ts.input)
+	if t.prefix != nil {
+		msgs = append(msgs, *t.prefix)
+	}
 	if sess.Model != "" {
 		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
 	}
@@ -637,7 +693,7 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, input parley.
 	ended := false
 	var cp *checkpointer
 	if t.durable {
-		cp = s.newCheckpointer(sess, input)
+		cp = s.newCheckpointer(sess, input, t.prefix)
 	}
 	for ev := range t.reply.Events() {
 		if ev.Done {
@@ -674,7 +730,7 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parl
 	t.settleMu.Lock()
 	defer t.settleMu.Unlock()
 	t.settled = true
-	text := t.reply.Text()
+	text := t.Text()
 	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && text == "" && !t.durable) {
 		// A durable turn's pending record stays, interrupted, but for a
 		// chat turn's failed reply, which leaves the history as it was.
