@@ -461,7 +461,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 	eng, err := llm.Open(lcfg)
 	progress.done()
 	if err != nil {
-		return nil, err
+		return nil, explainLoadFailure(err, lcfg, cfg)
 	}
 	info := eng.Info()
 	log.Info("model loaded",
