@@ -17,7 +17,7 @@ type Info struct {
 	parley.ModelInfo
 	Template string `json:"template"` // the prompt format in use: jinja (the model's own), a chat template family, or "plain"
 	Version  string `json:"version"`  // Parley's version (filled by the server from the build)
-	Engine   string `json:"engine"`   // the llama.cpp binding's module and version (filled by the server)
+	Engine   string `json:"engine"`   // the llama.cpp that runs: as the caller names it, else the binding's module and version (filled by the server)
 	// Thinking is how the model marks its thought (think-tags, harmony, channel), "none" for a model without one.
 	Thinking string `json:"thinking,omitempty"`
 	// Defaults are the sampling parameters a request gets for each one it
@@ -46,7 +46,8 @@ type InfoLimits struct {
 // WithInfo makes GET /info and parley_model_info report the loaded model.
 // info is called only once the server is ready (SetReady(true)), so it may
 // depend on things that exist only after the model has loaded; it fills
-// ModelInfo and Template, and the server fills Version and Engine.
+// ModelInfo and Template (and Engine, when the caller knows which runs),
+// and the server fills Version and, unless set, Engine.
 func WithInfo(info func() Info) Option {
 	return func(s *Server) { s.ops().info = info }
 }
@@ -83,7 +84,10 @@ func buildVersions() (version, engine string) {
 // info returns the full /info document. Call only when ready and o.info is set.
 func (s *Server) info() Info {
 	in := s.op.info()
-	in.Version, in.Engine = s.op.version, s.op.engine
+	in.Version = s.op.version
+	if in.Engine == "" {
+		in.Engine = s.op.engine
+	}
 	d := s.cfg.Defaults
 	in.Defaults = &InfoDefaults{MaxTokens: d.MaxTokens, Temperature: d.Temperature, TopK: d.TopK, TopP: d.TopP,
 		MinP: d.MinP, Seed: d.Seed}

@@ -347,7 +347,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		web.WithStoreUsage(storeUsage(store)),
 		web.WithInfo(func() web.Info {
 			t := responder.Template()
-			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
+			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String(),
+				Engine: engineLabel(engine.name())}
 		}))
 	if err := srv.Open(); err != nil {
 		return err
@@ -517,6 +518,24 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 type engineRef struct{ p atomic.Pointer[llm.Engine] }
 
 func (r *engineRef) set(e *llm.Engine) { r.p.Store(e) }
+
+// name is the llama.cpp engine that runs the model ("" before it has loaded).
+func (r *engineRef) name() string {
+	if e := r.p.Load(); e != nil {
+		return e.EngineName()
+	}
+	return ""
+}
+
+// engineLabel is /info's engine for the engine that runs: the current
+// llama.cpp names its libraries' release; the embedded one is left to the
+// server, which names the binding the binary was built with.
+func engineLabel(name string) string {
+	if name == llm.EngineCurrent {
+		return "current llama.cpp (ggml " + llm.CurrentGGMLVersion + ", @node-llama-cpp/linux-x64 libraries, loaded at run time)"
+	}
+	return ""
+}
 
 var errLoading = parley.Errorf(parley.EUnavailable, "the model is loading; try again shortly")
 
