@@ -55,6 +55,10 @@ func WithInfo(info func() Info) Option {
 // bindingModule is the module whose version /info reports as the engine.
 const bindingModule = "github.com/ollama/ollama"
 
+// BuildVersions is Parley's version and the llama.cpp binding's, as /info
+// reports them (see buildVersions).
+func BuildVersions() (version, engine string) { return buildVersions() }
+
 // buildVersions reads Parley's version and the llama.cpp binding's from
 // the binary's build information. A build from a work tree (no module
 // version) reports "devel", with the VCS revision when the build recorded one.

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/parley-chat/parley/internal/testbin"
+	"github.com/parley-chat/parley/llm"
 )
 
 // TestInfoNamesTheEngineThatRuns: /info's engine is the llama.cpp that
@@ -41,4 +45,18 @@ func TestInfoNamesTheEngineThatRuns(t *testing.T) {
 		t.Fatalf("the %q engine ran; /info says %q, want it to start with %q", ran, info.Engine, want)
 	}
 	t.Logf("%s: %s", ran, info.Engine)
+}
+
+// TestVersionFlag: --version says Parley's version and its engines', needs
+// no model, and exits 0 (run returns flag.ErrHelp, as for --help).
+func TestVersionFlag(t *testing.T) {
+	var out strings.Builder
+	err := run(context.Background(), []string{"--version"}, func(string) string { return "" }, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run --version: %v", err)
+	}
+	if !strings.HasPrefix(out.String(), "parley ") || !strings.Contains(out.String(), "engines: embedded github.com/ollama/ollama/llama ") ||
+		!strings.Contains(out.String(), "current llama.cpp ggml "+llm.CurrentGGMLVersion) {
+		t.Fatalf("--version printed %q", out.String())
+	}
 }

@@ -92,6 +92,7 @@ type config struct {
 	gpuLayers                                    gpuLayersFlag
 	kvUnified                                    string
 	cacheSlots                                   int
+	version                                      bool
 	maxTokens, maxTokensLimit                    int
 	maxConns, maxConnsPerIP, promptsPerMinute    int
 	maxPromptTokens, maxQueuedPrompts            int
@@ -153,6 +154,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.Float64Var(&c.repeatPenalty, "repeat-penalty", def.RepeatPenalty, "default repetition penalty (1 = off)")
 	fs.IntVar(&c.repeatLastN, "repeat-last-n", def.RepeatLastN, "tokens the repetition penalty looks back over")
 	fs.Int64Var(&c.seed, "seed", def.Seed, "default seed (-1 = random)")
+	fs.BoolVar(&c.version, "version", false, "print Parley's version and its llama.cpp engines', then exit")
 	fs.StringVar(&c.logFormat, "log-format", "", "log format: console or json (default: console on a terminal, else json)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&c.llamaLog, "llama-log", false, "show llama.cpp's own log lines on stderr")
@@ -191,6 +193,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.version {
+		return c, nil // nothing else is needed to say the version
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -273,6 +278,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.version {
+		version, binding := web.BuildVersions()
+		fmt.Fprintf(stderr, "parley %s\nengines: embedded %s; current llama.cpp ggml %s (its libraries loaded at run time)\n",
+			version, binding, llm.CurrentGGMLVersion)
+		return flag.ErrHelp // exit 0, as --help
 	}
 	log, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
 	if err != nil {
