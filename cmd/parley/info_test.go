@@ -59,4 +59,11 @@ func TestVersionFlag(t *testing.T) {
 		!strings.Contains(out.String(), "current llama.cpp ggml "+llm.CurrentGGMLVersion) {
 		t.Fatalf("--version printed %q", out.String())
 	}
+	// PARLEY_VERSION in the environment is not --version.
+	cfg, err := parseFlags([]string{"--model", "m.gguf"}, func(k string) string {
+		return map[string]string{"PARLEY_VERSION": "1.2.3"}[k]
+	}, &out)
+	if err != nil || cfg.version {
+		t.Fatalf("with PARLEY_VERSION set: version %v, %v", cfg.version, err)
+	}
 }

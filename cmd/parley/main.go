@@ -201,6 +201,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "version" {
+			return // a command, not a setting: an environment that holds PARLEY_VERSION still serves
+		}
 		env := "PARLEY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v := getenv(env); v != "" && !set[f.Name] && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
