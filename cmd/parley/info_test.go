@@ -67,3 +67,37 @@ func TestVersionFlag(t *testing.T) {
 		t.Fatalf("with PARLEY_VERSION set: version %v, %v", cfg.version, err)
 	}
 }
+
+// TestNormalStartLogsStructuredLinesOnly: a normal start (the test model,
+// the default store, either engine) writes only JSON log lines under
+// --log-format json, none of them a warning or an error: the binding's own
+// line goes through zap, and weights too small for huge pages are no
+// cause for a warning.
+func TestNormalStartLogsStructuredLinesOnly(t *testing.T) {
+	bin := testbin.Parley(t)
+	s := start(t, bin)
+	res, err := http.Get("http://" + s.addr + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	s.Kill()
+	lines := 0
+	for _, line := range strings.Split(strings.TrimSpace(s.log()), "\n") {
+		var rec struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Msg == "" {
+			t.Errorf("not a structured log line: %q", line)
+			continue
+		}
+		lines++
+		if rec.Level != "info" && rec.Level != "debug" {
+			t.Errorf("a %s on a normal start: %s", rec.Level, line)
+		}
+	}
+	if lines < 3 {
+		t.Fatalf("only %d log lines: %q", lines, s.log())
+	}
+}

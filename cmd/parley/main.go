@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -293,7 +294,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer log.Sync()
-	llm.SetNativeLogger(log.Named("llama"), cfg.llamaLog) // escaped, capped, rate-limited; chatter off unless asked
+	llm.SetNativeLogger(log.Named("llama"), cfg.llamaLog)          // escaped, capped, rate-limited; chatter off unless asked
+	slog.SetDefault(slog.New(&slogToZap{log: log.Named("llama")})) // the binding's own lines, structured
 
 	if cfg.maxHTTPConns <= cfg.maxConns {
 		log.Warn("--max-http-conns is not above --max-conns: when WebSockets reach their cap, /health and the HTTP APIs are refused too",
