@@ -453,6 +453,19 @@ func (t *Turn) Reasoning() string {
 	return prev
 }
 
+// Input is the message the turn answers: the user's prompt (a Regenerate's
+// or a Continue's, the conversation's last one), or a tool's result.
+func (t *Turn) Input() parley.Message { return t.input }
+
+// Prefix is the text a Continue turn carries on ("" for any other turn):
+// Text is Prefix and then the new text the token events carry.
+func (t *Turn) Prefix() string {
+	if t.prefix == nil {
+		return ""
+	}
+	return t.prefix.Content
+}
+
 // Prompt is the prompt as the model saw it (the rendered conversation).
 func (t *Turn) Prompt() string { return t.reply.Prompt() }
 

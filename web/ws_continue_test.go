@@ -1,7 +1,11 @@
 package web_test
 
 import (
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/parley-chat/parley/web"
 )
 
 // TestContinueCarriesOnAReplyAtItsLength: a greedy reply stopped at its
@@ -47,5 +51,32 @@ func TestContinueCarriesOnAReplyAtItsLength(t *testing.T) {
 	got := stored(t, s, id)
 	if len(got) != 2 || got[1].Content != done.Content || got[1].Interrupted {
 		t.Fatalf("after continue the session holds %+v", got)
+	}
+}
+
+// TestResumeDuringAContinue: a socket that drops while a continue streams
+// and resumes sees the conversation's prompt and the reply whole so far
+// (the continued text, then the new tokens), not the socket's last prompt
+// and the new tokens alone; the reply then ends whole.
+func TestResumeDuringAContinue(t *testing.T) {
+	s := openPaced(t, 5*time.Millisecond, func(c *web.Config) { c.ResumeGrace = 5 * time.Second })
+	ws := dial(t, s.url+"/ws?format=json", nil)
+	id := readJSON(t, ws).SessionID()
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "Once upon a time", "params": map[string]any{"max_tokens": 8}})
+	_, first := readUntilDone(t, ws)
+	ws.WriteJSON(map[string]any{"type": "continue", "params": map[string]any{"max_tokens": 200}})
+	if m := readJSON(t, ws); m.Type != "token" {
+		t.Fatalf("continue: %+v", m)
+	}
+	dropAbruptly(ws)
+	ws2 := dial(t, s.url+"/ws?format=json&session="+id, nil)
+	open := readJSON(t, ws2)
+	if open.Reply == nil || len(open.Messages) != 2 || open.Messages[0].Content != "Once upon a time" ||
+		!strings.HasPrefix(open.Messages[1].Content, first.Content) || len(open.Messages[1].Content) <= len(first.Content) {
+		t.Fatalf("resumed during a continue of %q: %+v", first.Content, open)
+	}
+	_, done := readUntilDone(t, ws2)
+	if !strings.HasPrefix(done.Content, open.Messages[1].Content) {
+		t.Fatalf("the continued reply %q does not start with what the resume showed, %q", done.Content, open.Messages[1].Content)
 	}
 }
