@@ -19,7 +19,13 @@ GO ?= go
 NPM ?= npm
 # SIMD level for ggml's C/C++ kernels; PARLEY_MARCH is the variable scripts/env.sh reads.
 MARCH ?= $(or $(PARLEY_MARCH),x86-64-v3)
-MODEL ?= ../shared/models/stories260K.gguf
+# The model make run serves: the project's test copy of stories260K when it is beside the repository, else the same
+# file from Hugging Face through Parley's own hf:// source (downloaded once into the model cache with progress,
+# resumable, checked against MODEL_SHA256, the sha256 of the test copy).
+SHARED_MODEL ?= ../shared/models/stories260K.gguf
+MODEL_HF := hf://ggml-org/models/tinyllamas/stories260K.gguf
+MODEL_SHA256 := 270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d
+MODEL ?= $(if $(wildcard $(SHARED_MODEL)),$(SHARED_MODEL),$(MODEL_HF))
 ARGS ?=
 BIN := bin/parley
 
@@ -30,19 +36,20 @@ export CGO_CPPFLAGS := -I$(or $(PARLEY_NATIVE_INCLUDE),$(CURDIR)/llm/native)
 export CGO_CFLAGS := -O3 -march=$(MARCH)
 export CGO_CXXFLAGS := -O3 -march=$(MARCH)
 
-# Debian packages the build and the tests use: the two header packages llama.cpp needs (NATIVE-BUILD.md),
-# Python's websockets for the seed client, chromium for the browser test, python3-jinja2 for the chat-template goldens,
-# libffi8 for the current engine (yzma).
-APT_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 cmake python3-websockets chromium ca-certificates curl redis-server nginx python3-yaml python3-jinja2
+# Debian packages the build and a run need (make run): the two header packages llama.cpp needs (NATIVE-BUILD.md),
+# libffi8 for the current engine (yzma), cmake for its CPU backend. The tests add Python's websockets for the seed
+# client, chromium for the browser test, redis-server and nginx, python3-jinja2 for the chat-template goldens.
+APT_RUN_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 cmake ca-certificates curl
+APT_PACKAGES := $(APT_RUN_PACKAGES) python3-websockets chromium redis-server nginx python3-yaml python3-jinja2
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
-.PHONY: help setup setup-apt setup-go setup-npm setup-engine setup-engine-cuda setup-cuda setup-bench build run test test-busy bench cuda cuda-current bench-gpu ui fmt vet clean
+.PHONY: help setup setup-run setup-apt setup-apt-run setup-go setup-npm setup-engine setup-engine-cuda setup-cuda setup-bench build run test test-busy bench cuda cuda-current bench-gpu ui fmt vet clean
 
 help:
 	@echo 'make setup   install Debian packages (only missing ones), Go modules, npm packages'
 	@echo 'make build   build $(BIN) (MARCH=$(MARCH))'
-	@echo 'make run     setup + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
+	@echo 'make run     what running needs + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
 	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
 	@echo 'make test-busy  the same suite while a CPU hog keeps every core busy (twice as many busy threads as cores)'
 	@echo 'make bench   build ollama, llama-server and the synthetic models (F16, Q8_0, Q4_0), then cmd/bench (BENCH_ARGS=...)'
@@ -57,13 +64,22 @@ help:
 
 setup: setup-apt setup-go setup-npm setup-engine
 
+# What make run needs, and nothing of the test tooling (npm's SDKs, chromium, redis, nginx): make test installs that.
+setup-run: setup-apt-run setup-go setup-engine
+
 # The current engine's libraries (issue 32): the npm package pinned in scripts/engine, linked into lib/llama-current
 # beside ggml's CPU backend compiled from the same source at $(MARCH) (about a minute on 2 cores; a re-run only checks):
 # the package's prebuilt CPU variants took 1.7-2x as long over an F16 prompt (BENCHMARKS.md).
 # scripts/setup-current-engine.sh lays out the prebuilt variants instead, for a machine without a compiler.
 ENGINE_STAMP := scripts/engine/node_modules/.package-lock.json
-setup-engine: $(ENGINE_STAMP)
+# The backend built for one MARCH, recorded beside it: a later make rebuilds it only when the package or the build
+# script changed (the script would re-run cmake every time).
+ENGINE_CPU_STAMP := lib/llama-current/.parley-cpu-$(MARCH)
+setup-engine: $(ENGINE_CPU_STAMP)
+
+$(ENGINE_CPU_STAMP): $(ENGINE_STAMP) scripts/build-current-backend.sh scripts/ggml-simd.sh
 	scripts/build-current-backend.sh cpu
+	@mkdir -p $(@D) && touch $@
 
 $(ENGINE_STAMP): scripts/engine/package.json scripts/engine/package-lock.json
 	cd scripts/engine && $(NPM) ci --no-audit --no-fund --ignore-scripts
@@ -80,9 +96,11 @@ $(ENGINE_CUDA_STAMP): scripts/engine-cuda/package.json scripts/engine-cuda/packa
 	@touch $@
 
 # apt only when something is missing, so that `make setup` works without root on a machine that has everything.
-setup-apt:
+setup-apt: APT_WANT = $(APT_PACKAGES)
+setup-apt-run: APT_WANT = $(APT_RUN_PACKAGES)
+setup-apt setup-apt-run:
 	@missing=""; \
-	for p in $(APT_PACKAGES); do \
+	for p in $(APT_WANT); do \
 	  case "$$(dpkg-query -W -f='$${db:Status-Abbrev}' "$$p" 2>/dev/null)" in ii*) ;; *) missing="$$missing $$p";; esac; \
 	done; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
@@ -110,8 +128,11 @@ build:
 	@mkdir -p bin
 	$(GO) build -o $(BIN) ./cmd/parley
 
-run: setup build
-	./$(BIN) --model "$(MODEL)" $(ARGS)
+run: setup-run build
+	@if [ "$(MODEL)" = "$(MODEL_HF)" ]; then \
+	  echo "run: $(SHARED_MODEL) is not there: serving $(MODEL_HF) (downloaded once, sha256 $(MODEL_SHA256))"; \
+	else echo "run: serving $(MODEL)"; fi
+	./$(BIN) --model "$(MODEL)"$(if $(filter $(MODEL_HF),$(MODEL)), --model-sha256 $(MODEL_SHA256)) $(ARGS)
 
 test: setup build
 	scripts/test.sh

@@ -171,3 +171,19 @@ func LoadProgressFrom(ctx context.Context) LoadProgress {
 	f, _ := ctx.Value(loadProgressKey{}).(LoadProgress)
 	return f
 }
+
+type continueKey struct{}
+
+// WithContinue returns a context that asks the chat layer to continue the
+// conversation's last message, an assistant reply cut short (its length
+// limit, a stop), instead of starting a new reply after it: the reply's text
+// is the prompt's end, and the new tokens carry it on.
+func WithContinue(ctx context.Context) context.Context {
+	return context.WithValue(ctx, continueKey{}, true)
+}
+
+// ContinueFrom reports whether WithContinue marked ctx.
+func ContinueFrom(ctx context.Context) bool {
+	c, _ := ctx.Value(continueKey{}).(bool)
+	return c
+}

@@ -139,6 +139,22 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, err
 	}
 	opt.Tools = neutralizeTools(opt.Tools, info.ControlTokens)
+	// A continuation (parley.WithContinue) renders the messages before the
+	// last one, an assistant reply, with the generation prompt, and ends the
+	// prompt with that reply's text: the model carries it on.
+	prefill := parley.ContinueFrom(ctx)
+	if prefill && msgs[len(msgs)-1].Role != parley.RoleAssistant {
+		return nil, parley.Errorf(parley.EInvalid, "there is no reply to continue: the conversation does not end with one")
+	}
+	render := func(cand []parley.Message) (string, error) {
+		cand = neutralize(cand, info.ControlTokens)
+		if !prefill {
+			return tmpl.Render(cand, opt)
+		}
+		n := len(cand)
+		prompt, err := tmpl.Render(cand[:n-1], opt)
+		return prompt + cand[n-1].Content, err
+	}
 
 	// The memo of this conversation's last turn, when msgs continue it:
 	// fitting starts from the turns it dropped, and prompts are built from its
@@ -166,7 +182,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens), nil
 		}
-		prompt, err := tmpl.Render(neutralize(cand, info.ControlTokens), opt)
+		prompt, err := render(cand)
 		if err != nil {
 			return 0, err
 		}

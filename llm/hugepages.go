@@ -315,6 +315,12 @@ func loadWeights(cfg Config, meta metadata, dp *placement, log *zap.Logger, load
 		return loadErr
 	}
 	if len(ms) == 0 {
+		if meta.info.SizeBytes < 2*hugePageSize {
+			// Weights this small hold no aligned 2 MiB page: nothing is lost,
+			// nothing to warn about on a normal start.
+			log.Info("model weights read into memory; too small for huge pages", zap.Int64("bytes", meta.info.SizeBytes))
+			return nil
+		}
 		log.Warn("model weights read into memory, but not onto huge pages", zap.Error(err))
 		return nil
 	}

@@ -391,8 +391,18 @@ type Turn struct {
 	reapply func(*Session)
 
 	// durable: the turn is stored, marked interrupted, before its reply
-	// starts (pending.go); its commit then replaces that.
+	// starts, and its reply so far at checkpoints (pending.go); its commit
+	// then replaces that. input is the turn's new message.
 	durable bool
+	input   parley.Message
+	// prefix, for a Continue turn, is the reply it carries on: its text
+	// comes before the new text in Text, checkpoints and the commit.
+	prefix *parley.Message
+	// revert, when set, is the session as it was before a durable turn
+	// (a chat turn): what is stored again when the reply fails, so a
+	// failed reply leaves the history as it was. Without it (a background
+	// response) the pending record stays, interrupted.
+	revert *Session
 
 	// settleMu is held while the turn is committed; settled (guarded by
 	// it) is set once the commit is decided, stored or not. See Snapshot.
@@ -421,16 +431,39 @@ func (t *Turn) Events() <-chan parley.Event { return t.events }
 // SessionID is the id of the turn's session.
 func (t *Turn) SessionID() string { return t.id }
 
-// Text is the reply's whole text; valid after the final event.
-func (t *Turn) Text() string { return t.reply.Text() }
+// Text is the reply's whole text (a Continue turn's: the reply it carried
+// on, then the new text); valid after the final event.
+func (t *Turn) Text() string {
+	if t.prefix != nil {
+		return t.prefix.Content + t.reply.Text()
+	}
+	return t.reply.Text()
+}
 
 // Reasoning is the reply's thought (a reasoning model's, kept apart from
 // Text), when the reply has one; valid after the final event.
 func (t *Turn) Reasoning() string {
-	if r, ok := t.reply.(interface{ Reasoning() string }); ok {
-		return r.Reasoning()
+	var prev string
+	if t.prefix != nil {
+		prev = t.prefix.Reasoning
 	}
-	return ""
+	if r, ok := t.reply.(interface{ Reasoning() string }); ok {
+		return prev + r.Reasoning()
+	}
+	return prev
+}
+
+// Input is the message the turn answers: the user's prompt (a Regenerate's
+// or a Continue's, the conversation's last one), or a tool's result.
+func (t *Turn) Input() parley.Message { return t.input }
+
+// Prefix is the text a Continue turn carries on ("" for any other turn):
+// Text is Prefix and then the new text the token events carry.
+func (t *Turn) Prefix() string {
+	if t.prefix == nil {
+		return ""
+	}
+	return t.prefix.Content
 }
 
 // Prompt is the prompt as the model saw it (the rendered conversation).
@@ -447,9 +480,11 @@ func (t *Turn) Committed() bool { return t.committed }
 // for it to end (queued turns run in arrival order) or for ctx to be done.
 //
 // p are the reply's parameters; a zero p (MaxTokens 0) means the session's
-// own (see Params). The new user message and the reply are stored together
-// when the reply ends (see Turn.Events); nothing is stored before that, so a
-// failed reply leaves the history as it was.
+// own (see Params). The new user message is stored before the reply starts,
+// with an empty reply marked interrupted, and the reply's text so far at
+// checkpoints while it runs (pending.go), so a crash never loses what the
+// user typed; the turn's commit replaces that when the reply ends (see
+// Turn.Events). A failed reply leaves the history as it was.
 func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) (*Turn, error) {
 	if prompt == "" {
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
@@ -474,6 +509,33 @@ func (s *Service) ToolTurn(ctx context.Context, id, callID, content string, p pa
 // conversation without a prompt is a parley EInvalid error.
 func (s *Service) Regenerate(ctx context.Context, id string, p parley.Params) (*Turn, error) {
 	return s.turn(ctx, id, parley.Message{}, p)
+}
+
+// roleContinue marks Continue's turn inside the Service (never stored).
+const roleContinue parley.Role = "continue"
+
+// Continue carries on the session's last reply, one cut short by its length
+// limit, a stop string or a cancel: the model continues its text (the chat
+// layer's parley.WithContinue), and the stored session holds the reply
+// whole, its text then the new, in place of the old. Turn.Text is the whole
+// reply; the token events are the new text. A conversation that does not
+// end with a reply (or ends with one that called tools) is a parley
+// EInvalid error.
+func (s *Service) Continue(ctx context.Context, id string, p parley.Params) (*Turn, error) {
+	return s.turn(ctx, id, parley.Message{Role: roleContinue}, p)
+}
+
+// dropLastReplyToContinue removes the last reply and the message it
+// answered, and returns both and the answered message's absolute position.
+func (s *Session) dropLastReplyToContinue() (input, reply parley.Message, abs int, err error) {
+	n := len(s.Messages)
+	if n < 2 || s.Messages[n-1].Role != parley.RoleAssistant || len(s.Messages[n-1].ToolCalls) > 0 ||
+		(s.Messages[n-2].Role != parley.RoleUser && s.Messages[n-2].Role != parley.RoleTool) {
+		return input, reply, 0, parley.Errorf(parley.EInvalid, "there is no reply to continue: the conversation does not end with a reply to a prompt")
+	}
+	input, reply, abs = s.Messages[n-2], s.Messages[n-1], s.Trimmed+n-2
+	s.removeSpan(abs, s.Next())
+	return input, reply, abs, nil
 }
 
 // dropLastReply removes the last user message and what follows it, and
@@ -514,7 +576,11 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		return nil, err
 	}
 	var reapply func(*Session)
-	if input.Role == "" { // Regenerate
+	var prefix *parley.Message // Continue: the reply carried on
+	revert := sess
+	switch input.Role {
+	case "": // Regenerate
+		revert = sess.Clone() // the old reply comes back if the new one fails
 		var from int
 		if input, from, err = sess.dropLastReply(); err != nil {
 			unlock()
@@ -523,6 +589,17 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		// Another replica's write found at commit (ErrConflict) keeps
 		// the drop: the reply goes from the same position in its copy.
 		reapply = func(fresh *Session) { fresh.removeSpan(from, fresh.Next()) }
+	case roleContinue:
+		revert = sess.Clone()
+		var from int
+		var reply parley.Message
+		if input, reply, from, err = sess.dropLastReplyToContinue(); err != nil {
+			unlock()
+			return nil, err
+		}
+		prefix = &parley.Message{Role: parley.RoleAssistant, Content: reply.Content, Reasoning: reply.Reasoning}
+		reapply = func(fresh *Session) { fresh.removeSpan(from, fresh.Next()) }
+		ctx = parley.WithContinue(ctx)
 	}
 	if input.Role == parley.RoleTool {
 		if err := checkToolResults(sess.Messages, []parley.Message{input}); err != nil {
@@ -535,7 +612,13 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		p = s.Params(sess)
 		p.SkipLogprobs = skip
 	}
-	t := &Turn{resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated), reapply: reapply}
+	t := &Turn{resumedHere: len(sess.Messages) > 0 && s.served.holds(id, sess.Updated), reapply: reapply,
+		durable: true, prefix: prefix}
+	if revert != sess {
+		t.revert = revert
+	} else {
+		t.revert = sess.Clone()
+	}
 	if len(sess.Messages) == 0 {
 		t.kv = KVNew
 	}
@@ -571,23 +654,37 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 			return err
 		}
 	}
+	t.input = ts.input
+	if t.durable {
+		if err := s.storePendingTurn(ctx, t, sess); err != nil {
+			ts.unlock()
+			return err
+		}
+		// A fresh copy read after another replica's write (commit's retry)
+		// holds this turn's pending write: drop it before redoing the turn.
+		prev := t.reapply
+		t.reapply = func(fresh *Session) {
+			dropPending(fresh, ts.input)
+			if prev != nil {
+				prev(fresh)
+			}
+		}
+	}
 	msgs := make([]parley.Message, 0, len(sess.Messages)+2)
 	if sess.System != "" {
 		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: sess.System})
 	}
 	msgs = append(msgs, sess.Messages...)
 	msgs = append(msgs, ts.input)
-	if t.durable {
-		if err := s.storePending(ctx, sess, ts.input); err != nil {
-			ts.unlock()
-			return err
-		}
+	if t.prefix != nil {
+		msgs = append(msgs, *t.prefix)
 	}
 	if sess.Model != "" {
 		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
 	}
 	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
+		s.undoPending(ctx, t, sess)
 		ts.unlock()
 		if sess.Model != "" && parley.ErrorCode(err) == parley.ENotFound {
 			return parley.Errorf(parley.ENotFound, "this conversation was held with model %q, which this server no longer serves (%s); start a new conversation", sess.Model, parley.ErrorMessage(err))
@@ -607,10 +704,17 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, input parley.
 
 	var final parley.Event
 	ended := false
+	var cp *checkpointer
+	if t.durable {
+		cp = s.newCheckpointer(sess, input, t.prefix)
+	}
 	for ev := range t.reply.Events() {
 		if ev.Done {
 			final, ended = ev, true
 			break // the reply closes its channel after the final event
+		}
+		if cp != nil {
+			cp.add(ctx, ev)
 		}
 		t.send(ctx, ev)
 	}
@@ -641,10 +745,15 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parl
 	t.settleMu.Lock()
 	defer t.settleMu.Unlock()
 	t.settled = true
-	text := t.reply.Text()
+	text := t.Text()
 	shutdown := errors.Is(context.Cause(ctx), parley.ErrShuttingDown)
 	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && text == "" && !t.durable && !shutdown) {
-		return final // (a durable turn's pending record stays: interrupted)
+		// A durable turn's pending record stays, interrupted, but for a
+		// chat turn's failed reply, which leaves the history as it was.
+		if final.Finish == parley.FinishError {
+			s.undoPending(ctx, t, sess)
+		}
+		return final
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
@@ -671,6 +780,24 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parl
 	s.log.Debug("turn committed", zap.String("session", t.id),
 		zap.String("finish", string(final.Finish)), zap.Int("messages", len(sess.Messages)))
 	return final
+}
+
+// undoPending stores t.revert again in place of a durable chat turn's
+// pending write, when its reply fails (sess carries that write's version).
+// A failure is logged: the pending turn then stays, marked interrupted.
+func (s *Service) undoPending(ctx context.Context, t *Turn, sess *Session) {
+	if !t.durable || t.revert == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	r := t.revert.Clone()
+	r.Created, r.Updated = sess.Created, sess.Updated
+	if err := s.put(cctx, r); err != nil {
+		s.log.Warn("undo a failed reply's pending turn", zap.String("session", sess.ID), zap.Error(err))
+		return
+	}
+	sess.Created, sess.Updated = r.Created, r.Updated
 }
 
 // send delivers a token event, or drops it once ctx is done and the reader

@@ -20,5 +20,8 @@ func (s *Service) Snapshot(ctx context.Context, t *Turn) (sess *Session, pending
 	if err != nil {
 		return nil, false, fmt.Errorf("snapshot session: %w", err)
 	}
+	if !t.settled && t.durable {
+		dropPending(sess, t.input) // the turn's own pending write: shown as in flight
+	}
 	return sess, !t.settled, nil
 }

@@ -283,46 +283,62 @@ func TestBoltIndexesUsersOfOlderFiles(t *testing.T) {
 	}
 }
 
-// conflictOnce is a store whose next Put, once armed, fails with
-// ErrConflict without writing: what a commit meets when another replica
-// wrote the session in between.
+// conflictOnce is a store whose Put, once armed, lets skip Puts through
+// and then fails one with ErrConflict without writing: what a write meets
+// when another replica wrote the session in between.
 type conflictOnce struct {
 	session.Store
 	armed bool
+	skip  int
 }
 
 func (c *conflictOnce) Put(ctx context.Context, s *session.Session) error {
 	if c.armed {
+		if c.skip > 0 {
+			c.skip--
+			return c.Store.Put(ctx, s)
+		}
 		c.armed = false
 		return session.ErrConflict
 	}
 	return c.Store.Put(ctx, s)
 }
 
-// TestRegenerateAfterConflict: a regenerate whose commit meets another
-// replica's write reapplies the drop on the fresh copy: the stored session
-// holds the prompt once and the new reply, not both replies.
+// TestRegenerateAfterConflict: a regenerate whose pending write (before
+// its reply) or commit meets another replica's write reapplies the drop on
+// the fresh copy: the stored session holds the prompt once and the new
+// reply, not both replies.
 func TestRegenerateAfterConflict(t *testing.T) {
-	st := &conflictOnce{Store: mustOpen(t, storeKinds()[0])}
-	svc, _ := newService(t, st, echo)
-	ctx := context.Background()
-	sess := mustOpenSession(t, svc)
-	tr, err := svc.Turn(ctx, sess.ID, "Once", parley.Params{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	drain(t, tr)
-	st.armed = true
-	tr, err = svc.Regenerate(ctx, sess.ID, parley.Params{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, final := drain(t, tr); final.Err != nil || !tr.Committed() {
-		t.Fatalf("regenerate: %v committed %v", final.Err, tr.Committed())
-	}
-	got, err := svc.Conversation(ctx, sess.ID)
-	if err != nil || len(got.Messages) != 2 || got.Messages[0].Content != "Once" {
-		t.Fatalf("after a conflicted regenerate: %+v, %v", got, err)
+	for _, tc := range []struct {
+		name string
+		skip int // Puts before the conflict: 0 the pending write, 1 the commit
+	}{{"pending write", 0}, {"commit", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &conflictOnce{Store: mustOpen(t, storeKinds()[0])}
+			svc, _ := newService(t, st, echo)
+			ctx := context.Background()
+			sess := mustOpenSession(t, svc)
+			tr, err := svc.Turn(ctx, sess.ID, "Once", parley.Params{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			drain(t, tr)
+			st.armed, st.skip = true, tc.skip
+			tr, err = svc.Regenerate(ctx, sess.ID, parley.Params{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, final := drain(t, tr); final.Err != nil || !tr.Committed() {
+				t.Fatalf("regenerate: %v committed %v", final.Err, tr.Committed())
+			}
+			if st.armed {
+				t.Fatal("the conflict was never met")
+			}
+			got, err := svc.Conversation(ctx, sess.ID)
+			if err != nil || len(got.Messages) != 2 || got.Messages[0].Content != "Once" || got.Messages[1].Interrupted {
+				t.Fatalf("after a conflicted regenerate: %+v, %v", got, err)
+			}
+		})
 	}
 }
 

@@ -17,21 +17,47 @@ type Info struct {
 	parley.ModelInfo
 	Template string `json:"template"` // the prompt format in use: jinja (the model's own), a chat template family, or "plain"
 	Version  string `json:"version"`  // Parley's version (filled by the server from the build)
-	Engine   string `json:"engine"`   // the llama.cpp binding's module and version (filled by the server)
+	Engine   string `json:"engine"`   // the llama.cpp that runs: as the caller names it, else the binding's module and version (filled by the server)
 	// Thinking is how the model marks its thought (think-tags, harmony, channel), "none" for a model without one.
 	Thinking string `json:"thinking,omitempty"`
+	// Defaults are the sampling parameters a request gets for each one it
+	// leaves out (the server's flags), and Limits what a request may ask
+	// for: the chat page shows both and sends only what its user changed.
+	Defaults *InfoDefaults `json:"defaults,omitempty"`
+	Limits   *InfoLimits   `json:"limits,omitempty"`
+}
+
+// InfoDefaults is /info's account of the server's sampling defaults.
+type InfoDefaults struct {
+	MaxTokens   int     `json:"max_tokens"`
+	Temperature float64 `json:"temperature"`
+	TopK        int     `json:"top_k"`
+	TopP        float64 `json:"top_p"`
+	MinP        float64 `json:"min_p"`
+	Seed        int64   `json:"seed"`
+}
+
+// InfoLimits is /info's account of what a request may ask for.
+type InfoLimits struct {
+	MaxTokens     int `json:"max_tokens"`     // the largest max_tokens (--max-tokens-limit)
+	ContextLength int `json:"context_length"` // tokens of one conversation's window: prompt and reply together
 }
 
 // WithInfo makes GET /info and parley_model_info report the loaded model.
 // info is called only once the server is ready (SetReady(true)), so it may
 // depend on things that exist only after the model has loaded; it fills
-// ModelInfo and Template, and the server fills Version and Engine.
+// ModelInfo and Template (and Engine, when the caller knows which runs),
+// and the server fills Version and, unless set, Engine.
 func WithInfo(info func() Info) Option {
 	return func(s *Server) { s.ops().info = info }
 }
 
 // bindingModule is the module whose version /info reports as the engine.
 const bindingModule = "github.com/ollama/ollama"
+
+// BuildVersions is Parley's version and the llama.cpp binding's, as /info
+// reports them (see buildVersions).
+func BuildVersions() (version, engine string) { return buildVersions() }
 
 // buildVersions reads Parley's version and the llama.cpp binding's from
 // the binary's build information. A build from a work tree (no module
@@ -62,7 +88,14 @@ func buildVersions() (version, engine string) {
 // info returns the full /info document. Call only when ready and o.info is set.
 func (s *Server) info() Info {
 	in := s.op.info()
-	in.Version, in.Engine = s.op.version, s.op.engine
+	in.Version = s.op.version
+	if in.Engine == "" {
+		in.Engine = s.op.engine
+	}
+	d := s.cfg.Defaults
+	in.Defaults = &InfoDefaults{MaxTokens: d.MaxTokens, Temperature: d.Temperature, TopK: d.TopK, TopP: d.TopP,
+		MinP: d.MinP, Seed: d.Seed}
+	in.Limits = &InfoLimits{MaxTokens: s.cfg.MaxTokensCap, ContextLength: in.ContextLength}
 	return in
 }
 

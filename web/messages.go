@@ -169,11 +169,11 @@ func parseClientMessage(data []byte) (clientMessage, error) {
 		if m.Content == nil {
 			return m, parley.FieldErrorf("content", "is required")
 		}
-	case "cancel", "reset", "regenerate":
+	case "cancel", "reset", "regenerate", "continue":
 	case "":
 		return m, parley.FieldErrorf("type", "is required")
 	default:
-		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, tool_result, regenerate, cancel, reset or system)", m.Type)
+		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, tool_result, regenerate, continue, cancel, reset or system)", m.Type)
 	}
 	return m, nil
 }

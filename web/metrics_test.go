@@ -296,6 +296,19 @@ func TestInfoReportsTheModel(t *testing.T) {
 	if got["parameters"].(float64) <= 0 || got["quantization"] == "" || got["version"] == "" || got["engine"] == "" {
 		t.Errorf("/info lacks facts: %v", got)
 	}
+	// The server's sampling defaults and limits, for the chat page.
+	defaults, _ := got["defaults"].(map[string]any)
+	wantDefaults := map[string]any{"max_tokens": float64(48), "temperature": float64(0), "top_k": float64(40),
+		"top_p": float64(0.95), "min_p": float64(0.05), "seed": float64(-1)}
+	for k, v := range wantDefaults {
+		if defaults[k] != v {
+			t.Errorf("/info defaults.%s = %v, want %v (all: %v)", k, defaults[k], v, defaults)
+		}
+	}
+	limits, _ := got["limits"].(map[string]any)
+	if limits["max_tokens"] != float64(1024) || limits["context_length"] != float64(512) {
+		t.Errorf("/info limits = %v, want max_tokens 1024, context_length 512", limits)
+	}
 }
 
 // fixedInfo is a model that has "loaded" without an engine, for the

@@ -292,17 +292,20 @@ func TestReplyCancelledAfterTheGrace(t *testing.T) {
 	s := openPaced(t, 5*time.Millisecond, func(c *web.Config) { c.ResumeGrace = 200 * time.Millisecond })
 	ws, id, _ := startReply(t, s, "Once upon a time", 400, 1)
 	dropAbruptly(ws)
-	eventually(t, "the reply cancelled and stored", func() bool {
-		got := stored(t, s, id)
-		return len(got) == 2 && got[1].Interrupted && got[1].Content != ""
-	})
+	// The turn is stored, interrupted, from its start (its prompt, then its
+	// text so far at checkpoints): wait for the reply's log line, written
+	// once its turn is committed.
+	eventually(t, "the reply cancelled", func() bool { return s.logged("reply") == 1 })
 	if st := s.engine.Stats(); st.SlotsBusy != 0 {
 		t.Fatalf("slots busy after the grace: %+v", st)
 	}
 	ws2 := dial(t, s.url+"/ws?format=json&session="+id, nil)
 	open := readJSON(t, ws2)
-	if open.Reply != nil || len(open.Messages) != 2 || !open.Messages[1].Interrupted {
+	if open.Reply != nil || len(open.Messages) != 2 || !open.Messages[1].Interrupted || open.Messages[1].Content == "" {
 		t.Fatalf("after the grace: %+v", open)
+	}
+	if got := stored(t, s, id); len(got) != 2 || !got[1].Interrupted || got[1].Content != open.Messages[1].Content {
+		t.Fatalf("after the grace the session holds %+v, the resume showed %+v", got, open.Messages)
 	}
 }
 
@@ -312,10 +315,10 @@ func TestReplyCancelledWhenItsBufferFills(t *testing.T) {
 	s := openPaced(t, time.Millisecond, func(c *web.Config) { c.ResumeGrace = time.Minute; c.ResumeBuffer = 20 })
 	ws, id, _ := startReply(t, s, "Once upon a time", 400, 1)
 	dropAbruptly(ws)
-	eventually(t, "the reply cancelled at its buffer's bound", func() bool {
-		got := stored(t, s, id)
-		return len(got) == 2 && got[1].Interrupted
-	})
+	eventually(t, "the reply cancelled at its buffer's bound", func() bool { return s.logged("reply") == 1 })
+	if got := stored(t, s, id); len(got) != 2 || !got[1].Interrupted {
+		t.Fatalf("after the cancel the session holds %+v", got)
+	}
 	toks, err := s.engine.Tokenize(stored(t, s, id)[1].Content)
 	if err != nil {
 		t.Fatal(err)

@@ -72,6 +72,7 @@ type job struct {
 	content string
 	callID  string // jobPrompt: the tool call content answers ("" for a user's prompt)
 	regen   bool   // jobPrompt: regenerate the last reply (content is empty)
+	cont    bool   // jobPrompt: continue the last reply (content is empty)
 	model   string // jobPrompt: the model the prompt names ("" = the session's)
 	params  parley.Params
 	err     error // jobAnswer: what to tell the client
@@ -277,6 +278,13 @@ func (c *conn) handleJSON(data []byte) {
 			return
 		}
 		c.enqueuePrompt(job{kind: jobPrompt, regen: true, params: p})
+	case "continue":
+		p, err := c.srv.resolveWSParams(m.Params)
+		if err != nil {
+			c.answer(err)
+			return
+		}
+		c.enqueuePrompt(job{kind: jobPrompt, cont: true, params: p})
 	case "cancel":
 		c.cancelTurn()
 	case "reset":

@@ -286,9 +286,16 @@ func (c *conn) snapshot(ctx context.Context, r *liveReply, resumeFrom int) ([]hi
 		return hist, nil, nil, nil // stored already; its end is on its way to its own followers
 	}
 	seq := len(r.events)
-	text := textOf(r.events)
+	// The turn's own input (a regenerate's or a continue's prompt is the
+	// conversation's, not the socket's), and a continue's text before
+	// this reply's tokens.
+	text := r.turn.Prefix() + textOf(r.events)
+	in := r.turn.Input()
+	if in.Role == "" {
+		in = parley.Message{Role: parley.RoleUser, Content: r.prompt}
+	}
 	hist = append(hist,
-		historyMessage{Message: parley.Message{Role: parley.RoleUser, Content: r.prompt}},
+		historyMessage{Message: in},
 		historyMessage{Message: parley.Message{Role: parley.RoleAssistant, Content: text}, Status: "generating"})
 	rp := &resumePoint{reply: r, from: seq}
 	switch {

@@ -63,10 +63,21 @@ type regenerator interface {
 	Regenerate(ctx context.Context, id string, p parley.Params) (*session.Turn, error)
 }
 
-// startTurn starts the turn of j: a prompt, a tool result (j.callID) or a
-// regenerate (j.regen), with the parameters p.
+// continuer is the session layer's continue turn (*session.Service has it).
+type continuer interface {
+	Continue(ctx context.Context, id string, p parley.Params) (*session.Turn, error)
+}
+
+// startTurn starts the turn of j: a prompt, a tool result (j.callID), a
+// regenerate (j.regen) or a continue (j.cont), with the parameters p.
 func (c *conn) startTurn(ctx context.Context, j job, p parley.Params) (*session.Turn, error) {
 	switch {
+	case j.cont:
+		ct, ok := c.srv.sessions.(continuer)
+		if !ok {
+			return nil, parley.FieldErrorf("type", "continue is not supported by this server's sessions")
+		}
+		return ct.Continue(ctx, c.id, p)
 	case j.regen:
 		rg, ok := c.srv.sessions.(regenerator)
 		if !ok {

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -94,6 +95,7 @@ type config struct {
 	gpuLayers                                    gpuLayersFlag
 	kvUnified                                    string
 	cacheSlots                                   int
+	version                                      bool
 	maxTokens, maxTokensLimit                    int
 	maxConns, maxConnsPerIP, promptsPerMinute    int
 	maxPromptTokens, maxQueuedPrompts            int
@@ -157,6 +159,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.Float64Var(&c.repeatPenalty, "repeat-penalty", def.RepeatPenalty, "default repetition penalty (1 = off)")
 	fs.IntVar(&c.repeatLastN, "repeat-last-n", def.RepeatLastN, "tokens the repetition penalty looks back over")
 	fs.Int64Var(&c.seed, "seed", def.Seed, "default seed (-1 = random)")
+	fs.BoolVar(&c.version, "version", false, "print Parley's version and its llama.cpp engines', then exit")
 	fs.StringVar(&c.logFormat, "log-format", "", "log format: console or json (default: console on a terminal, else json)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&c.llamaLog, "llama-log", false, "show llama.cpp's own log lines on stderr")
@@ -197,10 +200,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if c.version {
+		return c, nil // nothing else is needed to say the version
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "version" {
+			return // a command, not a setting: an environment that holds PARLEY_VERSION still serves
+		}
 		env := "PARLEY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v := getenv(env); v != "" && !set[f.Name] && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
@@ -282,12 +291,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	if cfg.version {
+		version, binding := web.BuildVersions()
+		fmt.Fprintf(stderr, "parley %s\nengines: embedded %s; current llama.cpp ggml %s (its libraries loaded at run time)\n",
+			version, binding, llm.CurrentGGMLVersion)
+		return flag.ErrHelp // exit 0, as --help
+	}
 	log, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
 	if err != nil {
 		return err
 	}
 	defer log.Sync()
-	llm.SetNativeLogger(log.Named("llama"), cfg.llamaLog) // escaped, capped, rate-limited; chatter off unless asked
+	llm.SetNativeLogger(log.Named("llama"), cfg.llamaLog)          // escaped, capped, rate-limited; chatter off unless asked
+	slog.SetDefault(slog.New(&slogToZap{log: log.Named("llama")})) // the binding's own lines, structured
 
 	if cfg.maxHTTPConns <= cfg.maxConns {
 		log.Warn("--max-http-conns is not above --max-conns: when WebSockets reach their cap, /health and the HTTP APIs are refused too",
@@ -355,7 +371,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		web.WithStoreUsage(storeUsage(store)),
 		web.WithInfo(func() web.Info {
 			t := responder.Template()
-			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
+			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String(),
+				Engine: engineLabel(engine.name())}
 		}))
 	if err := srv.Open(); err != nil {
 		return err
@@ -470,7 +487,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 	eng, err := llm.Open(lcfg)
 	progress.done()
 	if err != nil {
-		return nil, err
+		return nil, explainLoadFailure(err, lcfg, cfg)
 	}
 	info := eng.Info()
 	log.Info("model loaded",
@@ -529,6 +546,24 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 type engineRef struct{ p atomic.Pointer[llm.Engine] }
 
 func (r *engineRef) set(e *llm.Engine) { r.p.Store(e) }
+
+// name is the llama.cpp engine that runs the model ("" before it has loaded).
+func (r *engineRef) name() string {
+	if e := r.p.Load(); e != nil {
+		return e.EngineName()
+	}
+	return ""
+}
+
+// engineLabel is /info's engine for the engine that runs: the current
+// llama.cpp names its libraries' release; the embedded one is left to the
+// server, which names the binding the binary was built with.
+func engineLabel(name string) string {
+	if name == llm.EngineCurrent {
+		return "current llama.cpp (ggml " + llm.CurrentGGMLVersion + ", @node-llama-cpp/linux-x64 libraries, loaded at run time)"
+	}
+	return ""
+}
 
 var errLoading = parley.Errorf(parley.EUnavailable, "the model is loading; try again shortly")
 

@@ -212,9 +212,12 @@ func TestBinary(t *testing.T) {
 		s2 := start(t, bin, args...)
 		ws2 := s2.dial(t, "&session="+open.SessionID())
 		again := read(t, ws2)
+		// The first turn whole; the second, stored when it was accepted
+		// (issue 49), as its prompt and its reply so far marked interrupted.
 		want := []parley.Message{{Role: parley.RoleUser, Content: "Lily found a red ball"}, {Role: parley.RoleAssistant, Content: first.Content}}
-		if again.Type != "session" || again.SessionID() != open.SessionID() || !again.Resumed || !equalMessages(again.Messages, want) {
-			t.Fatalf("after kill -9: %+v\nwant messages %+v", again, want)
+		if again.Type != "session" || again.SessionID() != open.SessionID() || !again.Resumed || len(again.Messages) != 4 ||
+			!equalMessages(again.Messages[:2], want) || again.Messages[2].Content != "Tell me everything" || !again.Messages[3].Interrupted {
+			t.Fatalf("after kill -9: %+v\nwant messages %+v, then the prompt in flight and its reply interrupted", again, want)
 		}
 		next := turn(t, ws2, "What did Lily do next?", nil)
 		if next.FinishReason == "error" || next.Content == "" {
@@ -226,7 +229,8 @@ func TestBinary(t *testing.T) {
 			t.Fatalf("second turn usage %+v after first turn usage %+v: the history was not in the prompt", next.Usage, first.Usage)
 		}
 		ws3 := s2.dial(t, "&session="+open.SessionID())
-		want = append(want, parley.Message{Role: parley.RoleUser, Content: "What did Lily do next?"}, parley.Message{Role: parley.RoleAssistant, Content: next.Content})
+		want = append(append([]parley.Message(nil), again.Messages...),
+			parley.Message{Role: parley.RoleUser, Content: "What did Lily do next?"}, parley.Message{Role: parley.RoleAssistant, Content: next.Content})
 		if m := read(t, ws3); !equalMessages(m.Messages, want) {
 			t.Fatalf("history after the second turn: %+v", m.Messages)
 		}

@@ -202,7 +202,15 @@ func TestScaleOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	home.WaitFor(hangWait)
-	ws = resume(t, lb, id, hist)
+	// The turn in flight was stored when it was accepted (issue 49): the
+	// other replica shows its prompt and its reply so far, interrupted.
+	ws = dialAt(t, lb, "&session="+id)
+	m := read(t, ws)
+	if n := len(hist); m.Type != "session" || !m.Resumed || len(m.Messages) != n+2 || !equalMessages(m.Messages[:n], hist) ||
+		m.Messages[n].Content != "Tell me everything" || !m.Messages[n+1].Interrupted {
+		t.Fatalf("resume after kill -9 of %s: %+v\nwant messages %+v, then the prompt in flight and its reply interrupted", home.addr, m, hist)
+	}
+	hist = m.Messages
 	add("Is Lily happy?", turn(t, ws, "Is Lily happy?", nil))
 	resume(t, other.addr, id, hist)
 

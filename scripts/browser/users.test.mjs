@@ -169,7 +169,7 @@ describe('conversation list with named users', { timeout: 600_000 }, () => {
   test('regenerate replaces the last reply in the stored session', async () => {
     const { page } = alice;
     // A sampled reply, so that the new one differs from the greedy first.
-    await page.evaluate(() => localStorage.setItem('parley.settings', JSON.stringify({ temperature: 1.5, max_tokens: 24, top_p: 1, top_k: 0, system: '' })));
+    await page.evaluate(() => localStorage.setItem('parley.overrides', JSON.stringify({ temperature: 1.5, max_tokens: 24, top_p: 1, top_k: 0, system: '' })));
     await page.reload();
     await alice.connected();
     const before = await alice.items(aliceStory, ALICE);
@@ -204,7 +204,7 @@ describe('conversation list with named users', { timeout: 600_000 }, () => {
 
   test('Esc stops a reply', async () => {
     const { page } = alice;
-    await page.evaluate(() => localStorage.setItem('parley.settings', JSON.stringify({ temperature: 0.8, max_tokens: 1500, top_p: 1, top_k: 0, system: '' })));
+    await page.evaluate(() => localStorage.setItem('parley.overrides', JSON.stringify({ temperature: 0.8, max_tokens: 1500, top_p: 1, top_k: 0, system: '' })));
     await page.reload();
     await alice.connected();
     await page.getByLabel('Message', { exact: true }).fill('A very long story');
@@ -213,7 +213,7 @@ describe('conversation list with named users', { timeout: 600_000 }, () => {
     await page.keyboard.press('Escape');
     await page.waitForSelector('#log .msg.assistant:last-of-type[data-state="done"]', { timeout: REPLY_MS });
     assert.equal(await page.locator('#log .msg.assistant').last().getAttribute('data-finish'), 'cancelled');
-    await page.evaluate(() => localStorage.setItem('parley.settings', JSON.stringify({ temperature: 0, max_tokens: 24, top_p: 1, top_k: 0, system: '' })));
+    await page.evaluate(() => localStorage.setItem('parley.overrides', JSON.stringify({ temperature: 0, max_tokens: 24, top_p: 1, top_k: 0, system: '' })));
   });
 
   test('delete removes a conversation from the list and the server', async () => {

@@ -20,8 +20,12 @@
 
   // started: the id of the last session a reply completed in. The server stores a session at its first write, so an
   // id it no longer knows means "expired" only when that session had a conversation.
-  const KEYS = { session: 'parley.session', settings: 'parley.settings', theme: 'parley.theme', apiKey: 'parley.key', started: 'parley.started' };
-  const DEFAULTS = Object.freeze({ temperature: 0.8, max_tokens: 256, top_p: 0.95, top_k: 40, system: '' });
+  // settings: only what the user changed from the server's defaults (parley.settings, an older page's full copy, is
+  // read once: its fields that differ from that page's defaults become the user's).
+  const KEYS = { session: 'parley.session', settings: 'parley.overrides', oldSettings: 'parley.settings', theme: 'parley.theme', apiKey: 'parley.key', started: 'parley.started' };
+  // FALLBACK shows in the settings until /info has said what the server's defaults are (Parley's own flag defaults).
+  const FALLBACK = Object.freeze({ temperature: 0.8, max_tokens: 256, top_p: 0.95, top_k: 40 });
+  const SAMPLING = Object.freeze(['temperature', 'max_tokens', 'top_p', 'top_k']);
   // Reconnect backoff in ms: doubles from MIN to MAX, with up to 50% jitter
   // below the nominal delay so that many pages dropped by one server restart
   // do not all come back in the same instant.
@@ -39,7 +43,7 @@
     sessionWrap: $('session-wrap'), sessionId: $('session-id'),
     newChat: $('new-chat'), theme: $('theme'), openSettings: $('open-settings'),
     settings: $('settings'), settingsForm: $('settings-form'), defaults: $('s-defaults'),
-    sTemperature: $('s-temperature'), sMaxTokens: $('s-max-tokens'), sTopP: $('s-top-p'),
+    sServer: $('s-server'), sTemperature: $('s-temperature'), sMaxTokens: $('s-max-tokens'), sTopP: $('s-top-p'),
     sTopK: $('s-top-k'), sSystem: $('s-system'), model: $('model'),
     sidebar: $('sidebar'), openSidebar: $('open-sidebar'), closeSidebar: $('close-sidebar'), search: $('search'),
     convList: $('conv-list'), convEmpty: $('conv-empty'),
@@ -65,7 +69,8 @@
     resetPending: false, // a reset was sent; its session event has not arrived yet
     notice: '',          // shown once the next session opens
     apiKey: '',
-    settings: { ...DEFAULTS },
+    settings: { system: '' }, // the user's overrides of the server's sampling defaults, and the system prompt
+    server: null,             // /info's defaults and limits: {defaults: {...}, limits: {max_tokens, context_length}}
     pendingPrompt: '',   // an edited prompt to send once the fork it starts opens
     model: '',           // the model a new session asks for (?model=), when the server serves several
     loadingShown: false, // the connection text shows a model load's progress
@@ -77,45 +82,101 @@
   // ---------- settings ----------
 
   function loadSettings() {
-    let saved = {};
-    try { saved = JSON.parse(store.get(localStorage, KEYS.settings) || '{}') || {}; } catch { saved = {}; }
-    state.settings = sanitize(saved);
+    const parse = (key) => {
+      try { return JSON.parse(store.get(localStorage, key) || 'null'); } catch { return null; }
+    };
+    let saved = parse(KEYS.settings);
+    const old = parse(KEYS.oldSettings);
+    if (old && typeof old === 'object') {
+      // An older page kept every field; those equal to its own defaults were
+      // never the user's choice.
+      saved = { ...old };
+      for (const f of SAMPLING) if (saved[f] === FALLBACK[f]) delete saved[f];
+      store.set(localStorage, KEYS.oldSettings, null);
+    }
+    state.settings = sanitize(saved && typeof saved === 'object' ? saved : {});
+    store.set(localStorage, KEYS.settings, JSON.stringify(state.settings));
   }
 
-  // sanitize keeps each field within what the server accepts (parley.Params.Validate)
-  // and falls back to the default for anything else, so a bad stored value can
-  // never make every prompt fail.
+  // sanitize keeps each field the user set that is within what the server
+  // accepts (parley.Params.Validate, the server's max_tokens limit) and drops
+  // anything else, so a bad stored value can never make every prompt fail:
+  // a field left out is the server's default.
   function sanitize(s) {
-    const num = (v, lo, hi, def, int) => {
+    const cap = state.server && state.server.limits && state.server.limits.max_tokens > 0 ? state.server.limits.max_tokens : 1e9;
+    const bounds = { temperature: [0, 10, false], max_tokens: [1, cap, true], top_p: [0, 1, false], top_k: [0, 1 << 20, true] };
+    const out = { system: typeof s.system === 'string' ? s.system : '' };
+    for (const f of SAMPLING) {
+      const v = s[f];
+      if (v === undefined || v === null || v === '') continue;
       const n = typeof v === 'number' ? v : parseFloat(v);
-      if (!Number.isFinite(n) || n < lo || n > hi) return def;
-      return int ? Math.round(n) : n;
-    };
-    return {
-      temperature: num(s.temperature, 0, 10, DEFAULTS.temperature, false),
-      max_tokens: num(s.max_tokens, 1, 1e9, DEFAULTS.max_tokens, true),
-      top_p: num(s.top_p, 0, 1, DEFAULTS.top_p, false),
-      top_k: num(s.top_k, 0, 1 << 20, DEFAULTS.top_k, true),
-      system: typeof s.system === 'string' ? s.system : DEFAULTS.system,
-    };
+      const [lo, hi, int] = bounds[f];
+      if (Number.isFinite(n) && n >= lo && n <= hi) out[f] = int ? Math.round(n) : n;
+    }
+    return out;
   }
 
+  // serverDefaults is what a prompt gets for each field it leaves out.
+  function serverDefaults() {
+    const d = state.server && state.server.defaults;
+    const out = {};
+    for (const f of SAMPLING) out[f] = d && Number.isFinite(d[f]) ? d[f] : FALLBACK[f];
+    return out;
+  }
+
+  // sampling is the params of a prompt: only the fields the user changed.
+  function sampling() {
+    const p = {};
+    for (const f of SAMPLING) if (Object.hasOwn(state.settings, f)) p[f] = state.settings[f];
+    return p;
+  }
+
+  // fillSettingsForm shows the settings in effect: the user's where set,
+  // else the server's; the hint says what the server's are and its limits.
   function fillSettingsForm(s) {
-    ui.sTemperature.value = String(s.temperature);
-    ui.sMaxTokens.value = String(s.max_tokens);
-    ui.sTopP.value = String(s.top_p);
-    ui.sTopK.value = String(s.top_k);
-    ui.sSystem.value = s.system;
+    const d = serverDefaults();
+    const v = (f) => String(Object.hasOwn(s, f) ? s[f] : d[f]);
+    ui.sTemperature.value = v('temperature');
+    ui.sMaxTokens.value = v('max_tokens');
+    ui.sTopP.value = v('top_p');
+    ui.sTopK.value = v('top_k');
+    ui.sSystem.value = s.system || '';
+    const lim = state.server && state.server.limits;
+    if (lim && lim.max_tokens > 0) ui.sMaxTokens.max = String(lim.max_tokens);
+    const parts = [`temperature ${d.temperature}`, `max tokens ${d.max_tokens}`, `top p ${d.top_p}`, `top k ${d.top_k}`];
+    let hint = state.server ? `Server defaults: ${parts.join(', ')}.` : 'The server\'s defaults are not known yet.';
+    if (lim && lim.max_tokens > 0) hint += ` Max tokens at most ${lim.max_tokens}`;
+    if (lim && lim.context_length > 0) hint += `${lim.max_tokens > 0 ? ',' : ' Max tokens:'} less than the context (${lim.context_length} tokens)`;
+    if (lim && (lim.max_tokens > 0 || lim.context_length > 0)) hint += '.';
+    ui.sServer.textContent = hint;
   }
 
+  // saveSettingsFromForm keeps, of the sampling fields, only those that
+  // differ from the server's defaults: the rest follow the server.
   function saveSettingsFromForm() {
     const before = state.settings;
-    state.settings = sanitize({
+    const d = serverDefaults();
+    const form = sanitize({
       temperature: ui.sTemperature.value, max_tokens: ui.sMaxTokens.value,
       top_p: ui.sTopP.value, top_k: ui.sTopK.value, system: ui.sSystem.value,
     });
+    for (const f of SAMPLING) if (form[f] === d[f]) delete form[f];
+    state.settings = form;
     store.set(localStorage, KEYS.settings, JSON.stringify(state.settings));
     if (state.settings.system !== before.system) sendSystem();
+  }
+
+  // loadInfo reads the server's sampling defaults and limits (/info).
+  async function loadInfo() {
+    try {
+      const res = await fetch('info', { headers: state.apiKey ? { Authorization: `Bearer ${state.apiKey}` } : {} });
+      if (!res.ok) return;
+      const info = await res.json();
+      if (!info || typeof info.defaults !== 'object' || !info.defaults) return;
+      state.server = { defaults: info.defaults, limits: info.limits || {} };
+      state.settings = sanitize(state.settings);
+      if (ui.settings.open) fillSettingsForm(state.settings);
+    } catch { /* the page's fallback defaults show; prompts still send only what the user changed */ }
   }
 
   // sendSystem tells the server the session's system prompt. An empty setting
@@ -714,12 +775,7 @@
   function sendPrompt() {
     const text = ui.input.value;
     if (!text.trim() || !state.ready || state.reply || state.resetPending) return;
-    const s = state.settings;
-    const ok = sendJSON({
-      type: 'prompt',
-      content: text,
-      params: { temperature: s.temperature, max_tokens: s.max_tokens, top_p: s.top_p, top_k: s.top_k },
-    });
+    const ok = sendJSON({ type: 'prompt', content: text, params: sampling() });
     if (!ok) return;
     const userNode = addMessage('user', text);
     userNode.dataset.index = String(state.messages.length);
@@ -731,18 +787,38 @@
 
   // startReply shows the reply to prompt (userNode's) as waiting; regen: it
   // replaces the reply the conversation had.
-  function startReply(userNode, prompt, regen) {
-    const node = addMessage('assistant', '');
+  // prefix: a continued reply's text so far (Continue), which the new tokens extend.
+  function startReply(userNode, prompt, regen, prefix = '') {
+    const node = addMessage('assistant', prefix);
     node.dataset.state = 'waiting';
     node.setAttribute('aria-busy', 'true'); // screen readers read the reply once, when it is done
     state.reply = {
       node, userNode, prompt, content: node.querySelector('.content'), regen,
-      text: '', thought: '', thoughtAt: 0, thoughtEnd: 0,
+      text: prefix, thought: '', thoughtAt: 0, thoughtEnd: 0,
       tokens: 0, seq: 0, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false,
     };
     scrollToEnd(true);
     updateControls();
     refreshActions();
+  }
+
+  // continueReply asks the server to carry on the last reply (one that
+  // stopped at its length, was stopped or interrupted): the reply grows in
+  // place, and the stored session keeps it whole.
+  function continueReply() {
+    if (!state.ready || state.reply) return;
+    const i = state.messages.length - 1;
+    const last = state.messages[i];
+    if (!last || last.role !== 'assistant' || i < 1) return;
+    if (!sendJSON({ type: 'continue', params: sampling() })) return;
+    const node = ui.log.querySelector(`.msg[data-index="${i}"]`);
+    const userNode = ui.log.querySelector(`.msg[data-index="${i - 1}"]`);
+    for (const n of [...ui.log.querySelectorAll('.msg')]) {
+      // The reply and what followed it (its notes) go; the reply comes back growing.
+      if (node && (n === node || n.compareDocumentPosition(node) & Node.DOCUMENT_POSITION_PRECEDING)) n.remove();
+    }
+    state.messages = state.messages.slice(0, i);
+    startReply(userNode, state.messages[i - 1].content, true, last.content);
   }
 
   // regenerate asks the server for a new last reply: the stored session
@@ -752,11 +828,7 @@
     let u = state.messages.length - 1;
     while (u >= 0 && state.messages[u].role !== 'user') u--;
     if (u < 0 || u === state.messages.length - 1) return;
-    const s = state.settings;
-    const ok = sendJSON({
-      type: 'regenerate',
-      params: { temperature: s.temperature, max_tokens: s.max_tokens, top_p: s.top_p, top_k: s.top_k },
-    });
+    const ok = sendJSON({ type: 'regenerate', params: sampling() });
     if (!ok) return;
     const userNode = ui.log.querySelector(`.msg[data-index="${u}"]`);
     for (const n of [...ui.log.querySelectorAll('.msg')]) {
@@ -803,6 +875,9 @@
         bar.append(actionButton('Copy', 'Copy reply', (b) => copyText(m.content, b)));
         if (!busy && state.ready && k === nodes.length - 1 && i === state.messages.length - 1) {
           bar.append(actionButton('Regenerate', 'Regenerate reply', regenerate));
+          // A reply cut short (its length limit, Stop, a lost server) can go on.
+          const cut = ['length', 'cancelled', 'interrupted'].includes(node.dataset.finish) && !(m.tool_calls || []).length;
+          if (cut && m.content) bar.append(actionButton('Continue', 'Continue reply', continueReply));
         }
       }
       if (m.role === 'user' && !busy && state.ready) bar.append(actionButton('Edit', 'Edit prompt', () => startEdit(node, i)));
@@ -1174,7 +1249,7 @@
       fillSettingsForm(state.settings);
       ui.settings.showModal();
     });
-    ui.defaults.addEventListener('click', () => fillSettingsForm(DEFAULTS));
+    ui.defaults.addEventListener('click', () => fillSettingsForm({}));
     ui.settings.addEventListener('close', () => {
       if (ui.settings.returnValue === 'save') saveSettingsFromForm();
       ui.settings.returnValue = '';
@@ -1205,5 +1280,6 @@
     connect();
     refreshList();
     loadModels();
+    loadInfo();
   });
 })();
