@@ -146,7 +146,7 @@ test-busy: setup build
 # snapshot, same SIMD level), the synthetic model and its Q8_0/Q4_0 copies (kept outside the repo, made once), then the
 # measurements: the raw loop of each engine, Parley on each engine, llama-server and Ollama; writes BENCHMARKS.md.
 # Not part of CI. BENCH_ARGS go to cmd/bench after these and override them (e.g. BENCH_ARGS='-threads 2 -sessions 1,8').
-# LLAMA_CPP_SRC: the llama.cpp snapshot (default: scripts/build-llama-server.sh's).
+# LLAMA_CPP_SRC: the llama.cpp checkout to build llama-server from (or PARLEY_LLAMA_CPP_SRC; required by make bench).
 # BENCH_VOCAB: the synthetic models' vocabulary size, SmolLM2's by default (the donor's 512 tokens would make the output
 # projection, log-probabilities and sampling nearly free); BENCH_VOCAB= measures the 512-token models of earlier runs.
 BENCH_MODELS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/parley/models

@@ -7,10 +7,9 @@
 #
 # Usage: scripts/build-llama-server.sh [SNAPSHOT [OUT_DIR]]
 #   SNAPSHOT  a llama.cpp git directory (bare or not), or a plain source tree with
-#             CMakeLists.txt. Default: $PARLEY_LLAMA_CPP_SRC, else the snapshot the
-#             `fetch github:Raudbjorn/ggml-llama.cpp` tool brings,
-#             /work/.mirror/Raudbjorn+ggml-llama.cpp/repo. A clone of
-#             https://github.com/ggml-org/llama.cpp works the same way.
+#             CMakeLists.txt. Default: $PARLEY_LLAMA_CPP_SRC; one of the two is
+#             required (a clone of https://github.com/ggml-org/llama.cpp, or a
+#             snapshot of a fork that follows it).
 #   OUT_DIR   default $PARLEY_LLAMA_SERVER_DIR, else
 #             ${XDG_CACHE_HOME:-$HOME/.cache}/parley/llama-server (where cmd/bench
 #             looks by default; never inside the repository). The binaries are
@@ -37,7 +36,11 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-src=${1:-${PARLEY_LLAMA_CPP_SRC:-/work/.mirror/Raudbjorn+ggml-llama.cpp/repo}}
+src=${1:-${PARLEY_LLAMA_CPP_SRC:-}}
+if [ -z "$src" ]; then
+	echo "build-llama-server: name a llama.cpp checkout: scripts/build-llama-server.sh DIR, or PARLEY_LLAMA_CPP_SRC=DIR" >&2
+	exit 2
+fi
 out=${2:-${PARLEY_LLAMA_SERVER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/parley/llama-server}}
 jobs=${JOBS:-2}
 cmake=${CMAKE:-cmake}
