@@ -132,7 +132,7 @@ func (m *Manager) ListTools(ctx context.Context, server string) ([]toolloop.Remo
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(m.cfg.StartTimeout))
 	defer cancel()
-	_, tools, _, err := s.ready(ctx)
+	_, tools, _, err := s.ready(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("mcp server %q: %w", server, err)
 	}

@@ -41,9 +41,11 @@ type session struct {
 
 	mu       sync.Mutex
 	cs       *sdk.ClientSession // nil while not connected
+	lost     chan struct{}      // closed when cs's connection has ended
 	tools    []toolloop.RemoteTool
 	listed   map[string]bool
 	lastErr  error
+	starting bool // a start is in progress (not a backoff between starts)
 	closed   bool
 	changed  chan struct{} // closed and replaced whenever the fields above change
 	starts   int           // connections made, the first included
@@ -72,10 +74,14 @@ func (s *session) run() {
 	defer close(s.done)
 	backoff := s.m.backoffMin
 	for {
+		s.mu.Lock()
+		s.starting = true
+		s.notify()
+		s.mu.Unlock()
 		up := time.Now()
 		err := s.serve()
 		s.mu.Lock()
-		s.cs = nil
+		s.cs, s.starting = nil, false
 		if s.closed {
 			s.mu.Unlock()
 			return
@@ -150,14 +156,19 @@ func (s *session) serve() error {
 		end()
 		return errClosed
 	}
-	s.cs = cs
+	lost := make(chan struct{})
+	s.cs, s.lost, s.starting = cs, lost, false
 	s.starts++
 	s.lastErr = nil
 	s.notify()
 	s.mu.Unlock()
 
 	waitErr := make(chan error, 1)
-	go func() { waitErr <- cs.Wait() }()
+	go func() {
+		err := cs.Wait()
+		close(lost) // calls wait for the next connection from now on
+		waitErr <- err
+	}()
 	for {
 		select {
 		case <-s.stop:
@@ -284,19 +295,24 @@ func (s *session) logStderr(p *process) {
 		zap.Int64("stderr_bytes", total), zap.String("stderr_tail", s.m.redact(tail)))
 }
 
-// ready waits until the session is connected and returns its client
-// session and tools, or fails when ctx ends first (with the last error the
-// session met, if any) or the session is closed.
-func (s *session) ready(ctx context.Context) (*sdk.ClientSession, []toolloop.RemoteTool, map[string]bool, error) {
+// ready waits until the session is connected (to another connection than
+// stale, when given) and returns its client session and tools. It fails
+// when ctx ends first, when the session is closed, and at once, with the
+// error its last start met, while it waits to start again (a server that is
+// down does not hold up the requests that would use it); a caller with a
+// stale connection waits for the next one through that wait.
+func (s *session) ready(ctx context.Context, stale *sdk.ClientSession) (*sdk.ClientSession, []toolloop.RemoteTool, map[string]bool, error) {
 	for {
 		s.mu.Lock()
-		cs, tools, listed, lastErr, closed, ch := s.cs, s.tools, s.listed, s.lastErr, s.closed, s.changed
+		cs, lost, tools, listed, lastErr, closed, starting, ch := s.cs, s.lost, s.tools, s.listed, s.lastErr, s.closed, s.starting, s.changed
 		s.mu.Unlock()
 		switch {
 		case closed:
 			return nil, nil, nil, errClosed
-		case cs != nil:
+		case cs != nil && cs != stale && !isClosed(lost):
 			return cs, tools, listed, nil
+		case cs == nil && !starting && lastErr != nil && stale == nil:
+			return nil, nil, nil, fmt.Errorf("not available (it is started again shortly): %s", s.m.redact(lastErr.Error()))
 		}
 		select {
 		case <-ch:
@@ -306,6 +322,15 @@ func (s *session) ready(ctx context.Context) (*sdk.ClientSession, []toolloop.Rem
 			}
 			return nil, nil, nil, fmt.Errorf("not ready in time: %w", context.Cause(ctx))
 		}
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -328,13 +353,30 @@ func (s *session) kick(cs *sdk.ClientSession) {
 // goroutine, so that a server that stops reading (a write blocked on a full
 // pipe) cannot hold the caller past ctx: when ctx's time is up the session
 // is started again, which ends that goroutine.
+//
+// A call the SDK refused to send because the connection was closing (it
+// ended in the moment before) waits for the next connection and is sent
+// there: it never reached the server, so it cannot run twice.
 func (s *session) call(ctx context.Context, tool string, args map[string]any) (*sdk.CallToolResult, error) {
-	cs, _, listed, err := s.ready(ctx)
+	var stale *sdk.ClientSession
+	for {
+		r, cs, err := s.callOnce(ctx, stale, tool, args)
+		if cs == nil || !errors.Is(err, sdk.ErrConnectionClosed) || ctx.Err() != nil {
+			return r, err
+		}
+		stale = cs
+	}
+}
+
+// callOnce is one attempt of call on the first connection other than
+// stale; it returns the connection it used.
+func (s *session) callOnce(ctx context.Context, stale *sdk.ClientSession, tool string, args map[string]any) (*sdk.CallToolResult, *sdk.ClientSession, error) {
+	cs, _, listed, err := s.ready(ctx, stale)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !listed[tool] {
-		return nil, fmt.Errorf("lists no tool %q", tool)
+		return nil, nil, fmt.Errorf("lists no tool %q", tool)
 	}
 	type result struct {
 		r   *sdk.CallToolResult
@@ -347,18 +389,21 @@ func (s *session) call(ctx context.Context, tool string, args map[string]any) (*
 	}()
 	select {
 	case r := <-ch:
+		if errors.Is(r.err, sdk.ErrConnectionClosed) {
+			return nil, cs, r.err
+		}
 		if r.err != nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("call %q: %s", tool, s.m.redact(r.err.Error()))
+			return nil, cs, fmt.Errorf("call %q: %s", tool, s.m.redact(r.err.Error()))
 		}
 		if r.err == nil {
-			return r.r, nil
+			return r.r, cs, nil
 		}
 	case <-ctx.Done():
 	}
 	if errors.Is(context.Cause(ctx), errCallTimeout) {
 		s.kick(cs)
 	}
-	return nil, context.Cause(ctx)
+	return nil, cs, context.Cause(ctx)
 }
 
 // counts returns how many times the session connected and relisted its
