@@ -49,7 +49,7 @@ func checkEverything(t *testing.T, m *mcp.Manager, label string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := ","+strings.Join(toolNames(tools), ",")+","
+	names := "," + strings.Join(toolNames(tools), ",") + ","
 	for _, want := range []string{"echo", "get-sum", "get-env", "get-tiny-image"} {
 		if !strings.Contains(names, ","+want+",") {
 			t.Errorf("tools %s lack %s", names, want)
