@@ -64,8 +64,12 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(m *Manager) { m.backoffMin, m.backoffMax = min, max }
 }
 
-// New returns a Manager for cfg and starts its shared servers.
+// New returns a Manager for cfg (a zero Config is no servers) and starts
+// its shared servers.
 func New(cfg *Config, opts ...Option) *Manager {
+	c := *cfg
+	c.defaults()
+	cfg = &c
 	m := &Manager{
 		cfg: cfg, log: zap.NewNop(), secrets: cfg.secrets(),
 		backoffMin: DefaultBackoffMin, backoffMax: DefaultBackoffMax,

@@ -33,6 +33,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/mcp"
 	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
 	"github.com/parley-chat/parley/session"
@@ -123,6 +124,9 @@ type config struct {
 	engine engineFlags
 	// issue 21: several models
 	models modelsFlags
+	// issue 52: MCP servers (tools that run on the server)
+	mcpConfig string
+	mcp       *mcp.Config // read from mcpConfig; nil without it
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -175,6 +179,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host header values accepted (DNS-rebinding guard; * = any); default: IP addresses, localhost and the --addr host")
 	fs.StringVar(&c.apiKey, "api-key", "", "require this key (Authorization: Bearer, or WebSocket subprotocol parley.key.KEY)")
 	fs.Var(&c.userEntries, "user", "a named user NAME:KEY (repeat for more): the key is accepted like --api-key's, and its user reaches only its own conversations")
+	fs.StringVar(&c.mcpConfig, "mcp-config", "", "JSON file of the MCP servers Parley runs tools on, and which users may use which of their tools (see the README)")
 	fs.StringVar(&c.usersFile, "users", "", "file of named users, one NAME:KEY a line (# comments), as --user")
 	fs.StringVar(&c.cacheScope, "cache-scope", "user", "who shares KV caches (a slot's prompt, a copied prefix, saved states): user (each user its own; without named users, every client of the one key) or client (each client address of each user its own)")
 	fs.Int64Var(&c.maxMessageBytes, "max-message-bytes", web.DefaultMaxMessageBytes, "largest WebSocket message accepted")
@@ -231,6 +236,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return c, err
 	}
 	c.users = users
+	if c.mcpConfig != "" {
+		if c.mcp, err = mcp.LoadConfig(c.mcpConfig, getenv); err != nil {
+			return c, fmt.Errorf("--mcp-config: %w", err)
+		}
+	}
 	if c.cacheScope != "user" && c.cacheScope != "client" {
 		return c, fmt.Errorf("--cache-scope: want user or client, got %q", c.cacheScope)
 	}
@@ -332,6 +342,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer store.Close()
+
+	// The MCP servers' sessions close, and the servers Parley started die,
+	// after the web server has drained (deferred calls run last).
+	tools := openMCP(cfg, log)
+	defer tools.Close()
 
 	if cfg.severalModels() {
 		return serveSeveral(ctx, cfg, log, stderr, ropts, func(m *router) (*web.Server, error) {
