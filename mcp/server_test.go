@@ -43,6 +43,7 @@ func TestMain(m *testing.M) {
 //	remember {text}   keeps text in the process; recall returns it
 //	grow              adds a tool "grown" (a tools/list_changed notice)
 //	env {name}        returns the environment variable name
+//	stderr-env        prints API_KEY to stderr
 //	header            returns the Authorization header of the request (HTTP)
 //	big {n}           returns n bytes of text
 //	crash             exits the process
@@ -92,6 +93,10 @@ func testServer(mode string) *sdk.Server {
 	}
 	sdk.AddTool(s, &sdk.Tool{Name: "env"}, func(ctx context.Context, req *sdk.CallToolRequest, in envIn) (*sdk.CallToolResult, any, error) {
 		return text(in.Name + "=" + os.Getenv(in.Name)), nil, nil
+	})
+	sdk.AddTool(s, &sdk.Tool{Name: "stderr-env"}, func(ctx context.Context, req *sdk.CallToolRequest, in none) (*sdk.CallToolResult, any, error) {
+		fmt.Fprintln(os.Stderr, "API_KEY="+os.Getenv("API_KEY"))
+		return text("printed"), nil, nil
 	})
 	sdk.AddTool(s, &sdk.Tool{Name: "header"}, func(ctx context.Context, req *sdk.CallToolRequest, in none) (*sdk.CallToolResult, any, error) {
 		if req.Extra == nil || req.Extra.Header == nil {
