@@ -128,6 +128,9 @@ type Config struct {
 	LibDir string
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
+	// embedding is set by Open when the GGUF names a pooling type: the
+	// context computes pooled embeddings (embed.go).
+	embedding bool
 	Logger   *zap.Logger
 }
 
