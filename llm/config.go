@@ -131,7 +131,7 @@ type Config struct {
 	// embedding is set by Open when the GGUF names a pooling type: the
 	// context computes pooled embeddings (embed.go).
 	embedding bool
-	Logger   *zap.Logger
+	Logger    *zap.Logger
 }
 
 // applyDefaults gives cfg's zero fields their defaults, caps the context

@@ -130,6 +130,10 @@ func (e *Engine) openEmbed(meta metadata, cfg Config) error {
 		return fmt.Errorf("the %s engine cannot compute embeddings", e.be.Name())
 	}
 	pooling, n := eb.embedShape()
+	if pooling == poolingNone {
+		return fmt.Errorf("embedding model %s: its GGUF names pooling %s, which the %s engine's llama.cpp does not read for the %s architecture (the current engine does: --engine current)",
+			cfg.Path, poolingNames[meta.embed.pooling], e.be.Name(), meta.info.Architecture)
+	}
 	name, ok := poolingNames[pooling]
 	if !ok || n <= 0 {
 		return fmt.Errorf("embedding model %s: llama.cpp's context has pooling type %d and %d outputs per input: not one Parley serves", cfg.Path, pooling, n)
@@ -234,9 +238,9 @@ func (f rerankFormat) join(q, d []int) []int {
 type embedJob struct {
 	inputs [][]int
 	out    [][]float32
-	next   int // inputs handed to a batch so far
-	done   int // inputs with an output
-	tokens int // tokens evaluated
+	next   int              // inputs handed to a batch so far
+	done   int              // inputs with an output
+	tokens int              // tokens evaluated
 	res    chan embedResult // 1-buffered; the loop answers once
 	// answered: res has the answer (owned by the loop).
 	answered bool
