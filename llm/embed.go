@@ -19,6 +19,12 @@ import (
 // Generate and refuses Embed, as llama-server refuses embeddings of a model
 // without pooling.
 
+// DefaultEmbedSequences is an embedding model's Config.CacheSlots when it
+// is not set: the inputs one batch holds at most (llama.cpp sequences). A
+// batch is one micro-batch of Config.BatchSize tokens, so 16 short inputs
+// (a sentence is 10 to 30 tokens) share one pass over the weights.
+const DefaultEmbedSequences = 16
+
 // Pooling types, as the API names them.
 const (
 	PoolingMean = "mean"

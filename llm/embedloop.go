@@ -77,6 +77,15 @@ func (e *Engine) embedLoop(b *batch) {
 
 		rows = e.fillEmbedBatch(b, active, turn, rows[:0])
 		turn++
+		if len(rows) == 0 {
+			// Cannot happen (Embed checks every input against the
+			// micro-batch); without it the loop would spin.
+			for _, seq := range active {
+				e.embedFinish(seq, parley.Errorf(parley.EInternal, "an embedding input does not fit the batch"))
+			}
+			active = active[:0]
+			continue
+		}
 		start := time.Now()
 		err := e.emb.be.embedDecode(b)
 		e.stepNanos.Add(int64(time.Since(start)))

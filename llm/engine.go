@@ -183,10 +183,13 @@ func Open(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.embedding = meta.embed.pooling != poolingNone
+	if cfg.embedding && cfg.CacheSlots == 0 {
+		cfg.CacheSlots = DefaultEmbedSequences
+	}
 	if err := cfg.applyDefaults(meta, log); err != nil {
 		return nil, err
 	}
-	cfg.embedding = meta.embed.pooling != poolingNone
 
 	start := time.Now()
 	be, dp, err := openBackend(cfg, meta, log)
