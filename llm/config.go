@@ -128,7 +128,10 @@ type Config struct {
 	LibDir string
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
-	Logger   *zap.Logger
+	// embedding is set by Open when the GGUF names a pooling type: the
+	// context computes pooled embeddings (embed.go).
+	embedding bool
+	Logger    *zap.Logger
 }
 
 // applyDefaults gives cfg's zero fields their defaults, caps the context

@@ -67,3 +67,15 @@ func tuneContextParams(p *llama.ContextParams, s contextShape, unified bool) boo
 	c.kv_unified = C.bool(unified)
 	return true
 }
+
+// embeddingsOn turns the context's pooled embeddings on (an embedding
+// model, embed.go), after tuneContextParams turned them off. It reports
+// false when the binding's struct is not the mirrored one.
+func embeddingsOn(p *llama.ContextParams) bool {
+	if unsafe.Sizeof(*p) != C.sizeof_struct_parley_context_params {
+		return false
+	}
+	c := (*C.struct_parley_context_params)(unsafe.Pointer(p))
+	c.embeddings = true
+	return true
+}

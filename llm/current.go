@@ -249,6 +249,11 @@ func openCurrent(cfg Config, meta metadata, log *zap.Logger) (*current, placemen
 		cp.FlashAttentionType = yz.FlashAttentionTypeEnabled
 	}
 	cp.Embeddings, cp.NoPerf = 0, 1
+	if cfg.embedding {
+		// Pooled embeddings (embed.go). A batch is one micro-batch: an
+		// encoder must see every input whole.
+		cp.Embeddings, cp.NBatch = 1, cp.NUbatch
+	}
 	if onCPU {
 		cp.OpOffload = 0
 	}

@@ -117,6 +117,11 @@ func loadModel(cfg Config, meta metadata, log *zap.Logger) (*llama.Model, *llama
 			log.Warn("the binding's context parameters are not the ones this build knows: the KV cache stays one stream per slot")
 		}
 	}
+	if cfg.embedding {
+		// Pooled embeddings (embed.go). Where the mirror does not match,
+		// tuneContextParams left the binding's default, which is on.
+		embeddingsOn(&params)
+	}
 	var lc *llama.Context
 	err = createOnHugePages(&dp, log, func() (err error) {
 		lc, err = llama.NewContextWithModel(model, params)

@@ -126,6 +126,10 @@ type Engine struct {
 	promptCopied, prefixCopies                            atomic.Int64
 
 	kv *kvSwap // KV swap: sessions' states saved and restored (nil: off)
+
+	// emb is set when the model is an embedding model (embed.go): the
+	// engine then runs embedLoop and serves Embed, not Generate.
+	emb *embedState
 }
 
 // sequence is one request in flight.
@@ -163,6 +167,10 @@ type sequence struct {
 	// (parley.IsStateless); its slot's state is kept in RAM only (KV swap).
 	stateless bool
 	popped    bool // taken from the queue: its client's share of the slots counts it until finish
+
+	// embed, on an embedding engine, is the Embed call this sequence
+	// carries through the fair queue (embed.go); nil on a chat engine.
+	embed *embedJob
 }
 
 // Open loads the model and starts the decode loop.
@@ -174,6 +182,10 @@ func Open(cfg Config) (*Engine, error) {
 	meta, err := readMetadata(cfg.Path)
 	if err != nil {
 		return nil, err
+	}
+	cfg.embedding = meta.embed.pooling != poolingNone
+	if cfg.embedding && cfg.CacheSlots == 0 {
+		cfg.CacheSlots = DefaultEmbedSequences
 	}
 	if err := cfg.applyDefaults(meta, log); err != nil {
 		return nil, err
@@ -217,6 +229,14 @@ func Open(cfg Config) (*Engine, error) {
 	e.pieces = make([]string, info.VocabSize)
 	for i := range e.pieces {
 		e.pieces[i] = be.TokenToPiece(i)
+	}
+	if cfg.embedding {
+		if err := e.openEmbed(meta, cfg); err != nil {
+			be.Close()
+			return nil, err
+		}
+		go e.embedLoop(newBatch(cfg.BatchSize))
+		return e, nil
 	}
 	// KV swap.
 	if e.kv, err = openKVSwap(cfg, e); err != nil {
@@ -323,6 +343,9 @@ func (e *Engine) Stats() Stats {
 // prompt that does not fit the context, EBusy when the wait queue is full,
 // EUnavailable after Close.
 func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
+	if e.emb != nil {
+		return nil, e.errEmbeddingOnly()
+	}
 	if len(req.Tokens) == 0 {
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
 	}

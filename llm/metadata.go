@@ -75,6 +75,7 @@ type metadata struct {
 	offload offload.Model
 	shape   offload.Shape
 	headsKV int // key/value heads (grouped-query attention)
+	embed   embedMeta
 }
 
 // readMetadata reads the model's facts from its GGUF header in pure Go, so a
@@ -147,6 +148,7 @@ func readMetadata(path string) (metadata, error) {
 	}
 	md := metadata{info: info, vocab: vocab, headK: int(kv.EmbeddingHeadCountK()), headV: int(kv.EmbeddingHeadCountV())}
 	md.headsKV = int(kv.HeadCountKVMax())
+	md.embed = readEmbedMeta(kv)
 	md.shape = offload.Shape{
 		Embedding:   int(kv.EmbeddingLength()),
 		FeedForward: int(kv.Uint("feed_forward_length")),

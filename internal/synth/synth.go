@@ -43,6 +43,11 @@ type Spec struct {
 	// Script, when set, adds a chat template and its special tokens and makes greedy decoding write a known reply
 	// (see Script).
 	Script *Script
+	// Arch is the architecture: "" or "llama" (a chat model, or a causal embedding model with Pooling), or "bert"
+	// (an encoder: an embedding model or, with Pooling "rank", a reranker; see bert.go).
+	Arch string
+	// Pooling, when set (mean, cls, last or rank), makes the model an embedding model: <arch>.pooling_type.
+	Pooling string
 }
 
 // DefaultSpec is the shape of SmolLM2-135M (HuggingFaceTB/SmolLM2-135M
@@ -92,6 +97,12 @@ func (s Spec) Description() string {
 	if s.VocabSize > 0 {
 		script += fmt.Sprintf(" vocab_size=%d", s.VocabSize)
 	}
+	if s.Arch != "" && s.Arch != "llama" {
+		script += " arch=" + s.Arch
+	}
+	if s.Pooling != "" {
+		script += " pooling=" + s.Pooling
+	}
 	return fmt.Sprintf("parley synthetic model v%d: layers=%d dim=%d heads=%d kv_heads=%d ffn=%d ctx=%d rope_theta=%g rms_eps=%g tied=%t type=%s std=%g resid_std=%g seed=%d vocab_from=%s",
 		generatorVersion, s.Layers, s.Dim, s.Heads, s.KVHeads, s.FFN, s.Context, s.RopeTheta, s.RMSEps, s.TiedEmbeddings, s.Type, s.Std, s.ResidStd, s.Seed, filepath.Base(s.VocabFrom)) + script
 }
@@ -118,6 +129,17 @@ func (s Spec) validate() error {
 		return errors.New("no vocabulary donor (-vocab)")
 	case s.Script != nil && (s.Script.Reply == "" || s.Script.After == ""):
 		return errors.New("script: after and reply are required")
+	case s.Arch != "" && s.Arch != "llama" && s.Arch != "bert":
+		return fmt.Errorf("arch %q: want llama or bert", s.Arch)
+	case s.Arch == "bert" && s.Script != nil:
+		return errors.New("a bert model generates nothing: no script")
+	case s.Arch == "bert" && s.Pooling == "":
+		return errors.New("a bert model needs a pooling type (mean, cls, last or rank)")
+	case s.Pooling == "rank" && s.Arch != "bert":
+		return errors.New("pooling rank needs arch bert (its classifier head)")
+	}
+	if _, ok := poolingTypes[s.Pooling]; !ok && s.Pooling != "" {
+		return fmt.Errorf("pooling %q: want mean, cls, last or rank", s.Pooling)
 	}
 	return nil
 }
@@ -175,6 +197,9 @@ func Write(ctx context.Context, path string, spec Spec) (Info, error) {
 		}
 	}
 	vocab := len(voc.tokens)
+	if spec.Arch == "bert" {
+		return writeBERT(ctx, path, spec, tokenizer, voc)
+	}
 	ts := tensors(ctx, spec, voc, chains)
 	var params uint64
 	for _, t := range ts {
@@ -197,10 +222,20 @@ func Write(ctx context.Context, path string, spec Spec) (Info, error) {
 		"llama.rope.dimension_count":             uint32(spec.Dim / spec.Heads),
 		"llama.vocab_size":                       uint32(vocab),
 	}
+	if p, ok := poolingTypes[spec.Pooling]; ok {
+		kv["llama.pooling_type"] = p
+		// The tokenizer ends every input with EOS, as embedding models'
+		// do: last pooling reads that token.
+		tokenizer["tokenizer.ggml.add_eos_token"] = true
+	}
 	for k, v := range tokenizer {
 		kv[k] = v
 	}
+	return writeFile(ctx, path, kv, ts, params)
+}
 
+// writeFile writes the GGUF atomically (see Write).
+func writeFile(ctx context.Context, path string, kv ggml.KV, ts []*ggml.Tensor, params uint64) (Info, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".mkgguf-*.gguf")
 	if err != nil {
 		return Info{}, fmt.Errorf("create output: %w", err)

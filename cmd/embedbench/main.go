@@ -1,0 +1,243 @@
+// Command embedbench measures embeddings per second: short inputs (a
+// sentence, about 10 tokens) and long ones (-long tokens, 512 by default, a
+// retrieval chunk), in batches of -batch inputs per call from -clients
+// clients at once. In-process through the llm engine by default; with -url
+// it posts the same inputs to an OpenAI-compatible /v1/embeddings (Parley's
+// or llama-server's, started on the same model and threads) instead, for
+// the comparison. Each measurement is bounded: -n inputs, or -time, whichever
+// ends first.
+//
+//	go run ./cmd/mkgguf -arch bert -pooling mean -layers 12 -dim 384 -heads 12 -kv-heads 12 -ffn 1536 -ctx 512 \
+//	    -o ~/.cache/parley/models/synthetic-bge-small-f16.gguf
+//	go run ./cmd/embedbench -model ~/.cache/parley/models/synthetic-bge-small-f16.gguf -threads 2
+//	go run ./cmd/embedbench -model ... -url http://127.0.0.1:8080   # llama-server --embeddings -m ... -t 2
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	} else if err != nil {
+		fmt.Fprintln(os.Stderr, "embedbench:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	cfg     llm.Config
+	url     string
+	model   string // the model name sent with -url
+	long    int
+	batch   int
+	longN   int // -n for long inputs
+	longB   int // -batch for long inputs
+	clients int
+	n       int
+	limit   time.Duration
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c config
+	fs := flag.NewFlagSet("embedbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.cfg.Path, "model", "", "embedding model GGUF (a pooling type in its metadata)")
+	fs.StringVar(&c.cfg.Engine, "engine", llm.EngineAuto, "engine: auto, embedded or current")
+	fs.IntVar(&c.cfg.Threads, "threads", 2, "CPU threads")
+	fs.IntVar(&c.cfg.BatchSize, "ubatch", 512, "tokens per micro-batch (the longest input)")
+	fs.IntVar(&c.cfg.Parallel, "parallel", 4, "calls the engine holds at once")
+	fs.IntVar(&c.cfg.CacheSlots, "seqs", 16, "inputs per batch at most (llama.cpp sequences)")
+	fs.StringVar(&c.url, "url", "", "post to this server's /v1/embeddings instead of running the engine in-process")
+	fs.StringVar(&c.model, "name", "", "model name to send with -url (default: the file's base name)")
+	fs.IntVar(&c.long, "long", 512, "tokens of a long input")
+	fs.IntVar(&c.batch, "batch", 16, "inputs per call")
+	fs.IntVar(&c.clients, "clients", 2, "concurrent callers")
+	fs.IntVar(&c.n, "n", 256, "short inputs per measurement at most")
+	fs.IntVar(&c.longN, "long-n", 16, "long inputs per measurement at most")
+	fs.IntVar(&c.longB, "long-batch", 2, "long inputs per call")
+	fs.DurationVar(&c.limit, "time", 30*time.Second, "time per measurement at most")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.cfg.Path == "" && c.url == "" {
+		return errors.New("-model is required (and names the model for -url)")
+	}
+	var emb embedder
+	if c.url != "" {
+		emb = &remote{url: strings.TrimRight(c.url, "/") + "/v1/embeddings", model: c.model}
+	} else {
+		c.cfg.ContextLength = c.cfg.BatchSize
+		e, err := llm.Open(c.cfg)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		info := e.EmbedInfo()
+		if info.Pooling == "" {
+			return fmt.Errorf("%s is not an embedding model", c.cfg.Path)
+		}
+		fmt.Fprintf(stdout, "model %s, engine %s, pooling %s, %d dimensions, threads %d, %d inputs per batch at most\n",
+			e.Info().Name, e.EngineName(), info.Pooling, info.Dimensions, c.cfg.Threads, c.cfg.CacheSlots)
+		emb = local{e}
+		if c.long > info.MaxTokens {
+			c.long = info.MaxTokens
+		}
+	}
+	short := "The quick brown fox jumps over the lazy dog by the river."
+	// A long input: words until the model counts c.long tokens (a sentence
+	// about a token a word; the engine's tokenizer decides).
+	long := strings.Repeat("Once upon a time there was a little girl who liked to play in the garden. ", c.long/8+1)
+	longC := c
+	longC.n, longC.batch = c.longN, c.longB
+	for _, tc := range []struct {
+		name string
+		text string
+		c    config
+	}{{"short", short, c}, {fmt.Sprintf("%d-token", c.long), long, longC}} {
+		r, err := measure(ctx, emb, tc.text, tc.c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", tc.name, err)
+		}
+		fmt.Fprintf(stdout, "%-10s %6d inputs of %4d tokens in %6.2fs: %8.1f embeddings/s, %8.0f tokens/s\n",
+			tc.name, r.inputs, r.tokens/max(r.inputs, 1), r.elapsed.Seconds(),
+			float64(r.inputs)/r.elapsed.Seconds(), float64(r.tokens)/r.elapsed.Seconds())
+	}
+	return nil
+}
+
+// embedder embeds n copies of a text (cut to at most maxTokens tokens) and
+// returns the tokens evaluated.
+type embedder interface {
+	embed(ctx context.Context, text string, n, maxTokens int) (int, error)
+}
+
+type local struct{ e *llm.Engine }
+
+func (l local) embed(ctx context.Context, text string, n, maxTokens int) (int, error) {
+	toks, err := l.e.EmbedTokenize(ctx, text)
+	if err != nil {
+		return 0, err
+	}
+	if len(toks) > maxTokens {
+		toks = toks[:maxTokens]
+	}
+	inputs := make([][]int, n)
+	for i := range inputs {
+		inputs[i] = toks
+	}
+	_, err = l.e.Embed(ctx, inputs)
+	return n * len(toks), err
+}
+
+type remote struct {
+	url, model string
+	client     http.Client
+}
+
+func (r *remote) embed(ctx context.Context, text string, n, maxTokens int) (int, error) {
+	// llama-server truncates nothing: cut the text to about maxTokens
+	// words' worth, which the long text's one-token words make exact
+	// enough for a rate.
+	words := strings.Fields(text)
+	if len(words) > maxTokens-2 {
+		text = strings.Join(words[:maxTokens-2], " ")
+	}
+	inputs := make([]string, n)
+	for i := range inputs {
+		inputs[i] = text
+	}
+	body, _ := json.Marshal(map[string]any{"model": r.model, "input": inputs})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Data  []json.RawMessage `json:"data"`
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	if err := json.Unmarshal(b, &out); err != nil || len(out.Data) != n {
+		return 0, fmt.Errorf("reply of %d embeddings for %d inputs: %v", len(out.Data), n, err)
+	}
+	return out.Usage.PromptTokens, nil
+}
+
+type result struct {
+	inputs, tokens int
+	elapsed        time.Duration
+}
+
+// measure runs c.clients callers, each sending calls of c.batch copies of
+// text, until c.n inputs are done or c.limit passes; one warm-up call first.
+func measure(ctx context.Context, emb embedder, text string, c config) (result, error) {
+	if _, err := emb.embed(ctx, text, 1, c.long); err != nil {
+		return result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.limit)
+	defer cancel()
+	var (
+		inputs, tokens atomic.Int64
+		claimed        atomic.Int64
+		wg             sync.WaitGroup
+		firstErr       error
+		once           sync.Once
+	)
+	start := time.Now()
+	for i := range c.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx := parley.WithClient(ctx, fmt.Sprintf("bench-%d", i))
+			for ctx.Err() == nil {
+				n := int(min(int64(c.batch), int64(c.n)-claimed.Add(int64(c.batch))+int64(c.batch)))
+				if n <= 0 {
+					return
+				}
+				t, err := emb.embed(cctx, text, n, c.long)
+				if err != nil {
+					if ctx.Err() == nil {
+						once.Do(func() { firstErr = err })
+					}
+					return
+				}
+				inputs.Add(int64(n))
+				tokens.Add(int64(t))
+			}
+		}()
+	}
+	wg.Wait()
+	return result{inputs: int(inputs.Load()), tokens: int(tokens.Load()), elapsed: time.Since(start)}, firstErr
+}
