@@ -74,7 +74,17 @@ func newNgramIndex(maxLen int) *ngramIndex { return &ngramIndex{maxLen: maxLen} 
 func (x *ngramIndex) reset(toks []int) {
 	keep := commonPrefix(x.toks, toks)
 	x.toks = append(x.toks[:keep], toks[keep:]...)
-	x.indexed = min(x.indexed, keep)
+	x.cut(keep)
+}
+
+// cut notes that the history was cut back to n tokens. The entries of the
+// n-grams in what is left may have been overwritten by occurrences in what
+// was cut: the next lookup enters the whole history again (a hash per
+// token and length: a prompt's worth once per request at most).
+func (x *ngramIndex) cut(n int) {
+	if n < x.indexed {
+		x.indexed = 0
+	}
 }
 
 // push appends a token to the history.
@@ -84,7 +94,7 @@ func (x *ngramIndex) push(tok int) { x.toks = append(x.toks, tok) }
 func (x *ngramIndex) truncate(n int) {
 	if n < len(x.toks) {
 		x.toks = x.toks[:n]
-		x.indexed = min(x.indexed, n)
+		x.cut(n)
 	}
 }
 
@@ -151,10 +161,11 @@ func equalInts(a, b []int) bool {
 // draftState is one sequence's acceptance estimate: how likely the next
 // draft token is to hold, given that the ones before it did. Each draft's
 // outcome is a run of kept tokens ended by at most one miss, so the estimate
-// of that geometric chance is kept/(kept+misses), over decaying counts (the
-// recent drafts weigh most) from a prior of one of each. Counts decay a
-// little at every step without a draft as well, so a sequence whose drafts
-// stopped for missing tries again later.
+// of that geometric chance is kept/(kept+misses), over counts that decay
+// with every token tried (the last few weigh most, so a reply that stops
+// repeating its prompt backs off within a few steps), from a prior of half
+// a token of each. Counts decay a little at every step without a draft as
+// well, so a sequence whose drafts stopped for missing tries again later.
 type draftState struct {
 	kept, missed float64
 	// drafted and accepted count this sequence's draft tokens and those that held.
@@ -162,13 +173,13 @@ type draftState struct {
 }
 
 const (
-	draftDecay     = 0.8  // weight of the earlier drafts' counts at each verification
+	draftDecay     = 0.7  // weight of the earlier counts at each draft token tried
 	draftIdleDecay = 0.97 // and at each step without a draft
 )
 
 // chance is the estimated probability that a draft token holds, given the
 // ones before it did.
-func (d *draftState) chance() float64 { return (d.kept + 1) / (d.kept + d.missed + 2) }
+func (d *draftState) chance() float64 { return (d.kept + 0.5) / (d.kept + d.missed + 1) }
 
 // record updates the estimate with a draft of n tokens of which kept held.
 func (d *draftState) record(n, kept int) {
@@ -179,10 +190,13 @@ func (d *draftState) record(n, kept int) {
 	}
 	d.drafted += n
 	d.accepted += kept
-	d.kept = d.kept*draftDecay + float64(kept)
-	d.missed *= draftDecay
+	for range kept {
+		d.kept = d.kept*draftDecay + 1
+		d.missed *= draftDecay
+	}
 	if kept < n {
-		d.missed++
+		d.kept *= draftDecay
+		d.missed = d.missed*draftDecay + 1
 	}
 }
 

@@ -98,9 +98,11 @@ func sampled(n int) parley.Params {
 // logprobTolerance is how far a token's logprob may move when its logits
 // come from a step that evaluated several positions of its sequence at once
 // (its draft) rather than one: llama.cpp's kernels for a matrix of rows round
-// otherwise than for one (stories260K: up to 7e-4; plain continuous
-// batching moves them by about 1e-6). The tokens are the same.
-const logprobTolerance = 2e-3
+// otherwise than for one (llamafile's sgemm, a different order of sums;
+// stories260K: up to 3.5e-3 at temperature 0.8, which scales the logits
+// by 1.25; plain continuous batching moves them by about 1e-6). The tokens
+// are the same.
+const logprobTolerance = 1e-2
 
 // sameReply checks that got has want's tokens, logprobs and finish.
 func sameReply(t *testing.T, name string, got, want result) {

@@ -137,6 +137,10 @@ type Engine struct {
 	cost      draftCost
 	noDraft   bool
 	draftBuf  []int
+	// onDrafted, set by tests before the first Generate, is called on the
+	// loop after each decode with the context of every sequence that
+	// drafted in it, before the draft is verified.
+	onDrafted func(context.Context)
 	// drafted and draftHeld count draft tokens and those that held.
 	drafted, draftHeld atomic.Int64
 }
@@ -165,6 +169,9 @@ type sequence struct {
 	// iBatch's); ds estimates how well this sequence's drafts hold.
 	draft []int
 	ds    draftState
+	// unverified: draft is in the KV cache and s.cached, not yet verified
+	// (the step decoded it; its rows are not drawn yet).
+	unverified bool
 
 	generated int
 	usage     parley.Usage

@@ -244,6 +244,13 @@ func (e *Engine) step(b *batch) (finished int) {
 	if e.draftMode == DraftAuto {
 		e.cost.observe(b.numTokens(), took)
 	}
+	if e.onDrafted != nil {
+		for _, seq := range inBatch {
+			if len(seq.draft) > 0 {
+				e.onDrafted(seq.ctx)
+			}
+		}
+	}
 
 	for _, seq := range inBatch {
 		if seq.iBatch < 0 {
@@ -311,6 +318,8 @@ func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 	}
 	s.cached = append(s.cached, e.draftBuf...)
 	seq.draft = append(seq.draft, e.draftBuf...)
+	seq.unverified = true
+	e.drafted.Add(int64(len(seq.draft)))
 	return len(seq.draft)
 }
 
@@ -335,6 +344,19 @@ func (e *Engine) emitRow(seq *sequence, i, tok int, logits []float32) (more, fin
 	return false, false
 }
 
+// dropDraft removes seq's unverified draft from its slot s.
+func (e *Engine) dropDraft(seq *sequence, s *slot) {
+	seq.unverified = false
+	keep := len(s.cached) - len(seq.draft)
+	seq.draft = seq.draft[:0]
+	if !e.be.SeqRm(s.id, keep, -1) {
+		e.be.SeqRm(s.id, 0, -1)
+		keep = 0
+	}
+	s.cached = s.cached[:keep]
+	s.draft.truncate(keep)
+}
+
 // settleDraft ends a step's verification for seq, which ran in slot s:
 // the draft tokens that did not hold (those past s.cached, which emitRow
 // extended as they held) leave the KV cache, the slot's history follows,
@@ -347,7 +369,6 @@ func (e *Engine) settleDraft(seq *sequence, s *slot, decoded int) {
 	}
 	held := len(s.cached) - (decoded - n)
 	seq.ds.record(n, held)
-	e.drafted.Add(int64(n))
 	e.draftHeld.Add(int64(held))
 	seq.draft = seq.draft[:0]
 	s.draft.truncate(len(s.cached) + len(seq.pending))
@@ -434,6 +455,12 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 		seq.lazy = nil
 	}
 	if s := seq.slot; s != nil {
+		if seq.unverified {
+			// Ended while its sampler was verifying a draft (cancelled,
+			// over the budget, the engine closing): the draft leaves the
+			// KV cache unverified.
+			e.dropDraft(seq, s)
+		}
 		s.seq = nil
 		seq.slot = nil
 		e.busy.Add(-1)

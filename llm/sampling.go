@@ -123,6 +123,7 @@ func (e *Engine) sample(seq *sequence) (finished bool) {
 	s := seq.slot
 	decoded := len(s.cached)
 	s.cached = s.cached[:decoded-len(seq.draft)]
+	seq.unverified = false
 	for i := 0; ; i++ {
 		idx := seq.iBatch + i
 		t0 := time.Now()
@@ -156,6 +157,7 @@ func (e *Engine) took(seq *sequence, r sampleResult) (finished bool) {
 	s := seq.slot
 	decoded := len(s.cached)
 	s.cached = s.cached[:decoded-len(seq.draft)]
+	seq.unverified = false
 	nv := e.info.VocabSize
 	for i, tok := range r.toks {
 		var logits []float32
