@@ -156,7 +156,7 @@ type sequence struct {
 	gs      *grammarSampler
 	// lazy, when set, is a grammar that takes over from sampler once the
 	// reply's text reaches its trigger (a tool call; see lazy.go).
-	lazy   *lazyGrammar
+	lazy *lazyGrammar
 	// logits is gs's copy of the last step's rows (one per token of the
 	// step's input and draft, each NumVocab long), for the logprobs.
 	logits []float32
