@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm"
 )
@@ -120,5 +122,108 @@ func sameReply(t *testing.T, name string, got, want result) {
 	if got.final.Finish != want.final.Finish || got.final.Usage.CompletionTokens != want.final.Usage.CompletionTokens {
 		t.Errorf("%q: finish %s after %d tokens with drafts, %s after %d without", name, got.final.Finish,
 			got.final.Usage.CompletionTokens, want.final.Finish, want.final.Usage.CompletionTokens)
+	}
+}
+
+// TestDraftConstrained: with a grammar that refuses part of what the
+// prompt offers as drafts (capitals), a JSON schema, and stop strings, the
+// replies are the same tokens with drafts as without, on both engines.
+func TestDraftConstrained(t *testing.T) {
+	prompt := "Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom"
+	lower := greedy(80)
+	lower.Grammar = `root ::= [ a-z.]+`
+	schema := greedy(120)
+	schema.JSONSchema = []byte(`{"type":"object","properties":{"name":{"type":"string","maxLength":30},"ball":{"enum":["red","blue"]}},"required":["name","ball"],"additionalProperties":false}`)
+	sampledGrammar := sampled(80)
+	sampledGrammar.Grammar = lower.Grammar
+	stops := greedy(120)
+	for _, engine := range []string{llm.EngineEmbedded, llm.EngineCurrent} {
+		t.Run(engine, func(t *testing.T) {
+			cfg := llm.Config{Path: testmodel.Path(t), Threads: 1, Parallel: 2, ContextLength: 512, Engine: engine, LibDir: currentLibDir(t)}
+			off, on := cfg, cfg
+			off.Draft, on.Draft = llm.DraftOff, llm.DraftNgram
+			eOff, eOn := mustOpen(t, off), mustOpen(t, on)
+			for name, p := range map[string]parley.Params{"grammar": lower, "schema": schema, "sampled grammar": sampledGrammar} {
+				if err := p.Validate(0); err != nil {
+					t.Fatal(err)
+				}
+				before := eOn.Stats()
+				want := replies(t, eOff, []string{prompt, draftPrompts[0]}, p)
+				got := replies(t, eOn, []string{prompt, draftPrompts[0]}, p)
+				for i := range got {
+					sameReply(t, name, got[i], want[i])
+				}
+				after := eOn.Stats()
+				t.Logf("%s: %q; drafted %d, held %d", name, got[0].text, after.DraftTokens-before.DraftTokens, after.DraftAccepted-before.DraftAccepted)
+				if after.DraftTokens == before.DraftTokens {
+					t.Errorf("%s: no drafts", name)
+				}
+			}
+			// Stop strings are the reply's reader's (chat.Responder): the
+			// engine may decode past one within a step, never send text past it.
+			// The stop is a piece from the middle of the reply without one.
+			plain := generate(t, eOff, "plain", prompt, greedy(120)).text
+			if len(plain) < 60 {
+				t.Fatalf("reply %q too short to stop in", plain)
+			}
+			stops.Stop = []string{plain[40:52]}
+			texts := map[string]string{}
+			for name, e := range map[string]*llm.Engine{"off": eOff, "on": eOn} {
+				rep, err := chat.NewResponder(e).Complete(context.Background(), "stop", prompt, stops)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var text string
+				var final parley.Event
+				for ev := range rep.Events() {
+					if ev.Done {
+						final = ev
+						continue
+					}
+					text += ev.Token.Text
+				}
+				if final.Finish != parley.FinishStop {
+					t.Fatalf("%s: finish %s (%v), want stop", name, final.Finish, final.Err)
+				}
+				texts[name] = text
+			}
+			before := plain[:strings.Index(plain, stops.Stop[0])]
+			if texts["on"] != texts["off"] || texts["on"] != before {
+				t.Errorf("stop %q: %q with drafts, %q without, %q before it", stops.Stop[0], texts["on"], texts["off"], before)
+			}
+		})
+	}
+}
+
+// TestDraftToolCall: the scripted Hermes model, asked again what it
+// answered before (its earlier call is in the conversation, so drafts from
+// it hold), writes the same text and call with drafts as without, through
+// the lazy call grammar.
+func TestDraftToolCall(t *testing.T) {
+	model := testmodel.Scripted(t, hermesScript())
+	msgs := []parley.Message{
+		{Role: parley.RoleUser, Content: "Weather in Paris?"},
+		{Role: parley.RoleAssistant, Content: `Let me look that up.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}</tool_call>`},
+		{Role: parley.RoleUser, Content: "And again?"},
+	}
+	var calls []string
+	for _, mode := range []string{llm.DraftOff, llm.DraftNgram} {
+		e := mustOpen(t, llm.Config{Path: model, ContextLength: 2048, Parallel: 1, Threads: 1, Draft: mode})
+		p := greedy(100)
+		p.Tools = toolSchemas
+		got := replyWithTools(t, chat.NewResponder(e), msgs, p)
+		if got.final.Finish != parley.FinishToolCalls || len(got.final.ToolCalls) != 1 {
+			t.Fatalf("%s: finish %s (%v), calls %+v, content %q", mode, got.final.Finish, got.final.Err, got.final.ToolCalls, got.content)
+		}
+		validateCall(t, toolSchemas, got.final.ToolCalls[0])
+		calls = append(calls, got.content+"|"+got.final.ToolCalls[0].Name+got.final.ToolCalls[0].Arguments)
+		st := e.Stats()
+		t.Logf("%s: %s; drafted %d, held %d of %d tokens", mode, calls[len(calls)-1], st.DraftTokens, st.DraftAccepted, st.TokensGenerated)
+		if mode == llm.DraftNgram && st.DraftAccepted == 0 {
+			t.Errorf("no draft held, though the reply repeats the conversation's")
+		}
+	}
+	if calls[0] != calls[1] {
+		t.Errorf("with drafts %s, without %s", calls[1], calls[0])
 	}
 }
