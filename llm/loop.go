@@ -217,7 +217,7 @@ func (e *Engine) step(b *batch) (finished int) {
 		seq.pending = seq.pending[n:]
 		seq.draft = seq.draft[:0]
 		if gen {
-			draftBudget -= e.addDraft(b, seq, generating, planned, draftBudget)
+			draftBudget -= e.addDraft(b, seq, generating, capacity-draftBudget, draftBudget)
 		}
 		inBatch = append(inBatch, seq)
 	}

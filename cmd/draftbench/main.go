@@ -219,14 +219,18 @@ func (r result) rate() float64 {
 
 // generate runs every prompt at once, greedy, maxTokens each, on fresh
 // keys (the prompts are evaluated each time, as in a new conversation's
-// first turn; the rate counts the whole time).
+// first turn). The rate counts the tokens after each reply's first, over
+// the time from the first reply's first token to the end: decoding, not
+// the prompts' evaluation (mostly: with several streams, a prompt's chunk
+// may share a step with another reply's tokens).
 func generate(ctx context.Context, e *llm.Engine, prompts [][]int, maxTokens int) (result, error) {
 	p := parley.DefaultParams()
 	p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed, p.SkipLogprobs = 0, 1, maxTokens, 1, true
 	r := result{ids: make([][]int, len(prompts))}
 	errs := make([]error, len(prompts))
 	var wg sync.WaitGroup
-	t0 := time.Now()
+	var mu sync.Mutex
+	var first time.Time // the first token of any reply: the prompts' evaluation is not counted
 	for i, toks := range prompts {
 		ch, err := e.Generate(ctx, parley.GenerateRequest{Tokens: toks, Params: p})
 		if err != nil {
@@ -240,14 +244,21 @@ func generate(ctx context.Context, e *llm.Engine, prompts [][]int, maxTokens int
 					errs[i] = ev.Err
 					continue
 				}
+				if len(r.ids[i]) == 0 {
+					mu.Lock()
+					if first.IsZero() {
+						first = time.Now()
+					}
+					mu.Unlock()
+				}
 				r.ids[i] = append(r.ids[i], ev.Token.ID)
 			}
 		}()
 	}
 	wg.Wait()
-	r.took = time.Since(t0)
+	r.took = time.Since(first)
 	for i := range prompts {
-		r.tokens += len(r.ids[i])
+		r.tokens += len(r.ids[i]) - 1 // the first token's time is the prompt's
 	}
 	return r, errors.Join(errs...)
 }
