@@ -117,8 +117,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	fmt.Fprintf(out, "model %s (%s engine), %d tokens a reply, greedy\n\n", filepath.Base(model)+" "+c.synth, c.engine, c.tokens)
-	fmt.Fprintln(out, "| threads | streams | workload | draft | tok/s | vs off | drafted/token | held | same tokens |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(out, "| threads | streams | workload | draft | tok/s | vs off | drafted/token | held | ms/step | same tokens |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, th := range c.threads {
 		for _, n := range c.streams {
 			if err := c.measure(ctx, out, model, th, n); err != nil {
@@ -171,7 +171,7 @@ func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n
 		for _, m := range c.modes {
 			e := engines[m]
 			var best result
-			for range max(1, c.rounds) {
+			for round := range max(1, c.rounds) {
 				before := e.Stats()
 				r, err := generate(ctx, e, w.prompts, c.tokens)
 				if err != nil {
@@ -179,7 +179,8 @@ func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n
 				}
 				after := e.Stats()
 				r.drafted, r.held = after.DraftTokens-before.DraftTokens, after.DraftAccepted-before.DraftAccepted
-				if r.rate() > best.rate() {
+				r.steps, r.stepNanos = after.Steps-before.Steps, after.StepNanos-before.StepNanos
+				if round == 0 || r.rate() > best.rate() {
 					best = r
 				}
 			}
@@ -196,8 +197,9 @@ func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n
 			if best.drafted > 0 {
 				held = fmt.Sprintf("%.0f%%", 100*float64(best.held)/float64(best.drafted))
 			}
-			fmt.Fprintf(out, "| %d | %d | %s | %s | %.1f | %.2f | %.2f | %s | %s |\n", th, n, w.name, m, best.rate(),
-				best.rate()/base, float64(best.drafted)/float64(max(1, best.tokens)), held, same)
+			fmt.Fprintf(out, "| %d | %d | %s | %s | %.1f | %.2f | %.2f | %s | %.2f | %s |\n", th, n, w.name, m, best.rate(),
+				best.rate()/base, float64(best.drafted)/float64(max(1, best.tokens)), held,
+				float64(best.stepNanos)/1e6/float64(max(1, best.steps)), same)
 		}
 	}
 	return nil
@@ -208,6 +210,7 @@ type result struct {
 	tokens        int
 	took          time.Duration
 	drafted, held int64
+	steps, stepNanos int64
 }
 
 func (r result) rate() float64 {
