@@ -206,10 +206,10 @@ func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n
 }
 
 type result struct {
-	ids           [][]int
-	tokens        int
-	took          time.Duration
-	drafted, held int64
+	ids              [][]int
+	tokens           int
+	took             time.Duration
+	drafted, held    int64
 	steps, stepNanos int64
 }
 
