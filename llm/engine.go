@@ -134,6 +134,7 @@ type Engine struct {
 	// cannot drop a rejected draft (a recurrent model's memory).
 	draftMode string
 	draftMax  int
+	kvStreams bool // each slot is its own KV stream (not one unified buffer)
 	cost      draftCost
 	noDraft   bool
 	draftBuf  []int
@@ -236,7 +237,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.overruns.perClient, e.overruns.global = cfg.MaxOverrunsPerClient, cfg.MaxOverruns
 	e.parallel = cfg.Parallel
 	e.minCopy = copyThreshold(cfg, meta, dp.info)
-	e.draftMode, e.draftMax = cfg.Draft, cfg.DraftMax
+	e.draftMode, e.draftMax, e.kvStreams = cfg.Draft, cfg.DraftMax, !dp.info.KVUnified
 	for i := range cfg.CacheSlots {
 		e.slots = append(e.slots, &slot{id: i, draft: newNgramIndex(cfg.ContextLength)})
 	}
