@@ -126,6 +126,15 @@ type Config struct {
 	// DefaultCurrentLibDir ($PARLEY_ENGINE_LIB, else lib/llama-current
 	// beside the executable's folder).
 	LibDir string
+	// Draft is speculative decoding from the conversation (draft.go):
+	// "auto" (the default, "" too) drafts where the step times the loop
+	// measures say a draft token pays for itself, "ngram" whenever the
+	// history offers a continuation, "off" never. Replies are the same
+	// tokens either way.
+	Draft string
+	// DraftMax is the longest draft per sequence and step; 0 means
+	// DefaultDraftMax.
+	DraftMax int
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
 	// embedding is set by Open when the GGUF names a pooling type: the
@@ -211,6 +220,15 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 	case HugePagesAuto, HugePagesOff:
 	default:
 		return fmt.Errorf("huge pages: want auto or off, got %q", cfg.HugePages)
+	}
+	if cfg.Draft == "" {
+		cfg.Draft = DraftAuto
+	}
+	if cfg.DraftMax == 0 {
+		cfg.DraftMax = DefaultDraftMax
+	}
+	if err := checkDraft(cfg.Draft, cfg.DraftMax); err != nil {
+		return err
 	}
 	switch cfg.KVUnified {
 	case "", "off", "on":

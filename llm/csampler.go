@@ -648,16 +648,26 @@ const (
 	sampleLostStep = -2 // the chain picked nothing the grammar allows
 )
 
-// sampleJob asks a grammarSampler for the next token. logits is a copy of
-// the sequence's row from its last decode (nil for the admission probe),
-// owned by the sampler until its result is sent.
+// sampleJob asks a grammarSampler for the next tokens. logits is a copy of
+// the sequence's rows from its last decode (nil for the admission probe),
+// rows of them one after the other, owned by the sampler until its result is
+// sent: the row of the step's input, then one per token of draft. The
+// sampler draws from each row in turn, the next only while the token it drew
+// is the draft's (so a draft token goes no further than the first the
+// grammar refuses).
 type sampleJob struct {
 	logits []float32
+	rows   int
+	draft  []int
 	probe  bool
 }
 
 type sampleResult struct {
-	tok int // a token id, or sampleDeadEnd / sampleLostStep
+	// toks are the tokens drawn, in order; tok is the outcome of the last
+	// draw: its token (the last of toks), or sampleDeadEnd /
+	// sampleLostStep (then not in toks). A probe sets tok only.
+	tok  int
+	toks []int
 }
 
 // grammarSampler samples one grammar-constrained sequence on its own
@@ -678,6 +688,7 @@ type grammarSampler struct {
 	// Owned by whoever owns the sequence (Generate, then the loop).
 	inFlight bool
 	sentAt   time.Time
+	rows     int // the job's rows: each draw has the step budget
 	client   string
 }
 
@@ -709,26 +720,38 @@ func (e *Engine) startSampler(cg *compiledGrammar, field, client string) (*gramm
 			}
 		}()
 		for job := range gs.jobs {
-			var tok int
-			switch {
-			case job.probe || len(job.logits) == 0:
-				tok = int(C.parley_cs_sample(cs, nil, C.bool(job.probe), nil, nil, 0))
-			case cg.rank != nil:
-				var ranked bool
-				tok, ranked = cg.rank.draw(cs, job.logits)
-				if ranked {
-					e.grammarRanked.Add(1)
-				}
-			default:
-				tok = int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&job.logits[0])), false, nil, nil, 0))
+			var res sampleResult
+			if job.probe || len(job.logits) == 0 {
+				res.tok = int(C.parley_cs_sample(cs, nil, C.bool(job.probe), nil, nil, 0))
 			}
-			if tok >= 0 && !job.probe {
-				C.parley_cs_accept(cs, C.int32_t(tok), C.bool(tok < len(isEOG) && isEOG[tok]))
+			nv := len(isEOG)
+			for i := 0; !job.probe && i < job.rows && len(job.logits) >= (i+1)*nv; i++ {
+				row := job.logits[i*nv : (i+1)*nv]
+				var tok int
+				if cg.rank != nil {
+					var ranked bool
+					tok, ranked = cg.rank.draw(cs, row)
+					if ranked {
+						e.grammarRanked.Add(1)
+					}
+				} else {
+					tok = int(C.parley_cs_sample(cs, (*C.float)(unsafe.Pointer(&row[0])), false, nil, nil, 0))
+				}
+				res.tok = tok
+				if tok < 0 {
+					break
+				}
+				eog := tok < nv && isEOG[tok]
+				C.parley_cs_accept(cs, C.int32_t(tok), C.bool(eog))
 				if cg.rank != nil {
 					cg.rank.win.accept(int32(tok))
 				}
+				res.toks = append(res.toks, tok)
+				if eog || i >= len(job.draft) || tok != job.draft[i] {
+					break
+				}
 			}
-			gs.res <- sampleResult{tok: tok}
+			gs.res <- res
 			select {
 			case e.wake <- struct{}{}:
 			default:
@@ -740,7 +763,7 @@ func (e *Engine) startSampler(cg *compiledGrammar, field, client string) (*gramm
 
 // send hands the sampler its next job and starts its clock.
 func (gs *grammarSampler) send(job sampleJob) {
-	gs.inFlight, gs.sentAt = true, time.Now()
+	gs.inFlight, gs.sentAt, gs.rows = true, time.Now(), max(1, job.rows)
 	gs.jobs <- job
 }
 

@@ -32,6 +32,8 @@ type Stats struct {
 	PromptCopied     int64 // prompt tokens copied from another slot's KV cache instead of evaluated (cumulative)
 	PrefixCopies     int64 // copies of another slot's KV cache (cumulative)
 	TokensGenerated  int64 // tokens sampled (cumulative)
+	DraftTokens      int64 // draft tokens verified (cumulative; speculative decoding)
+	DraftAccepted    int64 // draft tokens that held, each a token generated without a step of its own (cumulative)
 	Steps            int64 // decode steps (cumulative)
 	StepNanos        int64 // time spent in decode steps (cumulative)
 	BusyRefusals     int64 // requests refused because the queue was full (cumulative)
@@ -130,6 +132,21 @@ type Engine struct {
 	// emb is set when the model is an embedding model (embed.go): the
 	// engine then runs embedLoop and serves Embed, not Generate.
 	emb *embedState
+	// Speculative decoding (draft.go), owned by the loop: the mode, the
+	// longest draft, the step cost model; noDraft is set when the KV cache
+	// cannot drop a rejected draft (a recurrent model's memory).
+	draftMode string
+	draftMax  int
+	kvStreams bool // each slot is its own KV stream (not one unified buffer)
+	cost      draftCost
+	noDraft   bool
+	draftBuf  []int
+	// onDrafted, set by tests before the first Generate, is called on the
+	// loop after each decode with the context of every sequence that
+	// drafted in it, before the draft is verified.
+	onDrafted func(context.Context)
+	// drafted and draftHeld count draft tokens and those that held.
+	drafted, draftHeld atomic.Int64
 }
 
 // sequence is one request in flight.
@@ -143,13 +160,22 @@ type sequence struct {
 	gs      *grammarSampler
 	// lazy, when set, is a grammar that takes over from sampler once the
 	// reply's text reaches its trigger (a tool call; see lazy.go).
-	lazy   *lazyGrammar
-	logits []float32 // gs's copy of the last logits, for the logprob
+	lazy *lazyGrammar
+	// logits is gs's copy of the last step's rows (one per token of the
+	// step's input and draft, each NumVocab long), for the logprobs.
+	logits []float32
 	temp   float64
 
 	slot    *slot
 	pending []int // tokens to decode next: the rest of the prompt, or the last sampled token
 	iBatch  int   // batch index of the logits to sample from after this step, or -1
+	// draft is what the step drafted after pending's token (its rows follow
+	// iBatch's); ds estimates how well this sequence's drafts hold.
+	draft []int
+	ds    draftState
+	// unverified: draft is in the KV cache and s.cached, not yet verified
+	// (the step decoded it; its rows are not drawn yet).
+	unverified bool
 
 	generated int
 	usage     parley.Usage
@@ -222,8 +248,9 @@ func Open(cfg Config) (*Engine, error) {
 	e.overruns.perClient, e.overruns.global = cfg.MaxOverrunsPerClient, cfg.MaxOverruns
 	e.parallel = cfg.Parallel
 	e.minCopy = copyThreshold(cfg, meta, dp.info)
+	e.draftMode, e.draftMax, e.kvStreams = cfg.Draft, cfg.DraftMax, !dp.info.KVUnified
 	for i := range cfg.CacheSlots {
-		e.slots = append(e.slots, &slot{id: i})
+		e.slots = append(e.slots, &slot{id: i, draft: newNgramIndex(cfg.ContextLength)})
 	}
 	e.specials, e.addedSuffix = newSpecials(meta.vocab), addedSuffix(be)
 	e.pieces = make([]string, info.VocabSize)
@@ -317,6 +344,8 @@ func (e *Engine) Stats() Stats {
 		PromptCopied:     e.promptCopied.Load(),
 		PrefixCopies:     e.prefixCopies.Load(),
 		TokensGenerated:  e.generated.Load(),
+		DraftTokens:      e.drafted.Load(),
+		DraftAccepted:    e.draftHeld.Load(),
 		Steps:            e.steps.Load(),
 		StepNanos:        e.stepNanos.Load(),
 		BusyRefusals:     e.busyRefusals.Load(),

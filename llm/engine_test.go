@@ -46,6 +46,7 @@ func greedy(n int) parley.Params {
 
 type result struct {
 	ids   []int
+	lps   []float64
 	text  string
 	final parley.Event
 }

@@ -121,10 +121,11 @@ func (e *Engine) collect() (finished int, next time.Duration) {
 			finished++
 			continue
 		}
-		if d := now.Sub(seq.gs.sentAt); d > e.budget {
+		budget := e.budget * time.Duration(seq.gs.rows)
+		if d := now.Sub(seq.gs.sentAt); d > budget {
 			e.overBudget.Add(1)
 			e.log.Warn("grammar sampler over its step budget", zap.String("key", seq.req.Key),
-				zap.Duration("waited", d), zap.Duration("budget", e.budget))
+				zap.Duration("waited", d), zap.Duration("budget", budget))
 			e.finish(seq, parley.FinishError, grammarError(seq.gs.field,
 				"is too costly to match: choosing token %d took longer than the %s step budget "+
 					"(nested repetitions over overlapping characters multiply llama.cpp's work); the reply was ended",
@@ -132,7 +133,7 @@ func (e *Engine) collect() (finished int, next time.Duration) {
 			finished++
 			continue
 		}
-		d := e.budget - now.Sub(seq.gs.sentAt) + time.Millisecond
+		d := budget - now.Sub(seq.gs.sentAt) + time.Millisecond
 		if !waiting || d < next {
 			next = d
 		}
@@ -177,13 +178,24 @@ func (e *Engine) step(b *batch) (finished int) {
 		clear(inBatch) // no sequence kept alive by the reused slice
 		e.inBatch = inBatch[:0]
 	}()
+	// Drafts take what the inputs and the prompts leave of the batch.
+	planned, left := generating, promptBudget
+	for _, s := range e.slots {
+		if seq := s.seq; seq != nil && !(len(seq.pending) == 1 && seq.generated > 0) {
+			n := min(len(seq.pending), left)
+			left -= n
+			planned += n
+		}
+	}
+	draftBudget := capacity - planned
 	for _, s := range e.slots {
 		seq := s.seq
 		if seq == nil {
 			continue
 		}
 		n := len(seq.pending)
-		if !(n == 1 && seq.generated > 0) {
+		gen := n == 1 && seq.generated > 0
+		if !gen {
 			n = min(n, promptBudget)
 			promptBudget -= n
 		}
@@ -203,6 +215,10 @@ func (e *Engine) step(b *batch) (finished int) {
 			e.promptEval.Add(int64(n))
 		}
 		seq.pending = seq.pending[n:]
+		seq.draft = seq.draft[:0]
+		if gen {
+			draftBudget -= e.addDraft(b, seq, generating, capacity-draftBudget, draftBudget)
+		}
 		inBatch = append(inBatch, seq)
 	}
 	if b.numTokens() == 0 {
@@ -211,8 +227,9 @@ func (e *Engine) step(b *batch) (finished int) {
 
 	t0 := time.Now()
 	err := e.be.Decode(b)
+	took := time.Since(t0)
 	e.steps.Add(1)
-	e.stepNanos.Add(int64(time.Since(t0)))
+	e.stepNanos.Add(int64(took))
 	if err != nil {
 		e.log.Error("decode failed", zap.Error(err), zap.Int("batch_tokens", b.numTokens()))
 		for _, seq := range inBatch {
@@ -224,6 +241,16 @@ func (e *Engine) step(b *batch) (finished int) {
 		}
 		return finished
 	}
+	if e.draftMode == DraftAuto {
+		e.cost.observe(b.numTokens(), took)
+	}
+	if e.onDrafted != nil {
+		for _, seq := range inBatch {
+			if len(seq.draft) > 0 {
+				e.onDrafted(seq.ctx)
+			}
+		}
+	}
 
 	for _, seq := range inBatch {
 		if seq.iBatch < 0 {
@@ -232,10 +259,14 @@ func (e *Engine) step(b *batch) (finished int) {
 		if seq.gs != nil {
 			// Off the loop: the sampler gets its own copy of the logits
 			// (the next decode overwrites llama.cpp's), and the sequence
-			// sits out of the batch until its token comes back.
-			seq.logits = slices.Clone(e.be.Logits(seq.iBatch))
+			// sits out of the batch until its tokens come back.
+			rows := 1 + len(seq.draft)
+			seq.logits = seq.logits[:0]
+			for i := range rows {
+				seq.logits = append(seq.logits, e.be.Logits(seq.iBatch+i)...)
+			}
 			seq.iBatch = -1
-			seq.gs.send(sampleJob{logits: seq.logits})
+			seq.gs.send(sampleJob{logits: seq.logits, rows: rows, draft: seq.draft})
 			continue
 		}
 		if done := e.sample(seq); done {
@@ -243,6 +274,130 @@ func (e *Engine) step(b *batch) (finished int) {
 		}
 	}
 	return finished
+}
+
+// addDraft appends seq's draft for this step to b, after the token it
+// just added, and returns its length. A draft is what followed the latest
+// earlier occurrence of the history's end (draft.go), at most the longest
+// draft, what is left of the batch (budget), what the reply may still
+// generate and what the slot's context holds; in auto mode each token must
+// also be likely enough to hold that the step's time it costs pays
+// (draftCost.bar, for a step of n tokens of which g generate).
+func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
+	if e.draftMode == DraftOff || e.noDraft {
+		return 0
+	}
+	s := seq.slot
+	if e.draftMode == DraftAuto && g > 1 && e.kvStreams {
+		// With a KV stream per slot llama.cpp splits a step into
+		// micro-batches of as many tokens from each sequence: a draft
+		// beside other sequences' single tokens costs a second pass over
+		// the weights (stories260K, 8 streams: 6.3 ms a step without
+		// drafts, 12.7 with), more than the drafts return on the CPU.
+		seq.ds.record(0, 0)
+		return 0
+	}
+	k := min(e.draftMax, budget, seq.req.Params.MaxTokens-seq.generated-1, e.nCtx-2-len(s.cached))
+	if e.draftMode == DraftAuto && k > 0 {
+		// The i-th token holds with chance^i (all before it must); it
+		// goes in while that clears the bar of the step it lengthens.
+		p, c := seq.ds.chance(), 1.0
+		limit := 0
+		for limit < k {
+			c *= p
+			if c <= e.cost.bar(g, n+limit+1) {
+				break
+			}
+			limit++
+		}
+		k = limit
+	}
+	if k <= 0 {
+		seq.ds.record(0, 0)
+		return 0
+	}
+	e.draftBuf = s.draft.lookup(e.draftBuf, k)
+	if len(e.draftBuf) == 0 {
+		seq.ds.record(0, 0)
+		return 0
+	}
+	pos := len(s.cached)
+	for i, tok := range e.draftBuf {
+		b.add(tok, pos+i, s.id, true)
+	}
+	s.cached = append(s.cached, e.draftBuf...)
+	seq.draft = append(seq.draft, e.draftBuf...)
+	seq.unverified = true
+	e.drafted.Add(int64(len(seq.draft)))
+	return len(seq.draft)
+}
+
+// emitRow emits tok, drawn from row i of seq's last step (its input's row,
+// then one per draft token), with that row's logits (nil when not wanted).
+// It reports whether the next row is to be drawn too: tok is the draft's
+// token i, which the step decoded already, and the sequence goes on with
+// the same sampler (not one a tool call's trigger just handed to its
+// grammar). Otherwise tok is the next step's input and the rows after it
+// are not drawn.
+func (e *Engine) emitRow(seq *sequence, i, tok int, logits []float32) (more, finished bool) {
+	s := seq.slot
+	inline := seq.gs == nil
+	if e.emit(seq, tok, logits) {
+		return false, true
+	}
+	if i < len(seq.draft) && tok == seq.draft[i] && (seq.gs == nil) == inline {
+		s.cached = append(s.cached, tok)
+		seq.pending = seq.pending[:0]
+		return true, false
+	}
+	return false, false
+}
+
+// dropDraft removes seq's unverified draft from its slot s.
+func (e *Engine) dropDraft(seq *sequence, s *slot) {
+	seq.unverified = false
+	keep := len(s.cached) - len(seq.draft)
+	seq.draft = seq.draft[:0]
+	if !e.be.SeqRm(s.id, keep, -1) {
+		e.be.SeqRm(s.id, 0, -1)
+		keep = 0
+	}
+	s.cached = s.cached[:keep]
+	s.draft.truncate(keep)
+}
+
+// settleDraft ends a step's verification for seq, which ran in slot s:
+// the draft tokens that did not hold (those past s.cached, which emitRow
+// extended as they held) leave the KV cache, the slot's history follows,
+// and seq's estimate learns how many held. decoded is how many tokens the
+// slot held after the step's decode.
+func (e *Engine) settleDraft(seq *sequence, s *slot, decoded int) {
+	n := len(seq.draft)
+	if n == 0 {
+		return
+	}
+	held := len(s.cached) - (decoded - n)
+	seq.ds.record(n, held)
+	e.draftHeld.Add(int64(held))
+	seq.draft = seq.draft[:0]
+	s.draft.truncate(len(s.cached) + len(seq.pending))
+	if len(s.cached) == decoded {
+		return
+	}
+	if e.be.SeqRm(s.id, len(s.cached), -1) {
+		return
+	}
+	// This memory cannot drop a suffix (a recurrent model's): no more
+	// drafts; the slot starts over, and a sequence still running evaluates
+	// its whole history again.
+	e.noDraft = true
+	e.log.Warn("speculative decoding is off: the model's KV cache cannot drop rejected draft tokens")
+	e.be.SeqRm(s.id, 0, -1)
+	s.cached = s.cached[:0]
+	s.tail = s.tail[:0]
+	if seq.slot == s {
+		seq.pending = slices.Clone(s.draft.toks)
+	}
 }
 
 // emit sends tok and decides whether seq is done; logits (nil when not
@@ -276,6 +431,9 @@ func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
 		return true
 	}
 	seq.out <- ev
+	if e.draftMode != DraftOff {
+		seq.slot.draft.push(tok)
+	}
 
 	// The token is the next step's input, or, when the sequence ends here,
 	// the slot's tail (see finish).
@@ -306,6 +464,12 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 		seq.lazy = nil
 	}
 	if s := seq.slot; s != nil {
+		if seq.unverified {
+			// Ended while its sampler was verifying a draft (cancelled,
+			// over the budget, the engine closing): the draft leaves the
+			// KV cache unverified.
+			e.dropDraft(seq, s)
+		}
 		s.seq = nil
 		seq.slot = nil
 		e.busy.Add(-1)

@@ -114,42 +114,79 @@ func (e *Engine) probeTooCostly(gs *grammarSampler) error {
 		"(nested repetitions over overlapping characters multiply llama.cpp's work)", e.budget)
 }
 
-// sample draws the next token for an unconstrained seq from the logits of
-// the last step, inline, sends it, and decides whether the sequence is done.
-// It reports whether the sequence finished.
-func (e *Engine) sample(seq *sequence) bool {
-	idx := seq.iBatch
+// sample draws seq's next tokens, inline, from the rows of the last step:
+// its input's row, then, while each drawn token is the one its draft put
+// there, the next draft token's row (emitRow). Each token is sent as it is
+// drawn; the draft tokens that did not hold leave the KV cache after
+// (settleDraft). It reports whether the sequence finished.
+func (e *Engine) sample(seq *sequence) (finished bool) {
+	s := seq.slot
+	decoded := len(s.cached)
+	s.cached = s.cached[:decoded-len(seq.draft)]
+	seq.unverified = false
+	for i := 0; ; i++ {
+		idx := seq.iBatch + i
+		t0 := time.Now()
+		tok := seq.sampler.Sample(idx)
+		seq.sampler.Accept(tok)
+		if d := time.Since(t0); d > e.budget {
+			finished = e.overStepBudget(seq, d)
+			break
+		}
+		var logits []float32
+		if !seq.req.Params.SkipLogprobs {
+			logits = e.be.Logits(idx) // in place: emit uses it before the next decode
+		}
+		more, done := e.emitRow(seq, i, tok, logits)
+		if done {
+			finished = true
+		}
+		if !more {
+			break
+		}
+	}
 	seq.iBatch = -1
-	t0 := time.Now()
-	tok := seq.sampler.Sample(idx)
-	seq.sampler.Accept(tok)
-	if d := time.Since(t0); d > e.budget {
-		return e.overStepBudget(seq, d)
-	}
-	var logits []float32
-	if !seq.req.Params.SkipLogprobs {
-		logits = e.be.Logits(idx) // in place: emit uses it before the next decode
-	}
-	return e.emit(seq, tok, logits)
+	e.settleDraft(seq, s, decoded)
+	return finished
 }
 
-// took handles a grammar sampler's result for seq. It reports whether the
-// sequence finished.
-func (e *Engine) took(seq *sequence, r sampleResult) bool {
-	switch r.tok {
-	case sampleDeadEnd:
-		e.deadEnds.Add(1)
-		e.finish(seq, parley.FinishError, grammarError(seq.gs.field,
-			"the grammar allows no token of this model's vocabulary after %d tokens", seq.generated))
-		return true
-	case sampleLostStep:
-		e.deadEnds.Add(1)
-		e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal, "the sampler chose no token the grammar allows"))
-		return true
+// took handles a grammar sampler's result for seq: the tokens it drew from
+// the step's rows (as sample draws them inline), then the outcome of the
+// last draw. It reports whether the sequence finished.
+func (e *Engine) took(seq *sequence, r sampleResult) (finished bool) {
+	s := seq.slot
+	decoded := len(s.cached)
+	s.cached = s.cached[:decoded-len(seq.draft)]
+	seq.unverified = false
+	nv := e.info.VocabSize
+	for i, tok := range r.toks {
+		var logits []float32
+		if !seq.req.Params.SkipLogprobs && len(seq.logits) >= (i+1)*nv {
+			logits = seq.logits[i*nv : (i+1)*nv]
+		}
+		more, done := e.emitRow(seq, i, tok, logits)
+		if done {
+			finished = true
+		}
+		if !more {
+			break
+		}
 	}
-	logits := seq.logits
-	seq.logits = nil
-	return e.emit(seq, r.tok, logits)
+	if !finished {
+		switch r.tok {
+		case sampleDeadEnd:
+			e.deadEnds.Add(1)
+			e.finish(seq, parley.FinishError, grammarError(seq.gs.field,
+				"the grammar allows no token of this model's vocabulary after %d tokens", seq.generated))
+			finished = true
+		case sampleLostStep:
+			e.deadEnds.Add(1)
+			e.finish(seq, parley.FinishError, parley.Errorf(parley.EInternal, "the sampler chose no token the grammar allows"))
+			finished = true
+		}
+	}
+	e.settleDraft(seq, s, decoded)
+	return finished
 }
 
 // overStepBudget ends seq, whose sampling step took d.

@@ -89,6 +89,9 @@ type slot struct {
 	// conversation, so its state is kept in RAM only when the slot goes,
 	// never at idle nor on disk (KV swap); ramDirty: it changed since.
 	stateless, ramDirty bool
+	// draft indexes the slot's history for drafts (draft.go): the prompt
+	// of its sequence, then what it generated.
+	draft *ngramIndex
 }
 
 // assign binds seq to a free slot: the one this key used last if it is free,
@@ -165,6 +168,9 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 		s.cached = s.cached[:keep]
 	}
 	seq.pending = append([]int(nil), toks[keep:]...)
+	if e.draftMode != DraftOff {
+		s.draft.reset(toks)
+	}
 	seq.usage.PromptTokens = len(toks)
 	seq.usage.CachedPromptTokens = keep
 	e.promptReused.Add(int64(keep))

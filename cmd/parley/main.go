@@ -111,6 +111,8 @@ type config struct {
 	llamaLog                                     bool
 	// issue 11 (hardening, round two)
 	stepBudget, bodyTimeout time.Duration
+	draft                   string
+	draftMax                int
 	maxHTTPConns            int
 	// issue 27 (hardening, round four): per-client limits, byte budgets
 	maxSessionsPerClient, sessionCreatesPerMinute, maxUnusedPerClient int
@@ -197,6 +199,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.Float64Var(&c.clientStoreShare, "client-store-share", session.DefaultClientShare, "fraction of --max-store-bytes the sessions created by one client (an IPv4 address or an IPv6 /64) may hold (over it: 507; 1 = no share limit)")
 	fs.Int64Var(&c.maxBodyBytesInflight, "max-body-bytes-inflight", web.DefaultMaxBodyBytesInflight, "bytes of request bodies held at once by the requests being handled (one address: a quarter); over it: 503 (429), Retry-After")
 	fs.IntVar(&c.maxHTTPConnsPerIP, "max-http-conns-per-ip", web.DefaultMaxHTTPConnsPerIP, "open TCP connections per client address at most, WebSockets included (over it: 429)")
+	fs.StringVar(&c.draft, "draft", llm.DraftAuto, "speculative decoding from the conversation's own text (replies are the same tokens): auto drafts where the step times it measures say drafts pay, ngram whenever the conversation offers a continuation, off never")
+	fs.IntVar(&c.draftMax, "draft-max", llm.DefaultDraftMax, "longest draft per reply and decode step, in tokens")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
 	kvCacheFlags(fs, &c)
 	c.engine.register(fs)
@@ -541,6 +545,8 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 		KVCacheType:    cfg.kvCacheType,
 		QueueSize:      cfg.queue,
 		StepBudget:     cfg.stepBudget,
+		Draft:          cfg.draft,
+		DraftMax:       cfg.draftMax,
 		// Fair sharing between clients (llm/fairqueue.go).
 		MaxQueuedPerClient: cfg.queuePerClient,
 		MaxSlotsPerClient:  cfg.slotsPerClient,

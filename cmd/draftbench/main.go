@@ -1,0 +1,279 @@
+// Command draftbench measures speculative decoding from the conversation
+// (llm.Config.Draft) in-process, no server: greedy tokens per second with
+// drafts off, always on (ngram) and decided by the measured step costs
+// (auto), the share of draft tokens that held, and whether the replies are
+// the same tokens as without drafts. Two workloads: "repeat", whose reply
+// repeats text of its prompt (a reply the model gave, quoted back: the
+// prompt is an opening, the model's reply to it, and the opening again),
+// and "fresh", an opening alone. One stream, or N conversations at once,
+// each with its own opening; at each thread count.
+//
+//	go run ./cmd/draftbench -model models/stories260K.gguf -threads 1,2 -streams 1,8
+//	go run ./cmd/draftbench -synth 30x576 ...   # a SmolLM2-135M-shaped synthetic model (F16) with the model's vocabulary
+//
+// Figures on a shared machine are indicative: each row is one run (-rounds
+// takes the best of several).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/synth"
+	"github.com/parley-chat/parley/llm"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	} else if err != nil {
+		fmt.Fprintln(os.Stderr, "draftbench:", err)
+		os.Exit(1)
+	}
+}
+
+// openings start the conversations, one each.
+var openings = []string{
+	"Once upon a time, there was a little girl named Lily.",
+	"Tom and his dog went to the park to play with a ball.",
+	"One day, a big bird flew over the tall green tree.",
+	"Sam liked to build towers with his red blocks.",
+	"The sun was hot, so Mia went to swim in the lake.",
+	"A small cat found a box in the garden.",
+	"Ben wanted to help his mom bake a cake.",
+	"The old man sat on a bench and fed the ducks.",
+}
+
+type config struct {
+	model, engine  string
+	synth          string
+	threads        []int
+	streams        []int
+	modes          []string
+	tokens, rounds int
+	draftMax       int
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	var c config
+	fs := flag.NewFlagSet("draftbench", flag.ContinueOnError)
+	fs.StringVar(&c.model, "model", os.Getenv("PARLEY_TEST_MODEL"), "GGUF model (default $PARLEY_TEST_MODEL)")
+	fs.StringVar(&c.engine, "engine", llm.EngineEmbedded, "llama.cpp engine: embedded or current")
+	fs.StringVar(&c.synth, "synth", "", "LAYERSxDIM: measure a synthetic F16 llama of this shape with -model's vocabulary instead (30x576: SmolLM2-135M's)")
+	threads := fs.String("threads", "1,2", "llama.cpp thread counts")
+	streams := fs.String("streams", "1,8", "conversations at once")
+	modes := fs.String("modes", "off,ngram,auto", "draft modes")
+	fs.IntVar(&c.tokens, "tokens", 96, "tokens per reply")
+	fs.IntVar(&c.rounds, "rounds", 1, "runs per row (the best is shown)")
+	fs.IntVar(&c.draftMax, "draft-max", llm.DefaultDraftMax, "longest draft")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if c.threads, err = ints(*threads); err != nil {
+		return err
+	}
+	if c.streams, err = ints(*streams); err != nil {
+		return err
+	}
+	c.modes = strings.Split(*modes, ",")
+	if c.model == "" {
+		return errors.New("-model is required")
+	}
+	llm.SetNativeLog(io.Discard, false)
+	model := c.model
+	if c.synth != "" {
+		var layers, dim int
+		if _, err := fmt.Sscanf(c.synth, "%dx%d", &layers, &dim); err != nil {
+			return fmt.Errorf("-synth: want LAYERSxDIM: %w", err)
+		}
+		dir, err := os.MkdirTemp("", "draftbench")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		spec := synth.DefaultSpec()
+		spec.VocabFrom, spec.Layers, spec.Dim = c.model, layers, dim
+		spec.FFN = dim * 8 / 3
+		model = filepath.Join(dir, "synth.gguf")
+		if _, err := synth.Write(ctx, model, spec); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "model %s (%s engine), %d tokens a reply, greedy\n\n", filepath.Base(model)+" "+c.synth, c.engine, c.tokens)
+	fmt.Fprintln(out, "| threads | streams | workload | draft | tok/s | vs off | drafted/token | held | ms/step | same tokens |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, th := range c.threads {
+		for _, n := range c.streams {
+			if err := c.measure(ctx, out, model, th, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// measure prints the rows of th threads and n streams.
+func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n int) error {
+	engines := map[string]*llm.Engine{}
+	defer func() {
+		for _, e := range engines {
+			e.Close()
+		}
+	}()
+	for _, m := range c.modes {
+		e, err := llm.Open(llm.Config{Path: model, Engine: c.engine, Threads: th, Parallel: n, ContextLength: 1024,
+			Draft: m, DraftMax: c.draftMax})
+		if err != nil {
+			return err
+		}
+		engines[m] = e
+	}
+	off := engines[c.modes[0]]
+	// The repeat workload quotes back each opening's reply, as the model
+	// gives it without drafts.
+	fresh := make([][]int, n)
+	repeat := make([][]int, n)
+	for i := range n {
+		toks, err := off.Tokenize(openings[i%len(openings)])
+		if err != nil {
+			return err
+		}
+		fresh[i] = toks
+		r, err := generate(ctx, off, [][]int{toks}, c.tokens)
+		if err != nil {
+			return err
+		}
+		repeat[i] = slices.Concat(toks, r.ids[0], toks[1:])
+	}
+	for _, w := range []struct {
+		name    string
+		prompts [][]int
+	}{{"repeat", repeat}, {"fresh", fresh}} {
+		var base float64
+		var ref [][]int
+		for _, m := range c.modes {
+			e := engines[m]
+			var best result
+			for round := range max(1, c.rounds) {
+				before := e.Stats()
+				r, err := generate(ctx, e, w.prompts, c.tokens)
+				if err != nil {
+					return err
+				}
+				after := e.Stats()
+				r.drafted, r.held = after.DraftTokens-before.DraftTokens, after.DraftAccepted-before.DraftAccepted
+				r.steps, r.stepNanos = after.Steps-before.Steps, after.StepNanos-before.StepNanos
+				if round == 0 || r.rate() > best.rate() {
+					best = r
+				}
+			}
+			if ref == nil {
+				base, ref = best.rate(), best.ids
+			}
+			same := "yes"
+			for i := range ref {
+				if !slices.Equal(ref[i], best.ids[i]) {
+					same = "NO"
+				}
+			}
+			held := "-"
+			if best.drafted > 0 {
+				held = fmt.Sprintf("%.0f%%", 100*float64(best.held)/float64(best.drafted))
+			}
+			fmt.Fprintf(out, "| %d | %d | %s | %s | %.1f | %.2f | %.2f | %s | %.2f | %s |\n", th, n, w.name, m, best.rate(),
+				best.rate()/base, float64(best.drafted)/float64(max(1, best.tokens)), held,
+				float64(best.stepNanos)/1e6/float64(max(1, best.steps)), same)
+		}
+	}
+	return nil
+}
+
+type result struct {
+	ids              [][]int
+	tokens           int
+	took             time.Duration
+	drafted, held    int64
+	steps, stepNanos int64
+}
+
+func (r result) rate() float64 {
+	if r.took <= 0 {
+		return 0
+	}
+	return float64(r.tokens) / r.took.Seconds()
+}
+
+// generate runs every prompt at once, greedy, maxTokens each, on fresh
+// keys (the prompts are evaluated each time, as in a new conversation's
+// first turn). The rate counts the tokens after each reply's first, over
+// the time from the first reply's first token to the end: decoding, not
+// the prompts' evaluation (mostly: with several streams, a prompt's chunk
+// may share a step with another reply's tokens).
+func generate(ctx context.Context, e *llm.Engine, prompts [][]int, maxTokens int) (result, error) {
+	p := parley.DefaultParams()
+	p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed, p.SkipLogprobs = 0, 1, maxTokens, 1, true
+	r := result{ids: make([][]int, len(prompts))}
+	errs := make([]error, len(prompts))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first time.Time // the first token of any reply: the prompts' evaluation is not counted
+	for i, toks := range prompts {
+		ch, err := e.Generate(ctx, parley.GenerateRequest{Tokens: toks, Params: p})
+		if err != nil {
+			return r, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range ch {
+				if ev.Done {
+					errs[i] = ev.Err
+					continue
+				}
+				if len(r.ids[i]) == 0 {
+					mu.Lock()
+					if first.IsZero() {
+						first = time.Now()
+					}
+					mu.Unlock()
+				}
+				r.ids[i] = append(r.ids[i], ev.Token.ID)
+			}
+		}()
+	}
+	wg.Wait()
+	r.took = time.Since(first)
+	for i := range prompts {
+		r.tokens += len(r.ids[i]) - 1 // the first token's time is the prompt's
+	}
+	return r, errors.Join(errs...)
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", s, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

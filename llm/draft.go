@@ -1,0 +1,275 @@
+package llm
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Speculative decoding from the conversation itself: a generating sequence
+// whose last tokens occurred earlier in its slot's history (the prompt, which
+// holds the conversation's earlier turns, and the reply so far) appends what
+// followed them there to its decode step as a draft. The step's logits for
+// every drafted position verify the draft at once: the sequence's own
+// sampler draws a token from each row in order, and the draft holds while
+// the drawn token is the drafted one. The first token that differs (or the
+// one drawn after the whole draft) is emitted like any token and is the next
+// step's input; the drafted tokens after it leave the KV cache (seq_rm).
+//
+// Drawing from the target distribution and comparing is the standard
+// acceptance rule for a draft of one certain token (q(d) = 1): the draft is
+// kept with probability p(d), and when it is not, the token drawn is
+// distributed as p without d, renormalized. Because each emitted token is
+// drawn once, in order, by the same sampler (its penalties' window, its
+// seeded random draw, its grammar) from the logits of the same context, the
+// tokens are those of plain decoding: greedy or sampled with a seed.
+//
+// Draft tokens cost a decode step time; what they return depends on how
+// often they hold. draftCost decides, from step times the loop measures,
+// whether another draft token is worth its place in the step; each
+// sequence's acceptance estimate (draftState) backs its drafts off when
+// they miss.
+
+// Draft modes (Config.Draft).
+const (
+	DraftAuto  = "auto"  // draft where the measured step costs say a draft token pays for itself
+	DraftNgram = "ngram" // draft whenever the history offers a continuation, up to DraftMax tokens
+	DraftOff   = "off"   // never draft
+)
+
+// DefaultDraftMax is the longest draft one sequence appends to a step.
+const DefaultDraftMax = 8
+
+// N-gram lengths the lookup tries, longest first: a longer match predicts
+// its continuation better; a single token matches too much.
+const (
+	draftMaxN = 4
+	draftMinN = 2
+)
+
+// maxDraftTable bounds a slot's n-gram table (entries of 4 bytes): a history
+// longer than this many tokens per n-gram length loses some older matches to
+// collisions, never memory.
+const maxDraftTable = 1 << 18
+
+// ngramIndex is a slot's history (the tokens its KV cache holds, then the
+// token to decode next) and a table from the hash of each n-gram in it
+// (draftMinN to draftMaxN tokens) to the index of the token that followed
+// its latest occurrence. Collisions overwrite, and a history that is cut
+// back (a new prompt that shares only a prefix) leaves stale entries: a
+// lookup checks that the tokens before an entry are the n-gram it looks for,
+// so only the history's own tokens are ever drafted. Owned by the loop.
+type ngramIndex struct {
+	toks    []int
+	table   []int32 // hash -> index of the continuation + 1 (0: empty); nil until the first lookup
+	mask    uint64
+	indexed int // the n-grams followed by toks[:indexed] are in the table
+	maxLen  int // the history's longest length (the slot's context)
+}
+
+func newNgramIndex(maxLen int) *ngramIndex { return &ngramIndex{maxLen: maxLen} }
+
+// reset makes toks the history, keeping the table's entries for the prefix
+// it shares with the old one.
+func (x *ngramIndex) reset(toks []int) {
+	keep := commonPrefix(x.toks, toks)
+	x.toks = append(x.toks[:keep], toks[keep:]...)
+	x.cut(keep)
+}
+
+// cut notes that the history was cut back to n tokens. The entries of the
+// n-grams in what is left may have been overwritten by occurrences in what
+// was cut: the next lookup enters the whole history again (a hash per
+// token and length: a prompt's worth once per request at most).
+func (x *ngramIndex) cut(n int) {
+	if n < x.indexed {
+		x.indexed = 0
+	}
+}
+
+// push appends a token to the history.
+func (x *ngramIndex) push(tok int) { x.toks = append(x.toks, tok) }
+
+// truncate cuts the history back to n tokens.
+func (x *ngramIndex) truncate(n int) {
+	if n < len(x.toks) {
+		x.toks = x.toks[:n]
+		x.cut(n)
+	}
+}
+
+func ngramHash(toks []int) uint64 {
+	h := uint64(len(toks)) * 0x9e3779b97f4a7c15
+	for _, t := range toks {
+		h ^= uint64(uint32(t))
+		h *= 0xff51afd7ed558ccd
+		h ^= h >> 32
+	}
+	return h
+}
+
+// catchUp enters the n-grams whose continuation is in the history.
+func (x *ngramIndex) catchUp() {
+	if x.table == nil {
+		size := 1
+		for size < 2*(draftMaxN-draftMinN+1)*x.maxLen && size < maxDraftTable {
+			size <<= 1
+		}
+		x.table, x.mask = make([]int32, size), uint64(size-1)
+	}
+	for e := max(x.indexed, draftMinN); e < len(x.toks); e++ {
+		for n := draftMinN; n <= draftMaxN && n <= e; n++ {
+			x.table[ngramHash(x.toks[e-n:e])&x.mask] = int32(e + 1)
+		}
+	}
+	x.indexed = len(x.toks)
+}
+
+// lookup returns up to k tokens that followed the latest earlier
+// occurrence of the history's longest matching suffix (draftMinN tokens at
+// least), appended to dst[:0]; none when there is none.
+func (x *ngramIndex) lookup(dst []int, k int) []int {
+	dst = dst[:0]
+	if k <= 0 || len(x.toks) < draftMinN+1 {
+		return dst
+	}
+	x.catchUp()
+	l := len(x.toks)
+	for n := min(draftMaxN, l-1); n >= draftMinN; n-- {
+		suffix := x.toks[l-n:]
+		e := int(x.table[ngramHash(suffix)&x.mask]) - 1
+		if e < n || e >= l || !equalInts(x.toks[e-n:e], suffix) {
+			continue
+		}
+		return append(dst, x.toks[e:min(e+k, l)]...)
+	}
+	return dst
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// draftState is one sequence's acceptance estimate: how likely the next
+// draft token is to hold, given that the ones before it did. Each draft's
+// outcome is a run of kept tokens ended by at most one miss, so the estimate
+// of that geometric chance is kept/(kept+misses), over counts that decay
+// with every token tried (the last few weigh most, so a reply that stops
+// repeating its prompt backs off within a few steps), from a prior of half
+// a token of each. Counts decay a little at every step without a draft as
+// well, so a sequence whose drafts stopped for missing tries again later.
+type draftState struct {
+	kept, missed float64
+	// drafted and accepted count this sequence's draft tokens and those that held.
+	drafted, accepted int
+}
+
+const (
+	draftDecay     = 0.7  // weight of the earlier counts at each draft token tried
+	draftIdleDecay = 0.97 // and at each step without a draft
+)
+
+// chance is the estimated probability that a draft token holds, given the
+// ones before it did.
+func (d *draftState) chance() float64 { return (d.kept + 0.5) / (d.kept + d.missed + 1) }
+
+// record updates the estimate with a draft of n tokens of which kept held.
+func (d *draftState) record(n, kept int) {
+	if n == 0 {
+		d.kept *= draftIdleDecay
+		d.missed *= draftIdleDecay
+		return
+	}
+	d.drafted += n
+	d.accepted += kept
+	for range kept {
+		d.kept = d.kept*draftDecay + 1
+		d.missed *= draftDecay
+	}
+	if kept < n {
+		d.kept *= draftDecay
+		d.missed = d.missed*draftDecay + 1
+	}
+}
+
+// draftCost models a decode step's time as fixed + perToken x tokens,
+// fitted by least squares over the recent steps (exponentially forgotten),
+// from a prior until the steps have told it apart.
+//
+// A draft token is worth its place when, with g sequences generating in a
+// step of T (estimated) seconds, its chance p of holding gives more tokens
+// per second than the step without it: (g + p) / (T + perToken) > g / T,
+// that is p > g x perToken / T. Where the fixed cost dominates (a model
+// whose weights' reading bounds a step, a GPU, one stream) the bar is low;
+// where the tokens' own cost dominates (many sequences in the step on the
+// CPU) it is high, and drafts back off. A prompt chunk in the step
+// lengthens T without adding to g: it lowers the bar a little.
+type draftCost struct {
+	w, sn, st, snn, snt float64 // forgotten sums: weight, n, t, n*n, n*t
+	fixed, perToken     float64 // the fit, seconds
+}
+
+const (
+	draftCostForget = 0.98 // weight of the earlier steps at each step (a memory of about 50 steps)
+	// draftCostPrior is perToken/fixed until the steps tell them apart: on
+	// the CPU a 135M F16 model's decode step of one token takes about 5
+	// times what each further token in the batch adds (BENCHMARKS.md).
+	draftCostPrior = 0.2
+)
+
+// observe adds a step of n tokens that took d.
+func (c *draftCost) observe(n int, d time.Duration) {
+	x, t := float64(n), d.Seconds()
+	c.w = c.w*draftCostForget + 1
+	c.sn = c.sn*draftCostForget + x
+	c.st = c.st*draftCostForget + t
+	c.snn = c.snn*draftCostForget + x*x
+	c.snt = c.snt*draftCostForget + x*t
+	mean := c.st / c.w
+	varN := c.snn/c.w - (c.sn/c.w)*(c.sn/c.w)
+	if varN > 0.25 { // the token counts differ enough to tell the costs apart
+		b := (c.snt/c.w - (c.sn/c.w)*mean) / varN
+		a := mean - b*c.sn/c.w
+		if b >= 0 && a >= 0 && !math.IsNaN(a+b) {
+			c.fixed, c.perToken = a, b
+			return
+		}
+	}
+	// From the prior: the mean step as fixed + prior x fixed x mean n.
+	c.fixed = mean / (1 + draftCostPrior*c.sn/c.w)
+	c.perToken = draftCostPrior * c.fixed
+}
+
+// bar is the least chance of holding for which a draft token pays, in a
+// step of n tokens of which g are generating sequences' inputs.
+func (c *draftCost) bar(g, n int) float64 {
+	if c.w == 0 {
+		return float64(g) * draftCostPrior / (1 + draftCostPrior*float64(n))
+	}
+	t := c.fixed + c.perToken*float64(n)
+	if t <= 0 {
+		return 0
+	}
+	return float64(g) * c.perToken / t
+}
+
+// checkDraft checks Config's draft settings.
+func checkDraft(mode string, max int) error {
+	switch mode {
+	case DraftAuto, DraftNgram, DraftOff:
+	default:
+		return fmt.Errorf("draft: want auto, ngram or off, got %q", mode)
+	}
+	if max < 0 || max > 64 {
+		return fmt.Errorf("draft max: want 0 to 64 tokens, got %d", max)
+	}
+	return nil
+}

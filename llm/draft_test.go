@@ -1,0 +1,229 @@
+package llm_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/internal/testmodel"
+	"github.com/parley-chat/parley/llm"
+)
+
+// draftPrompts are prompts whose replies repeat what came before (a text
+// to quote back, a story the model retells) and one that does not.
+var draftPrompts = []string{
+	"Once upon a time, there was a little girl named Lily. She loved to play outside. Once upon a time, there was a little girl named Lily. She",
+	"Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom",
+	"The little dog",
+}
+
+// replies generates every prompt at once on e with p, keyed by prompt.
+func replies(t *testing.T, e *llm.Engine, prompts []string, p parley.Params) []result {
+	t.Helper()
+	chans := make([]<-chan parley.Event, len(prompts))
+	for i, pr := range prompts {
+		toks, err := e.Tokenize(pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if chans[i], err = e.Generate(context.Background(), parley.GenerateRequest{Key: fmt.Sprint(i), Tokens: toks, Params: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make([]result, len(prompts))
+	for i, ch := range chans {
+		out[i] = collectLogprobs(t, ch)
+		if out[i].final.Err != nil {
+			t.Fatalf("%q: %v", prompts[i], out[i].final.Err)
+		}
+	}
+	return out
+}
+
+func collectLogprobs(t testing.TB, ch <-chan parley.Event) result {
+	t.Helper()
+	var r result
+	for ev := range ch {
+		if ev.Done {
+			r.final = ev
+			continue
+		}
+		r.ids = append(r.ids, ev.Token.ID)
+		r.lps = append(r.lps, ev.Token.Logprob)
+		r.text += ev.Token.Text
+	}
+	return r
+}
+
+func TestDraftSameTokens(t *testing.T) {
+	for _, engine := range []string{llm.EngineEmbedded, llm.EngineCurrent} {
+		for _, par := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/parallel%d", engine, par), func(t *testing.T) {
+				cfg := llm.Config{Path: testmodel.Path(t), Threads: 1, Parallel: par, ContextLength: 512, Engine: engine, LibDir: currentLibDir(t)}
+				off, on := cfg, cfg
+				off.Draft, on.Draft = llm.DraftOff, llm.DraftNgram
+				eOff, eOn := mustOpen(t, off), mustOpen(t, on)
+				for _, p := range []parley.Params{greedy(120), sampled(120)} {
+					prompts := draftPrompts
+					if par == 1 {
+						prompts = prompts[:1]
+					}
+					want := replies(t, eOff, prompts, p)
+					got := replies(t, eOn, prompts, p)
+					for i := range prompts {
+						sameReply(t, prompts[i], got[i], want[i])
+					}
+				}
+				st := eOn.Stats()
+				t.Logf("drafted %d, held %d, generated %d, steps %d", st.DraftTokens, st.DraftAccepted, st.TokensGenerated, st.Steps)
+				if st.DraftTokens == 0 || st.DraftAccepted == 0 {
+					t.Errorf("ngram drafted %d tokens, %d held: the replies repeat their prompts, so drafts should have held", st.DraftTokens, st.DraftAccepted)
+				}
+				if s := eOff.Stats(); s.DraftTokens != 0 {
+					t.Errorf("draft off drafted %d tokens", s.DraftTokens)
+				}
+			})
+		}
+	}
+}
+
+func sampled(n int) parley.Params {
+	p := parley.DefaultParams()
+	p.Temperature, p.TopK, p.TopP, p.MaxTokens, p.Seed = 0.8, 40, 0.95, n, 7
+	return p
+}
+
+// logprobTolerance is how far a token's logprob may move when its logits
+// come from a step that evaluated several positions of its sequence at once
+// (its draft) rather than one: llama.cpp's kernels for a matrix of rows round
+// otherwise than for one (llamafile's sgemm, a different order of sums;
+// stories260K: up to 3.5e-3 at temperature 0.8, which scales the logits
+// by 1.25; plain continuous batching moves them by about 1e-6). The tokens
+// are the same.
+const logprobTolerance = 1e-2
+
+// sameReply checks that got has want's tokens, logprobs and finish.
+func sameReply(t *testing.T, name string, got, want result) {
+	t.Helper()
+	if fmt.Sprint(got.ids) != fmt.Sprint(want.ids) {
+		t.Errorf("%q: tokens differ with drafts:\n got %v\nwant %v", name, got.ids, want.ids)
+		return
+	}
+	for i := range want.lps {
+		if math.Abs(got.lps[i]-want.lps[i]) > logprobTolerance || math.IsNaN(got.lps[i]) != math.IsNaN(want.lps[i]) {
+			t.Errorf("%q: token %d logprob %v with drafts, %v without", name, i, got.lps[i], want.lps[i])
+			break
+		}
+	}
+	if got.final.Finish != want.final.Finish || got.final.Usage.CompletionTokens != want.final.Usage.CompletionTokens {
+		t.Errorf("%q: finish %s after %d tokens with drafts, %s after %d without", name, got.final.Finish,
+			got.final.Usage.CompletionTokens, want.final.Finish, want.final.Usage.CompletionTokens)
+	}
+}
+
+// TestDraftConstrained: with a grammar that refuses part of what the
+// prompt offers as drafts (capitals), a JSON schema, and stop strings, the
+// replies are the same tokens with drafts as without, on both engines.
+func TestDraftConstrained(t *testing.T) {
+	prompt := "Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom"
+	lower := greedy(80)
+	lower.Grammar = `root ::= [ a-z.]+`
+	schema := greedy(120)
+	schema.JSONSchema = []byte(`{"type":"object","properties":{"name":{"type":"string","maxLength":30},"ball":{"enum":["red","blue"]}},"required":["name","ball"],"additionalProperties":false}`)
+	sampledGrammar := sampled(80)
+	sampledGrammar.Grammar = lower.Grammar
+	stops := greedy(120)
+	for _, engine := range []string{llm.EngineEmbedded, llm.EngineCurrent} {
+		t.Run(engine, func(t *testing.T) {
+			cfg := llm.Config{Path: testmodel.Path(t), Threads: 1, Parallel: 2, ContextLength: 512, Engine: engine, LibDir: currentLibDir(t)}
+			off, on := cfg, cfg
+			off.Draft, on.Draft = llm.DraftOff, llm.DraftNgram
+			eOff, eOn := mustOpen(t, off), mustOpen(t, on)
+			for name, p := range map[string]parley.Params{"grammar": lower, "schema": schema, "sampled grammar": sampledGrammar} {
+				if err := p.Validate(0); err != nil {
+					t.Fatal(err)
+				}
+				before := eOn.Stats()
+				want := replies(t, eOff, []string{prompt, draftPrompts[0]}, p)
+				got := replies(t, eOn, []string{prompt, draftPrompts[0]}, p)
+				for i := range got {
+					sameReply(t, name, got[i], want[i])
+				}
+				after := eOn.Stats()
+				t.Logf("%s: %q; drafted %d, held %d", name, got[0].text, after.DraftTokens-before.DraftTokens, after.DraftAccepted-before.DraftAccepted)
+				if after.DraftTokens == before.DraftTokens {
+					t.Errorf("%s: no drafts", name)
+				}
+			}
+			// Stop strings are the reply's reader's (chat.Responder): the
+			// engine may decode past one within a step, never send text past it.
+			// The stop is a piece from the middle of the reply without one.
+			plain := generate(t, eOff, "plain", prompt, greedy(120)).text
+			if len(plain) < 60 {
+				t.Fatalf("reply %q too short to stop in", plain)
+			}
+			stops.Stop = []string{plain[40:52]}
+			texts := map[string]string{}
+			for name, e := range map[string]*llm.Engine{"off": eOff, "on": eOn} {
+				rep, err := chat.NewResponder(e).Complete(context.Background(), "stop", prompt, stops)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var text string
+				var final parley.Event
+				for ev := range rep.Events() {
+					if ev.Done {
+						final = ev
+						continue
+					}
+					text += ev.Token.Text
+				}
+				if final.Finish != parley.FinishStop {
+					t.Fatalf("%s: finish %s (%v), want stop", name, final.Finish, final.Err)
+				}
+				texts[name] = text
+			}
+			before := plain[:strings.Index(plain, stops.Stop[0])]
+			if texts["on"] != texts["off"] || texts["on"] != before {
+				t.Errorf("stop %q: %q with drafts, %q without, %q before it", stops.Stop[0], texts["on"], texts["off"], before)
+			}
+		})
+	}
+}
+
+// TestDraftToolCall: the scripted Hermes model, asked again what it
+// answered before (its earlier call is in the conversation, so drafts from
+// it hold), writes the same text and call with drafts as without, through
+// the lazy call grammar.
+func TestDraftToolCall(t *testing.T) {
+	model := testmodel.Scripted(t, hermesScript())
+	msgs := []parley.Message{
+		{Role: parley.RoleUser, Content: "Weather in Paris?"},
+		{Role: parley.RoleAssistant, Content: `Let me look that up.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}</tool_call>`},
+		{Role: parley.RoleUser, Content: "And again?"},
+	}
+	var calls []string
+	for _, mode := range []string{llm.DraftOff, llm.DraftNgram} {
+		e := mustOpen(t, llm.Config{Path: model, ContextLength: 2048, Parallel: 1, Threads: 1, Draft: mode})
+		p := greedy(100)
+		p.Tools = toolSchemas
+		got := replyWithTools(t, chat.NewResponder(e), msgs, p)
+		if got.final.Finish != parley.FinishToolCalls || len(got.final.ToolCalls) != 1 {
+			t.Fatalf("%s: finish %s (%v), calls %+v, content %q", mode, got.final.Finish, got.final.Err, got.final.ToolCalls, got.content)
+		}
+		validateCall(t, toolSchemas, got.final.ToolCalls[0])
+		calls = append(calls, got.content+"|"+got.final.ToolCalls[0].Name+got.final.ToolCalls[0].Arguments)
+		st := e.Stats()
+		t.Logf("%s: %s; drafted %d, held %d of %d tokens", mode, calls[len(calls)-1], st.DraftTokens, st.DraftAccepted, st.TokensGenerated)
+		if mode == llm.DraftNgram && st.DraftAccepted == 0 {
+			t.Errorf("no draft held, though the reply repeats the conversation's")
+		}
+	}
+	if calls[0] != calls[1] {
+		t.Errorf("with drafts %s, without %s", calls[1], calls[0])
+	}
+}
