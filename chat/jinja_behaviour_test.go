@@ -130,28 +130,9 @@ var behaviourCases = []struct {
 	{name: "recursion-bounded", src: "{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(50) }}"},
 }
 
-// behaviourGaps are the behaviour cases where Parley still differs from jinja2, and why: each needs a change inside
-// the Jinja engine (github.com/ardanlabs/jinja, used as a module), which Parley's own code around it cannot make.
-// A listed case must still differ (a fixed gap leaves the list).
-var behaviourGaps = map[string]string{
-	"none-concat":             "the engine's ~ operator prints None as the empty string",
-	"none-join":               "the engine's join filter prints None as the empty string",
-	"none-iterate":            "the engine iterates None as empty where Python raises TypeError",
-	"concat-str-dict":         "the engine's + concatenates a string with any value's text where Python raises TypeError",
-	"concat-int-str":          "the engine's + concatenates a string with any value's text where Python raises TypeError",
-	"call-star-args":          "the engine's parser has no *args in calls",
-	"call-star-args-after":    "the engine's parser has no *args in calls",
-	"call-star-kwargs":        "the engine's parser has no **kwargs in calls",
-	"call-both":               "the engine's parser has no *args or **kwargs in calls",
-	"call-star-filter":        "the engine's parser has no *args in calls",
-	"call-star-dict":          "the engine's parser has no **kwargs in calls",
-	"test-divisibleby":        "the engine has no divisibleby test, and tests are not looked up among the variables",
-	"test-divisibleby-parens": "the engine has no divisibleby test, and tests are not looked up among the variables",
-	"test-arg-in-condition":   "the engine has no divisibleby test, and tests are not looked up among the variables",
-	"dict-method-before-key":  "the engine reads a dict's key before its method (d.items with an items key)",
-	"trim-adjacent-tag":       "the engine's whitespace control trims the text on the far side of an adjacent tag",
-	"lstrip-mid-line":         "the engine's lstrip_blocks strips spaces after an expression on the same line",
-}
+// behaviourGaps are the behaviour cases where Parley still differs from jinja2, and why (none at present). A listed
+// case must still differ (a fixed gap leaves the list).
+var behaviourGaps = map[string]string{}
 
 // TestJinjaBehaviours renders each behaviour case with Parley's engine and with jinja2 as Hugging Face runs it,
 // and requires the same bytes, or both to refuse.

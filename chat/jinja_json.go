@@ -122,7 +122,7 @@ func (e *pyJSON) encode(b *strings.Builder, v jinja.Value, depth int) error {
 		b.WriteByte('{')
 		for i, k := range keys {
 			e.Member(b, i, depth+1)
-			e.quote(b, k)
+			e.quote(b, pyStr(pyKeyValue(k))) // json.dumps writes an int key as its digits
 			b.WriteString(e.Key)
 			if err := e.encode(b, d.Data[k], depth+1); err != nil {
 				return err

@@ -115,6 +115,18 @@ func renderCompiled(t *jinja.Template, vars []byte) (out string, err error) {
 	data[pyPrintName] = jinja.NewCallable(pyPrintName, pyPrint)
 	data[pyStringName] = jinja.NewCallable(pyStringName, pyString)
 	data[pyEnterName] = jinja.NewCallable(pyEnterName, pyEnter)
+	data[pyOpName] = jinja.NewCallable(pyOpName, pyOp)
+	data[pyCatName] = jinja.NewCallable(pyCatName, pyCat)
+	data[pyAttrName] = jinja.NewCallable(pyAttrName, pyAttr)
+	data[pyCallName] = jinja.NewCallable(pyCallName, pyCall)
+	data[pyTestName] = jinja.NewCallable(pyTestName, pyTest)
+	data[pyIterName] = jinja.NewCallable(pyIterName, pyIter)
+	data[pyJoinName] = jinja.NewCallable(pyJoinName, pyJoin)
+	data[pyMacroName] = jinja.NewCallable(pyMacroName, pyMacro)
+	data[pyRaiseName] = jinja.NewCallable(pyRaiseName, pyRaise)
+	data[pyKeyName] = jinja.NewCallable(pyKeyName, pyKeyFn)
+	data[pyItemName] = jinja.NewCallable(pyItemName, pyItem)
+	data[pyDictsortName] = jinja.NewCallable(pyDictsortName, pyDictsort)
 	data["range"] = jinja.NewCallable("range", pyRange)
 	data["format"] = jinja.NewCallable("format", pyFormat) // a filter the engine lacks: found among the variables
 	defer func() {
