@@ -31,6 +31,8 @@ const (
 	pyKeyName      = "parley_key"
 	pyItemName     = "parley_item"
 	pyDictsortName = "parley_dictsort"
+	pyMapName      = "parley_map"
+	filterArgName  = "parley_filter" // map's keyword that passes the filter's callable
 )
 
 // methodNames are the attributes read through pyAttr: a dict's methods (which come before its keys in jinja2, so
@@ -45,6 +47,8 @@ var methodNames = map[string]bool{
 // filterHelpers are the filters a helper of Parley's renders instead of the engine's builtin.
 var filterHelpers = map[string]string{
 	"string": pyStringName, "tojson": pyTojsonName, "join": pyJoinName, "format": "format", "dictsort": pyDictsortName,
+	"map": pyMapName, "select": "parley_select", "reject": "parley_reject", "selectattr": "parley_selectattr",
+	"rejectattr": "parley_rejectattr",
 }
 
 // generatorFilters return a generator in jinja2: tojson and length refuse one.
@@ -268,6 +272,16 @@ func (e *emitter) filter(n *jFilter) string {
 			return pyRaiseName + "('TypeError: object of type \\'generator\\' has no len()')"
 		}
 	}
+	if c, ok := firstArg(n.jArgs).(*jConst); ok && n.name == "map" {
+		// map('name', ...) calls the filter of that name: the prepared source passes its callable.
+		if f, isStr := c.v.(string); isStr && jinja2Filters[f] {
+			fn, helper := filterHelpers[f]
+			if !helper {
+				fn = "__filter_" + f // the engine keeps its builtin filters under these names
+			}
+			n.kwNames, n.kwVals = append(n.kwNames, filterArgName), append(n.kwVals, &jName{name: fn})
+		}
+	}
 	name, helper := filterHelpers[n.name]
 	if n.dyn != nil || n.dkw != nil {
 		if !helper {
@@ -319,4 +333,11 @@ func constValue(c *jConst) jinja.Value {
 		return jinja.NewBool(v)
 	}
 	return jinja.None()
+}
+
+func firstArg(a jArgs) jNode {
+	if len(a.args) == 0 {
+		return nil
+	}
+	return a.args[0]
 }

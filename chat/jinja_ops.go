@@ -833,3 +833,109 @@ func pyDictsort(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value,
 	}
 	return jinja.NewList(items), nil
 }
+
+// pyGetAttr is jinja2's attribute path as map, selectattr and join read it: "a.b.0", a dict's key or a list's
+// index at each step; an undefined value where there is none.
+func pyGetAttr(v jinja.Value, path string) jinja.Value {
+	for _, part := range strings.Split(path, ".") {
+		key := jinja.NewString(part)
+		if n, err := strconv.ParseInt(part, 10, 64); err == nil {
+			key = jinja.NewInt(n)
+		}
+		if v.IsDict() && key.IsString() {
+			if m, err := pyAttr([]jinja.Value{v, key}, nil); err == nil && m.IsCallable() {
+				v = m
+				continue
+			}
+		}
+		var err error
+		if v, err = pyItem([]jinja.Value{v, key}, nil); err != nil {
+			return jinja.Undefined()
+		}
+	}
+	return v
+}
+
+// pySelectFilter returns select, reject, selectattr or rejectattr: (value, [attribute,] test name, test args).
+func pySelectFilter(attr, keep bool) func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+	return func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) == 0 || (attr && len(args) < 2) {
+			return jinja.Undefined(), pyErr("TypeError", "select: missing arguments")
+		}
+		if !args[0].IsTruthy() { // jinja2 iterates only a true value (None selects nothing)
+			return jinja.NewList(nil), nil
+		}
+		items, err := pyIterItems(args[0])
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		rest := args[1:]
+		path := ""
+		if attr {
+			path, rest = pyStr(rest[0]), rest[1:]
+		}
+		var out []jinja.Value
+		for _, it := range items {
+			v := it
+			if attr {
+				v = pyGetAttr(it, path)
+			}
+			var ok bool
+			if len(rest) == 0 {
+				ok = v.IsTruthy()
+			} else {
+				r, err := pyTest(append([]jinja.Value{v}, rest...), nil)
+				if err != nil {
+					return jinja.Undefined(), err
+				}
+				ok = r.IsTruthy()
+			}
+			if ok == keep {
+				out = append(out, it)
+			}
+		}
+		return jinja.NewList(out), nil
+	}
+}
+
+// pyMap is the map filter: map(value, attribute=..., default=...) or map(value, filter name, args...), the
+// filter's callable passed by the prepared source as filterArgName.
+func pyMap(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), pyErr("TypeError", "map: no value")
+	}
+	if !args[0].IsTruthy() { // jinja2 iterates only a true value (None maps to nothing)
+		return jinja.NewList(nil), nil
+	}
+	items, err := pyIterItems(args[0])
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	out := make([]jinja.Value, len(items))
+	if a, ok := kwargs["attribute"]; ok {
+		def, hasDef := kwargs["default"]
+		for i, it := range items {
+			out[i] = pyGetAttr(it, pyStr(a))
+			if out[i].IsUndefined() && hasDef {
+				out[i] = def
+			}
+		}
+		return jinja.NewList(out), nil
+	}
+	f, ok := kwargs[filterArgName]
+	if !ok || !f.IsCallable() || len(args) < 2 {
+		return jinja.Undefined(), pyErr("TemplateRuntimeError", "map: the filter is not known")
+	}
+	fkw := map[string]jinja.Value{}
+	for k, v := range kwargs {
+		if k != filterArgName {
+			fkw[k] = v
+		}
+	}
+	for i, it := range items {
+		if out[i], err = f.AsCallable().Fn(append([]jinja.Value{it}, args[2:]...), fkw); err != nil {
+			return jinja.Undefined(), err
+		}
+	}
+	return jinja.NewList(out), nil
+}

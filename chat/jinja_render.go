@@ -127,6 +127,11 @@ func renderCompiled(t *jinja.Template, vars []byte) (out string, err error) {
 	data[pyKeyName] = jinja.NewCallable(pyKeyName, pyKeyFn)
 	data[pyItemName] = jinja.NewCallable(pyItemName, pyItem)
 	data[pyDictsortName] = jinja.NewCallable(pyDictsortName, pyDictsort)
+	data[pyMapName] = jinja.NewCallable(pyMapName, pyMap)
+	data["parley_select"] = jinja.NewCallable("select", pySelectFilter(false, true))
+	data["parley_reject"] = jinja.NewCallable("reject", pySelectFilter(false, false))
+	data["parley_selectattr"] = jinja.NewCallable("selectattr", pySelectFilter(true, true))
+	data["parley_rejectattr"] = jinja.NewCallable("rejectattr", pySelectFilter(true, false))
 	data["range"] = jinja.NewCallable("range", pyRange)
 	data["format"] = jinja.NewCallable("format", pyFormat) // a filter the engine lacks: found among the variables
 	defer func() {

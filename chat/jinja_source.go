@@ -19,8 +19,8 @@ import (
 //   - every expression is written back fully parenthesized, with helpers where the engine's semantics differ
 //     (jinja_emit.go); every {{ expression }} prints through pyPrintName (Python's str());
 //   - every macro gets a last parameter whose default calls pyEnterName, so that each macro call checks how deep
-//     the render's stack is and refuses a recursion without end (jinja2's RecursionError) before it overflows; a
-//     macro that reads varargs or kwargs is wrapped by pyMacroName, which hands it the extra arguments;
+//     the render's stack is and refuses a recursion without end (jinja2's RecursionError) before it overflows;
+//     every macro is wrapped by pyMacroName, which binds its arguments as jinja2 does (varargs, kwargs);
 //   - a template jinja2 refuses to compile (a syntax error, an unknown tag, filter or test) is refused, and a
 //     source nested deeper than maxSourceNesting is refused before any recursive parser sees it.
 
@@ -362,14 +362,14 @@ func (p *preparer) statement(toks []token) error {
 		m := p.macros[len(p.macros)-1]
 		p.macros = p.macros[:len(p.macros)-1]
 		s = kw
-		if m.names["varargs"] || m.names["kwargs"] {
-			quoted := make([]string, len(m.params))
-			for i, n := range m.params {
-				quoted[i] = quoteEngine(n)
-			}
-			s += " %}{% set " + m.name + " = " + pyMacroName + "(" + m.name + ", " + quoteEngine(m.name) + ", [" +
-				strings.Join(quoted, ", ") + "], " + fmt.Sprint(m.names["varargs"]) + ", " + fmt.Sprint(m.names["kwargs"]) + ")"
+		// Every macro is wrapped: the wrapper binds the arguments as jinja2 does (extra positional arguments to
+		// varargs, extra keywords to kwargs, a TypeError where the macro reads neither).
+		quoted := make([]string, len(m.params))
+		for i, n := range m.params {
+			quoted[i] = quoteEngine(n)
 		}
+		s += " %}{% set " + m.name + " = " + pyMacroName + "(" + m.name + ", " + quoteEngine(m.name) + ", [" +
+			strings.Join(quoted, ", ") + "], " + fmt.Sprint(m.names["varargs"]) + ", " + fmt.Sprint(m.names["kwargs"]) + ")"
 		if len(p.macros) > 0 { // an inner macro's names are read by the outer body too
 			for n := range m.names {
 				p.macros[len(p.macros)-1].names[n] = true
