@@ -173,6 +173,8 @@ var behaviourCases = []struct {
 	{name: "sandbox-append", src: "{% set l = [] %}{% set _ = l.append(1) %}{{ l }}", fails: true},
 	{name: "sandbox-update", src: "{% set d = {} %}{% set _ = d.update({'a': 1}) %}{{ d }}", fails: true},
 	{name: "sandbox-copy", src: "{% set d = {'a': 1} %}{{ d.copy() }}{{ [1].copy() }}{{ d.keys()|list }}{{ d.values()|list }}"},
+	{name: "loop-filter-two-names", src: "{% for k, v in d.items() if v is not none and k != 'b' %}{{ k }}={{ v }};{% endfor %}{% for x in [1, none, 2] if x %}{{ x }}{{ loop.length }}{% endfor %}",
+		vars: `{"d":{"a":1,"b":2,"c":null,"e":0}}`},
 	{name: "namespace-set", src: "{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"},
 	{name: "generator-tojson", src: "{{ [{'a': 1}]|map(attribute='a')|tojson }}", fails: true},
 	{name: "generator-length", src: "{{ [1, 2]|select|length }}", fails: true},

@@ -77,7 +77,10 @@ var jinja2Filters = map[string]bool{
 	"xmlattr": true,
 }
 
-type emitter struct{ err error }
+type emitter struct {
+	err    error
+	rename map[string]string // names written as other expressions (a two-name loop's filter)
+}
 
 func (e *emitter) fail(err error) string {
 	if e.err == nil {
@@ -147,6 +150,9 @@ func isMarkup(n jNode) bool {
 func (e *emitter) expr(n jNode) string {
 	switch n := n.(type) {
 	case *jName:
+		if r, ok := e.rename[n.name]; ok {
+			return r
+		}
 		return n.name
 	case *jConst:
 		switch v := n.v.(type) {

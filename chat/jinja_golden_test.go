@@ -90,7 +90,7 @@ type goldenTemplate struct{ name, src string }
 func goldenTemplates(t *testing.T) []goldenTemplate {
 	t.Helper()
 	paths, err := filepath.Glob("testdata/templates/*.jinja")
-	if err != nil || len(paths) < 40 {
+	if err != nil || len(paths) < 70 {
 		t.Fatalf("templates: %d found, err %v", len(paths), err)
 	}
 	sort.Strings(paths)
@@ -131,6 +131,9 @@ func goldenTemplates(t *testing.T) []goldenTemplate {
 		}
 		sort.Strings(extra)
 		read(extra)
+	}
+	if len(out) < 100 {
+		t.Fatalf("the golden corpus holds %d distinct templates, want at least 100", len(out))
 	}
 	return out
 }

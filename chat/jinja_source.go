@@ -441,7 +441,13 @@ func (p *preparer) forTag(ps *parser, e *emitter) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		if len(names) == 2 {
+			// The engine evaluates a loop's filter with the second name bound to the whole item (a pair) and
+			// the first not bound: the filter reads the pair's halves instead.
+			e.rename = map[string]string{names[0]: names[1] + "[0]", names[1]: names[1] + "[1]"}
+		}
 		s += " if (" + e.expr(cond) + ")"
+		e.rename = nil
 	}
 	if ps.isName("recursive") {
 		return "", syntaxErr("recursive for loops are not supported")
