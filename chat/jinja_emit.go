@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -80,7 +81,12 @@ var jinja2Filters = map[string]bool{
 type emitter struct {
 	err    error
 	rename map[string]string // names written as other expressions (a two-name loop's filter)
+	depth  int               // how deeply the expression being written nests
 }
+
+// maxExprDepth bounds how deeply a written expression nests (a chain of a + b + ... nests one level per operator):
+// the engine parses and evaluates it recursively. Real templates chain a few dozen operators.
+const maxExprDepth = 1024
 
 func (e *emitter) fail(err error) string {
 	if e.err == nil {
@@ -148,6 +154,11 @@ func isMarkup(n jNode) bool {
 }
 
 func (e *emitter) expr(n jNode) string {
+	e.depth++
+	defer func() { e.depth-- }()
+	if e.depth > maxExprDepth {
+		return e.fail(fmt.Errorf("%w: an expression nests more than %d operations", errRecursion, maxExprDepth))
+	}
 	switch n := n.(type) {
 	case *jName:
 		if r, ok := e.rename[n.name]; ok {
@@ -231,6 +242,9 @@ func (e *emitter) expr(n jNode) string {
 		}
 		return pyOpName + "(" + l + ", " + quoteEngine(n.op) + ", " + r + ")"
 	case *jCompare:
+		if len(n.ops) > maxExprDepth { // the engine nests a chain of and
+			return e.fail(fmt.Errorf("%w: a comparison chains more than %d operators", errRecursion, maxExprDepth))
+		}
 		prev := e.expr(n.first)
 		var parts []string
 		for i, op := range n.ops {

@@ -153,22 +153,35 @@ func pyArith(a jinja.Value, op string, b jinja.Value) (jinja.Value, error) {
 		return unsupported()
 	}
 	isFloat := aFloat || bFloat
+	// Python's ints have no bound; the engine's are 64 bits: a result past them fails the render rather than wrap.
+	overflow := func() (jinja.Value, error) {
+		return jinja.Undefined(), pyErr("OverflowError", "%d %s %d does not fit in 64 bits", ai, op, bi)
+	}
 	switch op {
 	case "+":
 		if isFloat {
 			return jinja.NewFloat(af + bf), nil
 		}
-		return jinja.NewInt(ai + bi), nil
+		if r := ai + bi; (r > ai) == (bi > 0) || bi == 0 {
+			return jinja.NewInt(r), nil
+		}
+		return overflow()
 	case "-":
 		if isFloat {
 			return jinja.NewFloat(af - bf), nil
 		}
-		return jinja.NewInt(ai - bi), nil
+		if r := ai - bi; (r < ai) == (bi > 0) || bi == 0 {
+			return jinja.NewInt(r), nil
+		}
+		return overflow()
 	case "*":
 		if isFloat {
 			return jinja.NewFloat(af * bf), nil
 		}
-		return jinja.NewInt(ai * bi), nil
+		if r := ai * bi; ai == 0 || (r/ai == bi && !(ai == -1 && bi == math.MinInt64) && !(bi == -1 && ai == math.MinInt64)) {
+			return jinja.NewInt(r), nil
+		}
+		return overflow()
 	case "/":
 		if bf == 0 {
 			return jinja.Undefined(), pyErr("ZeroDivisionError", "division by zero")
@@ -196,8 +209,18 @@ func pyArith(a jinja.Value, op string, b jinja.Value) (jinja.Value, error) {
 	case "**":
 		if !isFloat && bi >= 0 {
 			r := int64(1)
-			for range min(bi, 64) {
-				r *= ai
+			for range bi {
+				if ai == 0 || ai == 1 || r == 0 {
+					break
+				}
+				next := r * ai
+				if next/ai != r {
+					return overflow()
+				}
+				r = next
+			}
+			if ai == -1 && bi%2 == 1 {
+				r = -1
 			}
 			return jinja.NewInt(r), nil
 		}

@@ -79,9 +79,12 @@ func compileSafe(src string) (t *jinja.Template, err error) {
 		}
 	}()
 	prepared, err := prepareSource(src)
-	if err != nil {
+	if errors.Is(err, errRecursion) {
 		// jinja2 raises RecursionError: a template limit, refused at once.
 		return nil, fmt.Errorf("compile chat template: %w: %w", ErrTemplateLimit, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("compile chat template: %w", err)
 	}
 	t, err = jinja.Compile(prepared)
 	if err != nil {
