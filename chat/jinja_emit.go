@@ -33,6 +33,7 @@ const (
 	pyItemName     = "parley_item"
 	pyDictsortName = "parley_dictsort"
 	pyMapName      = "parley_map"
+	pyDefinedName  = "parley_defined"
 	filterArgName  = "parley_filter" // map's keyword that passes the filter's callable
 )
 
@@ -79,9 +80,10 @@ var jinja2Filters = map[string]bool{
 }
 
 type emitter struct {
-	err    error
-	rename map[string]string // names written as other expressions (a two-name loop's filter)
-	depth  int               // how deeply the expression being written nests
+	err     error
+	rename  map[string]string      // names written as other expressions (a two-name loop's filter)
+	depth   int                    // how deeply the expression being written nests
+	defined func(name string) bool // names that never hold an undefined value (nil: none)
 }
 
 // maxExprDepth bounds how deeply a written expression nests (a chain of a + b + ... nests one level per operator):
@@ -204,7 +206,7 @@ func (e *emitter) expr(n jNode) string {
 		if methodNames[n.name] {
 			return pyAttrName + "(" + e.expr(n.obj) + ", " + quoteEngine(n.name) + ")"
 		}
-		return e.expr(n.obj) + "." + n.name
+		return e.definedObj(n.obj) + "." + n.name
 	case *jItem:
 		if s, ok := n.key.(*jSlice); ok {
 			part := func(x jNode) string {
@@ -213,11 +215,11 @@ func (e *emitter) expr(n jNode) string {
 				}
 				return e.expr(x)
 			}
-			return e.expr(n.obj) + "[" + part(s.start) + ":" + part(s.stop) + ":" + part(s.step) + "]"
+			return e.definedObj(n.obj) + "[" + part(s.start) + ":" + part(s.stop) + ":" + part(s.step) + "]"
 		}
 		if c, ok := n.key.(*jConst); ok {
 			if _, isStr := c.v.(string); isStr {
-				return e.expr(n.obj) + "[" + e.expr(n.key) + "]"
+				return e.definedObj(n.obj) + "[" + e.expr(n.key) + "]"
 			}
 		}
 		return pyItemName + "(" + e.expr(n.obj) + ", " + e.expr(n.key) + ")"
@@ -275,6 +277,20 @@ func (e *emitter) expr(n jNode) string {
 		return s + ")"
 	}
 	return e.fail(syntaxErr("unsupported expression %T", n))
+}
+
+// definedObj writes an object whose attribute or item is read: jinja2 raises UndefinedError reading either from an
+// undefined value, where the engine reads an undefined value again.
+func (e *emitter) definedObj(n jNode) string {
+	switch n := n.(type) {
+	case *jConst, *jList, *jDict:
+		return e.expr(n)
+	case *jName:
+		if _, renamed := e.rename[n.name]; !renamed && e.defined != nil && e.defined(n.name) {
+			return e.expr(n)
+		}
+	}
+	return pyDefinedName + "(" + e.expr(n) + ")"
 }
 
 func (e *emitter) filter(n *jFilter) string {

@@ -131,6 +131,7 @@ func renderCompiled(t *jinja.Template, vars []byte) (out string, err error) {
 	data[pyItemName] = jinja.NewCallable(pyItemName, pyItem)
 	data[pyDictsortName] = jinja.NewCallable(pyDictsortName, pyDictsort)
 	data[pyMapName] = jinja.NewCallable(pyMapName, pyMap)
+	data[pyDefinedName] = jinja.NewCallable(pyDefinedName, pyDefined)
 	data["parley_select"] = jinja.NewCallable("select", pySelectFilter(false, true))
 	data["parley_reject"] = jinja.NewCallable("reject", pySelectFilter(false, false))
 	data["parley_selectattr"] = jinja.NewCallable("selectattr", pySelectFilter(true, true))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -42,7 +43,33 @@ type preparer struct {
 	blocks []string      // the open blocks' keywords
 	macros []*macroFrame // the open macros, innermost last
 	hoist  int           // macro defaults hoisted so far
+	loops  []loopFrame   // the open for loops, innermost last
 }
+
+// loopFrame is an open for loop: its names are bound to items of a list (never an undefined value) until a set
+// rebinds one, so reading their attributes needs no check for an undefined value.
+type loopFrame struct {
+	names   []string
+	macros  int             // how many macros were open at the loop (a macro's body sees its own names)
+	rebound map[string]bool // names a set rebinds inside the loop
+}
+
+// loopVar reports whether name is an open loop's name that no set has rebound.
+func (p *preparer) loopVar(name string) bool {
+	for i := len(p.loops) - 1; i >= 0; i-- {
+		f := p.loops[i]
+		if f.macros != len(p.macros) || f.rebound[name] {
+			return false
+		}
+		if name == "loop" || slices.Contains(f.names, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// emitter returns an emitter that knows the open loops' names.
+func (p *preparer) emitter() emitter { return emitter{defined: p.loopVar} }
 
 type macroFrame struct {
 	name   string
@@ -228,7 +255,7 @@ func (p *preparer) output(toks []token) error {
 		return syntaxErr("unexpected %s", ps.describe())
 	}
 	p.noteNames(ps)
-	var e emitter
+	e := p.emitter()
 	s := e.expr(n)
 	if e.err != nil {
 		return e.err
@@ -278,7 +305,7 @@ func (p *preparer) statement(toks []token) error {
 	}
 	kw := toks[0].text
 	ps := newParser(toks[1:])
-	var e emitter
+	e := p.emitter()
 	var s string
 	switch kw {
 	case "if", "elif":
@@ -346,7 +373,7 @@ func (p *preparer) statement(toks []token) error {
 		}
 		s = kw
 	case "break", "continue":
-		if !contains(p.blocks, "for") {
+		if !slices.Contains(p.blocks, "for") {
 			return syntaxErr("encountered unknown tag '%s'", kw)
 		}
 		s = kw
@@ -354,27 +381,15 @@ func (p *preparer) statement(toks []token) error {
 		if err := p.close(kw); err != nil {
 			return err
 		}
+		if kw == "endfor" {
+			p.loops = p.loops[:len(p.loops)-1]
+		}
 		s = kw
 	case "endmacro":
 		if err := p.close(kw); err != nil {
 			return err
 		}
-		m := p.macros[len(p.macros)-1]
-		p.macros = p.macros[:len(p.macros)-1]
-		s = kw
-		// Every macro is wrapped: the wrapper binds the arguments as jinja2 does (extra positional arguments to
-		// varargs, extra keywords to kwargs, a TypeError where the macro reads neither).
-		quoted := make([]string, len(m.params))
-		for i, n := range m.params {
-			quoted[i] = quoteEngine(n)
-		}
-		s += " %}{% set " + m.name + " = " + pyMacroName + "(" + m.name + ", " + quoteEngine(m.name) + ", [" +
-			strings.Join(quoted, ", ") + "], " + fmt.Sprint(m.names["varargs"]) + ", " + fmt.Sprint(m.names["kwargs"]) + ")"
-		if len(p.macros) > 0 { // an inner macro's names are read by the outer body too
-			for n := range m.names {
-				p.macros[len(p.macros)-1].names[n] = true
-			}
-		}
+		s = p.endMacro()
 	default:
 		return syntaxErr("encountered unknown tag '%s'", kw)
 	}
@@ -389,13 +404,23 @@ func (p *preparer) statement(toks []token) error {
 	return nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+// endMacro writes the end of the innermost macro and the wrapper that binds its arguments as jinja2 does (extra
+// positional arguments to varargs, extra keywords to kwargs, a TypeError where the macro reads neither).
+func (p *preparer) endMacro() string {
+	m := p.macros[len(p.macros)-1]
+	p.macros = p.macros[:len(p.macros)-1]
+	quoted := make([]string, len(m.params))
+	for i, n := range m.params {
+		quoted[i] = quoteEngine(n)
+	}
+	s := "endmacro %}{% set " + m.name + " = " + pyMacroName + "(" + m.name + ", " + quoteEngine(m.name) + ", [" +
+		strings.Join(quoted, ", ") + "], " + fmt.Sprint(m.names["varargs"]) + ", " + fmt.Sprint(m.names["kwargs"]) + ")"
+	if len(p.macros) > 0 { // an inner macro's names are read by the outer body too
+		for n := range m.names {
+			p.macros[len(p.macros)-1].names[n] = true
 		}
 	}
-	return false
+	return s
 }
 
 // assignTarget reads a for loop's or a set's target: names, possibly in parentheses.
@@ -452,6 +477,7 @@ func (p *preparer) forTag(ps *parser, e *emitter) (string, error) {
 	if ps.isName("recursive") {
 		return "", syntaxErr("recursive for loops are not supported")
 	}
+	p.loops = append(p.loops, loopFrame{names: names, macros: len(p.macros), rebound: map[string]bool{}})
 	return s, nil
 }
 
@@ -461,6 +487,9 @@ func (p *preparer) setTag(ps *parser, e *emitter) (string, error) {
 		return "", syntaxErr("can't assign to %q", t.text)
 	}
 	target := t.text
+	for _, f := range p.loops {
+		f.rebound[target] = true
+	}
 	if ps.skipOp(".") {
 		attr := ps.next()
 		if attr.kind != tkName {
