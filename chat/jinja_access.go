@@ -27,6 +27,8 @@ func pyAttr(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 	switch {
 	case obj.IsUndefined():
 		return jinja.Undefined(), errUndefined()
+	case obj.IsString() && stringMethodFunc(name) != nil:
+		return stringMethod(obj.AsString(), name), nil
 	case obj.IsDict():
 		d := obj.AsDict()
 		switch name {
@@ -260,6 +262,7 @@ func pyItem(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 	switch {
 	case obj.IsUndefined():
 		return jinja.Undefined(), errUndefined()
+
 	case obj.IsList():
 		if i, ok := index(obj.AsList().Len()); ok {
 			return obj.AsList().Items[i], nil

@@ -207,6 +207,24 @@ var behaviourCases = []struct {
 	{name: "trim-expression", src: "a  {{- 'x' -}}  \n b {{ 'y' }}\n"},
 	{name: "trim-unicode-space", src: "a\u00a0\u2003 {%- if true -%} \u3000b{% endif %}"},
 
+	// Python's str methods where the engine's differ, and jinja2's filters.
+	{name: "str-split", src: "{{ t.split(',', 1) }} {{ t.rsplit(',', 1) }} {{ ' a  b '.split() }} {{ 'a b'.split(none) }} {{ ' a b c '.split(none, 1) }} {{ t.split(',') }}",
+		vars: `{"t":"a,b,,c"}`},
+	{name: "str-methods", src: "{{ '-'.join(['a', 'b']) }} {{ s.endswith(('x', 'd ')) }} {{ s.startswith('Hel') }} {{ '{name}-{}-{}'.format('p', 'q', name='n') }} {{ '{1}{0}'.format('a', 'b') }} " +
+		"{{ '{{}} {x.k}'.format(x={'k': 1}) }} {{ 'hello-world foo_bar'.title() }} {{ 'hELLO'.capitalize() }}", vars: `{"s":"Hello World "}`},
+	{name: "str-join-non-str", src: "{{ ', '.join([1, 2]) }}", fails: true},
+	{name: "str-format-mixed", src: "{{ '{0}{}'.format(1, 2) }}", fails: true},
+	{name: "filters-python", src: "{{ 'abc'|first }}{{ 'abc'|last }}{{ d|list }}{{ d|first }} {{ m|sort(attribute='n')|map(attribute='v')|list }} {{ ['b', 'A', 'c']|sort }} " +
+		"{{ [3, 1, 2]|sort(reverse=true) }} {{ m|sum(attribute='v') }} {{ [1, 2]|sum(start=10) }} {{ 2.5|round }} {{ 2.567|round(2) }} {{ 2.1|round(method='ceil') }} " +
+		"{{ 'hello-world foo_bar'|title }} {{ 'hELLO wORLD'|capitalize }} {{ [1, 2]|join(',', attribute='x') }}",
+		vars: `{"d":{"b":1,"a":2},"m":[{"n":"b","v":2},{"n":"a","v":1}]}`},
+	{name: "percent-tuple-or-list", src: "{{ '%s' % [1] }} {{ '%s-%s' % (1, 2) }} {{ '%s' % none }}"},
+	{name: "scoping", src: "{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}{% if true %}{% set y = 3 %}{% endif %}{{ y }}" +
+		"{% macro f() %}{% set z = 1 %}{% endmacro %}{{ f() }}[{{ z }}]"},
+	{name: "loop-controls", src: "{% for i in l %}{{ loop.previtem }}|{{ loop.nextitem }}|{{ loop.cycle('a', 'b') }};{% endfor %}" +
+		"{% for i in l %}{% if i == 1 %}{% break %}{% endif %}{{ i }}{% endfor %}{% for i in l %}{% if i == 1 %}{% continue %}{% endif %}{{ i }}{% endfor %}" +
+		"{% for i in [] %}x{% else %}empty{% endfor %}", vars: `{"l":[3,1,2]}`},
+
 	// Recursion without end: jinja2 raises RecursionError at once; Parley refuses the render.
 	{name: "recursion-macro", src: "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", fails: true},
 	{name: "recursion-schema-type", fails: true, vars: `{"p":{"type":["boolean","null"]}}`,

@@ -44,13 +44,17 @@ var methodNames = map[string]bool{
 	"items": true, "keys": true, "values": true, "get": true, "copy": true,
 	"append": true, "extend": true, "insert": true, "pop": true, "remove": true, "clear": true, "sort": true,
 	"reverse": true, "update": true, "setdefault": true, "popitem": true,
+	"split": true, "rsplit": true, "join": true, "startswith": true, "endswith": true, "format": true, "title": true,
+	"capitalize": true,
 }
 
 // filterHelpers are the filters a helper of Parley's renders instead of the engine's builtin.
 var filterHelpers = map[string]string{
 	"string": pyStringName, "tojson": pyTojsonName, "join": pyJoinName, "format": "format", "dictsort": pyDictsortName,
 	"map": pyMapName, "select": "parley_select", "reject": "parley_reject", "selectattr": "parley_selectattr",
-	"rejectattr": "parley_rejectattr",
+	"rejectattr": "parley_rejectattr", "first": "parley_first", "last": "parley_last", "list": "parley_list",
+	"sort": "parley_sort", "sum": "parley_sum", "round": "parley_round", "title": "parley_title",
+	"capitalize": "parley_capitalize",
 }
 
 // generatorFilters return a generator in jinja2: tojson and length refuse one.
@@ -242,7 +246,11 @@ func (e *emitter) expr(n jNode) string {
 		case n.op == "+" && (isMarkup(n.l) || isMarkup(n.r)):
 			return pyOpName + "(" + l + ", '+', " + r + ", " + strconv.FormatBool(isMarkup(n.l)) + ", " + strconv.FormatBool(isMarkup(n.r)) + ")"
 		}
-		return pyOpName + "(" + l + ", " + quoteEngine(n.op) + ", " + r + ")"
+		op := n.op
+		if t, ok := n.r.(*jList); ok && t.tuple && op == "%" {
+			op = "%t" // Python's % spreads a tuple, and only a tuple, into the format's arguments
+		}
+		return pyOpName + "(" + l + ", " + quoteEngine(op) + ", " + r + ")"
 	case *jCompare:
 		if len(n.ops) > maxExprDepth { // the engine nests a chain of and
 			return e.fail(fmt.Errorf("%w: a comparison chains more than %d operators", errRecursion, maxExprDepth))

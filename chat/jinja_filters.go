@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"unicode"
@@ -33,8 +34,8 @@ func pyJoin(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, err
 	}
 	parts := make([]string, len(items))
 	for i, it := range items {
-		if hasAttr && it.IsDict() {
-			it, _ = it.AsDict().Get(pyStr(attr))
+		if hasAttr {
+			it = pyGetAttr(it, pyStr(attr))
 		}
 		if !it.IsUndefined() {
 			parts[i] = pyStr(it)
@@ -292,4 +293,128 @@ func pyMap(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, erro
 		}
 	}
 	return jinja.NewList(out), nil
+}
+
+// pyFirstLast returns the first or last filter: an item of a list, a character of a string, a key of a dict; an
+// undefined value for an empty one.
+func pyFirstLast(last bool) func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+	return func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) == 0 {
+			return jinja.Undefined(), pyErr("TypeError", "first: no value")
+		}
+		items, err := pyIterItems(args[0])
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		if len(items) == 0 {
+			return jinja.Undefined(), nil
+		}
+		if last {
+			return items[len(items)-1], nil
+		}
+		return items[0], nil
+	}
+}
+
+// pyList is the list filter: what Python's iteration yields (a dict's keys, a string's characters).
+func pyList(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), pyErr("TypeError", "list: no value")
+	}
+	items, err := pyIterItems(args[0])
+	return jinja.NewList(append([]jinja.Value(nil), items...)), err
+}
+
+// pySort is the sort filter: sort(value, reverse=False, case_sensitive=False, attribute=None), stable.
+func pySort(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), pyErr("TypeError", "sort: no value")
+	}
+	items, err := pyIterItems(args[0])
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	items = append([]jinja.Value(nil), items...)
+	reverse, _ := argOr(args[1:], kwargs, 0, "reverse")
+	caseSensitive, _ := argOr(args[1:], kwargs, 1, "case_sensitive")
+	attr, hasAttr := argOr(args[1:], kwargs, 2, "attribute")
+	key := func(v jinja.Value) jinja.Value {
+		if hasAttr && !attr.IsNone() {
+			v = pyGetAttr(v, pyStr(attr))
+		}
+		if v.IsString() && !caseSensitive.IsTruthy() {
+			return jinja.NewString(strings.ToLower(v.AsString()))
+		}
+		return v
+	}
+	var cmpErr error
+	slices.SortStableFunc(items, func(a, b jinja.Value) int {
+		c, err := pyCompare(key(a), key(b), "<")
+		if err != nil && cmpErr == nil {
+			cmpErr = err
+		}
+		if reverse.IsTruthy() {
+			return -c
+		}
+		return c
+	})
+	if cmpErr != nil {
+		return jinja.Undefined(), cmpErr
+	}
+	return jinja.NewList(items), nil
+}
+
+// pySum is the sum filter: sum(iterable, attribute=None, start=0).
+func pySum(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), pyErr("TypeError", "sum: no value")
+	}
+	items, err := pyIterItems(args[0])
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	attr, hasAttr := argOr(args[1:], kwargs, 0, "attribute")
+	total, ok := argOr(args[1:], kwargs, 1, "start")
+	if !ok {
+		total = jinja.NewInt(0)
+	}
+	for _, it := range items {
+		if hasAttr && !attr.IsNone() {
+			it = pyGetAttr(it, pyStr(attr))
+		}
+		if total, err = pyOp([]jinja.Value{total, jinja.NewString("+"), it}, nil); err != nil {
+			return jinja.Undefined(), err
+		}
+	}
+	return total, nil
+}
+
+// pyRound is the round filter: round(value, precision=0, method='common'), 'common' as Python's round (half to
+// even), 'ceil' and 'floor'; always a float.
+func pyRound(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), pyErr("TypeError", "round: no value")
+	}
+	_, f, _, ok := pyNum(args[0])
+	if !ok {
+		return jinja.Undefined(), pyErr("TypeError", "type %s doesn't define __round__ method", pyType(args[0]))
+	}
+	prec := int64(0)
+	if p, has := argOr(args[1:], kwargs, 0, "precision"); has {
+		prec, _, _, _ = pyNum(p)
+	}
+	method := "common"
+	if m, has := argOr(args[1:], kwargs, 1, "method"); has {
+		method = pyStr(m)
+	}
+	scale := math.Pow(10, float64(prec))
+	switch method {
+	case "common":
+		return jinja.NewFloat(math.RoundToEven(f*scale) / scale), nil
+	case "ceil":
+		return jinja.NewFloat(math.Ceil(f*scale) / scale), nil
+	case "floor":
+		return jinja.NewFloat(math.Floor(f*scale) / scale), nil
+	}
+	return jinja.Undefined(), pyErr("FilterArgumentError", "method must be common, ceil or floor")
 }

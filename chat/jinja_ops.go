@@ -105,6 +105,9 @@ func pyOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 	if a.IsUndefined() || b.IsUndefined() {
 		return jinja.Undefined(), errUndefined()
 	}
+	if op == "%t" && !a.IsString() {
+		op = "%"
+	}
 	return pyArith(a, op, b)
 }
 
@@ -132,10 +135,10 @@ func pyArith(a jinja.Value, op string, b jinja.Value) (jinja.Value, error) {
 		case (b.IsString() || b.IsList()) && aNum && !aFloat:
 			return pyRepeat(b, ai)
 		}
-	case "%":
+	case "%", "%t":
 		if a.IsString() {
 			fargs := []jinja.Value{a}
-			if b.IsList() {
+			if b.IsList() && op == "%t" {
 				fargs = append(fargs, b.AsList().Items...)
 			} else if !b.IsDict() {
 				fargs = append(fargs, b)
