@@ -11,8 +11,8 @@ import (
 
 // The Jinja engine (github.com/ardanlabs/jinja, used as a module) differs from jinja2 on general behaviours that
 // real chat templates rely on: its parser, its precedence, its whitespace control and Python's semantics. Parley
-// therefore reads each template with jinja2's own lexing and grammar (this file, jinja_expr.go) and hands the engine
-// a prepared source that it renders as jinja2 does with Hugging Face's settings:
+// therefore reads each template with jinja2's own lexing and grammar (this file, jinja_lex.go, jinja_parse.go) and
+// hands the engine a prepared source that it renders as jinja2 does with Hugging Face's settings:
 //   - line breaks become \n and one trailing line break is dropped (newline_sequence, keep_trailing_newline=False);
 //   - whitespace control (- and +, trim_blocks, lstrip_blocks) is applied here, exactly as jinja2's lexer applies
 //     it, and the text is written so that the engine's own trimming finds nothing to remove;
@@ -22,8 +22,11 @@ import (
 //   - every macro gets a last parameter whose default calls pyEnterName, so that each macro call checks how deep
 //     the render's stack is and refuses a recursion without end (jinja2's RecursionError) before it overflows;
 //     every macro is wrapped by pyMacroName, which binds its arguments as jinja2 does (varargs, kwargs);
-//   - a template jinja2 refuses to compile (a syntax error, an unknown tag, filter or test) is refused, and a
-//     source nested deeper than maxSourceNesting is refused before any recursive parser sees it.
+//   - a template jinja2 refuses to compile (a syntax error, an unknown tag) is refused, an unknown filter or test
+//     fails the render that reaches it (as jinja2 does inside an if block), and a source nested deeper than
+//     maxSourceNesting is refused before any recursive parser sees it.
+// What the engine cannot hold fails the render with a clear error instead of rendering other text: an int past 64
+// bits, a recursive for loop, a set of several names, a filter block with arguments.
 
 // maxSourceNesting bounds how deeply a template's source nests brackets inside a tag, and blocks: the parsers are
 // recursive. jinja2's own parser raises RecursionError near 50 nested parentheses; real templates nest a few.
