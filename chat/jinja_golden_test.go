@@ -77,30 +77,9 @@ func goldenCases() []goldenCase {
 }
 
 // goldenExceptions are the cases where Parley's render differs from jinja2's: "template/case" -> why, or
-// "template/*" for every case not identical. A case listed by name must still differ (a fixed gap leaves the list).
-// All but one are templates jinja2 (so Hugging Face) refuses to render, where Parley's engine is more lenient.
-var goldenExceptions = map[string]string{
-	// Gaps of the engine (github.com/ardanlabs/jinja, a module) that Parley's own code around it cannot close.
-	"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use/*": "jinja2 fails: the tool_use variant loops over tools, None without tools; the engine iterates None as empty",
-	"meetkai-functionary-medium-v3.2/tools":           "jinja2 fails: str + dict is a TypeError; the engine concatenates the dict's text",
-	"meetkai-functionary-medium-v3.2/tools-schema":    "jinja2 fails: str + dict is a TypeError; the engine concatenates the dict's text",
-	"GigaChat3-10B-A1.8B/tools-schema":                "Parley fails: the engine reads an array schema's items key before the dict's items() method",
-	"GigaChat3.1-10B-A1.8B/tools-schema":              "Parley fails: the engine reads an array schema's items key before the dict's items() method",
-	"hf-32-chatqa/*":                                  "differs: the engine's {%- ... -%} trims text on the far side of an adjacent tag (spaces and blank lines lost)",
-	"recon-schema-types-tools/*":                      "Parley fails: the engine's parser has no *args/**kwargs in calls (and no divisibleby test)",
-	"CohereForAI-c4ai-command-r-plus-tool_use/*": "jinja2 fails: the tool_use variant loops over tools (None without tools) " +
-		"and reads a description from each tool's top level; Parley iterates None as empty and reads undefined",
-	"fireworks-ai-llama-3-firefunction-v2/*":       "jinja2 fails: the template reads a variable `functions` that Hugging Face does not pass",
-	"Kimi-K2-Instruct/tools":                       "jinja2 fails: its immutable sandbox refuses list.append (llama.cpp's minja and Parley allow it)",
-	"Kimi-K2-Thinking/tools":                       "jinja2 fails: its immutable sandbox refuses list.append (llama.cpp's minja and Parley allow it)",
-	"llama-cpp-deepseek-r1/tools":                  "jinja2 fails: tojson of a generator",
-	"Kimi-K2-Instruct/tools-schema":                "jinja2 fails: its immutable sandbox refuses list.append (llama.cpp's minja and Parley allow it)",
-	"Kimi-K2-Thinking/tools-schema":                "jinja2 fails: its immutable sandbox refuses list.append (llama.cpp's minja and Parley allow it)",
-	"llama-cpp-deepseek-r1/tools-schema":           "jinja2 fails: tojson of a generator",
-	"meetkai-functionary-medium-v3.1/tools-schema": "differs: jinja2's Markup escapes the tool's JSON, as in the tools case",
-	"meetkai-functionary-medium-v3.1/tools": "differs: in jinja2 `'...'|safe + text` is Markup and escapes <, >, & and quotes " +
-		"in the tool's JSON; Parley's engine has no Markup type and writes them as they are",
-}
+// "template/*" for every case not identical (none at present). A case listed by name must still differ (a fixed gap
+// leaves the list).
+var goldenExceptions = map[string]string{}
 
 // goldenTemplate is one template of the golden corpus: its name and source.
 type goldenTemplate struct{ name, src string }
@@ -111,7 +90,7 @@ type goldenTemplate struct{ name, src string }
 func goldenTemplates(t *testing.T) []goldenTemplate {
 	t.Helper()
 	paths, err := filepath.Glob("testdata/templates/*.jinja")
-	if err != nil || len(paths) < 40 {
+	if err != nil || len(paths) < 70 {
 		t.Fatalf("templates: %d found, err %v", len(paths), err)
 	}
 	sort.Strings(paths)
@@ -152,6 +131,9 @@ func goldenTemplates(t *testing.T) []goldenTemplate {
 		}
 		sort.Strings(extra)
 		read(extra)
+	}
+	if len(out) < 100 {
+		t.Fatalf("the golden corpus holds %d distinct templates, want at least 100", len(out))
 	}
 	return out
 }

@@ -13,8 +13,8 @@ import (
 
 // The Jinja library's tojson with indent= sorts keys and escapes <, > and & (Go's encoding/json), where Hugging
 // Face's tojson (Python's json.dumps with ensure_ascii=False) keeps insertion order and writes them as they are:
-// Llama 3.x and Granite write their tool prompts with tojson(indent=4). prepareSource makes every tojson(...) with
-// arguments call pyTojson (pyTojsonName) instead.
+// Llama 3.x and Granite write their tool prompts with tojson(indent=4). The prepared source makes every tojson call
+// pyTojson (pyTojsonName) instead.
 
 // pyTojson is Hugging Face's tojson filter: json.dumps(x, ensure_ascii=False, indent=indent,
 // separators=separators, sort_keys=sort_keys).
@@ -122,7 +122,7 @@ func (e *pyJSON) encode(b *strings.Builder, v jinja.Value, depth int) error {
 		b.WriteByte('{')
 		for i, k := range keys {
 			e.Member(b, i, depth+1)
-			e.quote(b, k)
+			e.quote(b, pyStr(pyKeyValue(k))) // json.dumps writes an int key as its digits
 			b.WriteString(e.Key)
 			if err := e.encode(b, d.Data[k], depth+1); err != nil {
 				return err

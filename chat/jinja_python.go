@@ -87,7 +87,7 @@ func pyRepr(v jinja.Value) string {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(pyQuote(k))
+			b.WriteString(pyRepr(pyKeyValue(k)))
 			b.WriteString(": ")
 			b.WriteString(pyRepr(d.Data[k]))
 		}

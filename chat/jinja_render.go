@@ -79,9 +79,12 @@ func compileSafe(src string) (t *jinja.Template, err error) {
 		}
 	}()
 	prepared, err := prepareSource(src)
-	if err != nil {
+	if errors.Is(err, errRecursion) {
 		// jinja2 raises RecursionError: a template limit, refused at once.
 		return nil, fmt.Errorf("compile chat template: %w: %w", ErrTemplateLimit, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("compile chat template: %w", err)
 	}
 	t, err = jinja.Compile(prepared)
 	if err != nil {
@@ -115,6 +118,32 @@ func renderCompiled(t *jinja.Template, vars []byte) (out string, err error) {
 	data[pyPrintName] = jinja.NewCallable(pyPrintName, pyPrint)
 	data[pyStringName] = jinja.NewCallable(pyStringName, pyString)
 	data[pyEnterName] = jinja.NewCallable(pyEnterName, pyEnter)
+	data[pyOpName] = jinja.NewCallable(pyOpName, pyOp)
+	data[pyCatName] = jinja.NewCallable(pyCatName, pyCat)
+	data[pyAttrName] = jinja.NewCallable(pyAttrName, pyAttr)
+	data[pyCallName] = jinja.NewCallable(pyCallName, pyCall)
+	data[pyTestName] = jinja.NewCallable(pyTestName, pyTest)
+	data[pyIterName] = jinja.NewCallable(pyIterName, pyIter)
+	data[pyJoinName] = jinja.NewCallable(pyJoinName, pyJoin)
+	data[pyMacroName] = jinja.NewCallable(pyMacroName, pyMacro)
+	data[pyRaiseName] = jinja.NewCallable(pyRaiseName, pyRaise)
+	data[pyKeyName] = jinja.NewCallable(pyKeyName, pyKeyFn)
+	data[pyItemName] = jinja.NewCallable(pyItemName, pyItem)
+	data[pyDictsortName] = jinja.NewCallable(pyDictsortName, pyDictsort)
+	data[pyMapName] = jinja.NewCallable(pyMapName, pyMap)
+	data[pyDefinedName] = jinja.NewCallable(pyDefinedName, pyDefined)
+	data["parley_first"] = jinja.NewCallable("first", pyFirstLast(false))
+	data["parley_last"] = jinja.NewCallable("last", pyFirstLast(true))
+	data["parley_list"] = jinja.NewCallable("list", pyList)
+	data["parley_sort"] = jinja.NewCallable("sort", pySort)
+	data["parley_sum"] = jinja.NewCallable("sum", pySum)
+	data["parley_round"] = jinja.NewCallable("round", pyRound)
+	data["parley_title"] = jinja.NewCallable("title", pyCaseFilter(pyTitleFilter))
+	data["parley_capitalize"] = jinja.NewCallable("capitalize", pyCaseFilter(pyCapitalize))
+	data["parley_select"] = jinja.NewCallable("select", pySelectFilter(false, true))
+	data["parley_reject"] = jinja.NewCallable("reject", pySelectFilter(false, false))
+	data["parley_selectattr"] = jinja.NewCallable("selectattr", pySelectFilter(true, true))
+	data["parley_rejectattr"] = jinja.NewCallable("rejectattr", pySelectFilter(true, false))
 	data["range"] = jinja.NewCallable("range", pyRange)
 	data["format"] = jinja.NewCallable("format", pyFormat) // a filter the engine lacks: found among the variables
 	defer func() {

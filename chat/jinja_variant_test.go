@@ -28,7 +28,8 @@ func TestJinjaToolUseVariant(t *testing.T) {
 	if err != nil || !strings.Contains(plain, "<|im_start|>user\nWeather in Paris?") {
 		t.Fatalf("without tools: %q, %v", plain, err)
 	}
-	tools := chat.RenderOptions{AddGenerationPrompt: true, Tools: []parley.Tool{{Name: "get_weather", Parameters: []byte(`{"type":"object"}`)}}}
+	tools := chat.RenderOptions{AddGenerationPrompt: true, Tools: []parley.Tool{{Name: "get_weather",
+		Description: "Get the weather", Parameters: []byte(`{"type":"object"}`)}}} // the template reads the description (jinja2 fails without)
 	with, err := tmpl.Render(msgs, tools)
 	if err != nil || !strings.Contains(with, "function calling AI model") || !strings.Contains(with, `"name": "get_weather"`) {
 		t.Fatalf("with tools: %q, %v", with, err)
