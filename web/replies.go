@@ -296,6 +296,15 @@ func textOf(evs []parley.Event) string {
 	return b.String()
 }
 
+// reasoningOf is the thought text of token events (a reasoning model's).
+func reasoningOf(evs []parley.Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		b.WriteString(ev.Token.Reasoning)
+	}
+	return b.String()
+}
+
 // admission is a client's admission (see Server.admit), released when the
 // last of its holders is done: the socket, and every reply it started,
 // so a reply that outlives its socket still counts against the client's

@@ -296,7 +296,7 @@ func (c *conn) snapshot(ctx context.Context, r *liveReply, resumeFrom int) ([]hi
 	}
 	hist = append(hist,
 		historyMessage{Message: in},
-		historyMessage{Message: parley.Message{Role: parley.RoleAssistant, Content: text}, Status: "generating"})
+		historyMessage{Message: parley.Message{Role: parley.RoleAssistant, Content: text, Reasoning: reasoningOf(r.events)}, Status: "generating"})
 	rp := &resumePoint{reply: r, from: seq}
 	switch {
 	case c.json && resumeFrom >= 0:

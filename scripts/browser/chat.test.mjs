@@ -217,6 +217,20 @@ describe('chat page', { timeout: 600_000 }, () => {
     assert.equal(await page.getByRole('button', { name: 'Stop' }).isVisible(), false, 'Stop hidden when idle');
   });
 
+  test('the model\'s facts and how much of the context the conversation fills', async () => {
+    const info = await page.evaluate(async () => (await fetch('info')).json());
+    await page.waitForSelector('#facts:not([hidden])');
+    const facts = await page.locator('#facts-text').textContent();
+    assert.ok(facts.includes(info.quantization), `facts name the quantization ${info.quantization}: ${facts}`);
+    const ctx = await page.locator('#ctx-text').textContent();
+    const m = /^context (\d+) \/ (\d+) \(\d+%\)$/.exec(ctx);
+    assert.ok(m, `the meter says what the last reply left: ${ctx}`);
+    assert.equal(Number(m[2]), info.limits.context_length);
+    assert.ok(Number(m[1]) > 0);
+    assert.equal(await page.locator('#ctx-meter').evaluate((e) => e.value), Number(m[1]));
+    assert.equal(await page.locator('#think').isVisible(), false, 'no thinking switch for a model that does not think');
+  });
+
   test('Stop cancels a reply mid-stream', async () => {
     await setSettings({ 'Max tokens': LONG_MAX_TOKENS, Temperature: 1 });
     // A reply can still end by itself (end of story) before the click lands;
@@ -322,6 +336,10 @@ describe('chat page', { timeout: 600_000 }, () => {
     await server.start(); // same port, same data directory
     await connected();
     serverDown = false;
+    // The notices about the lost connection go once it is back, and none
+    // mentions a key on a server that asks for none.
+    assert.equal(await page.locator('#log .msg[data-transient]').count(), 0, 'no stale connection notice');
+    assert.doesNotMatch(await page.locator('#log').textContent(), /key/i);
     const now = (await sessionId()).trim();
     if (now === id) {
       // A durable store: the conversation survived the restart.
@@ -383,6 +401,11 @@ describe('chat page', { timeout: 600_000 }, () => {
     await waitReplyDone();
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow} px)`);
+    // The header is one row: every control in it shares a line, the session id gives way.
+    const rows = await page.$$eval('.bar > *', (ns) => ns.filter((n) => n.getBoundingClientRect().height > 0)
+      .map((n) => Math.round(n.getBoundingClientRect().top + n.getBoundingClientRect().height / 2)));
+    assert.ok(Math.max(...rows) - Math.min(...rows) <= 6, `header items on one row: centres ${rows}`);
+    assert.equal(await page.locator('#session-id').isVisible(), false, 'no raw session id on a phone');
     for (const name of ['New chat', 'Settings', 'Switch to dark theme', 'Send']) {
       const box = await page.getByRole('button', { name, exact: true }).boundingBox();
       assert.ok(box && box.x >= 0 && box.x + box.width <= 375 && box.y >= 0 && box.y + box.height <= 740,
@@ -406,13 +429,28 @@ describe('chat page', { timeout: 600_000 }, () => {
       html: window.ParleyMarkdown.render('<img src=x onerror="window.__xss=1"> <script>window.__xss=2</script>'),
       link: window.ParleyMarkdown.render('see https://example.com and [x](javascript:alert(1)) ![i](http://example.com/p.png)'),
     }));
-    assert.match(out.code, /<pre><code class="language-sh">echo &quot;&lt;b&gt;hi&lt;\/b&gt;&quot;\n<\/code><\/pre>/);
+    // Highlighting wraps words in spans; the text itself stays escaped.
+    assert.match(out.code, /^<p>Run:<\/p>\n<pre><code class="language-sh">/);
+    assert.equal(out.code.replace(/<p>Run:<\/p>\n/, '').replace(/<[^>]+>/g, ''), 'echo &quot;&lt;b&gt;hi&lt;/b&gt;&quot;\n\n');
     assert.doesNotMatch(out.html, /<img|<script/, 'HTML in model output is escaped');
     assert.match(out.html, /&lt;img/);
     assert.match(out.link, /<a href="https:\/\/example.com" target="_blank" rel="noopener noreferrer nofollow">/, 'linkify');
     assert.doesNotMatch(out.link, /href="javascript:/i, 'no javascript: links');
     assert.doesNotMatch(out.link, /<img/, 'no remote images');
     assert.equal(await page.evaluate(() => window.__xss), undefined);
+  });
+
+  test('code blocks are highlighted with a language label; unknown languages stay plain', async () => {
+    const out = await page.evaluate(() => ({
+      go: window.ParleyMarkdown.render('```go\nfunc main() { return "x" }\n```\n'),
+      unknown: window.ParleyMarkdown.render('```brainfudge\n+++ <b>\n```\n'),
+      names: ['js', 'py', 'go', 'sh', 'nope'].map((l) => window.ParleyMarkdown.languageName(l)),
+    }));
+    assert.match(out.go, /<span class="hljs-keyword">func<\/span>/);
+    assert.match(out.go, /<span class="hljs-string">&quot;x&quot;<\/span>/);
+    assert.doesNotMatch(out.unknown, /hljs/);
+    assert.match(out.unknown, /&lt;b&gt;/);
+    assert.deepEqual(out.names, ['JavaScript', 'Python', 'Go', 'Bash', 'nope']);
   });
 
   test('no page errors, console errors or failed requests', () => {

@@ -54,6 +54,8 @@ describe('chat page, reasoning model', { timeout: 600_000 }, () => {
   test('the thought is collapsed above the answer, expandable, and restored', async () => {
     const page = context.pages()[0] || await context.newPage();
     page.on('pageerror', (err) => pageErrors.push(err.message));
+    const sent = []; // the prompts the page sends, as JSON
+    page.on('websocket', (ws) => ws.on('framesent', (f) => { try { sent.push(JSON.parse(f.payload)); } catch { /* not JSON */ } }));
     await page.goto(server.url);
     await page.waitForSelector('#conn[data-state="connected"]');
     await page.getByLabel('Message', { exact: true }).fill('hi');
@@ -79,6 +81,25 @@ describe('chat page, reasoning model', { timeout: 600_000 }, () => {
     assert.equal((await restored.locator('.content').textContent()).trim(), ANSWER);
     assert.equal(await restored.locator('details.thought .thought-text').textContent(), THOUGHT, 'the stored thought, apart');
     assert.equal(await restored.locator('details.thought').evaluate((d) => d.open), false);
+
+    // The thinking switch: shown for a model that thinks, on (the model's
+    // default) until clicked; off, the next prompt asks for no thought; the
+    // choice survives a reload.
+    const sw = page.locator('#think');
+    await sw.waitFor();
+    assert.equal(await sw.getAttribute('aria-pressed'), 'true');
+    assert.equal(sent.filter((m) => m.type === 'prompt').every((m) => !('think' in m.params)), true, 'untouched: the model decides');
+    await sw.click();
+    assert.equal(await sw.getAttribute('aria-pressed'), 'false');
+    assert.equal(await sw.textContent(), 'Thinking off');
+    await page.getByLabel('Message', { exact: true }).fill('hi again');
+    await page.getByLabel('Message', { exact: true }).press('Enter');
+    await page.locator('#log .msg.assistant[data-state="done"]').waitFor({ timeout: 120_000 }); // the restored reply has no state
+    const prompt = sent.find((m) => m.type === 'prompt' && m.content === 'hi again');
+    assert.equal(prompt.params.think, false);
+    await page.reload();
+    await page.waitForSelector('#conn[data-state="connected"]');
+    assert.equal(await page.locator('#think').getAttribute('aria-pressed'), 'false', 'kept across a reload');
     assert.deepEqual(pageErrors, []);
   });
 });

@@ -8,7 +8,7 @@
 // the README's screenshots (test-results/users-desktop.png, users-phone.png).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -80,10 +80,10 @@ class Person {
   // titles is the conversation list as shown, once it shows want (when given).
   async titles(want) {
     if (want) {
-      await this.page.waitForFunction((w) => JSON.stringify([...document.querySelectorAll('#conv-list .conv-open')]
+      await this.page.waitForFunction((w) => JSON.stringify([...document.querySelectorAll('#conv-list .conv-name')]
         .map((b) => b.textContent)) === JSON.stringify(w), want, { timeout: UI_MS }).catch(() => {});
     }
-    return this.page.$$eval('#conv-list .conv-open', (bs) => bs.map((b) => b.textContent));
+    return this.page.$$eval('#conv-list .conv-name', (bs) => bs.map((b) => b.textContent));
   }
 
   async sessionId() { return (await this.page.locator('#session-id').textContent()).trim(); }
@@ -136,7 +136,14 @@ describe('conversation list with named users', { timeout: 600_000 }, () => {
     await alice.send('Alice second tale');
     aliceStory = await alice.sessionId();
     assert.deepEqual(await alice.titles(['Alice second tale', 'Alice first story']), ['Alice second tale', 'Alice first story']);
-    assert.equal(await alice.page.locator('#conv-list .conv[aria-current="true"] .conv-open').textContent(), 'Alice second tale');
+    assert.equal(await alice.page.locator('#conv-list .conv[aria-current="true"] .conv-name').textContent(), 'Alice second tale');
+    // Each conversation says when it last changed: today, so a time of day.
+    const dates = await alice.page.$$eval('#conv-list .conv-date', (ts) => ts.map((t) => [t.textContent, t.dateTime]));
+    assert.equal(dates.length, 2);
+    for (const [text, iso] of dates) {
+      assert.match(text, /\d:\d\d/, `today's conversations show a time: ${text}`);
+      assert.ok(Math.abs(Date.now() - Date.parse(iso)) < 86_400_000, `dated today: ${iso}`);
+    }
   });
 
   test('rename and search', async () => {
@@ -185,6 +192,24 @@ describe('conversation list with named users', { timeout: 600_000 }, () => {
       'one prompt and the new reply');
     assert.notEqual(after[1][1], before[1][1], 'the reply changed');
     assert.equal(await page.locator('#log .msg.assistant').count(), 1);
+
+    // The replaced reply is a click away: ‹ shows it, marked as not in the
+    // conversation; › comes back to the conversation's own.
+    const shown = (t) => page.evaluate((src) => {
+      const d = document.createElement('div');
+      d.innerHTML = window.ParleyMarkdown.render(src);
+      return d.textContent;
+    }, t);
+    const reply = page.locator('#log .msg.assistant');
+    assert.equal(await reply.locator('.pager-at').textContent(), '2/2');
+    await reply.getByRole('button', { name: 'Previous version of this reply' }).click();
+    await page.waitForSelector('#log .msg.assistant.earlier');
+    assert.equal(await reply.locator('.pager-at').textContent(), '1/2');
+    assert.equal(await reply.locator('.content').textContent(), await shown(before[1][1]));
+    await reply.getByRole('button', { name: 'Next version of this reply' }).click();
+    await page.waitForSelector('#log .msg.assistant:not(.earlier)');
+    assert.equal(await reply.locator('.content').textContent(), await shown(after[1][1]));
+    assert.equal(await page.locator('#log .msg.assistant').count(), 1);
   });
 
   test('edit and resend forks the conversation and keeps the original', async () => {
@@ -200,6 +225,19 @@ describe('conversation list with named users', { timeout: 600_000 }, () => {
       ['Alice edited tale', 'Alice second tale', 'Renamed by Alice']);
     assert.equal((await alice.items(aliceStory, ALICE))[0][1], 'Alice second tale', 'the original is kept');
     assert.equal((await alice.items(fork, ALICE))[0][1], 'Alice edited tale');
+
+    // The two versions of the prompt are siblings: ‹ opens the original, › the fork.
+    const prompt = page.locator('#log .msg.user').first();
+    assert.equal(await prompt.locator('.pager-at').textContent(), '2/2');
+    await prompt.getByRole('button', { name: 'Previous version of this prompt' }).click();
+    await page.waitForFunction(() => document.querySelector('#log .msg.user .content')?.textContent === 'Alice second tale');
+    await alice.connected();
+    assert.equal(await alice.sessionId(), aliceStory);
+    await page.waitForFunction(() => document.querySelector('#log .msg.user .pager-at')?.textContent === '1/2');
+    await page.locator('#log .msg.user').first().getByRole('button', { name: 'Next version of this prompt' }).click();
+    await page.waitForFunction(() => document.querySelector('#log .msg.user .content')?.textContent === 'Alice edited tale');
+    await alice.connected();
+    assert.equal(await alice.sessionId(), fork);
   });
 
   test('Esc stops a reply', async () => {
@@ -260,6 +298,96 @@ describe('conversation list with named users', { timeout: 600_000 }, () => {
     assert.deepEqual(await bob.titles(['Bob only story']), ['Bob only story']);
   });
 
+  test('export as JSON and Markdown; import brings a conversation back, tools collapsed, code highlighted', async () => {
+    const { page } = bob;
+    await page.getByRole('button', { name: 'Bob only story', exact: true }).click();
+    await page.waitForFunction(() => document.querySelector('#log .msg.user .content')?.textContent === 'Bob only story');
+    await bob.connected();
+    const sid = await bob.sessionId();
+    const stored = await bob.items(sid, BOB);
+    const download = async (name) => {
+      const [file] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name, exact: true }).click()]);
+      return { name: file.suggestedFilename(), text: await readFile(await file.path(), 'utf8') };
+    };
+    const json = await download('Export JSON');
+    assert.equal(json.name, 'Bob only story.json');
+    const data = JSON.parse(json.text);
+    assert.equal(data.format, 'parley.conversation');
+    assert.equal(data.title, 'Bob only story');
+    assert.deepEqual(data.messages.map((m) => [m.role, m.content]), stored);
+    const md = await download('Export Markdown');
+    assert.equal(md.name, 'Bob only story.md');
+    assert.ok(md.text.startsWith('# Bob only story\n\n## You\n\nBob only story\n'), md.text.slice(0, 80));
+    assert.ok(md.text.includes(stored[1][1]), 'the reply is in the Markdown');
+
+    // An export with a tool call, its result and a reply with Go code.
+    const crafted = {
+      format: 'parley.conversation', version: 1, title: 'Imported with tools',
+      messages: [
+        { role: 'user', content: 'What is the weather in Oslo?' },
+        { role: 'assistant', content: '', tool_calls: [{ id: 'call_1', name: 'get_weather', arguments: '{"city":"Oslo"}' }] },
+        { role: 'tool', tool_call_id: 'call_1', content: '{"temp_c": 3}\nand a long second line of the result' },
+        { role: 'assistant', content: 'Three degrees. In Go:\n\n```go\nfunc main() { println("cold") }\n```\n' },
+      ],
+    };
+    await page.locator('#import-file').setInputFiles({ name: 'tools.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(crafted)) });
+    await page.waitForFunction(() => document.querySelector('#log .msg.user .content')?.textContent === 'What is the weather in Oslo?');
+    await bob.connected();
+    assert.deepEqual(await bob.titles(['Imported with tools', 'Bob only story']), ['Imported with tools', 'Bob only story']);
+    const imported = await page.evaluate(async ([sid, key]) => {
+      const res = await fetch(`v1/conversations/conv_${sid}/items?order=asc`, { headers: { Authorization: `Bearer ${key}` } });
+      return (await res.json()).data.map((it) => [it.type, it.role || it.name || '', (it.content || []).map((c) => c.text).join('') || it.output || it.arguments]);
+    }, [await bob.sessionId(), BOB]);
+    assert.deepEqual(imported, [
+      ['message', 'user', 'What is the weather in Oslo?'],
+      ['function_call', 'get_weather', '{"city":"Oslo"}'],
+      ['function_call_output', '', crafted.messages[2].content],
+      ['message', 'assistant', crafted.messages[3].content],
+    ]);
+    const tool = page.locator('#log .msg.tool details.tool');
+    assert.equal(await tool.count(), 1, 'the tool result is collapsed');
+    assert.equal(await tool.evaluate((d) => d.open), false);
+    assert.match(await tool.locator('summary').textContent(), /^\{"temp_c": 3\} \(\d+ characters\)$/);
+    assert.equal(await page.locator('#log details.tool summary', { hasText: 'Tool call: get_weather' }).count(), 1);
+    const block = page.locator('#log .msg.assistant .code-block').last();
+    assert.equal(await block.locator('.lang').textContent(), 'Go');
+    assert.equal(await block.locator('.hljs-keyword').first().textContent(), 'func');
+
+    // A file that is not an export is refused with a notice, and nothing is made.
+    await page.locator('#import-file').setInputFiles({ name: 'bad.json', mimeType: 'application/json', buffer: Buffer.from('{"not": "an export"}') });
+    await page.waitForFunction(() => /Could not import bad\.json: no messages/.test(document.getElementById('log').textContent));
+    assert.deepEqual(await bob.titles(), ['Imported with tools', 'Bob only story']);
+  });
+
+  test('settings change or forget the key; the key field is not red before anything is typed', async () => {
+    const { page } = alice2;
+    await alice2.connected();
+    await page.getByRole('button', { name: 'Settings', exact: true }).click();
+    const settings = page.getByRole('dialog', { name: 'Settings' });
+    assert.match(await settings.textContent(), /This browser keeps an API key/);
+    // Change it to Bob's: the page reconnects as Bob and lists his conversations.
+    await settings.getByRole('button', { name: 'Change key…' }).click();
+    const dialog = page.getByRole('dialog', { name: 'API key' });
+    await dialog.waitFor();
+    const border = () => page.locator('#key-input').evaluate((e) => getComputedStyle(e).borderTopColor);
+    const danger = await page.evaluate(() => getComputedStyle(document.documentElement).getPropertyValue('--danger').trim());
+    const untouched = await border();
+    assert.notEqual(untouched, await page.evaluate((c) => { const d = document.createElement('div'); d.style.color = c; document.body.append(d); const v = getComputedStyle(d).color; d.remove(); return v; }, danger),
+      'not red before anything is typed');
+    await dialog.getByLabel('API key', { exact: true }).fill(BOB);
+    await dialog.getByRole('button', { name: 'Use this key' }).click();
+    await alice2.connected();
+    assert.deepEqual(await alice2.titles(['Imported with tools', 'Bob only story']), ['Imported with tools', 'Bob only story']);
+    // Forget it (sign out): the page starts over and asks for a key.
+    await page.getByRole('button', { name: 'Settings', exact: true }).click();
+    await settings.getByRole('button', { name: 'Forget key (sign out)' }).click();
+    await dialog.waitFor();
+    assert.equal(await page.evaluate(() => localStorage.getItem('parley.key')), null);
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    assert.equal(await dialog.isVisible(), false);
+    assert.equal(await page.locator('#conv-list .conv').count(), 0, 'nothing of Bob\'s is listed without a key');
+  });
+
   test('screenshots: desktop, and a phone at 375 px with the list open', async () => {
     const { page } = alice;
     await page.getByRole('button', { name: 'Alice second tale', exact: true }).click();
@@ -273,13 +401,16 @@ describe('conversation list with named users', { timeout: 600_000 }, () => {
     assert.equal(await page.locator('#sidebar').isVisible(), false, 'the list is a closed drawer on a phone');
     await page.getByRole('button', { name: 'Conversations', exact: true }).click();
     await page.waitForFunction(() => document.getElementById('sidebar').getBoundingClientRect().left >= 0);
+    assert.notEqual(await page.evaluate(() => document.activeElement?.id), 'search', 'search is not focused (no keyboard popping up)');
+    assert.equal(await page.locator('#scrim').isVisible(), true, 'a scrim covers the chat');
     for (const name of ['Alice second tale', 'Renamed by Alice']) {
       const box = await page.getByRole('button', { name, exact: true }).boundingBox();
       assert.ok(box && box.x >= 0 && box.x + box.width <= 375, `${name} is on screen: ${JSON.stringify(box)}`);
     }
     await writeFile(path.join(RESULTS, 'users-phone.png'), await page.screenshot());
-    await page.keyboard.press('Escape');
+    await page.locator('#scrim').click({ position: { x: 360, y: 400 } });
     await page.waitForFunction(() => !document.getElementById('sidebar').classList.contains('open'));
+    assert.equal(await page.locator('#scrim').isVisible(), false, 'a tap on the scrim closes the list');
     await page.setViewportSize({ width: 1024, height: 768 });
   });
 

@@ -22,7 +22,17 @@
   // id it no longer knows means "expired" only when that session had a conversation.
   // settings: only what the user changed from the server's defaults (parley.settings, an older page's full copy, is
   // read once: its fields that differ from that page's defaults become the user's).
-  const KEYS = { session: 'parley.session', settings: 'parley.overrides', oldSettings: 'parley.settings', theme: 'parley.theme', apiKey: 'parley.key', started: 'parley.started' };
+  // branches: each fork's parent session and the message it differs at (edit-and-resend), for the ‹ › arrows.
+  // versions: earlier replies a Regenerate replaced, per session and message index, to page back through.
+  // think: the user's thinking switch (absent: the model's default).
+  const KEYS = {
+    session: 'parley.session', settings: 'parley.overrides', oldSettings: 'parley.settings', theme: 'parley.theme',
+    apiKey: 'parley.key', started: 'parley.started', branches: 'parley.branches', versions: 'parley.versions', think: 'parley.think',
+  };
+  // Bounds on what the page keeps of branches and earlier versions in this browser.
+  const MAX_BRANCH_LINKS = 500;
+  const MAX_VERSION_SESSIONS = 50;
+  const MAX_VERSIONS = 10;
   // FALLBACK shows in the settings until /info has said what the server's defaults are (Parley's own flag defaults).
   const FALLBACK = Object.freeze({ temperature: 0.8, max_tokens: 256, top_p: 0.95, top_k: 40 });
   const SAMPLING = Object.freeze(['temperature', 'max_tokens', 'top_p', 'top_k']);
@@ -48,6 +58,9 @@
     sidebar: $('sidebar'), openSidebar: $('open-sidebar'), closeSidebar: $('close-sidebar'), search: $('search'),
     convList: $('conv-list'), convEmpty: $('conv-empty'),
     keyDialog: $('key-dialog'), keyInput: $('key-input'), keyHint: $('key-hint'),
+    scrim: $('scrim'), facts: $('facts'), factsText: $('facts-text'), ctxMeter: $('ctx-meter'), ctxText: $('ctx-text'),
+    think: $('think'), sKey: $('s-key'), sKeyChange: $('s-key-change'), sKeyForget: $('s-key-forget'),
+    exportJSON: $('export-json'), exportMD: $('export-md'), importBtn: $('import'), importFile: $('import-file'),
   };
 
   // Storage can throw (privacy modes, disabled cookies); the page still works
@@ -74,6 +87,10 @@
     pendingPrompt: '',   // an edited prompt to send once the fork it starts opens
     model: '',           // the model a new session asks for (?model=), when the server serves several
     loadingShown: false, // the connection text shows a model load's progress
+    keyRequired: null,   // whether the server asks for an API key: true, false, or null (not known)
+    info: null,          // /info's model facts: {name, quantization, parameters, context_length, thinking}
+    contextUsed: 0,      // tokens the conversation holds after its last reply (prompt + reply), 0 when not known
+    think: null,         // the thinking switch: true, false, or null (the model's default)
   };
 
   // The conversation list (the sidebar), as the server last listed it.
@@ -96,6 +113,8 @@
     }
     state.settings = sanitize(saved && typeof saved === 'object' ? saved : {});
     store.set(localStorage, KEYS.settings, JSON.stringify(state.settings));
+    const think = parse(KEYS.think);
+    state.think = typeof think === 'boolean' ? think : null;
   }
 
   // sanitize keeps each field the user set that is within what the server
@@ -125,9 +144,11 @@
   }
 
   // sampling is the params of a prompt: only the fields the user changed.
+  // With the thinking switch set (a reasoning model), think says whether the model thinks first.
   function sampling() {
     const p = {};
     for (const f of SAMPLING) if (Object.hasOwn(state.settings, f)) p[f] = state.settings[f];
+    if (state.think !== null && thinks()) p.think = state.think;
     return p;
   }
 
@@ -172,11 +193,79 @@
       const res = await fetch('info', { headers: state.apiKey ? { Authorization: `Bearer ${state.apiKey}` } : {} });
       if (!res.ok) return;
       const info = await res.json();
-      if (!info || typeof info.defaults !== 'object' || !info.defaults) return;
+      if (!info || typeof info !== 'object') return;
+      state.info = {
+        name: typeof info.name === 'string' ? info.name : '',
+        quantization: typeof info.quantization === 'string' ? info.quantization : '',
+        parameters: Number.isFinite(info.parameters) ? info.parameters : 0,
+        context_length: info.limits && Number.isFinite(info.limits.context_length) ? info.limits.context_length
+          : (Number.isFinite(info.context_length) ? info.context_length : 0),
+        thinking: typeof info.thinking === 'string' ? info.thinking : '',
+      };
+      showFacts();
+      if (typeof info.defaults !== 'object' || !info.defaults) return;
       state.server = { defaults: info.defaults, limits: info.limits || {} };
       state.settings = sanitize(state.settings);
       if (ui.settings.open) fillSettingsForm(state.settings);
     } catch { /* the page's fallback defaults show; prompts still send only what the user changed */ }
+  }
+
+  // ---------- the model's facts, the context meter, the thinking switch ----------
+
+  // thinks reports whether the model marks a thought (/info's thinking is a format, "none" without one).
+  function thinks() {
+    return !!(state.info && state.info.thinking && state.info.thinking !== 'none');
+  }
+
+  // shortCount writes a parameter count the way model names do: 260K, 1.5B.
+  function shortCount(n) {
+    for (const [unit, v] of [['T', 1e12], ['B', 1e9], ['M', 1e6], ['K', 1e3]]) {
+      if (n >= v) return `${+(n / v).toFixed(n >= 10 * v ? 0 : 1)}${unit}`;
+    }
+    return String(n);
+  }
+
+  // showFacts shows the model under the conversation: its name, size and
+  // quantization, and how much of its context the conversation fills.
+  function showFacts() {
+    const i = state.info;
+    if (!i) { ui.facts.hidden = true; return; }
+    const parts = [state.model || i.name];
+    if (i.parameters > 0) parts.push(`${shortCount(i.parameters)} parameters`);
+    if (i.quantization) parts.push(i.quantization);
+    ui.factsText.textContent = parts.filter(Boolean).join(' · ');
+    const ctx = i.context_length;
+    ui.ctxMeter.hidden = !(ctx > 0);
+    ui.ctxText.hidden = !(ctx > 0);
+    if (ctx > 0) {
+      const used = Math.min(state.contextUsed, ctx);
+      ui.ctxMeter.max = ctx;
+      ui.ctxMeter.value = used;
+      ui.ctxMeter.high = Math.round(ctx * 0.8);
+      ui.ctxMeter.low = Math.round(ctx * 0.5);
+      ui.ctxMeter.optimum = 0;
+      const pct = Math.round((used / ctx) * 100);
+      ui.ctxText.textContent = state.contextUsed > 0 ? `context ${used} / ${ctx} (${pct}%)` : `context ${ctx}`;
+      ui.ctxMeter.title = ui.ctxText.textContent;
+    }
+    ui.think.hidden = !thinks();
+    showThink();
+    ui.facts.hidden = false;
+  }
+
+  // showThink labels the thinking switch with what the next prompt asks for.
+  function showThink() {
+    const on = state.think !== false; // unset: the model's default, which thinks
+    ui.think.setAttribute('aria-pressed', on ? 'true' : 'false');
+    ui.think.textContent = on ? 'Thinking on' : 'Thinking off';
+    ui.think.title = on ? 'The model thinks before it answers; click to answer directly'
+      : 'The model answers directly; click to let it think first';
+  }
+
+  function toggleThink() {
+    state.think = state.think === false;
+    store.set(localStorage, KEYS.think, JSON.stringify(state.think));
+    showThink();
   }
 
   // sendSystem tells the server the session's system prompt. An empty setting
@@ -258,18 +347,20 @@
     // A handshake that never opened: the page cannot see the HTTP status, so
     // after a few in a row it names the likely cause it can do something about.
     state.refused = opened ? 0 : state.refused + 1;
+    // A refused key brings up the key dialog (ensureKey), so the notice only
+    // mentions a key on a server that asks for one.
     if (state.refused === 3) {
       ensureKey().then((asked) => { if (asked) { state.attempt = 0; scheduleReconnect(true); } });
-      addNote('note', state.apiKey
-        ? 'Cannot open a chat connection. Is the server up, and is the ?key= this page was opened with right?'
-        : 'Cannot open a chat connection. Is the server up? If it requires an API key, open this page as …/?key=YOUR_KEY.');
+      addNote('note', state.keyRequired && state.apiKey
+        ? 'Cannot open a chat connection. Is the server up, and is the API key right? (Settings → Change key.)'
+        : 'Cannot open a chat connection. Is the server up?', true);
     }
     state.ws = null;
     state.ready = false;
     state.resetPending = false;
     if (state.reply) finishReply({ finish_reason: 'interrupted' });
     // 1001 is the server going away (restart, drain): say so, then come back.
-    if (ev.code === 1001) addNote('note', 'The server closed the connection (going away); reconnecting.');
+    if (ev.code === 1001) addNote('note', 'The server closed the connection (going away); reconnecting.', true);
     scheduleReconnect();
   }
 
@@ -337,6 +428,8 @@
     const live = msg.reply && msg.reply.status === 'generating' && last && last.role === 'assistant' ? last : null;
     if (live) messages = messages.slice(0, -1);
     const wasReset = state.resetPending;
+    // Notices about the connection are stale once it is back.
+    for (const n of ui.log.querySelectorAll('.msg[data-transient]')) n.remove();
     state.ready = true;
     state.attempt = 0;
     state.resetPending = false;
@@ -346,7 +439,7 @@
     ui.sessionWrap.hidden = !state.sessionId;
     if (live || !sameHistory(messages, state.messages) || !ui.log.querySelector('.msg')) renderHistory(messages);
     state.messages = messages;
-    if (live) followReply(live.content, Number(msg.reply.seq) || 0);
+    if (live) followReply(live.content, Number(msg.reply.seq) || 0, live.reasoning);
     if (state.notice) { addNote('note', state.notice); state.notice = ''; }
     // A fresh (or just reset) session starts with the server's default system
     // prompt; apply the user's unless the history already carries it.
@@ -356,6 +449,8 @@
       state.model = msg.model;
       ui.model.value = msg.model;
     }
+    showFacts();
+    showBranches();
     setConn('connected', 'Connected');
     refreshActions();
     refreshList();
@@ -612,9 +707,17 @@
     content.className = 'content';
     if (known === 'assistant') content.innerHTML = renderMarkdown(text);
     else if (known === 'tool') {
+      // A tool's result is often long (a file, a page): collapsed to its
+      // first line, expandable, like the call that asked for it.
+      const box = document.createElement('details');
+      box.className = 'tool';
+      const summary = document.createElement('summary');
+      const first = String(text).split('\n', 1)[0];
+      summary.textContent = `${first.length > 80 ? `${first.slice(0, 80)}…` : first} (${text.length} characters)`;
       const pre = document.createElement('pre');
       pre.textContent = prettyJSON(text);
-      content.append(pre);
+      box.append(summary, pre);
+      content.append(box);
     } else content.textContent = text;
     node.append(who, content);
     ui.empty.hidden = true;
@@ -624,10 +727,16 @@
 
   // addNote shows one of the page's own notices; the same notice twice in a
   // row (a refusal repeated on every retry) is shown once.
-  function addNote(kind, text) {
+  // transient: a notice about the connection, removed when it is back.
+  function addNote(kind, text, transient = false) {
     const last = ui.log.lastElementChild;
     if (last && last.dataset.role === kind && last.querySelector('.content').textContent === text) return;
-    addMessage(kind, text);
+    if (transient) {
+      // One connection notice at a time: the newest says how things stand.
+      for (const n of ui.log.querySelectorAll('.msg[data-transient]')) n.remove();
+    }
+    const node = addMessage(kind, text);
+    if (transient) node.dataset.transient = 'true';
     scrollToEnd(true);
   }
 
@@ -699,6 +808,11 @@
       state.messages.push({ role: 'assistant', content: r.text, reasoning: r.thought, tool_calls: toolCalls });
     }
     r.node.append(replyMeta(r, msg, finish));
+    const usage = msg.usage || {};
+    if (Number.isFinite(usage.prompt_tokens) && Number.isFinite(usage.completion_tokens)) {
+      state.contextUsed = usage.prompt_tokens + usage.completion_tokens;
+      showFacts();
+    }
     if (stick) scrollToEnd(true);
     updateControls();
     refreshActions();
@@ -733,12 +847,22 @@
     return meta;
   }
 
+  // addCopyButtons gives each code block a Copy button and, when its fence
+  // named a language, a label with the language's name.
   function addCopyButtons(container) {
     for (const pre of container.querySelectorAll('pre')) {
-      if (pre.parentElement.classList.contains('code-block')) continue;
+      if (pre.parentElement.classList.contains('code-block') || pre.closest('details.tool')) continue;
       const wrap = document.createElement('div');
       wrap.className = 'code-block';
       pre.replaceWith(wrap);
+      const lang = /(?:^|\s)language-(\S+)/.exec(pre.querySelector('code')?.className || '');
+      if (lang) {
+        const label = document.createElement('span');
+        label.className = 'lang';
+        label.textContent = window.ParleyMarkdown && window.ParleyMarkdown.languageName
+          ? window.ParleyMarkdown.languageName(lang[1]) : lang[1];
+        wrap.append(label);
+      }
       const btn = document.createElement('button');
       btn.type = 'button';
       btn.className = 'btn ghost copy';
@@ -830,6 +954,7 @@
     if (u < 0 || u === state.messages.length - 1) return;
     const ok = sendJSON({ type: 'regenerate', params: sampling() });
     if (!ok) return;
+    keepVersion(state.messages.length - 1);
     const userNode = ui.log.querySelector(`.msg[data-index="${u}"]`);
     for (const n of [...ui.log.querySelectorAll('.msg')]) {
       // The old reply and what followed it (its notes included) go.
@@ -846,6 +971,102 @@
     state.attempt = 0;
     scheduleReconnect(true);
   }
+
+  // ---------- branches and earlier versions ----------
+
+  function readJSON(key) {
+    try {
+      const v = JSON.parse(store.get(localStorage, key) || 'null');
+      return v && typeof v === 'object' && !Array.isArray(v) ? v : {};
+    } catch { return {}; }
+  }
+
+  // linkBranch records that session child is a fork of parent that differs
+  // from it at message at (an edited prompt). Forks of a fork at the same
+  // message join the first one's parent, so all versions of a prompt are
+  // siblings under one root.
+  function linkBranch(parent, child, at) {
+    const links = readJSON(KEYS.branches);
+    const up = links[parent];
+    const root = up && up.at === at ? up.parent : parent;
+    links[child] = { parent: root, at };
+    const ids = Object.keys(links);
+    for (const id of ids.slice(0, Math.max(0, ids.length - MAX_BRANCH_LINKS))) delete links[id];
+    store.set(localStorage, KEYS.branches, JSON.stringify(links));
+  }
+
+  // branchesAt lists the sessions that are versions of session sid's message
+  // at (sid among them), oldest first.
+  function branchesAt(sid, at) {
+    if (!sid) return [];
+    const links = readJSON(KEYS.branches);
+    const up = links[sid];
+    const root = up && up.at === at ? up.parent : sid;
+    return [root, ...Object.keys(links).filter((id) => links[id].parent === root && links[id].at === at)];
+  }
+
+  // keepVersion keeps the reply at index i of the open session before a
+  // Regenerate replaces it, so the arrows can page back to it.
+  function keepVersion(i) {
+    const m = state.messages[i];
+    if (!state.sessionId || !m || m.role !== 'assistant') return;
+    const all = readJSON(KEYS.versions);
+    const mine = all[state.sessionId] && typeof all[state.sessionId] === 'object' ? all[state.sessionId] : {};
+    const list = Array.isArray(mine[i]) ? mine[i] : [];
+    list.push({ content: m.content, reasoning: m.reasoning || '' });
+    mine[i] = list.slice(-MAX_VERSIONS);
+    delete all[state.sessionId];
+    all[state.sessionId] = mine; // newest last: the oldest sessions are dropped first
+    const ids = Object.keys(all);
+    for (const id of ids.slice(0, Math.max(0, ids.length - MAX_VERSION_SESSIONS))) delete all[id];
+    store.set(localStorage, KEYS.versions, JSON.stringify(all));
+  }
+
+  // versionsAt is the earlier replies kept for message i of the open session.
+  // One equal to the conversation's own (a Regenerate that failed) is left out.
+  function versionsAt(i) {
+    const mine = readJSON(KEYS.versions)[state.sessionId];
+    const cur = state.messages[i];
+    return mine && Array.isArray(mine[i]) ? mine[i].filter((v) => v && typeof v.content === 'string' && (!cur || v.content !== cur.content)) : [];
+  }
+
+  // pager makes the ‹ k/n › control; go(k) shows version k (1-based).
+  function pager(k, n, what, go) {
+    const nav = document.createElement('span');
+    nav.className = 'pager';
+    nav.setAttribute('role', 'group');
+    nav.setAttribute('aria-label', `${what}: ${k} of ${n}`);
+    const prev = actionButton('‹', `Previous ${what}`, () => go(k - 1));
+    const next = actionButton('›', `Next ${what}`, () => go(k + 1));
+    prev.disabled = k <= 1;
+    next.disabled = k >= n;
+    const at = document.createElement('span');
+    at.className = 'pager-at';
+    at.textContent = `${k}/${n}`;
+    nav.append(prev, at, next);
+    return nav;
+  }
+
+  // showVersion shows version k of reply i in its node: the earlier ones are
+  // marked as not in the conversation, the last one is the conversation's.
+  function showVersion(node, i, k) {
+    const earlier = versionsAt(i);
+    const m = state.messages[i];
+    if (!m || k < 1 || k > earlier.length + 1) return;
+    const v = k <= earlier.length ? earlier[k - 1] : m;
+    node.dataset.version = String(k);
+    node.classList.toggle('earlier', k <= earlier.length);
+    const content = node.querySelector('.content');
+    content.innerHTML = renderMarkdown(v.content);
+    addCopyButtons(content);
+    node.querySelector('details.thought')?.remove();
+    showThought(node, v.reasoning || '', 0);
+    refreshActions();
+  }
+
+  // showBranches is refreshActions under its name for the session event: the
+  // arrows depend on which session is open.
+  function showBranches() { refreshActions(); }
 
   // ---------- message actions ----------
 
@@ -872,7 +1093,17 @@
       const bar = document.createElement('div');
       bar.className = 'msg-actions';
       if (m.role === 'assistant' && node.dataset.state !== 'waiting' && node.dataset.state !== 'streaming') {
-        bar.append(actionButton('Copy', 'Copy reply', (b) => copyText(m.content, b)));
+        const earlier = versionsAt(i);
+        if (earlier.length && !busy) {
+          const k = Number(node.dataset.version) || earlier.length + 1;
+          bar.append(pager(k, earlier.length + 1, 'version of this reply', (j) => showVersion(node, i, j)));
+        }
+        // Copy gives the Markdown source of the version on screen.
+        const shownVersion = () => {
+          const k = Number(node.dataset.version) || 0;
+          return node.classList.contains('earlier') && earlier[k - 1] ? earlier[k - 1].content : m.content;
+        };
+        bar.append(actionButton('Copy', 'Copy reply', (b) => copyText(shownVersion(), b)));
         if (!busy && state.ready && k === nodes.length - 1 && i === state.messages.length - 1) {
           bar.append(actionButton('Regenerate', 'Regenerate reply', regenerate));
           // A reply cut short (its length limit, Stop, a lost server) can go on.
@@ -880,7 +1111,14 @@
           if (cut && m.content) bar.append(actionButton('Continue', 'Continue reply', continueReply));
         }
       }
-      if (m.role === 'user' && !busy && state.ready) bar.append(actionButton('Edit', 'Edit prompt', () => startEdit(node, i)));
+      if (m.role === 'user' && !busy && state.ready) {
+        const forks = branchesAt(state.sessionId, i);
+        if (forks.length > 1) {
+          const k = forks.indexOf(state.sessionId) + 1;
+          bar.append(pager(k, forks.length, 'version of this prompt', (j) => switchSession(forks[j - 1])));
+        }
+        bar.append(actionButton('Edit', 'Edit prompt', () => startEdit(node, i)));
+      }
       if (bar.childElementCount) node.append(bar);
     });
   }
@@ -944,7 +1182,9 @@
       return;
     }
     state.pendingPrompt = text;
-    switchSession(String(fork.id || '').replace(/^conv_/, ''));
+    const child = String(fork.id || '').replace(/^conv_/, '');
+    linkBranch(state.sessionId, child, i);
+    switchSession(child);
   }
 
   // ---------- the server's HTTP API ----------
@@ -978,24 +1218,160 @@
     keyAsked = (async () => {
       try {
         await api('GET', 'v1/conversations?limit=1');
+        if (!state.apiKey) state.keyRequired = false;
         return false;
       } catch (err) {
         if (err.status !== 401) return false;
       }
-      ui.keyHint.textContent = state.apiKey
+      state.keyRequired = true;
+      return askKey(state.apiKey
         ? 'The server refused the API key this page kept. Enter the right one; the page keeps it in this browser.'
-        : 'This server needs an API key. The page keeps it in this browser.';
-      ui.keyInput.value = '';
-      ui.keyDialog.returnValue = '';
-      ui.keyDialog.showModal();
-      await new Promise((resolve) => ui.keyDialog.addEventListener('close', resolve, { once: true }));
-      const key = ui.keyInput.value.trim();
-      if (ui.keyDialog.returnValue !== 'save' || !key) return false;
-      state.apiKey = key;
-      store.set(localStorage, KEYS.apiKey, key);
-      return true;
+        : 'This server needs an API key. The page keeps it in this browser.');
     })().finally(() => { keyAsked = null; });
     return keyAsked;
+  }
+
+  // askKey shows the key dialog with hint; it resolves true when a key was
+  // given (and kept), false when the dialog was cancelled.
+  async function askKey(hint) {
+    ui.keyHint.textContent = hint;
+    ui.keyInput.value = '';
+    ui.keyDialog.returnValue = '';
+    ui.keyDialog.showModal();
+    await new Promise((resolve) => ui.keyDialog.addEventListener('close', resolve, { once: true }));
+    const key = ui.keyInput.value.trim();
+    ui.keyInput.value = '';
+    if (ui.keyDialog.returnValue !== 'save' || !key) return false;
+    state.apiKey = key;
+    store.set(localStorage, KEYS.apiKey, key);
+    return true;
+  }
+
+  // showKeyRow says in the settings whether the page keeps a key, with the
+  // buttons to change it and to forget it (sign out).
+  function showKeyRow() {
+    ui.sKey.textContent = state.apiKey ? 'This browser keeps an API key for this server.' : 'No API key is kept in this browser.';
+    ui.sKeyForget.hidden = !state.apiKey;
+  }
+
+  // changeKey asks for another key and reconnects with it.
+  async function changeKey() {
+    ui.settings.close();
+    if (!await askKey('Enter the API key to use from now on. The page keeps it in this browser.')) return;
+    list.available = true;
+    switchSession(null);
+    refreshList();
+    loadModels();
+    loadInfo();
+  }
+
+  // forgetKey signs out: the key and the open conversation's id are
+  // forgotten in this browser, and the page starts over without them.
+  function forgetKey() {
+    ui.settings.close();
+    store.set(localStorage, KEYS.apiKey, null);
+    store.set(localStorage, KEYS.session, null);
+    store.set(localStorage, KEYS.started, null);
+    location.reload();
+  }
+
+  // ---------- export and import ----------
+
+  // EXPORT_FORMAT names the page's JSON export, which import reads back.
+  const EXPORT_FORMAT = 'parley.conversation';
+
+  function currentTitle() {
+    const item = list.items.find((c) => c.session === state.sessionId);
+    if (item && item.title) return String(item.title);
+    const first = state.messages.find((m) => m.role === 'user');
+    return first ? first.content.split('\n', 1)[0].slice(0, 80) : 'Conversation';
+  }
+
+  // conversationMarkdown is the conversation as a Markdown document: a
+  // heading per message, replies as they are (they are Markdown already).
+  function conversationMarkdown(title, messages) {
+    const out = [`# ${title}`, ''];
+    for (const m of messages) {
+      out.push(`## ${ROLE_NAMES[m.role] || m.role}`, '');
+      if (m.reasoning) out.push('<details><summary>Thought</summary>', '', m.reasoning, '', '</details>', '');
+      if (m.role === 'tool' || m.role === 'system') out.push('```', m.content, '```', '');
+      else out.push(m.content, '');
+      for (const c of m.tool_calls || []) out.push(`Tool call \`${c.name}\`:`, '', '```json', prettyJSON(String(c.arguments || '')), '```', '');
+    }
+    return out.join('\n');
+  }
+
+  // exportConversation downloads the conversation on screen as JSON (which
+  // Import reads back) or Markdown.
+  function exportConversation(kind) {
+    if (!state.messages.length) { addNote('note', 'Nothing to export yet.'); return; }
+    const title = currentTitle();
+    const messages = state.messages.map((m) => {
+      const o = { role: m.role, content: m.content };
+      if (m.reasoning) o.reasoning = m.reasoning;
+      if (m.tool_calls && m.tool_calls.length) o.tool_calls = m.tool_calls;
+      if (m.name) o.name = m.name;
+      return o;
+    });
+    const body = kind === 'md'
+      ? conversationMarkdown(title, messages)
+      : JSON.stringify({ format: EXPORT_FORMAT, version: 1, title, model: state.model || (state.info && state.info.name) || '', exported_at: new Date().toISOString(), messages }, null, 2);
+    const blob = new Blob([body], { type: kind === 'md' ? 'text/markdown' : 'application/json' });
+    const a = document.createElement('a');
+    a.href = URL.createObjectURL(blob);
+    a.download = `${title.replace(/[^\p{L}\p{N} _-]+/gu, '').trim().slice(0, 60) || 'conversation'}.${kind}`;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 60000);
+  }
+
+  // importItems turns an export's messages into the Conversations API's items.
+  function importItems(messages) {
+    const items = [];
+    for (const m of messages) {
+      if (!m || typeof m !== 'object' || typeof m.content !== 'string') throw new Error('a message without text content');
+      if (m.role === 'tool') {
+        items.push({ type: 'function_call_output', call_id: String(m.tool_call_id || m.name || 'call'), output: m.content });
+        continue;
+      }
+      if (!['user', 'assistant', 'system', 'developer'].includes(m.role)) throw new Error(`an unknown role: ${String(m.role)}`);
+      if (m.content !== '' || !(m.tool_calls || []).length) items.push({ type: 'message', role: m.role, content: m.content });
+      for (const c of m.tool_calls || []) {
+        items.push({ type: 'function_call', call_id: String(c.id || 'call'), name: String(c.name || ''), arguments: String(c.arguments || '') });
+      }
+    }
+    return items;
+  }
+
+  // importConversation reads a file exported by this page (or a bare array
+  // of {role, content}) into a new conversation on the server and opens it.
+  async function importConversation() {
+    const file = ui.importFile.files && ui.importFile.files[0];
+    ui.importFile.value = '';
+    if (!file) return;
+    let data;
+    try {
+      data = JSON.parse(await file.text());
+    } catch {
+      addNote('error', `Could not import ${file.name}: it is not JSON (import reads the page's JSON export).`);
+      return;
+    }
+    const messages = Array.isArray(data) ? data : data && data.format === EXPORT_FORMAT ? data.messages : null;
+    if (!Array.isArray(messages) || !messages.length) {
+      addNote('error', `Could not import ${file.name}: no messages in it.`);
+      return;
+    }
+    let conv;
+    try {
+      const title = typeof data.title === 'string' && data.title ? data.title.slice(0, 200) : file.name.replace(/\.json$/i, '');
+      conv = await api('POST', 'v1/conversations', { items: importItems(messages), metadata: { title } });
+    } catch (err) {
+      addNote('error', `Could not import ${file.name}: ${err.message}`);
+      return;
+    }
+    switchSession(String(conv.id || '').replace(/^conv_/, ''));
+    refreshList();
   }
 
   // ---------- the conversation list ----------
@@ -1046,8 +1422,20 @@
       const open = document.createElement('button');
       open.type = 'button';
       open.className = 'conv-open';
-      open.textContent = title;
+      const name = document.createElement('span');
+      name.className = 'conv-name';
+      name.textContent = title;
+      open.append(name);
+      const when = shortDate(Number(c.updated_at));
+      if (when) {
+        const time = document.createElement('time');
+        time.className = 'conv-date';
+        time.dateTime = new Date(Number(c.updated_at) * 1000).toISOString();
+        time.textContent = when;
+        open.append(time);
+      }
       open.title = title;
+      open.setAttribute('aria-label', title); // the title names the button; the date is a visual aid
       open.addEventListener('click', () => { if (sid !== state.sessionId) switchSession(sid); else closeSidebar(); });
       const rename = document.createElement('button');
       rename.type = 'button';
@@ -1069,6 +1457,20 @@
     ui.convEmpty.hidden = list.items.length > 0;
     ui.convEmpty.textContent = ui.search.value.trim() ? 'No conversation has that in its title.' : 'No conversations yet.';
     markCurrent();
+  }
+
+  // shortDate is when a conversation last changed (unix seconds), as the list
+  // shows it: the time today, "Yesterday", the day this year, else the date.
+  function shortDate(sec) {
+    if (!Number.isFinite(sec) || sec <= 0) return '';
+    const d = new Date(sec * 1000);
+    const now = new Date();
+    const day = (x) => new Date(x.getFullYear(), x.getMonth(), x.getDate()).getTime();
+    const days = Math.round((day(now) - day(d)) / 86400000);
+    if (days === 0) return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+    if (days === 1) return 'Yesterday';
+    if (d.getFullYear() === now.getFullYear()) return d.toLocaleDateString([], { month: 'short', day: 'numeric' });
+    return d.toLocaleDateString([], { year: 'numeric', month: 'short', day: 'numeric' });
   }
 
   function markCurrent() {
@@ -1125,13 +1527,19 @@
     refreshList();
   }
 
+  // openSidebar opens the drawer (narrow screens) over a scrim that closes it.
+  // Focus goes to the current conversation (else the close button), not to
+  // search: on a phone a focused field pops the keyboard up over the list.
   function openSidebar() {
     ui.sidebar.classList.add('open');
+    ui.scrim.hidden = false;
     ui.openSidebar.setAttribute('aria-expanded', 'true');
-    ui.search.focus();
+    const current = ui.convList.querySelector('.conv[aria-current="true"] .conv-open');
+    (current || ui.closeSidebar).focus({ preventScroll: true });
   }
 
   function closeSidebar() {
+    ui.scrim.hidden = true;
     if (!ui.sidebar.classList.contains('open')) return;
     ui.sidebar.classList.remove('open');
     ui.openSidebar.setAttribute('aria-expanded', 'false');
@@ -1141,17 +1549,25 @@
   // followReply shows a reply the server is still generating, its text so
   // far up to token seq, and follows it: its tokens and its done event come
   // as for a reply this page asked for.
-  function followReply(text, seq) {
+  // thought: the reply's thought so far (a reasoning model), shown as it was.
+  function followReply(text, seq, thought = '') {
     const users = state.messages.filter((m) => m.role === 'user');
     const node = addMessage('assistant', text);
     node.dataset.state = 'streaming';
     node.setAttribute('aria-busy', 'true');
     const userNodes = ui.log.querySelectorAll('.msg.user');
+    const now = performance.now();
     state.reply = {
       node, userNode: userNodes[userNodes.length - 1] || null, prompt: users.length ? users[users.length - 1].content : '',
-      content: node.querySelector('.content'), text, thought: '', thoughtAt: 0, thoughtEnd: 0,
-      tokens: seq, seq, sentAt: performance.now(), firstAt: 0, renderQueued: false, stopping: false, resumed: true,
+      content: node.querySelector('.content'), text, thought, thoughtAt: thought ? now : 0, thoughtEnd: thought && text ? now : 0,
+      tokens: seq, seq, sentAt: now, firstAt: 0, renderQueued: false, stopping: false, resumed: true,
     };
+    if (thought) {
+      // Still thinking (no answer yet): the box says so and grows; else it is the finished thought.
+      const box = thoughtBox(node);
+      box.querySelector('.thought-text').textContent = thought;
+      box.querySelector('summary').textContent = text ? `Thought · ${thought.length} characters` : 'Thinking…';
+    }
     scrollToEnd(true);
     updateControls();
   }
@@ -1173,6 +1589,8 @@
       sendJSON({ type: 'cancel' });
       state.reply = null;
     }
+    state.contextUsed = 0;
+    showFacts();
     clearLog();
     state.messages = [];
     state.sessionId = sid || null;
@@ -1247,6 +1665,7 @@
     if (window.matchMedia) window.matchMedia('(prefers-color-scheme: dark)').addEventListener('change', showThemeButton);
     ui.openSettings.addEventListener('click', () => {
       fillSettingsForm(state.settings);
+      showKeyRow();
       ui.settings.showModal();
     });
     ui.defaults.addEventListener('click', () => fillSettingsForm({}));
@@ -1258,6 +1677,14 @@
     document.addEventListener('visibilitychange', () => { if (!document.hidden) { retryNow(); refreshList(); } });
     ui.openSidebar.addEventListener('click', openSidebar);
     ui.closeSidebar.addEventListener('click', closeSidebar);
+    ui.scrim.addEventListener('click', closeSidebar);
+    ui.think.addEventListener('click', toggleThink);
+    ui.sKeyChange.addEventListener('click', changeKey);
+    ui.sKeyForget.addEventListener('click', forgetKey);
+    ui.exportJSON.addEventListener('click', () => exportConversation('json'));
+    ui.exportMD.addEventListener('click', () => exportConversation('md'));
+    ui.importBtn.addEventListener('click', () => ui.importFile.click());
+    ui.importFile.addEventListener('change', importConversation);
     ui.search.addEventListener('input', () => {
       clearTimeout(list.timer);
       list.timer = setTimeout(refreshList, 200);
