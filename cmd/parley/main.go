@@ -33,9 +33,9 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/llm"
-	"github.com/parley-chat/parley/mcp"
 	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
+	"github.com/parley-chat/parley/mcp"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
