@@ -4,9 +4,13 @@
 #
 #   docker build -t parley .                               # SIMD x86-64-v3 (AVX2/FMA/F16C): runs on most x86-64
 #   docker build --build-arg MARCH=native -t parley .      # the build host's best; runs only on CPUs like it
-#   docker run --rm -p 8000:8000 -v "$PWD/models:/models:ro" parley              # serves /models/model.gguf
-#   docker run --rm -p 8000:8000 -v "$PWD/models:/models:ro" -e PARLEY_MODEL=/models/other.gguf parley
+#   docker run --rm -p 127.0.0.1:8000:8000 -v "$PWD/models:/models:ro" parley    # serves /models/model.gguf
+#   docker run --rm -p 127.0.0.1:8000:8000 -v "$PWD/models:/models:ro" -e PARLEY_MODEL=/models/other.gguf parley
 #   docker run ... parley --ctx 4096 --threads 8                                  # flags after the image name
+#
+# The examples publish on the host's loopback only: inside the container Parley listens on every interface (a
+# container's loopback is its own), so -p decides who reaches it. Before publishing beyond the host, give it a key:
+#   docker run --rm -p 8000:8000 -e PARLEY_API_KEY="$(openssl rand -hex 16)" -v "$PWD/models:/models:ro" parley
 #
 # Docker cannot run on the project's own machines, so scripts/dockerfile-check.sh (part of `make test`) runs this
 # file's go build with the same flags, checks that the runtime stage's packages satisfy the binary's libraries, and

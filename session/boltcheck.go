@@ -21,6 +21,18 @@ func damaged(path string, err error) error {
 		path, ErrDamaged, err, path, path)
 }
 
+// ErrInUse marks a session file a running server holds: bbolt lets one
+// process at a time open it, so it cannot be checked or repaired in place.
+var ErrInUse = errors.New("session store in use")
+
+// inUse is the error for a file whose lock another process holds, with the
+// ways to check it anyway.
+func inUse(path string) error {
+	return fmt.Errorf("%s: %w: a running Parley holds it (one process at a time can open a bbolt file). "+
+		"Its own check runs at every start, so a server that is up has a sound store; to check it now, stop the server "+
+		"and run this again, or check a copy taken while the server is stopped", path, ErrInUse)
+}
+
 // safely runs f, turning a panic (bbolt asserts on some page corruptions
 // instead of returning an error) into an error.
 func safely(f func() error) (err error) {
@@ -85,6 +97,9 @@ func CheckBoltFile(path string) error {
 		return damaged(path, errors.New("the file is empty (0 bytes)"))
 	}
 	db, err := openChecked(path, &bolt.Options{Timeout: openTimeout, ReadOnly: true})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return inUse(path)
+	}
 	if err != nil {
 		return err
 	}
@@ -107,6 +122,13 @@ func CheckBoltFile(path string) error {
 // from it. It returns where the old file went and how many sessions were
 // kept. The server must not be running on the file.
 func RepairBoltFile(path string) (movedTo string, kept int, err error) {
+	// Moving a file a server holds aside would lose what it writes next:
+	// refuse while its lock is held.
+	if held, err := locked(path); err != nil {
+		return "", 0, err
+	} else if held {
+		return "", 0, inUse(path)
+	}
 	movedTo = fmt.Sprintf("%s.damaged-%s", path, time.Now().UTC().Format("20060102T150405Z"))
 	if err := os.Rename(path, movedTo); err != nil {
 		return "", 0, fmt.Errorf("move %s aside: %w", path, err)
@@ -192,4 +214,15 @@ func RepairBoltFile(path string) (movedTo string, kept int, err error) {
 		return movedTo, 0, fmt.Errorf("write %s: %w", path, err)
 	}
 	return movedTo, len(recs), nil
+}
+
+// locked reports whether another process holds the lock of the bbolt file
+// at path, without reading the file: a damaged file still reports its lock.
+func locked(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	return flockHeld(f)
 }

@@ -58,3 +58,24 @@ func TestMaxTokensBelowCtx(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStoreCommandOnALiveStore: on a file a server holds, check says so and
+// how to check it instead of timing out, and repair refuses to move it.
+func TestStoreCommandOnALiveStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sessions.db")
+	st, err := session.OpenBoltStore(path) // the running server's hold on the file
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, cmd := range []string{"check", "repair"} {
+		var out, errOut bytes.Buffer
+		code := storeCommand([]string{cmd, path}, &out, &errOut)
+		if code != 1 || !strings.Contains(errOut.String(), "a running Parley holds it") || !strings.Contains(errOut.String(), "stop the server") {
+			t.Fatalf("%s of a live store: exit %d, stdout %q, stderr %q", cmd, code, out.String(), errOut.String())
+		}
+	}
+	if matches, _ := filepath.Glob(path + ".damaged-*"); len(matches) != 0 {
+		t.Fatalf("repair moved a live store aside: %v", matches)
+	}
+}
