@@ -52,7 +52,7 @@ help:
 	@echo 'make run     what running needs + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
 	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
 	@echo 'make test-busy  the same suite while a CPU hog keeps every core busy (twice as many busy threads as cores)'
-	@echo 'make bench   build ollama, llama-server and the synthetic models (F16, Q8_0, Q4_0), then cmd/bench (BENCH_ARGS=...)'
+	@echo 'make bench   build ollama, llama-server and the synthetic models (F16, Q8_0, Q4_0), then tools/bench (BENCH_ARGS=...)'
 	@echo 'make setup-engine-cuda  the current engine'"'"'s CUDA build into lib/llama-current-cuda (143 MB; CUDA 13 runtime)'
 	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
 	@echo '             installs Debian'"'"'s nvidia-cuda-toolkit if nvcc is missing; ~17 min per architecture on 2 cores)'
@@ -145,7 +145,7 @@ test-busy: setup build
 # The peers (ollama, same module version and CGO flags; llama-server and llama-quantize from a current llama.cpp
 # snapshot, same SIMD level), the synthetic model and its Q8_0/Q4_0 copies (kept outside the repo, made once), then the
 # measurements: the raw loop of each engine, Parley on each engine, llama-server and Ollama; writes BENCHMARKS.md.
-# Not part of CI. BENCH_ARGS go to cmd/bench after these and override them (e.g. BENCH_ARGS='-threads 2 -sessions 1,8').
+# Not part of CI. BENCH_ARGS go to tools/bench after these and override them (e.g. BENCH_ARGS='-threads 2 -sessions 1,8').
 # LLAMA_CPP_SRC: the llama.cpp checkout to build llama-server from (or PARLEY_LLAMA_CPP_SRC; required by make bench).
 # BENCH_VOCAB: the synthetic models' vocabulary size, SmolLM2's by default (the donor's 512 tokens would make the output
 # projection, log-probabilities and sampling nearly free); BENCH_VOCAB= measures the 512-token models of earlier runs.
@@ -158,7 +158,7 @@ bench: build setup-engine setup-bench
 	scripts/build-ollama.sh
 	scripts/build-llama-server.sh $(LLAMA_CPP_SRC)
 	VOCAB_SIZE=$(BENCH_VOCAB) scripts/bench-models.sh $(BENCH_MODELS_DIR)
-	$(GO) run ./cmd/bench -parley $(BIN) -models '$(BENCH_MODELS)' \
+	$(GO) run ./tools/bench -parley $(BIN) -models '$(BENCH_MODELS)' \
 	  -servers parley-embedded,parley-current,llama-server,ollama -raw-engines embedded,current -timeout 60m $(BENCH_ARGS)
 
 # cmake for build-llama-server.sh (Debian's), installed only when missing.

@@ -6,11 +6,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/session"
-	"github.com/parley-chat/parley/web"
 )
 
 // Defaults of --kv-cache-ram and --kv-cache-disk.
@@ -92,16 +90,4 @@ func kvCacheConfig(cfg config) llm.KVCacheConfig {
 	// nobody will ask for it again.
 	return llm.KVCacheConfig{RAMBytes: int64(cfg.kvCacheRAM), DiskBytes: disk, Dir: filepath.Join(cfg.dataDir, "kvcache"),
 		MinFreeBytes: kvMinFree(cfg), MaxAge: max(cfg.sessionTTL, 0)}
-}
-
-// kvCacheStats adapts the engine's KV swap counters to web's.
-func kvCacheStats(s llm.KVCacheStats) web.KVCacheStats {
-	return web.KVCacheStats{
-		Saves: s.Saves, SavedBytes: s.SavedBytes, Restores: s.Restores, RestoredTokens: s.RestoredTokens,
-		RestoreTime: time.Duration(s.RestoreNanos), SaveTime: time.Duration(s.SaveNanos),
-		DiskWrites: s.DiskWrites, DiskWriteBytes: s.DiskWriteBytes, Fallbacks: s.Fallbacks,
-		FilesRefused: map[string]int64{"corrupt": s.Corrupt, "foreign": s.Foreign}, DiskFull: s.DiskFull, Pruned: s.Pruned,
-		RAMBytes: s.RAMBytes, DiskBytes: s.DiskBytes, RAMEntries: s.RAMEntries, DiskEntries: s.DiskEntries,
-		Unsaved: s.Unsaved, DiskPending: s.DiskPending,
-	}
 }

@@ -22,7 +22,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +34,7 @@ import (
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
+	"github.com/parley-chat/parley/router"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
@@ -66,17 +66,9 @@ func main() {
 // Responses and Conversations APIs only when a type assertion finds
 // web.Conversations on it; these lines make a Service that stops
 // satisfying either a compile error here instead of a silent 404 there.
-// Likewise chat finds what it reuses the KV cache with (exact prompt
-// tokens, the saved state's tokens after a restart) by type assertions on
-// its generator, the engineRef below: chat.Engine is every interface it
-// asserts for, so a method engineRef fails to forward is a compile error
-// here instead of conversations silently cold after a restart (issue 44).
 var (
 	_ web.Sessions      = (*session.Service)(nil)
 	_ web.Conversations = (*session.Service)(nil)
-	_ chat.Engine       = (*llm.Engine)(nil)
-	_ chat.Engine       = (*engineRef)(nil)
-	_ chat.Engine       = (*modelRef)(nil)
 )
 
 // config is every flag's value.
@@ -234,7 +226,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if c.cacheScope != "user" && c.cacheScope != "client" {
 		return c, fmt.Errorf("--cache-scope: want user or client, got %q", c.cacheScope)
 	}
-	if err := checkMaxTokens(c.maxTokens, c.ctx); err != nil {
+	if err := router.CheckMaxTokens(c.maxTokens, c.ctx); err != nil {
 		return c, err
 	}
 	if err := c.engine.check(); err != nil {
@@ -320,7 +312,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer sandbox.Close()
 	ropts := []chat.Option{chat.WithLogger(log.Named("chat")), chat.WithJinjaRenderer(sandbox)}
 	if cfg.template != "" {
-		opt, err := templateOption(cfg.template)
+		opt, err := router.TemplateOption(cfg.template)
 		if err != nil {
 			return fmt.Errorf("--template: %w", err)
 		}
@@ -334,32 +326,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer store.Close()
 
 	if cfg.severalModels() {
-		return serveSeveral(ctx, cfg, log, stderr, ropts, func(m *router) (*web.Server, error) {
-			sessions := newSessions(cfg, store, defaults, m, log)
-			srv := web.New(serverConfig(cfg, defaults), sessions,
-				web.WithLogger(log.Named("web")),
-				web.WithTokenizer(m),
-				web.WithResponder(m), web.WithModelInfo(m.served[m.def].ref.Info),
-				web.WithModels(&modelsView{r: m}),
-				web.WithEngineStats(m.stats),
-				web.WithStoreUsage(storeUsage(store)),
-				web.WithInfo(func() web.Info {
-					t := m.Template()
-					return web.Info{ModelInfo: m.served[m.def].ref.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
-				}))
-			if err := srv.Open(); err != nil {
-				return nil, err
-			}
-			log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""))
-			return srv, nil
-		})
+		return serveSeveral(ctx, cfg, log, stderr, ropts, store, defaults)
 	}
+	return serveOne(ctx, cfg, log, stderr, ropts, store, defaults)
+}
 
+// serveOne is run's serving for one model: the sessions and the server over
+// the model's responder, listening at once; the model loads, and the server
+// is ready when it has.
+func serveOne(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writer, ropts []chat.Option, store session.Store, defaults parley.Params) error {
 	// The server listens before the model is fetched and loaded (minutes for
 	// a download or a large file), so a port error surfaces at once and
 	// /health answers 503 "loading" meanwhile. Until SetReady the chat and
 	// the APIs answer 503, so nothing reaches the engine before it exists.
-	engine := &engineRef{}
+	engine := &router.EngineRef{}
 	responder := chat.NewResponder(engine, ropts...)
 	sessions := newSessions(cfg, store, defaults, responder, log)
 
@@ -367,12 +347,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		web.WithLogger(log.Named("web")),
 		web.WithTokenizer(engine),
 		web.WithResponder(responder), web.WithModelInfo(engine.Info),
-		web.WithEngineStats(engine.stats),
+		web.WithEngineStats(engine.Stats),
 		web.WithStoreUsage(storeUsage(store)),
 		web.WithInfo(func() web.Info {
 			t := responder.Template()
 			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String(),
-				Engine: engineLabel(engine.name())}
+				Engine: engineLabel(engine.Name())}
 		}))
 	if err := srv.Open(); err != nil {
 		return err
@@ -382,10 +362,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	eng, err := loadEngine(ctx, cfg, log, stderr)
 	if err == nil {
 		// The engine may have capped --ctx at the model's training context.
-		err = checkMaxTokens(cfg.maxTokens, eng.Info().ContextLength)
+		err = router.CheckMaxTokens(cfg.maxTokens, eng.Info().ContextLength)
 	}
 	if err == nil {
-		engine.set(eng)
+		engine.Set(eng)
 		log.Info("prompt format", zap.String("template", responder.Template().Name()))
 		srv.SetReady(true)
 		log.Info("serving", zap.String("url", srv.URL()))
@@ -536,25 +516,6 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 	return lcfg
 }
 
-// engineRef stands in for the engine until it has loaded, so the chat
-// responder, the sessions and the server can be built, and listening, before
-// a load that may take minutes. Before set, Generate and Tokenize answer
-// unavailable (the server's readiness gate keeps requests away until then
-// anyway), Info and stats are zero and there are no saved tokens. It
-// implements chat.Engine whole (see the checks at the top of this file).
-// set is called once.
-type engineRef struct{ p atomic.Pointer[llm.Engine] }
-
-func (r *engineRef) set(e *llm.Engine) { r.p.Store(e) }
-
-// name is the llama.cpp engine that runs the model ("" before it has loaded).
-func (r *engineRef) name() string {
-	if e := r.p.Load(); e != nil {
-		return e.EngineName()
-	}
-	return ""
-}
-
 // engineLabel is /info's engine for the engine that runs: the current
 // llama.cpp names its libraries' release; the embedded one is left to the
 // server, which names the binding the binary was built with.
@@ -563,77 +524,6 @@ func engineLabel(name string) string {
 		return "current llama.cpp (ggml " + llm.CurrentGGMLVersion + ", @node-llama-cpp/linux-x64 libraries, loaded at run time)"
 	}
 	return ""
-}
-
-var errLoading = parley.Errorf(parley.EUnavailable, "the model is loading; try again shortly")
-
-func (r *engineRef) Info() parley.ModelInfo {
-	if e := r.p.Load(); e != nil {
-		return e.Info()
-	}
-	return parley.ModelInfo{}
-}
-
-func (r *engineRef) Tokenize(text string) ([]int, error) {
-	if e := r.p.Load(); e != nil {
-		return e.Tokenize(text)
-	}
-	return nil, errLoading
-}
-
-func (r *engineRef) TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error) {
-	if e := r.p.Load(); e != nil {
-		return e.TokenizeLimit(ctx, text, limit)
-	}
-	return nil, errLoading
-}
-
-func (r *engineRef) TokenizeContinuation(text string) ([]int, error) {
-	if e := r.p.Load(); e != nil {
-		return e.TokenizeContinuation(text)
-	}
-	return nil, errLoading
-}
-
-func (r *engineRef) SavedTokens(key string) []parley.Token {
-	if e := r.p.Load(); e != nil {
-		return e.SavedTokens(key)
-	}
-	return nil
-}
-
-func (r *engineRef) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
-	if e := r.p.Load(); e != nil {
-		return e.Generate(ctx, req)
-	}
-	return nil, errLoading
-}
-
-// stats adapts the engine's counters to what web's /metrics reads (web
-// must not import llm, which is cgo).
-func (r *engineRef) stats() web.EngineStats {
-	e := r.p.Load()
-	if e == nil {
-		return web.EngineStats{}
-	}
-	st := e.Stats()
-	return web.EngineStats{
-		Slots:             st.Slots,
-		SlotsBusy:         st.SlotsBusy,
-		Queued:            st.Queued,
-		PromptEvaluated:   st.PromptEvaluated,
-		PromptReused:      st.PromptReused,
-		PromptCopied:      st.PromptCopied,
-		TokensGenerated:   st.TokensGenerated,
-		Steps:             st.Steps,
-		StepTime:          time.Duration(st.StepNanos),
-		SlowConsumerDrops: st.SlowConsumerDrop,
-		GrammarDeadEnds:   st.GrammarDeadEnds,
-		OverStepBudget:    st.OverBudget,
-		DeviceMemoryUsed:  st.DeviceMemoryUsed,
-		DeviceMemoryTotal: st.DeviceMemoryTotal,
-		KVCache:           kvCacheStats(st.KVCache),
-	}
 }
 
 // resolveModel turns --model into a local GGUF path, downloading hf://
@@ -741,15 +631,6 @@ func storeUsage(st session.Store) func() session.Usage {
 	return func() session.Usage { return session.Usage{} }
 }
 
-// checkMaxTokens refuses a default reply cap that leaves no room in the
-// context for a prompt: every text-mode prompt would fail.
-func checkMaxTokens(maxTokens, ctx int) error {
-	if maxTokens >= ctx {
-		return fmt.Errorf("--max-tokens %d must be below --ctx %d (the context holds the prompt and the reply): lower --max-tokens or raise --ctx", maxTokens, ctx)
-	}
-	return nil
-}
-
 // storeCommand is `parley store check|repair FILE`: check a session file
 // for damage, or move a damaged one aside and write a fresh file holding
 // the sessions that can still be read. The server must not be running on
@@ -851,24 +732,4 @@ func healthcheck(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// templateOption turns --template into the Responder's option: a family name, or the path of a Jinja template file
-// (anything that names a file), which renders instead of the model's own.
-func templateOption(v string) (chat.Option, error) {
-	if st, err := os.Stat(v); err == nil && !st.IsDir() {
-		if st.Size() > chat.MaxTemplateBytes {
-			return nil, fmt.Errorf("%s: %d bytes, more than %d", v, st.Size(), chat.MaxTemplateBytes)
-		}
-		src, err := os.ReadFile(v)
-		if err != nil {
-			return nil, err
-		}
-		return chat.WithTemplateSource(string(src)), nil
-	}
-	tmpl, err := chat.TemplateByName(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w, and no such file", err)
-	}
-	return chat.WithTemplate(tmpl), nil
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parley-chat/parley/internal/benchmd"
+	"github.com/parley-chat/parley/tools/internal/benchmd"
 )
 
 func TestWriteSection(t *testing.T) {

@@ -12,8 +12,8 @@
 //     on a restarted server with the swap's files, against one without them
 //     (a cold recompute of the whole history).
 //
-//     go run ./cmd/kvbench -parley bin/parley            # the synthetic 135M model (go run ./cmd/mkgguf)
-//     go run ./cmd/kvbench -conversations 4 -turns 3     # a quick look
+//     go run ./tools/kvbench -parley bin/parley            # the synthetic 135M model (go run ./tools/mkgguf)
+//     go run ./tools/kvbench -conversations 4 -turns 3     # a quick look
 //
 // Every server runs on loopback and is stopped whatever happens; -timeout
 // bounds the whole run.
@@ -21,37 +21,24 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
-	"github.com/parley-chat/parley/internal/benchmd"
 	"github.com/parley-chat/parley/internal/proc"
+	"github.com/parley-chat/parley/tools/internal/benchmd"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
 const (
-	beginMarker = "<!-- cmd/kvbench: generated section, rewritten by `go run ./cmd/kvbench` -->"
-	endMarker   = "<!-- /cmd/kvbench -->"
+	beginMarker = "<!-- tools/kvbench: generated section, rewritten by `go run ./tools/kvbench` -->"
+	endMarker   = "<!-- /tools/kvbench -->"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	} else if err != nil {
-		fmt.Fprintln(os.Stderr, "kvbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("kvbench", run) }
 
 type config struct {
 	bin, model, out                string
@@ -95,7 +82,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if _, err := os.Stat(cfg.model); err != nil {
-		return fmt.Errorf("model: %w (make it with go run ./cmd/mkgguf)", err)
+		return fmt.Errorf("model: %w (make it with go run ./tools/mkgguf)", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
@@ -146,7 +133,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // server is one run of the binary.
 type server struct {
-	*proc.Proc
+	*harness.Server
 	addr   string
 	stderr proc.Buffer
 }
@@ -154,41 +141,26 @@ type server struct {
 // startServer runs the binary on dataDir with the swap on or off and waits
 // until the model is loaded.
 func startServer(ctx context.Context, cfg config, dataDir string, swap bool) (*server, error) {
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"--model", cfg.model, "--addr", addr, "--log-format", "json", "--log-level", "warn",
+	args := []string{"--model", cfg.model, "--log-format", "json", "--log-level", "warn",
 		"--threads", fmt.Sprint(cfg.threads), "--ctx", fmt.Sprint(cfg.ctx), "--parallel", fmt.Sprint(cfg.parallel),
 		"--temperature", "0", "--repeat-penalty", "1", "--max-tokens", fmt.Sprint(cfg.replyTokens),
-		"--store", "bolt", "--data-dir", dataDir, "--max-sessions-per-client", "0", "--session-creates-per-minute", "0",
-		"--prompts-per-minute", "100000", "--max-prompt-tokens", "-1", "--max-queued-prompts", "4",
-		"--max-unused-per-client", "100000", "--max-conns-per-ip", "1000", "--max-http-conns-per-ip", "1000"}
+		"--store", "bolt", "--data-dir", dataDir, "--max-prompt-tokens", "-1", "--max-queued-prompts", "4"}
+	args = append(args, harness.OneClientLoad(1000)...)
 	if swap {
 		args = append(args, cfg.swapArgs...)
 	} else {
 		args = append(args, cfg.noSwapArgs...)
 	}
-	s := &server{addr: addr}
-	cmd := exec.Command(cfg.bin, args...)
-	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+dataDir)
-	cmd.Stderr = &s.stderr
-	if s.Proc, err = proc.Start(cmd); err != nil {
-		return nil, err
-	}
+	s := &server{}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := s.WaitHTTP(wctx, "http://"+addr+"/health"); err != nil {
-		s.Kill()
-		return nil, fmt.Errorf("the server did not become healthy: %w\n%s", err, s.stderr.String())
+	srv, err := harness.Start(wctx, cfg.bin, args, []string{"XDG_DATA_HOME=" + dataDir}, &s.stderr)
+	if err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, s.stderr.String())
 	}
+	s.Server, s.addr = srv, srv.Addr
 	return s, nil
 }
 
 // stop ends the server with SIGTERM (SIGKILL after 30 s).
-func (s *server) stop() {
-	s.Cmd.Process.Signal(syscall.SIGTERM)
-	if exited, _ := s.WaitFor(30 * time.Second); !exited {
-		s.Kill()
-	}
-}
+func (s *server) stop() { s.Stop(30 * time.Second) }

@@ -3,7 +3,7 @@
 // writes it back (the append). It reports turns per second and the append
 // latency percentiles for bbolt and for Redis, over the same workload.
 //
-//	go run ./cmd/storebench -sessions 500 -turns 20000 -workers 16
+//	go run ./tools/storebench -sessions 500 -turns 20000 -workers 16
 //
 // Redis is the server at -redis, or, when that is empty, a redis-server it
 // starts on a free loopback port with appendonly yes and appendfsync

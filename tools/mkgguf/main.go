@@ -11,7 +11,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/mkgguf -o ~/.cache/parley/models/synthetic-smollm2-135m-f16.gguf
+//	go run ./tools/mkgguf -o ~/.cache/parley/models/synthetic-smollm2-135m-f16.gguf
 //
 // The output is deterministic for a given seed and shape. If the output file
 // already holds a model made with the same settings, mkgguf leaves it alone

@@ -20,9 +20,9 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
-	"github.com/parley-chat/parley/internal/benchmd"
 	"github.com/parley-chat/parley/internal/testbin"
 	"github.com/parley-chat/parley/internal/testmodel"
+	"github.com/parley-chat/parley/tools/internal/benchmd"
 )
 
 func TestMain(m *testing.M) {

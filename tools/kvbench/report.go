@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
 type results struct {
@@ -48,7 +50,7 @@ func (r convResult) figures() (eval, newTok, within float64, p50, p95, all50, al
 	if n := float64(len(later)); n > 0 {
 		eval, newTok, within = eval/n, newTok/n, float64(ok)/n
 	}
-	return eval, newTok, within, percentile(ttfts, 50), percentile(ttfts, 95), percentile(all, 50), percentile(all, 95)
+	return eval, newTok, within, harness.Percentile(ttfts, 50), harness.Percentile(ttfts, 95), harness.Percentile(all, 50), harness.Percentile(all, 95)
 }
 
 func (r convResult) summary() string {
@@ -65,7 +67,7 @@ func (res results) markdown() string {
 	fmt.Fprintf(&b, "- Machine: %d CPUs, shared with other work (figures are noisy: compare the two columns, taken minutes apart)\n", runtime.NumCPU())
 	fmt.Fprintf(&b, "- Server: `bin/parley --parallel %d --threads %d --ctx %d --max-tokens %d --temperature 0 --store bolt`, swap on: `%s`, off: `%s`\n",
 		c.parallel, c.threads, c.ctx, c.replyTokens, strings.Join(c.swapArgs, " "), strings.Join(c.noSwapArgs, " "))
-	fmt.Fprintf(&b, "- Command: `go run ./cmd/kvbench -conversations %d -turns %d -parallel %d -threads %d -reply-tokens %d -long-tokens %d`\n\n",
+	fmt.Fprintf(&b, "- Command: `go run ./tools/kvbench -conversations %d -turns %d -parallel %d -threads %d -reply-tokens %d -long-tokens %d`\n\n",
 		c.conversations, c.turns, c.parallel, c.threads, c.replyTokens, c.longTokens)
 	if len(res.conv) > 0 {
 		fmt.Fprintf(&b, "### %d conversations x %d turns, all at once, over %d slots\n\n", c.conversations, c.turns, c.parallel)
@@ -126,10 +128,10 @@ func (res results) markdown() string {
 			}
 			return strings.Join(s, ", ")
 		}
-		fmt.Fprintf(&b, "| restored from `--data-dir/kvcache` | **%s** | %s | %d (%d restored) |\n", ms(percentile(r.warm, 50)), runs(r.warm), r.warmEval, r.warmCached)
-		fmt.Fprintf(&b, "| cold (no files: the whole history evaluated) | **%s** | %s | %d |\n", ms(percentile(r.cold, 50)), runs(r.cold), r.coldEval)
-		if cold := percentile(r.cold, 50); cold > 0 {
-			fmt.Fprintf(&b, "\nRestored TTFT is %.0f%% of the cold figure.\n", 100*float64(percentile(r.warm, 50))/float64(cold))
+		fmt.Fprintf(&b, "| restored from `--data-dir/kvcache` | **%s** | %s | %d (%d restored) |\n", ms(harness.Percentile(r.warm, 50)), runs(r.warm), r.warmEval, r.warmCached)
+		fmt.Fprintf(&b, "| cold (no files: the whole history evaluated) | **%s** | %s | %d |\n", ms(harness.Percentile(r.cold, 50)), runs(r.cold), r.coldEval)
+		if cold := harness.Percentile(r.cold, 50); cold > 0 {
+			fmt.Fprintf(&b, "\nRestored TTFT is %.0f%% of the cold figure.\n", 100*float64(harness.Percentile(r.warm, 50))/float64(cold))
 		}
 	}
 	return b.String()

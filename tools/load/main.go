@@ -8,8 +8,8 @@
 // "## Load" section into BENCHMARKS.md (between its own markers, leaving
 // the other sections as they are).
 //
-//	go run ./cmd/load                         # 500 sessions, 32 generating, 60 s
-//	go run ./cmd/load -conns 50 -duration 5s  # a quick look
+//	go run ./tools/load                         # 500 sessions, 32 generating, 60 s
+//	go run ./tools/load -conns 50 -duration 5s  # a quick look
 //
 // The run is bounded: -duration of load, and -timeout for everything; it
 // talks to loopback only and stops the server it started whatever happens.
@@ -23,8 +23,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -32,28 +30,17 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
 
-	"github.com/parley-chat/parley/internal/benchmd"
 	"github.com/parley-chat/parley/internal/jsonmode"
-	"github.com/parley-chat/parley/internal/proc"
 	"github.com/parley-chat/parley/internal/repo"
+	"github.com/parley-chat/parley/tools/internal/benchmd"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	} else if err != nil {
-		fmt.Fprintln(os.Stderr, "load:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("load", run) }
 
 type config struct {
 	bin, model, out string
@@ -167,7 +154,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	res.verified, res.corrupt = verifyAll(ctx, srv.addr, sessions, res.errors)
 
-	res.exitErr = srv.terminate(30 * time.Second)
+	res.exitErr = srv.Terminate(30 * time.Second)
 	report(stdout, res)
 	if cfg.out != "" {
 		if err := benchmd.WriteSection(cfg.out, benchmd.Markers{Begin: beginMarker, End: endMarker}, markdown(res)); err != nil {
@@ -229,59 +216,39 @@ func runLoad(ctx context.Context, srv *server, sessions []*sess, res *results) {
 
 // server is the parley process under load.
 type server struct {
-	*proc.Proc
+	*harness.Server
 	addr    string
 	dataDir string
 	logFile *os.File
 }
 
 func startServer(ctx context.Context, cfg config) (*server, error) {
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp("", "parley-load-")
 	if err != nil {
 		return nil, err
 	}
 	caps := strconv.Itoa(cfg.conns)
-	cmd := exec.Command(cfg.bin, "--model", cfg.model, "--addr", addr,
+	args := []string{"--model", cfg.model,
 		"--store", "bolt", "--data-dir", dir,
 		"--parallel", strconv.Itoa(cfg.parallel), "--threads", strconv.Itoa(cfg.threads),
 		"--ctx", "512", "--max-tokens", strconv.Itoa(cfg.maxTokens),
 		// The caps the load is meant to fit under: every session open,
 		// every active one prompting as fast as it is answered, all of
 		// them queued behind the slots at once.
-		"--max-conns", caps, "--max-conns-per-ip", caps,
-		// Every load connection comes from one address: lift the per-client
-		// limits, or most sessions would be refused (creation rate, the
-		// client's share of the store's bytes), deleted (idle ones past the
-		// unused bound) or never connected (TCP connections per address).
-		"--session-creates-per-minute", "0", "--max-sessions-per-client", "0", "--max-unused-per-client", caps,
-		"--client-store-share", "1", "--max-http-conns-per-ip", strconv.Itoa(2*cfg.conns+64),
-		"--prompts-per-minute", "100000", "--queue", strconv.Itoa(cfg.conns),
-		"--log-format", "json", "--log-level", "warn")
+		"--max-conns", caps, "--queue", caps,
+		"--log-format", "json", "--log-level", "warn"}
+	args = append(args, harness.OneClientLoad(cfg.conns)...)
 	logPath := filepath.Join(dir, "parley.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stderr = logFile
-	p, err := proc.Start(cmd)
+	srv, err := harness.Start(ctx, cfg.bin, args, nil, logFile)
 	if err != nil {
-		logFile.Close()
-		return nil, err
-	}
-	s := &server{Proc: p, addr: addr, dataDir: dir, logFile: logFile}
-	switch err := p.WaitHTTP(ctx, "http://"+addr+"/health"); {
-	case errors.Is(err, proc.ErrExited):
 		logFile.Close() // the data folder stays, for its log
-		return nil, fmt.Errorf("parley exited while starting: %v (log: %s)", p.Err(), logPath)
-	case err != nil:
-		s.kill()
-		return nil, fmt.Errorf("parley did not become healthy: %w", err)
+		return nil, fmt.Errorf("%w (log: %s)", err, logPath)
 	}
-	return s, nil
+	return &server{Server: srv, addr: srv.Addr, dataDir: dir, logFile: logFile}, nil
 }
 
 // rss reads the server's resident set size, in KiB.
@@ -318,16 +285,6 @@ func sampleRSS(ctx context.Context, s *server) <-chan int64 {
 		}
 	}()
 	return out
-}
-
-// terminate sends SIGTERM and returns the exit error (nil for exit 0).
-func (s *server) terminate(grace time.Duration) error {
-	s.Cmd.Process.Signal(syscall.SIGTERM)
-	exited, err := s.WaitFor(grace)
-	if !exited {
-		return fmt.Errorf("no exit %v after SIGTERM", grace)
-	}
-	return err
 }
 
 // kill ends the process if it still runs and removes its data.
@@ -538,15 +495,6 @@ func verifyAll(ctx context.Context, addr string, sessions []*sess, errs map[stri
 // know the session.
 func notFound(err error) bool { return err != nil && strings.Contains(err.Error(), "not_found") }
 
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
-}
-
 func report(w io.Writer, r *results) {
 	fmt.Fprintln(w)
 	fmt.Fprint(w, markdown(r))
@@ -557,8 +505,8 @@ func markdown(r *results) string {
 	c := r.cfg
 	f := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	perConn := float64(r.rssIdle-r.rssBase) / float64(max(c.conns, 1))
-	f("## Load (cmd/load)\n\n")
-	f("`go run ./cmd/load -conns %d -active %d -duration %v` on %s: bin/parley on stories260K, `--parallel %d --threads %d --ctx 512 --max-tokens %d`, bolt store; ",
+	f("## Load (tools/load)\n\n")
+	f("`go run ./tools/load -conns %d -active %d -duration %v` on %s: bin/parley on stories260K, `--parallel %d --threads %d --ctx 512 --max-tokens %d`, bolt store; ",
 		c.conns, c.active, c.duration, r.start.UTC().Format("2006-01-02"), c.parallel, c.threads, c.maxTokens)
 	f("%d WebSocket sessions (JSON mode) held open, %d of them prompting back to back, the rest idle; %d connections attempted past `--max-conns %d`. Loopback, %d CPUs shared with other work.\n\n",
 		c.conns, c.active, c.probes, c.conns, runtime.NumCPU())
@@ -570,7 +518,7 @@ func markdown(r *results) string {
 	f("| time to open %d sessions | %v |\n", c.conns, r.openTime.Round(time.Millisecond))
 	f("| turns completed in %v | %d |\n", r.loadTime.Round(time.Second), r.turns)
 	f("| tokens generated | %d (%.0f tok/s aggregate) |\n", r.tokens, float64(r.tokens)/max(r.loadTime.Seconds(), 1e-9))
-	f("| time to first token p50 / p95 | %v / %v |\n", percentile(r.ttfts, .5).Round(time.Millisecond), percentile(r.ttfts, .95).Round(time.Millisecond))
+	f("| time to first token p50 / p95 | %v / %v |\n", harness.Percentile(r.ttfts, 50).Round(time.Millisecond), harness.Percentile(r.ttfts, 95).Round(time.Millisecond))
 	f("| connections past the cap refused (503) | %d of %d |\n", r.probeRefused, c.probes)
 	f("| unexpected errors | %d |\n", sum(r.errors))
 	f("| connections dropped by the server | %d |\n", r.dropped)
@@ -608,6 +556,6 @@ func sum(m map[string]int) int {
 // Markers of this tool's section of BENCHMARKS.md; the rest of the file is
 // left as it is.
 const (
-	beginMarker = "<!-- cmd/load: generated section, rewritten by `go run ./cmd/load` -->"
-	endMarker   = "<!-- /cmd/load -->"
+	beginMarker = "<!-- tools/load: generated section, rewritten by `go run ./tools/load` -->"
+	endMarker   = "<!-- /tools/load -->"
 )

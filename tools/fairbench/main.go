@@ -11,7 +11,7 @@
 // and the aggregate throughput, so a build can be compared with another
 // (-bin) on the same machine:
 //
-//	go run ./cmd/fairbench -bin bin/parley -duration 20s
+//	go run ./tools/fairbench -bin bin/parley -duration 20s
 //
 // Only loopback; every phase ends after -duration, the whole run after
 // -timeout.
@@ -21,24 +21,19 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/parley-chat/parley/internal/proc"
 	"github.com/parley-chat/parley/internal/repo"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
 type config struct {
@@ -56,17 +51,7 @@ type config struct {
 	heavyRetryPause time.Duration
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	} else if err != nil {
-		fmt.Fprintln(os.Stderr, "fairbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("fairbench", run) }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	root := repo.WorkingRoot()
@@ -92,16 +77,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "parley-fairbench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	sargs := []string{"--model", c.model, "--addr", addr, "--store", "memory", "--data-dir", dir,
+	sargs := []string{"--model", c.model, "--store", "memory", "--data-dir", dir,
 		"--parallel", strconv.Itoa(c.parallel), "--threads", strconv.Itoa(c.threads), "--ctx", "512",
 		"--max-tokens", strconv.Itoa(max(c.heavyTokens, c.lightTokens)), "--log-level", "warn",
 		"--user", "heavy:heavy-key", "--max-http-conns-per-ip", "4096", "--max-conns-per-ip", "4096"}
@@ -109,18 +90,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		sargs = append(sargs, "--user", fmt.Sprintf("light%d:light-key-%d", i, i))
 	}
 	sargs = append(sargs, strings.Fields(c.extra)...)
-	cmd := exec.Command(c.bin, sargs...)
-	cmd.Stderr = io.Discard
-	p, err := proc.Start(cmd)
+	srv, err := harness.Start(ctx, c.bin, sargs, nil, nil)
 	if err != nil {
 		return err
 	}
-	defer p.Kill()
-	if err := p.WaitHTTP(ctx, "http://"+addr+"/health"); err != nil {
-		return fmt.Errorf("parley did not become healthy: %w", err)
-	}
+	defer srv.Kill()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
-	b := &bench{c: c, base: "http://" + addr, client: client}
+	b := &bench{c: c, base: srv.URL(), client: client}
 
 	fmt.Fprintf(out, "fairbench: %s, --parallel %d --threads %d, %d heavy streams of %d tokens, %d light users of %d tokens, %s a phase\n",
 		c.bin, c.parallel, c.threads, c.heavy, c.heavyTokens, c.light, c.lightTokens, c.duration)
@@ -256,13 +232,7 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// pct is the p-th percentile of ds (0 when empty).
+// pct is the p-th percentile of ds (0 when empty), to the millisecond.
 func pct(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(float64(len(s)-1) * p / 100)
-	return s[i].Round(time.Millisecond)
+	return harness.Percentile(ds, p).Round(time.Millisecond)
 }

@@ -28,7 +28,7 @@ func TestLoadSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(out)
-	for _, want := range []string{"## Engine\n\nkept as it is", beginMarker, "## Load (cmd/load)", "RSS per idle connection",
+	for _, want := range []string{"## Engine\n\nkept as it is", beginMarker, "## Load (tools/load)", "RSS per idle connection",
 		"| connections past the cap refused (503) | 2 of 2 |", "| sessions intact afterwards (history = turns seen) | 24 of 24 |",
 		"| unexpected errors | 0 |", "| exit status after SIGTERM | 0 |", endMarker} {
 		if !strings.Contains(string(md), want) {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -305,15 +304,4 @@ func copyDir(src, dst string, withKV bool) error {
 		}
 		return os.WriteFile(to, b, 0o600)
 	})
-}
-
-// percentile returns the p-th percentile (0-100) of ds, nearest rank.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(float64(len(s))*p/100+0.999999) - 1
-	return s[max(0, min(i, len(s)-1))]
 }

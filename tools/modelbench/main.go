@@ -11,7 +11,7 @@
 //     --max-loaded-models 1 (each one unloads the other and loads its own),
 //     against the same alternation with both kept loaded.
 //
-//     go run ./cmd/modelbench -parley bin/parley     # the synthetic 135M models (go run ./cmd/mkgguf)
+//     go run ./tools/modelbench -parley bin/parley     # the synthetic 135M models (go run ./tools/mkgguf)
 //
 // The server runs on loopback with its own folder of models (links to the
 // given files) and is stopped whatever happens.
@@ -34,13 +34,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parley-chat/parley/internal/benchmd"
 	"github.com/parley-chat/parley/internal/proc"
+	"github.com/parley-chat/parley/tools/internal/benchmd"
 )
 
 const (
-	beginMarker = "<!-- cmd/modelbench: generated section, rewritten by `go run ./cmd/modelbench` -->"
-	endMarker   = "<!-- /cmd/modelbench -->"
+	beginMarker = "<!-- tools/modelbench: generated section, rewritten by `go run ./tools/modelbench` -->"
+	endMarker   = "<!-- /tools/modelbench -->"
 	apiKey      = "modelbench"
 )
 
@@ -158,7 +158,7 @@ func (r results) markdown(c config) string {
 	load, _ := os.ReadFile("/proc/loadavg")
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Several models: cold and warm time to first token, and the cost of a switch (issue 21)\n\n")
-	fmt.Fprintf(&b, "`go run ./cmd/modelbench` on %s (a) and %s (b), `--threads %d --ctx %d --parallel %d`, streamed chat "+
+	fmt.Fprintf(&b, "`go run ./tools/modelbench` on %s (a) and %s (b), `--threads %d --ctx %d --parallel %d`, streamed chat "+
 		"completions of 8 tokens, time to the first content chunk at the client, median of %d (load average at the end: %s).\n\n",
 		filepath.Base(c.a), filepath.Base(c.b), c.threads, c.ctx, c.parallel, c.runs, strings.Join(strings.Fields(string(load))[:3], " "))
 	b.WriteString("| what | TTFT p50 (ms) | min | max |\n|---|---:|---:|---:|\n")

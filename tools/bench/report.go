@@ -359,8 +359,8 @@ func errSummary(errs []string) string {
 // Markers of the generated section of BENCHMARKS.md. Text outside them
 // (commentary, other tools' sections) is kept when the file is rewritten.
 const (
-	beginMarker = "<!-- cmd/bench: generated section, rewritten by `make bench` -->"
-	endMarker   = "<!-- /cmd/bench -->"
+	beginMarker = "<!-- tools/bench: generated section, rewritten by `make bench` -->"
+	endMarker   = "<!-- /tools/bench -->"
 )
 
 // mdWriter writes one formatted piece of the markdown report.

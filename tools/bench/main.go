@@ -3,7 +3,7 @@
 // one bounded run on loopback, and writes the table into BENCHMARKS.md.
 //
 // For each model (by default stories260K and the synthetic SmolLM2-135M-shaped
-// model that cmd/mkgguf writes):
+// model that tools/mkgguf writes):
 //
 //  1. raw: the model opened in-process with llm.Open and decoded greedily,
 //     no server: the limit a single stream can approach;
@@ -23,8 +23,8 @@
 // Usage (what `make bench` runs):
 //
 //	scripts/build-ollama.sh
-//	go run ./cmd/mkgguf
-//	go run ./cmd/bench -parley bin/parley
+//	go run ./tools/mkgguf
+//	go run ./tools/bench -parley bin/parley
 //
 // With -paired N every server of a model runs at once and each of N rounds
 // runs every workload once on each in turn, so that a noisy machine's slow
@@ -55,8 +55,8 @@ import (
 	"time"
 
 	"github.com/parley-chat/parley/chat"
-	"github.com/parley-chat/parley/internal/benchmd"
 	"github.com/parley-chat/parley/internal/repo"
+	"github.com/parley-chat/parley/tools/internal/benchmd"
 )
 
 func main() {
@@ -223,7 +223,7 @@ func (c *config) resolvePaths() error {
 		if _, err := os.Stat(abs); err != nil {
 			hint := ""
 			if strings.Contains(filepath.Base(abs), "synthetic") {
-				hint = " (write it with: go run ./cmd/mkgguf -o " + abs + ")"
+				hint = " (write it with: go run ./tools/mkgguf -o " + abs + ")"
 			}
 			return fmt.Errorf("model %s: %w%s", abs, err, hint)
 		}
@@ -272,8 +272,8 @@ func sectionMarkers(name string) benchmd.Markers {
 		return benchmd.Markers{Begin: beginMarker, End: endMarker}
 	}
 	return benchmd.Markers{
-		Begin: "<!-- cmd/bench " + name + ": generated section, rewritten by `cmd/bench -section " + name + "` -->",
-		End:   "<!-- /cmd/bench " + name + " -->",
+		Begin: "<!-- tools/bench " + name + ": generated section, rewritten by `tools/bench -section " + name + "` -->",
+		End:   "<!-- /tools/bench " + name + " -->",
 	}
 }
 
@@ -318,7 +318,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep := &report{
 		Started: time.Now(),
 		Env:     collectEnv(repo.WorkingRoot()),
-		Command: "go run ./cmd/bench " + strings.Join(args, " "),
+		Command: "go run ./tools/bench " + strings.Join(args, " "),
 		Cfg:     cfg,
 	}
 	failures := 0

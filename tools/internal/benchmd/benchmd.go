@@ -1,5 +1,5 @@
 // Package benchmd writes the generated sections of BENCHMARKS.md. Each tool
-// (cmd/bench, cmd/load) owns one section between its own pair of
+// (tools/bench, tools/load) owns one section between its own pair of
 // markers and rewrites only that; the rest of the file is left as it is.
 package benchmd
 
