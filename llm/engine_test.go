@@ -17,7 +17,12 @@ import (
 	"github.com/parley-chat/parley/llm"
 )
 
+// The test binary is also the current engine's GPU probe child
+// (TestGPUProbeChild starts this executable).
 func TestMain(m *testing.M) {
+	if llm.GPUProbeChild(os.Getenv) {
+		os.Exit(llm.ServeGPUProbe(os.Getenv))
+	}
 	llm.SetNativeLog(os.Stderr, false) // keep test output readable
 	goleak.VerifyTestMain(m)
 }

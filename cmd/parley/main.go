@@ -44,6 +44,10 @@ func main() {
 		// This process is the chat-template sandbox another parley started (chat.NewSandbox).
 		os.Exit(chat.ServeSandbox(os.Getenv, os.Stdin, os.Stdout))
 	}
+	if llm.GPUProbeChild(os.Getenv) {
+		// This process is the current engine's GPU probe another parley started.
+		os.Exit(llm.ServeGPUProbe(os.Getenv))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(os.Args[2:]))
 	}

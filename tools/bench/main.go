@@ -56,10 +56,15 @@ import (
 
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/internal/repo"
+	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/tools/internal/benchmd"
 )
 
 func main() {
+	if llm.GPUProbeChild(os.Getenv) {
+		// This process is the current engine's GPU probe (the raw loop on a GPU starts it).
+		os.Exit(llm.ServeGPUProbe(os.Getenv))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

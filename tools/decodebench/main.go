@@ -33,6 +33,10 @@ import (
 )
 
 func main() {
+	if llm.GPUProbeChild(os.Getenv) {
+		// This process is the current engine's GPU probe (the raw loop on a GPU starts it).
+		os.Exit(llm.ServeGPUProbe(os.Getenv))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
