@@ -69,7 +69,7 @@ setup-run: setup-apt-run setup-go setup-engine
 
 # The current engine's libraries (issue 32): the npm package pinned in scripts/engine, linked into lib/llama-current
 # beside ggml's CPU backend compiled from the same source at $(MARCH) (about a minute on 2 cores; a re-run only checks):
-# the package's prebuilt CPU variants took 1.7-2x as long over an F16 prompt (BENCHMARKS.md).
+# the package's prebuilt CPU variants took 1.7-2x as long over an F16 prompt (docs/notes/2026-11-27-cpu-backend-from-source.md).
 # scripts/setup-current-engine.sh lays out the prebuilt variants instead, for a machine without a compiler.
 ENGINE_STAMP := scripts/engine/node_modules/.package-lock.json
 # The backend built for one MARCH, recorded beside it: a later make rebuilds it only when the package or the build

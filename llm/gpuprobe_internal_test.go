@@ -16,8 +16,7 @@ import (
 // it asks for stays on the CPU, so a sound model passes; a model that does
 // not load fails the probe with the child's own words, which is what the
 // server logs before it falls back to the CPU. (On a GPU whose kernels the
-// library cannot run, the child dies of ggml_abort instead: BENCHMARKS.md,
-// "GPU, 2026-11-27".)
+// library cannot run, the child dies of ggml_abort instead: docs/notes/2026-11-27-gpu-h200.md.)
 func TestGPUProbeChild(t *testing.T) {
 	if os.Getenv("PARLEY_SKIP_CURRENT_ENGINE") == "1" {
 		t.Skip("PARLEY_SKIP_CURRENT_ENGINE=1")

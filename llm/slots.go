@@ -21,7 +21,7 @@ const (
 	// of evaluating them (copyThreshold picks one by where the KV cache is,
 	// and raises the CPU's where the copy costs more, below). On the CPU
 	// (tools/decodebench -prefix-copy, synthetic 135M F16, 1 and 2 threads;
-	// BENCHMARKS.md, "A shared opening copied from another slot") a copy
+	// docs/notes/2026-11-27-shared-opening-and-peers.md) a copy
 	// of 2,048-token slots costs 0-15 ms, what evaluating 0-7 prompt
 	// tokens costs, so 8 tokens (a short system prompt, a shared question
 	// opening) already pay there, while a BOS and a role marker stay below

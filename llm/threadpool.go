@@ -58,7 +58,7 @@ import (
 )
 
 // DefaultPoll is ggml's default polling level, and what pays on a CPU
-// (BENCHMARKS.md, "Thread pool"): the workers spin briefly between graphs
+// (docs/notes/2026-11-25-thread-pool-and-engines.md): the workers spin briefly between graphs
 // instead of sleeping, so a decode step starts without waking them.
 const DefaultPoll = 50
 
