@@ -121,8 +121,8 @@ type config struct {
 	models modelsFlags
 }
 
-func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
-	var c config
+// declareFlags declares every flag on a new FlagSet, its values in c.
+func declareFlags(c *config, getenv func(string) string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("parley", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	def := parley.DefaultParams()
@@ -189,10 +189,17 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.Int64Var(&c.maxBodyBytesInflight, "max-body-bytes-inflight", web.DefaultMaxBodyBytesInflight, "bytes of request bodies held at once by the requests being handled (one address: a quarter); over it: 503 (429), Retry-After")
 	fs.IntVar(&c.maxHTTPConnsPerIP, "max-http-conns-per-ip", web.DefaultMaxHTTPConnsPerIP, "open TCP connections per client address at most, WebSockets included (over it: 429)")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
-	kvCacheFlags(fs, &c)
+	kvCacheFlags(fs, c)
 	c.engine.register(fs)
 	c.models.register(fs)
 
+	fs.Usage = func() { printUsage(fs, stderr) }
+	return fs
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := declareFlags(&c, getenv, stderr)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -206,7 +213,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		if f.Name == "version" {
 			return // a command, not a setting: an environment that holds PARLEY_VERSION still serves
 		}
-		env := "PARLEY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v := getenv(env); v != "" && !set[f.Name] && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
 				envErr = fmt.Errorf("%s: %w", env, err)

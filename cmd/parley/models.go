@@ -37,7 +37,7 @@ type modelsFlags struct {
 
 func (m *modelsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.dir, "models", "", "serve every *.gguf in this folder, each named after its file (without .gguf); a request's model field picks one, loaded on first use")
-	fs.StringVar(&m.file, "models-file", "", "a JSON file of models and their settings (see the README's \"Several models\"); with --models, its entries add to and override the folder's")
+	fs.StringVar(&m.file, "models-file", "", "a JSON file of models and their settings (docs/models.md); with --models, its entries add to and override the folder's")
 	fs.IntVar(&m.maxLoaded, "max-loaded-models", 0, "models loaded at once at most, with several models (0 = no cap): the least recently used idle one unloads first")
 	m.memory, m.minResidency = -1, -1
 	fs.Var(&m.memory, "max-models-memory", "memory the loaded models may take together, estimated from each GGUF's size and its KV cache (auto = three quarters of the machine's memory; 0 = no budget); a model over the whole budget is refused before it loads; e.g. 8GiB")
