@@ -38,9 +38,10 @@ export CGO_CXXFLAGS := -O3 -march=$(MARCH)
 
 # Debian packages the build and a run need (make run): the two header packages llama.cpp needs (NATIVE-BUILD.md),
 # libffi8 for the current engine (yzma), cmake for its CPU backend. The tests add Python's websockets for the seed
-# client, chromium for the browser test, redis-server and nginx, python3-jinja2 for the chat-template goldens.
+# client, chromium for the browser test, redis-server and nginx, python3-jinja2 for the chat-template goldens, jq for
+# the docs' runnable examples.
 APT_RUN_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 cmake ca-certificates curl
-APT_PACKAGES := $(APT_RUN_PACKAGES) python3-websockets chromium redis-server nginx python3-yaml python3-jinja2
+APT_PACKAGES := $(APT_RUN_PACKAGES) python3-websockets chromium redis-server nginx python3-yaml python3-jinja2 jq
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
