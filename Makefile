@@ -68,7 +68,7 @@ setup: setup-apt setup-go setup-npm setup-engine
 # What make run needs, and nothing of the test tooling (npm's SDKs, chromium, redis, nginx): make test installs that.
 setup-run: setup-apt-run setup-go setup-engine
 
-# The current engine's libraries (issue 32): the npm package pinned in scripts/engine, linked into lib/llama-current
+# The current engine's libraries: the npm package pinned in scripts/engine, linked into lib/llama-current
 # beside ggml's CPU backend compiled from the same source at $(MARCH) (about a minute on 2 cores; a re-run only checks):
 # the package's prebuilt CPU variants took 1.7-2x as long over an F16 prompt (docs/notes/2026-11-27-cpu-backend-from-source.md).
 # scripts/setup-current-engine.sh lays out the prebuilt variants instead, for a machine without a compiler.
@@ -138,7 +138,7 @@ run: setup-run build
 test: setup build
 	scripts/test.sh
 
-# The suite on a busy machine, as on a shared CI runner (issue 43): scripts/busy.sh starts a bounded CPU hog of twice as
+# The suite on a busy machine, as on a shared CI runner: scripts/busy.sh starts a bounded CPU hog of twice as
 # many busy threads as cores (stress-ng when installed, else shell busy loops), runs the suite, and always stops it.
 test-busy: setup build
 	scripts/busy.sh scripts/test.sh
@@ -169,7 +169,7 @@ setup-bench:
 	  else echo "bench: cmake is needed (apt-get install cmake)" >&2; exit 1; fi; \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends cmake; }
 
-# The CUDA backend (issue 18): ggml's CUDA source from the pinned module, compiled by nvcc into lib/ollama, which
+# The CUDA backend: ggml's CUDA source from the pinned module, compiled by nvcc into lib/ollama, which
 # bin/parley finds as ../lib/ollama with no environment variable. Every kernel is compiled once per architecture:
 # about 17 minutes per architecture on 2 cores, 3 on 16; the default covers Ampere (80, 86), Ada (89) and Hopper (90).
 # CUDA_ARCHITECTURES=native builds for this machine's GPUs only. Never part of `make test`.

@@ -114,7 +114,7 @@ type Config struct {
 	HugePages string
 	// NoThreadPool leaves the context without a persistent thread pool:
 	// ggml then starts and joins its worker threads for every step (the
-	// behaviour before issue 32; for measurement).
+	// per-step threads; for measurement).
 	NoThreadPool bool
 	// Engine is the llama.cpp that runs the model: "embedded" (the
 	// default: the binding built into the binary), "current" (a current

@@ -20,7 +20,7 @@ import (
 	"github.com/parley-chat/parley/llm/offload"
 )
 
-// The conformance suite (issue 32): every engine gives the same replies
+// The conformance suite: every engine gives the same replies
 // through the same decode loop. The current engine's libraries are
 // installed by `make setup` (lib/llama-current); PARLEY_ENGINE_LIB points
 // elsewhere; PARLEY_SKIP_CURRENT_ENGINE=1 runs the embedded engine only (a

@@ -192,7 +192,7 @@ func TestCancelFreesSlotWithinAStep(t *testing.T) {
 	}
 	// The slot is free for the next request: it runs to its length, and no
 	// token of the cancelled one was sampled behind it (counted, not timed:
-	// a busy machine may queue it a while; issue 43).
+	// a busy machine may queue it a while).
 	before := e.Stats().TokensGenerated
 	next := generate(t, e, "", "Lily", greedy(4))
 	if next.final.Finish != parley.FinishLength {

@@ -1,6 +1,6 @@
 package llm
 
-// Model weights on transparent huge pages (issue 32).
+// Model weights on transparent huge pages.
 //
 // Decoding one token on a CPU reads every weight once: hundreds of
 // megabytes spread over tens of thousands of 4 KiB pages, more than the

@@ -79,7 +79,7 @@ type slot struct {
 	// never decoded: its last token, when its reply ended on it (the length
 	// limit, a cancel). The KV swap decodes it before it saves the slot's
 	// state, so a saved state ends with the whole reply, as the next
-	// prompt holds it (issue 44). Reset when the slot is assigned.
+	// prompt holds it. Reset when the slot is assigned.
 	tail []int
 	// scope is the cache scope of the request that last used this slot
 	// (parley.CacheScope): only a request of the same scope reuses its

@@ -94,7 +94,7 @@ func contextPointer(lc *llama.Context, threads int) *C.struct_llama_context {
 
 // freeContext frees lc's llama.cpp context (its KV cache and compute
 // buffers), which the binding has no call for: without it a model that is
-// unloaded and loaded again (several models, issue 21) leaks its context
+// unloaded and loaded again (several models) leaks its context
 // each time. It reports false, freeing nothing, when lc is not the mirrored
 // binding context. lc must not be used afterwards.
 func freeContext(lc *llama.Context, threads int) bool {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmark (issue 18), for a person with an NVIDIA GPU: Parley against
+# The GPU benchmark, for a person with an NVIDIA GPU: Parley against
 # the raw decode of the llm package and against Ollama (same module version,
 # same CGO flags, the same CUDA backend in lib/ollama), on a synthetic
 # Llama-3.2-1B-shaped F16 model written by tools/mkgguf, at 1, 16 and 64

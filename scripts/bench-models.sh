@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark's models (issue 32): the synthetic SmolLM2-135M-shaped F16 model
+# The benchmark's models: the synthetic SmolLM2-135M-shaped F16 model
 # that tools/mkgguf writes, and its Q8_0 and Q4_0 copies made by llama.cpp's own
 # llama-quantize (scripts/build-llama-server.sh builds it), so every engine and
 # peer reads the same files a llama.cpp user would make.

@@ -56,7 +56,7 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
-// kvCacheFlags declares the KV swap's flags (issue 20).
+// kvCacheFlags declares the KV swap's flags.
 func kvCacheFlags(fs *flag.FlagSet, c *config) {
 	c.kvCacheRAM, c.kvCacheDisk = defaultKVCacheRAM, -1
 	fs.Var(&c.kvCacheRAM, "kv-cache-ram", "memory for the KV state of conversations whose slot went to another session, restored on their next turn instead of evaluated again (least recently used out first; 0 = off); e.g. 512MiB, 2GiB")

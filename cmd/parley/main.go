@@ -104,20 +104,20 @@ type config struct {
 	topK, repeatLastN                            int
 	seed                                         int64
 	llamaLog                                     bool
-	// issue 11 (hardening, round two)
+	// the step budget, the body timeout, TCP connections
 	stepBudget, bodyTimeout time.Duration
 	maxHTTPConns            int
-	// issue 27 (hardening, round four): per-client limits, byte budgets
+	// per-client limits, byte budgets
 	maxSessionsPerClient, sessionCreatesPerMinute, maxUnusedPerClient int
 	evictIdleFloor                                                    time.Duration
 	maxStoreBytes, maxBodyBytesInflight                               int64
 	clientStoreShare                                                  float64
 	maxHTTPConnsPerIP                                                 int
-	// issue 20 (KV swap): bytes of sessions' KV state kept in RAM and on disk
+	// the KV swap: bytes of sessions' KV state kept in RAM and on disk
 	kvCacheRAM, kvCacheDisk, kvCacheMinFree byteSize
-	// issue 32: the engine
+	// the engine
 	engine engineFlags
-	// issue 21: several models
+	// several models
 	models modelsFlags
 }
 

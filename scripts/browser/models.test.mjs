@@ -13,7 +13,7 @@ import { chromium } from 'playwright-core';
 import { ROOT, MODEL, ParleyServer, assertBinaryAndModel, freePort } from '../lib/parley-server.mjs';
 
 const CHROMIUM = process.env.PARLEY_CHROMIUM || '/usr/bin/chromium';
-const UI_MS = 60_000; // only catches a hang (issue 43: a busy machine is slow, not broken)
+const UI_MS = 60_000; // only catches a hang (a busy machine is slow, not broken)
 const REPLY_MS = 120_000; // only catches a hang
 
 function mkgguf(out, layers, dim) {

@@ -1,4 +1,4 @@
-// The agent frameworks' newer clients, unchanged, on what issue 47 found
+// The agent frameworks' newer clients, unchanged, on what they send
 // broken: the AI SDK 7 (`ai` 7 with @ai-sdk/openai 4 on the Responses API,
 // and @ai-sdk/anthropic 4 on the Messages API) and LangChain's ChatAnthropic,
 // against a real bin/parley (PARLEY_BIN, PARLEY_TEST_MODEL), always stopped.

@@ -169,7 +169,7 @@ func TestFlagsRejectBadInput(t *testing.T) {
 }
 
 // TestGPUSection: a GPU run (-section gpu) writes a section of its own, so
-// the CPU figures stay, and checks issue 18's targets.
+// the CPU figures stay, and checks the targets.
 func TestGPUSection(t *testing.T) {
 	cpu, gpu := sectionMarkers(""), sectionMarkers("gpu")
 	if cpu.Begin != beginMarker || gpu.Begin == cpu.Begin || gpu.End == cpu.End {

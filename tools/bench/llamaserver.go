@@ -1,6 +1,6 @@
 package main
 
-// The llama-server peer (issue 32): llama.cpp's own server, built by
+// The llama-server peer: llama.cpp's own server, built by
 // scripts/build-llama-server.sh from a current llama.cpp, given the same
 // model, threads, slots and per-slot context as Parley and driven over its
 // OpenAI-compatible API the way its users drive it: the single stream by a

@@ -30,7 +30,7 @@
 // runs every workload once on each in turn, so that a noisy machine's slow
 // minutes fall on both sides of a comparison (paired.go).
 //
-// On a GPU (issue 18), scripts/bench-gpu.sh runs it with -gpu-layers auto,
+// On a GPU, scripts/bench-gpu.sh runs it with -gpu-layers auto,
 // flash attention on, 64 slots and 1, 16 and 64 sessions on a synthetic
 // Llama-3.2-1B-shaped model, and -section gpu, which writes a section of its
 // own into BENCHMARKS.md and checks the GPU targets.
@@ -102,7 +102,7 @@ type config struct {
 	scratch         string
 	keep            bool
 	parleyArgs      []string
-	engine          string // parley --engine and the raw decode's llm.Config.Engine (issue 32)
+	engine          string // parley --engine and the raw decode's llm.Config.Engine
 	peers           peerConfig
 }
 

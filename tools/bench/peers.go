@@ -22,7 +22,7 @@ import (
 // (parley-embedded, parley-current); plain "parley" runs it on -engine.
 const parleyOn = "parley-"
 
-// peerConfig is the part of config that issue 32 added.
+// peerConfig is the part of config that the peers add.
 type peerConfig struct {
 	llamaServerBin string
 	engineLib      string   // the current engine's libraries, for Parley (--engine-lib) and the raw decode
@@ -186,7 +186,7 @@ func (r *report) maxSessions() int {
 	return n
 }
 
-// hasPeers reports whether the run measured anything issue 32's table
+// hasPeers reports whether the run measured anything the table
 // compares: llama-server, a second Parley engine or a second raw loop.
 func (r *report) hasPeers() bool {
 	if len(r.Cfg.peers.rawEngines) > 1 {
@@ -200,7 +200,7 @@ func (r *report) hasPeers() bool {
 	return false
 }
 
-// mdPeers writes issue 32's table: per model, each engine's raw loop, then
+// mdPeers writes the table: per model, each engine's raw loop, then
 // every server's single stream, one conversation and the most concurrent
 // ones, with the targets below it.
 func (r *report) mdPeers(w mdWriter) {
@@ -257,7 +257,7 @@ func (r *report) mdPeers(w mdWriter) {
 	}
 }
 
-// peerTargets checks issue 32's targets: each Parley engine's single stream
+// peerTargets checks the targets: each Parley engine's single stream
 // within 10% of its raw loop; against llama-server, the current engine's
 // single stream at or ahead, and every engine's one conversation and most
 // concurrent ones ahead (aggregate and stream rate) with warm TTFT ahead.

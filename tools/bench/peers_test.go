@@ -115,7 +115,7 @@ func TestPeerFlags(t *testing.T) {
 	}
 }
 
-// TestPeersTable renders issue 32's table and targets from measurements
+// TestPeersTable renders the table and targets from measurements
 // made up to cross each target from both sides.
 func TestPeersTable(t *testing.T) {
 	run := func(tokens int, ttft, decode time.Duration) turnResult {

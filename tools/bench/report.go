@@ -522,7 +522,7 @@ func (r *report) mdTargets(w mdWriter) {
 	}
 }
 
-// targets checks the figures against issue 3's targets, one line each.
+// targets checks the figures against the targets, one line each.
 // device is where the raw decode ran (the first model's), which is where
 // Parley runs with the same -gpu-layers.
 func (r *report) device() parley.Device {
@@ -534,7 +534,7 @@ func (r *report) device() parley.Device {
 	return parley.Device{}
 }
 
-// gpuTargets are issue 18's targets for a GPU run (-section gpu): Parley's
+// gpuTargets are the targets for a GPU run (-section gpu): Parley's
 // aggregate over Ollama's at these numbers of sessions, with 0 errors.
 var gpuTargets = map[int]float64{16: 3, 64: 10}
 

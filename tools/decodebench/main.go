@@ -2,10 +2,10 @@
 // server: greedy tokens per second for one stream and for N concurrent
 // sequences, and the CPU time the process burns while idle after them (the
 // cost of the thread pool's polling). It is the quick, targeted companion
-// of tools/bench (issue 32), for before/after figures on one knob at a time:
+// of tools/bench, for before/after figures on one knob at a time:
 //
 //	go run ./tools/decodebench -model ~/.cache/parley/models/synthetic-smollm2-135m-f16.gguf -threads 2 -poll 50
-//	go run ./tools/decodebench ... -no-pool          # ggml's throwaway pool per step (the old behaviour)
+//	go run ./tools/decodebench ... -no-pool          # ggml's throwaway pool per step
 //	go run ./tools/decodebench ... -cpuprofile cpu.out
 package main
 

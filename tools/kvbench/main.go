@@ -1,5 +1,5 @@
-// Command kvbench measures the swap of sessions' KV state (issue 20,
-// --kv-cache-ram and --kv-cache-disk) on bin/parley, and writes a
+// Command kvbench measures the swap of sessions' KV state
+// (--kv-cache-ram and --kv-cache-disk) on bin/parley, and writes a
 // "## KV swap" section into BENCHMARKS.md between its own markers:
 //
 //  1. conversations: many sessions of several turns each over few slots

@@ -1,4 +1,4 @@
-// Command modelbench measures several models in one server (issue 21) on
+// Command modelbench measures several models in one server on
 // bin/parley, and writes a "## Several models" section into BENCHMARKS.md
 // between its own markers:
 //
