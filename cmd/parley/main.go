@@ -336,73 +336,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer store.Close()
 
+	var m models
 	if cfg.severalModels() {
-		return serveSeveral(ctx, cfg, log, stderr, ropts, store, defaults)
-	}
-	return serveOne(ctx, cfg, log, stderr, ropts, store, defaults)
-}
-
-// serveOne is run's serving for one model: the sessions and the server over
-// the model's responder, listening at once; the model loads, and the server
-// is ready when it has.
-func serveOne(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writer, ropts []chat.Option, store session.Store, defaults parley.Params) error {
-	// The server listens before the model is fetched and loaded (minutes for
-	// a download or a large file), so a port error surfaces at once and
-	// /health answers 503 "loading" meanwhile. Until SetReady the chat and
-	// the APIs answer 503, so nothing reaches the engine before it exists.
-	engine := &router.EngineRef{}
-	responder := chat.NewResponder(engine, ropts...)
-	sessions := newSessions(cfg, store, defaults, responder, log)
-
-	srv := web.New(serverConfig(cfg, defaults), sessions,
-		web.WithLogger(log.Named("web")),
-		web.WithTokenizer(engine),
-		web.WithResponder(responder), web.WithModelInfo(engine.Info),
-		web.WithEngineStats(engine.Stats),
-		web.WithStoreUsage(storeUsage(store)),
-		web.WithInfo(func() web.Info {
-			t := responder.Template()
-			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String(),
-				Engine: engineLabel(engine.Name())}
-		}))
-	if err := srv.Open(); err != nil {
-		return err
-	}
-	log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""), zap.Int("users", len(cfg.users)))
-
-	eng, err := loadEngine(ctx, cfg, log, stderr)
-	if err == nil {
-		// The engine may have capped --ctx at the model's training context.
-		err = router.CheckMaxTokens(cfg.maxTokens, eng.Info().ContextLength)
-	}
-	if err == nil {
-		engine.Set(eng)
-		log.Info("prompt format", zap.String("template", responder.Template().Name()))
-		srv.SetReady(true)
-		log.Info("serving", zap.String("url", srv.URL()))
-		<-ctx.Done()
-		log.Info("shutting down", zap.Duration("drain_timeout", cfg.drainTimeout))
-	} else if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		err = nil // a signal during the download: a normal stop
-	}
-
-	// The server drains its replies before the engine they stream from closes.
-	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout+5*time.Second)
-	defer cancel()
-	if cerr := srv.Close(closeCtx); cerr != nil {
-		log.Warn("shutdown", zap.Error(cerr))
-	}
-	if eng != nil {
-		// Bounded too: a step stuck in llama.cpp must not keep the process up.
-		if cerr := eng.Shutdown(closeCtx); cerr != nil {
-			log.Warn("engine shutdown", zap.Error(cerr))
+		if m, err = newSeveralModels(cfg, log, stderr, ropts); err != nil {
+			return err
 		}
+	} else {
+		m = newOneModel(cfg, log, stderr, ropts)
 	}
-	if err != nil {
-		return err
-	}
-	log.Info("stopped")
-	return nil
+	return serve(ctx, cfg, log, store, defaults, m)
 }
 
 // newSessions is the session layer over store, its replies from r.

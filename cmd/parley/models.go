@@ -1,9 +1,8 @@
 package main
 
 // Several models in one server (--models DIR, --models-file FILE): their
-// flags and the wiring of the router (package router) that loads them on
-// demand and gives each request its model's chat responder. With neither
-// flag the server runs its one --model (serveOne in main.go).
+// flags, and the router (package router) that loads them on demand and
+// gives each request its model's chat responder, as serve's models.
 
 import (
 	"context"
@@ -17,12 +16,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/llm/registry"
 	"github.com/parley-chat/parley/router"
-	"github.com/parley-chat/parley/session"
-	"github.com/parley-chat/parley/web"
 )
 
 // modelsFlags are the flags of several models.
@@ -158,55 +154,4 @@ func newRouter(cfg config, log *zap.Logger, stderr io.Writer, ropts []chat.Optio
 		MinResidency:    time.Duration(cfg.models.minResidency),
 		Logger:          log,
 	})
-}
-
-// serveSeveral is run's serving for several models: the router, the
-// sessions and the server over it; the models load on demand (and those
-// marked load at startup, in the background), so the server is ready at
-// once.
-func serveSeveral(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writer, ropts []chat.Option, store session.Store, defaults parley.Params) error {
-	m, err := newRouter(cfg, log, stderr, ropts)
-	if err != nil {
-		return err
-	}
-	sessions := newSessions(cfg, store, defaults, m, log)
-	srv := web.New(serverConfig(cfg, defaults), sessions,
-		web.WithLogger(log.Named("web")),
-		web.WithTokenizer(m),
-		web.WithResponder(m), web.WithModelInfo(m.Info),
-		web.WithModels(m.View()),
-		web.WithEngineStats(m.Stats),
-		web.WithStoreUsage(storeUsage(store)),
-		web.WithInfo(func() web.Info {
-			t := m.Template()
-			return web.Info{ModelInfo: m.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
-		}))
-	if err := srv.Open(); err != nil {
-		_ = m.Close(context.Background())
-		return err
-	}
-	log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""))
-	log.Info("serving several models", zap.Strings("models", m.Names()), zap.String("default", m.Default()),
-		zap.Int("max_loaded_models", cfg.models.maxLoaded), zap.Int64("max_models_memory", cfg.models.memory.bytes()),
-		zap.Stringer("client_keep_alive", &cfg.models.clientKeepAlive), zap.Stringer("min_residency", &cfg.models.minResidency))
-	srv.SetReady(true)
-	startup := make(chan struct{})
-	go func() {
-		defer close(startup)
-		m.Start(ctx)
-	}()
-	log.Info("serving", zap.String("url", srv.URL()))
-	<-ctx.Done()
-	log.Info("shutting down", zap.Duration("drain_timeout", cfg.drainTimeout))
-	<-startup
-	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout+5*time.Second)
-	defer cancel()
-	if cerr := srv.Close(closeCtx); cerr != nil {
-		log.Warn("shutdown", zap.Error(cerr))
-	}
-	if cerr := m.Close(closeCtx); cerr != nil {
-		log.Warn("models shutdown", zap.Error(cerr))
-	}
-	log.Info("stopped")
-	return nil
 }
