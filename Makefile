@@ -38,9 +38,10 @@ export CGO_CXXFLAGS := -O3 -march=$(MARCH)
 
 # Debian packages the build and a run need (make run): the two header packages llama.cpp needs (NATIVE-BUILD.md),
 # libffi8 for the current engine (yzma), cmake for its CPU backend. The tests add Python's websockets for the seed
-# client, chromium for the browser test, redis-server and nginx, python3-jinja2 for the chat-template goldens.
+# client, chromium for the browser test, redis-server and nginx, python3-jinja2 for the chat-template goldens, jq for
+# the docs' runnable examples.
 APT_RUN_PACKAGES := nlohmann-json3-dev libstb-dev libffi8 cmake ca-certificates curl
-APT_PACKAGES := $(APT_RUN_PACKAGES) python3-websockets chromium redis-server nginx python3-yaml python3-jinja2
+APT_PACKAGES := $(APT_RUN_PACKAGES) python3-websockets chromium redis-server nginx python3-yaml python3-jinja2 jq
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
@@ -52,7 +53,7 @@ help:
 	@echo 'make run     what running needs + build, then serve $(MODEL) (MODEL=..., ARGS=...)'
 	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
 	@echo 'make test-busy  the same suite while a CPU hog keeps every core busy (twice as many busy threads as cores)'
-	@echo 'make bench   build ollama, llama-server and the synthetic models (F16, Q8_0, Q4_0), then cmd/bench (BENCH_ARGS=...)'
+	@echo 'make bench   build ollama, llama-server and the synthetic models (F16, Q8_0, Q4_0), then tools/bench (BENCH_ARGS=...)'
 	@echo 'make setup-engine-cuda  the current engine'"'"'s CUDA build into lib/llama-current-cuda (143 MB; CUDA 13 runtime)'
 	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
 	@echo '             installs Debian'"'"'s nvidia-cuda-toolkit if nvcc is missing; ~17 min per architecture on 2 cores)'
@@ -67,9 +68,9 @@ setup: setup-apt setup-go setup-npm setup-engine
 # What make run needs, and nothing of the test tooling (npm's SDKs, chromium, redis, nginx): make test installs that.
 setup-run: setup-apt-run setup-go setup-engine
 
-# The current engine's libraries (issue 32): the npm package pinned in scripts/engine, linked into lib/llama-current
+# The current engine's libraries: the npm package pinned in scripts/engine, linked into lib/llama-current
 # beside ggml's CPU backend compiled from the same source at $(MARCH) (about a minute on 2 cores; a re-run only checks):
-# the package's prebuilt CPU variants took 1.7-2x as long over an F16 prompt (BENCHMARKS.md).
+# the package's prebuilt CPU variants took 1.7-2x as long over an F16 prompt (docs/notes/2026-11-27-cpu-backend-from-source.md).
 # scripts/setup-current-engine.sh lays out the prebuilt variants instead, for a machine without a compiler.
 ENGINE_STAMP := scripts/engine/node_modules/.package-lock.json
 # The backend built for one MARCH, recorded beside it: a later make rebuilds it only when the package or the build
@@ -137,7 +138,7 @@ run: setup-run build
 test: setup build
 	scripts/test.sh
 
-# The suite on a busy machine, as on a shared CI runner (issue 43): scripts/busy.sh starts a bounded CPU hog of twice as
+# The suite on a busy machine, as on a shared CI runner: scripts/busy.sh starts a bounded CPU hog of twice as
 # many busy threads as cores (stress-ng when installed, else shell busy loops), runs the suite, and always stops it.
 test-busy: setup build
 	scripts/busy.sh scripts/test.sh
@@ -145,7 +146,7 @@ test-busy: setup build
 # The peers (ollama, same module version and CGO flags; llama-server and llama-quantize from a current llama.cpp
 # snapshot, same SIMD level), the synthetic model and its Q8_0/Q4_0 copies (kept outside the repo, made once), then the
 # measurements: the raw loop of each engine, Parley on each engine, llama-server and Ollama; writes BENCHMARKS.md.
-# Not part of CI. BENCH_ARGS go to cmd/bench after these and override them (e.g. BENCH_ARGS='-threads 2 -sessions 1,8').
+# Not part of CI. BENCH_ARGS go to tools/bench after these and override them (e.g. BENCH_ARGS='-threads 2 -sessions 1,8').
 # LLAMA_CPP_SRC: the llama.cpp checkout to build llama-server from (or PARLEY_LLAMA_CPP_SRC; required by make bench).
 # BENCH_VOCAB: the synthetic models' vocabulary size, SmolLM2's by default (the donor's 512 tokens would make the output
 # projection, log-probabilities and sampling nearly free); BENCH_VOCAB= measures the 512-token models of earlier runs.
@@ -158,7 +159,7 @@ bench: build setup-engine setup-bench
 	scripts/build-ollama.sh
 	scripts/build-llama-server.sh $(LLAMA_CPP_SRC)
 	VOCAB_SIZE=$(BENCH_VOCAB) scripts/bench-models.sh $(BENCH_MODELS_DIR)
-	$(GO) run ./cmd/bench -parley $(BIN) -models '$(BENCH_MODELS)' \
+	$(GO) run ./tools/bench -parley $(BIN) -models '$(BENCH_MODELS)' \
 	  -servers parley-embedded,parley-current,llama-server,ollama -raw-engines embedded,current -timeout 60m $(BENCH_ARGS)
 
 # cmake for build-llama-server.sh (Debian's), installed only when missing.
@@ -168,7 +169,7 @@ setup-bench:
 	  else echo "bench: cmake is needed (apt-get install cmake)" >&2; exit 1; fi; \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends cmake; }
 
-# The CUDA backend (issue 18): ggml's CUDA source from the pinned module, compiled by nvcc into lib/ollama, which
+# The CUDA backend: ggml's CUDA source from the pinned module, compiled by nvcc into lib/ollama, which
 # bin/parley finds as ../lib/ollama with no environment variable. Every kernel is compiled once per architecture:
 # about 17 minutes per architecture on 2 cores, 3 on 16; the default covers Ampere (80, 86), Ada (89) and Hopper (90).
 # CUDA_ARCHITECTURES=native builds for this machine's GPUs only. Never part of `make test`.

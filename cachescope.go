@@ -39,7 +39,7 @@ func deriveScope(parent, kind, value string) string {
 
 // UserCacheScope is the scope of user's requests when the server does not
 // split users by client. The anonymous user's ("") is "": its keys are the
-// keys as given, as before scopes existed, so the states a server without
+// keys as given, unscoped, so the states a server without
 // named users saved stay valid. No other scope is "" (each is a hash), and
 // no key the server makes looks like one within another scope.
 func UserCacheScope(user string) string {

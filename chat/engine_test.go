@@ -13,7 +13,7 @@ import (
 // Every interface that chat's code type-asserts a Generator for (the
 // expression gen, or a field gen, asserted to a type) is embedded in
 // chat.Engine, so that a wrapper which implements Engine forwards every
-// capability the Responder uses (issue 44: a wrapper without SavedTokens
+// capability the Responder uses (a wrapper without SavedTokens
 // kept every conversation cold after a restart, and no test noticed).
 func TestEngineListsEveryCapability(t *testing.T) {
 	fset := token.NewFileSet()

@@ -25,12 +25,12 @@ var hostileTemplates = map[string]string{
 		"{% for m in messages %}{{ m.content }}{% endfor %}",
 }
 
-// hangWait bounds what must end: it only catches a hang (issue 43).
+// hangWait bounds what must end: it only catches a hang.
 const hangWait = time.Minute
 
 // renderLimit is the render limit of the test sandboxes: a second, or, on a machine that is slow now, ten times what a
 // sandbox takes here to start and render a trivial template (a baseline measured by each test on the same machine:
-// issue 43; under a CPU hog with -race a good template's probes took over a second). A hostile template is
+// under a CPU hog with -race a good template's probes took over a second). A hostile template is
 // unbounded, so any limit refuses it; a good one must never be refused for the machine's load.
 func renderLimit(t *testing.T) time.Duration {
 	t.Helper()
@@ -131,7 +131,7 @@ func TestSandboxRendersLikeInProcess(t *testing.T) {
 }
 
 // A render stuck on one conversation holds up one child, not the others' renders: a normal render started beside it
-// returns while the stuck one is still running (the order of the two events, not a time: issue 43).
+// returns while the stuck one is still running (the order of the two events, not a time).
 func TestSandboxSlowRenderDoesNotStallOthers(t *testing.T) {
 	s := chat.NewSandbox(chat.WithRenderTimeout(2*renderLimit(t)), chat.WithSandboxWorkers(2))
 	defer s.Close()

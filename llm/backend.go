@@ -150,7 +150,7 @@ func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement
 // rate. The CPU backend that make setup compiles from the same source
 // (scripts/build-current-backend.sh, libggml-cpu.so in the folder) evaluates
 // them as fast as the embedded engine. On Q8_0 and Q4_0 the current engine is
-// as fast or faster with either (BENCHMARKS.md).
+// as fast or faster with either (docs/notes/2026-11-27-cpu-backend-from-source.md).
 func autoPrefersEmbedded(meta metadata, libDir string) bool {
 	return strings.EqualFold(meta.info.Quantization, "F16") && !fileExists(filepath.Join(libDir, "libggml-cpu.so"))
 }

@@ -54,12 +54,12 @@ type Config struct {
 	// offloaded to a GPU, off on the CPU. Off on the CPU because there
 	// ggml's flash-attention kernel walks the keys one at a time, so every
 	// token costs more as the conversation grows (measured in
-	// BENCHMARKS.md: at 500 tokens of context stories260K decodes at a
+	// BENCHMARKS.md, "Flash attention on CPU": at 500 tokens of context stories260K decodes at a
 	// quarter of its short-context rate with it on, at a steady rate with
 	// it off), while the plain path is a matrix product. On a GPU it is the
 	// other way round: without it the attention scores of every session are
 	// materialised, and at 64 sessions the compute buffer outgrows the step
-	// (BENCHMARKS.md, GPU section).
+	// (docs/notes/2026-11-25-gpu.md).
 	FlashAttention string
 	// GPULayers is how many layers go to the first GPU (llama.cpp's
 	// n_gpu_layers: the model's blocks from the last backwards, then its
@@ -73,7 +73,7 @@ type Config struct {
 	// all slots share one buffer, so a decode step is one pass over the
 	// weights however the busy slots are spread, but every token's
 	// attention then spans the whole shared buffer. Measured on an H100 at
-	// 64 sessions (BENCHMARKS.md, GPU section) the shared buffer lost:
+	// 64 sessions (docs/notes/2026-11-25-gpu.md) the shared buffer lost:
 	// 3,094 tok/s against 5,196 with streams. See tuneContextParams.
 	KVUnified string
 	// KVCacheType is the KV cache's element type: "f16" (default), "q8_0"
@@ -104,7 +104,7 @@ type Config struct {
 	// steps, 0 to 100 (ggml's polling level): they spin for a while before
 	// they sleep, so a step that follows soon starts without waking them.
 	// 0 means DefaultPoll; negative means no polling (the workers sleep at
-	// once). See BENCHMARKS.md, "Thread pool", for its idle CPU cost.
+	// once). See docs/notes/2026-11-25-thread-pool-and-engines.md for its idle CPU cost.
 	Poll int
 	// HugePages is where a model placed wholly on the CPU keeps its
 	// weights: "auto" (the default, "" too) reads them into memory on
@@ -114,7 +114,7 @@ type Config struct {
 	HugePages string
 	// NoThreadPool leaves the context without a persistent thread pool:
 	// ggml then starts and joins its worker threads for every step (the
-	// behaviour before issue 32; for measurement).
+	// per-step threads; for measurement).
 	NoThreadPool bool
 	// Engine is the llama.cpp that runs the model: "embedded" (the
 	// default: the binding built into the binary), "current" (a current

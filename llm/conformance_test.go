@@ -20,7 +20,7 @@ import (
 	"github.com/parley-chat/parley/llm/offload"
 )
 
-// The conformance suite (issue 32): every engine gives the same replies
+// The conformance suite: every engine gives the same replies
 // through the same decode loop. The current engine's libraries are
 // installed by `make setup` (lib/llama-current); PARLEY_ENGINE_LIB points
 // elsewhere; PARLEY_SKIP_CURRENT_ENGINE=1 runs the embedded engine only (a
@@ -63,14 +63,14 @@ func engines(t *testing.T, path string, cfg llm.Config) map[string]*llm.Engine {
 	return out
 }
 
-// synthModel writes a small synthetic llama (cmd/mkgguf) with the test
+// synthModel writes a small synthetic llama (tools/mkgguf) with the test
 // model's vocabulary: a second architecture shape for the suite.
 func synthModel(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "synth.gguf")
 	wd, _ := os.Getwd()
 	root, _ := repo.Root(wd)
-	cmd := exec.Command("go", "run", "./cmd/mkgguf", "-o", out, "-vocab", testmodel.Path(t),
+	cmd := exec.Command("go", "run", "./tools/mkgguf", "-o", out, "-vocab", testmodel.Path(t),
 		"-layers", "2", "-dim", "128", "-heads", "4", "-kv-heads", "2", "-ffn", "256")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -586,7 +586,7 @@ func (cg *compiledGrammar) free() { C.parley_cs_free(cg.cs) }
 
 // grammarRank is a grammar sampler's way around masking the whole
 // vocabulary before each draw, which costs about 9 ms a token over a
-// 49,152-token vocabulary on this machine (BENCHMARKS.md): the penalties and
+// 49,152-token vocabulary on this machine (docs/notes/2026-11-27-grammar-draws.md): the penalties and
 // a ranking of the largest logits happen here (ranker), the grammar is asked
 // about those first (parley_cs_draw_top), and only when fewer than need of
 // them are allowed is the whole vocabulary masked. need is the top-k (the

@@ -22,7 +22,7 @@ type embedded struct {
 	model  *llama.Model
 	lc     *llama.Context
 	b      *llama.Batch
-	pool   *threadPool // the decode threads (issue 32); nil when none is attached
+	pool   *threadPool // the decode threads; nil when none is attached
 	huge   *collapser  // the weights' move onto huge pages; nil when none
 	logits logitsReader
 	nVocab int
@@ -198,7 +198,7 @@ func (s embeddedSampler) Accept(tok int)   { s.sc.Accept(tok, true) }
 // H200 with the CUDA backend of make cuda, and Ollama, the binding's author,
 // never frees one (its runner process exits instead). The cost is the
 // context's device memory (KV cache, compute buffers) until the process
-// ends, once per unload of a GPU model (several models, issue 21).
+// ends, once per unload of a GPU model (several models).
 func (be *embedded) Close() {
 	be.huge.close()
 	be.b.Free()

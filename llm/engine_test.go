@@ -17,7 +17,12 @@ import (
 	"github.com/parley-chat/parley/llm"
 )
 
+// The test binary is also the current engine's GPU probe child
+// (TestGPUProbeChild starts this executable).
 func TestMain(m *testing.M) {
+	if llm.GPUProbeChild(os.Getenv) {
+		os.Exit(llm.ServeGPUProbe(os.Getenv))
+	}
 	llm.SetNativeLog(os.Stderr, false) // keep test output readable
 	goleak.VerifyTestMain(m)
 }
@@ -188,7 +193,7 @@ func TestCancelFreesSlotWithinAStep(t *testing.T) {
 	}
 	// The slot is free for the next request: it runs to its length, and no
 	// token of the cancelled one was sampled behind it (counted, not timed:
-	// a busy machine may queue it a while; issue 43).
+	// a busy machine may queue it a while).
 	before := e.Stats().TokensGenerated
 	next := generate(t, e, "", "Lily", greedy(4))
 	if next.final.Finish != parley.FinishLength {

@@ -21,7 +21,7 @@ const freezeBudget = 300 * time.Millisecond
 // stallSlack is how far past the step budget a refused or ended request may
 // end, and a normal reply beside it may run past its time alone: a second,
 // more under the race detector (raceSlack), beside the baselines each check
-// measures on the same machine at the same moment (issue 43: a busy machine
+// measures on the same machine at the same moment (a busy machine
 // ran the Go side of one refusal for seven seconds).
 const stallSlack = raceSlack * time.Second
 
@@ -46,7 +46,7 @@ func stallBound(p parley.Params) time.Duration {
 }
 
 // costly is one member of the family of grammars and schemas that made
-// each token cost seconds inside llama.cpp (issue 25).
+// each token cost seconds inside llama.cpp.
 type costly struct {
 	name    string
 	grammar string
@@ -296,7 +296,7 @@ func TestGrammarSequencesGenerate(t *testing.T) {
 // ends within the step budget plus its Go side plus a second (stallBound),
 // and the engine still answers a normal prompt within a second of twice
 // its time alone, measured just before (both baselines on this machine at
-// this moment, so that a busy machine does not fail it: issue 43).
+// this moment, so that a busy machine does not fail it).
 func FuzzGrammarNeverStalls(f *testing.F) {
 	for _, c := range costlyFamily() {
 		if c.grammar != "" {

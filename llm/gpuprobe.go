@@ -22,20 +22,33 @@ import (
 // for sm_86, sm_89, sm_120 and sm_121 and PTX (ISA 9.1, CUDA 13.1) for the
 // others: Hopper has to compile that PTX, the driver is too old for it, and
 // the first kernel (rms_norm) failed. So before the current engine puts
-// layers on a GPU, a child process (this executable, gpuProbeEnv set: the
-// package's init serves it, whatever the binary) loads the model with one
-// layer there and decodes two tokens. If the child fails, the model runs on
-// the CPU and one log line says why, with the child's last words.
+// layers on a GPU, a child process (this executable with gpuProbeEnv set,
+// whose main calls ServeGPUProbe first thing when GPUProbeChild says so)
+// loads the model with one layer there and decodes two tokens. If the
+// child fails, or the executable does not serve the probe, the model runs
+// on the CPU and one log line says why, with the child's last words.
 const (
 	gpuProbeEnv     = "PARLEY_GPU_PROBE"      // the child's arguments: libdir \x1f model \x1f flash attention (0/1)
 	gpuProbeSkipEnv = "PARLEY_SKIP_GPU_PROBE" // "1": trust the GPU without a probe
 	gpuProbeTimeout = 5 * time.Minute         // the model's first read from disk is in it
+	gpuProbeOK      = "gpu probe: ok"         // the child's last line on stdout when the GPU ran the decode
 )
 
-func init() {
-	if arg := os.Getenv(gpuProbeEnv); arg != "" {
-		os.Exit(serveGPUProbe(arg))
+// GPUProbeChild reports whether this process was started as the current
+// engine's GPU probe. A program that opens the current engine with layers
+// on a GPU calls it first thing in main (and in TestMain), and when it
+// reports true exits with ServeGPUProbe's status, as it does for the chat
+// template's sandbox (chat.SandboxChild).
+func GPUProbeChild(getenv func(string) string) bool { return getenv(gpuProbeEnv) != "" }
+
+// ServeGPUProbe is the probe child's whole work; it returns the exit
+// status (0: the GPU ran the decode).
+func ServeGPUProbe(getenv func(string) string) int {
+	rc := serveGPUProbe(getenv(gpuProbeEnv))
+	if rc == 0 {
+		fmt.Println(gpuProbeOK)
 	}
+	return rc
 }
 
 // serveGPUProbe is the child: load the libraries with llama.cpp's log on
@@ -92,13 +105,29 @@ func probeCurrentGPU(libDir, model string, flashAttn bool) error {
 	if os.Getenv(gpuProbeSkipEnv) == "1" {
 		return nil
 	}
+	if os.Getenv(gpuProbeEnv) != "" {
+		// This process was started as a probe and did not serve it: no
+		// probe of its own (it would start another of itself).
+		return fmt.Errorf("%w: this executable does not serve the probe (its main calls llm.ServeGPUProbe)", errGPUProbe)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("%w: no executable to run it in: %v", errGPUProbe, err)
 	}
+	return runGPUProbe(exe, libDir, model, flashAttn)
+}
+
+// runGPUProbe runs exe as the probe child.
+func runGPUProbe(exe, libDir, model string, flashAttn bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), gpuProbeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe)
+	var args []string
+	if strings.HasSuffix(exe, ".test") {
+		// A Go test binary whose TestMain does not serve the probe runs no
+		// tests and exits without the marker.
+		args = append(args, "-test.run=^$")
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
 	fa := "0"
 	if flashAttn {
 		fa = "1"
@@ -109,6 +138,9 @@ func probeCurrentGPU(libDir, model string, flashAttn bool) error {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%w (%v): %s", errGPUProbe, err, probeTail(out.String()))
+	}
+	if !strings.Contains(out.String(), gpuProbeOK) {
+		return fmt.Errorf("%w: this executable does not serve the probe (its main calls llm.ServeGPUProbe)", errGPUProbe)
 	}
 	return nil
 }

@@ -146,7 +146,7 @@ func TestShutdownIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A timeout only once the deadline has passed; how long past it a busy
-	// machine wakes the caller is not checked (issue 43), only a hang.
+	// machine wakes the caller is not checked, only a hang.
 	if errors.Is(err, llm.ErrShutdownTimeout) && ctx.Err() == nil {
 		t.Fatalf("Shutdown timed out after %s, before its deadline", time.Since(start))
 	}

@@ -1,6 +1,6 @@
 package llm
 
-// Model weights on transparent huge pages (issue 32).
+// Model weights on transparent huge pages.
 //
 // Decoding one token on a CPU reads every weight once: hundreds of
 // megabytes spread over tens of thousands of 4 KiB pages, more than the
@@ -9,8 +9,7 @@ package llm
 // repacks for the CPU (Q4_0 on AVX2) lives in memory it allocates, also in
 // 4 KiB pages where the kernel's transparent huge pages are "madvise" (the
 // common default). Read into memory it allocates and advised onto 2 MiB
-// pages, the same weights decode 4-14% faster here (BENCHMARKS.md,
-// "Model weights on huge pages").
+// pages, the same weights decode 4-14% faster here (docs/notes/2026-11-27-huge-pages.md).
 //
 // llama.cpp does not say where its weight buffers are, so the load is
 // bracketed: the anonymous memory that appears while the model loads, in
@@ -334,7 +333,7 @@ func loadWeights(cfg Config, meta metadata, dp *placement, log *zap.Logger, load
 // (dp.huge set), advises the buffers' new mappings too: attention reads the KV
 // cache at every step, and a conversation's grows with each turn (with the
 // weights, 6-11% faster decoding at a depth of 900 tokens here,
-// BENCHMARKS.md). They are
+// docs/notes/2026-11-27-huge-pages.md). They are
 // not collapsed: most of a KV cache is untouched at first, and a collapse
 // would fill every 2 MiB around a touched page at once. Advised, a page
 // comes as a 2 MiB one when first touched, so the resident memory grows

@@ -18,7 +18,7 @@ import (
 	"github.com/parley-chat/parley/llm/kvcache"
 )
 
-// This file swaps sessions' KV state out of the slots and back (issue 20):
+// This file swaps sessions' KV state out of the slots and back:
 // a slot that goes to another session first saves its sequence's state
 // (llama_state_seq_get_data) to a kvcache.Cache, by the session's key; when
 // the session comes back (a new turn, or after a restart through the cache's

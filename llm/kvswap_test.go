@@ -94,7 +94,7 @@ func testRestoreMatchesRecompute(t *testing.T, engine, unified string) {
 		t.Fatalf("saves %d, restores %d; want the first session saved and restored once", st.Saves, st.Restores)
 	}
 	// The whole first turn: the reply's last token, sampled and never
-	// decoded, was decoded before the state was saved (issue 44).
+	// decoded, was decoded before the state was saved.
 	carried := len(a.prompt) + len(a.gen)
 	if c := got.final.Usage.CachedPromptTokens; c < carried {
 		t.Fatalf("cached prompt tokens %d, want at least %d (the first turn's prompt and reply)", c, carried)

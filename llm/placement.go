@@ -82,7 +82,7 @@ func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.L
 }
 
 // flashAttention resolves cfg.FlashAttention: on, off, or with auto on
-// only when layers are offloaded (on the CPU it does not pay: BENCHMARKS.md).
+// only when layers are offloaded (on the CPU it does not pay: BENCHMARKS.md, "Flash attention on CPU").
 func flashAttention(cfg Config, offloaded bool) bool {
 	switch cfg.FlashAttention {
 	case "on":

@@ -24,7 +24,7 @@ type tokenData struct {
 // candidate array, looks every token up in the penalties' hash map and
 // sorts for top-k at every token: with a 49,152-token vocabulary and
 // Parley's defaults, 1.3% of a 2-thread decode's CPU samples against this
-// sampler's 0.13% (BENCHMARKS.md, "Per-token work over the vocabulary").
+// sampler's 0.13% (docs/notes/2026-11-27-vocabulary-work.md).
 // The tokens it draws are the chain's (TestSamplersMatchChain), but for the
 // order of equal logits.
 type prefilterSampler struct {

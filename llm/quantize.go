@@ -27,7 +27,7 @@ import (
 
 // Quantize writes a copy of the GGUF file in with its matrices quantized
 // to typ ("q8_0" or "q4_0"), with the embedded llama.cpp's quantizer: for
-// the benchmark's quantized copies of the synthetic model (cmd/decodebench
+// the benchmark's quantized copies of the synthetic model (tools/decodebench
 // -quantize). threads <= 0 means every core.
 func Quantize(in, out, typ string, threads int) error {
 	ftypes := map[string]C.int{"q4_0": 2, "q8_0": 7} // llama_ftype

@@ -11,7 +11,7 @@ import (
 )
 
 // TestExactTokenReuseSampled is TestExactTokenReuse over many sampled
-// conversations, as issue 20 measured the defect: 10-turn conversations,
+// conversations, as the defect was measured: 10-turn conversations,
 // sampled 160-token replies, --parallel 8, one conversation at a time.
 // Before the fix about 1 turn in 20 re-evaluated the whole previous reply
 // (a reply whose first token had no leading space, which the plain

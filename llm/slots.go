@@ -20,8 +20,8 @@ const (
 	// new sequence before the engine copies that slot's KV cache instead
 	// of evaluating them (copyThreshold picks one by where the KV cache is,
 	// and raises the CPU's where the copy costs more, below). On the CPU
-	// (cmd/decodebench -prefix-copy, synthetic 135M F16, 1 and 2 threads;
-	// BENCHMARKS.md, "A shared opening copied from another slot") a copy
+	// (tools/decodebench -prefix-copy, synthetic 135M F16, 1 and 2 threads;
+	// docs/notes/2026-11-27-shared-opening-and-peers.md) a copy
 	// of 2,048-token slots costs 0-15 ms, what evaluating 0-7 prompt
 	// tokens costs, so 8 tokens (a short system prompt, a shared question
 	// opening) already pay there, while a BOS and a role marker stay below
@@ -36,7 +36,7 @@ const (
 	// copy is not of the shared tokens: with a KV stream per slot (the
 	// default) llama.cpp copies the source slot's whole stream, --ctx
 	// tokens of keys and values, in one thread (seq_cp across streams). Measured
-	// with cmd/decodebench -prefix-copy on a 135M F16 model trained for
+	// with tools/decodebench -prefix-copy on a 135M F16 model trained for
 	// 32,768 tokens: the copy took 8.5-11 ms at 2,048 tokens per slot,
 	// 35-39 ms at 8,192 and 135-153 ms at 32,768 (about 5 GB/s), where
 	// evaluating the 40 shared tokens took 88-100 ms (2 threads) and
@@ -79,7 +79,7 @@ type slot struct {
 	// never decoded: its last token, when its reply ended on it (the length
 	// limit, a cancel). The KV swap decodes it before it saves the slot's
 	// state, so a saved state ends with the whole reply, as the next
-	// prompt holds it (issue 44). Reset when the slot is assigned.
+	// prompt holds it. Reset when the slot is assigned.
 	tail []int
 	// scope is the cache scope of the request that last used this slot
 	// (parley.CacheScope): only a request of the same scope reuses its

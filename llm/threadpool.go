@@ -58,7 +58,7 @@ import (
 )
 
 // DefaultPoll is ggml's default polling level, and what pays on a CPU
-// (BENCHMARKS.md, "Thread pool"): the workers spin briefly between graphs
+// (docs/notes/2026-11-25-thread-pool-and-engines.md): the workers spin briefly between graphs
 // instead of sleeping, so a decode step starts without waking them.
 const DefaultPoll = 50
 
@@ -94,7 +94,7 @@ func contextPointer(lc *llama.Context, threads int) *C.struct_llama_context {
 
 // freeContext frees lc's llama.cpp context (its KV cache and compute
 // buffers), which the binding has no call for: without it a model that is
-// unloaded and loaded again (several models, issue 21) leaks its context
+// unloaded and loaded again (several models) leaks its context
 // each time. It reports false, freeing nothing, when lc is not the mirrored
 // binding context. lc must not be used afterwards.
 func freeContext(lc *llama.Context, threads int) bool {

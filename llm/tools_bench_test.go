@@ -18,8 +18,7 @@ import (
 )
 
 // TestToolCallCost measures the per-token decode cost of a constrained tool
-// call against free text on the synthetic SmolLM2-135M model (BENCHMARKS.md,
-// "Tool calls"). It runs only with PARLEY_TOOL_BENCH=1; it writes the 204 MiB
+// call against free text on the synthetic SmolLM2-135M model (docs/notes/2026-11-25-tool-calls.md). It runs only with PARLEY_TOOL_BENCH=1; it writes the 204 MiB
 // model to PARLEY_BENCH_MODEL when that file does not exist yet (to a
 // temporary folder when it is not set). All three replies share one
 // prompt (the tool prompt): tool_choice none (free text), auto (free text

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The GPU benchmark (issue 18), for a person with an NVIDIA GPU: Parley against
+# The GPU benchmark, for a person with an NVIDIA GPU: Parley against
 # the raw decode of the llm package and against Ollama (same module version,
 # same CGO flags, the same CUDA backend in lib/ollama), on a synthetic
-# Llama-3.2-1B-shaped F16 model written by cmd/mkgguf, at 1, 16 and 64
-# concurrent sessions of 10 turns each. It runs cmd/bench with GPU
+# Llama-3.2-1B-shaped F16 model written by tools/mkgguf, at 1, 16 and 64
+# concurrent sessions of 10 turns each. It runs tools/bench with GPU
 # settings and rewrites the "gpu" section of BENCHMARKS.md (the CPU section is
 # left alone).
 #
-# Usage: scripts/bench-gpu.sh [more cmd/bench flags]
+# Usage: scripts/bench-gpu.sh [more tools/bench flags]
 # Needs: `make cuda` first (lib/ollama/libggml-cuda.so), a GPU with about 10 GiB
 # free, and Go; or prebuilt binaries (below) on a machine without Go.
 # Environment:
@@ -32,8 +32,8 @@ if [ -z "${BIN_DIR:-}" ]; then
 	[ -e lib/ollama/libggml-cuda.so ] || { echo "bench-gpu: lib/ollama/libggml-cuda.so missing: run make cuda" >&2; exit 2; }
 	make build
 	# The raw decode runs inside bench: it must sit in bin/ to find ../lib/ollama.
-	go build -o bin/bench ./cmd/bench
-	go build -o bin/mkgguf ./cmd/mkgguf
+	go build -o bin/bench ./tools/bench
+	go build -o bin/mkgguf ./tools/mkgguf
 	ollama=$(scripts/build-ollama.sh | tail -1)
 	# Ollama looks for its backends in ../lib/ollama beside its (real) executable.
 	mkdir -p "$(dirname "$(dirname "$ollama")")/lib"

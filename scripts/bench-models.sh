@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The benchmark's models (issue 32): the synthetic SmolLM2-135M-shaped F16 model
-# that cmd/mkgguf writes, and its Q8_0 and Q4_0 copies made by llama.cpp's own
+# The benchmark's models: the synthetic SmolLM2-135M-shaped F16 model
+# that tools/mkgguf writes, and its Q8_0 and Q4_0 copies made by llama.cpp's own
 # llama-quantize (scripts/build-llama-server.sh builds it), so every engine and
 # peer reads the same files a llama.cpp user would make.
 #
@@ -20,7 +20,7 @@
 #
 # A quantized copy is remade when it is missing, older than the F16 file, or
 # was not made by llama-quantize (its FILE.quantized-by note says what made it;
-# copies that cmd/decodebench -quantize wrote have none). The new file is
+# copies that tools/decodebench -quantize wrote have none). The new file is
 # renamed into place, so a process that has the old one open keeps reading it.
 set -euo pipefail
 
@@ -53,7 +53,7 @@ if [ -n "${VOCAB_FROM:-}" ]; then
 	mkflags+=(-vocab "$VOCAB_FROM")
 fi
 f16=$dir/$name-f16.gguf
-(cd "$root" && go run ./cmd/mkgguf "${mkflags[@]}" -o "$f16") >&2 # leaves an up-to-date file alone
+(cd "$root" && go run ./tools/mkgguf "${mkflags[@]}" -o "$f16") >&2 # leaves an up-to-date file alone
 
 # llama-quantize has no --version; the llama-server built beside it from the same tree has.
 version=$({ "$(dirname "$quantize")/llama-server" --version 2>&1 || true; } | sed -n 's/^version: //p' | head -1)

@@ -4,7 +4,7 @@
 #   - its pins are right: -source brings node-llama-cpp's tarball from npm, checks its sha512, and the bundle's
 #     commit is the one the prebuilt libraries were built from;
 #   - the folder it lays out: with nvcc and cmake stood in for (the CUDA compile itself ran on a GPU machine, see
-#     BENCHMARKS.md), cmake is asked for ggml's CPU and CUDA backends as modules with unversioned sonames, the
+#     docs/notes/2026-11-27-gpu-h200-cuda-from-source.md), cmake is asked for ggml's CPU and CUDA backends as modules with unversioned sonames, the
 #     modules land as files beside links to the pinned libraries (not to the prebuilt CPU variants), and a folder
 #     that `make setup-engine-cuda` laid out before is replaced without writing through its links into the
 #     prebuilt package.

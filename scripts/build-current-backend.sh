@@ -6,7 +6,7 @@
 #
 #   cpu   the CPU backend, with the SIMD level of Parley's cgo build (scripts/ggml-simd.sh), into lib/llama-current
 #         (what `make setup` runs). The prebuilt CPU variants are not used: their F16 matrix kernel took 2.3x the
-#         embedded engine's time on a prompt (BENCHMARKS.md), and this build does not.
+#         embedded engine's time on a prompt (docs/notes/2026-11-27-cpu-backend-from-source.md), and this build does not.
 #   cuda  the CPU backend and ggml's CUDA backend, for CUDA_ARCHITECTURES, into lib/llama-current-cuda (what
 #         `make cuda-current` runs; bin/parley takes that folder first). The prebuilt CUDA package
 #         (`make setup-engine-cuda`) holds machine code for sm_86, sm_89, sm_120 and sm_121 only, and CUDA 13.1 PTX

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the second peer that cmd/bench measures Parley against: llama.cpp's own
+# Build the second peer that tools/bench measures Parley against: llama.cpp's own
 # `llama-server` (and `llama-quantize`, which makes the Q8_0/Q4_0 copies of the
 # synthetic benchmark model) from a public llama.cpp snapshot, with the same SIMD
 # level as Parley's build (scripts/env.sh: x86-64-v3 unless PARLEY_MARCH=native)
@@ -11,7 +11,7 @@
 #             required (a clone of https://github.com/ggml-org/llama.cpp, or a
 #             snapshot of a fork that follows it).
 #   OUT_DIR   default $PARLEY_LLAMA_SERVER_DIR, else
-#             ${XDG_CACHE_HOME:-$HOME/.cache}/parley/llama-server (where cmd/bench
+#             ${XDG_CACHE_HOME:-$HOME/.cache}/parley/llama-server (where tools/bench
 #             looks by default; never inside the repository). The binaries are
 #             OUT_DIR/bin/llama-server and OUT_DIR/bin/llama-quantize; the script
 #             prints what it built last. A second run with the same snapshot and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the peer that cmd/bench measures Parley against: the `ollama` binary of
+# Build the peer that tools/bench measures Parley against: the `ollama` binary of
 # the same module version Parley's llm package binds (github.com/ollama/ollama@v0.24.0),
 # compiled with the same CGO flags as scripts/env.sh. Go's build cache is keyed on
 # those flags and on the llama.cpp sources, so when Parley has been built the C++
@@ -8,7 +8,7 @@
 #
 # Usage: scripts/build-ollama.sh [OUT_DIR]
 #   OUT_DIR defaults to $PARLEY_OLLAMA_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/parley/ollama
-#   (where cmd/bench looks by default; never inside the repo). The binary is
+#   (where tools/bench looks by default; never inside the repo). The binary is
 #   OUT_DIR/ollama; the script prints its path last.
 # Environment: OLLAMA_VERSION (default v0.24.0), PARLEY_MARCH (as in scripts/env.sh).
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a command while a CPU hog keeps every core busy, the way a shared CI runner is (issue 43): `make test-busy`
+# Runs a command while a CPU hog keeps every core busy, the way a shared CI runner is: `make test-busy`
 # runs scripts/test.sh under it, and `scripts/busy.sh go test -race -run TestX ./web/` checks one test.
 #
 #   scripts/busy.sh CMD [ARG...]

@@ -160,6 +160,7 @@ suite "python websockets client" scripts/python-client-test.sh
 suite "wscat" scripts/wscat-test.sh
 suite "sagemaker client (python, /invocations stream)" scripts/sagemaker-client-test.sh
 suite "curl -N plain stream" scripts/curl-plain-test.sh
+suite "docs: every runnable example of README.md and docs/" scripts/docs-examples-test.sh
 
 node_dirs=()
 for d in scripts/browser scripts/node; do

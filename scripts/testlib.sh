@@ -9,7 +9,7 @@ _parley_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PARLEY_BIN=${PARLEY_BIN:-$_parley_root/bin/parley}
 PARLEY_TEST_MODEL=${PARLEY_TEST_MODEL:-$_parley_root/../shared/models/stories260K.gguf}
 # Seconds to wait for the model to load and the port to answer; stories260K loads in well under a second. Like every
-# wait of the suite it polls for the event, and its bound only catches a hang, on a busy machine too (issue 43).
+# wait of the suite it polls for the event, and its bound only catches a hang, on a busy machine too.
 PARLEY_START_TIMEOUT=${PARLEY_START_TIMEOUT:-120}
 # Seconds a SIGTERM'd server may take to drain and exit (a hang catcher as well).
 PARLEY_STOP_TIMEOUT=${PARLEY_STOP_TIMEOUT:-60}

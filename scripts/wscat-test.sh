@@ -21,7 +21,7 @@ py=$(command -v python3 || echo /usr/bin/python3)
 SENTINEL='<<Response Finished>>'
 PROMPT1='Once upon a time, there was a little cat named Tom.'
 PROMPT2='What did Tom do next?'
-# Seconds one reply may take; stories260K answers in well under one: the bound only catches a hang (issue 43).
+# Seconds one reply may take; stories260K answers in well under one: the bound only catches a hang.
 REPLY_TIMEOUT=${REPLY_TIMEOUT:-120}
 
 work=$(mktemp -d)

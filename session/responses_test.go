@@ -60,7 +60,7 @@ func TestRespondRecordsSurviveTrimming(t *testing.T) {
 }
 
 // TestSessionJSONBackwardCompatible: sessions stored before the Responses
-// API decode unchanged, and a session without its state encodes as before.
+// API decode unchanged, and a session without its state encodes in the original format.
 func TestSessionJSONBackwardCompatible(t *testing.T) {
 	old := `{"id":"AAAAAAAAAAAAAAAAAAAAAA","system":"s","messages":[{"role":"user","content":"hi"}],"created":"2026-01-01T00:00:00Z","updated":"2026-01-01T00:00:00Z"}`
 	var s session.Session

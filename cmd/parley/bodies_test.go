@@ -71,7 +71,7 @@ func unfinishedBodies(t *testing.T, addr string, n, perAddr, size int) []net.Con
 // refusedCount waits until at least want of conns have been refused (503 or
 // 429: over the body budget, answered before the body is read) rather than
 // left waiting for the rest of their body, and returns how many were by
-// then. It waits for the answers, not for a time (issue 43): the read
+// then. It waits for the answers, not for a time: the read
 // deadline only catches a server that never answers. The accepted bodies
 // are answered only at the body timeout (60 s), and not as refusals.
 func refusedCount(conns []net.Conn, want int) int {
@@ -111,7 +111,7 @@ func TestUnfinishedBodiesRSS(t *testing.T) {
 		check  bool
 	}{
 		{"budget 16 MiB", 16 * mib, true},
-		{"no budget (as before)", 1 << 40, false},
+		{"no budget", 1 << 40, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !tc.check && testing.Short() {

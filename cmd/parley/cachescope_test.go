@@ -65,7 +65,7 @@ func metricAs(t *testing.T, addr, key, sample string) float64 {
 	return v
 }
 
-// The attack of issue 45: user bob guesses user alice's PIN one digit at
+// The attack: user bob guesses user alice's PIN one digit at
 // a time from the cached-token count of raw completions. Alice's
 // conversation sits in a slot (keyed, so bob's requests never take it
 // over); before each guess bob fills the other slot with an unrelated
@@ -125,7 +125,7 @@ func TestCacheScopeDigitProbe(t *testing.T) {
 	}
 }
 
-// The second channel of issue 45: a stateless conversation's state, saved
+// The second channel: a stateless conversation's state, saved
 // under a key made of its opening, was restored for another user who sent
 // the same opening. Every key is now within its user's scope: bob's request
 // reports no cached token and restores nothing, while alice's own resend

@@ -7,7 +7,7 @@ import (
 	"github.com/parley-chat/parley/llm"
 )
 
-// engineFlags are the flags of issue 32: the engine, the decode threads'
+// engineFlags are the engine's flags: which engine, the decode threads'
 // pool and polling, and where the weights live. Each has its PARLEY_
 // environment variable, as every flag does.
 type engineFlags struct {
@@ -18,11 +18,11 @@ type engineFlags struct {
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.engine, "engine", llm.EngineAuto, "llama.cpp engine: auto (current when its libraries load and no GPU is to be used, else embedded), embedded (built in, llama.cpp of 2025-12) or current (a current llama.cpp from --engine-lib, CPU; loads this year's architectures, and decodes faster on the CPU: BENCHMARKS.md)")
+	fs.StringVar(&f.engine, "engine", llm.EngineAuto, "llama.cpp engine: auto (current when its libraries load and no GPU is to be used, else embedded), embedded (built in, llama.cpp of 2025-12) or current (a current llama.cpp from --engine-lib, CPU; loads this year's architectures, and decodes faster on the CPU: docs/engines.md)")
 	fs.StringVar(&f.lib, "engine-lib", "", "folder of the current engine's libraries (default: lib/llama-current beside bin/, as make setup lays it out)")
-	fs.IntVar(&f.poll, "poll", llm.DefaultPoll, "how hard the decode threads poll for the next step, 0 (sleep at once) to 100; polling makes each step start sooner, at a small idle CPU cost (BENCHMARKS.md, Thread pool)")
-	fs.StringVar(&f.hugePages, "huge-pages", llm.HugePagesAuto, "where a model that runs on the CPU keeps its weights: auto (read into memory on 2 MiB transparent huge pages when the kernel offers them and the file is at most half the available memory; decodes faster, BENCHMARKS.md) or off (mapped from the file)")
-	fs.BoolVar(&f.threadPool, "thread-pool", true, "keep one persistent pool of decode threads (false: ggml starts and joins its threads at every step, the old behaviour)")
+	fs.IntVar(&f.poll, "poll", llm.DefaultPoll, "how hard the decode threads poll for the next step, 0 (sleep at once) to 100; polling makes each step start sooner, at a small idle CPU cost (docs/notes/2026-11-25-thread-pool-and-engines.md)")
+	fs.StringVar(&f.hugePages, "huge-pages", llm.HugePagesAuto, "where a model that runs on the CPU keeps its weights: auto (read into memory on 2 MiB transparent huge pages when the kernel offers them and the file is at most half the available memory; decodes faster, docs/notes/2026-11-27-huge-pages.md) or off (mapped from the file)")
+	fs.BoolVar(&f.threadPool, "thread-pool", true, "keep one persistent pool of decode threads (false: ggml starts and joins its threads at every step)")
 }
 
 func (f *engineFlags) check() error {

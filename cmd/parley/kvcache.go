@@ -6,11 +6,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/session"
-	"github.com/parley-chat/parley/web"
 )
 
 // Defaults of --kv-cache-ram and --kv-cache-disk.
@@ -23,7 +21,20 @@ const (
 // (KiB, MiB, GiB, TiB, or KB, MB, GB, TB in powers of 1000).
 type byteSize int64
 
-func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+// String is the size in the largest binary unit that divides it (512MiB),
+// else in bytes.
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n > 0 && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
 
 func (b *byteSize) Set(s string) error {
 	units := []struct {
@@ -45,7 +56,7 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
-// kvCacheFlags declares the KV swap's flags (issue 20).
+// kvCacheFlags declares the KV swap's flags.
 func kvCacheFlags(fs *flag.FlagSet, c *config) {
 	c.kvCacheRAM, c.kvCacheDisk = defaultKVCacheRAM, -1
 	fs.Var(&c.kvCacheRAM, "kv-cache-ram", "memory for the KV state of conversations whose slot went to another session, restored on their next turn instead of evaluated again (least recently used out first; 0 = off); e.g. 512MiB, 2GiB")
@@ -92,16 +103,4 @@ func kvCacheConfig(cfg config) llm.KVCacheConfig {
 	// nobody will ask for it again.
 	return llm.KVCacheConfig{RAMBytes: int64(cfg.kvCacheRAM), DiskBytes: disk, Dir: filepath.Join(cfg.dataDir, "kvcache"),
 		MinFreeBytes: kvMinFree(cfg), MaxAge: max(cfg.sessionTTL, 0)}
-}
-
-// kvCacheStats adapts the engine's KV swap counters to web's.
-func kvCacheStats(s llm.KVCacheStats) web.KVCacheStats {
-	return web.KVCacheStats{
-		Saves: s.Saves, SavedBytes: s.SavedBytes, Restores: s.Restores, RestoredTokens: s.RestoredTokens,
-		RestoreTime: time.Duration(s.RestoreNanos), SaveTime: time.Duration(s.SaveNanos),
-		DiskWrites: s.DiskWrites, DiskWriteBytes: s.DiskWriteBytes, Fallbacks: s.Fallbacks,
-		FilesRefused: map[string]int64{"corrupt": s.Corrupt, "foreign": s.Foreign}, DiskFull: s.DiskFull, Pruned: s.Pruned,
-		RAMBytes: s.RAMBytes, DiskBytes: s.DiskBytes, RAMEntries: s.RAMEntries, DiskEntries: s.DiskEntries,
-		Unsaved: s.Unsaved, DiskPending: s.DiskPending,
-	}
 }

@@ -52,7 +52,7 @@ func waitKVSettled(t *testing.T, addr string) {
 	}
 }
 
-// The fill of issue 45 on a data folder of 8 MiB (a tmpfs; needs root):
+// The fill on a data folder of 8 MiB (a tmpfs; needs root):
 // conversations of ~1,800 tokens, each of whose KV state (about a MiB) goes
 // to the disk tier, then shorter ones, used to fill the disk, and from then on every write of
 // the session store was refused (507 store_full), across restarts. The KV

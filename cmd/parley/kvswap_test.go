@@ -141,7 +141,7 @@ func TestKVStateSurvivesKill9Responses(t *testing.T) {
 
 	s2 := start(t, bin, args...)
 	next := createResponse(t, s2.addr, map[string]any{"input": "Who came to play?", "previous_response_id": r.ID, "max_output_tokens": 20})
-	carried := r.Usage.InputTokens + r.Usage.OutputTokens // the reply's last token was decoded before the save (issue 44)
+	carried := r.Usage.InputTokens + r.Usage.OutputTokens // the reply's last token was decoded before the save
 	if c := next.Usage.InputTokensDetails.CachedTokens; c < carried {
 		t.Fatalf("cached_tokens %d after the restart, want at least %d (usage %+v)", c, carried, next.Usage)
 	}

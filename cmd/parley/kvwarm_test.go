@@ -16,7 +16,7 @@ import (
 	"github.com/parley-chat/parley/internal/testbin"
 )
 
-// Conversations stay warm across kill -9 in the real binary (issue 44):
+// Conversations stay warm across kill -9 in the real binary:
 // more conversations than slots, so most states leave their slot for the
 // KV cache; the server is killed once the saved-state gauges settle and
 // started again on the same data, and each conversation's next turn must

@@ -22,7 +22,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +35,7 @@ import (
 	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
 	"github.com/parley-chat/parley/mcp"
+	"github.com/parley-chat/parley/router"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
@@ -44,6 +44,10 @@ func main() {
 	if chat.SandboxChild(os.Getenv) {
 		// This process is the chat-template sandbox another parley started (chat.NewSandbox).
 		os.Exit(chat.ServeSandbox(os.Getenv, os.Stdin, os.Stdout))
+	}
+	if llm.GPUProbeChild(os.Getenv) {
+		// This process is the current engine's GPU probe another parley started.
+		os.Exit(llm.ServeGPUProbe(os.Getenv))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(os.Args[2:]))
@@ -67,17 +71,9 @@ func main() {
 // Responses and Conversations APIs only when a type assertion finds
 // web.Conversations on it; these lines make a Service that stops
 // satisfying either a compile error here instead of a silent 404 there.
-// Likewise chat finds what it reuses the KV cache with (exact prompt
-// tokens, the saved state's tokens after a restart) by type assertions on
-// its generator, the engineRef below: chat.Engine is every interface it
-// asserts for, so a method engineRef fails to forward is a compile error
-// here instead of conversations silently cold after a restart (issue 44).
 var (
 	_ web.Sessions      = (*session.Service)(nil)
 	_ web.Conversations = (*session.Service)(nil)
-	_ chat.Engine       = (*llm.Engine)(nil)
-	_ chat.Engine       = (*engineRef)(nil)
-	_ chat.Engine       = (*modelRef)(nil)
 )
 
 // config is every flag's value.
@@ -109,30 +105,30 @@ type config struct {
 	topK, repeatLastN                            int
 	seed                                         int64
 	llamaLog                                     bool
-	// issue 11 (hardening, round two)
+	// the step budget, the body timeout, TCP connections
 	stepBudget, bodyTimeout time.Duration
 	draft                   string
 	draftMax                int
 	maxHTTPConns            int
-	// issue 27 (hardening, round four): per-client limits, byte budgets
+	// per-client limits, byte budgets
 	maxSessionsPerClient, sessionCreatesPerMinute, maxUnusedPerClient int
 	evictIdleFloor                                                    time.Duration
 	maxStoreBytes, maxBodyBytesInflight                               int64
 	clientStoreShare                                                  float64
 	maxHTTPConnsPerIP                                                 int
-	// issue 20 (KV swap): bytes of sessions' KV state kept in RAM and on disk
+	// the KV swap: bytes of sessions' KV state kept in RAM and on disk
 	kvCacheRAM, kvCacheDisk, kvCacheMinFree byteSize
-	// issue 32: the engine
+	// the engine
 	engine engineFlags
-	// issue 21: several models
+	// several models
 	models modelsFlags
-	// issue 52: MCP servers (tools that run on the server)
+	// MCP servers (tools that run on the server)
 	mcpConfig string
 	mcp       *mcp.Config // read from mcpConfig; nil without it
 }
 
-func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
-	var c config
+// declareFlags declares every flag on a new FlagSet, its values in c.
+func declareFlags(c *config, getenv func(string) string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("parley", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	def := parley.DefaultParams()
@@ -149,9 +145,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.queuePerClient, "queue-per-client", 0, "of those, how many one client (address, or named user) may have waiting; past it its requests get 503 busy with Retry-After while others still get in (0 = half of --queue plus --parallel)")
 	fs.IntVar(&c.slotsPerClient, "slots-per-client", 0, "slots one client may hold while another client waits for one (alone it may use all; waiting clients are served round robin either way; 0 = --parallel minus a quarter, -1 = no cap)")
 	fs.IntVar(&c.batch, "batch", llm.DefaultBatchSize, "llama.cpp batch size in tokens")
-	fs.StringVar(&c.flashAttn, "flash-attn", "auto", "flash attention: off, on or auto (auto: on when layers run on a GPU, off on the CPU, where off is faster as conversations grow; see BENCHMARKS.md)")
+	fs.StringVar(&c.flashAttn, "flash-attn", "auto", "flash attention: off, on or auto (auto: on when layers run on a GPU, off on the CPU, where off is faster as conversations grow; see BENCHMARKS.md, Flash attention on CPU)")
 	fs.StringVar(&c.kvCacheType, "kv-cache-type", "f16", "KV cache element type: f16, q8_0 (about half the memory per session) or q4_0 (a quarter); quantized needs flash attention (on, or auto on a GPU)")
-	fs.StringVar(&c.kvUnified, "kv-unified", "off", "one KV cache buffer shared by all --parallel slots (on) instead of one per slot (off; faster at 64 sessions on an H100, see BENCHMARKS.md)")
+	fs.StringVar(&c.kvUnified, "kv-unified", "off", "one KV cache buffer shared by all --parallel slots (on) instead of one per slot (off, the default: the faster at 64 sessions on an H100, docs/notes/2026-11-25-gpu.md)")
 	c.gpuLayers = gpuLayersFlag(offload.Auto)
 	fs.Var(&c.gpuLayers, "gpu-layers", "layers offloaded to the GPU: auto (as many as fit in its free memory with the KV cache for --parallel x --ctx), 0 (CPU only) or a count; without a GPU the model runs on the CPU")
 	fs.IntVar(&c.maxTokens, "max-tokens", def.MaxTokens, "default reply cap in tokens")
@@ -202,10 +198,17 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.draft, "draft", llm.DraftAuto, "speculative decoding from the conversation's own text (replies are the same tokens): auto drafts where the step times it measures say drafts pay, ngram whenever the conversation offers a continuation, off never")
 	fs.IntVar(&c.draftMax, "draft-max", llm.DefaultDraftMax, "longest draft per reply and decode step, in tokens")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
-	kvCacheFlags(fs, &c)
+	kvCacheFlags(fs, c)
 	c.engine.register(fs)
 	c.models.register(fs)
 
+	fs.Usage = func() { printUsage(fs, stderr) }
+	return fs
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := declareFlags(&c, getenv, stderr)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -219,7 +222,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		if f.Name == "version" {
 			return // a command, not a setting: an environment that holds PARLEY_VERSION still serves
 		}
-		env := "PARLEY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v := getenv(env); v != "" && !set[f.Name] && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
 				envErr = fmt.Errorf("%s: %w", env, err)
@@ -248,7 +251,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if c.cacheScope != "user" && c.cacheScope != "client" {
 		return c, fmt.Errorf("--cache-scope: want user or client, got %q", c.cacheScope)
 	}
-	if err := checkMaxTokens(c.maxTokens, c.ctx); err != nil {
+	if err := router.CheckMaxTokens(c.maxTokens, c.ctx); err != nil {
 		return c, err
 	}
 	if err := c.engine.check(); err != nil {
@@ -334,7 +337,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer sandbox.Close()
 	ropts := []chat.Option{chat.WithLogger(log.Named("chat")), chat.WithJinjaRenderer(sandbox)}
 	if cfg.template != "" {
-		opt, err := templateOption(cfg.template)
+		opt, err := router.TemplateOption(cfg.template)
 		if err != nil {
 			return fmt.Errorf("--template: %w", err)
 		}
@@ -352,85 +355,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	tools := openMCP(cfg, log)
 	defer tools.Close()
 
+	var m models
 	if cfg.severalModels() {
-		return serveSeveral(ctx, cfg, log, stderr, ropts, func(m *router) (*web.Server, error) {
-			sessions := newSessions(cfg, store, defaults, m, log)
-			srv := web.New(serverConfig(cfg, defaults), sessions,
-				web.WithLogger(log.Named("web")),
-				web.WithTokenizer(m),
-				web.WithResponder(m), web.WithModelInfo(m.served[m.def].ref.Info),
-				web.WithModels(&modelsView{r: m}),
-				web.WithEngineStats(m.stats),
-				web.WithStoreUsage(storeUsage(store)),
-				web.WithInfo(func() web.Info {
-					t := m.Template()
-					return web.Info{ModelInfo: m.served[m.def].ref.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
-				}))
-			if err := srv.Open(); err != nil {
-				return nil, err
-			}
-			log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""))
-			return srv, nil
-		})
-	}
-
-	// The server listens before the model is fetched and loaded (minutes for
-	// a download or a large file), so a port error surfaces at once and
-	// /health answers 503 "loading" meanwhile. Until SetReady the chat and
-	// the APIs answer 503, so nothing reaches the engine before it exists.
-	engine := &engineRef{}
-	responder := chat.NewResponder(engine, ropts...)
-	sessions := newSessions(cfg, store, defaults, responder, log)
-
-	srv := web.New(serverConfig(cfg, defaults), sessions,
-		web.WithLogger(log.Named("web")),
-		web.WithTokenizer(engine),
-		web.WithResponder(responder), web.WithModelInfo(engine.Info),
-		web.WithEngineStats(engine.stats),
-		web.WithStoreUsage(storeUsage(store)),
-		web.WithInfo(func() web.Info {
-			t := responder.Template()
-			return web.Info{ModelInfo: engine.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String(),
-				Engine: engineLabel(engine.name())}
-		}))
-	if err := srv.Open(); err != nil {
-		return err
-	}
-	log.Info("listening", zap.String("url", srv.URL()), zap.Bool("api_key", cfg.apiKey != ""), zap.Int("users", len(cfg.users)))
-
-	eng, err := loadEngine(ctx, cfg, log, stderr)
-	if err == nil {
-		// The engine may have capped --ctx at the model's training context.
-		err = checkMaxTokens(cfg.maxTokens, eng.Info().ContextLength)
-	}
-	if err == nil {
-		engine.set(eng)
-		log.Info("prompt format", zap.String("template", responder.Template().Name()))
-		srv.SetReady(true)
-		log.Info("serving", zap.String("url", srv.URL()))
-		<-ctx.Done()
-		log.Info("shutting down", zap.Duration("drain_timeout", cfg.drainTimeout))
-	} else if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		err = nil // a signal during the download: a normal stop
-	}
-
-	// The server drains its replies before the engine they stream from closes.
-	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout+5*time.Second)
-	defer cancel()
-	if cerr := srv.Close(closeCtx); cerr != nil {
-		log.Warn("shutdown", zap.Error(cerr))
-	}
-	if eng != nil {
-		// Bounded too: a step stuck in llama.cpp must not keep the process up.
-		if cerr := eng.Shutdown(closeCtx); cerr != nil {
-			log.Warn("engine shutdown", zap.Error(cerr))
+		if m, err = newSeveralModels(cfg, log, stderr, ropts); err != nil {
+			return err
 		}
+	} else {
+		m = newOneModel(cfg, log, stderr, ropts)
 	}
-	if err != nil {
-		return err
-	}
-	log.Info("stopped")
-	return nil
+	return serve(ctx, cfg, log, store, defaults, m)
 }
 
 // newSessions is the session layer over store, its replies from r.
@@ -557,25 +490,6 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 	return lcfg
 }
 
-// engineRef stands in for the engine until it has loaded, so the chat
-// responder, the sessions and the server can be built, and listening, before
-// a load that may take minutes. Before set, Generate and Tokenize answer
-// unavailable (the server's readiness gate keeps requests away until then
-// anyway), Info and stats are zero and there are no saved tokens. It
-// implements chat.Engine whole (see the checks at the top of this file).
-// set is called once.
-type engineRef struct{ p atomic.Pointer[llm.Engine] }
-
-func (r *engineRef) set(e *llm.Engine) { r.p.Store(e) }
-
-// name is the llama.cpp engine that runs the model ("" before it has loaded).
-func (r *engineRef) name() string {
-	if e := r.p.Load(); e != nil {
-		return e.EngineName()
-	}
-	return ""
-}
-
 // engineLabel is /info's engine for the engine that runs: the current
 // llama.cpp names its libraries' release; the embedded one is left to the
 // server, which names the binding the binary was built with.
@@ -584,77 +498,6 @@ func engineLabel(name string) string {
 		return "current llama.cpp (ggml " + llm.CurrentGGMLVersion + ", @node-llama-cpp/linux-x64 libraries, loaded at run time)"
 	}
 	return ""
-}
-
-var errLoading = parley.Errorf(parley.EUnavailable, "the model is loading; try again shortly")
-
-func (r *engineRef) Info() parley.ModelInfo {
-	if e := r.p.Load(); e != nil {
-		return e.Info()
-	}
-	return parley.ModelInfo{}
-}
-
-func (r *engineRef) Tokenize(text string) ([]int, error) {
-	if e := r.p.Load(); e != nil {
-		return e.Tokenize(text)
-	}
-	return nil, errLoading
-}
-
-func (r *engineRef) TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error) {
-	if e := r.p.Load(); e != nil {
-		return e.TokenizeLimit(ctx, text, limit)
-	}
-	return nil, errLoading
-}
-
-func (r *engineRef) TokenizeContinuation(text string) ([]int, error) {
-	if e := r.p.Load(); e != nil {
-		return e.TokenizeContinuation(text)
-	}
-	return nil, errLoading
-}
-
-func (r *engineRef) SavedTokens(key string) []parley.Token {
-	if e := r.p.Load(); e != nil {
-		return e.SavedTokens(key)
-	}
-	return nil
-}
-
-func (r *engineRef) Generate(ctx context.Context, req parley.GenerateRequest) (<-chan parley.Event, error) {
-	if e := r.p.Load(); e != nil {
-		return e.Generate(ctx, req)
-	}
-	return nil, errLoading
-}
-
-// stats adapts the engine's counters to what web's /metrics reads (web
-// must not import llm, which is cgo).
-func (r *engineRef) stats() web.EngineStats {
-	e := r.p.Load()
-	if e == nil {
-		return web.EngineStats{}
-	}
-	st := e.Stats()
-	return web.EngineStats{
-		Slots:             st.Slots,
-		SlotsBusy:         st.SlotsBusy,
-		Queued:            st.Queued,
-		PromptEvaluated:   st.PromptEvaluated,
-		PromptReused:      st.PromptReused,
-		PromptCopied:      st.PromptCopied,
-		TokensGenerated:   st.TokensGenerated,
-		Steps:             st.Steps,
-		StepTime:          time.Duration(st.StepNanos),
-		SlowConsumerDrops: st.SlowConsumerDrop,
-		GrammarDeadEnds:   st.GrammarDeadEnds,
-		OverStepBudget:    st.OverBudget,
-		DeviceMemoryUsed:  st.DeviceMemoryUsed,
-		DeviceMemoryTotal: st.DeviceMemoryTotal,
-		KVCache:           kvCacheStats(st.KVCache),
-	}
 }
 
 // resolveModel turns --model into a local GGUF path, downloading hf://
@@ -762,15 +605,6 @@ func storeUsage(st session.Store) func() session.Usage {
 	return func() session.Usage { return session.Usage{} }
 }
 
-// checkMaxTokens refuses a default reply cap that leaves no room in the
-// context for a prompt: every text-mode prompt would fail.
-func checkMaxTokens(maxTokens, ctx int) error {
-	if maxTokens >= ctx {
-		return fmt.Errorf("--max-tokens %d must be below --ctx %d (the context holds the prompt and the reply): lower --max-tokens or raise --ctx", maxTokens, ctx)
-	}
-	return nil
-}
-
 // storeCommand is `parley store check|repair FILE`: check a session file
 // for damage, or move a damaged one aside and write a fresh file holding
 // the sessions that can still be read. The server must not be running on
@@ -872,24 +706,4 @@ func healthcheck(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// templateOption turns --template into the Responder's option: a family name, or the path of a Jinja template file
-// (anything that names a file), which renders instead of the model's own.
-func templateOption(v string) (chat.Option, error) {
-	if st, err := os.Stat(v); err == nil && !st.IsDir() {
-		if st.Size() > chat.MaxTemplateBytes {
-			return nil, fmt.Errorf("%s: %d bytes, more than %d", v, st.Size(), chat.MaxTemplateBytes)
-		}
-		src, err := os.ReadFile(v)
-		if err != nil {
-			return nil, err
-		}
-		return chat.WithTemplateSource(string(src)), nil
-	}
-	tmpl, err := chat.TemplateByName(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w, and no such file", err)
-	}
-	return chat.WithTemplate(tmpl), nil
 }

@@ -84,7 +84,7 @@ func (s *server) log() string { return s.stderr.String() }
 
 // hangWait bounds the waits for what must happen (a server healthy, an
 // exit, a reply): it only catches a hang, so it is minutes, far past a busy
-// machine's time (issue 43).
+// machine's time.
 const hangWait = 2 * time.Minute
 
 // wait returns the exit error (nil for exit 0) within d.
@@ -212,8 +212,8 @@ func TestBinary(t *testing.T) {
 		s2 := start(t, bin, args...)
 		ws2 := s2.dial(t, "&session="+open.SessionID())
 		again := read(t, ws2)
-		// The first turn whole; the second, stored when it was accepted
-		// (issue 49), as its prompt and its reply so far marked interrupted.
+		// The first turn whole; the second, stored when it was accepted,
+		// as its prompt and its reply so far marked interrupted.
 		want := []parley.Message{{Role: parley.RoleUser, Content: "Lily found a red ball"}, {Role: parley.RoleAssistant, Content: first.Content}}
 		if again.Type != "session" || again.SessionID() != open.SessionID() || !again.Resumed || len(again.Messages) != 4 ||
 			!equalMessages(again.Messages[:2], want) || again.Messages[2].Content != "Tell me everything" || !again.Messages[3].Interrupted {

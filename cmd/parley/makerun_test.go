@@ -17,7 +17,7 @@ import (
 	"github.com/parley-chat/parley/internal/testmodel"
 )
 
-// make run's model (issue 49): the test copy beside the repository when it
+// make run's model: the test copy beside the repository when it
 // is there, else stories260K through Parley's own hf:// source, pinned by
 // the Makefile's MODEL_SHA256. No hub is reachable from the test machines,
 // so the download runs against a loopback stand-in for Hugging Face

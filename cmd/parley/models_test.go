@@ -533,24 +533,6 @@ func TestSessionRemembersItsModel(t *testing.T) {
 	}
 }
 
-// With no default named, a damaged file that sorts first is not the default:
-// the first sound model is.
-func TestDefaultModelIsASoundOne(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "a-broken.gguf"), []byte("not a gguf at all"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(testmodel.Path(t), filepath.Join(dir, "b-good.gguf")); err != nil {
-		t.Fatal(err)
-	}
-	var cfg config
-	cfg.models.dir = dir
-	entries, def, err := modelEntries(cfg)
-	if err != nil || len(entries) != 2 || def != "b-good" {
-		t.Fatalf("entries %+v, default %q, err %v", entries, def, err)
-	}
-}
-
 // TestMinResidencyDampsThrash: with room for one model, a request for
 // another does not unload the one loaded within its minimum residency: it
 // waits in its model's queue (here until its client gives up), and the

@@ -13,7 +13,7 @@ import (
 )
 
 // A chat turn is stored before its reply and its reply so far at
-// checkpoints (issue 49): the binary is killed (kill -9) while a reply
+// checkpoints: the binary is killed (kill -9) while a reply
 // streams, started again on the same store, and the conversation holds
 // the prompt and the reply up to at least the last checkpoint the client
 // had seen (32 tokens of 40), marked interrupted; Regenerate replaces it.

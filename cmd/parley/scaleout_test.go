@@ -202,7 +202,7 @@ func TestScaleOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	home.WaitFor(hangWait)
-	// The turn in flight was stored when it was accepted (issue 49): the
+	// The turn in flight was stored when it was accepted: the
 	// other replica shows its prompt and its reply so far, interrupted.
 	ws = dialAt(t, lb, "&session="+id)
 	m := read(t, ws)

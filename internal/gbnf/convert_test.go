@@ -92,7 +92,7 @@ func wide(n, m int, distinct bool) string {
 // with an error naming it, fast: within ten times the conversion of a
 // schema at the limit (1000 properties), measured in the same test on the
 // same machine (a ratio, not a time, so that a busy machine does not fail
-// it: issue 43). Unbounded, the type bomb alone is 3^20 conversions.
+// it). Unbounded, the type bomb alone is 3^20 conversions.
 func TestSchemaToGrammarLimits(t *testing.T) {
 	atLimit := []byte(flatSchema(1000, true))
 	var base time.Duration

@@ -69,7 +69,7 @@ func (s *Server) Restart(tb testing.TB) {
 // Launch starts redis-server (bin) on addr (127.0.0.1:port) with its data
 // in dir, append-only and fsynced on every write, its output to out (nil:
 // discarded), and waits up to 10 s until it answers PING. Not a test
-// helper only: cmd/storebench runs its server with it.
+// helper only: tools/storebench runs its server with it.
 func Launch(bin, addr, dir string, out io.Writer) (*proc.Proc, error) {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {

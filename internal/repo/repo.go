@@ -1,5 +1,5 @@
 // Package repo locates the repository and what the project keeps beside it
-// (the shared test model), for the tests and the tools in cmd/ beside the
+// (the shared test model), for the tests and the tools in tools/ beside the
 // server (bench, load, mkgguf). It is never needed by the server itself.
 package repo
 

@@ -1,5 +1,5 @@
 // Package synth writes synthetic GGUF models: the shape of a real small chat model with seeded random weights and a
-// donor's vocabulary, for benchmarks (cmd/mkgguf) and for tests that need a model that behaves in a known way
+// donor's vocabulary, for benchmarks (tools/mkgguf) and for tests that need a model that behaves in a known way
 // (a scripted reply, see script.go).
 package synth
 

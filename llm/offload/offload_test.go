@@ -13,7 +13,7 @@ const (
 )
 
 // oneB is a Llama-3.2-1B-shaped F16 model with a 512-token vocabulary
-// (what cmd/mkgguf writes for the GPU benchmark): 16 blocks of about
+// (what tools/mkgguf writes for the GPU benchmark): 16 blocks of about
 // 116 MiB, 64 sessions of 2048 tokens of f16 KV cache (8 KV heads of 64).
 func oneB() offload.Model {
 	layers := make([]uint64, 16)

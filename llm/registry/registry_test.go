@@ -104,7 +104,7 @@ func open(t *testing.T, sp []registry.Spec, cfg registry.Config) (*registry.Regi
 }
 
 // eventually waits for cond (an unload runs in the background); its bound
-// only catches a hang, so it is a minute (issue 43).
+// only catches a hang, so it is a minute.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {

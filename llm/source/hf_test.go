@@ -552,7 +552,7 @@ func TestResolveHFCancelAndStall(t *testing.T) {
 				t.Fatalf("error = %v, want %v", err, tt.wantErr)
 			}
 			// The hub never sends the rest: the error is the check, and this
-			// bound only catches a download that does not stop (issue 43).
+			// bound only catches a download that does not stop.
 			if el := time.Since(start); el > time.Minute {
 				t.Fatalf("took %s to stop", el)
 			}

@@ -26,7 +26,7 @@ const CHROMIUM = process.env.PARLEY_CHROMIUM || '/usr/bin/chromium';
 // Timeouts in ms. A reply of a few thousand tokens from stories260K takes
 // well under a second, so REPLY is generous.
 const REPLY_MS = 120_000; // only catches a hang
-const UI_MS = 60_000; // only catches a hang (issue 43: a busy machine is slow, not broken)
+const UI_MS = 60_000; // only catches a hang (a busy machine is slow, not broken)
 
 // A reply long enough to stop half way. stories260K has no end-of-text habit
 // at these lengths (replies end at the cap) and the engine caps each session's

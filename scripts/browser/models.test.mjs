@@ -1,6 +1,6 @@
 // The chat page's model picker against a real bin/parley that serves three
 // models (stories260K, its --model and default, and two synthetic models
-// written by cmd/mkgguf), in Debian's chromium headless through
+// written by tools/mkgguf), in Debian's chromium headless through
 // playwright-core: the picker lists the models, picking one starts a new chat
 // on it, a reload resumes the chat with its model picked.
 import { describe, test, before, after } from 'node:test';
@@ -13,11 +13,11 @@ import { chromium } from 'playwright-core';
 import { ROOT, MODEL, ParleyServer, assertBinaryAndModel, freePort } from '../lib/parley-server.mjs';
 
 const CHROMIUM = process.env.PARLEY_CHROMIUM || '/usr/bin/chromium';
-const UI_MS = 60_000; // only catches a hang (issue 43: a busy machine is slow, not broken)
+const UI_MS = 60_000; // only catches a hang (a busy machine is slow, not broken)
 const REPLY_MS = 120_000; // only catches a hang
 
 function mkgguf(out, layers, dim) {
-  execFileSync('go', ['run', './cmd/mkgguf', '-o', out, '-vocab', MODEL, '-name', path.basename(out, '.gguf'),
+  execFileSync('go', ['run', './tools/mkgguf', '-o', out, '-vocab', MODEL, '-name', path.basename(out, '.gguf'),
     '-layers', String(layers), '-dim', String(dim), '-heads', '4', '-kv-heads', '2', '-ffn', String(2 * dim)],
   { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
 }

@@ -1,4 +1,4 @@
-// The chat page obeys the server (issue 49): its settings show the server's sampling defaults and limits (/info), a
+// The chat page obeys the server: its settings show the server's sampling defaults and limits (/info), a
 // prompt carries only what the user changed (so the server's flags decide the rest), Defaults restores the server's
 // values, Continue carries on a reply that stopped at its length; and a reply cut short by a crash (kill -9 mid-reply) is there after the restart, marked interrupted, with
 // Regenerate. It runs like chat.test.mjs: bin/parley on a free loopback port with stories260K, Debian's chromium

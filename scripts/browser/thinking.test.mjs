@@ -1,6 +1,6 @@
 // The chat page with a reasoning model: the thought shows collapsed above the answer, with its length and time,
 // expands on a click, and comes back collapsed when the conversation is restored. The model is a scripted synthetic
-// one (cmd/mkgguf -script: stories260K's vocabulary, a few small layers) carrying Qwen3's own chat template, whose
+// one (tools/mkgguf -script: stories260K's vocabulary, a few small layers) carrying Qwen3's own chat template, whose
 // greedy reply is a thought in <think> tags and then an answer. It runs like chat.test.mjs: bin/parley on a free
 // port, Debian's chromium headless through playwright-core.
 import { describe, test, before, after } from 'node:test';
@@ -34,7 +34,7 @@ describe('chat page, reasoning model', { timeout: 600_000 }, () => {
       reply: `<think>${THOUGHT}</think>${ANSWER}<|im_end|>`,
     }));
     const model = path.join(dir, 'qwen3-scripted.gguf');
-    execFileSync('go', ['run', './cmd/mkgguf', '-script', script, '-o', model, '-vocab', MODEL, '-layers', '3', '-dim', '128',
+    execFileSync('go', ['run', './tools/mkgguf', '-script', script, '-o', model, '-vocab', MODEL, '-layers', '3', '-dim', '128',
       '-heads', '4', '-kv-heads', '2', '-ffn', '256', '-ctx', '2048'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
     server = new ParleyServer(await freePort(), { args: ['--model', model, '--temperature', '0'], env: { PARLEY_DATA_DIR: dir } });
     await server.start();

@@ -17,7 +17,7 @@ import { ROOT, ParleyServer, assertBinaryAndModel, freePort } from '../lib/parle
 const RESULTS = path.join(ROOT, 'test-results');
 const CHROMIUM = process.env.PARLEY_CHROMIUM || '/usr/bin/chromium';
 const REPLY_MS = 120_000; // only catches a hang
-const UI_MS = 60_000; // only catches a hang (issue 43: a busy machine is slow, not broken)
+const UI_MS = 60_000; // only catches a hang (a busy machine is slow, not broken)
 const ALICE = 'alice-key-5e1d';
 const BOB = 'bob-key-93ac';
 

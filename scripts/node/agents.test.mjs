@@ -6,7 +6,7 @@
 // telemetry and update checks off, and Parley's address and key in its own
 // configuration (the README's recipes).
 //
-// The model is a scripted synthetic one (cmd/mkgguf -script) with a ChatML
+// The model is a scripted synthetic one (tools/mkgguf -script) with a ChatML
 // template: after a user's turn it calls the CLI's own shell tool to write a
 // marker file, and once a tool's result is in the conversation it answers.
 // So each run is one tool call that the CLI executes, its result sent back,
@@ -98,7 +98,7 @@ describe('coding agents against a scripted model', { timeout: 900_000 }, () => {
     }
     tmp = await mkdtemp(path.join(os.tmpdir(), 'parley-agents-'));
     const mkgguf = path.join(tmp, 'mkgguf');
-    execFileSync('go', ['build', '-o', mkgguf, './cmd/mkgguf'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
+    execFileSync('go', ['build', '-o', mkgguf, './tools/mkgguf'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
     for (const [name, s] of Object.entries(SCRIPTS)) {
       const file = path.join(tmp, `${name}.json`);
       await writeFile(file, JSON.stringify(s));

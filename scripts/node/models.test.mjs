@@ -3,7 +3,7 @@
 // request, streamed and not, while the server loads the one asked for and
 // unloads another to keep at most two loaded. Against a real bin/parley
 // serving stories260K (its --model, the default) and two synthetic models
-// of other shapes (written by cmd/mkgguf into the test's data folder).
+// of other shapes (written by tools/mkgguf into the test's data folder).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -18,7 +18,7 @@ const PROMPT = 'Once upon a time';
 
 // mkgguf writes a synthetic model with stories260K's vocabulary.
 function mkgguf(out, layers, dim) {
-  execFileSync('go', ['run', './cmd/mkgguf', '-o', out, '-vocab', MODEL, '-name', path.basename(out, '.gguf'),
+  execFileSync('go', ['run', './tools/mkgguf', '-o', out, '-vocab', MODEL, '-name', path.basename(out, '.gguf'),
     '-layers', String(layers), '-dim', String(dim), '-heads', '4', '-kv-heads', '2', '-ffn', String(2 * dim)],
   { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
 }

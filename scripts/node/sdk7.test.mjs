@@ -1,4 +1,4 @@
-// The agent frameworks' newer clients, unchanged, on what issue 47 found
+// The agent frameworks' newer clients, unchanged, on what they send
 // broken: the AI SDK 7 (`ai` 7 with @ai-sdk/openai 4 on the Responses API,
 // and @ai-sdk/anthropic 4 on the Messages API) and LangChain's ChatAnthropic,
 // against a real bin/parley (PARLEY_BIN, PARLEY_TEST_MODEL), always stopped.
@@ -100,7 +100,7 @@ describe('AI SDK 7 multi-step tools on the Responses API', { timeout: 600_000 },
     const file = path.join(tmp, 'weather.json');
     await writeFile(file, JSON.stringify(script));
     const model = path.join(tmp, 'weather.gguf');
-    execFileSync('go', ['run', './cmd/mkgguf', '-o', model, '-vocab', MODEL, '-name', 'weather', '-layers', '3', '-dim', '128',
+    execFileSync('go', ['run', './tools/mkgguf', '-o', model, '-vocab', MODEL, '-name', 'weather', '-layers', '3', '-dim', '128',
       '-heads', '4', '-kv-heads', '2', '-ffn', '256', '-ctx', '4096', '-script', file], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
     let port;
     ({ server, port, dataDir } = await startAPIServer('sdk7-tools', { apiKey: API_KEY, args: ['--model', model, '--ctx', '4096', '--parallel', '1'] }));

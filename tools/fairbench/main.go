@@ -1,0 +1,238 @@
+// Command fairbench measures how fairly bin/parley shares its slots between
+// users: one heavy user keeps -heavy streams going while -light users each
+// send one short request at a time. It starts the server on a free loopback
+// port with a key per user, and runs three bounded phases:
+//
+//  1. solo: the light users alone, one request at a time: their TTFT;
+//  2. heavy: the heavy user alone: the aggregate tokens per second;
+//  3. mixed: both at once: the light users' TTFT and the aggregate.
+//
+// It prints the light users' median and 95th percentile TTFT in each phase
+// and the aggregate throughput, so a build can be compared with another
+// (-bin) on the same machine:
+//
+//	go run ./tools/fairbench -bin bin/parley -duration 20s
+//
+// Only loopback; every phase ends after -duration, the whole run after
+// -timeout.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/parley-chat/parley/internal/repo"
+	"github.com/parley-chat/parley/tools/internal/harness"
+)
+
+type config struct {
+	bin, model      string
+	heavy, light    int
+	parallel        int
+	threads         int
+	heavyTokens     int
+	lightTokens     int
+	duration        time.Duration
+	timeout         time.Duration
+	extra           string // more server flags, space-separated
+	prompt          string
+	lightPause      time.Duration
+	heavyRetryPause time.Duration
+}
+
+func main() { harness.Main("fairbench", run) }
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	root := repo.WorkingRoot()
+	var c config
+	fs := flag.NewFlagSet("fairbench", flag.ContinueOnError)
+	fs.StringVar(&c.bin, "bin", filepath.Join(root, "bin", "parley"), "parley binary")
+	fs.StringVar(&c.model, "model", repo.TestModel(root), "GGUF model")
+	fs.IntVar(&c.heavy, "heavy", 64, "the heavy user's streams")
+	fs.IntVar(&c.light, "light", 8, "light users, one request at a time each")
+	fs.IntVar(&c.parallel, "parallel", 4, "parley --parallel")
+	fs.IntVar(&c.threads, "threads", 2, "parley --threads")
+	fs.IntVar(&c.heavyTokens, "heavy-tokens", 128, "tokens per heavy reply")
+	fs.IntVar(&c.lightTokens, "light-tokens", 16, "tokens per light reply")
+	fs.DurationVar(&c.duration, "duration", 20*time.Second, "length of each phase")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "deadline of the whole run")
+	fs.DurationVar(&c.lightPause, "light-pause", 100*time.Millisecond, "a light user's pause between its requests")
+	fs.StringVar(&c.extra, "args", "", "more parley flags, space-separated")
+	fs.StringVar(&c.prompt, "prompt", "Once upon a time", "every request's prompt")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c.heavyRetryPause = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	dir, err := os.MkdirTemp("", "parley-fairbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	sargs := []string{"--model", c.model, "--store", "memory", "--data-dir", dir,
+		"--parallel", strconv.Itoa(c.parallel), "--threads", strconv.Itoa(c.threads), "--ctx", "512",
+		"--max-tokens", strconv.Itoa(max(c.heavyTokens, c.lightTokens)), "--log-level", "warn",
+		"--user", "heavy:heavy-key", "--max-http-conns-per-ip", "4096", "--max-conns-per-ip", "4096"}
+	for i := range c.light {
+		sargs = append(sargs, "--user", fmt.Sprintf("light%d:light-key-%d", i, i))
+	}
+	sargs = append(sargs, strings.Fields(c.extra)...)
+	srv, err := harness.Start(ctx, c.bin, sargs, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer srv.Kill()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+	b := &bench{c: c, base: srv.URL(), client: client}
+
+	fmt.Fprintf(out, "fairbench: %s, --parallel %d --threads %d, %d heavy streams of %d tokens, %d light users of %d tokens, %s a phase\n",
+		c.bin, c.parallel, c.threads, c.heavy, c.heavyTokens, c.light, c.lightTokens, c.duration)
+	solo := b.phase(ctx, 0, c.light)
+	fmt.Fprintf(out, "solo:  light TTFT p50 %s p95 %s (%d requests)\n", pct(solo.ttft, 50), pct(solo.ttft, 95), len(solo.ttft))
+	heavy := b.phase(ctx, c.heavy, 0)
+	fmt.Fprintf(out, "heavy: %.1f tokens/s aggregate, %d busy refusals\n", heavy.rate(c.duration), heavy.busy)
+	mixed := b.phase(ctx, c.heavy, c.light)
+	fmt.Fprintf(out, "mixed: light TTFT p50 %s p95 %s (%d requests, %d refused), %.1f tokens/s aggregate, heavy refused %d\n",
+		pct(mixed.ttft, 50), pct(mixed.ttft, 95), len(mixed.ttft), mixed.lightBusy, mixed.rate(c.duration), mixed.busy)
+	if p95 := pct(solo.ttft, 95); p95 > 0 {
+		fmt.Fprintf(out, "light p95 TTFT mixed/solo: %.2f; aggregate mixed/heavy alone: %.2f\n",
+			float64(pct(mixed.ttft, 95))/float64(p95), mixed.rate(c.duration)/heavy.rate(c.duration))
+	}
+	return ctx.Err()
+}
+
+type bench struct {
+	c      config
+	base   string
+	client *http.Client
+}
+
+type phaseResult struct {
+	mu        sync.Mutex
+	ttft      []time.Duration // light users'
+	tokens    int             // every user's
+	busy      int             // heavy's refusals
+	lightBusy int
+}
+
+func (r *phaseResult) rate(d time.Duration) float64 { return float64(r.tokens) / d.Seconds() }
+
+// phase runs heavy streams and light users for the configured duration.
+func (b *bench) phase(ctx context.Context, heavy, light int) *phaseResult {
+	ctx, cancel := context.WithTimeout(ctx, b.c.duration)
+	defer cancel()
+	r := &phaseResult{}
+	var wg sync.WaitGroup
+	for range heavy {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_, n, status := b.stream(ctx, "heavy-key", b.c.heavyTokens)
+				r.mu.Lock()
+				r.tokens += n
+				if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+					r.busy++
+				}
+				r.mu.Unlock()
+				if status != http.StatusOK {
+					sleep(ctx, b.c.heavyRetryPause)
+				}
+			}
+		}()
+	}
+	for i := range light {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("light-key-%d", i)
+			for ctx.Err() == nil {
+				ttft, n, status := b.stream(ctx, key, b.c.lightTokens)
+				r.mu.Lock()
+				r.tokens += n
+				if status == http.StatusOK && ttft > 0 && ctx.Err() == nil {
+					r.ttft = append(r.ttft, ttft)
+				} else if status != http.StatusOK && status != 0 {
+					r.lightBusy++
+				}
+				r.mu.Unlock()
+				sleep(ctx, b.c.lightPause)
+			}
+		}()
+	}
+	wg.Wait()
+	return r
+}
+
+// stream sends one streamed completion and returns its time to the first
+// token, the tokens it got, and the HTTP status (0 when the request did not
+// complete).
+func (b *bench) stream(ctx context.Context, key string, n int) (time.Duration, int, int) {
+	body, _ := json.Marshal(map[string]any{"prompt": b.c.prompt, "max_tokens": n, "stream": true, "temperature": 0.8})
+	req, err := http.NewRequestWithContext(ctx, "POST", b.base+"/v1/completions", strings.NewReader(string(body)))
+	if err != nil {
+		return 0, 0, 0
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	res, err := b.client.Do(req)
+	if err != nil {
+		return 0, 0, 0
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, res.Body)
+		return 0, 0, res.StatusCode
+	}
+	var ttft time.Duration
+	tokens := 0
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: {") {
+			continue
+		}
+		var ev struct {
+			Choices []struct{ Text string }
+		}
+		if json.Unmarshal([]byte(line[len("data: "):]), &ev) != nil || len(ev.Choices) == 0 || ev.Choices[0].Text == "" {
+			continue
+		}
+		if tokens == 0 {
+			ttft = time.Since(start)
+		}
+		tokens++
+	}
+	if sc.Err() != nil {
+		return 0, tokens, 0
+	}
+	return ttft, tokens, res.StatusCode
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// pct is the p-th percentile of ds (0 when empty), to the millisecond.
+func pct(ds []time.Duration, p float64) time.Duration {
+	return harness.Percentile(ds, p).Round(time.Millisecond)
+}
