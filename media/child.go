@@ -95,8 +95,8 @@ func writeResponse(w *bufio.Writer, d *Decoded, derr error) error {
 }
 
 // decodeRGB checks data's header against lim, decodes it with its format's decoder and returns its pixels as
-// RGB. A decoder's panic is a refusal of the image, not the end of the child.
-func decodeRGB(data []byte, lim Limits) (d *Decoded, err error) {
+// RGB.
+func decodeRGB(data []byte, lim Limits) (*Decoded, error) {
 	h, err := ReadHeader(data)
 	if err != nil {
 		return nil, err
@@ -104,14 +104,26 @@ func decodeRGB(data []byte, lim Limits) (d *Decoded, err error) {
 	if err := lim.checkSize(h.Width, h.Height); err != nil {
 		return nil, err
 	}
+	img, err := decodeImage(h.Format, data)
+	if err != nil {
+		return nil, err
+	}
+	b := img.Bounds()
+	if err := lim.checkSize(b.Dx(), b.Dy()); err != nil {
+		return nil, err
+	}
+	return &Decoded{Width: b.Dx(), Height: b.Dy(), RGB: toRGB(img)}, nil
+}
+
+// decodeImage runs f's decoder on data. A decoder's panic is a refusal of the image, not the end of the child.
+func decodeImage(f Format, data []byte) (img image.Image, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			d, err = nil, fmt.Errorf("%w: %s: the decoder failed: %v", ErrDecode, h.Format, p)
+			img, err = nil, fmt.Errorf("%w: %s: the decoder failed: %v", ErrDecode, f, p)
 		}
 	}()
-	var img image.Image
 	r := bytes.NewReader(data)
-	switch h.Format {
+	switch f {
 	case PNG:
 		img, err = png.Decode(r)
 	case JPEG:
@@ -121,16 +133,12 @@ func decodeRGB(data []byte, lim Limits) (d *Decoded, err error) {
 	case WebP:
 		img, err = webp.Decode(r)
 	default:
-		return nil, fmt.Errorf("%w: %s", ErrFormat, h.Format)
+		return nil, fmt.Errorf("%w: %s", ErrFormat, f)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrDecode, h.Format, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrDecode, f, err)
 	}
-	b := img.Bounds()
-	if err := lim.checkSize(b.Dx(), b.Dy()); err != nil {
-		return nil, err
-	}
-	return &Decoded{Width: b.Dx(), Height: b.Dy(), RGB: toRGB(img)}, nil
+	return img, nil
 }
 
 // toRGB returns img's pixels as 8-bit RGB rows without padding. Alpha is dropped without compositing, and 16-bit

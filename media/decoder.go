@@ -144,6 +144,9 @@ func (s *Decoder) Decode(ctx context.Context, im *Image) (*Decoded, error) {
 		return nil, errClosedDecoder
 	default:
 	}
+	if err := ctx.Err(); err != nil { // ended while waiting: no child is started or spent for it
+		return nil, err
+	}
 	deadline := time.Now().Add(s.timeout)
 	if w.proc == nil {
 		p, err := s.start()

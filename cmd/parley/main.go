@@ -35,6 +35,7 @@ import (
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
+	"github.com/parley-chat/parley/media"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
 )
@@ -43,6 +44,10 @@ func main() {
 	if chat.SandboxChild(os.Getenv) {
 		// This process is the chat-template sandbox another parley started (chat.NewSandbox).
 		os.Exit(chat.ServeSandbox(os.Getenv, os.Stdin, os.Stdout))
+	}
+	if media.DecoderChild(os.Getenv) {
+		// This process is an image decoder another parley started (media.NewDecoder).
+		os.Exit(media.ServeDecoder(os.Getenv, os.Stdin, os.Stdout))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(os.Args[2:]))
