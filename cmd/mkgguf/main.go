@@ -75,6 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&spec.ResidStd, "resid-std", spec.ResidStd, "standard deviation of attn_output and ffn_down, which write into the residual stream")
 	fs.Uint64Var(&spec.Seed, "seed", spec.Seed, "random seed; the same seed and shape give the same bytes")
 	fs.BoolVar(&force, "force", false, "rewrite the output even if it already holds this model")
+	var mmproj string
+	fs.StringVar(&mmproj, "mmproj", "", "also write a synthetic vision projector (llama.cpp's clip architecture, a LLaVA MLP projector into -dim) to this path, for libmtmd tests")
 	fs.Func("script", "JSON file of a synth.Script (template, control, text, after, reply, end): add a chat template and its tokens, and make greedy decoding write the reply", func(path string) error {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -93,6 +95,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if out == "" {
 		return errors.New("-o is required")
+	}
+	if mmproj != "" {
+		p := synth.DefaultProjector()
+		p.ProjDim, p.Seed = spec.Dim, spec.Seed
+		if err := synth.WriteProjector(ctx, mmproj, p); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "mkgguf: wrote the projector %s (%+v)\n", mmproj, p)
 	}
 
 	if !force {
