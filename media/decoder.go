@@ -160,9 +160,18 @@ func (s *Decoder) Decode(ctx context.Context, im *Image) (*Decoded, error) {
 		w.kill()
 		return nil, fmt.Errorf("%w: %v", ErrDecoder, err)
 	}
-	// A ctx that ends makes the pending read fail at once; the child is then killed below.
-	stop := context.AfterFunc(ctx, func() { _ = p.out.SetReadDeadline(time.Now()) })
-	defer stop()
+	// A ctx that ends makes the pending read fail at once; the child is then killed below. The worker goes back only
+	// after that func has run or been stopped, so that it never moves the deadline of the worker's next decode.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = p.out.SetReadDeadline(time.Now())
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+	}()
 	// The pipe's buffer (64 KiB) is smaller than an image: write while the child reads.
 	werr := make(chan error, 1)
 	go func() { werr <- writeRequest(p.in, s.lim, im.Data) }()
