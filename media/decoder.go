@@ -335,3 +335,12 @@ func readResponse(r io.Reader, lim Limits) (d *Decoded, msg error, err error) {
 	}
 	return &Decoded{Width: w, Height: h, RGB: rgb}, nil, nil
 }
+
+// PNM is d's pixels as a binary PPM (P6, 8-bit), for an engine binding that takes encoded bytes only (the embedded
+// engine's mtmd helper reads them with stb_image, which reads this format exactly): the bytes it parses are then
+// this package's own, never the client's file.
+func (d *Decoded) PNM() []byte {
+	hdr := fmt.Sprintf("P6\n%d %d\n255\n", d.Width, d.Height)
+	out := make([]byte, 0, len(hdr)+len(d.RGB))
+	return append(append(out, hdr...), d.RGB...)
+}

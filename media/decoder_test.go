@@ -235,3 +235,14 @@ func TestDecoderContextAndClose(t *testing.T) {
 		t.Error("a decode after Close succeeded")
 	}
 }
+
+func TestDecodedPNM(t *testing.T) {
+	d := &media.Decoded{Width: 2, Height: 1, RGB: []byte{1, 2, 3, 4, 5, 6}}
+	if got := string(d.PNM()); got != "P6\n2 1\n255\n\x01\x02\x03\x04\x05\x06" {
+		t.Errorf("PNM %q", got)
+	}
+	// A client cannot send one: it is the engine's format, not an accepted one.
+	if _, err := media.Sniff(d.PNM()); !errors.Is(err, media.ErrFormat) {
+		t.Errorf("Sniff(PNM) = %v", err)
+	}
+}
