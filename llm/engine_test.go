@@ -15,9 +15,13 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/media"
 )
 
 func TestMain(m *testing.M) {
+	if media.DecoderChild(os.Getenv) { // the vision test decodes its images in this binary's child
+		os.Exit(media.ServeDecoder(os.Getenv, os.Stdin, os.Stdout))
+	}
 	llm.SetNativeLog(os.Stderr, false) // keep test output readable
 	goleak.VerifyTestMain(m)
 }

@@ -1,0 +1,181 @@
+package llm
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unsafe"
+
+	yz "github.com/hybridgroup/yzma/pkg/llama"
+	"github.com/hybridgroup/yzma/pkg/mtmd"
+
+	"github.com/parley-chat/parley/internal/synth"
+	"github.com/parley-chat/parley/internal/testmodel"
+	"github.com/parley-chat/parley/media"
+)
+
+// The building blocks of vision on the current engine, checked against llama.cpp's own multimodal tool built from
+// the same source: libmtmd (scripts/build-current-backend.sh mtmd) beside the pinned libllama, yzma's mtmd
+// binding, a synthetic projector (synth.WriteProjector) on the test model, and an image decoded by media's
+// sandboxed decoder. The same image and prompt must give the same greedy tokens here as through
+// llama-mtmd-cli (PARLEY_MTMD_CLI; built by `cmake --build BUILD --target llama-mtmd-cli` in a tree configured with
+// LLAMA_BUILD_COMMON and LLAMA_BUILD_TOOLS), and two images must give two replies (the image reaches the model).
+
+// mtmdPrompt is the prompt llama-mtmd-cli makes of -p "Once upon a time" with --chat-template chatml: the media
+// marker before the text, in a user turn.
+const mtmdPrompt = "<|im_start|>user\n<__media__>Once upon a time<|im_end|>\n<|im_start|>assistant\n"
+
+const mtmdTokens = 24
+
+func TestMtmdMatchesLlamaMtmdCLI(t *testing.T) {
+	cli := os.Getenv("PARLEY_MTMD_CLI")
+	if cli == "" {
+		t.Skip("PARLEY_MTMD_CLI (llama.cpp's llama-mtmd-cli from the pinned source) is not set")
+	}
+	dir := DefaultCurrentLibDir()
+	if !fileExists(filepath.Join(dir, "libmtmd.so")) {
+		t.Skipf("no libmtmd.so in %s (scripts/build-current-backend.sh mtmd)", dir)
+	}
+	if err := loadCurrent(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := mtmd.Load(dir); err != nil {
+		t.Fatalf("load libmtmd: %v", err)
+	}
+	mtmd.LogSet(yz.LogSilent())
+	tmp := t.TempDir()
+	model := testmodel.Path(t)
+	proj := filepath.Join(tmp, "mmproj.gguf")
+	if err := synth.WriteProjector(context.Background(), proj, synth.DefaultProjector()); err != nil {
+		t.Fatal(err)
+	}
+	dec := media.NewDecoder()
+	defer dec.Close()
+	replies := map[string]bool{}
+	for seed := range 2 {
+		img := filepath.Join(tmp, "image.png")
+		data := mtmdTestImage(t, seed)
+		err := os.WriteFile(img, data, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The tool prints through llama.cpp's asynchronous log, which an exit can cut short: a whole reply ends in a
+		// newline, and a cut one is run again.
+		var out []byte
+		for try := 0; try < 5 && !bytes.HasSuffix(out, []byte("\n")); try++ {
+			cmd := exec.Command(cli, "-m", model, "--mmproj", proj, "--image", img, "-p", "Once upon a time",
+				"--chat-template", "chatml", "-n", "24", "--temp", "0", "--top-k", "1", "-t", "1", "--no-warmup")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if out, err = cmd.Output(); err != nil {
+				t.Fatalf("llama-mtmd-cli: %v\n%s", err, stderr.String())
+			}
+		}
+		want := strings.TrimSpace(string(out))
+
+		im, err := media.Limits{}.Check(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := dec.Decode(context.Background(), im)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.TrimSpace(mtmdGreedy(t, model, proj, d))
+		t.Logf("image %d: %q", seed, got)
+		if got != want {
+			t.Errorf("image %d: Parley's libmtmd gave %q, llama-mtmd-cli %q", seed, got, want)
+		}
+		replies[got] = true
+	}
+	if len(replies) != 2 {
+		t.Errorf("two images gave the same reply: the image does not reach the model")
+	}
+}
+
+// mtmdTestImage is a 48x40 PNG whose pattern depends on seed (not square: the projector's preprocessing pads it).
+func mtmdTestImage(t *testing.T, seed int) []byte {
+	img := image.NewNRGBA(image.Rect(0, 0, 48, 40))
+	for y := range 40 {
+		for x := range 48 {
+			img.Set(x, y, color.NRGBA{uint8(x*5 + seed*40), uint8(y*6 + seed*13), uint8((x ^ y) * 7), 255})
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// mtmdGreedy loads the model and the projector, evaluates mtmdPrompt with the image where the marker is (as
+// llama-mtmd-cli does: text parts without special tokens, BOS once at the start), and decodes mtmdTokens greedily.
+func mtmdGreedy(t *testing.T, modelPath, proj string, d *media.Decoded) string {
+	t.Helper()
+	m, err := yz.ModelLoadFromFile(modelPath, yz.ModelDefaultParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer yz.ModelFree(m)
+	cp := yz.ContextDefaultParams()
+	cp.NCtx, cp.NBatch, cp.NUbatch, cp.NThreads, cp.NThreadsBatch = 512, 512, 512, 1, 1
+	lctx, err := yz.InitFromModel(m, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer yz.Free(lctx)
+	mp := mtmd.ContextParamsDefault()
+	mp.UseGPU, mp.Threads, mp.Warmup = false, 1, false
+	mctx, err := mtmd.InitFromFile(proj, m, mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mtmd.Free(mctx)
+	if !mtmd.SupportVision(mctx) || mtmd.DecodeUseMRope(mctx) {
+		t.Fatalf("vision %v, M-RoPE %v", mtmd.SupportVision(mctx), mtmd.DecodeUseMRope(mctx))
+	}
+	bm := mtmd.BitmapInit(uint32(d.Width), uint32(d.Height), uintptr(unsafe.Pointer(&d.RGB[0])))
+	defer mtmd.BitmapFree(bm)
+	segs := strings.Split(mtmdPrompt, mtmd.DefaultMarker())
+	var parts []*mtmd.InputPart
+	for i, s := range segs {
+		parts = append(parts, mtmd.NewInputTextPart(mtmd.NewInputText(s, false, true)))
+		if i < len(segs)-1 {
+			parts = append(parts, mtmd.NewInputBitmapPart(bm))
+		}
+	}
+	chunks := mtmd.InputChunksInit()
+	defer mtmd.InputChunksFree(chunks)
+	if r := mtmd.TokenizeFromParts(mctx, chunks, parts, true); r != 0 {
+		t.Fatalf("mtmd_tokenize: %d", r)
+	}
+	var past yz.Pos
+	if r := mtmd.HelperEvalChunks(mctx, lctx, chunks, 0, 0, 512, true, &past); r != 0 {
+		t.Fatalf("mtmd_helper_eval_chunks: %d", r)
+	}
+	vocab := yz.ModelGetVocab(m)
+	smpl := yz.SamplerChainInit(yz.SamplerChainDefaultParams())
+	defer yz.SamplerFree(smpl)
+	yz.SamplerChainAdd(smpl, yz.SamplerInitGreedy())
+	var out strings.Builder
+	for range mtmdTokens {
+		tok := yz.SamplerSample(smpl, lctx, -1)
+		if yz.VocabIsEOG(vocab, tok) {
+			break
+		}
+		buf := make([]byte, 64)
+		n := yz.TokenToPiece(vocab, tok, buf, 0, true)
+		out.Write(buf[:n])
+		if _, err := yz.Decode(lctx, yz.BatchGetOne([]yz.Token{tok})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out.String()
+}
