@@ -64,6 +64,7 @@ type Decoder struct {
 	memory  int64
 	size    int
 	lim     Limits
+	custom  func() *exec.Cmd // WithDecoderCommand's, or nil
 
 	idle      chan *decodeWorker // the workers not decoding; a decode takes one and gives it back
 	done      chan struct{}      // closed by Close
@@ -98,6 +99,13 @@ func WithDecodeWorkers(n int) DecoderOption { return func(s *Decoder) { s.size =
 // WithDecodeLimits sets the pixel limits the child checks again before it decodes (the defaults otherwise).
 func WithDecodeLimits(l Limits) DecoderOption { return func(s *Decoder) { s.lim = l.WithDefaults() } }
 
+// WithDecoderCommand sets the command that starts a child (default: this executable), for a process whose
+// executable does not serve as the child, such as a test of another binary that does. The Decoder adds DecoderEnv
+// to the command's environment (the process's own when it has none) and asks that the child die with its parent.
+func WithDecoderCommand(command func() *exec.Cmd) DecoderOption {
+	return func(s *Decoder) { s.custom = command }
+}
+
 // NewDecoder returns a Decoder whose children are this executable (os.Executable) with DecoderEnv set. A child
 // starts on its first decode.
 func NewDecoder(opts ...DecoderOption) *Decoder {
@@ -111,12 +119,20 @@ func NewDecoder(opts ...DecoderOption) *Decoder {
 		s.idle <- &decodeWorker{}
 	}
 	s.command = func() *exec.Cmd {
-		exe, err := os.Executable()
-		if err != nil {
-			exe = os.Args[0]
+		var cmd *exec.Cmd
+		if s.custom != nil {
+			cmd = s.custom()
+		} else {
+			exe, err := os.Executable()
+			if err != nil {
+				exe = os.Args[0]
+			}
+			cmd = exec.Command(exe)
 		}
-		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), DecoderEnv+"="+strconv.FormatInt(s.memory, 10))
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, DecoderEnv+"="+strconv.FormatInt(s.memory, 10))
 		// The child must not outlive the server, even one stuck in a decode when the server is killed.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		return cmd
