@@ -126,6 +126,10 @@ type Config struct {
 	// DefaultCurrentLibDir ($PARLEY_ENGINE_LIB, else lib/llama-current
 	// beside the executable's folder).
 	LibDir string
+	// Projector is a vision projector GGUF ("mmproj") for the model: with
+	// it the engine takes images (parley.GenerateRequest.Images). Only the
+	// current engine runs one, through libmtmd beside its libraries.
+	Projector string
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
 	Logger   *zap.Logger

@@ -124,8 +124,11 @@ type Engine struct {
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
 	busyRefusals, slowDrops, deadEnds, overBudget         atomic.Int64
 	promptCopied, prefixCopies                            atomic.Int64
+	imagesEvaluated                                       atomic.Int64 // images encoded into a slot's KV cache
 
 	kv *kvSwap // KV swap: sessions' states saved and restored (nil: off)
+
+	vision *vision // the projector's context (nil: the model takes no images)
 }
 
 // sequence is one request in flight.
@@ -163,6 +166,10 @@ type sequence struct {
 	// (parley.IsStateless); its slot's state is kept in RAM only (KV swap).
 	stateless bool
 	popped    bool // taken from the queue: its client's share of the slots counts it until finish
+
+	// images are the prompt's images, by the pseudo token id of each run's first position (imageIDs); finish
+	// frees them.
+	images map[int]*imageRun
 }
 
 // Open loads the model and starts the decode loop.
@@ -218,8 +225,20 @@ func Open(cfg Config) (*Engine, error) {
 	for i := range e.pieces {
 		e.pieces[i] = be.TokenToPiece(i)
 	}
+	if cfg.Projector != "" {
+		cur, ok := be.(*current)
+		if !ok {
+			be.Close()
+			return nil, fmt.Errorf("a projector (%s) runs on the current engine only (--engine current)", cfg.Projector)
+		}
+		if e.vision, err = openVision(cur, cfg); err != nil {
+			be.Close()
+			return nil, err
+		}
+	}
 	// KV swap.
 	if e.kv, err = openKVSwap(cfg, e); err != nil {
+		e.closeVision()
 		be.Close()
 		return nil, err
 	}
@@ -329,13 +348,34 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	if len(req.Tokens) >= e.nCtx {
 		return nil, parley.PromptTooLong(len(req.Tokens), e.nCtx, "prompt is %d tokens; the context holds %d", len(req.Tokens), e.nCtx)
 	}
+	images := 0
 	for _, t := range req.Tokens {
 		// llama.cpp rejects bad ids too, but an id check here keeps hostile
 		// input away from C entirely.
+		if t == parley.ImageToken {
+			images++
+			continue
+		}
 		if t < 0 || t >= e.info.VocabSize {
 			return nil, parley.FieldErrorf("prompt", "token id %d is outside the vocabulary", t)
 		}
 	}
+	if images != len(req.Images) {
+		return nil, parley.FieldErrorf("prompt", "holds %d image places for %d images", images, len(req.Images))
+	}
+	var runs map[int]*imageRun
+	if images > 0 {
+		var err error
+		if req.Tokens, runs, err = e.expandImages(req); err != nil {
+			return nil, err
+		}
+	}
+	queuedRuns := false
+	defer func() {
+		if !queuedRuns {
+			freeRuns(runs)
+		}
+	}()
 	// A guard for callers that never validated (tests, scripts): for
 	// parameters validated above, it rechecks the numbers and reuses the
 	// grammar their Validate recorded (newSampler samples with it).
@@ -381,6 +421,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		temp:      req.Params.Temperature,
 		iBatch:    -1,
 		submitted: time.Now(),
+		images:    runs,
 	}
 	seq.restore = e.kv.fetch(req.Key) // KV swap: a disk read, if any, here rather than on the loop
 
@@ -395,7 +436,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		e.busyRefusals.Add(1)
 		return nil, err
 	}
-	queued = true
+	queued, queuedRuns = true, true
 	return seq.out, nil
 }
 
@@ -428,7 +469,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.kvClose() // KV swap: the states saved at shutdown reach the disk
 	// Grammar samplers use neither the model nor the context.
-	e.freeOnce.Do(e.be.Close)
+	e.freeOnce.Do(func() {
+		e.closeVision()
+		e.be.Close()
+	})
 	samplersDone := make(chan struct{})
 	go func() {
 		e.samplers.Wait()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -16,6 +17,7 @@ import (
 	yz "github.com/hybridgroup/yzma/pkg/llama"
 	"github.com/hybridgroup/yzma/pkg/mtmd"
 
+	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/media"
@@ -66,19 +68,7 @@ func TestMtmdMatchesLlamaMtmdCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The tool prints through llama.cpp's asynchronous log, which an exit can cut short: a whole reply ends in a
-		// newline, and a cut one is run again.
-		var out []byte
-		for try := 0; try < 5 && !bytes.HasSuffix(out, []byte("\n")); try++ {
-			cmd := exec.Command(cli, "-m", model, "--mmproj", proj, "--image", img, "-p", "Once upon a time",
-				"--chat-template", "chatml", "-n", "24", "--temp", "0", "--top-k", "1", "-t", "1", "--no-warmup")
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			if out, err = cmd.Output(); err != nil {
-				t.Fatalf("llama-mtmd-cli: %v\n%s", err, stderr.String())
-			}
-		}
-		want := strings.TrimSpace(string(out))
+		want := mtmdCLIReply(t, cli, model, proj, img)
 
 		im, err := media.Limits{}.Check(data)
 		if err != nil {
@@ -178,4 +168,141 @@ func mtmdGreedy(t *testing.T, modelPath, proj string, d *media.Decoded) string {
 		}
 	}
 	return out.String()
+}
+
+// mtmdCLIReply is llama-mtmd-cli's greedy reply to mtmdPrompt with the image file img. The tool prints through
+// llama.cpp's asynchronous log, which an exit can cut short: a whole reply ends in a newline, and a cut one is run
+// again.
+func mtmdCLIReply(t *testing.T, cli, model, proj, img string) string {
+	t.Helper()
+	var out []byte
+	for try := 0; try < 5 && !bytes.HasSuffix(out, []byte("\n")); try++ {
+		cmd := exec.Command(cli, "-m", model, "--mmproj", proj, "--image", img, "-p", "Once upon a time",
+			"--chat-template", "chatml", "-n", strconv.Itoa(mtmdTokens), "--temp", "0", "--top-k", "1", "-t", "1", "--no-warmup")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		var err error
+		if out, err = cmd.Output(); err != nil {
+			t.Fatalf("llama-mtmd-cli: %v\n%s", err, stderr.String())
+		}
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// The engine takes an image in a prompt (parley.ImageToken, GenerateRequest.Images): the same greedy tokens as
+// llama-mtmd-cli; a second turn that repeats the conversation with its image evaluates only its new tokens (the
+// image is not encoded again); another user's request with the same image encodes its own.
+func TestEngineImageMatchesLlamaMtmdCLI(t *testing.T) {
+	cli := os.Getenv("PARLEY_MTMD_CLI")
+	if cli == "" {
+		t.Skip("PARLEY_MTMD_CLI (llama.cpp's llama-mtmd-cli from the pinned source) is not set")
+	}
+	dir := DefaultCurrentLibDir()
+	if !fileExists(filepath.Join(dir, "libmtmd.so")) {
+		t.Skipf("no libmtmd.so in %s (scripts/build-current-backend.sh mtmd)", dir)
+	}
+	tmp := t.TempDir()
+	model := testmodel.Path(t)
+	proj := filepath.Join(tmp, "mmproj.gguf")
+	if err := synth.WriteProjector(context.Background(), proj, synth.DefaultProjector()); err != nil {
+		t.Fatal(err)
+	}
+	data := mtmdTestImage(t, 1)
+	img := filepath.Join(tmp, "image.png")
+	if err := os.WriteFile(img, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := mtmdCLIReply(t, cli, model, proj, img)
+
+	e, err := Open(Config{Path: model, Projector: proj, Engine: EngineCurrent, LibDir: dir, Parallel: 1, Threads: 1, ContextLength: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	dec := media.NewDecoder()
+	defer dec.Close()
+	im, err := media.Limits{}.Check(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dec.Decode(context.Background(), im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := func(user string) parley.Image {
+		return parley.Image{Key: media.CacheKey(user, im.Hash), Width: d.Width, Height: d.Height, RGB: d.RGB}
+	}
+	// As llama-mtmd-cli tokenizes: each text part on its own, BOS once at the start.
+	segs := strings.Split(mtmdPrompt, mtmd.DefaultMarker())
+	head, err := e.be.Tokenize(segs[0], true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, err := e.be.Tokenize(segs[1], false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := append(append(append([]int{}, head...), parley.ImageToken), tail...)
+	p := parley.DefaultParams()
+	p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed = 0, 1, mtmdTokens, 1
+	run := func(key, user string, toks []int) (string, []int, parley.Event) {
+		t.Helper()
+		ch, err := e.Generate(context.Background(), parley.GenerateRequest{Key: key, Tokens: toks, Images: []parley.Image{image(user)}, Params: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text strings.Builder
+		var ids []int
+		var final parley.Event
+		for ev := range ch {
+			if ev.Done {
+				final = ev
+				continue
+			}
+			text.WriteString(ev.Token.Text)
+			ids = append(ids, ev.Token.ID)
+		}
+		if final.Err != nil {
+			t.Fatal(final.Err)
+		}
+		return text.String(), ids, final
+	}
+	got, ids, first := run("alice-1", "alice", prompt)
+	if strings.TrimSpace(got) != want {
+		t.Errorf("the engine replied %q, llama-mtmd-cli %q", strings.TrimSpace(got), want)
+	}
+	if n := e.imagesEvaluated.Load(); n != 1 {
+		t.Errorf("%d images evaluated, want 1", n)
+	}
+	// The next turn: the conversation so far, its image included, and more text.
+	more, err := e.be.Tokenize(" The end.", false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := append(append(append([]int{}, prompt...), ids...), more...)
+	_, _, second := run("alice-1", "alice", next)
+	expanded := first.Usage.PromptTokens
+	if second.Usage.CachedPromptTokens < expanded || e.imagesEvaluated.Load() != 1 {
+		t.Errorf("second turn: %d of %d prompt positions cached (the first turn's were %d), %d images evaluated; want the image reused",
+			second.Usage.CachedPromptTokens, second.Usage.PromptTokens, expanded, e.imagesEvaluated.Load())
+	}
+	t.Logf("first turn: %d prompt positions (16 of them the image); second: %d, %d cached", expanded, second.Usage.PromptTokens, second.Usage.CachedPromptTokens)
+	// Another user, the same image, the same slot (one): its own evaluation.
+	run("bob-1", "bob", prompt)
+	if n := e.imagesEvaluated.Load(); n != 2 {
+		t.Errorf("%d images evaluated after another user's turn, want 2", n)
+	}
+	// Refusals.
+	if _, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: prompt, Params: p}); err == nil {
+		t.Error("an image place without an image was accepted")
+	}
+	if _, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: append(append([]int{}, head...), parley.ImageToken),
+		Images: []parley.Image{image("alice")}, Params: p}); err == nil {
+		t.Error("a prompt ending in an image was accepted")
+	}
+	bad := image("alice")
+	bad.RGB = bad.RGB[:10]
+	if _, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: prompt, Images: []parley.Image{bad}, Params: p}); err == nil {
+		t.Error("an image whose pixels do not fill it was accepted")
+	}
 }
