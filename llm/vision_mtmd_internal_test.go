@@ -286,7 +286,8 @@ func TestEngineImageMatchesLlamaMtmdCLI(t *testing.T) {
 		t.Errorf("second turn: %d of %d prompt positions cached (the first turn's were %d), %d images evaluated; want the image reused",
 			second.Usage.CachedPromptTokens, second.Usage.PromptTokens, expanded, e.imagesEvaluated.Load())
 	}
-	t.Logf("first turn: %d prompt positions (16 of them the image); second: %d, %d cached", expanded, second.Usage.PromptTokens, second.Usage.CachedPromptTokens)
+	t.Logf("first turn: %d prompt positions (16 of them the image), time to first token %v; second: %d, %d cached, %v",
+		expanded, first.Timings.TimeToFirstToken, second.Usage.PromptTokens, second.Usage.CachedPromptTokens, second.Timings.TimeToFirstToken)
 	// Another user, the same image, the same slot (one): its own evaluation.
 	run("bob-1", "bob", prompt)
 	if n := e.imagesEvaluated.Load(); n != 2 {
