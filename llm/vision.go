@@ -32,9 +32,10 @@ import (
 // vision is the projector's libmtmd context. mtmd's context is not safe for concurrent use: mu serializes
 // Generate's tokenizing (which preprocesses the image) and the loop's evaluation (which encodes it).
 type vision struct {
-	mu   sync.Mutex
-	ctx  mtmd.Context
-	eval func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, nPast yz.Pos, seq yz.SeqId, nBatch int32, logitsLast bool, newNPast *yz.Pos) int32
+	mu     sync.Mutex
+	ctx    mtmd.Context
+	closed bool // under mu: ctx is freed (a Generate racing Shutdown finds it so)
+	eval   func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, nPast yz.Pos, seq yz.SeqId, nBatch int32, logitsLast bool, newNPast *yz.Pos) int32
 }
 
 // imageRun is one image of a request, tokenized: its chunk (C memory, freed by free) and how many positions it
@@ -106,7 +107,14 @@ func openVision(be *current, cfg Config) (*vision, error) {
 	return v, nil
 }
 
-func (v *vision) close() { mtmd.Free(v.ctx) }
+func (v *vision) close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.closed {
+		v.closed = true
+		mtmd.Free(v.ctx)
+	}
+}
 
 // tokenize preprocesses img and returns its run. Safe from any goroutine.
 func (v *vision) tokenize(img parley.Image) (*imageRun, error) {
@@ -122,6 +130,9 @@ func (v *vision) tokenize(img parley.Image) (*imageRun, error) {
 	defer mtmd.InputChunksFree(chunks)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.closed {
+		return nil, errors.New("the model is shutting down")
+	}
 	if r := mtmd.Tokenize(v.ctx, chunks, mtmd.NewInputText(mtmd.DefaultMarker(), false, false), []mtmd.Bitmap{bm}); r != 0 {
 		return nil, fmt.Errorf("libmtmd could not tokenize the image (%d)", r)
 	}
@@ -143,6 +154,9 @@ func (v *vision) tokenize(img parley.Image) (*imageRun, error) {
 func (v *vision) evalImage(be *current, run *imageRun, seq, pos, nBatch int) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.closed {
+		return errors.New("the model is shutting down")
+	}
 	var next yz.Pos
 	if r := v.eval(v.ctx, be.lc, run.chunk, yz.Pos(pos), yz.SeqId(seq), int32(nBatch), false, &next); r != 0 {
 		return fmt.Errorf("evaluate an image (%d)", r)
@@ -213,10 +227,10 @@ func freeRuns(runs map[int]*imageRun) {
 	}
 }
 
+// closeVision frees the projector's context; e.vision stays set (closed), for Generate calls racing the close.
 func (e *Engine) closeVision() {
 	if e.vision != nil {
 		e.vision.close()
-		e.vision = nil
 	}
 }
 
