@@ -307,3 +307,80 @@ func TestEngineImageMatchesLlamaMtmdCLI(t *testing.T) {
 		t.Error("an image whose pixels do not fill it was accepted")
 	}
 }
+
+// Through the KV swap: a conversation with an image, saved at shutdown, is warm after a restart. SavedTokens says
+// nothing of a state with an image (its positions are no tokens), so the caller renders the conversation, and the
+// engine restores the state by its common prefix: the image is not encoded again.
+func TestEngineImageSurvivesRestart(t *testing.T) {
+	dir := DefaultCurrentLibDir()
+	if !fileExists(filepath.Join(dir, "libmtmd.so")) {
+		t.Skipf("no libmtmd.so in %s (scripts/build-current-backend.sh mtmd)", dir)
+	}
+	tmp := t.TempDir()
+	model := testmodel.Path(t)
+	proj := filepath.Join(tmp, "mmproj.gguf")
+	if err := synth.WriteProjector(context.Background(), proj, synth.DefaultProjector()); err != nil {
+		t.Fatal(err)
+	}
+	rgb := make([]byte, 40*30*3)
+	for i := range rgb {
+		rgb[i] = byte(i * 7)
+	}
+	img := parley.Image{Key: media.CacheKey("alice", [32]byte{1}), Width: 40, Height: 30, RGB: rgb}
+	cfg := Config{Path: model, Projector: proj, Engine: EngineCurrent, LibDir: dir, Parallel: 1, Threads: 1, ContextLength: 512,
+		KVCache: KVCacheConfig{RAMBytes: 64 << 20, DiskBytes: 64 << 20, Dir: filepath.Join(tmp, "kv")}}
+	p := parley.DefaultParams()
+	p.Temperature, p.MaxTokens = 0, 8
+	turn := func(e *Engine, toks []int) ([]int, parley.Event) {
+		t.Helper()
+		ch, err := e.Generate(context.Background(), parley.GenerateRequest{Key: "c1", Tokens: toks, Images: []parley.Image{img}, Params: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int
+		var final parley.Event
+		for ev := range ch {
+			if ev.Done {
+				final = ev
+				continue
+			}
+			ids = append(ids, ev.Token.ID)
+		}
+		if final.Err != nil {
+			t.Fatal(final.Err)
+		}
+		return ids, final
+	}
+	e, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := e.be.Tokenize("Look:", true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, err := e.be.Tokenize(" what is it?", false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := append(append(append([]int{}, head...), parley.ImageToken), tail...)
+	ids, first := turn(e, prompt)
+	if err := e.Close(); err != nil { // saves the slot's state
+		t.Fatal(err)
+	}
+
+	e, err = Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if got := e.SavedTokens(parley.ScopedKey(context.Background(), "c1")); got != nil {
+		t.Errorf("SavedTokens of a state with an image: %d tokens, want none", len(got))
+	}
+	next := append(append(append([]int{}, prompt...), ids...), tail...)
+	_, second := turn(e, next)
+	if second.Usage.CachedPromptTokens < first.Usage.PromptTokens || e.imagesEvaluated.Load() != 0 {
+		t.Errorf("after a restart: %d of %d positions cached (the first turn's prompt was %d), %d images evaluated; want the image restored",
+			second.Usage.CachedPromptTokens, second.Usage.PromptTokens, first.Usage.PromptTokens, e.imagesEvaluated.Load())
+	}
+}
