@@ -12,7 +12,8 @@
 //     from loopback, private, link-local or metadata addresses, checked on the resolved address of every
 //     connection, redirects included (fetch.go, addr.go);
 //   - cache keys: an image's sha256, and a key that joins it to the user, so that one user's cached image is never
-//     another's (hash.go).
+//     another's (hash.go);
+//   - settings: Config and its --image-* flags (config.go).
 //
 // The package knows nothing of HTTP APIs or of the engine: the web layer calls Intake (or a Batch) for each image
 // part, and the engine takes Decoded pixels.
