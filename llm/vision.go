@@ -38,12 +38,14 @@ type vision struct {
 	eval   func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, nPast yz.Pos, seq yz.SeqId, nBatch int32, logitsLast bool, newNPast *yz.Pos) int32
 }
 
-// imageRun is one image of a request, tokenized: its chunk (C memory, freed by free) and how many positions it
-// takes.
+// imageRun is one image of a request, tokenized: its chunk (C memory, freed by free), how many positions it
+// takes, and the text tokens the model wraps an image in (Gemma 3's <start_of_image> and <end_of_image>, Qwen-VL's
+// vision start and end; none for LLaVA), which libmtmd puts around it.
 type imageRun struct {
-	key   [32]byte
-	chunk mtmd.InputChunk
-	n     int
+	key       [32]byte
+	chunk     mtmd.InputChunk
+	n         int
+	pre, post []int
 }
 
 var (
@@ -136,18 +138,41 @@ func (v *vision) tokenize(img parley.Image) (*imageRun, error) {
 	if r := mtmd.Tokenize(v.ctx, chunks, mtmd.NewInputText(mtmd.DefaultMarker(), false, false), []mtmd.Bitmap{bm}); r != 0 {
 		return nil, fmt.Errorf("libmtmd could not tokenize the image (%d)", r)
 	}
+	var run *imageRun
+	var pre, post []int
 	for i := range mtmd.InputChunksSize(chunks) {
 		c := mtmd.InputChunksGet(chunks, i)
-		if mtmd.InputChunkGetType(c) != mtmd.InputChunkTypeImage {
-			continue
+		switch mtmd.InputChunkGetType(c) {
+		case mtmd.InputChunkTypeText:
+			for _, t := range mtmd.InputChunkGetTokensText(c) {
+				if run == nil {
+					pre = append(pre, int(t))
+				} else {
+					post = append(post, int(t))
+				}
+			}
+		case mtmd.InputChunkTypeImage:
+			if run != nil {
+				run.free()
+				return nil, errors.New("libmtmd made two image chunks of one image")
+			}
+			n := int(mtmd.InputChunkGetNTokens(c))
+			if int(mtmd.InputChunkGetNPos(c)) != n || n <= 0 {
+				return nil, fmt.Errorf("an image of %d embeddings at %d positions", n, mtmd.InputChunkGetNPos(c))
+			}
+			run = &imageRun{key: img.Key, chunk: mtmd.InputChunkCopy(c), n: n}
+		default:
+			if run != nil {
+				run.free()
+			}
+			return nil, errors.New("libmtmd made a chunk that is neither text nor image")
 		}
-		n := int(mtmd.InputChunkGetNTokens(c))
-		if int(mtmd.InputChunkGetNPos(c)) != n || n <= 0 {
-			return nil, fmt.Errorf("an image of %d embeddings at %d positions", n, mtmd.InputChunkGetNPos(c))
-		}
-		return &imageRun{key: img.Key, chunk: mtmd.InputChunkCopy(c), n: n}, nil
 	}
-	return nil, errors.New("libmtmd made no image chunk")
+	if run == nil {
+		return nil, errors.New("libmtmd made no image chunk")
+	}
+	run.pre, run.post = pre, post
+	return run, nil
 }
 
 // evalImage encodes run and decodes its embeddings into seq's KV cache from position pos. Called by the loop.
@@ -212,7 +237,9 @@ func (e *Engine) expandImages(req parley.GenerateRequest) ([]int, map[int]*image
 			run = prev
 		}
 		runs[ids[0]] = run
+		out = append(out, run.pre...)
 		out = append(out, ids...)
+		out = append(out, run.post...)
 	}
 	if len(out) >= e.nCtx {
 		freeRuns(runs)
