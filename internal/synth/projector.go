@@ -97,22 +97,22 @@ func WriteProjector(ctx context.Context, path string, p ProjectorSpec) error {
 		random("mm.2.weight", 1, hidden, proj), random("mm.2.bias", 0.1, proj),
 	)
 	kv := ggml.KV{
-		"general.architecture":                    "clip",
-		"general.name":                            "parley-synthetic-projector",
-		"general.file_type":                       uint32(0), // F32
-		"clip.projector_type":                     "mlp",
-		"clip.has_vision_encoder":                 true,
-		"clip.use_gelu":                           true,
-		"clip.vision.image_size":                  uint32(p.ImageSize),
-		"clip.vision.patch_size":                  uint32(p.PatchSize),
-		"clip.vision.embedding_length":            uint32(p.Dim),
-		"clip.vision.feed_forward_length":         uint32(p.FFN),
-		"clip.vision.block_count":                 uint32(p.Layers),
-		"clip.vision.projection_dim":              uint32(p.ProjDim),
-		"clip.vision.attention.head_count":        uint32(p.Heads),
+		"general.architecture":                     "clip",
+		"general.name":                             "parley-synthetic-projector",
+		"general.file_type":                        uint32(0), // F32
+		"clip.projector_type":                      "mlp",
+		"clip.has_vision_encoder":                  true,
+		"clip.use_gelu":                            true,
+		"clip.vision.image_size":                   uint32(p.ImageSize),
+		"clip.vision.patch_size":                   uint32(p.PatchSize),
+		"clip.vision.embedding_length":             uint32(p.Dim),
+		"clip.vision.feed_forward_length":          uint32(p.FFN),
+		"clip.vision.block_count":                  uint32(p.Layers),
+		"clip.vision.projection_dim":               uint32(p.ProjDim),
+		"clip.vision.attention.head_count":         uint32(p.Heads),
 		"clip.vision.attention.layer_norm_epsilon": float32(1e-6),
-		"clip.vision.image_mean":                  []float32{0.5, 0.5, 0.5},
-		"clip.vision.image_std":                   []float32{0.5, 0.5, 0.5},
+		"clip.vision.image_mean":                   []float32{0.5, 0.5, 0.5},
+		"clip.vision.image_std":                    []float32{0.5, 0.5, 0.5},
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".mkgguf-*.gguf")
 	if err != nil {
