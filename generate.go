@@ -28,6 +28,10 @@ type GenerateRequest struct {
 // ImageToken stands in GenerateRequest.Tokens for one of its Images.
 const ImageToken = -1
 
+// ImageMarker is the text a rendered prompt holds where an image goes (llama.cpp's mtmd default marker): the
+// engine's TokenizeImages turns each into an ImageToken.
+const ImageMarker = "<__media__>"
+
 // Image is one image of a prompt, decoded (media.Decoded's pixels).
 type Image struct {
 	// Key identifies the image for the engine's caches: media.CacheKey of

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -333,4 +334,27 @@ func FindProjector(modelPath string) (string, error) {
 		return found[0], nil
 	}
 	return "", fmt.Errorf("several projectors beside %s (%s): name one", modelPath, strings.Join(found, ", "))
+}
+
+// TokenizeImages turns a rendered prompt that holds parley.ImageMarker where its images go into tokens with a
+// parley.ImageToken in each such place, as llama.cpp's multimodal tools tokenize one: each piece of text on its
+// own, special-token text parsed, BOS (when the model wants one) at the start only, so that no BOS stands before
+// an image.
+func (e *Engine) TokenizeImages(text string) ([]int, error) {
+	parts := strings.Split(text, parley.ImageMarker)
+	var out []int
+	for i, part := range parts {
+		if i > 0 {
+			out = append(out, parley.ImageToken)
+		}
+		if part == "" && i > 0 {
+			continue
+		}
+		toks, err := e.tokenize(context.Background(), part, i == 0, true, 0)
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: %w", err)
+		}
+		out = append(out, toks...)
+	}
+	return out, nil
 }

@@ -233,16 +233,17 @@ func TestEngineImageMatchesLlamaMtmdCLI(t *testing.T) {
 		return parley.Image{Key: media.CacheKey(user, im.Hash), Width: d.Width, Height: d.Height, RGB: d.RGB}
 	}
 	// As llama-mtmd-cli tokenizes: each text part on its own, BOS once at the start.
-	segs := strings.Split(mtmdPrompt, mtmd.DefaultMarker())
-	head, err := e.be.Tokenize(segs[0], true, true)
+	if mtmd.DefaultMarker() != parley.ImageMarker {
+		t.Fatalf("libmtmd's marker is %q, parley.ImageMarker %q", mtmd.DefaultMarker(), parley.ImageMarker)
+	}
+	prompt, err := e.TokenizeImages(mtmdPrompt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tail, err := e.be.Tokenize(segs[1], false, true)
+	head, err := e.be.Tokenize(strings.Split(mtmdPrompt, parley.ImageMarker)[0], true, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt := append(append(append([]int{}, head...), parley.ImageToken), tail...)
 	p := parley.DefaultParams()
 	p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed = 0, 1, mtmdTokens, 1
 	run := func(key, user string, toks []int) (string, []int, parley.Event) {
