@@ -45,7 +45,7 @@ APT_PACKAGES := $(APT_RUN_PACKAGES) python3-websockets chromium redis-server ngi
 # npm's own record of what `npm ci` installed; newer than the lock file means node_modules is current.
 NODE_STAMP := scripts/node_modules/.package-lock.json
 
-.PHONY: help setup setup-run setup-apt setup-apt-run setup-go setup-npm setup-engine setup-engine-cuda setup-cuda setup-bench build run test test-busy bench cuda cuda-current bench-gpu ui fmt vet clean
+.PHONY: help setup setup-run setup-apt setup-apt-run setup-go setup-npm setup-engine setup-vision setup-engine-cuda setup-cuda setup-bench build run test test-busy bench cuda cuda-current bench-gpu ui fmt vet clean
 
 help:
 	@echo 'make setup   install Debian packages (only missing ones), Go modules, npm packages'
@@ -54,6 +54,7 @@ help:
 	@echo 'make test    setup + build, then scripts/test.sh (the full suite)'
 	@echo 'make test-busy  the same suite while a CPU hog keeps every core busy (twice as many busy threads as cores)'
 	@echo 'make bench   build ollama, llama-server and the synthetic models (F16, Q8_0, Q4_0), then tools/bench (BENCH_ARGS=...)'
+	@echo 'make setup-vision  libmtmd beside the current engine'"'"'s libraries, for vision projectors (--mmproj)'
 	@echo 'make setup-engine-cuda  the current engine'"'"'s CUDA build into lib/llama-current-cuda (143 MB; CUDA 13 runtime)'
 	@echo 'make cuda    the CUDA backend into lib/ollama, where bin/parley finds it (CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES);'
 	@echo '             installs Debian'"'"'s nvidia-cuda-toolkit if nvcc is missing; ~17 min per architecture on 2 cores)'
@@ -81,6 +82,12 @@ setup-engine: $(ENGINE_CPU_STAMP)
 $(ENGINE_CPU_STAMP): $(ENGINE_STAMP) scripts/build-current-backend.sh scripts/ggml-simd.sh
 	scripts/build-current-backend.sh cpu
 	@mkdir -p $(@D) && touch $@
+
+# Vision: libmtmd from the same source, beside the current engine's libraries, so that a model's projector
+# (--mmproj) runs. It compiles libllama from the source too, to link against: a few minutes on 2 cores. Not part of
+# setup; the image tests skip without it.
+setup-vision: $(ENGINE_CPU_STAMP)
+	scripts/build-current-backend.sh mtmd
 
 $(ENGINE_STAMP): scripts/engine/package.json scripts/engine/package-lock.json
 	cd scripts/engine && $(NPM) ci --no-audit --no-fund --ignore-scripts

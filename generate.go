@@ -18,6 +18,28 @@ type GenerateRequest struct {
 	// Params: MaxTokens and the sampling fields are applied by the engine.
 	// Stop strings are not: the chat layer matches them on text and cancels.
 	Params Params
+	// Images are the prompt's images, in order: each ImageToken in Tokens
+	// stands for the next one. The engine puts the image's embeddings there
+	// (as many positions as the model's projector makes of it). Only a model
+	// loaded with a projector takes them.
+	Images []Image
+}
+
+// ImageToken stands in GenerateRequest.Tokens for one of its Images.
+const ImageToken = -1
+
+// ImageMarker is the text a rendered prompt holds where an image goes (llama.cpp's mtmd default marker): the
+// engine's TokenizeImages turns each into an ImageToken.
+const ImageMarker = "<__media__>"
+
+// Image is one image of a prompt, decoded (media.Decoded's pixels).
+type Image struct {
+	// Key identifies the image for the engine's caches: media.CacheKey of
+	// the user and the image's content hash, so that equal keys are the same
+	// image of the same user, and no cache entry serves another user.
+	Key           [32]byte
+	Width, Height int
+	RGB           []byte // Width*Height*3 bytes, row by row
 }
 
 // Device is where the engine runs the model: the ggml backend device that

@@ -111,6 +111,10 @@ func openBackend(cfg Config, meta metadata, log *zap.Logger) (backend, placement
 	case EngineCurrent:
 		return openCurrent(cfg, meta, log)
 	case EngineAuto:
+		if cfg.Projector != "" && loadCurrent(cfg.LibDir) == nil {
+			log.Info("engine auto: using the current engine, which runs the projector", zap.String("projector", cfg.Projector))
+			return openCurrent(cfg, meta, log)
+		}
 		if cfg.GPULayers != 0 {
 			if gpu, ok := embeddedGPU(); ok {
 				log.Info("engine auto: using the embedded engine, which offloads to the GPU (its CUDA backend, lib/ollama, is there)",

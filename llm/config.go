@@ -135,6 +135,10 @@ type Config struct {
 	// DraftMax is the longest draft per sequence and step; 0 means
 	// DefaultDraftMax.
 	DraftMax int
+	// Projector is a vision projector GGUF ("mmproj") for the model: with
+	// it the engine takes images (parley.GenerateRequest.Images). Only the
+	// current engine runs one, through libmtmd beside its libraries.
+	Projector string
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
 	// embedding is set by Open when the GGUF names a pooling type: the

@@ -126,6 +126,7 @@ type Engine struct {
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
 	busyRefusals, slowDrops, deadEnds, overBudget         atomic.Int64
 	promptCopied, prefixCopies                            atomic.Int64
+	imagesEvaluated                                       atomic.Int64 // images encoded into a slot's KV cache
 
 	kv *kvSwap // KV swap: sessions' states saved and restored (nil: off)
 
@@ -147,6 +148,7 @@ type Engine struct {
 	onDrafted func(context.Context)
 	// drafted and draftHeld count draft tokens and those that held.
 	drafted, draftHeld atomic.Int64
+	vision             *vision // the projector's context (nil: the model takes no images)
 }
 
 // sequence is one request in flight.
@@ -197,6 +199,9 @@ type sequence struct {
 	// embed, on an embedding engine, is the Embed call this sequence
 	// carries through the fair queue (embed.go); nil on a chat engine.
 	embed *embedJob
+	// images are the prompt's images, by the pseudo token id of each run's first position (imageIDs); finish
+	// frees them.
+	images map[int]*imageRun
 }
 
 // Open loads the model and starts the decode loop.
@@ -265,8 +270,20 @@ func Open(cfg Config) (*Engine, error) {
 		go e.embedLoop(newBatch(cfg.BatchSize))
 		return e, nil
 	}
+	if cfg.Projector != "" {
+		cur, ok := be.(*current)
+		if !ok {
+			be.Close()
+			return nil, fmt.Errorf("a projector (%s) runs on the current engine only (--engine current)", cfg.Projector)
+		}
+		if e.vision, err = openVision(cur, cfg); err != nil {
+			be.Close()
+			return nil, err
+		}
+	}
 	// KV swap.
 	if e.kv, err = openKVSwap(cfg, e); err != nil {
+		e.closeVision()
 		be.Close()
 		return nil, err
 	}
@@ -381,13 +398,34 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	if len(req.Tokens) >= e.nCtx {
 		return nil, parley.PromptTooLong(len(req.Tokens), e.nCtx, "prompt is %d tokens; the context holds %d", len(req.Tokens), e.nCtx)
 	}
+	images := 0
 	for _, t := range req.Tokens {
 		// llama.cpp rejects bad ids too, but an id check here keeps hostile
 		// input away from C entirely.
+		if t == parley.ImageToken {
+			images++
+			continue
+		}
 		if t < 0 || t >= e.info.VocabSize {
 			return nil, parley.FieldErrorf("prompt", "token id %d is outside the vocabulary", t)
 		}
 	}
+	if images != len(req.Images) {
+		return nil, parley.FieldErrorf("prompt", "holds %d image places for %d images", images, len(req.Images))
+	}
+	var runs map[int]*imageRun
+	if images > 0 {
+		var err error
+		if req.Tokens, runs, err = e.expandImages(req); err != nil {
+			return nil, err
+		}
+	}
+	queuedRuns := false
+	defer func() {
+		if !queuedRuns {
+			freeRuns(runs)
+		}
+	}()
 	// A guard for callers that never validated (tests, scripts): for
 	// parameters validated above, it rechecks the numbers and reuses the
 	// grammar their Validate recorded (newSampler samples with it).
@@ -433,6 +471,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		temp:      req.Params.Temperature,
 		iBatch:    -1,
 		submitted: time.Now(),
+		images:    runs,
 	}
 	seq.restore = e.kv.fetch(req.Key) // KV swap: a disk read, if any, here rather than on the loop
 
@@ -447,7 +486,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		e.busyRefusals.Add(1)
 		return nil, err
 	}
-	queued = true
+	queued, queuedRuns = true, true
 	return seq.out, nil
 }
 
@@ -480,7 +519,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.kvClose() // KV swap: the states saved at shutdown reach the disk
 	// Grammar samplers use neither the model nor the context.
-	e.freeOnce.Do(e.be.Close)
+	e.freeOnce.Do(func() {
+		e.closeVision()
+		e.be.Close()
+	})
 	samplersDone := make(chan struct{})
 	go func() {
 		e.samplers.Wait()

@@ -15,6 +15,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/media"
 )
 
 // The test binary is also the current engine's GPU probe child
@@ -22,6 +23,9 @@ import (
 func TestMain(m *testing.M) {
 	if llm.GPUProbeChild(os.Getenv) {
 		os.Exit(llm.ServeGPUProbe(os.Getenv))
+	}
+	if media.DecoderChild(os.Getenv) { // the vision test decodes its images in this binary's child
+		os.Exit(media.ServeDecoder(os.Getenv, os.Stdin, os.Stdout))
 	}
 	llm.SetNativeLog(os.Stderr, false) // keep test output readable
 	goleak.VerifyTestMain(m)

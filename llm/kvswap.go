@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,6 +178,40 @@ func stateIdentity(cfg Config, info parley.ModelInfo, build string) (string, err
 	}
 	fmt.Fprintf(h, "|size=%d|build=%s|binding=%s|kv=%s|fa=%t|streams=%d|format=1",
 		st.Size(), build, binding, cfg.KVCacheType, info.Device.FlashAttention, streams)
+	if cfg.Projector != "" {
+		// A state's image positions hold what this projector made of the image: another projector's state is
+		// another model's.
+		p, err := fileSample(cfg.Projector)
+		if err != nil {
+			return "", fmt.Errorf("kv cache: %w", err)
+		}
+		fmt.Fprintf(h, "|mmproj=%s", p)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// fileSample identifies a large file cheaply: the sha256 of its size, its first MiB and its last.
+func fileSample(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d|", st.Size())
+	const span = 1 << 20
+	if _, err := io.Copy(h, io.LimitReader(f, span)); err != nil {
+		return "", err
+	}
+	if st.Size() > 2*span {
+		if _, err := io.Copy(h, io.NewSectionReader(f, st.Size()-span, span)); err != nil {
+			return "", err
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
@@ -474,7 +509,9 @@ func (e *Engine) SavedTokens(key string) []parley.Token {
 		return nil
 	}
 	ids := e.kv.cache.Tokens(key)
-	if len(ids) == 0 {
+	if len(ids) == 0 || slices.ContainsFunc(ids, func(id int) bool { return id < 0 }) {
+		// None, or a state that holds an image (its positions are pseudo ids, no tokens): the caller renders the
+		// conversation, images and all, and the engine still restores the state by its common prefix.
 		return nil
 	}
 	out := make([]parley.Token, len(ids))

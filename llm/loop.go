@@ -167,6 +167,8 @@ func (e *Engine) step(b *batch) (finished int) {
 		}
 	}
 
+	finished += e.stepImages()
+
 	// Generating sequences get their one token each; prompts share what is
 	// left, capped while others are generating so their streams keep flowing.
 	promptBudget := capacity - generating
@@ -196,6 +198,9 @@ func (e *Engine) step(b *batch) (finished int) {
 		n := len(seq.pending)
 		gen := n == 1 && seq.generated > 0
 		if !gen {
+			if i := slices.IndexFunc(seq.pending, func(t int) bool { return t < 0 }); i >= 0 {
+				n = i // up to the next image, which the next step's stepImages evaluates
+			}
 			n = min(n, promptBudget)
 			promptBudget -= n
 		}
@@ -484,6 +489,8 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 		seq.popped = false
 		e.queue.done(seq)
 	}
+	freeRuns(seq.images)
+	seq.images = nil
 	now := time.Now()
 	seq.usage.CompletionTokens = seq.generated
 	final := parley.Event{Done: true, Finish: reason, Usage: seq.usage, Err: err}

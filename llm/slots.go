@@ -159,6 +159,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	if keep == len(toks) {
 		keep-- // at least one token must be decoded to get logits
 	}
+	keep = imageBoundary(toks, keep, seq.images)
 	if keep < len(s.cached) {
 		if !e.be.SeqRm(s.id, keep, -1) {
 			// Some memory types cannot drop a suffix: start over.

@@ -7,7 +7,9 @@
 #     docs/notes/2026-11-27-gpu-h200-cuda-from-source.md), cmake is asked for ggml's CPU and CUDA backends as modules with unversioned sonames, the
 #     modules land as files beside links to the pinned libraries (not to the prebuilt CPU variants), and a folder
 #     that `make setup-engine-cuda` laid out before is replaced without writing through its links into the
-#     prebuilt package.
+#     prebuilt package;
+#   - its mtmd variant: cmake is asked for libmtmd (LLAMA_BUILD_MTMD), which lands as a file beside the libllama it
+#     links to, and a folder without that libllama is refused.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cpu=$root/scripts/engine/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
@@ -34,7 +36,7 @@ cat >"$tmp/bin/cmake" <<EOF
 echo "\$@" >>"$tmp/cmake.args"
 if [ "\$1" = --build ]; then
 	mkdir -p "\$2/bin"
-	for t in "\$@"; do case "\$t" in ggml-*) echo "built \$t" >"\$2/bin/lib\$t.so" ;; esac; done
+	for t in "\$@"; do case "\$t" in ggml-* | mtmd) echo "built \$t" >"\$2/bin/lib\$t.so" ;; esac; done
 fi
 EOF
 chmod +x "$tmp/bin/nvcc" "$tmp/bin/cmake"
@@ -69,3 +71,19 @@ fi
 grep -q "de3ff815ea7d559ee917f063901b8986f038abc6, cuda, .*-DGGML_AVX2=ON.*-DCMAKE_CUDA_ARCHITECTURES=90, nvcc 13.0" "$tmp/out/BUILT-FROM-SOURCE" ||
 	fail "BUILT-FROM-SOURCE: $(cat "$tmp/out/BUILT-FROM-SOURCE")"
 echo "ok: layout: the CPU and CUDA modules beside $(find "$tmp/out" -maxdepth 1 -type l | wc -l) links to the pinned libraries"
+
+# The mtmd variant, into the folder just laid out (it holds libllama.so), then into one without it.
+: >"$tmp/cmake.args"
+PATH=$tmp/bin:$PATH SOURCE=$tmp/src BUILD_DIR=$tmp/build JOBS=3 PARLEY_MARCH=x86-64-v3 \
+	"$root/scripts/build-current-backend.sh" mtmd "$tmp/out" >"$tmp/run.log" 2>&1 || { cat "$tmp/run.log" >&2; fail "mtmd build"; }
+grep -q -- "-DLLAMA_BUILD_MTMD=ON" "$tmp/cmake.args" || fail "cmake was not given -DLLAMA_BUILD_MTMD=ON: $(cat "$tmp/cmake.args")"
+grep -q -- "--build $tmp/build/build --target mtmd -j 3" "$tmp/cmake.args" || fail "mtmd build step: $(cat "$tmp/cmake.args")"
+[ -f "$tmp/out/libmtmd.so" ] && [ ! -L "$tmp/out/libmtmd.so" ] && [ "$(cat "$tmp/out/libmtmd.so")" = "built mtmd" ] ||
+	fail "libmtmd.so is not the build's"
+[ "$(readlink "$tmp/out/libllama.so")" = "$cpu/libllama.v0.5.0.so" ] || fail "mtmd changed libllama.so -> $(readlink "$tmp/out/libllama.so")"
+mkdir -p "$tmp/bare"
+if PATH=$tmp/bin:$PATH SOURCE=$tmp/src BUILD_DIR=$tmp/build JOBS=3 "$root/scripts/build-current-backend.sh" mtmd "$tmp/bare" >"$tmp/run.log" 2>&1; then
+	fail "mtmd into a folder without libllama.so succeeded"
+fi
+grep -q "no libllama.so in $tmp/bare" "$tmp/run.log" || fail "mtmd without libllama.so: $(cat "$tmp/run.log")"
+echo "ok: mtmd: libmtmd beside the pinned libllama"

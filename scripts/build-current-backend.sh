@@ -11,8 +11,13 @@
 #         `make cuda-current` runs; bin/parley takes that folder first). The prebuilt CUDA package
 #         (`make setup-engine-cuda`) holds machine code for sm_86, sm_89, sm_120 and sm_121 only, and CUDA 13.1 PTX
 #         for the rest, which a driver for CUDA 13.0 or older (580, on an H100/H200) cannot load.
+#   mtmd  llama.cpp's multimodal library (libmtmd: image projectors, "mmproj" files) from the same source, into the
+#         CPU folder beside the prebuilt libllama it links to (all its llama_/ggml_/gguf_ imports are exported by
+#         the pinned libraries); the current engine then runs vision models. It compiles libllama from the source
+#         too (libmtmd links to it at build time; at run time RUNPATH $ORIGIN takes the prebuilt one): a few
+#         minutes on 2 cores.
 #
-# Usage: scripts/build-current-backend.sh cpu|cuda [OUT_DIR]
+# Usage: scripts/build-current-backend.sh cpu|cuda|mtmd [OUT_DIR]
 #        scripts/build-current-backend.sh -source DIR   only export the pinned source to DIR (for a machine
 #                                                       without the npm registry: carry DIR there, set SOURCE)
 # Environment:
@@ -61,8 +66,9 @@ case "${1:-}" in
 	;;
 cpu) out=${2:-$root/lib/llama-current} targets=(ggml-cpu) cuda=OFF ;;
 cuda) out=${2:-$root/lib/llama-current-cuda} targets=(ggml-cpu ggml-cuda) cuda=ON ;;
+mtmd) out=${2:-$root/lib/llama-current} targets=(mtmd) cuda=OFF ;;
 *)
-	echo "usage: $0 cpu|cuda [OUT_DIR] | -source DIR" >&2
+	echo "usage: $0 cpu|cuda|mtmd [OUT_DIR] | -source DIR" >&2
 	exit 2
 	;;
 esac
@@ -72,7 +78,8 @@ if [ "$(uname -sm)" != "Linux x86_64" ]; then
 	exit 0
 fi
 jobs=${JOBS:-$(nproc)}
-scratch=${BUILD_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/parley/current-$variant-build}
+# mtmd shares the cpu build's folder: its ggml is built there already.
+scratch=${BUILD_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/parley/current-${variant/mtmd/cpu}-build}
 cpu_libs=${CPU_LIBS:-$root/scripts/engine/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64}
 
 command -v cmake >/dev/null || { echo "$me: cmake not found (Debian: apt-get install cmake)" >&2; exit 2; }
@@ -112,13 +119,23 @@ cmake -S "$src" -B "$scratch/build" -DCMAKE_BUILD_TYPE=Release \
 	-DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON -DGGML_OPENMP=OFF \
 	"${ggml_simd_flags[@]}" "-DGGML_CUDA=$cuda" "${cuda_flags[@]}" \
 	-DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
+	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_MTMD=ON \
 	-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON >"$scratch/configure.log" 2>&1 ||
 	{ tail -30 "$scratch/configure.log" >&2; exit 1; }
 cmake --build "$scratch/build" --target "${targets[@]}" -j "$jobs" >"$scratch/build.log" 2>&1 ||
 	{ tail -30 "$scratch/build.log" >&2; exit 1; }
 
 mkdir -p "$out"
+if [ "$variant" = mtmd ]; then
+	# Beside the libraries the cpu variant laid out; nothing else there changes.
+	[ -e "$out/libllama.so" ] || { echo "$me: no libllama.so in $out (build the cpu variant first)" >&2; exit 2; }
+	lib=$(find "$scratch/build" -name libmtmd.so -print -quit)
+	[ -n "$lib" ] || { echo "$me: no libmtmd.so in $scratch/build" >&2; exit 1; }
+	cp -f "$lib" "$out/libmtmd.so"
+	echo "$me: libmtmd in $out in $(($(date +%s) - start)) s" >&2
+	echo "$out"
+	exit 0
+fi
 # Replace every link (a folder laid out before, or by `make setup-engine-cuda`, links into a prebuilt package) and
 # module: never write through a link.
 find "$out" -maxdepth 1 \( -type l -o -name 'libggml-c*.so' \) -delete

@@ -35,6 +35,7 @@ import (
 	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
 	"github.com/parley-chat/parley/mcp"
+	"github.com/parley-chat/parley/media"
 	"github.com/parley-chat/parley/router"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
@@ -48,6 +49,10 @@ func main() {
 	if llm.GPUProbeChild(os.Getenv) {
 		// This process is the current engine's GPU probe another parley started.
 		os.Exit(llm.ServeGPUProbe(os.Getenv))
+	}
+	if media.DecoderChild(os.Getenv) {
+		// This process is an image decoder another parley started (media.NewDecoder).
+		os.Exit(media.ServeDecoder(os.Getenv, os.Stdin, os.Stdout))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
 		os.Exit(healthcheck(os.Args[2:]))

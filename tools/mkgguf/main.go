@@ -77,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&spec.Arch, "arch", "llama", "architecture: llama (a chat model, or a causal embedding model with -pooling) or bert (an encoder embedding model, or with -pooling rank a reranker)")
 	fs.StringVar(&spec.Pooling, "pooling", "", "make an embedding model that pools with mean, cls or last (rank: a reranker, -arch bert); empty: a chat model")
 	fs.BoolVar(&force, "force", false, "rewrite the output even if it already holds this model")
+	var mmproj string
+	fs.StringVar(&mmproj, "mmproj", "", "also write a synthetic vision projector (llama.cpp's clip architecture, a LLaVA MLP projector into -dim) to this path, for libmtmd tests")
 	fs.Func("script", "JSON file of a synth.Script (template, control, text, after, reply, end): add a chat template and its tokens, and make greedy decoding write the reply", func(path string) error {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -95,6 +97,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if out == "" {
 		return errors.New("-o is required")
+	}
+	if mmproj != "" {
+		p := synth.DefaultProjector()
+		p.ProjDim, p.Seed = spec.Dim, spec.Seed
+		if err := synth.WriteProjector(ctx, mmproj, p); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "mkgguf: wrote the projector %s (%+v)\n", mmproj, p)
 	}
 
 	if !force {

@@ -1,0 +1,360 @@
+package llm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"go.uber.org/zap"
+
+	"github.com/ebitengine/purego"
+	yz "github.com/hybridgroup/yzma/pkg/llama"
+	"github.com/hybridgroup/yzma/pkg/mtmd"
+
+	"github.com/parley-chat/parley"
+)
+
+// Vision on the current engine: llama.cpp's libmtmd (scripts/build-current-backend.sh mtmd builds it from the
+// pinned source, beside the pinned libllama) turns an image into a run of embeddings that are decoded into a
+// sequence's KV cache at its position, as tokens are. In a slot's token list an image's run is held as pseudo
+// token ids derived from the image's key (imageIDs), so that the longest-common-prefix reuse of the KV cache, the
+// slot copies and the KV swap treat an image like the tokens around it: a later turn that repeats the image
+// finds it evaluated already, and the key holds the user (media.CacheKey), so no other user's request ever matches
+// it. Models whose projector needs M-RoPE positions are refused for now (their positions are not one per
+// embedding, which the slot's token list assumes).
+
+// vision is the projector's libmtmd context. mtmd's context is not safe for concurrent use: mu serializes
+// Generate's tokenizing (which preprocesses the image) and the loop's evaluation (which encodes it).
+type vision struct {
+	mu     sync.Mutex
+	ctx    mtmd.Context
+	closed bool // under mu: ctx is freed (a Generate racing Shutdown finds it so)
+	eval   func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, nPast yz.Pos, seq yz.SeqId, nBatch int32, logitsLast bool, newNPast *yz.Pos) int32
+}
+
+// imageRun is one image of a request, tokenized: its chunk (C memory, freed by free), how many positions it
+// takes, and the text tokens the model wraps an image in (Gemma 3's <start_of_image> and <end_of_image>, Qwen-VL's
+// vision start and end; none for LLaVA), which libmtmd puts around it.
+type imageRun struct {
+	key       [32]byte
+	chunk     mtmd.InputChunk
+	n         int
+	pre, post []int
+}
+
+var (
+	mtmdOnce sync.Once
+	mtmdErr  error
+	mtmdEval func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, nPast yz.Pos, seq yz.SeqId, nBatch int32, logitsLast bool, newNPast *yz.Pos) int32
+)
+
+// loadMtmd loads libmtmd from dir, once per process, after the current engine's libraries.
+func loadMtmd(dir string) error {
+	mtmdOnce.Do(func() {
+		path := filepath.Join(dir, "libmtmd.so")
+		if !fileExists(path) {
+			mtmdErr = fmt.Errorf("no libmtmd.so in %s (scripts/build-current-backend.sh mtmd builds it)", dir)
+			return
+		}
+		if mtmdErr = mtmd.Load(dir); mtmdErr != nil {
+			mtmdErr = fmt.Errorf("load libmtmd: %w", mtmdErr)
+			return
+		}
+		mtmd.LogSet(yz.LogSilent())
+		// yzma binds the helper that evaluates all of a prompt's chunks; the loop evaluates one image chunk
+		// at a time, on one sequence, which this helper does.
+		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			mtmdErr = fmt.Errorf("open libmtmd.so: %w", err)
+			return
+		}
+		sym, err := purego.Dlsym(h, "mtmd_helper_eval_chunk_single")
+		if err != nil {
+			mtmdErr = fmt.Errorf("libmtmd.so has no mtmd_helper_eval_chunk_single: %w", err)
+			return
+		}
+		purego.RegisterFunc(&mtmdEval, sym)
+	})
+	return mtmdErr
+}
+
+// openVision loads the projector for the backend's model.
+func openVision(be *current, cfg Config) (*vision, error) {
+	if err := loadMtmd(cfg.LibDir); err != nil {
+		return nil, err
+	}
+	p := mtmd.ContextParamsDefault()
+	p.UseGPU = cfg.GPULayers != 0
+	p.Threads = int32(max(1, cfg.Threads))
+	p.Warmup = false
+	ctx, err := mtmd.InitFromFile(cfg.Projector, be.model, p)
+	if err != nil || ctx == 0 {
+		return nil, fmt.Errorf("load the projector %s: libmtmd could not (a projector for another model, or not one it knows)", cfg.Projector)
+	}
+	v := &vision{ctx: ctx, eval: mtmdEval}
+	switch {
+	case !mtmd.SupportVision(ctx):
+		v.close()
+		return nil, fmt.Errorf("the projector %s takes no images", cfg.Projector)
+	case mtmd.DecodeUseMRope(ctx):
+		v.close()
+		return nil, fmt.Errorf("the projector %s needs M-RoPE positions, which this engine does not place yet", cfg.Projector)
+	}
+	return v, nil
+}
+
+func (v *vision) close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.closed {
+		v.closed = true
+		mtmd.Free(v.ctx)
+	}
+}
+
+// tokenize preprocesses img and returns its run. Safe from any goroutine.
+func (v *vision) tokenize(img parley.Image) (*imageRun, error) {
+	if img.Width <= 0 || img.Height <= 0 || len(img.RGB) != img.Width*img.Height*3 {
+		return nil, fmt.Errorf("an image of %dx%d pixels in %d bytes", img.Width, img.Height, len(img.RGB))
+	}
+	bm := mtmd.BitmapInit(uint32(img.Width), uint32(img.Height), uintptr(unsafe.Pointer(&img.RGB[0])))
+	if bm == 0 {
+		return nil, errors.New("libmtmd took no bitmap")
+	}
+	defer mtmd.BitmapFree(bm)
+	chunks := mtmd.InputChunksInit()
+	defer mtmd.InputChunksFree(chunks)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return nil, errors.New("the model is shutting down")
+	}
+	if r := mtmd.Tokenize(v.ctx, chunks, mtmd.NewInputText(mtmd.DefaultMarker(), false, false), []mtmd.Bitmap{bm}); r != 0 {
+		return nil, fmt.Errorf("libmtmd could not tokenize the image (%d)", r)
+	}
+	var run *imageRun
+	var pre, post []int
+	for i := range mtmd.InputChunksSize(chunks) {
+		c := mtmd.InputChunksGet(chunks, i)
+		switch mtmd.InputChunkGetType(c) {
+		case mtmd.InputChunkTypeText:
+			for _, t := range mtmd.InputChunkGetTokensText(c) {
+				if run == nil {
+					pre = append(pre, int(t))
+				} else {
+					post = append(post, int(t))
+				}
+			}
+		case mtmd.InputChunkTypeImage:
+			if run != nil {
+				run.free()
+				return nil, errors.New("libmtmd made two image chunks of one image")
+			}
+			n := int(mtmd.InputChunkGetNTokens(c))
+			if int(mtmd.InputChunkGetNPos(c)) != n || n <= 0 {
+				return nil, fmt.Errorf("an image of %d embeddings at %d positions", n, mtmd.InputChunkGetNPos(c))
+			}
+			run = &imageRun{key: img.Key, chunk: mtmd.InputChunkCopy(c), n: n}
+		default:
+			if run != nil {
+				run.free()
+			}
+			return nil, errors.New("libmtmd made a chunk that is neither text nor image")
+		}
+	}
+	if run == nil {
+		return nil, errors.New("libmtmd made no image chunk")
+	}
+	run.pre, run.post = pre, post
+	return run, nil
+}
+
+// evalImage encodes run and decodes its embeddings into seq's KV cache from position pos. Called by the loop.
+func (v *vision) evalImage(be *current, run *imageRun, seq, pos, nBatch int) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return errors.New("the model is shutting down")
+	}
+	var next yz.Pos
+	if r := v.eval(v.ctx, be.lc, run.chunk, yz.Pos(pos), yz.SeqId(seq), int32(nBatch), false, &next); r != 0 {
+		return fmt.Errorf("evaluate an image (%d)", r)
+	}
+	if int(next) != pos+run.n {
+		return fmt.Errorf("an image evaluated to position %d, not %d", next, pos+run.n)
+	}
+	return nil
+}
+
+func (r *imageRun) free() { mtmd.InputChunkFree(r.chunk) }
+
+// imageIDs are the pseudo token ids of an image's n positions in a slot's token list: negative, below
+// parley.ImageToken, derived from the key (30 bits of it, since the KV swap's files hold ids as int32). Two
+// different images of one user share a run with a chance of about one in 2^30; images of two users never meet (the
+// key holds the user, and a slot of another scope is emptied before use).
+func imageIDs(key [32]byte, n int) []int {
+	h := binary.LittleEndian.Uint32(key[:4]) & (1<<30 - 1)
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = -2 - int((h+uint32(i))&(1<<30-1))
+	}
+	return ids
+}
+
+// expandImages tokenizes req's images and returns its tokens with each parley.ImageToken replaced by its image's
+// run of pseudo ids, and the runs by their first id. The prompt must not end in an image (the reply is sampled
+// from a token's logits).
+func (e *Engine) expandImages(req parley.GenerateRequest) ([]int, map[int]*imageRun, error) {
+	if e.vision == nil {
+		return nil, nil, parley.FieldErrorf("images", "this model takes no images (it was loaded without a projector)")
+	}
+	if req.Tokens[len(req.Tokens)-1] == parley.ImageToken {
+		return nil, nil, parley.FieldErrorf("prompt", "must not end in an image")
+	}
+	runs := map[int]*imageRun{}
+	out := make([]int, 0, len(req.Tokens))
+	next := 0
+	for _, t := range req.Tokens {
+		if t != parley.ImageToken {
+			out = append(out, t)
+			continue
+		}
+		run, err := e.vision.tokenize(req.Images[next])
+		if err != nil {
+			freeRuns(runs)
+			return nil, nil, parley.FieldErrorf(fmt.Sprintf("images[%d]", next), "%v", err)
+		}
+		next++
+		ids := imageIDs(run.key, run.n)
+		if prev, ok := runs[ids[0]]; ok { // the same image twice: one run serves both places
+			run.free()
+			run = prev
+		}
+		runs[ids[0]] = run
+		out = append(out, run.pre...)
+		out = append(out, ids...)
+		out = append(out, run.post...)
+	}
+	if len(out) >= e.nCtx {
+		freeRuns(runs)
+		return nil, nil, parley.PromptTooLong(len(out), e.nCtx, "prompt is %d positions with its images; the context holds %d", len(out), e.nCtx)
+	}
+	return out, runs, nil
+}
+
+func freeRuns(runs map[int]*imageRun) {
+	for _, r := range runs {
+		r.free()
+	}
+}
+
+// closeVision frees the projector's context; e.vision stays set (closed), for Generate calls racing the close.
+func (e *Engine) closeVision() {
+	if e.vision != nil {
+		e.vision.close()
+	}
+}
+
+// imageBoundary moves keep, a count of toks to keep in a slot's cache, back to the start of the image run it
+// falls inside, if any: a run is evaluated whole or not at all.
+func imageBoundary(toks []int, keep int, runs map[int]*imageRun) int {
+	for keep > 0 && keep < len(toks) && toks[keep] < 0 && runs[toks[keep]] == nil {
+		keep--
+	}
+	return keep
+}
+
+// stepImages evaluates, for each sequence whose pending prompt starts with an image, that image into its slot:
+// images are not tokens, so they go in llama_decode calls of their own before the step's batch. It returns how
+// many sequences it finished (on an error).
+func (e *Engine) stepImages() (finished int) {
+	if e.vision == nil {
+		return 0
+	}
+	for _, s := range e.slots {
+		seq := s.seq
+		if seq == nil || seq.generated > 0 || len(seq.pending) == 0 || seq.pending[0] >= 0 {
+			continue
+		}
+		run := seq.images[seq.pending[0]]
+		var err error
+		if run == nil || len(seq.pending) < run.n {
+			err = errors.New("a prompt resumes inside an image")
+		} else {
+			t0 := time.Now()
+			err = e.vision.evalImage(e.be.(*current), run, s.id, len(s.cached), e.batch)
+			e.stepNanos.Add(int64(time.Since(t0)))
+		}
+		if err != nil {
+			e.log.Error("image evaluation failed", zap.Error(err))
+			e.be.SeqRm(s.id, 0, -1)
+			s.cached = s.cached[:0]
+			e.finish(seq, parley.FinishError, err)
+			finished++
+			continue
+		}
+		s.cached = append(s.cached, seq.pending[:run.n]...)
+		e.promptEval.Add(int64(run.n))
+		e.imagesEvaluated.Add(1)
+		seq.pending = seq.pending[run.n:]
+	}
+	return finished
+}
+
+// TakesImages reports whether the model was loaded with a projector, so that its requests may carry images.
+func (e *Engine) TakesImages() bool { return e.vision != nil }
+
+// FindProjector returns the projector beside a model file, as llama.cpp's converters and the model hubs name it:
+// the one file in the model's folder whose name starts with "mmproj" and ends in ".gguf" (any case). It returns ""
+// when there is none, and an error when there are several (then --mmproj must say which).
+func FindProjector(modelPath string) (string, error) {
+	dir := filepath.Dir(modelPath)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("find a projector beside %s: %w", modelPath, err)
+	}
+	var found []string
+	for _, en := range entries {
+		name := strings.ToLower(en.Name())
+		if en.Type().IsRegular() && strings.HasPrefix(name, "mmproj") && strings.HasSuffix(name, ".gguf") {
+			found = append(found, filepath.Join(dir, en.Name()))
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", nil
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("several projectors beside %s (%s): name one", modelPath, strings.Join(found, ", "))
+}
+
+// TokenizeImages turns a rendered prompt that holds parley.ImageMarker where its images go into tokens with a
+// parley.ImageToken in each such place, as llama.cpp's multimodal tools tokenize one: each piece of text on its
+// own, special-token text parsed, BOS (when the model wants one) at the start only, so that no BOS stands before
+// an image.
+func (e *Engine) TokenizeImages(text string) ([]int, error) {
+	parts := strings.Split(text, parley.ImageMarker)
+	var out []int
+	for i, part := range parts {
+		if i > 0 {
+			out = append(out, parley.ImageToken)
+		}
+		if part == "" && i > 0 {
+			continue
+		}
+		toks, err := e.tokenize(context.Background(), part, i == 0, true, 0)
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: %w", err)
+		}
+		out = append(out, toks...)
+	}
+	return out, nil
+}

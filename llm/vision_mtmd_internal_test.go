@@ -1,0 +1,387 @@
+package llm
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	yz "github.com/hybridgroup/yzma/pkg/llama"
+	"github.com/hybridgroup/yzma/pkg/mtmd"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/synth"
+	"github.com/parley-chat/parley/internal/testmodel"
+	"github.com/parley-chat/parley/media"
+)
+
+// The building blocks of vision on the current engine, checked against llama.cpp's own multimodal tool built from
+// the same source: libmtmd (scripts/build-current-backend.sh mtmd) beside the pinned libllama, yzma's mtmd
+// binding, a synthetic projector (synth.WriteProjector) on the test model, and an image decoded by media's
+// sandboxed decoder. The same image and prompt must give the same greedy tokens here as through
+// llama-mtmd-cli (PARLEY_MTMD_CLI; built by `cmake --build BUILD --target llama-mtmd-cli` in a tree configured with
+// LLAMA_BUILD_COMMON and LLAMA_BUILD_TOOLS), and two images must give two replies (the image reaches the model).
+
+// mtmdPrompt is the prompt llama-mtmd-cli makes of -p "Once upon a time" with --chat-template chatml: the media
+// marker before the text, in a user turn.
+const mtmdPrompt = "<|im_start|>user\n<__media__>Once upon a time<|im_end|>\n<|im_start|>assistant\n"
+
+const mtmdTokens = 24
+
+func TestMtmdMatchesLlamaMtmdCLI(t *testing.T) {
+	cli := os.Getenv("PARLEY_MTMD_CLI")
+	if cli == "" {
+		t.Skip("PARLEY_MTMD_CLI (llama.cpp's llama-mtmd-cli from the pinned source) is not set")
+	}
+	dir := DefaultCurrentLibDir()
+	if !fileExists(filepath.Join(dir, "libmtmd.so")) {
+		t.Skipf("no libmtmd.so in %s (scripts/build-current-backend.sh mtmd)", dir)
+	}
+	if err := loadCurrent(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := mtmd.Load(dir); err != nil {
+		t.Fatalf("load libmtmd: %v", err)
+	}
+	mtmd.LogSet(yz.LogSilent())
+	tmp := t.TempDir()
+	model := testmodel.Path(t)
+	proj := filepath.Join(tmp, "mmproj.gguf")
+	if err := synth.WriteProjector(context.Background(), proj, synth.DefaultProjector()); err != nil {
+		t.Fatal(err)
+	}
+	dec := media.NewDecoder()
+	defer dec.Close()
+	replies := map[string]bool{}
+	for seed := range 2 {
+		img := filepath.Join(tmp, "image.png")
+		data := mtmdTestImage(t, seed)
+		err := os.WriteFile(img, data, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := mtmdCLIReply(t, cli, model, proj, img)
+
+		im, err := media.Limits{}.Check(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := dec.Decode(context.Background(), im)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.TrimSpace(mtmdGreedy(t, model, proj, d))
+		t.Logf("image %d: %q", seed, got)
+		if got != want {
+			t.Errorf("image %d: Parley's libmtmd gave %q, llama-mtmd-cli %q", seed, got, want)
+		}
+		replies[got] = true
+	}
+	if len(replies) != 2 {
+		t.Errorf("two images gave the same reply: the image does not reach the model")
+	}
+}
+
+// mtmdTestImage is a 48x40 PNG whose pattern depends on seed (not square: the projector's preprocessing pads it).
+func mtmdTestImage(t *testing.T, seed int) []byte {
+	img := image.NewNRGBA(image.Rect(0, 0, 48, 40))
+	for y := range 40 {
+		for x := range 48 {
+			img.Set(x, y, color.NRGBA{uint8(x*5 + seed*40), uint8(y*6 + seed*13), uint8((x ^ y) * 7), 255})
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// mtmdGreedy loads the model and the projector, evaluates mtmdPrompt with the image where the marker is (as
+// llama-mtmd-cli does: text parts without special tokens, BOS once at the start), and decodes mtmdTokens greedily.
+func mtmdGreedy(t *testing.T, modelPath, proj string, d *media.Decoded) string {
+	t.Helper()
+	m, err := yz.ModelLoadFromFile(modelPath, yz.ModelDefaultParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer yz.ModelFree(m)
+	cp := yz.ContextDefaultParams()
+	cp.NCtx, cp.NBatch, cp.NUbatch, cp.NThreads, cp.NThreadsBatch = 512, 512, 512, 1, 1
+	lctx, err := yz.InitFromModel(m, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer yz.Free(lctx)
+	mp := mtmd.ContextParamsDefault()
+	mp.UseGPU, mp.Threads, mp.Warmup = false, 1, false
+	mctx, err := mtmd.InitFromFile(proj, m, mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mtmd.Free(mctx)
+	if !mtmd.SupportVision(mctx) || mtmd.DecodeUseMRope(mctx) {
+		t.Fatalf("vision %v, M-RoPE %v", mtmd.SupportVision(mctx), mtmd.DecodeUseMRope(mctx))
+	}
+	bm := mtmd.BitmapInit(uint32(d.Width), uint32(d.Height), uintptr(unsafe.Pointer(&d.RGB[0])))
+	defer mtmd.BitmapFree(bm)
+	segs := strings.Split(mtmdPrompt, mtmd.DefaultMarker())
+	var parts []*mtmd.InputPart
+	for i, s := range segs {
+		parts = append(parts, mtmd.NewInputTextPart(mtmd.NewInputText(s, false, true)))
+		if i < len(segs)-1 {
+			parts = append(parts, mtmd.NewInputBitmapPart(bm))
+		}
+	}
+	chunks := mtmd.InputChunksInit()
+	defer mtmd.InputChunksFree(chunks)
+	if r := mtmd.TokenizeFromParts(mctx, chunks, parts, true); r != 0 {
+		t.Fatalf("mtmd_tokenize: %d", r)
+	}
+	var past yz.Pos
+	if r := mtmd.HelperEvalChunks(mctx, lctx, chunks, 0, 0, 512, true, &past); r != 0 {
+		t.Fatalf("mtmd_helper_eval_chunks: %d", r)
+	}
+	vocab := yz.ModelGetVocab(m)
+	smpl := yz.SamplerChainInit(yz.SamplerChainDefaultParams())
+	defer yz.SamplerFree(smpl)
+	yz.SamplerChainAdd(smpl, yz.SamplerInitGreedy())
+	var out strings.Builder
+	for range mtmdTokens {
+		tok := yz.SamplerSample(smpl, lctx, -1)
+		if yz.VocabIsEOG(vocab, tok) {
+			break
+		}
+		buf := make([]byte, 64)
+		n := yz.TokenToPiece(vocab, tok, buf, 0, true)
+		out.Write(buf[:n])
+		if _, err := yz.Decode(lctx, yz.BatchGetOne([]yz.Token{tok})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out.String()
+}
+
+// mtmdCLIReply is llama-mtmd-cli's greedy reply to mtmdPrompt with the image file img. The tool prints through
+// llama.cpp's asynchronous log, which an exit can cut short: a whole reply ends in a newline, and a cut one is run
+// again.
+func mtmdCLIReply(t *testing.T, cli, model, proj, img string) string {
+	t.Helper()
+	var out []byte
+	for try := 0; try < 5 && !bytes.HasSuffix(out, []byte("\n")); try++ {
+		cmd := exec.Command(cli, "-m", model, "--mmproj", proj, "--image", img, "-p", "Once upon a time",
+			"--chat-template", "chatml", "-n", strconv.Itoa(mtmdTokens), "--temp", "0", "--top-k", "1", "-t", "1", "--no-warmup")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		var err error
+		if out, err = cmd.Output(); err != nil {
+			t.Fatalf("llama-mtmd-cli: %v\n%s", err, stderr.String())
+		}
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// The engine takes an image in a prompt (parley.ImageToken, GenerateRequest.Images): the same greedy tokens as
+// llama-mtmd-cli; a second turn that repeats the conversation with its image evaluates only its new tokens (the
+// image is not encoded again); another user's request with the same image encodes its own.
+func TestEngineImageMatchesLlamaMtmdCLI(t *testing.T) {
+	cli := os.Getenv("PARLEY_MTMD_CLI")
+	if cli == "" {
+		t.Skip("PARLEY_MTMD_CLI (llama.cpp's llama-mtmd-cli from the pinned source) is not set")
+	}
+	dir := DefaultCurrentLibDir()
+	if !fileExists(filepath.Join(dir, "libmtmd.so")) {
+		t.Skipf("no libmtmd.so in %s (scripts/build-current-backend.sh mtmd)", dir)
+	}
+	tmp := t.TempDir()
+	model := testmodel.Path(t)
+	proj := filepath.Join(tmp, "mmproj.gguf")
+	if err := synth.WriteProjector(context.Background(), proj, synth.DefaultProjector()); err != nil {
+		t.Fatal(err)
+	}
+	data := mtmdTestImage(t, 1)
+	img := filepath.Join(tmp, "image.png")
+	if err := os.WriteFile(img, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := mtmdCLIReply(t, cli, model, proj, img)
+
+	e, err := Open(Config{Path: model, Projector: proj, Engine: EngineCurrent, LibDir: dir, Parallel: 1, Threads: 1, ContextLength: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	dec := media.NewDecoder()
+	defer dec.Close()
+	im, err := media.Limits{}.Check(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dec.Decode(context.Background(), im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := func(user string) parley.Image {
+		return parley.Image{Key: media.CacheKey(user, im.Hash), Width: d.Width, Height: d.Height, RGB: d.RGB}
+	}
+	// As llama-mtmd-cli tokenizes: each text part on its own, BOS once at the start.
+	if mtmd.DefaultMarker() != parley.ImageMarker {
+		t.Fatalf("libmtmd's marker is %q, parley.ImageMarker %q", mtmd.DefaultMarker(), parley.ImageMarker)
+	}
+	prompt, err := e.TokenizeImages(mtmdPrompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := e.be.Tokenize(strings.Split(mtmdPrompt, parley.ImageMarker)[0], true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := parley.DefaultParams()
+	p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed = 0, 1, mtmdTokens, 1
+	run := func(key, user string, toks []int) (string, []int, parley.Event) {
+		t.Helper()
+		ch, err := e.Generate(context.Background(), parley.GenerateRequest{Key: key, Tokens: toks, Images: []parley.Image{image(user)}, Params: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text strings.Builder
+		var ids []int
+		var final parley.Event
+		for ev := range ch {
+			if ev.Done {
+				final = ev
+				continue
+			}
+			text.WriteString(ev.Token.Text)
+			ids = append(ids, ev.Token.ID)
+		}
+		if final.Err != nil {
+			t.Fatal(final.Err)
+		}
+		return text.String(), ids, final
+	}
+	got, ids, first := run("alice-1", "alice", prompt)
+	if strings.TrimSpace(got) != want {
+		t.Errorf("the engine replied %q, llama-mtmd-cli %q", strings.TrimSpace(got), want)
+	}
+	if n := e.imagesEvaluated.Load(); n != 1 {
+		t.Errorf("%d images evaluated, want 1", n)
+	}
+	// The next turn: the conversation so far, its image included, and more text.
+	more, err := e.be.Tokenize(" The end.", false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := append(append(append([]int{}, prompt...), ids...), more...)
+	_, _, second := run("alice-1", "alice", next)
+	expanded := first.Usage.PromptTokens
+	if second.Usage.CachedPromptTokens < expanded || e.imagesEvaluated.Load() != 1 {
+		t.Errorf("second turn: %d of %d prompt positions cached (the first turn's were %d), %d images evaluated; want the image reused",
+			second.Usage.CachedPromptTokens, second.Usage.PromptTokens, expanded, e.imagesEvaluated.Load())
+	}
+	t.Logf("first turn: %d prompt positions (16 of them the image), time to first token %v; second: %d, %d cached, %v",
+		expanded, first.Timings.TimeToFirstToken, second.Usage.PromptTokens, second.Usage.CachedPromptTokens, second.Timings.TimeToFirstToken)
+	// Another user, the same image, the same slot (one): its own evaluation.
+	run("bob-1", "bob", prompt)
+	if n := e.imagesEvaluated.Load(); n != 2 {
+		t.Errorf("%d images evaluated after another user's turn, want 2", n)
+	}
+	// Refusals.
+	if _, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: prompt, Params: p}); err == nil {
+		t.Error("an image place without an image was accepted")
+	}
+	if _, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: append(append([]int{}, head...), parley.ImageToken),
+		Images: []parley.Image{image("alice")}, Params: p}); err == nil {
+		t.Error("a prompt ending in an image was accepted")
+	}
+	bad := image("alice")
+	bad.RGB = bad.RGB[:10]
+	if _, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: prompt, Images: []parley.Image{bad}, Params: p}); err == nil {
+		t.Error("an image whose pixels do not fill it was accepted")
+	}
+}
+
+// Through the KV swap: a conversation with an image, saved at shutdown, is warm after a restart. SavedTokens says
+// nothing of a state with an image (its positions are no tokens), so the caller renders the conversation, and the
+// engine restores the state by its common prefix: the image is not encoded again.
+func TestEngineImageSurvivesRestart(t *testing.T) {
+	dir := DefaultCurrentLibDir()
+	if !fileExists(filepath.Join(dir, "libmtmd.so")) {
+		t.Skipf("no libmtmd.so in %s (scripts/build-current-backend.sh mtmd)", dir)
+	}
+	tmp := t.TempDir()
+	model := testmodel.Path(t)
+	proj := filepath.Join(tmp, "mmproj.gguf")
+	if err := synth.WriteProjector(context.Background(), proj, synth.DefaultProjector()); err != nil {
+		t.Fatal(err)
+	}
+	rgb := make([]byte, 40*30*3)
+	for i := range rgb {
+		rgb[i] = byte(i * 7)
+	}
+	img := parley.Image{Key: media.CacheKey("alice", [32]byte{1}), Width: 40, Height: 30, RGB: rgb}
+	cfg := Config{Path: model, Projector: proj, Engine: EngineCurrent, LibDir: dir, Parallel: 1, Threads: 1, ContextLength: 512,
+		KVCache: KVCacheConfig{RAMBytes: 64 << 20, DiskBytes: 64 << 20, Dir: filepath.Join(tmp, "kv")}}
+	p := parley.DefaultParams()
+	p.Temperature, p.MaxTokens = 0, 8
+	turn := func(e *Engine, toks []int) ([]int, parley.Event) {
+		t.Helper()
+		ch, err := e.Generate(context.Background(), parley.GenerateRequest{Key: "c1", Tokens: toks, Images: []parley.Image{img}, Params: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int
+		var final parley.Event
+		for ev := range ch {
+			if ev.Done {
+				final = ev
+				continue
+			}
+			ids = append(ids, ev.Token.ID)
+		}
+		if final.Err != nil {
+			t.Fatal(final.Err)
+		}
+		return ids, final
+	}
+	e, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := e.be.Tokenize("Look:", true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, err := e.be.Tokenize(" what is it?", false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := append(append(append([]int{}, head...), parley.ImageToken), tail...)
+	ids, first := turn(e, prompt)
+	if err := e.Close(); err != nil { // saves the slot's state
+		t.Fatal(err)
+	}
+
+	e, err = Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if got := e.SavedTokens(parley.ScopedKey(context.Background(), "c1")); got != nil {
+		t.Errorf("SavedTokens of a state with an image: %d tokens, want none", len(got))
+	}
+	next := append(append(append([]int{}, prompt...), ids...), tail...)
+	_, second := turn(e, next)
+	if second.Usage.CachedPromptTokens < first.Usage.PromptTokens || e.imagesEvaluated.Load() != 0 {
+		t.Errorf("after a restart: %d of %d positions cached (the first turn's prompt was %d), %d images evaluated; want the image restored",
+			second.Usage.CachedPromptTokens, second.Usage.PromptTokens, first.Usage.PromptTokens, e.imagesEvaluated.Load())
+	}
+}
