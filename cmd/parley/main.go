@@ -33,6 +33,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/llm/kvcache"
 	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
 	"github.com/parley-chat/parley/session"
@@ -119,6 +120,10 @@ type config struct {
 	maxHTTPConnsPerIP                                                 int
 	// issue 20 (KV swap): bytes of sessions' KV state kept in RAM and on disk
 	kvCacheRAM, kvCacheDisk, kvCacheMinFree byteSize
+	// issue 51: the KV states in a tier every replica reaches
+	kvShared      string
+	kvSharedBytes byteSize
+	kvTier        kvcache.Tier // opened by run from kvShared; nil without
 	// issue 32: the engine
 	engine engineFlags
 	// issue 21: several models
@@ -332,6 +337,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer store.Close()
+	// Closed after the engines (below, or in serveSeveral), which flush
+	// their states to it when they shut down.
+	tier, err := openKVTier(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if tier != nil {
+		defer tier.Close()
+		cfg.kvTier = tier
+	}
 
 	if cfg.severalModels() {
 		return serveSeveral(ctx, cfg, log, stderr, ropts, func(m *router) (*web.Server, error) {
