@@ -418,6 +418,24 @@ func (e *Engine) kvSaveIdle(interrupted func() bool) {
 	}
 }
 
+// kvSaveFinished saves, with a shared tier, the state of every slot whose
+// sequence just ended (between steps, after collect): the next turn may
+// reach another replica at once, and a replica killed under load keeps
+// every finished turn, where the idle pass alone would wait for a quiet
+// moment. It costs the loop one copy of the state per turn (and the
+// decode of the reply's last token). Called by the loop.
+func (e *Engine) kvSaveFinished() {
+	k := e.kv
+	if k == nil || !k.shared || k.unsaved.Load() == 0 {
+		return
+	}
+	for _, s := range e.slots {
+		if s.seq == nil {
+			e.kvSave(s)
+		}
+	}
+}
+
 // kvRestore is assign's hook, once s is seq's slot and keep prompt tokens
 // are in its cache: when seq's saved state holds more of the prompt, it
 // replaces the slot's cache. It returns how many prompt tokens the slot
@@ -434,15 +452,19 @@ func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
 	} else {
 		k.setClean(s.id, false)
 	}
+	toks := seq.req.Tokens
 	ent := seq.restore
 	seq.restore = nil
-	if ent == nil && seq.req.Key != "" {
-		ent = k.cache.GetMemory(seq.req.Key) // saved after fetch (its slot was taken meanwhile)
+	if seq.req.Key != "" {
+		// Saved after fetch (its slot was taken meanwhile, or the turn
+		// before ended after it): the newer copy in memory wins.
+		if m := k.cache.GetMemory(seq.req.Key); m != nil && (ent == nil || commonPrefix(m.Tokens, toks) > commonPrefix(ent.Tokens, toks)) {
+			ent = m
+		}
 	}
 	if ent == nil {
 		return keep
 	}
-	toks := seq.req.Tokens
 	p := commonPrefix(ent.Tokens, toks)
 	if len(ent.Tokens) >= e.nCtx {
 		p = 0 // saved with a larger --ctx: it does not fit the slot
