@@ -82,11 +82,11 @@ type kvSwap struct {
 	cache *kvcache.Cache
 	be    backend // its StateSeqSave and StateSeqRestore
 	log   *zap.Logger
-	disk  bool   // states go to disk (or the shared tier) too: save at idle, so a crash keeps them
+	disk  bool // states go to disk (or the shared tier) too: save at idle, so a crash keeps them
 	// shared: the lower tier is shared by replicas; stateless
 	// conversations are saved like sessions (KVCacheConfig.Shared).
 	shared bool
-	clean []bool // by slot: its state is saved as it is now (setClean keeps unsaved)
+	clean  []bool // by slot: its state is saved as it is now (setClean keeps unsaved)
 
 	// unsaved counts the slots whose clean is false: the loop's idle pass
 	// has work, and a reader (a test, a metric) can tell when the last

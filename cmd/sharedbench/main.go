@@ -57,7 +57,7 @@ type options struct {
 	replicas, convs, turns, maxTok int
 	workers, longTokens, slack     int
 	modes                          []string
-	verbose                        bool
+	verbose, killSettled           bool
 }
 
 func run() error {
@@ -70,8 +70,9 @@ func run() error {
 	flag.IntVar(&o.turns, "turns", 8, "turns per conversation")
 	flag.IntVar(&o.maxTok, "max-tokens", 24, "tokens per reply")
 	flag.IntVar(&o.workers, "workers", 4, "conversations in flight at once")
-	flag.IntVar(&o.longTokens, "long", 1800, "about how many tokens the long conversation holds (within the model's context)")
+	flag.IntVar(&o.longTokens, "long", 1500, "about how many tokens the long conversation holds (within the model's context)")
 	flag.IntVar(&o.slack, "slack", 16, "tokens a warm turn may evaluate beyond its new ones")
+	flag.BoolVar(&o.killSettled, "kill-settled", true, "kill once the replicas have written the last round's states (false: at once after the round's last reply, when the last turns' states may still be on their way)")
 	flag.BoolVar(&o.verbose, "v", false, "print every turn that evaluated more than its new tokens + slack")
 	flag.StringVar(&modes, "modes", "keys,kill,rr,rr-local", "which runs, comma-separated")
 	flag.Parse()
@@ -320,72 +321,90 @@ func runMode(o options, dir, rdsAddr, mode string, db int) error {
 	}
 	defer stopNginx(ng)
 
+	// The conversations advance in rounds, one turn each per round (a
+	// user reads a reply before the next prompt): the kill comes between
+	// two rounds, half way, with every conversation mid-run.
+	type conv struct {
+		key     string
+		msgs    []map[string]string
+		carried int
+		last    string
+		failed  bool
+	}
+	convs := make([]*conv, o.convs)
+	for c := range convs {
+		convs[c] = &conv{msgs: []map[string]string{{"role": "user", "content": fmt.Sprintf("%s Story %d.", openings[c%len(openings)], c)}}}
+		if hash {
+			convs[c].key = fmt.Sprintf("bench-conv-%d", c)
+		}
+	}
 	var mu sync.Mutex
 	var results []turnResult
 	var killedAddr string
-	done := 0
-	total := o.convs * o.turns
-	killAt := total / 2
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range o.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := range jobs {
-				key := ""
-				if hash {
-					key = fmt.Sprintf("bench-conv-%d", c)
-				}
-				msgs := []map[string]string{{"role": "user", "content": fmt.Sprintf("%s Story %d.", openings[c%len(openings)], c)}}
-				carried, last := 0, ""
-				for j := range o.turns {
-					if j > 0 {
-						msgs = append(msgs, map[string]string{"role": "user", "content": follows[(c+j)%len(follows)]})
-					}
-					// A reply cut by the kill is retried, as the OpenAI SDKs do (twice).
-					reply, prompt, cached, completion, ttft, up, err := chat(lb, key, msgs, o.maxTok)
-					retried := 0
-					for ; err != nil && retried < 2; retried++ {
-						reply, prompt, cached, completion, ttft, up, err = chat(lb, key, msgs, o.maxTok)
-					}
-					r := turnResult{conv: c, turn: j + 1, replica: up, prompt: prompt, cached: cached, newTokens: prompt - carried,
-						ttft: ttft, moved: j > 0 && up != last, err: err != nil, retried: retried}
-					mu.Lock()
-					r.afterKill = killedAddr != ""
-					r.killed = killedAddr != "" && last == killedAddr
-					results = append(results, r)
-					done++
-					kill := mode == "kill" && done == killAt
-					mu.Unlock()
-					if err != nil {
-						fmt.Printf("  conv %d turn %d: %v\n", c, j+1, err)
-						break
-					}
-					if kill {
-						// The replica that served this turn goes: its
-						// conversations' next turns move.
-						for _, rp := range reps {
-							if rp.addr == up {
-								rp.Cmd.Process.Signal(syscall.SIGKILL)
-								mu.Lock()
-								killedAddr = up
-								mu.Unlock()
-								fmt.Printf("  kill -9 %s after %d of %d turns\n", up, killAt, total)
-							}
-						}
-					}
-					msgs = append(msgs, map[string]string{"role": "assistant", "content": reply})
-					carried, last = prompt+completion, up
+	for j := range o.turns {
+		if mode == "kill" && j == o.turns/2 {
+			if o.killSettled {
+				// A turn's state reaches the tier a few milliseconds after
+				// its reply: wait for it, as a user reading the reply would.
+				for _, rp := range reps {
+					waitSettled(rp.addr)
 				}
 			}
-		}()
+			// The replica that served conversation 0 last goes.
+			for _, rp := range reps {
+				if rp.addr == convs[0].last {
+					rp.Cmd.Process.Signal(syscall.SIGKILL)
+					rp.WaitFor(time.Minute)
+					killedAddr = rp.addr
+					fmt.Printf("  kill -9 %s after %d of %d rounds\n", rp.addr, j, o.turns)
+				}
+			}
+		}
+		jobs := make(chan *conv)
+		var wg sync.WaitGroup
+		for range o.workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for cv := range jobs {
+					if j > 0 {
+						cv.msgs = append(cv.msgs, map[string]string{"role": "user", "content": follows[(len(cv.msgs)/2+j)%len(follows)]})
+					}
+					// A reply cut by the kill is retried, as the OpenAI SDKs do (twice).
+					reply, prompt, cached, completion, ttft, up, err := chat(lb, cv.key, cv.msgs, o.maxTok)
+					retried := 0
+					for ; err != nil && retried < 2; retried++ {
+						reply, prompt, cached, completion, ttft, up, err = chat(lb, cv.key, cv.msgs, o.maxTok)
+					}
+					r := turnResult{turn: j + 1, replica: up, prompt: prompt, cached: cached, newTokens: prompt - cv.carried,
+						ttft: ttft, moved: j > 0 && up != cv.last, err: err != nil, retried: retried,
+						afterKill: killedAddr != "", killed: killedAddr != "" && cv.last == killedAddr}
+					for c := range convs {
+						if convs[c] == cv {
+							r.conv = c
+						}
+					}
+					mu.Lock()
+					results = append(results, r)
+					mu.Unlock()
+					if err != nil {
+						fmt.Printf("  conv %d turn %d: %v\n", r.conv, j+1, err)
+						cv.failed = true
+						continue
+					}
+					cv.msgs = append(cv.msgs, map[string]string{"role": "assistant", "content": reply})
+					cv.carried, cv.last = prompt+completion, up
+				}
+			}()
+		}
+		for _, cv := range convs {
+			if !cv.failed {
+				jobs <- cv
+			}
+		}
+		close(jobs)
+		wg.Wait()
 	}
-	for c := range o.convs {
-		jobs <- c
-	}
-	close(jobs)
-	wg.Wait()
 	report(o, mode, results, reps, killedAddr)
 	return nil
 }
@@ -497,9 +516,8 @@ func longTurn(o options, dir, rdsAddr string) error {
 		return err
 	}
 	defer c.Kill()
-	// About 11 tokens a sentence.
 	var sb strings.Builder
-	for i := 0; sb.Len()/4 < o.longTokens; i++ {
+	for i := 0; sb.Len()/2 < o.longTokens; i++ { // about 2 bytes a token
 		fmt.Fprintf(&sb, "%s ", openings[i%len(openings)])
 	}
 	base := []map[string]string{{"role": "user", "content": sb.String()}}

@@ -106,8 +106,8 @@ type Stats struct {
 	SharedLoads, SharedLoadNanos, SharedReadErrors                int64
 	SharedBytes                                                   int64 // held by the tier for this identity, as last seen
 	SharedEntries                                                 int
-	RAMBytes, DiskBytes         int64 // held now
-	RAMEntries, DiskEntries     int   // held now
+	RAMBytes, DiskBytes                                           int64 // held now
+	RAMEntries, DiskEntries                                       int   // held now
 }
 
 // Cache is safe for concurrent use.
