@@ -37,6 +37,9 @@ import (
 const (
 	dialTimeout = time.Second
 	ioTimeout   = 30 * time.Second
+	// maxValue is the largest value Redis stores (proto-max-bulk-len's
+	// default): a larger state is refused as full, not sent.
+	maxValue = 512 << 20
 )
 
 // putScript stores an entry, charges its bytes and evicts the least
@@ -148,7 +151,7 @@ func (t *Tier) keys(identity string) string {
 func (t *Tier) Put(ctx context.Context, identity string, e *kvcache.Entry) (int64, error) {
 	data := kvcache.Encode(identity, e)
 	n := int64(len(data))
-	if n > t.budget {
+	if n > t.budget || n > maxValue {
 		return 0, fmt.Errorf("%w: a state of %d bytes, the budget is %d", kvcache.ErrTierFull, n, t.budget)
 	}
 	p := t.keys(identity)
