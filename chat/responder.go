@@ -262,11 +262,21 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 
 // memoFor returns key's memo when msgs may continue its conversation (it
 // has more messages than the memo's, and tk can extend its tokens), else nil.
+// When msgs hold more than the one reply and one message a turn adds, turns
+// may have been served elsewhere (another replica, whose state the shared
+// KV tier holds): a saved state longer than the memo's conversation is
+// taken instead, so the prompt continues the tokens that replica
+// generated rather than this one's tokenization of their text.
 func (r *Responder) memoFor(key string, msgs []parley.Message, tk ContinuationTokenizer) *memo {
 	if key == "" || tk == nil {
 		return nil
 	}
 	if m := r.memos.get(key); m != nil && len(msgs) > m.msgs {
+		if len(msgs) > m.msgs+2 {
+			if sm := r.savedMemo(key); sm != nil && len(sm.gen) > len(m.tokens)+len(m.gen) {
+				return sm
+			}
+		}
 		return m
 	}
 	return r.savedMemo(key)

@@ -473,7 +473,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		submitted: time.Now(),
 		images:    runs,
 	}
-	seq.restore = e.kv.fetch(req.Key) // KV swap: a disk read, if any, here rather than on the loop
+	seq.restore = e.kv.fetch(req.Key, req.Tokens) // KV swap: a disk read, if any, here rather than on the loop
 
 	e.closeMu.RLock()
 	defer e.closeMu.RUnlock()

@@ -39,6 +39,14 @@ type KVCacheConfig struct {
 	// MaxAge: files not used for longer are removed when the cache opens,
 	// in every model's folder (kvcache.Config.MaxAge); 0 keeps them.
 	MaxAge time.Duration
+	// Shared, when set, is the tier below RAM in place of Dir: a store
+	// every replica reaches (a shared directory, Redis), so a replica
+	// restores a conversation another served. Its budget is its own
+	// (DiskBytes, Dir, MinFreeBytes and MaxAge are unused). With it, a
+	// stateless conversation's state (a resent chat, by its key) is
+	// saved like a session's, at idle and to the tier: its next turn may
+	// reach any replica.
+	Shared kvcache.Tier
 }
 
 // minRestoreGain is how many more prompt tokens a saved state must hold than
@@ -75,8 +83,11 @@ type kvSwap struct {
 	cache *kvcache.Cache
 	be    backend // its StateSeqSave and StateSeqRestore
 	log   *zap.Logger
-	disk  bool   // states go to disk too: save at idle, so a crash keeps them
-	clean []bool // by slot: its state is saved as it is now (setClean keeps unsaved)
+	disk  bool // states go to disk (or the shared tier) too: save at idle, so a crash keeps them
+	// shared: the lower tier is shared by replicas; stateless
+	// conversations are saved like sessions (KVCacheConfig.Shared).
+	shared bool
+	clean  []bool // by slot: its state is saved as it is now (setClean keeps unsaved)
 
 	// unsaved counts the slots whose clean is false: the loop's idle pass
 	// has work, and a reader (a test, a metric) can tell when the last
@@ -95,7 +106,7 @@ type kvSwap struct {
 // openKVSwap starts the swap for e, or returns nil when it is off.
 func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	kc := cfg.KVCache
-	if kc.RAMBytes <= 0 && kc.DiskBytes <= 0 {
+	if kc.RAMBytes <= 0 && kc.DiskBytes <= 0 && kc.Shared == nil {
 		return nil, nil
 	}
 	id, err := stateIdentity(cfg, e.info, stateBuild(e.be.Name()))
@@ -103,11 +114,11 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 		return nil, err
 	}
 	dir := kc.Dir
-	if kc.DiskBytes <= 0 {
+	if kc.DiskBytes <= 0 || kc.Shared != nil {
 		dir = ""
 	}
 	ccfg := kvcache.Config{Dir: dir, RAMBytes: max(kc.RAMBytes, 0), DiskBytes: max(kc.DiskBytes, 0), Identity: id, Logger: e.log,
-		MinFreeBytes: max(kc.MinFreeBytes, 0), MaxAge: max(kc.MaxAge, 0)}
+		MinFreeBytes: max(kc.MinFreeBytes, 0), MaxAge: max(kc.MaxAge, 0), Shared: kc.Shared}
 	c, err := kvcache.Open(ccfg)
 	if err != nil && dir != "" {
 		// An unwritable folder costs the restarts their warm conversations, not the server its start.
@@ -118,7 +129,10 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &kvSwap{cache: c, be: e.be, log: e.log, disk: dir != "", clean: make([]bool, max(cfg.CacheSlots, cfg.Parallel)), held: map[string]bool{}}
+	if kc.Shared != nil {
+		e.log.Info("kv states shared by replicas", zap.Stringer("tier", kc.Shared))
+	}
+	k := &kvSwap{cache: c, be: e.be, log: e.log, disk: dir != "" || kc.Shared != nil, shared: kc.Shared != nil, clean: make([]bool, max(cfg.CacheSlots, cfg.Parallel)), held: map[string]bool{}}
 	for i := range k.clean {
 		k.clean[i] = true // an empty slot has nothing to save
 	}
@@ -221,18 +235,29 @@ func fileSample(path string) (string, error) {
 // holds the key's state (should the slot be taken before the request is
 // admitted, the state it saves then is in memory: kvRestore finds it), or
 // when the file failed its checks (counted and logged as a fallback).
-func (k *kvSwap) fetch(key string) *kvcache.Entry {
-	if k == nil || key == "" || !k.cache.Peek(key) {
+//
+// With a shared tier, another replica may have served the conversation
+// since this one saved it (or since its slot took it): the tier's state is
+// read when it holds more of the prompt than this replica's copy, whether
+// or not a slot holds the key (kvRestore keeps the slot's cache when it
+// holds as much).
+func (k *kvSwap) fetch(key string, prompt []int) *kvcache.Entry {
+	if k == nil || key == "" {
 		return nil
 	}
-	k.heldMu.Lock()
-	held := k.held[key]
-	k.heldMu.Unlock()
-	if held {
-		return nil
+	if !k.shared {
+		if !k.cache.Peek(key) {
+			return nil
+		}
+		k.heldMu.Lock()
+		held := k.held[key]
+		k.heldMu.Unlock()
+		if held {
+			return nil
+		}
 	}
 	t0 := time.Now()
-	ent, err := k.cache.Get(key)
+	ent, err := k.cache.GetFor(key, prompt, minRestoreGain)
 	switch {
 	case err == nil:
 		k.restoreNanos.Add(int64(time.Since(t0)))
@@ -244,7 +269,12 @@ func (k *kvSwap) fetch(key string) *kvcache.Entry {
 		k.fallback(FallbackForeign)
 	default:
 		k.fallback(FallbackRead)
-		k.log.Warn("kv cache file not read; the conversation is evaluated again", zap.String("key", key), zap.Error(err))
+		if k.shared {
+			// The cache logs the tier's failures once, when it goes down.
+			k.log.Debug("kv shared state not read; the conversation is evaluated again", zap.String("key", key), zap.Error(err))
+		} else {
+			k.log.Warn("kv cache file not read; the conversation is evaluated again", zap.String("key", key), zap.Error(err))
+		}
 	}
 	return nil
 }
@@ -280,7 +310,7 @@ func (e *Engine) kvSave(s *slot) {
 	if k == nil {
 		return
 	}
-	if s.stateless {
+	if s.stateless && !k.shared {
 		// A stateless conversation's state goes to RAM, when its slot
 		// goes to another: a client that resends it finds it warm, but it
 		// never reaches the disk, which only sessions use.
@@ -413,12 +443,30 @@ func (e *Engine) kvSaveIdle(interrupted func() bool) {
 		return
 	}
 	for _, s := range e.slots {
-		if s.seq != nil || s.stateless {
-			continue // a stateless slot is kept (in RAM) only when it is taken over
+		if s.seq != nil || (s.stateless && !e.kv.shared) {
+			continue // a stateless slot is kept (in RAM) only when it is taken over, unless replicas share states
 		}
 		e.kvSave(s)
 		if interrupted != nil && interrupted() {
 			return
+		}
+	}
+}
+
+// kvSaveFinished saves, with a shared tier, the state of every slot whose
+// sequence just ended (between steps, after collect): the next turn may
+// reach another replica at once, and a replica killed under load keeps
+// every finished turn, where the idle pass alone would wait for a quiet
+// moment. It costs the loop one copy of the state per turn (and the
+// decode of the reply's last token). Called by the loop.
+func (e *Engine) kvSaveFinished() {
+	k := e.kv
+	if k == nil || !k.shared || k.unsaved.Load() == 0 {
+		return
+	}
+	for _, s := range e.slots {
+		if s.seq == nil {
+			e.kvSave(s)
 		}
 	}
 }
@@ -433,21 +481,25 @@ func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
 		return keep
 	}
 	// The slot's cache changes from here on.
-	if seq.stateless {
+	if seq.stateless && !k.shared {
 		k.setClean(s.id, true) // nothing for the idle pass
 		s.ramDirty = true
 	} else {
 		k.setClean(s.id, false)
 	}
+	toks := seq.req.Tokens
 	ent := seq.restore
 	seq.restore = nil
-	if ent == nil && seq.req.Key != "" {
-		ent = k.cache.GetMemory(seq.req.Key) // saved after fetch (its slot was taken meanwhile)
+	if seq.req.Key != "" {
+		// Saved after fetch (its slot was taken meanwhile, or the turn
+		// before ended after it): the newer copy in memory wins.
+		if m := k.cache.GetMemory(seq.req.Key); m != nil && (ent == nil || commonPrefix(m.Tokens, toks) > commonPrefix(ent.Tokens, toks)) {
+			ent = m
+		}
 	}
 	if ent == nil {
 		return keep
 	}
-	toks := seq.req.Tokens
 	p := commonPrefix(ent.Tokens, toks)
 	if len(ent.Tokens) >= e.nCtx {
 		p = 0 // saved with a larger --ctx: it does not fit the slot

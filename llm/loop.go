@@ -64,6 +64,9 @@ func (e *Engine) loop(b *batch) {
 
 		done, next := e.collect()
 		active -= done
+		if done > 0 {
+			e.kvSaveFinished() // KV swap with a shared tier: a turn's state leaves as it ends
+		}
 		if active > 0 && next > 0 {
 			// Every active sequence waits for its grammar sampler: sleep
 			// until one answers, its deadline passes or a request comes.

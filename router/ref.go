@@ -125,8 +125,14 @@ func (r *EngineRef) Stats() web.EngineStats {
 	}
 }
 
-// kvCacheStats adapts the engine's KV swap counters to web's.
+// kvCacheStats adapts the engine's KV swap counters to web's. The shared
+// tier stands in for the disk: its writes, bytes, entries and refusals for
+// want of room are reported as the disk's.
 func kvCacheStats(s llm.KVCacheStats) web.KVCacheStats {
+	if s.SharedWrites+s.SharedWriteErrors+s.SharedFull+s.SharedLoads+s.SharedReadErrors > 0 || s.SharedBytes > 0 {
+		s.DiskWrites, s.DiskWriteBytes, s.DiskFull = s.SharedWrites, s.SharedWriteBytes, s.SharedFull
+		s.DiskBytes, s.DiskEntries = s.SharedBytes, s.SharedEntries
+	}
 	return web.KVCacheStats{
 		Saves: s.Saves, SavedBytes: s.SavedBytes, Restores: s.Restores, RestoredTokens: s.RestoredTokens,
 		RestoreTime: time.Duration(s.RestoreNanos), SaveTime: time.Duration(s.SaveNanos),

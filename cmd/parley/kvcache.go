@@ -1,20 +1,28 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/llm/kvcache"
+	"github.com/parley-chat/parley/llm/kvcache/kvredis"
 	"github.com/parley-chat/parley/session"
 )
 
-// Defaults of --kv-cache-ram and --kv-cache-disk.
+// Defaults of --kv-cache-ram, --kv-cache-disk and --kv-cache-shared-bytes.
 const (
-	defaultKVCacheRAM  = 512 << 20
-	defaultKVCacheDisk = 2 << 30
+	defaultKVCacheRAM    = 512 << 20
+	defaultKVCacheDisk   = 2 << 30
+	defaultKVSharedBytes = 4 << 30
 )
 
 // byteSize is a flag of a size in bytes: a number with an optional unit
@@ -63,6 +71,41 @@ func kvCacheFlags(fs *flag.FlagSet, c *config) {
 	fs.Var(&c.kvCacheDisk, "kv-cache-disk", "disk space under --data-dir/kvcache for the same states, kept across restarts (least recently used out first; 0 = off); default 2GiB, off with --store memory")
 	c.kvCacheMinFree = -1
 	fs.Var(&c.kvCacheMinFree, "kv-cache-min-free", "free space the KV state files leave on --data-dir's disk: below it the oldest give way and new states stay in RAM; default 64MiB, plus the store's byte budget with --store bolt")
+	fs.StringVar(&c.kvShared, "kv-cache-shared", "", "a store every replica reaches for the same states, in place of --kv-cache-disk: redis://HOST:PORT/DB (or rediss://) or a folder on a shared volume (an absolute path: NFS, a mounted volume); any replica then resumes a conversation another served, warm, and resent (stateless) conversations are kept there too. A store that is full or down costs the turns that move their warm start, never an error")
+	c.kvSharedBytes = defaultKVSharedBytes
+	fs.Var(&c.kvSharedBytes, "kv-cache-shared-bytes", "bytes of states --kv-cache-shared keeps per model (least recently used out first, whichever replica wrote them); e.g. 4GiB")
+}
+
+// kvTier is a shared tier that the process closes.
+type kvTier interface {
+	kvcache.Tier
+	io.Closer
+}
+
+// openKVTier opens --kv-cache-shared (nil without it). A Redis that does not
+// answer now is no error: the tier tries again on use.
+func openKVTier(ctx context.Context, cfg config, log *zap.Logger) (kvTier, error) {
+	switch {
+	case cfg.kvShared == "":
+		return nil, nil
+	case cfg.kvSharedBytes <= 0:
+		return nil, fmt.Errorf("--kv-cache-shared-bytes: want a size above 0 with --kv-cache-shared")
+	case strings.HasPrefix(cfg.kvShared, "redis://"), strings.HasPrefix(cfg.kvShared, "rediss://"):
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		t, err := kvredis.Open(pctx, cfg.kvShared, "parley:kv:", int64(cfg.kvSharedBytes), log.Named("kvshared"))
+		if err != nil {
+			return nil, fmt.Errorf("--kv-cache-shared: %w", err)
+		}
+		return t, nil
+	case filepath.IsAbs(cfg.kvShared):
+		t, err := kvcache.OpenDirTier(cfg.kvShared, int64(cfg.kvSharedBytes), log.Named("kvshared"))
+		if err != nil {
+			return nil, fmt.Errorf("--kv-cache-shared: %w", err)
+		}
+		return t, nil
+	}
+	return nil, fmt.Errorf("--kv-cache-shared: want redis://HOST:PORT/DB, rediss://... or an absolute path, got %q", cfg.kvShared)
 }
 
 // kvMinFreeMargin is the default free-space floor of the KV state files
@@ -102,5 +145,5 @@ func kvCacheConfig(cfg config) llm.KVCacheConfig {
 	// A state outlives its session by at most the session's TTL: past it
 	// nobody will ask for it again.
 	return llm.KVCacheConfig{RAMBytes: int64(cfg.kvCacheRAM), DiskBytes: disk, Dir: filepath.Join(cfg.dataDir, "kvcache"),
-		MinFreeBytes: kvMinFree(cfg), MaxAge: max(cfg.sessionTTL, 0)}
+		MinFreeBytes: kvMinFree(cfg), MaxAge: max(cfg.sessionTTL, 0), Shared: cfg.kvTier}
 }

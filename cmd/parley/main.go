@@ -32,6 +32,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/llm/kvcache"
 	"github.com/parley-chat/parley/llm/offload"
 	"github.com/parley-chat/parley/llm/source"
 	"github.com/parley-chat/parley/mcp"
@@ -123,6 +124,10 @@ type config struct {
 	maxHTTPConnsPerIP                                                 int
 	// the KV swap: bytes of sessions' KV state kept in RAM and on disk
 	kvCacheRAM, kvCacheDisk, kvCacheMinFree byteSize
+	// the KV states in a tier every replica reaches
+	kvShared      string
+	kvSharedBytes byteSize
+	kvTier        kvcache.Tier // opened by run from kvShared; nil without
 	// the engine
 	engine engineFlags
 	// several models
@@ -354,6 +359,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer store.Close()
+	// Closed after the engines (below, or in serveSeveral), which flush
+	// their states to it when they shut down.
+	tier, err := openKVTier(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if tier != nil {
+		defer tier.Close()
+		cfg.kvTier = tier
+	}
 
 	// The MCP servers' sessions close, and the servers Parley started die,
 	// after the web server has drained (deferred calls run last).

@@ -68,6 +68,10 @@ type Config struct {
 	// FreeBytes returns the space free for this process on dir's
 	// filesystem; nil: statfs. For tests.
 	FreeBytes func(dir string) (int64, error)
+	// Shared, when set, is the tier below RAM in place of Dir: a store
+	// every replica reaches (tier.go). Dir, DiskBytes, MinFreeBytes and
+	// MaxAge are then unused: the tier keeps its own budget.
+	Shared Tier
 }
 
 // Entry is one session's saved state. Immutable once saved.
@@ -95,8 +99,15 @@ type Stats struct {
 	RAMEvictions, DiskEvictions int64 // entries dropped for room (the budget, or the disk's free space)
 	DiskFull                    int64 // saves not written: the disk had no room above MinFreeBytes, even without this cache's files
 	Pruned                      int64 // files removed at Open for their age (MaxAge)
-	RAMBytes, DiskBytes         int64 // held now
-	RAMEntries, DiskEntries     int   // held now
+	// The shared tier (Config.Shared): states written, their bytes, writes
+	// that failed (the tier down) or found no room; states read and the
+	// time it took; reads that failed (the tier down).
+	SharedWrites, SharedWriteBytes, SharedWriteErrors, SharedFull int64
+	SharedLoads, SharedLoadNanos, SharedReadErrors                int64
+	SharedBytes                                                   int64 // held by the tier for this identity, as last seen
+	SharedEntries                                                 int
+	RAMBytes, DiskBytes                                           int64 // held now
+	RAMEntries, DiskEntries                                       int   // held now
 }
 
 // Cache is safe for concurrent use.
@@ -122,6 +133,14 @@ type Cache struct {
 	diskLoads, diskLoadNanos, corrupt, foreign, ramEvictions, diskEvictions     atomic.Int64
 	diskFull, pruned                                                            atomic.Int64
 	full                                                                        bool // the last write found no room (logged once until one succeeds); owned by the writer
+
+	// The shared tier's counters, its health (tierUp, tierDown, tierFull:
+	// each change is logged once) and the time (Unix ns) until which it is
+	// left alone after a failure.
+	sharedWrites, sharedWriteBytes, sharedWriteErrors, sharedFull atomic.Int64
+	sharedLoads, sharedLoadNanos, sharedReadErrors                atomic.Int64
+	health                                                        atomic.Int32
+	downUntil                                                     atomic.Int64
 }
 
 type diskEntry struct {
@@ -138,6 +157,11 @@ func Open(cfg Config) (*Cache, error) {
 	c := &Cache{cfg: cfg, log: cfg.Logger, ram: map[string]*list.Element{}, pending: map[string]*Entry{}, disk: map[string]*list.Element{}}
 	if c.log == nil {
 		c.log = zap.NewNop()
+	}
+	if cfg.Shared != nil {
+		c.writes, c.done = make(chan *Entry, writeQueue), make(chan struct{})
+		go c.writer()
+		return c, nil
 	}
 	if cfg.Dir != "" && cfg.DiskBytes > 0 {
 		sum := sha256.Sum256([]byte(cfg.Identity))
@@ -184,7 +208,7 @@ func (c *Cache) Put(e *Entry) {
 		c.ramBytes += e.size()
 		c.ramEvict()
 	}
-	if c.writes == nil || e.RAMOnly || c.closed.Load() || e.size() > c.cfg.DiskBytes {
+	if c.writes == nil || e.RAMOnly || c.closed.Load() || (c.cfg.Shared == nil && e.size() > c.cfg.DiskBytes) {
 		return
 	}
 	select {
@@ -263,15 +287,28 @@ func (c *Cache) GetMemory(key string) *Entry {
 func (c *Cache) Peek(key string) bool { return c.Tokens(key) != nil }
 
 // Tokens returns the tokens of key's entry (nil when it has none), without
-// loading its state. The caller must not change them.
+// loading its state; with a shared tier, the longer of this process's and
+// the tier's (a lookup there). The caller must not change them.
 func (c *Cache) Tokens(key string) []int {
+	local := c.localTokens(key)
+	if c.cfg.Shared == nil {
+		return local
+	}
+	if shared, err := c.sharedTokens(key); err == nil && len(shared) > len(local) {
+		return shared
+	}
+	return local
+}
+
+// localTokens is Tokens without the shared tier.
+func (c *Cache) localTokens(key string) []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.ram[key]; ok {
-		return el.Value.(*Entry).Tokens
-	}
 	if e, ok := c.pending[key]; ok {
 		return e.Tokens
+	}
+	if el, ok := c.ram[key]; ok {
+		return el.Value.(*Entry).Tokens
 	}
 	if el, ok := c.disk[key]; ok {
 		return el.Value.(*diskEntry).tokens
@@ -308,6 +345,12 @@ func (c *Cache) Stats() Stats {
 	st.Corrupt, st.Foreign = c.corrupt.Load(), c.foreign.Load()
 	st.RAMEvictions, st.DiskEvictions = c.ramEvictions.Load(), c.diskEvictions.Load()
 	st.DiskFull, st.Pruned = c.diskFull.Load(), c.pruned.Load()
+	st.SharedWrites, st.SharedWriteBytes, st.SharedWriteErrors = c.sharedWrites.Load(), c.sharedWriteBytes.Load(), c.sharedWriteErrors.Load()
+	st.SharedFull, st.SharedLoads, st.SharedLoadNanos = c.sharedFull.Load(), c.sharedLoads.Load(), c.sharedLoadNanos.Load()
+	st.SharedReadErrors = c.sharedReadErrors.Load()
+	if c.cfg.Shared != nil {
+		st.SharedBytes, st.SharedEntries = c.cfg.Shared.Usage(c.cfg.Identity)
+	}
 	return st
 }
 
@@ -352,6 +395,15 @@ func (c *Cache) writer() {
 		c.mu.Unlock()
 		if !current {
 			continue // replaced by a newer save (queued behind it) or dropped
+		}
+		if c.cfg.Shared != nil {
+			c.writeShared(e)
+			c.mu.Lock()
+			if c.pending[e.Key] == e {
+				delete(c.pending, e.Key)
+			}
+			c.mu.Unlock()
+			continue
 		}
 		name := fileName(c.cfg.Identity, e.Key, e.Tokens)
 		n, err := c.write(e, name)

@@ -208,3 +208,54 @@ func readFileHeader(path string) (header, int64, error) {
 	}
 	return h, st.Size(), nil
 }
+
+// Encode returns e as the bytes of a file (the format above) for identity:
+// what a Tier stores, so every tier checks the same identity, key, tokens
+// and checksum before a state is used.
+func Encode(identity string, e *Entry) []byte {
+	head := encodeHeader(header{identity: identity, key: e.Key, tokens: e.Tokens, stateLen: uint64(len(e.State))})
+	out := make([]byte, 0, len(head)+len(e.State)+4)
+	out = append(append(out, head...), e.State...)
+	return binary.LittleEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))
+}
+
+// EncodeHeader returns the header of e's encoding (Encode) alone: the
+// identity, the key and the tokens, what Tokens reads without the state.
+func EncodeHeader(identity string, e *Entry) []byte {
+	return encodeHeader(header{identity: identity, key: e.Key, tokens: e.Tokens, stateLen: uint64(len(e.State))})
+}
+
+// Decode checks data (Encode's bytes) and returns its entry: ErrCorrupt when
+// it is truncated, out of bounds or fails its checksum, ErrForeign when it
+// was written for another identity or another key (a state of another
+// model, llama.cpp build, KV layout or user is never returned).
+func Decode(data []byte, identity, key string) (*Entry, error) {
+	if len(data) < 4 {
+		return nil, ErrCorrupt
+	}
+	body, tail := data[:len(data)-4], data[len(data)-4:]
+	h, n, err := readHeader(bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if h.identity != identity || h.key != key {
+		return nil, ErrForeign
+	}
+	if uint64(len(body))-uint64(n) != h.stateLen || crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(tail) {
+		return nil, ErrCorrupt
+	}
+	return &Entry{Key: key, Tokens: h.tokens, State: body[n:]}, nil
+}
+
+// DecodeTokens checks a header (EncodeHeader's bytes, or the start of
+// Encode's) and returns its tokens, with the errors of Decode.
+func DecodeTokens(head []byte, identity, key string) ([]int, error) {
+	h, _, err := readHeader(bytes.NewReader(head))
+	if err != nil {
+		return nil, err
+	}
+	if h.identity != identity || h.key != key {
+		return nil, ErrForeign
+	}
+	return h.tokens, nil
+}

@@ -9,8 +9,8 @@
 //
 //	go run ./cmd/mkgguf -arch bert -pooling mean -layers 12 -dim 384 -heads 12 -kv-heads 12 -ffn 1536 -ctx 512 \
 //	    -o ~/.cache/parley/models/synthetic-bge-small-f16.gguf
-//	go run ./cmd/embedbench -model ~/.cache/parley/models/synthetic-bge-small-f16.gguf -threads 2
-//	go run ./cmd/embedbench -model ... -url http://127.0.0.1:8080   # llama-server --embeddings -m ... -t 2
+//	go run ./tools/embedbench -model ~/.cache/parley/models/synthetic-bge-small-f16.gguf -threads 2
+//	go run ./tools/embedbench -model ... -url http://127.0.0.1:8080   # llama-server --embeddings -m ... -t 2
 package main
 
 import (

@@ -8,8 +8,8 @@
 // and "fresh", an opening alone. One stream, or N conversations at once,
 // each with its own opening; at each thread count.
 //
-//	go run ./cmd/draftbench -model models/stories260K.gguf -threads 1,2 -streams 1,8
-//	go run ./cmd/draftbench -synth 30x576 ...   # a SmolLM2-135M-shaped synthetic model (F16) with the model's vocabulary
+//	go run ./tools/draftbench -model models/stories260K.gguf -threads 1,2 -streams 1,8
+//	go run ./tools/draftbench -synth 30x576 ...   # a SmolLM2-135M-shaped synthetic model (F16) with the model's vocabulary
 //
 // Figures on a shared machine are indicative: each row is one run (-rounds
 // takes the best of several).

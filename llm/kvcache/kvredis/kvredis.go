@@ -1,0 +1,240 @@
+// Package kvredis is a kvcache.Tier in Redis (or Valkey): the KV states of
+// conversations, shared by every replica that reaches the same server, so
+// any of them restores a conversation another served. It is the only code
+// of the KV cache that imports the Redis client.
+//
+// Keys, under a prefix and a folder per identity (a hash of the model,
+// llama.cpp build and KV layout the states are valid for):
+//
+//	e:<key>  hash {h: header (kvcache.EncodeHeader), b: the entry (kvcache.Encode), n: its bytes}
+//	lru      sorted set key -> clock (the last write or read)
+//	bytes    the bytes of the identity's entries
+//	clock    a counter: the order of uses, the same for every replica
+//
+// A write and the evictions it causes are one script, so replicas writing
+// together keep the budget; a read marks its entry used.
+package kvredis
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley/llm/kvcache"
+)
+
+// Client limits: a state is up to tens of MiB, read or written in one
+// command; a server that is down must fail the call at once (no retries:
+// the cache leaves the tier alone for a while and the turn is evaluated).
+const (
+	dialTimeout = time.Second
+	ioTimeout   = 30 * time.Second
+	// maxValue is the largest value Redis stores (proto-max-bulk-len's
+	// default): a larger state is refused as full, not sent.
+	maxValue = 512 << 20
+)
+
+// putScript stores an entry, charges its bytes and evicts the least
+// recently used entries past the budget (never the one it wrote).
+//
+//	KEYS[1] entry, KEYS[2] lru, KEYS[3] bytes, KEYS[4] clock
+//	ARGV[1] key, ARGV[2] header, ARGV[3] entry, ARGV[4] its bytes,
+//	ARGV[5] budget, ARGV[6] entry key prefix
+//
+// Returns {bytes held, entries, evicted}.
+const putScript = `
+local n = tonumber(ARGV[4])
+local old = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
+redis.call('HSET', KEYS[1], 'h', ARGV[2], 'b', ARGV[3], 'n', n)
+local total = redis.call('INCRBY', KEYS[3], n - old)
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
+local budget = tonumber(ARGV[5])
+local evicted = 0
+while total > budget do
+  local oldest = redis.call('ZRANGE', KEYS[2], 0, 1)
+  local victim = oldest[1]
+  if victim == ARGV[1] then victim = oldest[2] end
+  if not victim then break end
+  local ek = ARGV[6] .. victim
+  local size = tonumber(redis.call('HGET', ek, 'n') or '0')
+  redis.call('DEL', ek)
+  redis.call('ZREM', KEYS[2], victim)
+  total = redis.call('DECRBY', KEYS[3], size)
+  evicted = evicted + 1
+end
+return {total, redis.call('ZCARD', KEYS[2]), evicted}`
+
+// getScript returns field ARGV[2] of the entry and marks it used.
+//
+//	KEYS[1] entry, KEYS[2] lru, KEYS[3] clock; ARGV[1] key, ARGV[2] field
+const getScript = `
+local v = redis.call('HGET', KEYS[1], ARGV[2])
+if not v then return false end
+if ARGV[2] == 'b' then redis.call('ZADD', KEYS[2], 'XX', redis.call('INCR', KEYS[3]), ARGV[1]) end
+return v`
+
+// dropScript removes an entry that failed its checks, and its bytes when
+// they were counted (an entry put there by other means never was).
+//
+//	KEYS[1] entry, KEYS[2] lru, KEYS[3] bytes; ARGV[1] key
+const dropScript = `
+local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
+redis.call('DEL', KEYS[1])
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then redis.call('DECRBY', KEYS[3], n) end
+return n`
+
+// Tier is the Redis tier. Safe for concurrent use.
+type Tier struct {
+	rdb    *redis.Client
+	addr   string
+	prefix string
+	budget int64
+	log    *zap.Logger
+
+	put, get, drop *redis.Script
+
+	mu    sync.Mutex
+	usage map[string][2]int64 // by identity: bytes and entries as the last write saw them
+}
+
+var _ kvcache.Tier = (*Tier)(nil)
+
+// Open returns a Tier on the Redis named by rawURL
+// (redis://[user:password@]host:port/db, rediss:// for TLS) that keeps each
+// identity's states within budget bytes, under keys that start with prefix
+// (e.g. "parley:kv:"). A server that does not answer now is logged, not an
+// error: the tier is tried again on use, and until then turns that move
+// between replicas are evaluated again.
+func Open(ctx context.Context, rawURL, prefix string, budget int64, log *zap.Logger) (*Tier, error) {
+	if budget <= 0 {
+		return nil, fmt.Errorf("kv shared tier: want a byte budget above 0, got %d", budget)
+	}
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("kv shared tier: %w", err)
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout, ioTimeout, ioTimeout
+	o.MaxRetries = -1 // none: a failure falls back to evaluating the turn
+	o.DisableIdentity = true
+	if log == nil {
+		log = zap.NewNop()
+	}
+	t := &Tier{rdb: redis.NewClient(o), addr: o.Addr, prefix: prefix, budget: budget, log: log,
+		put: redis.NewScript(putScript), get: redis.NewScript(getScript), drop: redis.NewScript(dropScript),
+		usage: map[string][2]int64{}}
+	if err := t.rdb.Ping(ctx).Err(); err != nil {
+		log.Warn("kv shared tier: redis does not answer; it is tried again on use", zap.String("redis", o.Addr), zap.Error(err))
+	}
+	return t, nil
+}
+
+// Close closes the client.
+func (t *Tier) Close() error { return t.rdb.Close() }
+
+func (t *Tier) String() string { return "redis " + t.addr }
+
+// keys returns the prefix of identity's keys.
+func (t *Tier) keys(identity string) string {
+	sum := sha256.Sum256([]byte(identity))
+	return t.prefix + hex.EncodeToString(sum[:8]) + ":"
+}
+
+// Put implements kvcache.Tier.
+func (t *Tier) Put(ctx context.Context, identity string, e *kvcache.Entry) (int64, error) {
+	data := kvcache.Encode(identity, e)
+	n := int64(len(data))
+	if n > t.budget || n > maxValue {
+		return 0, fmt.Errorf("%w: a state of %d bytes, the budget is %d", kvcache.ErrTierFull, n, t.budget)
+	}
+	p := t.keys(identity)
+	res, err := t.put.Run(ctx, t.rdb, []string{p + "e:" + e.Key, p + "lru", p + "bytes", p + "clock"},
+		e.Key, kvcache.EncodeHeader(identity, e), data, n, t.budget, p+"e:").Int64Slice()
+	if err != nil {
+		if isOOM(err) {
+			return 0, fmt.Errorf("%w: %v", kvcache.ErrTierFull, err)
+		}
+		return 0, fmt.Errorf("redis %s: %w", t.addr, err)
+	}
+	if len(res) == 3 {
+		t.mu.Lock()
+		t.usage[identity] = [2]int64{res[0], res[1]}
+		t.mu.Unlock()
+		if res[2] > 0 {
+			t.log.Debug("kv shared tier: states evicted for room", zap.Int64("evicted", res[2]), zap.Int64("bytes", res[0]))
+		}
+	}
+	return n, nil
+}
+
+// Get implements kvcache.Tier.
+func (t *Tier) Get(ctx context.Context, identity, key string) (*kvcache.Entry, error) {
+	data, err := t.field(ctx, identity, key, "b")
+	if err != nil {
+		return nil, err
+	}
+	e, err := kvcache.Decode(data, identity, key)
+	if err != nil {
+		t.refuse(ctx, identity, key, err)
+		return nil, err
+	}
+	return e, nil
+}
+
+// Tokens implements kvcache.Tier.
+func (t *Tier) Tokens(ctx context.Context, identity, key string) ([]int, error) {
+	head, err := t.field(ctx, identity, key, "h")
+	if err != nil {
+		return nil, err
+	}
+	toks, err := kvcache.DecodeTokens(head, identity, key)
+	if err != nil {
+		t.refuse(ctx, identity, key, err)
+		return nil, err
+	}
+	return toks, nil
+}
+
+// field reads a field of key's entry (b marks it used).
+func (t *Tier) field(ctx context.Context, identity, key, f string) ([]byte, error) {
+	p := t.keys(identity)
+	v, err := t.get.Run(ctx, t.rdb, []string{p + "e:" + key, p + "lru", p + "clock"}, key, f).Text()
+	if errors.Is(err, redis.Nil) {
+		return nil, kvcache.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis %s: %w", t.addr, err)
+	}
+	return []byte(v), nil
+}
+
+// refuse removes an entry that failed its checks.
+func (t *Tier) refuse(ctx context.Context, identity, key string, why error) {
+	t.log.Warn("kv shared state refused; the conversation is evaluated again", zap.String("key", key), zap.Error(why))
+	p := t.keys(identity)
+	if err := t.drop.Run(ctx, t.rdb, []string{p + "e:" + key, p + "lru", p + "bytes"}, key).Err(); err != nil {
+		t.log.Warn("kv shared state not removed", zap.String("key", key), zap.Error(err))
+	}
+}
+
+// Usage implements kvcache.Tier: as the last write of this process saw it.
+func (t *Tier) Usage(identity string) (int64, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	u := t.usage[identity]
+	return u[0], int(u[1])
+}
+
+// isOOM reports whether Redis refused a write for want of memory
+// (maxmemory with a noeviction policy).
+func isOOM(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM")
+}
