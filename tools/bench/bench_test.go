@@ -215,7 +215,7 @@ func TestRunEndToEnd(t *testing.T) {
 		"-parley", testbin.Parley(t), "-ollama", ollamaBin, "-servers", servers,
 		"-models", testmodel.Path(t), "-threads", "2", "-parallel", "2", "-ctx", "512",
 		"-stream-tokens", "24", "-reply-tokens", "12", "-turns", "3", "-sessions", "1,2", "-repeats", "2",
-		"-timeout", "3m", "-workload-timeout", "1m", "-out", out, "-json", js, "-scratch", filepath.Join(dir, "scratch"),
+		"-timeout", "9m", "-workload-timeout", "4m", "-out", out, "-json", js, "-scratch", filepath.Join(dir, "scratch"),
 	}
 	runTool(t, args)
 

@@ -80,7 +80,9 @@ func (p parleyTarget) Close()       {}
 
 func (p parleyTarget) Open(ctx context.Context) (session, error) {
 	u := url.URL{Scheme: "ws", Host: p.addr, Path: "/ws", RawQuery: "format=json"}
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	// The handshake's own bound only catches a server that stopped answering; a loaded machine can take seconds to
+	// accept (the workload's deadline, in ctx, bounds the rest).
+	d := websocket.Dialer{HandshakeTimeout: time.Minute}
 	ws, resp, err := d.DialContext(ctx, u.String(), nil)
 	if err != nil {
 		if resp != nil {
