@@ -127,10 +127,11 @@ type Config struct {
 	// beside the executable's folder).
 	LibDir string
 	// Draft is speculative decoding from the conversation (draft.go):
-	// "auto" (the default, "" too) drafts where the step times the loop
-	// measures say a draft token pays for itself, "ngram" whenever the
-	// history offers a continuation, "off" never. Replies are the same
-	// tokens either way.
+	// "auto" drafts where the step times the loop measures say a draft
+	// token pays for itself, "ngram" whenever the history offers a
+	// continuation, "off" (the default, "" too) never. Greedy replies are
+	// the same tokens either way; seeded sampling under a grammar diverged
+	// once with drafts in tests (draft_test.go), so drafting is opt-in.
 	Draft string
 	// DraftMax is the longest draft per sequence and step; 0 means
 	// DefaultDraftMax.
@@ -226,7 +227,7 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 		return fmt.Errorf("huge pages: want auto or off, got %q", cfg.HugePages)
 	}
 	if cfg.Draft == "" {
-		cfg.Draft = DraftAuto
+		cfg.Draft = DraftOff
 	}
 	if cfg.DraftMax == 0 {
 		cfg.DraftMax = DefaultDraftMax

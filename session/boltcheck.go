@@ -53,11 +53,24 @@ func safely(f func() error) (err error) {
 // under a second. A lock timeout is returned as is.
 func openChecked(path string, opts *bolt.Options) (*bolt.DB, error) {
 	var db *bolt.DB
+	// bbolt panics on some damaged pages after it has opened and locked the
+	// file; the file it opened is kept here so that a failed open closes it
+	// (and drops its lock) instead of leaking both.
+	var file *os.File
+	withFile := *opts
+	withFile.OpenFile = func(name string, flag int, mode os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(name, flag, mode)
+		file = f
+		return f, err
+	}
 	err := safely(func() error {
 		var err error
-		db, err = bolt.Open(path, 0o600, opts)
+		db, err = bolt.Open(path, 0o600, &withFile)
 		return err
 	})
+	if err != nil && db == nil && file != nil {
+		file.Close()
+	}
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, err
 	}
@@ -122,13 +135,6 @@ func CheckBoltFile(path string) error {
 // from it. It returns where the old file went and how many sessions were
 // kept. The server must not be running on the file.
 func RepairBoltFile(path string) (movedTo string, kept int, err error) {
-	// Moving a file a server holds aside would lose what it writes next:
-	// refuse while its lock is held.
-	if held, err := locked(path); err != nil {
-		return "", 0, err
-	} else if held {
-		return "", 0, inUse(path)
-	}
 	movedTo = fmt.Sprintf("%s.damaged-%s", path, time.Now().UTC().Format("20060102T150405Z"))
 	if err := os.Rename(path, movedTo); err != nil {
 		return "", 0, fmt.Errorf("move %s aside: %w", path, err)
@@ -216,13 +222,24 @@ func RepairBoltFile(path string) (movedTo string, kept int, err error) {
 	return movedTo, len(recs), nil
 }
 
-// locked reports whether another process holds the lock of the bbolt file
-// at path, without reading the file: a damaged file still reports its lock.
-func locked(path string) (bool, error) {
+// CheckNotInUse returns an ErrInUse error when another process (a running
+// server) holds the lock of the bbolt file at path, without reading the
+// file, so that a damaged file still reports its lock: `parley store repair`
+// asks before it moves the file aside, which would lose what the server
+// writes next. (Within one process a store that failed to open can leave
+// its lock behind, so the question is for a separate process to ask.)
+func CheckNotInUse(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer f.Close()
-	return flockHeld(f)
+	held, err := flockHeld(f)
+	if err != nil {
+		return err
+	}
+	if held {
+		return inUse(path)
+	}
+	return nil
 }
