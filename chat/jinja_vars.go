@@ -56,7 +56,7 @@ type hfTool struct {
 }
 
 type hfToolFunction struct {
-	Name        string          `json:"name"`
+	Name string `json:"name"`
 	// Description is always passed, "" when the request gave none: OpenAI takes a tool without one, and templates
 	// that write "// " + tool.description (gpt-oss) would otherwise fail on an undefined value, as they do in jinja2.
 	Description string          `json:"description"`
