@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // Anthropic's Messages API, as the official SDKs and Claude-style clients
@@ -68,7 +69,7 @@ type anthropicMessage struct {
 }
 
 type anthropicRequest struct {
-	paramsPatch
+	apicore.ParamsPatch
 	Model      string             `json:"model"`
 	System     json.RawMessage    `json:"system"`
 	Messages   []anthropicMessage `json:"messages"`
@@ -94,18 +95,18 @@ type anthropicFormat struct {
 }
 
 // apply puts the format's schema on patch; field names where it was sent.
-func (f *anthropicFormat) apply(patch *paramsPatch, field string) error {
+func (f *anthropicFormat) apply(patch *apicore.ParamsPatch, field string) error {
 	if f == nil {
 		return nil
 	}
 	if f.Type != "json_schema" {
 		return parley.FieldErrorf(field+".type", "must be json_schema, got %q", f.Type)
 	}
-	if !isSet(f.Schema) {
+	if !apicore.IsSet(f.Schema) {
 		return parley.FieldErrorf(field+".schema", "is required")
 	}
 	patch.JSONSchema = f.Schema
-	patch.schemaField = field + ".schema"
+	patch.SchemaField = field + ".schema"
 	return nil
 }
 
@@ -147,7 +148,7 @@ type anthropicCall struct {
 	params parley.Params
 	stream bool
 	stops  []string // stop_sequences as sent: a match among them is stop_reason "stop_sequence"
-	patch  *paramsPatch
+	patch  *apicore.ParamsPatch
 }
 
 // blockCounter counts a request's content blocks against maxAnthropicBlocks.
@@ -164,15 +165,15 @@ func (n *blockCounter) add(k int, field string) error {
 // parseAnthropicBody decodes a Messages (or count_tokens) request body.
 // count is true for count_tokens, which needs no max_tokens.
 func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, error) {
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return nil, err
 	}
 	var req anthropicRequest
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
-	if err := s.pickModel(c, req.Model); err != nil {
+	if err := s.core.PickModel(c, req.Model); err != nil {
 		return nil, err
 	}
 	if !count && req.MaxTokens == nil {
@@ -208,18 +209,18 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 		return nil, err
 	}
 	if req.OutputConfig != nil {
-		if err := req.OutputConfig.Format.apply(&req.paramsPatch, "output_config.format"); err != nil {
+		if err := req.OutputConfig.Format.apply(&req.ParamsPatch, "output_config.format"); err != nil {
 			return nil, err
 		}
 	}
-	if err := req.OutputFormat.apply(&req.paramsPatch, "output_format"); err != nil {
+	if err := req.OutputFormat.apply(&req.ParamsPatch, "output_format"); err != nil {
 		return nil, err
 	}
-	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.paramsPatch}
+	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.ParamsPatch}
 	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
 	p := s.cfg.Defaults
 	if !count {
-		if p, err = s.resolveParams(&req.paramsPatch); err != nil {
+		if p, err = s.core.ResolveParams(&req.ParamsPatch); err != nil {
 			return nil, err
 		}
 	}
@@ -235,7 +236,7 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
 		return nil, renameToolField(renameThinkField(err))
 	}
-	resolveSeed(&p)
+	apicore.ResolveSeed(&p)
 	p.SkipLogprobs = true
 	call.params = p
 	return call, nil
@@ -267,8 +268,8 @@ func checkAnthropicLast(req []anthropicMessage, msgs []parley.Message) error {
 // renameThinkField names thinking.budget_tokens where the shared validation
 // names the thought's budget.
 func renameThinkField(err error) error {
-	if f := errorField(err); f == "think_budget" {
-		return renameField(err, f, "thinking.budget_tokens")
+	if f := apicore.ErrorField(err); f == "think_budget" {
+		return apicore.RenameField(err, f, "thinking.budget_tokens")
 	}
 	return err
 }
@@ -285,8 +286,8 @@ func (s *Server) clampAnthropicMaxTokens(n int) int {
 	if limit := s.cfg.MaxTokensCap; limit > 0 && n > limit {
 		n = limit
 	}
-	if s.api.modelInfo != nil {
-		if ctx := s.api.modelInfo().ContextLength; ctx > 1 && n >= ctx {
+	if s.core.ModelInfo != nil {
+		if ctx := s.core.ModelInfo().ContextLength; ctx > 1 && n >= ctx {
 			n = ctx / 2
 		}
 	}
@@ -296,7 +297,7 @@ func (s *Server) clampAnthropicMaxTokens(n int) int {
 // checkAnthropicMetadata checks metadata, which is accepted and not used:
 // an object ({"user_id": ...}).
 func checkAnthropicMetadata(raw json.RawMessage) error {
-	if isSet(raw) {
+	if apicore.IsSet(raw) {
 		var md map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &md); err != nil {
 			return parley.FieldErrorf("metadata", "must be an object")
@@ -309,7 +310,7 @@ func checkAnthropicMetadata(raw json.RawMessage) error {
 // joined with newlines, with volatile header blocks dropped
 // (stripVolatileSystem).
 func parseAnthropicSystem(raw json.RawMessage, blocks *blockCounter) (string, error) {
-	if !isSet(raw) {
+	if !apicore.IsSet(raw) {
 		return "", nil
 	}
 	raw = bytes.TrimSpace(raw)
@@ -402,7 +403,7 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 		if err := blocks.add(1, field+".content"); err != nil { // a string is one text block
 			return nil, err
 		}
-		return []parley.Message{{Role: role, Content: s}}, checkNotEmpty(role, s, field+".content")
+		return []parley.Message{{Role: role, Content: s}}, apicore.CheckNotEmpty(role, s, field+".content")
 	}
 	var bs []json.RawMessage
 	if err := json.Unmarshal(raw, &bs); err != nil {
@@ -426,7 +427,7 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 		return results, nil
 	}
 	if len(msg.ToolCalls) == 0 {
-		if err := checkNotEmpty(role, msg.Content, field+".content"); err != nil {
+		if err := apicore.CheckNotEmpty(role, msg.Content, field+".content"); err != nil {
 			return nil, err
 		}
 	}
@@ -491,11 +492,11 @@ func decodeAnthropicBlock(raw json.RawMessage, field string) (anthropicBlock, er
 	return blk, parley.FieldErrorf(field, "must be a content block object")
 }
 
-// anthropicKey is a Messages conversation's KV-cache key: conversationKey
+// anthropicKey is a Messages conversation's KV-cache key: apicore.ConversationKey
 // of the messages after the volatile system blocks were dropped, so every
 // turn of one conversation has the same key.
 func anthropicKey(msgs []parley.Message) string {
-	return "anthropic:" + strings.TrimPrefix(conversationKey(msgs), "openai:")
+	return "anthropic:" + strings.TrimPrefix(apicore.ConversationKey(msgs), "openai:")
 }
 
 func anthropicMessageID() string {
@@ -588,25 +589,25 @@ func (s *Server) handleMessages(c echo.Context) error {
 	if ac.stream {
 		route = "anthropic-stream"
 	}
-	call, err := s.startChat(c, route, ac.key, ac.msgs, ac.params)
+	call, err := s.core.StartChat(c, route, ac.key, ac.msgs, ac.params)
 	if err != nil {
-		return ac.patch.renameSent(err)
+		return ac.patch.RenameSent(err)
 	}
-	id, model := anthropicMessageID(), s.modelName(c.Request().Context())
+	id, model := anthropicMessageID(), s.core.ModelName(c.Request().Context())
 	if ac.stream {
 		s.streamAnthropic(c, call, ac, id, model)
 		return nil
 	}
-	_, ev := call.collect()
-	if rerr := replyError(ev); rerr != nil {
-		return ac.patch.renameSent(rerr)
+	_, ev := call.Collect()
+	if rerr := apicore.ReplyError(ev); rerr != nil {
+		return ac.patch.RenameSent(rerr)
 	}
-	reason, seq := anthropicStop(ev, call.rep.StopSequence(), ac.stops, ac.params.MaxTokens)
+	reason, seq := anthropicStop(ev, call.Rep.StopSequence(), ac.stops, ac.params.MaxTokens)
 	content := []anthropicContent{}
-	if thought := call.rep.Reasoning(); thought != "" {
+	if thought := call.Rep.Reasoning(); thought != "" {
 		content = append(content, anthropicThinkingBlock(thought))
 	}
-	if text := call.rep.Text(); text != "" {
+	if text := call.Rep.Text(); text != "" {
 		content = append(content, anthropicTextBlock(text))
 	}
 	for _, tc := range ev.ToolCalls {
@@ -619,12 +620,6 @@ func (s *Server) handleMessages(c echo.Context) error {
 	})
 }
 
-// tokenCounter counts a conversation's prompt tokens as a reply to it with
-// p would (*chat.Responder satisfies it).
-type tokenCounter interface {
-	CountTokens(key string, msgs []parley.Message, p parley.Params) (int, error)
-}
-
 // handleCountTokens is POST /v1/messages/count_tokens: the prompt's tokens,
 // as the same request to /v1/messages would count them (its usage's
 // input_tokens plus cache_read_input_tokens).
@@ -633,10 +628,10 @@ func (s *Server) handleCountTokens(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.apiAvailable(); err != nil {
+	if err := s.core.Available(); err != nil {
 		return err
 	}
-	n, ok, err := s.countTokens(c.Request().Context(), ac.key, ac.msgs, ac.params)
+	n, ok, err := s.core.CountTokens(c.Request().Context(), ac.key, ac.msgs, ac.params)
 	if !ok {
 		return parley.Errorf(parley.ENotFound, "this server cannot count tokens")
 	}
@@ -676,12 +671,12 @@ type anthropicModel struct {
 // anthropicModels are the served models in Anthropic's shape: every model
 // of a server with several (--models), else the one loaded.
 func (s *Server) anthropicModels() []anthropicModel {
-	created := s.api.mounted.UTC().Format(time.RFC3339)
+	created := s.core.Mounted.UTC().Format(time.RFC3339)
 	one := func(name string) anthropicModel {
 		return anthropicModel{Type: "model", ID: name, DisplayName: name, CreatedAt: created}
 	}
 	if s.models == nil {
-		return []anthropicModel{one(s.modelName(context.Background()))}
+		return []anthropicModel{one(s.core.ModelName(context.Background()))}
 	}
 	var out []anthropicModel
 	for _, m := range s.models.Models() {

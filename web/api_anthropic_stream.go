@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // A streamed Messages reply, as Anthropic's server-sent events:
@@ -152,20 +153,20 @@ func (b *anthropicBlocks) token(t parley.Token) error {
 }
 
 // streamAnthropic relays call's reply as Anthropic's events.
-func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCall, id, model string) {
-	w := &anthropicWriter{w: s.beginStream(c, "text/event-stream")}
+func (s *Server) streamAnthropic(c echo.Context, call *apicore.Call, ac *anthropicCall, id, model string) {
+	w := &anthropicWriter{w: s.core.BeginStream(c, "text/event-stream")}
 	send := w.send
-	defer w.keepAlive(min(anthropicPingEvery, s.pingPeriod()), call.cancel)()
+	defer w.keepAlive(min(anthropicPingEvery, s.pingPeriod()), call.Cancel)()
 	blocks := &anthropicBlocks{send: send}
-	call.tool = blocks.tool
+	call.Tool = blocks.tool
 	start := anthropicMessageOut{ID: id, Type: "message", Role: "assistant", Model: model, Content: []anthropicContent{},
-		StopDetails: json.RawMessage("null"), Usage: anthropicUsage{InputTokens: call.rep.PromptTokens()}}
+		StopDetails: json.RawMessage("null"), Usage: anthropicUsage{InputTokens: call.Rep.PromptTokens()}}
 	if err := send(anthropicEvent{Type: "message_start", Message: &start}); err != nil || send(anthropicEvent{Type: "ping"}) != nil {
-		call.cancel()
-		call.collect()
+		call.Cancel()
+		call.Collect()
 		return
 	}
-	err := call.relay(
+	err := call.Relay(
 		func(t parley.Token, _ int) error { return blocks.token(t) },
 		func(last *parley.Token, ev parley.Event) error {
 			if last != nil {
@@ -173,14 +174,14 @@ func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCal
 					return err
 				}
 			}
-			if rerr := replyError(ev); rerr != nil {
-				e := newAnthropicError(ac.patch.renameSent(rerr))
+			if rerr := apicore.ReplyError(ev); rerr != nil {
+				e := newAnthropicError(ac.patch.RenameSent(rerr))
 				return send(anthropicEvent{Type: "error", Error: &e})
 			}
 			if err := blocks.close(); err != nil {
 				return err
 			}
-			reason, seq := anthropicStop(ev, call.rep.StopSequence(), ac.stops, ac.params.MaxTokens)
+			reason, seq := anthropicStop(ev, call.Rep.StopSequence(), ac.stops, ac.params.MaxTokens)
 			u := newAnthropicUsage(ev.Usage)
 			delta := anthropicMessageDelta{StopReason: reason, StopSequence: seq, StopDetails: json.RawMessage("null")}
 			if err := send(anthropicEvent{Type: "message_delta", Delta: delta, Usage: &u}); err != nil {
@@ -189,7 +190,7 @@ func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCal
 			return send(anthropicEvent{Type: "message_stop"})
 		})
 	if err != nil {
-		s.log.Debug("anthropic stream ended early", zap.String("route", call.route), zap.Error(err))
+		s.log.Debug("anthropic stream ended early", zap.String("route", call.Route), zap.Error(err))
 	}
 }
 
@@ -197,7 +198,7 @@ func (s *Server) streamAnthropic(c echo.Context, call *apiCall, ac *anthropicCal
 // pings share it.
 type anthropicWriter struct {
 	mu    sync.Mutex
-	w     *streamWriter
+	w     *apicore.StreamWriter
 	wrote bool // an event went out since the keep-alive last looked
 }
 
@@ -209,7 +210,7 @@ func (a *anthropicWriter) send(ev anthropicEvent) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.wrote = true
-	return a.w.write([]byte("event: " + ev.Type + "\ndata: " + string(b) + "\n\n"))
+	return a.w.Write([]byte("event: " + ev.Type + "\ndata: " + string(b) + "\n\n"))
 }
 
 // keepAlive sends a ping every period in which nothing else was sent,

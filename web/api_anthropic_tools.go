@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // Tool use on the Messages API, over the tool calling the OpenAI routes use
@@ -29,7 +30,7 @@ type anthropicTool struct {
 
 // parseAnthropicTools decodes tools into Parley's.
 func parseAnthropicTools(raw json.RawMessage) ([]parley.Tool, error) {
-	if !isSet(raw) {
+	if !apicore.IsSet(raw) {
 		return nil, nil
 	}
 	var in []json.RawMessage
@@ -49,7 +50,7 @@ func parseAnthropicTools(raw json.RawMessage) ([]parley.Tool, error) {
 		if t.Type != "" && t.Type != "custom" {
 			return nil, parley.FieldErrorf(f+".type", "server tools (%q) are not supported: give custom tools with an input_schema", t.Type)
 		}
-		if !isSet(t.InputSchema) {
+		if !apicore.IsSet(t.InputSchema) {
 			return nil, parley.FieldErrorf(f+".input_schema", "is required")
 		}
 		tools = append(tools, parley.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
@@ -61,7 +62,7 @@ func parseAnthropicTools(raw json.RawMessage) ([]parley.Tool, error) {
 // {"type": "tool", "name": ...}; disable_parallel_tool_use is accepted (a
 // reply makes at most one call).
 func parseAnthropicToolChoice(raw json.RawMessage) (parley.ToolChoice, error) {
-	if !isSet(raw) {
+	if !apicore.IsSet(raw) {
 		return parley.ToolChoice{}, nil
 	}
 	var tc struct {
@@ -91,13 +92,13 @@ func parseAnthropicToolChoice(raw json.RawMessage) (parley.ToolChoice, error) {
 // Messages API's: a tool's parameters are its input_schema, and a
 // tool_choice naming a function names tool_choice.name.
 func renameToolField(err error) error {
-	f := errorField(err)
+	f := apicore.ErrorField(err)
 	switch {
 	case strings.HasPrefix(f, "tools[") && strings.Contains(f, "].parameters"):
 		i := strings.Index(f, "].parameters")
-		return renameField(err, f, f[:i]+"].input_schema"+f[i+len("].parameters"):])
+		return apicore.RenameField(err, f, f[:i]+"].input_schema"+f[i+len("].parameters"):])
 	case f == "tool_choice" && strings.Contains(parley.ErrorMessage(err), "names"):
-		return renameField(err, f, "tool_choice.name")
+		return apicore.RenameField(err, f, "tool_choice.name")
 	}
 	return err
 }
@@ -157,9 +158,9 @@ func toolResultMessage(raw json.RawMessage, field string, ids map[string]string)
 		return parley.Message{}, parley.FieldErrorf(field+".tool_use_id", "%q answers no tool_use block of an earlier assistant message", r.ToolUseID)
 	}
 	content := ""
-	if isSet(r.Content) {
+	if apicore.IsSet(r.Content) {
 		var err error
-		if content, err = parseContent(r.Content, field+".content"); err != nil {
+		if content, err = apicore.ParseContent(r.Content, field+".content"); err != nil {
 			return parley.Message{}, err
 		}
 	}

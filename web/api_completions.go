@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // OpenAI's legacy completions: POST /v1/completions, a raw prompt continued
@@ -30,8 +31,8 @@ import (
 const maxLegacyLogprobs = 5
 
 type completionRequest struct {
-	paramsPatch
-	cacheKeyFields
+	apicore.ParamsPatch
+	apicore.CacheKeyFields
 	Model         string          `json:"model"`
 	Prompt        json.RawMessage `json:"prompt"`
 	Stream        bool            `json:"stream"`
@@ -69,7 +70,7 @@ type textCompletion struct {
 	SystemFingerprint string             `json:"system_fingerprint"`
 	Choices           []completionChoice `json:"choices"`
 	Usage             json.RawMessage    `json:"usage,omitempty"`
-	Timings           *timingsJSON       `json:"timings,omitempty"`
+	Timings           *apicore.Timings   `json:"timings,omitempty"`
 }
 
 type completionCall struct {
@@ -81,24 +82,24 @@ type completionCall struct {
 }
 
 func (s *Server) parseCompletion(c echo.Context) (*completionCall, error) {
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return nil, err
 	}
 	var req completionRequest
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
-	if err := s.pickModel(c, req.Model); err != nil {
+	if err := s.core.PickModel(c, req.Model); err != nil {
 		return nil, err
 	}
-	if err := narrowRequest(c, &req.cacheKeyFields); err != nil {
+	if err := apicore.NarrowRequest(c, &req.CacheKeyFields); err != nil {
 		return nil, err
 	}
 	call := &completionCall{stream: req.Stream, logprobs: -1}
 	raw := bytes.TrimSpace(req.Prompt)
 	switch {
-	case !isSet(raw):
+	case !apicore.IsSet(raw):
 		return nil, parley.FieldErrorf("prompt", "is required")
 	case raw[0] == '"':
 		if err := json.Unmarshal(raw, &call.prompt); err != nil {
@@ -129,7 +130,7 @@ func (s *Server) parseCompletion(c echo.Context) (*completionCall, error) {
 	if req.Suffix != nil && *req.Suffix != "" {
 		return nil, parley.FieldErrorf("suffix", "is not supported")
 	}
-	if isSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
+	if apicore.IsSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
 		return nil, parley.FieldErrorf("logit_bias", "is not supported")
 	}
 	if req.Logprobs != nil {
@@ -141,11 +142,11 @@ func (s *Server) parseCompletion(c echo.Context) (*completionCall, error) {
 	if req.StreamOptions != nil {
 		call.includeUsage = req.StreamOptions.IncludeUsage
 	}
-	p, err := s.resolveParams(&req.paramsPatch)
+	p, err := s.core.ResolveParams(&req.ParamsPatch)
 	if err != nil {
 		return nil, err
 	}
-	resolveSeed(&p)
+	apicore.ResolveSeed(&p)
 	p.SkipLogprobs = call.logprobs < 0
 	call.params = p
 	return call, nil
@@ -180,25 +181,25 @@ func (s *Server) handleCompletions(c echo.Context) error {
 	if cc.stream {
 		route = "completions-stream"
 	}
-	call, err := s.startCompletion(c, route, cc.prompt, cc.params)
+	call, err := s.core.StartCompletion(c, route, cc.prompt, cc.params)
 	if err != nil {
 		return err
 	}
-	call.topLogprobs = max(cc.logprobs, 0)
+	call.TopLogprobs = max(cc.logprobs, 0)
 	id := fmt.Sprintf("cmpl-%016x%08x", rand.Uint64(), rand.Uint32())
-	created, model := time.Now().Unix(), s.modelName(c.Request().Context())
+	created, model := time.Now().Unix(), s.core.ModelName(c.Request().Context())
 	top := cc.logprobs > 0
 	if !cc.stream {
-		toks, ev := call.collect()
-		if rerr := replyError(ev); rerr != nil {
+		toks, ev := call.Collect()
+		if rerr := apicore.ReplyError(ev); rerr != nil {
 			return rerr
 		}
 		finish := openAIFinish(ev.Finish)
-		choice := completionChoice{Text: call.rep.Text(), FinishReason: &finish}
+		choice := completionChoice{Text: call.Rep.Text(), FinishReason: &finish}
 		if cc.logprobs >= 0 {
 			lps := make([]tokenLogprob, 0, len(toks))
 			for _, t := range toks {
-				lps = append(lps, tokenLogprobOf(t, call.topLogprobs))
+				lps = append(lps, tokenLogprobOf(t, call.TopLogprobs))
 			}
 			choice.Logprobs = legacyLogprobs(lps, 0, top)
 		}
@@ -206,7 +207,7 @@ func (s *Server) handleCompletions(c echo.Context) error {
 		if err != nil {
 			return fmt.Errorf("encode usage: %w", err)
 		}
-		timings := newTimings(ev.Timings, ev.Usage.CompletionTokens)
+		timings := apicore.NewTimings(ev.Timings, ev.Usage.CompletionTokens)
 		return c.JSON(http.StatusOK, textCompletion{
 			ID: id, Object: "text_completion", Created: created, Model: model, SystemFingerprint: systemFingerprint,
 			Choices: []completionChoice{choice}, Usage: u, Timings: &timings,
@@ -231,7 +232,7 @@ func (s *Server) handleCompletions(c echo.Context) error {
 			offset += len(text)
 			return chunk([]completionChoice{choice})
 		},
-		final: func(finish string, lps []tokenLogprob, timings timingsJSON) any {
+		final: func(finish string, lps []tokenLogprob, timings apicore.Timings) any {
 			choice := completionChoice{FinishReason: &finish}
 			if cc.logprobs >= 0 && len(lps) > 0 {
 				choice.Logprobs = legacyLogprobs(lps, offset, top)

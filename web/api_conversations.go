@@ -13,6 +13,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 type conversationObject struct {
@@ -60,7 +61,7 @@ type conversationBody struct {
 }
 
 func readConversationBody(c echo.Context, allowEmpty bool) (*conversationBody, []parley.Message, error) {
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,7 +69,7 @@ func readConversationBody(c echo.Context, allowEmpty bool) (*conversationBody, [
 	if len(bytes.TrimSpace(body)) == 0 && allowEmpty {
 		return &req, nil, nil
 	}
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, nil, err
 	}
 	if err := checkMetadata(req.Metadata); err != nil {
@@ -95,7 +96,7 @@ func (s *Server) loadConversation(c echo.Context) (*session.Session, error) {
 
 // handleCreateConversation is POST /v1/conversations.
 func (s *Server) handleCreateConversation(c echo.Context) error {
-	if err := s.pickModel(c, c.QueryParam("model")); err != nil { // the default model, with several: the conversation keeps it
+	if err := s.core.PickModel(c, c.QueryParam("model")); err != nil { // the default model, with several: the conversation keeps it
 		return err
 	}
 	req, msgs, err := readConversationBody(c, true)
@@ -128,7 +129,7 @@ func (s *Server) handleUpdateConversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if isSet(req.Items) {
+	if apicore.IsSet(req.Items) {
 		return parley.FieldErrorf("items", "add items with POST /v1/conversations/{id}/items")
 	}
 	if _, titled := req.Metadata[session.TitleKey]; req.Title != nil && *req.Title != "" && !titled && len(req.Metadata) >= maxMetadataKeys {

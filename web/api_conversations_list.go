@@ -18,6 +18,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // conversationListItem is one conversation of GET /v1/conversations: the
@@ -83,14 +84,14 @@ func (s *Server) handleForkConversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return err
 	}
 	var req struct {
 		Messages *int `json:"messages"`
 	}
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return err
 	}
 	if req.Messages == nil {

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // JSON lines, DJL Serving's streaming style, chosen per request with the
@@ -35,15 +36,15 @@ const (
 )
 
 type jsonLine struct {
-	TokenID       *int         `json:"token_id"`
-	TokenText     *string      `json:"token_text,omitempty"`
-	TokenLogProb  *float64     `json:"token_log_prob,omitempty"`
-	TokenSpecial  *bool        `json:"token_special,omitempty"`
-	GeneratedText *string      `json:"generated_text,omitempty"`
-	FinishReason  string       `json:"finish_reason,omitempty"`
-	Usage         *usageJSON   `json:"usage,omitempty"`
-	Timings       *timingsJSON `json:"timings,omitempty"`
-	Error         *lineError   `json:"error,omitempty"`
+	TokenID       *int             `json:"token_id"`
+	TokenText     *string          `json:"token_text,omitempty"`
+	TokenLogProb  *float64         `json:"token_log_prob,omitempty"`
+	TokenSpecial  *bool            `json:"token_special,omitempty"`
+	GeneratedText *string          `json:"generated_text,omitempty"`
+	FinishReason  string           `json:"finish_reason,omitempty"`
+	Usage         *apicore.Usage   `json:"usage,omitempty"`
+	Timings       *apicore.Timings `json:"timings,omitempty"`
+	Error         *lineError       `json:"error,omitempty"`
 }
 
 type lineError struct {
@@ -61,11 +62,11 @@ func (s *Server) handleJSONLines(c echo.Context, cumulative bool) error {
 	if cumulative {
 		route = formatJSONLinesCumulative
 	}
-	call, err := s.startCompletion(c, route, tc.inputs, tc.params)
+	call, err := s.core.StartCompletion(c, route, tc.inputs, tc.params)
 	if err != nil {
-		return prefixField(err, "parameters.")
+		return apicore.PrefixField(err, "parameters.")
 	}
-	w := s.beginStream(c, "application/jsonlines")
+	w := s.core.BeginStream(c, "application/jsonlines")
 	var text []byte // generated text so far (cumulative form)
 	line := func(t *parley.Token) jsonLine {
 		if t == nil {
@@ -86,7 +87,7 @@ func (s *Server) handleJSONLines(c echo.Context, cumulative bool) error {
 			full := string(text)
 			l.GeneratedText = &full
 		} else {
-			txt, lp, sp := t.Text, finite(t.Logprob), t.Special
+			txt, lp, sp := t.Text, apicore.Finite(t.Logprob), t.Special
 			l.TokenText, l.TokenLogProb, l.TokenSpecial = &txt, &lp, &sp
 		}
 		return l
@@ -96,15 +97,15 @@ func (s *Server) handleJSONLines(c echo.Context, cumulative bool) error {
 		if err != nil {
 			return fmt.Errorf("encode line: %w", err)
 		}
-		return w.write(append(b, '\n'))
+		return w.Write(append(b, '\n'))
 	}
-	err = call.relay(
+	err = call.Relay(
 		func(t parley.Token, _ int) error { return send(line(&t)) },
 		func(last *parley.Token, ev parley.Event) error {
 			l := line(last)
-			usage, timings := newUsage(ev.Usage), newTimings(ev.Timings, ev.Usage.CompletionTokens)
+			usage, timings := apicore.NewUsage(ev.Usage), apicore.NewTimings(ev.Timings, ev.Usage.CompletionTokens)
 			l.FinishReason, l.Usage, l.Timings = string(ev.Finish), &usage, &timings
-			if rerr := replyError(ev); rerr != nil {
+			if rerr := apicore.ReplyError(ev); rerr != nil {
 				l.Error = &lineError{Code: parley.ErrorCode(rerr), Message: parley.ErrorMessage(rerr)}
 			}
 			return send(l)

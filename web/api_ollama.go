@@ -89,9 +89,9 @@ func unsupportedOllama(instead string) echo.HandlerFunc {
 }
 
 // ollamaModelName is the Ollama-style name of the request's model (ctx;
-// see pickModel), or of the loaded model with one model.
+// see apicore.Core.PickModel), or of the loaded model with one model.
 func (s *Server) ollamaModelName(ctx context.Context) string {
-	return ollamaName(s.modelName(ctx))
+	return ollamaName(s.core.ModelName(ctx))
 }
 
 // ollamaName is a model's Ollama-style name: the model name in lower case,
@@ -122,7 +122,7 @@ func ollamaName(model string) string {
 // without its tag, and the name /v1/models lists), case-insensitively; any
 // other name is a 404, an empty one a 400 naming field.
 //
-// With several models the name picks the model (pickModel): any served
+// With several models the name picks the model (apicore.Core.PickModel): any served
 // model's name, or its Ollama-style name with or without its tag.
 func (s *Server) checkOllamaModel(c echo.Context, name, field string) error {
 	name = strings.TrimSpace(name)
@@ -130,11 +130,11 @@ func (s *Server) checkOllamaModel(c echo.Context, name, field string) error {
 		return parley.FieldErrorf(field, "is required")
 	}
 	if s.models != nil {
-		return s.pickModel(c, name)
+		return s.core.PickModel(c, name)
 	}
 	ctx := c.Request().Context()
 	full := s.ollamaModelName(ctx)
-	for _, n := range []string{full, strings.TrimSuffix(full, ":latest"), s.modelName(ctx)} {
+	for _, n := range []string{full, strings.TrimSuffix(full, ":latest"), s.core.ModelName(ctx)} {
 		if strings.EqualFold(name, n) {
 			return nil
 		}
@@ -168,7 +168,7 @@ type ollamaListModel struct {
 // loadedModel is the facts of the request's model (ctx), or of the loaded
 // model with one model.
 func (s *Server) loadedModel(ctx context.Context) parley.ModelInfo {
-	_, info := s.modelFor(ctx)
+	_, info := s.core.ModelFor(ctx)
 	return info
 }
 

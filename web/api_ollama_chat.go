@@ -13,6 +13,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // POST /api/chat and POST /api/generate: Ollama's replies. Streamed by
@@ -96,7 +97,7 @@ type ollamaCall struct {
 func ollamaNow() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 
 // parseOllamaCommon validates the shared fields into params and stream.
-func (s *Server) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *ollamaCall) (*paramsPatch, error) {
+func (s *Server) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *ollamaCall) (*apicore.ParamsPatch, error) {
 	if err := s.checkOllamaModel(c, req.Model, "model"); err != nil {
 		return nil, err
 	}
@@ -106,12 +107,12 @@ func (s *Server) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *olla
 	if err != nil {
 		return nil, err
 	}
-	call.unload = isSet(req.KeepAlive) && keep == 0
-	if isSet(req.KeepAlive) && s.models != nil {
-		withKeepAlive(c, keep)
+	call.unload = apicore.IsSet(req.KeepAlive) && keep == 0
+	if apicore.IsSet(req.KeepAlive) && s.models != nil {
+		apicore.WithKeepAlive(c, keep)
 		ctx = c.Request().Context()
 	}
-	var patch paramsPatch
+	var patch apicore.ParamsPatch
 	if patch.Think, err = s.ollamaThink(ctx, req.Think); err != nil {
 		return nil, err
 	}
@@ -126,12 +127,12 @@ func (s *Server) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *olla
 }
 
 // resolveOllama resolves the patch over the server's defaults.
-func (s *Server) resolveOllama(patch *paramsPatch, call *ollamaCall) error {
-	p, err := s.resolveParams(patch)
+func (s *Server) resolveOllama(patch *apicore.ParamsPatch, call *ollamaCall) error {
+	p, err := s.core.ResolveParams(patch)
 	if err != nil {
 		return renameOllama(err)
 	}
-	resolveSeed(&p)
+	apicore.ResolveSeed(&p)
 	p.SkipLogprobs = true
 	call.params = p
 	return nil
@@ -141,7 +142,7 @@ func (s *Server) resolveOllama(patch *paramsPatch, call *ollamaCall) error {
 // "high": gpt-oss's), which turns thinking on. Asking a model that has no
 // thought to think is a 400, as Ollama answers it; false is always fine.
 func (s *Server) ollamaThink(ctx context.Context, raw json.RawMessage) (*bool, error) {
-	if !isSet(raw) {
+	if !apicore.IsSet(raw) {
 		return nil, nil
 	}
 	var on bool
@@ -167,7 +168,7 @@ func (s *Server) ollamaThink(ctx context.Context, raw json.RawMessage) (*bool, e
 // from its answer.
 func (s *Server) ollamaThinks(ctx context.Context) bool {
 	if s.models != nil {
-		t, ok := s.templateFor(ctx)
+		t, ok := s.core.TemplateFor(ctx)
 		return ok && chat.ThinkFormatOf(t) != chat.ThinkNone
 	}
 	if s.op.info == nil {
@@ -182,12 +183,12 @@ func parseOllamaMessages(in []ollamaMessage) ([]parley.Message, error) {
 	var msgs []parley.Message
 	for i, m := range in {
 		field := fmt.Sprintf("messages[%d]", i)
-		if isSet(m.Images) && !bytes.Equal(bytes.TrimSpace(m.Images), []byte("[]")) {
+		if apicore.IsSet(m.Images) && !bytes.Equal(bytes.TrimSpace(m.Images), []byte("[]")) {
 			return nil, parley.FieldErrorf(field+".images", "images are not supported: Parley serves text models only")
 		}
 		role := parley.RoleTool
 		if m.Role != "tool" {
-			r, err := parseRole(m.Role, field+".role")
+			r, err := apicore.ParseRole(m.Role, field+".role")
 			if err != nil {
 				return nil, err
 			}
@@ -198,11 +199,11 @@ func parseOllamaMessages(in []ollamaMessage) ([]parley.Message, error) {
 			return nil, err
 		}
 		if role != parley.RoleTool && len(calls) == 0 {
-			if err := checkNotEmpty(role, m.Content, field+".content"); err != nil {
+			if err := apicore.CheckNotEmpty(role, m.Content, field+".content"); err != nil {
 				return nil, err
 			}
 		}
-		msgs = append(msgs, parley.Message{Role: role, Content: m.Content, Reasoning: assistantReasoning(role, m.Thinking),
+		msgs = append(msgs, parley.Message{Role: role, Content: m.Content, Reasoning: apicore.AssistantReasoning(role, m.Thinking),
 			ToolCalls: calls, Name: m.ToolName})
 	}
 	if err := answerToolResults(msgs); err != nil {
@@ -214,7 +215,7 @@ func parseOllamaMessages(in []ollamaMessage) ([]parley.Message, error) {
 // handleOllamaChat is POST /api/chat.
 func (s *Server) handleOllamaChat(c echo.Context) error {
 	call := &ollamaCall{start: time.Now()}
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return err
 	}
@@ -233,7 +234,7 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 	if err := s.resolveOllama(patch, call); err != nil {
 		return err
 	}
-	if call.params.Tools, err = parseTools(req.Tools, "tools"); err != nil {
+	if call.params.Tools, err = apicore.ParseTools(req.Tools, "tools"); err != nil {
 		return err
 	}
 	if err := call.params.Validate(s.cfg.MaxTokensCap); err != nil {
@@ -252,7 +253,7 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 		return s.ollamaLoaded(c, call)
 	}
 	route := "ollama-chat"
-	a, err := s.startChat(c, route, conversationKey(msgs), msgs, call.params)
+	a, err := s.core.StartChat(c, route, apicore.ConversationKey(msgs), msgs, call.params)
 	if err != nil {
 		return renameOllama(err)
 	}
@@ -262,7 +263,7 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 // ollamaLoaded answers a request with nothing to generate, as Ollama
 // answers one that loads (or, with keep_alive 0, unloads) a model.
 func (s *Server) ollamaLoaded(c echo.Context, call *ollamaCall) error {
-	if err := s.apiAvailable(); err != nil {
+	if err := s.core.Available(); err != nil {
 		return err
 	}
 	last := call.text("")
@@ -299,24 +300,24 @@ func ollamaMetricsOf(call *ollamaCall, submitted time.Time, ev parley.Event) *ol
 }
 
 // ollamaRespond sends the reply a, streamed or whole.
-func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) error {
+func (s *Server) ollamaRespond(c echo.Context, a *apicore.Call, call *ollamaCall) error {
 	submitted := time.Now()
 	last := func(ev parley.Event, text string) ollamaChunk {
 		ch := call.text(text)
 		ch.Done, ch.DoneReason = true, ollamaDoneReason(ev.Finish)
 		ch.ollamaMetrics = ollamaMetricsOf(call, submitted, ev)
 		if call.finish != nil {
-			call.finish(&ch, a.rep.Text())
+			call.finish(&ch, a.Rep.Text())
 		}
 		return ch
 	}
 	if !call.stream {
-		_, ev := a.collect()
-		if rerr := replyError(ev); rerr != nil {
+		_, ev := a.Collect()
+		if rerr := apicore.ReplyError(ev); rerr != nil {
 			return renameOllama(rerr)
 		}
-		whole := last(ev, a.rep.Text())
-		if th := a.rep.Reasoning(); th != "" {
+		whole := last(ev, a.Rep.Text())
+		if th := a.Rep.Reasoning(); th != "" {
 			if whole.Message != nil {
 				whole.Message.Thinking = th
 			} else {
@@ -328,13 +329,13 @@ func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) err
 		}
 		return c.JSON(http.StatusOK, whole)
 	}
-	w := s.beginStream(c, "application/x-ndjson")
+	w := s.core.BeginStream(c, "application/x-ndjson")
 	send := func(v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("encode ollama object: %w", err)
 		}
-		return w.write(append(b, '\n'))
+		return w.Write(append(b, '\n'))
 	}
 	piece := func(t parley.Token) error {
 		if t.Reasoning != "" {
@@ -348,7 +349,7 @@ func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) err
 		}
 		return send(call.text(text))
 	}
-	err := a.relay(
+	err := a.Relay(
 		func(t parley.Token, _ int) error { return piece(t) },
 		func(held *parley.Token, ev parley.Event) error {
 			if held != nil {
@@ -356,7 +357,7 @@ func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) err
 					return err
 				}
 			}
-			if rerr := replyError(ev); rerr != nil {
+			if rerr := apicore.ReplyError(ev); rerr != nil {
 				return send(ollamaError{parley.ErrorMessage(renameOllama(rerr))})
 			}
 			if len(ev.ToolCalls) > 0 && call.calls != nil {
@@ -370,7 +371,7 @@ func (s *Server) ollamaRespond(c echo.Context, a *apiCall, call *ollamaCall) err
 			return send(last(ev, ""))
 		})
 	if err != nil {
-		s.log.Debug("ollama stream ended early", zap.String("route", a.route), zap.Error(err))
+		s.log.Debug("ollama stream ended early", zap.String("route", a.Route), zap.Error(err))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // POST /api/generate: a prompt rendered with the model's chat template
@@ -37,16 +38,10 @@ type detokenizer interface {
 	TokenText(id int) string
 }
 
-// templater gives the chat template replies are rendered with
-// (*chat.Responder has it).
-type templater interface {
-	Template() chat.Template
-}
-
 // handleOllamaGenerate is POST /api/generate.
 func (s *Server) handleOllamaGenerate(c echo.Context) error {
 	call := &ollamaCall{start: time.Now()}
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return err
 	}
@@ -80,12 +75,12 @@ func (s *Server) handleOllamaGenerate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var a *apiCall
+	var a *apicore.Call
 	switch {
 	case req.Raw:
-		a, err = s.startCompletion(c, "ollama-generate", prefix+req.Prompt, call.params)
+		a, err = s.core.StartCompletion(c, "ollama-generate", prefix+req.Prompt, call.params)
 	case prefix == "":
-		a, err = s.startChat(c, "ollama-generate", "", generateMessages(&req), call.params)
+		a, err = s.core.StartChat(c, "ollama-generate", "", generateMessages(&req), call.params)
 	default:
 		a, err = s.startContinued(c, prefix, generateMessages(&req), call)
 	}
@@ -93,7 +88,7 @@ func (s *Server) handleOllamaGenerate(c echo.Context) error {
 		return renameOllama(err)
 	}
 	call.finish = func(last *ollamaChunk, reply string) {
-		last.Context = s.contextOf(c.Request().Context(), a.rep.Prompt()+reply)
+		last.Context = s.contextOf(c.Request().Context(), a.Rep.Prompt()+reply)
 	}
 	return s.ollamaRespond(c, a, call)
 }
@@ -125,8 +120,8 @@ func generateMessages(req *ollamaGenerateRequest) []parley.Message {
 // startContinued starts a templated prompt that follows an earlier
 // exchange's text (the context array's): the prompt is the template's
 // rendering of msgs after prefix, with the template's end-of-turn stops.
-func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Message, call *ollamaCall) (*apiCall, error) {
-	t, ok := s.templateFor(c.Request().Context())
+func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Message, call *ollamaCall) (*apicore.Call, error) {
+	t, ok := s.core.TemplateFor(c.Request().Context())
 	if !ok {
 		return nil, parley.FieldErrorf("context", "is not supported by this server")
 	}
@@ -151,7 +146,7 @@ func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Mes
 	p := call.params
 	p.Stop = append(append([]string(nil), p.Stop...), t.Stops()...)
 	prompt := prefix + rendered
-	return s.startCall(c, "ollama-generate", prompt, 0, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+	return s.core.StartCall(c, "ollama-generate", prompt, 0, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
 		return r.Complete(ctx, "", prompt, p)
 	})
 }
@@ -164,7 +159,7 @@ func (s *Server) contextText(ctx context.Context, ids []int) (string, error) {
 		return "", nil
 	}
 	info := s.loadedModel(ctx)
-	tok, release, err := s.tokenizerFor(ctx)
+	tok, release, err := s.core.TokenizerFor(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -194,7 +189,7 @@ func (s *Server) contextText(ctx context.Context, ids []int) (string, error) {
 // prompt (the context it continued included) and its text. nil when there
 // is no tokenizer or the text does not tokenize.
 func (s *Server) contextOf(ctx context.Context, text string) []int {
-	tok, release, err := s.tokenizerFor(ctx)
+	tok, release, err := s.core.TokenizerFor(ctx)
 	if err != nil || tok == nil {
 		return nil
 	}

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // Ollama's request options: the "options" object of /api/chat and
 // /api/generate, "format" and "keep_alive". Options are decoded one by one
-// into the paramsPatch every wire uses, so validation is the shared one;
+// into the apicore.ParamsPatch every wire uses, so validation is the shared one;
 // its errors are renamed to the Ollama option the client sent
 // (options.num_predict, not max_tokens). An option Parley does not know is
 // a 400 naming it; Ollama's runner options (threads, GPU layers, mmap),
@@ -51,8 +52,8 @@ var ollamaFieldNames = map[string]string{
 // renameOllama renames the field a validation or engine error names to
 // the Ollama name the client sent it under.
 func renameOllama(err error) error {
-	if to, ok := ollamaFieldNames[errorField(err)]; ok {
-		return renameField(err, errorField(err), to)
+	if to, ok := ollamaFieldNames[apicore.ErrorField(err)]; ok {
+		return apicore.RenameField(err, apicore.ErrorField(err), to)
 	}
 	return err
 }
@@ -76,8 +77,8 @@ func (l ollamaLimits) unlimitedTokens() int {
 }
 
 // applyOllamaOptions decodes options into p.
-func applyOllamaOptions(raw json.RawMessage, p *paramsPatch, lim ollamaLimits) error {
-	if !isSet(raw) {
+func applyOllamaOptions(raw json.RawMessage, p *apicore.ParamsPatch, lim ollamaLimits) error {
+	if !apicore.IsSet(raw) {
 		return nil
 	}
 	var opts map[string]json.RawMessage
@@ -97,9 +98,9 @@ func applyOllamaOptions(raw json.RawMessage, p *paramsPatch, lim ollamaLimits) e
 	return nil
 }
 
-func applyOllamaOption(key string, v json.RawMessage, p *paramsPatch, lim ollamaLimits) error {
+func applyOllamaOption(key string, v json.RawMessage, p *apicore.ParamsPatch, lim ollamaLimits) error {
 	field := "options." + key
-	if !isSet(v) {
+	if !apicore.IsSet(v) {
 		return nil // null: the default, as if absent
 	}
 	num := func(dst **float64) error {
@@ -224,9 +225,9 @@ func jsonKindOf(v json.RawMessage) string {
 
 // applyOllamaFormat turns format ("json", or a JSON schema) into the
 // schema the shared grammar path constrains the reply with.
-func applyOllamaFormat(raw json.RawMessage, p *paramsPatch) error {
+func applyOllamaFormat(raw json.RawMessage, p *apicore.ParamsPatch) error {
 	raw = bytes.TrimSpace(raw)
-	if !isSet(raw) {
+	if !apicore.IsSet(raw) {
 		return nil
 	}
 	switch raw[0] {
@@ -246,7 +247,7 @@ func applyOllamaFormat(raw json.RawMessage, p *paramsPatch) error {
 	default:
 		return parley.FieldErrorf("format", `must be "json" or a JSON schema object, got %s`, jsonKindOf(raw))
 	}
-	p.schemaField = "format"
+	p.SchemaField = "format"
 	return nil
 }
 
@@ -255,7 +256,7 @@ func applyOllamaFormat(raw json.RawMessage, p *paramsPatch) error {
 // while Parley runs whatever it says.
 func checkKeepAlive(raw json.RawMessage) (time.Duration, error) {
 	raw = bytes.TrimSpace(raw)
-	if !isSet(raw) {
+	if !apicore.IsSet(raw) {
 		return 0, nil
 	}
 	if raw[0] == '"' {
@@ -283,7 +284,7 @@ var goTypeName = regexp.MustCompile(`(\[\])?(map\[string\])?web\.[A-Za-z]+`)
 // decodeOllama decodes a request body; a type error names JSON's kinds
 // (an array, an object), not the server's Go types.
 func decodeOllama(body []byte, v any) error {
-	err := decodeJSON(bytes.NewReader(body), v)
+	err := apicore.DecodeJSON(bytes.NewReader(body), v)
 	var pe *parley.Error
 	if err == nil || !errors.As(err, &pe) {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // POST /api/show: what a client reads before it chats. VS Code's Ollama
@@ -37,7 +38,7 @@ type ollamaShowResponse struct {
 }
 
 func (s *Server) handleOllamaShow(c echo.Context) error {
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func (s *Server) ollamaParameters(ctx context.Context) string {
 	line("repeat_penalty", f(d.RepeatPenalty))
 	line("repeat_last_n", strconv.Itoa(d.RepeatLastN))
 	for _, st := range d.Stop {
-		line("stop", jsonString(st))
+		line("stop", apicore.JSONString(st))
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }

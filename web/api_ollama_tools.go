@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // Tool calling on /api/chat, as Ollama does it: the request's tools are
@@ -58,7 +59,7 @@ func parseOllamaToolCalls(in []ollamaToolCall, role parley.Role, i int, field st
 			return nil, parley.FieldErrorf(f+".name", "is required")
 		}
 		args := bytes.TrimSpace(c.Function.Arguments)
-		if !isSet(args) {
+		if !apicore.IsSet(args) {
 			args = []byte("{}")
 		}
 		if args[0] != '{' {

@@ -3,8 +3,6 @@ package web
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // OpenAI's chat completions, as the official client libraries use them:
@@ -55,8 +54,8 @@ type responseFormat struct {
 }
 
 type chatRequest struct {
-	paramsPatch
-	cacheKeyFields
+	apicore.ParamsPatch
+	apicore.CacheKeyFields
 	Model         string          `json:"model"`
 	Messages      []openAIMessage `json:"messages"`
 	Stream        bool            `json:"stream"`
@@ -126,14 +125,14 @@ type chatChoice struct {
 }
 
 type chatCompletion struct {
-	ID                string       `json:"id"`
-	Object            string       `json:"object"` // "chat.completion"
-	Created           int64        `json:"created"`
-	Model             string       `json:"model"`
-	SystemFingerprint string       `json:"system_fingerprint"`
-	Choices           []chatChoice `json:"choices"`
-	Usage             *openAIUsage `json:"usage"`
-	Timings           *timingsJSON `json:"timings,omitempty"` // Parley's (and llama.cpp's) extension
+	ID                string           `json:"id"`
+	Object            string           `json:"object"` // "chat.completion"
+	Created           int64            `json:"created"`
+	Model             string           `json:"model"`
+	SystemFingerprint string           `json:"system_fingerprint"`
+	Choices           []chatChoice     `json:"choices"`
+	Usage             *openAIUsage     `json:"usage"`
+	Timings           *apicore.Timings `json:"timings,omitempty"` // Parley's (and llama.cpp's) extension
 }
 
 type chunkDelta struct {
@@ -151,14 +150,14 @@ type chunkChoice struct {
 }
 
 type chatChunk struct {
-	ID                string          `json:"id"`
-	Object            string          `json:"object"` // "chat.completion.chunk"
-	Created           int64           `json:"created"`
-	Model             string          `json:"model"`
-	SystemFingerprint string          `json:"system_fingerprint"`
-	Choices           []chunkChoice   `json:"choices"`
-	Usage             json.RawMessage `json:"usage,omitempty"` // null on every chunk but the last when include_usage is set
-	Timings           *timingsJSON    `json:"timings,omitempty"`
+	ID                string           `json:"id"`
+	Object            string           `json:"object"` // "chat.completion.chunk"
+	Created           int64            `json:"created"`
+	Model             string           `json:"model"`
+	SystemFingerprint string           `json:"system_fingerprint"`
+	Choices           []chunkChoice    `json:"choices"`
+	Usage             json.RawMessage  `json:"usage,omitempty"` // null on every chunk but the last when include_usage is set
+	Timings           *apicore.Timings `json:"timings,omitempty"`
 }
 
 // openAIFinish maps a finish reason to OpenAI's; "" for the ones reported as errors.
@@ -188,31 +187,19 @@ type chatCall struct {
 	renameSent   func(error) error // names the field the client sent in an error from the engine
 }
 
-// checkNotEmpty refuses a message with no text (an empty string, no parts,
-// or parts of empty text) from anyone but the assistant, on every API, as
-// an empty prompt is refused: a request must not generate from nothing.
-// An empty assistant message is history (a reply that ended at once), and
-// clients resend it.
-func checkNotEmpty(role parley.Role, content, field string) error {
-	if content == "" && role != parley.RoleAssistant {
-		return parley.FieldErrorf(field, "must not be empty")
-	}
-	return nil
-}
-
 func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return nil, err
 	}
 	var req chatRequest
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
-	if err := s.pickModel(c, req.Model); err != nil {
+	if err := s.core.PickModel(c, req.Model); err != nil {
 		return nil, err
 	}
-	if err := narrowRequest(c, &req.cacheKeyFields); err != nil {
+	if err := apicore.NarrowRequest(c, &req.CacheKeyFields); err != nil {
 		return nil, err
 	}
 	if len(req.Messages) == 0 {
@@ -232,7 +219,7 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 	if req.N != nil && *req.N != 1 {
 		return nil, parley.FieldErrorf("n", "only 1 is supported, got %d", *req.N)
 	}
-	if isSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
+	if apicore.IsSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
 		return nil, parley.FieldErrorf("logit_bias", "is not supported")
 	}
 	if req.TopLogprobs != nil {
@@ -251,56 +238,36 @@ func (s *Server) parseChat(c echo.Context) (*chatCall, error) {
 		switch rf.Type {
 		case "", "text":
 		case "json_object":
-			req.paramsPatch.JSONSchema = json.RawMessage(`{"type":"object"}`)
-			req.paramsPatch.schemaField = "response_format"
+			req.ParamsPatch.JSONSchema = json.RawMessage(`{"type":"object"}`)
+			req.ParamsPatch.SchemaField = "response_format"
 		case "json_schema":
-			if rf.JSONSchema == nil || !isSet(rf.JSONSchema.Schema) {
+			if rf.JSONSchema == nil || !apicore.IsSet(rf.JSONSchema.Schema) {
 				return nil, parley.FieldErrorf("response_format.json_schema.schema", "is required")
 			}
-			req.paramsPatch.JSONSchema = rf.JSONSchema.Schema
-			req.paramsPatch.schemaField = "response_format.json_schema.schema"
+			req.ParamsPatch.JSONSchema = rf.JSONSchema.Schema
+			req.ParamsPatch.SchemaField = "response_format.json_schema.schema"
 		default:
 			return nil, parley.FieldErrorf("response_format.type", "must be text, json_object or json_schema, got %q", rf.Type)
 		}
 	}
-	p, err := s.resolveParams(&req.paramsPatch)
+	p, err := s.core.ResolveParams(&req.ParamsPatch)
 	if err != nil {
 		return nil, err
 	}
-	if p.Tools, err = parseTools(req.Tools, "tools"); err != nil {
+	if p.Tools, err = apicore.ParseTools(req.Tools, "tools"); err != nil {
 		return nil, err
 	}
-	if p.ToolChoice, err = parseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
+	if p.ToolChoice, err = apicore.ParseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
 		return nil, err
 	}
 	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
 		return nil, err
 	}
-	resolveSeed(&p)
+	apicore.ResolveSeed(&p)
 	p.SkipLogprobs = !req.Logprobs
 	call.params = p
-	call.renameSent = req.paramsPatch.renameSent
+	call.renameSent = req.ParamsPatch.RenameSent
 	return call, nil
-}
-
-// conversationKey is the KV-cache key of a stateless chat: a hash of the
-// conversation up to its first user message. A client that resends a
-// growing conversation keeps landing on the slot that holds its prefix, so
-// only the new turns are evaluated; different conversations get different
-// keys (and the engine's longest-common-prefix check keeps any reuse correct
-// even when two share an opening).
-func conversationKey(msgs []parley.Message) string {
-	h := sha256.New()
-	for _, m := range msgs {
-		h.Write([]byte(m.Role))
-		h.Write([]byte{0})
-		h.Write([]byte(m.Content))
-		h.Write([]byte{0})
-		if m.Role == parley.RoleUser {
-			break
-		}
-	}
-	return "openai:" + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 func completionID() string {
@@ -314,7 +281,7 @@ func tokenLogprobOf(t parley.Token, top int) tokenLogprob {
 	for i := range len(t.Text) {
 		b[i] = int(t.Text[i])
 	}
-	lp := tokenLogprob{topLogprob: topLogprob{Token: t.Text, Logprob: finite(t.Logprob), Bytes: b}, TopLogprobs: []topLogprob{}}
+	lp := tokenLogprob{topLogprob: topLogprob{Token: t.Text, Logprob: apicore.Finite(t.Logprob), Bytes: b}, TopLogprobs: []topLogprob{}}
 	if top > 0 {
 		lp.TopLogprobs = append(lp.TopLogprobs, lp.topLogprob)
 	}
@@ -331,20 +298,20 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 	if cc.stream {
 		route = "openai-stream"
 	}
-	call, err := s.startChat(c, route, conversationKey(cc.msgs), cc.msgs, cc.params)
+	call, err := s.core.StartChat(c, route, apicore.ConversationKey(cc.msgs), cc.msgs, cc.params)
 	if err != nil {
 		return cc.renameSent(err)
 	}
-	call.topLogprobs = cc.topLogprobs
-	id, created, model := completionID(), time.Now().Unix(), s.modelName(c.Request().Context())
+	call.TopLogprobs = cc.topLogprobs
+	id, created, model := completionID(), time.Now().Unix(), s.core.ModelName(c.Request().Context())
 	if !cc.stream {
-		toks, ev := call.collect()
-		if rerr := replyError(ev); rerr != nil {
+		toks, ev := call.Collect()
+		if rerr := apicore.ReplyError(ev); rerr != nil {
 			return cc.renameSent(rerr)
 		}
-		text := call.rep.Text()
+		text := call.Rep.Text()
 		choice := chatChoice{
-			Message:      chatMessageOut{Role: "assistant", Content: &text, ReasoningContent: call.rep.Reasoning()},
+			Message:      chatMessageOut{Role: "assistant", Content: &text, ReasoningContent: call.Rep.Reasoning()},
 			FinishReason: openAIFinish(ev.Finish),
 		}
 		if len(ev.ToolCalls) > 0 {
@@ -359,7 +326,7 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 				choice.Logprobs.Content = append(choice.Logprobs.Content, tokenLogprobOf(t, cc.topLogprobs))
 			}
 		}
-		timings := newTimings(ev.Timings, ev.Usage.CompletionTokens)
+		timings := apicore.NewTimings(ev.Timings, ev.Usage.CompletionTokens)
 		return c.JSON(http.StatusOK, chatCompletion{
 			ID: id, Object: "chat.completion", Created: created, Model: model, SystemFingerprint: systemFingerprint,
 			Choices: []chatChoice{choice},
@@ -376,7 +343,7 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 		}
 		return ch
 	}
-	call.onTool = func(d parley.ToolCallDelta) any {
+	call.OnTool = func(d parley.ToolCallDelta) any {
 		return chunk([]chunkChoice{{Delta: chunkDelta{ToolCalls: openAIToolDelta(d)}}})
 	}
 	s.streamOpenAI(c, call, cc.logprobs, cc.includeUsage, openAIChunks{
@@ -395,7 +362,7 @@ func (s *Server) handleChatCompletions(c echo.Context) error {
 		reasoning: func(text string) any {
 			return chunk([]chunkChoice{{Delta: chunkDelta{ReasoningContent: &text}}})
 		},
-		final: func(finish string, lps []tokenLogprob, timings timingsJSON) any {
+		final: func(finish string, lps []tokenLogprob, timings apicore.Timings) any {
 			final := chunkChoice{Delta: chunkDelta{}, FinishReason: &finish}
 			if len(lps) > 0 {
 				final.Logprobs = &chatLogprobs{Content: lps}
@@ -420,21 +387,21 @@ type openAIChunks struct {
 	text  func(text string, lps []tokenLogprob) any // a chunk of reply text; lps: the logprobs of its tokens, when asked for
 	// reasoning, optional, is a chunk of a reasoning model's thought (it precedes the answer's chunks).
 	reasoning func(text string) any
-	final     func(finish string, lps []tokenLogprob, timings timingsJSON) any // the chunk with the finish reason
-	usage     func(usage json.RawMessage) any                                  // the usage chunk (stream_options.include_usage)
+	final     func(finish string, lps []tokenLogprob, timings apicore.Timings) any // the chunk with the finish reason
+	usage     func(usage json.RawMessage) any                                      // the usage chunk (stream_options.include_usage)
 }
 
 // streamOpenAI relays call's reply as OpenAI server-sent events ("data:
 // {chunk}" ... "data: [DONE]"); an error after the stream began is one
 // OpenAI error event.
-func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUsage bool, ch openAIChunks) {
-	w := s.beginStream(c, "text/event-stream")
+func (s *Server) streamOpenAI(c echo.Context, call *apicore.Call, logprobs, includeUsage bool, ch openAIChunks) {
+	w := s.core.BeginStream(c, "text/event-stream")
 	send := func(v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("encode chunk: %w", err)
 		}
-		return w.write(append(append([]byte("data: "), b...), '\n', '\n'))
+		return w.Write(append(append([]byte("data: "), b...), '\n', '\n'))
 	}
 	// Tokens whose text is held back (a partial character, a possible stop
 	// string) or empty (special tokens) make no chunk of their own; their
@@ -447,7 +414,7 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 			}
 		}
 		if logprobs && t != nil {
-			pendingLP = append(pendingLP, tokenLogprobOf(*t, call.topLogprobs))
+			pendingLP = append(pendingLP, tokenLogprobOf(*t, call.TopLogprobs))
 		}
 		if text == "" {
 			return nil
@@ -456,17 +423,17 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 		pendingLP = nil
 		return send(ch.text(text, lps))
 	}
-	if call.onTool != nil {
-		call.tool = func(d parley.ToolCallDelta) error { return send(call.onTool(d)) }
+	if call.OnTool != nil {
+		call.Tool = func(d parley.ToolCallDelta) error { return send(call.OnTool(d)) }
 	}
 	if ch.first != nil {
 		if err := send(ch.first()); err != nil {
-			call.cancel()
-			call.collect()
+			call.Cancel()
+			call.Collect()
 			return
 		}
 	}
-	err := call.relay(
+	err := call.Relay(
 		func(t parley.Token, _ int) error { return content(t.Text, &t) },
 		func(last *parley.Token, ev parley.Event) error {
 			if last != nil {
@@ -474,10 +441,10 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 					return err
 				}
 			}
-			if rerr := replyError(ev); rerr != nil {
+			if rerr := apicore.ReplyError(ev); rerr != nil {
 				return send(openAIErrorBody{newOpenAIError(rerr)})
 			}
-			if err := send(ch.final(openAIFinish(ev.Finish), pendingLP, newTimings(ev.Timings, ev.Usage.CompletionTokens))); err != nil {
+			if err := send(ch.final(openAIFinish(ev.Finish), pendingLP, apicore.NewTimings(ev.Timings, ev.Usage.CompletionTokens))); err != nil {
 				return err
 			}
 			if includeUsage {
@@ -489,10 +456,10 @@ func (s *Server) streamOpenAI(c echo.Context, call *apiCall, logprobs, includeUs
 					return err
 				}
 			}
-			return w.write([]byte("data: [DONE]\n\n"))
+			return w.Write([]byte("data: [DONE]\n\n"))
 		})
 	if err != nil {
-		s.log.Debug("openai stream ended early", zap.String("route", call.route), zap.Error(err))
+		s.log.Debug("openai stream ended early", zap.String("route", call.Route), zap.Error(err))
 	}
 }
 
@@ -504,7 +471,7 @@ type openAIModel struct {
 }
 
 func (s *Server) openAIModel() openAIModel {
-	return openAIModel{ID: s.modelName(context.Background()), Object: "model", Created: s.api.mounted.Unix(), OwnedBy: "parley"}
+	return openAIModel{ID: s.core.ModelName(context.Background()), Object: "model", Created: s.core.Mounted.Unix(), OwnedBy: "parley"}
 }
 
 // handleModels is GET /v1/models: the one loaded model.

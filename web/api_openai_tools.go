@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // OpenAI's tool calling on chat completions: the request's tools,
@@ -15,17 +16,6 @@ import (
 // function.arguments over several chunks); finish_reason "tool_calls".
 // The calls are constrained by a grammar built from the tools' schemas (see
 // parley.Params), so every call returned parses and validates.
-
-// openAITool is one entry of a request's tools.
-type openAITool struct {
-	Type     string `json:"type"`
-	Function *struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-		Strict      *bool           `json:"strict"`
-	} `json:"function"`
-}
 
 // openAIFunctionCall is a call's function: its name and its arguments as JSON text.
 type openAIFunctionCall struct {
@@ -39,66 +29,6 @@ type openAIToolCall struct {
 	ID       string             `json:"id,omitempty"`
 	Type     string             `json:"type,omitempty"`
 	Function openAIFunctionCall `json:"function"`
-}
-
-// parseTools decodes OpenAI's tools (only "function" tools).
-func parseTools(raw json.RawMessage, field string) ([]parley.Tool, error) {
-	if !isSet(raw) {
-		return nil, nil
-	}
-	var in []openAITool
-	if err := json.Unmarshal(raw, &in); err != nil {
-		return nil, parley.FieldErrorf(field, "must be an array of {\"type\": \"function\", \"function\": {...}}")
-	}
-	if len(in) > parley.MaxTools {
-		return nil, parley.FieldErrorf(field, "at most %d tools, got %d", parley.MaxTools, len(in))
-	}
-	tools := make([]parley.Tool, 0, len(in))
-	for i, t := range in {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		if t.Type != "function" {
-			return nil, parley.FieldErrorf(f+".type", "only \"function\" tools are supported, got %q", t.Type)
-		}
-		if t.Function == nil {
-			return nil, parley.FieldErrorf(f+".function", "is required")
-		}
-		tools = append(tools, parley.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters})
-	}
-	return tools, nil
-}
-
-// parseToolChoice decodes "auto", "none", "required" or
-// {"type": "function", "function": {"name": ...}}.
-func parseToolChoice(raw json.RawMessage, field string) (parley.ToolChoice, error) {
-	if !isSet(raw) {
-		return parley.ToolChoice{}, nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		switch s {
-		case parley.ToolAuto, parley.ToolNone, parley.ToolRequired:
-			return parley.ToolChoice{Mode: s}, nil
-		}
-		return parley.ToolChoice{}, parley.FieldErrorf(field, "must be auto, none, required or a function, got %q", s)
-	}
-	var obj struct {
-		Type     string `json:"type"`
-		Name     string `json:"name"` // the Responses API's form
-		Function *struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil || obj.Type != "function" {
-		return parley.ToolChoice{}, parley.FieldErrorf(field, "must be auto, none, required or {\"type\": \"function\", \"function\": {\"name\": ...}}")
-	}
-	name := obj.Name
-	if obj.Function != nil {
-		name = obj.Function.Name
-	}
-	if name == "" {
-		return parley.ToolChoice{}, parley.FieldErrorf(field, "names no function")
-	}
-	return parley.ToolChoice{Mode: parley.ToolFunction, Name: name}, nil
 }
 
 // checkToolResults refuses a tool message that answers no earlier call:
@@ -135,7 +65,7 @@ func parseChatMessage(m openAIMessage, i int) (parley.Message, error) {
 	if m.Role == "tool" {
 		role = parley.RoleTool
 	} else {
-		r, err := parseRole(m.Role, field+".role")
+		r, err := apicore.ParseRole(m.Role, field+".role")
 		if err != nil {
 			return parley.Message{}, err
 		}
@@ -159,16 +89,16 @@ func parseChatMessage(m openAIMessage, i int) (parley.Message, error) {
 	raw := bytes.TrimSpace(m.Content)
 	if !(len(calls) > 0 && (len(raw) == 0 || bytes.Equal(raw, []byte("null")))) {
 		var err error
-		if content, err = parseContent(m.Content, field+".content"); err != nil {
+		if content, err = apicore.ParseContent(m.Content, field+".content"); err != nil {
 			return parley.Message{}, err
 		}
 	}
 	if role != parley.RoleTool {
-		if err := checkNotEmpty(role, content, field+".content"); err != nil {
+		if err := apicore.CheckNotEmpty(role, content, field+".content"); err != nil {
 			return parley.Message{}, err
 		}
 	}
-	return parley.Message{Role: role, Content: content, Reasoning: assistantReasoning(role, m.ReasoningContent),
+	return parley.Message{Role: role, Content: content, Reasoning: apicore.AssistantReasoning(role, m.ReasoningContent),
 		ToolCalls: calls, ToolCallID: m.ToolCallID, Name: m.Name}, nil
 }
 

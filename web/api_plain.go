@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // Trailers of the plain stream: what a text body cannot carry. Declared
@@ -32,7 +33,7 @@ func (s *Server) handlePlain(c echo.Context) error {
 	q := c.Request().URL.Query()
 	prompt, fromQuery := q.Get("prompt"), q.Has("prompt")
 	if !fromQuery {
-		body, err := readBody(c)
+		body, err := apicore.ReadBody(c)
 		if err != nil {
 			return err
 		}
@@ -44,38 +45,38 @@ func (s *Server) handlePlain(c echo.Context) error {
 	if strings.TrimSpace(prompt) == "" {
 		return parley.FieldErrorf("prompt", "is required: POST /?prompt=... or the prompt as the request body")
 	}
-	if err := s.pickModel(c, q.Get("model")); err != nil {
+	if err := s.core.PickModel(c, q.Get("model")); err != nil {
 		return err
 	}
-	patch, err := patchFromQuery(q, "prompt", "model")
+	patch, err := apicore.PatchFromQuery(q, "prompt", "model")
 	if err != nil {
 		return err
 	}
-	p, err := s.resolveParams(patch)
+	p, err := s.core.ResolveParams(patch)
 	if err != nil {
 		return err
 	}
-	resolveSeed(&p)
+	apicore.ResolveSeed(&p)
 	p.SkipLogprobs = true // plain text carries no logprobs
-	call, err := s.startCompletion(c, "plain", prompt, p)
+	call, err := s.core.StartCompletion(c, "plain", prompt, p)
 	if err != nil {
 		return err
 	}
 
 	h := c.Response().Header()
-	h.Set(headerPromptTokens, strconv.Itoa(call.rep.PromptTokens()))
+	h.Set(headerPromptTokens, strconv.Itoa(call.Rep.PromptTokens()))
 	h.Set("Trailer", strings.Join([]string{trailerFinish, trailerUsage, trailerTimings, trailerError}, ", "))
-	w := s.beginStream(c, "text/plain; charset=utf-8")
-	err = call.relay(
+	w := s.core.BeginStream(c, "text/plain; charset=utf-8")
+	err = call.Relay(
 		func(t parley.Token, _ int) error {
 			if t.Text == "" {
 				return nil
 			}
-			return w.write([]byte(t.Text))
+			return w.Write([]byte(t.Text))
 		},
 		func(last *parley.Token, ev parley.Event) error {
 			if last != nil && last.Text != "" {
-				if err := w.write([]byte(last.Text)); err != nil {
+				if err := w.Write([]byte(last.Text)); err != nil {
 					return err
 				}
 			}
@@ -83,12 +84,12 @@ func (s *Server) handlePlain(c echo.Context) error {
 			h.Set(trailerUsage, "prompt="+strconv.Itoa(ev.Usage.PromptTokens)+
 				", cached="+strconv.Itoa(ev.Usage.CachedPromptTokens)+
 				", completion="+strconv.Itoa(ev.Usage.CompletionTokens))
-			t := newTimings(ev.Timings, ev.Usage.CompletionTokens)
+			t := apicore.NewTimings(ev.Timings, ev.Usage.CompletionTokens)
 			h.Set(trailerTimings, "ttft_ms="+strconv.FormatFloat(t.TTFTMS, 'f', -1, 64)+
 				", tokens_per_second="+strconv.FormatFloat(t.TokensPerSecond, 'f', -1, 64))
-			if rerr := replyError(ev); rerr != nil {
+			if rerr := apicore.ReplyError(ev); rerr != nil {
 				h.Set(trailerError, parley.ErrorMessage(rerr))
-				return w.write([]byte("\nError: " + parley.ErrorMessage(rerr) + "\n"))
+				return w.Write([]byte("\nError: " + parley.ErrorMessage(rerr) + "\n"))
 			}
 			return nil
 		})

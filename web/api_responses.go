@@ -41,6 +41,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // Conversations is what the Responses and Conversations APIs need from the
@@ -94,8 +95,8 @@ func (s *Server) mountResponses(g *echo.Group, cs Conversations) {
 // responsesRequest is the body of POST /v1/responses and of a WebSocket
 // "response.create" message.
 type responsesRequest struct {
-	paramsPatch
-	cacheKeyFields
+	apicore.ParamsPatch
+	apicore.CacheKeyFields
 	Type               string            `json:"type"` // "response.create" on the WebSocket
 	Model              string            `json:"model"`
 	Input              json.RawMessage   `json:"input"`
@@ -177,15 +178,15 @@ func (pr *parsedResponse) turnContext(ctx context.Context) context.Context {
 
 func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
 	var req responsesRequest
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
-	model, err := s.resolveModel(req.Model)
+	model, err := s.core.ResolveModel(req.Model)
 	if err != nil {
 		return nil, err
 	}
-	ctx = withModel(ctx, model)
-	if ctx, err = req.cacheKeyFields.narrow(ctx); err != nil {
+	ctx = apicore.WithModel(ctx, model)
+	if ctx, err = req.CacheKeyFields.Narrow(ctx); err != nil {
 		return nil, err
 	}
 	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) })
@@ -206,32 +207,32 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 	}
 	// Every string of the input and the tools counts (the tools as their
 	// JSON text), and one token per message for its role marker.
-	text := promptText(msgs, nil) + string(req.Tools)
+	text := apicore.PromptText(msgs, nil) + string(req.Tools)
 	if req.Instructions != nil {
 		text += *req.Instructions
 	}
-	if err := s.countPromptTokens(ctx, text, len(msgs), true); err != nil {
+	if err := s.core.CountPromptTokens(ctx, text, len(msgs), true); err != nil {
 		return nil, err
 	}
 	if req.Reasoning != nil && req.Reasoning.Effort != nil {
-		req.paramsPatch.ReasoningEffort = req.Reasoning.Effort
+		req.ParamsPatch.ReasoningEffort = req.Reasoning.Effort
 	}
 	if req.MaxOutputTokens != nil {
-		req.paramsPatch.MaxTokens = req.MaxOutputTokens
+		req.ParamsPatch.MaxTokens = req.MaxOutputTokens
 	}
 	var textConfig json.RawMessage
 	if req.Text != nil && req.Text.Format != nil {
 		switch f := req.Text.Format; f.Type {
 		case "", "text":
 		case "json_object":
-			req.paramsPatch.JSONSchema = json.RawMessage(`{"type":"object"}`)
-			req.paramsPatch.schemaField = "text.format"
+			req.ParamsPatch.JSONSchema = json.RawMessage(`{"type":"object"}`)
+			req.ParamsPatch.SchemaField = "text.format"
 		case "json_schema":
-			if !isSet(f.Schema) {
+			if !apicore.IsSet(f.Schema) {
 				return nil, parley.FieldErrorf("text.format.schema", "is required")
 			}
-			req.paramsPatch.JSONSchema = f.Schema
-			req.paramsPatch.schemaField = "text.format.schema"
+			req.ParamsPatch.JSONSchema = f.Schema
+			req.ParamsPatch.SchemaField = "text.format.schema"
 		default:
 			return nil, parley.FieldErrorf("text.format.type", "must be text, json_object or json_schema, got %q", f.Type)
 		}
@@ -239,26 +240,26 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 			return nil, fmt.Errorf("encode text: %w", err)
 		}
 	}
-	p, err := s.resolveParams(&req.paramsPatch)
+	p, err := s.core.ResolveParams(&req.ParamsPatch)
 	if err != nil {
 		if req.MaxOutputTokens != nil {
-			err = renameField(err, "max_tokens", "max_output_tokens") // the field the client sent
+			err = apicore.RenameField(err, "max_tokens", "max_output_tokens") // the field the client sent
 		}
 		return nil, err
 	}
 	if p.Tools, err = parseResponsesTools(req.Tools); err != nil {
 		return nil, err
 	}
-	if p.ToolChoice, err = parseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
+	if p.ToolChoice, err = apicore.ParseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
 		return nil, err
 	}
 	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
 		return nil, err
 	}
-	resolveSeed(&p)
+	apicore.ResolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
-		renameSent: req.paramsPatch.renameSent, scope: parley.CacheScope(ctx),
+		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx),
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
 	if req.PreviousResponseID != nil {
@@ -267,7 +268,7 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 			return nil, parley.FieldErrorf("previous_response_id", "must not be empty")
 		}
 	}
-	if isSet(req.Conversation) {
+	if apicore.IsSet(req.Conversation) {
 		conv, err := parseConversationField(req.Conversation)
 		if err != nil {
 			return nil, err
@@ -372,15 +373,15 @@ func parseItem(it inputItem, field string) (parley.Message, error) {
 	default:
 		return parley.Message{}, parley.FieldErrorf(field+".type", "must be message, function_call, function_call_output, reasoning or item_reference, got %q", it.Type)
 	}
-	role, err := parseRole(it.Role, field+".role")
+	role, err := apicore.ParseRole(it.Role, field+".role")
 	if err != nil {
 		return parley.Message{}, err
 	}
-	text, err := parseContent(it.Content, field+".content", "input_text", "output_text", "text")
+	text, err := apicore.ParseContent(it.Content, field+".content", "input_text", "output_text", "text")
 	if err != nil {
 		return parley.Message{}, err
 	}
-	if err := checkNotEmpty(role, text, field+".content"); err != nil {
+	if err := apicore.CheckNotEmpty(role, text, field+".content"); err != nil {
 		return parley.Message{}, err
 	}
 	return parley.Message{Role: role, Content: text}, nil
@@ -508,7 +509,7 @@ func newMessageItem(id string, m parley.Message) messageItem {
 // as with one model.
 func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool, model string) *responseObject {
 	if model == "" {
-		model = s.modelName(context.Background())
+		model = s.core.ModelName(context.Background())
 	}
 	o := &responseObject{
 		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: model,
@@ -543,10 +544,10 @@ func setUsage(o *responseObject, rec session.ResponseRecord) {
 
 // handleCreateResponse is POST /v1/responses.
 func (s *Server) handleCreateResponse(c echo.Context) error {
-	if err := s.apiAvailable(); err != nil {
+	if err := s.core.Available(); err != nil {
 		return err
 	}
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return err
 	}
@@ -557,7 +558,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	if pr.bg {
 		return s.startBackground(c, pr)
 	}
-	ctx, cancel := context.WithCancel(withModel(pr.turnContext(c.Request().Context()), pr.model))
+	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(c.Request().Context()), pr.model))
 	defer cancel()
 	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
@@ -566,19 +567,19 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 	if !pr.stream {
 		meter := s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))
 		for ev := range resp.Events() {
-			meter.observe(ev)
+			meter.Observe(ev)
 			if ev.Done {
-				replyLog(s.log.With(zap.String("route", "responses")), ev)
+				apicore.ReplyLog(s.log.With(zap.String("route", "responses")), ev)
 				if ev.Finish == parley.FinishError {
-					return pr.renameSent(errOr(ev.Err))
+					return pr.renameSent(apicore.ErrOr(ev.Err))
 				}
 			}
 		}
 		return c.JSON(http.StatusOK, s.finishedResponse(resp, pr))
 	}
-	w := s.beginStream(c, "text/event-stream")
+	w := s.core.BeginStream(c, "text/event-stream")
 	emit := func(typ string, b []byte) error {
-		return w.write([]byte("event: " + typ + "\ndata: " + string(b) + "\n\n"))
+		return w.Write([]byte("event: " + typ + "\ndata: " + string(b) + "\n\n"))
 	}
 	return s.streamResponse(ctx, cancel, resp, pr, emit)
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // bgLinger is how long a finished background response's event log is kept.
@@ -116,7 +117,7 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 		return err
 	}
 	user := parley.UserFrom(c.Request().Context())
-	ctx, cancel := context.WithCancel(withModel(pr.turnContext(parley.WithUser(parley.WithClient(s.stop, client), user)), pr.model))
+	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(parley.WithUser(parley.WithClient(s.stop, client), user)), pr.model))
 	pr.req.Durable = true // a crash leaves it stored, interrupted
 	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
@@ -177,14 +178,14 @@ func (s *Server) runBackground(ctx context.Context, b *bgResponse, resp *session
 // server-sent events, then the rest as they come, until b ends or the
 // client leaves (b goes on).
 func (s *Server) followBackground(c echo.Context, b *bgResponse, after int) error {
-	w := s.beginStream(c, "text/event-stream")
+	w := s.core.BeginStream(c, "text/event-stream")
 	next := after + 1
 	for {
 		b.mu.Lock()
 		evs, done, wake := b.events[min(next, len(b.events)):], b.final != nil, b.wake
 		b.mu.Unlock()
 		for _, ev := range evs {
-			if err := w.write([]byte("event: " + ev.typ + "\ndata: " + string(ev.data) + "\n\n")); err != nil {
+			if err := w.Write([]byte("event: " + ev.typ + "\ndata: " + string(ev.data) + "\n\n")); err != nil {
 				return nil // the client left; the response goes on
 			}
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // A reasoning model's thought on the Responses API: a "reasoning" output item before the message, its text in
@@ -39,10 +40,10 @@ func reasoningItemID(sid string, end int) string {
 // reasoning_text parts, which goes with the assistant message that follows it; "" when it carries none (a summary or
 // encrypted content only, which Parley does not produce and ignores).
 func reasoningInput(it inputItem, field string) (string, error) {
-	if !isSet(it.Content) || bytes.Equal(bytes.TrimSpace(it.Content), []byte("[]")) {
+	if !apicore.IsSet(it.Content) || bytes.Equal(bytes.TrimSpace(it.Content), []byte("[]")) {
 		return "", nil
 	}
-	return parseContent(it.Content, field+".content", "reasoning_text")
+	return apicore.ParseContent(it.Content, field+".content", "reasoning_text")
 }
 
 // outputItems opens and closes a streamed response's output items: the reasoning item (index 0) when the thought

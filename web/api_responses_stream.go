@@ -10,6 +10,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // deltaEvent is response.output_text.delta, the event of every token: a
@@ -71,9 +72,9 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 	es := &eventStream{emit: emit}
 	meter := s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))
 	observe := func(ev parley.Event) {
-		meter.observe(ev)
+		meter.Observe(ev)
 		if ev.Done {
-			replyLog(s.log.With(zap.String("route", "responses-stream")), ev)
+			apicore.ReplyLog(s.log.With(zap.String("route", "responses-stream")), ev)
 		}
 	}
 	drain := func(err error) error {
@@ -127,7 +128,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 		}
 	}
 	if final.Finish == parley.FinishError || (final.Finish == parley.FinishCancelled && ctx.Err() == nil) {
-		return s.streamFailed(es, resp, pr.renameSent(replyError(final)))
+		return s.streamFailed(es, resp, pr.renameSent(apicore.ReplyError(final)))
 	}
 	if err := out.closeReasoning(); err != nil {
 		return err
@@ -148,10 +149,10 @@ func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error
 	failed.Error = &responseError{Code: responseErrorCode(err), Message: parley.ErrorMessage(err)}
 	oe := newOpenAIError(err)
 	ev := map[string]any{"code": oe.Code, "message": oe.Message, "param": oe.Param}
-	if d := retryAfterSeconds(err); d > 0 {
+	if d := apicore.RetryAfterSeconds(err); d > 0 {
 		// A new session the store refused when the turn was committed
 		// (the client's cap, a full store): when to try again.
-		ev["status"], ev["retry_after"] = ErrorStatus(err), d
+		ev["status"], ev["retry_after"] = apicore.ErrorStatus(err), d
 	}
 	if e := es.send("error", ev); e != nil {
 		return e

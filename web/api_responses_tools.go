@@ -17,6 +17,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // responsesTool is one of a Responses request's tools: a function, flat.
@@ -31,7 +32,7 @@ type responsesTool struct {
 // parseResponsesTools decodes the request's tools: its function tools; tools
 // of other types are accepted and left out (see the README's list).
 func parseResponsesTools(raw json.RawMessage) ([]parley.Tool, error) {
-	if !isSet(raw) {
+	if !apicore.IsSet(raw) {
 		return nil, nil
 	}
 	var in []responsesTool
@@ -75,7 +76,7 @@ func parseToolItem(it inputItem, field string) (parley.Message, error) {
 	var out string
 	if json.Unmarshal(it.Output, &out) != nil {
 		// Output given as JSON rather than a string: its text is the result.
-		if !isSet(it.Output) {
+		if !apicore.IsSet(it.Output) {
 			return parley.Message{}, parley.FieldErrorf(field+".output", "is required")
 		}
 		out = string(it.Output)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // The Responses API's WebSocket mode: GET /v1/responses upgrades, and each
@@ -57,11 +58,11 @@ func (s *Server) handleResponsesWS(c echo.Context) error {
 		return err
 	}
 	defer s.releaseIP(ip)
-	ws, ok := s.upgrade(w, r, nil, maxAPIBodyBytes)
+	ws, ok := s.upgrade(w, r, nil, apicore.MaxBodyBytes)
 	if !ok {
 		return nil // the upgrader has answered
 	}
-	sock := &respSocket{pump: s.newPump(r.Context(), ws, maxAPIBodyBytes, s.log.With(zap.String("remote", ip)))}
+	sock := &respSocket{pump: s.newPump(r.Context(), ws, apicore.MaxBodyBytes, s.log.With(zap.String("remote", ip)))}
 	if !s.trackOrRefuse(sock, ws) {
 		sock.cancel()
 		return nil
@@ -165,7 +166,7 @@ func (sock *respSocket) reader() {
 // the socket failed.
 func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte) error, local **session.Session, warm **warmup) error {
 	refuse := func(err error) error { return write(wsErrorEvent(err)) }
-	if err := s.apiAvailable(); err != nil {
+	if err := s.core.Available(); err != nil {
 		return refuse(err)
 	}
 	pr, err := s.parseResponsesRequest(ctx, data)
@@ -190,7 +191,7 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 			pr.req.Local = l
 		}
 	}
-	ctx, cancel := context.WithCancel(withModel(pr.turnContext(ctx), pr.model))
+	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(ctx), pr.model))
 	defer cancel()
 	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
@@ -209,6 +210,6 @@ func wsErrorEvent(err error) []byte {
 		Status     int         `json:"status"`
 		Error      openAIError `json:"error"`
 		RetryAfter int         `json:"retry_after,omitempty"` // seconds, as the HTTP Retry-After header says it
-	}{"error", wireStatus(err, shapeOpenAI), newOpenAIError(err), retryAfterSeconds(err)})
+	}{"error", wireStatus(err, shapeOpenAI), newOpenAIError(err), apicore.RetryAfterSeconds(err)})
 	return b
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // Hugging Face Text Generation Inference's wire (router/src/lib.rs in TGI):
@@ -43,10 +44,10 @@ import (
 const maxTopN = 20
 
 // tgiParameters is TGI's "parameters" object. The sampling fields are
-// paramsPatch's (one decoder for every wire); the rest are TGI's own.
+// apicore.ParamsPatch's (one decoder for every wire); the rest are TGI's own.
 type tgiParameters struct {
-	paramsPatch
-	// Grammar shadows paramsPatch.Grammar: a GBNF string, or TGI's
+	apicore.ParamsPatch
+	// Grammar shadows apicore.ParamsPatch.Grammar: a GBNF string, or TGI's
 	// {"type": "json", "value": SCHEMA} ("regex" is refused).
 	Grammar             json.RawMessage `json:"grammar"`
 	Details             bool            `json:"details"`
@@ -74,7 +75,7 @@ type tgiToken struct {
 }
 
 func newTGIToken(t parley.Token) tgiToken {
-	return tgiToken{ID: t.ID, Text: t.Text, Logprob: finite(t.Logprob), Special: t.Special}
+	return tgiToken{ID: t.ID, Text: t.Text, Logprob: apicore.Finite(t.Logprob), Special: t.Special}
 }
 
 // endMarker stands for the end of a reply whose last token already went out.
@@ -93,8 +94,8 @@ type tgiStreamEvent struct {
 	TopTokens     []tgiToken        `json:"top_tokens,omitempty"`
 	GeneratedText *string           `json:"generated_text"`
 	Details       *tgiStreamDetails `json:"details"`
-	Usage         *usageJSON        `json:"usage,omitempty"`   // Parley's, on the last event
-	Timings       *timingsJSON      `json:"timings,omitempty"` // Parley's, on the last event
+	Usage         *apicore.Usage    `json:"usage,omitempty"`   // Parley's, on the last event
+	Timings       *apicore.Timings  `json:"timings,omitempty"` // Parley's, on the last event
 }
 
 type tgiDetails struct {
@@ -152,19 +153,19 @@ func (t *tgiCall) topTokens(tok parley.Token) []tgiToken {
 
 // parseTGI decodes and validates a TGI request body.
 func (s *Server) parseTGI(c echo.Context) (*tgiCall, error) {
-	body, err := readBody(c)
+	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return nil, err
 	}
 	var req tgiRequest
-	if err := decodeJSON(bytes.NewReader(body), &req); err != nil {
+	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
 	model := req.Model
 	if model == "" {
 		model = c.QueryParam("model")
 	}
-	if err := s.pickModel(c, model); err != nil {
+	if err := s.core.PickModel(c, model); err != nil {
 		return nil, err
 	}
 	if req.Inputs == nil {
@@ -174,9 +175,9 @@ func (s *Server) parseTGI(c echo.Context) (*tgiCall, error) {
 		return nil, parley.FieldErrorf("inputs", "must not be empty")
 	}
 	call := &tgiCall{inputs: *req.Inputs, stream: req.Stream}
-	var patch *paramsPatch
+	var patch *apicore.ParamsPatch
 	if tp := req.Parameters; tp != nil {
-		patch = &tp.paramsPatch
+		patch = &tp.ParamsPatch
 		if err := tp.applyGrammar(patch); err != nil {
 			return nil, err
 		}
@@ -198,19 +199,19 @@ func (s *Server) parseTGI(c echo.Context) (*tgiCall, error) {
 		call.details = tp.Details
 		call.fullText = tp.ReturnFullText != nil && *tp.ReturnFullText
 	}
-	p, err := s.resolveParams(patch)
+	p, err := s.core.ResolveParams(patch)
 	if err != nil {
 		// TGI's name for the reply cap is max_new_tokens.
-		return nil, prefixField(renameField(err, "max_tokens", "max_new_tokens"), "parameters.")
+		return nil, apicore.PrefixField(apicore.RenameField(err, "max_tokens", "max_new_tokens"), "parameters.")
 	}
-	resolveSeed(&p)
+	apicore.ResolveSeed(&p)
 	call.params = p
 	return call, nil
 }
 
 // applyGrammar turns TGI's grammar (a GBNF string, or {"type":"json","value":SCHEMA})
 // into the patch's grammar or JSON schema.
-func (tp *tgiParameters) applyGrammar(patch *paramsPatch) error {
+func (tp *tgiParameters) applyGrammar(patch *apicore.ParamsPatch) error {
 	raw := bytes.TrimSpace(tp.Grammar)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil
@@ -312,15 +313,15 @@ func (s *Server) handleInvocations(c echo.Context) error {
 // tgiCollect runs a whole reply and builds TGI's response, with TGI's
 // timing headers.
 func (s *Server) tgiCollect(c echo.Context, route string, tc *tgiCall) (*tgiResponse, error) {
-	call, err := s.startCompletion(c, route, tc.inputs, tc.params)
+	call, err := s.core.StartCompletion(c, route, tc.inputs, tc.params)
 	if err != nil {
-		return nil, prefixField(err, "parameters.")
+		return nil, apicore.PrefixField(err, "parameters.")
 	}
-	toks, ev := call.collect()
-	if rerr := replyError(ev); rerr != nil {
+	toks, ev := call.Collect()
+	if rerr := apicore.ReplyError(ev); rerr != nil {
 		return nil, rerr
 	}
-	text := call.rep.Text()
+	text := call.Rep.Text()
 	if tc.fullText {
 		text = tc.inputs + text
 	}
@@ -343,7 +344,7 @@ func (s *Server) tgiCollect(c echo.Context, route string, tc *tgiCall) (*tgiResp
 	}
 	h := c.Response().Header()
 	ms := func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) }
-	t := newTimings(ev.Timings, ev.Usage.CompletionTokens)
+	t := apicore.NewTimings(ev.Timings, ev.Usage.CompletionTokens)
 	h.Set("X-Prompt-Tokens", strconv.Itoa(ev.Usage.PromptTokens))
 	h.Set("X-Generated-Tokens", strconv.Itoa(ev.Usage.CompletionTokens))
 	h.Set("X-Total-Time", ms(t.TotalMS))
@@ -358,26 +359,26 @@ func (s *Server) tgiCollect(c echo.Context, route string, tc *tgiCall) (*tgiResp
 // a blank line: the framing of TGI's server-sent events, which newline
 // iterators such as SageMaker's examples rely on.
 func (s *Server) tgiStream(c echo.Context, route string, tc *tgiCall) error {
-	call, err := s.startCompletion(c, route, tc.inputs, tc.params)
+	call, err := s.core.StartCompletion(c, route, tc.inputs, tc.params)
 	if err != nil {
-		return prefixField(err, "parameters.")
+		return apicore.PrefixField(err, "parameters.")
 	}
-	w := s.beginStream(c, "text/event-stream")
+	w := s.core.BeginStream(c, "text/event-stream")
 	send := func(v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("encode event: %w", err)
 		}
-		return w.write(append(append([]byte("data:"), b...), '\n', '\n'))
+		return w.Write(append(append([]byte("data:"), b...), '\n', '\n'))
 	}
 	n := 0
-	err = call.relay(
+	err = call.Relay(
 		func(t parley.Token, index int) error {
 			n = index
 			return send(tgiStreamEvent{Index: index, Token: newTGIToken(t), TopTokens: tc.topTokens(t)})
 		},
 		func(last *parley.Token, ev parley.Event) error {
-			if rerr := replyError(ev); rerr != nil {
+			if rerr := apicore.ReplyError(ev); rerr != nil {
 				if last != nil {
 					if err := send(tgiStreamEvent{Index: n + 1, Token: newTGIToken(*last), TopTokens: tc.topTokens(*last)}); err != nil {
 						return err
@@ -385,11 +386,11 @@ func (s *Server) tgiStream(c echo.Context, route string, tc *tgiCall) error {
 				}
 				return send(newTGIError(rerr))
 			}
-			text := call.rep.Text()
+			text := call.Rep.Text()
 			if tc.fullText {
 				text = tc.inputs + text
 			}
-			usage, timings := newUsage(ev.Usage), newTimings(ev.Timings, ev.Usage.CompletionTokens)
+			usage, timings := apicore.NewUsage(ev.Usage), apicore.NewTimings(ev.Timings, ev.Usage.CompletionTokens)
 			final := tgiStreamEvent{
 				Index:         n + 1,
 				Token:         endMarker,

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // inbox is one connection's work in arrival order: prompts, control
@@ -108,5 +109,5 @@ func (q *inbox) signal() {
 
 // sameAnswer reports whether two answers would read the same to the client.
 func sameAnswer(a, b error) bool {
-	return parley.ErrorCode(a) == parley.ErrorCode(b) && parley.ErrorMessage(a) == parley.ErrorMessage(b) && errorField(a) == errorField(b)
+	return parley.ErrorCode(a) == parley.ErrorCode(b) && parley.ErrorMessage(a) == parley.ErrorMessage(b) && apicore.ErrorField(a) == apicore.ErrorField(b)
 }

@@ -14,7 +14,7 @@ import (
 
 // bodyDeadline gives a request that has a body (a Content-Length, or
 // chunked) cfg.BodyTimeout to deliver it: a read deadline on the
-// connection, lifted by readBody once the body is in. A body that never
+// connection, lifted by apicore.ReadBody once the body is in. A body that never
 // ends or falls short of its length then fails its read (and the
 // connection closes) instead of holding a goroutine and a socket forever.
 // Requests without a body (the WebSocket upgrade, GETs) are untouched.

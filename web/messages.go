@@ -2,11 +2,11 @@ package web
 
 import (
 	"bytes"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // Messages of the structured (JSON) WebSocket mode: server -> client, then
@@ -30,27 +30,13 @@ type tokenMessage struct {
 	Seq     int     `json:"seq"` // the token's position in its reply, from 1 (see resume_from)
 }
 
-type usageJSON struct {
-	PromptTokens       int `json:"prompt_tokens"`
-	CachedPromptTokens int `json:"cached_prompt_tokens"`
-	CompletionTokens   int `json:"completion_tokens"`
-	ReasoningTokens    int `json:"reasoning_tokens,omitempty"` // of the completion tokens, the thought's
-}
-
-type timingsJSON struct {
-	QueuedMS        float64 `json:"queued_ms"`
-	TTFTMS          float64 `json:"ttft_ms"`
-	TokensPerSecond float64 `json:"tokens_per_second"`
-	TotalMS         float64 `json:"total_ms"`
-}
-
 type doneMessage struct {
-	Type         string      `json:"type"` // "done"
-	FinishReason string      `json:"finish_reason"`
-	Content      string      `json:"content"`
-	Thinking     string      `json:"thinking,omitempty"` // a reasoning model's whole thought, kept apart from content
-	Usage        usageJSON   `json:"usage"`
-	Timings      timingsJSON `json:"timings"`
+	Type         string          `json:"type"` // "done"
+	FinishReason string          `json:"finish_reason"`
+	Content      string          `json:"content"`
+	Thinking     string          `json:"thinking,omitempty"` // a reasoning model's whole thought, kept apart from content
+	Usage        apicore.Usage   `json:"usage"`
+	Timings      apicore.Timings `json:"timings"`
 	// ToolCalls are the reply's complete tool calls (finish_reason "tool_calls").
 	ToolCalls []parley.ToolCall `json:"tool_calls,omitempty"`
 }
@@ -65,43 +51,15 @@ type errorMessage struct {
 	RetryAfter int `json:"retry_after,omitempty"`
 }
 
-func newUsage(u parley.Usage) usageJSON {
-	return usageJSON{PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens,
-		ReasoningTokens: u.ReasoningTokens}
-}
-
-func newTimings(t parley.Timings, completion int) timingsJSON {
-	ms := func(d time.Duration) float64 { return round2(float64(d) / float64(time.Millisecond)) }
-	return timingsJSON{
-		QueuedMS:        ms(t.Queued),
-		TTFTMS:          ms(t.TimeToFirstToken),
-		TokensPerSecond: round2(t.TokensPerSecond(completion)),
-		TotalMS:         ms(t.Total),
-	}
-}
-
 func newDoneMessage(ev parley.Event, content string) doneMessage {
 	return doneMessage{
 		Type:         "done",
 		FinishReason: string(ev.Finish),
 		Content:      content,
-		Usage:        newUsage(ev.Usage),
-		Timings:      newTimings(ev.Timings, ev.Usage.CompletionTokens),
+		Usage:        apicore.NewUsage(ev.Usage),
+		Timings:      apicore.NewTimings(ev.Timings, ev.Usage.CompletionTokens),
 		ToolCalls:    ev.ToolCalls,
 	}
-}
-
-func round2(f float64) float64 { return math.Round(f*100) / 100 }
-
-// finite makes a float safe for JSON (which has no NaN or Inf).
-func finite(f float64) float64 {
-	if math.IsNaN(f) || math.IsInf(f, 1) {
-		return 0
-	}
-	if math.IsInf(f, -1) {
-		return -math.MaxFloat32
-	}
-	return f
 }
 
 // rateLimiter allows n events per window: a token bucket that holds at
@@ -151,7 +109,7 @@ type clientMessage struct {
 // checked against the server's defaults and cap by resolveParams.)
 func parseClientMessage(data []byte) (clientMessage, error) {
 	var m clientMessage
-	if err := decodeJSON(bytes.NewReader(data), &m); err != nil {
+	if err := apicore.DecodeJSON(bytes.NewReader(data), &m); err != nil {
 		return m, err
 	}
 	switch m.Type {

@@ -319,7 +319,7 @@ func b2f(b bool) float64 {
 //
 //	meter := s.meterReply(s.requestCancelCause)
 //	for ev := range reply.Events() {
-//		meter.observe(ev)
+//		meter.Observe(ev)
 //		...
 //	}
 type replyMeter struct {
@@ -343,7 +343,7 @@ func (s *Server) meterReply(cancelCause func() string) *replyMeter {
 }
 
 // observe records one event of the reply.
-func (r *replyMeter) observe(ev parley.Event) {
+func (r *replyMeter) Observe(ev parley.Event) {
 	now := time.Now()
 	if !ev.Done {
 		if !r.last.IsZero() {

@@ -1,21 +1,17 @@
 package web
 
 // Several models in one server. With WithModels the request's model field
-// (or a WebSocket's ?model=) picks the model: pickModel resolves it (an
+// (or a WebSocket's ?model=) picks the model: apicore.Core.PickModel resolves it (an
 // unknown name is a 404 naming the models served) and puts the name in the
 // request's context (parley.WithModel), where the Responder, which routes
 // by it, and the session layer, which records it in a new session, find it.
-// Without WithModels the server serves one model and ignores the field, as
-// it always has.
+// Without WithModels the server serves one model and ignores the field.
 //
 //	GET  /v1/models                       every model, its state, size and settings
 //	POST /admin/models/{name}/load        load a model now (the API key; 403 without --api-key)
 //	POST /admin/models/{name}/unload      unload it (or when its replies end)
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -25,83 +21,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/chat"
 )
-
-// Models is the registry of the models a server serves when it serves
-// several (cmd/parley adapts llm/registry to it).
-type Models interface {
-	// Resolve returns the served name that name stands for ("" is the
-	// default model), or an ENotFound error that names the models served.
-	Resolve(name string) (string, error)
-	// Models reports every model, the default first.
-	Models() []ModelStatus
-	// Load loads a model now and waits until it is loaded.
-	Load(ctx context.Context, name string) error
-	// Unload unloads a model now, or when its replies in flight end
-	// (then an EBusy error saying so).
-	Unload(name string) error
-}
-
-// ModelStatus is one model as /v1/models, /health and Ollama's /api/tags
-// and /api/ps show it.
-type ModelStatus struct {
-	Name      string           `json:"id"`
-	State     string           `json:"state"` // unloaded, loading, loaded, unloading
-	Default   bool             `json:"default,omitempty"`
-	Pinned    bool             `json:"pinned,omitempty"`
-	SizeBytes int64            `json:"size_bytes"` // the memory it takes loaded: file + KV cache (an estimate)
-	KeepAlive string           `json:"keep_alive"` // how long it stays once idle ("forever" for pinned or negative)
-	ExpiresAt *time.Time       `json:"expires_at,omitempty"`
-	InFlight  int              `json:"replies_in_flight"`
-	Waiting   int              `json:"waiting,omitempty"`
-	Progress  float64          `json:"progress,omitempty"` // of a load in progress, 0 to 1
-	LastError string           `json:"last_error,omitempty"`
-	Settings  map[string]any   `json:"settings,omitempty"` // ctx, parallel, threads, gpu_layers, template, path
-	Info      parley.ModelInfo `json:"-"`                  // the GGUF's facts (from its header; device facts once loaded)
-}
 
 // WithModels makes the server serve several models (see Models); r must
 // route by parley.ModelFrom.
 func WithModels(m Models) Option { return func(s *Server) { s.models = m } }
-
-// pickModel resolves name, a request's model field, and makes the request's
-// context carry the model (and keepAlive, when the request set one). With
-// one model it does nothing: the field is not checked, as before.
-func (s *Server) pickModel(c echo.Context, name string) error {
-	n, err := s.resolveModel(name)
-	if err != nil || n == "" {
-		return err
-	}
-	r := c.Request()
-	c.SetRequest(r.WithContext(parley.WithModel(r.Context(), n)))
-	return nil
-}
-
-// resolveModel is the served name of a request's model field ("" with one
-// model), Ollama-style names included; an unknown name is the registry's
-// 404 that names the models served.
-func (s *Server) resolveModel(name string) (string, error) {
-	if s.models == nil {
-		return "", nil
-	}
-	n, err := s.models.Resolve(name)
-	if err != nil {
-		if n2, ok := s.ollamaAlias(name); ok {
-			return n2, nil
-		}
-		return "", err
-	}
-	return n, nil
-}
-
-// withModel is ctx carrying model, unless model is "" (one model).
-func withModel(ctx context.Context, model string) context.Context {
-	if model == "" {
-		return ctx
-	}
-	return parley.WithModel(ctx, model)
-}
 
 // ollamaAlias finds a served model by its Ollama-style name (see
 // ollamaName), with or without its tag.
@@ -116,45 +40,6 @@ func (s *Server) ollamaAlias(name string) (string, bool) {
 	return "", false
 }
 
-// withKeepAlive makes the request's context ask for keepAlive (Ollama's
-// keep_alive) for its model.
-func withKeepAlive(c echo.Context, d time.Duration) {
-	r := c.Request()
-	c.SetRequest(r.WithContext(parley.WithKeepAlive(r.Context(), d)))
-}
-
-// modelStatus is the named model's status (false when there is none).
-func (s *Server) modelStatus(name string) (ModelStatus, bool) {
-	for _, m := range s.models.Models() {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return ModelStatus{}, false
-}
-
-// modelFor is the model a request's context carries: its name as clients
-// see it and its facts. With one model, the loaded model.
-func (s *Server) modelFor(ctx context.Context) (string, parley.ModelInfo) {
-	if s.models != nil {
-		name := parley.ModelFrom(ctx)
-		if name == "" {
-			name, _ = s.models.Resolve("")
-		}
-		m, _ := s.modelStatus(name)
-		return name, m.Info
-	}
-	var info parley.ModelInfo
-	if s.api.modelInfo != nil {
-		info = s.api.modelInfo()
-	}
-	name := info.Name
-	if name == "" {
-		name = "parley"
-	}
-	return name, info
-}
-
 // modelsList is /v1/models with several models: OpenAI's list, each entry
 // with Parley's state, size and settings besides.
 type modelsListEntry struct {
@@ -165,7 +50,7 @@ type modelsListEntry struct {
 }
 
 func (s *Server) modelsListEntry(m ModelStatus) modelsListEntry {
-	return modelsListEntry{Object: "model", Created: s.api.mounted.Unix(), OwnedBy: "parley", ModelStatus: m}
+	return modelsListEntry{Object: "model", Created: s.core.Mounted.Unix(), OwnedBy: "parley", ModelStatus: m}
 }
 
 func (s *Server) handleModelsList(c echo.Context) error {
@@ -185,7 +70,7 @@ func (s *Server) handleModelsOne(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	m, _ := s.modelStatus(name)
+	m, _ := s.core.ModelStatusOf(name)
 	if !s.operator(c.Request()) {
 		m = redactStatus(m)
 	}
@@ -209,7 +94,7 @@ func (s *Server) adminAllowed(c echo.Context) error {
 	if parley.UserFrom(c.Request().Context()) != "" {
 		return parley.Errorf(parley.EForbidden, "the admin endpoints need the server's --api-key, not a user's key")
 	}
-	return s.apiAvailable()
+	return s.core.Available()
 }
 
 func (s *Server) handleAdminLoad(c echo.Context) error {
@@ -225,7 +110,7 @@ func (s *Server) handleAdminLoad(c echo.Context) error {
 		return err
 	}
 	s.log.Info("model loaded by admin", zap.String("model", name), zap.Duration("took", time.Since(start)))
-	m, _ := s.modelStatus(name)
+	m, _ := s.core.ModelStatusOf(name)
 	return c.JSON(http.StatusOK, m)
 }
 
@@ -241,7 +126,7 @@ func (s *Server) handleAdminUnload(c echo.Context) error {
 		return err
 	}
 	s.log.Info("model unloaded by admin", zap.String("model", name))
-	m, _ := s.modelStatus(name)
+	m, _ := s.core.ModelStatusOf(name)
 	return c.JSON(http.StatusOK, m)
 }
 
@@ -262,35 +147,6 @@ type healthModel struct {
 	State     string `json:"state"`
 	InFlight  int    `json:"replies_in_flight"`
 	LastError string `json:"last_error,omitempty"`
-}
-
-// sseProgress shows a streamed request that waits for its model to load
-// the load's progress: it begins the event stream and writes SSE comments
-// (": loading model NAME 42%"), which every SSE client ignores, so the
-// client sees bytes at once and proxies do not time the request out. It
-// runs on the request's goroutine (the registry's wait).
-func (s *Server) sseProgress(c echo.Context) parley.LoadProgress {
-	var w *streamWriter
-	last := -1
-	return func(model string, frac float64) {
-		pct := int(frac * 100)
-		if pct == last {
-			return
-		}
-		last = pct
-		if w == nil {
-			w = s.beginStream(c, "text/event-stream")
-		}
-		_ = w.write([]byte(fmt.Sprintf(": loading model %s %d%%\n\n", model, pct)))
-	}
-}
-
-// sseError ends a stream that sseProgress began with err, as one data
-// event carrying the error body the request would have had as JSON.
-func (s *Server) sseError(c echo.Context, err error) {
-	b, _ := json.Marshal(errorBodyFor(c.Request(), err))
-	w := &streamWriter{res: c.Response(), rc: http.NewResponseController(c.Response().Writer), wait: s.cfg.WriteWait}
-	_ = w.write([]byte("event: error\ndata: " + string(b) + "\n\n"))
 }
 
 // modelsCollector reports each model's residency at every scrape.
@@ -323,65 +179,4 @@ type loadingMessage struct {
 	Type     string  `json:"type"` // "loading"
 	Model    string  `json:"model"`
 	Progress float64 `json:"progress"` // 0 to 1
-}
-
-// The Responder and Tokenizer of a server with several models (cmd/parley's
-// router) serve each request's model (ctx's); these are their per-request
-// forms, which the helpers below prefer when they are there.
-type (
-	modelTokenizers interface {
-		// TokenizerFor returns ctx's model's tokenizer, the model held
-		// (loaded first if need be, else nil when it is not loaded)
-		// until release.
-		TokenizerFor(ctx context.Context, load bool) (t Tokenizer, release func(), err error)
-	}
-	modelTemplates interface {
-		TemplateFor(ctx context.Context) chat.Template
-	}
-	modelCounters interface {
-		CountTokensFor(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, error)
-	}
-)
-
-// tokenizerFor is the tokenizer of ctx's model (nil when the server has
-// none), held until release.
-func (s *Server) tokenizerFor(ctx context.Context) (Tokenizer, func(), error) {
-	return s.tokenizerOf(ctx, true)
-}
-
-// tokenizerOf is tokenizerFor that, without load, does not load ctx's model
-// for it (nil when the model is not loaded).
-func (s *Server) tokenizerOf(ctx context.Context, load bool) (Tokenizer, func(), error) {
-	if mt, ok := s.tok.(modelTokenizers); ok && s.models != nil {
-		return mt.TokenizerFor(ctx, load)
-	}
-	return s.tok, func() {}, nil
-}
-
-// templateFor is the chat template of ctx's model; false when the
-// responder does not tell it.
-func (s *Server) templateFor(ctx context.Context) (chat.Template, bool) {
-	if mt, ok := s.api.responder.(modelTemplates); ok && s.models != nil {
-		return mt.TemplateFor(ctx), true
-	}
-	if t, ok := s.api.responder.(templater); ok {
-		return t.Template(), true
-	}
-	return nil, false
-}
-
-// countTokens counts the prompt tokens of msgs for ctx's model; false when
-// the responder cannot count.
-func (s *Server) countTokens(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, bool, error) {
-	key = parley.ScopedKey(ctx, key) // the memo Reply keeps under the caller's scope
-	if mc, ok := s.api.responder.(modelCounters); ok && s.models != nil {
-		n, err := mc.CountTokensFor(ctx, key, msgs, p)
-		return n, true, err
-	}
-	tc, ok := s.api.responder.(tokenCounter)
-	if !ok {
-		return 0, false, nil
-	}
-	n, err := tc.CountTokens(key, msgs, p)
-	return n, true, err
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // DefaultResumeBuffer is Config.ResumeBuffer's default: tokens a reply may
@@ -184,7 +185,7 @@ func (r *liveReply) pump() {
 	defer r.end()
 	meter := r.srv.meterReply(r.cancelCause).forModel(r.model)
 	for ev := range r.turn.Events() {
-		meter.observe(ev)
+		meter.Observe(ev)
 		r.mu.Lock()
 		if ev.Done {
 			r.final, r.content = &ev, r.turn.Text()
@@ -206,7 +207,7 @@ func (r *liveReply) pump() {
 		r.broadcastLocked()
 		r.mu.Unlock()
 		if ev.Done {
-			replyLog(r.log, ev, zap.Int("seq", len(r.events)))
+			apicore.ReplyLog(r.log, ev, zap.Int("seq", len(r.events)))
 		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 //go:embed ui
@@ -129,12 +129,6 @@ type Config struct {
 	ResumeBuffer int
 }
 
-// Tokenizer counts the tokens of a prompt for Config.MaxPromptTokens
-// (*llm.Engine satisfies it). It must be safe for concurrent use.
-type Tokenizer interface {
-	Tokenize(text string) ([]int, error)
-}
-
 // Server serves the chat page, the WebSocket chat and the HTTP endpoints.
 type Server struct {
 	cfg      Config
@@ -149,7 +143,6 @@ type Server struct {
 	conns    map[socket]struct{}
 	perIP    map[string]int
 	admitted int // connections past admit and not yet released; guarded by mu (the global cap counts these, so handshakes in flight count too)
-	tok      Tokenizer
 	draining atomic.Bool
 	// stop is the parent of every request's and socket's context; Close
 	// cancels it (stopAll) when the drain deadline passes, so whatever is
@@ -161,7 +154,8 @@ type Server struct {
 	ready   atomic.Bool
 	mounts  []func(*echo.Echo)
 	op      *ops          // metrics, /info and readiness (metrics.go, info.go)
-	api     apiDeps       // the HTTP streaming APIs' engine and model facts (api.go)
+	core    *apicore.Core // what every API family runs on (routes.go)
+	api     apiDeps       // the Responses API's sessions (routes.go)
 	bodies  *bodyBudget   // the bytes request bodies hold (bodybudget.go)
 	replies replyRegistry // chat replies in flight (replies.go)
 	bg      bgRegistry    // background responses (api_responses_bg.go)
@@ -175,7 +169,7 @@ type Option func(*Server)
 func WithLogger(l *zap.Logger) Option { return func(s *Server) { s.log = l } }
 
 // WithTokenizer lets the server count prompt tokens for Config.MaxPromptTokens.
-func WithTokenizer(t Tokenizer) Option { return func(s *Server) { s.tok = t } }
+func WithTokenizer(t Tokenizer) Option { return func(s *Server) { s.core.Tokenizer = t } }
 
 // WithRoutes lets other parts of the program (HTTP APIs, metrics) add routes.
 func WithRoutes(mount func(*echo.Echo)) Option {
@@ -239,10 +233,12 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		conns:    make(map[socket]struct{}),
 		perIP:    make(map[string]int),
 		bodies:   newBodyBudget(cfg.MaxBodyBytesInflight),
+		core:     &apicore.Core{},
 	}
 	for _, o := range opts {
 		o(s)
 	}
+	s.initCore()
 	s.upgrader = websocket.Upgrader{
 		// Memory per idle connection: the read side reuses the 4 KiB
 		// buffer net/http already gave the connection, and the write
@@ -416,31 +412,6 @@ func (s *Server) busyConns() int {
 	return n
 }
 
-func (s *Server) routes() {
-	e := s.echo
-	e.Use(s.trackRequest, s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady, s.tagClient, s.limitBodies)
-	e.GET("/", s.handleRoot)
-	e.GET("/ws", s.handleWebSocket)
-	sub, _ := fs.Sub(uiFiles, "ui")
-	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", http.FileServer(http.FS(sub)))))
-	s.opsRoutes(e)
-	for _, m := range s.mounts {
-		m(e)
-	}
-}
-
-func (s *Server) handleRoot(c echo.Context) error {
-	if websocket.IsWebSocketUpgrade(c.Request()) {
-		return s.handleWebSocket(c)
-	}
-	page, err := uiFiles.ReadFile("ui/index.html")
-	if err != nil {
-		return err
-	}
-	c.Response().Header().Set("Cache-Control", "no-cache")
-	return c.HTMLBlob(http.StatusOK, page)
-}
-
 // guardHost refuses requests whose Host header is not allowed: a browser on
 // a rebinding domain that resolves to our loopback address sends its own
 // name as Host, so this is the guard against DNS rebinding.
@@ -585,94 +556,6 @@ func (s *Server) RequireKey(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
-}
-
-// checkPromptTokens refuses, with too_large, a prompt of more than
-// MaxPromptTokens tokens. The WebSocket chat calls it before queueing a
-// prompt, so an oversized prompt costs one tokenization, never a slot.
-// With several models it counts with ctx's model's tokenizer, loading the
-// model for it.
-func (s *Server) checkPromptTokens(ctx context.Context, text string) error {
-	return s.countPromptTokens(ctx, text, 0, true)
-}
-
-// limitTokenizer is a Tokenizer that stops early (*llm.Engine): once ctx
-// ends, and once the text is known to be over limit (it then returns the
-// tokens found so far, more than limit).
-type limitTokenizer interface {
-	TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error)
-}
-
-// countPromptTokens is checkPromptTokens for text plus extra tokens (one
-// per message: the role marker every template writes); without load, a
-// prompt for a model that is not loaded is not counted (the WebSocket's
-// reader must not wait for a load: the engine still refuses a prompt over
-// the context). Tokenizing stops as soon as the text is over the limit, and
-// when ctx ends (the client left).
-func (s *Server) countPromptTokens(ctx context.Context, text string, extra int, load bool) error {
-	limit := s.cfg.MaxPromptTokens
-	if s.tok == nil || limit <= 0 {
-		return nil
-	}
-	if extra > limit {
-		return parley.Errorf(parley.ETooLarge, "the prompt has %d messages, each at least one token; at most %d tokens are accepted", extra, limit)
-	}
-	// A token spans at least one byte of text, apart from the few a
-	// tokenizer adds (BOS, EOS, SentencePiece's leading space): shorter
-	// texts cannot be over the cap and are not tokenized.
-	const added = 4
-	if len(text)+added+extra <= limit {
-		return nil
-	}
-	tok, release, err := s.tokenizerOf(ctx, load)
-	if err != nil || tok == nil {
-		return err
-	}
-	var toks []int
-	if lt, ok := tok.(limitTokenizer); ok {
-		toks, err = lt.TokenizeLimit(ctx, text, limit-extra)
-	} else {
-		toks, err = tok.Tokenize(text)
-	}
-	release()
-	if err != nil {
-		return fmt.Errorf("count prompt tokens: %w", err)
-	}
-	if n := len(toks) + extra; n > limit {
-		return parley.PromptTooLong(n, limit, "the prompt is at least %d tokens; at most %d are accepted", n, limit)
-	}
-	return nil
-}
-
-// promptText is every string of msgs and tools that reaches the prompt
-// (contents, reasoning, names, tool calls, tool definitions), one per line,
-// for countPromptTokens: what the template adds around them is counted as
-// one token per message.
-func promptText(msgs []parley.Message, tools []parley.Tool) string {
-	var b strings.Builder
-	line := func(s string) {
-		if s != "" {
-			b.WriteString(s)
-			b.WriteByte('\n')
-		}
-	}
-	for _, m := range msgs {
-		line(m.Content)
-		line(m.Reasoning)
-		line(m.Name)
-		line(m.ToolCallID)
-		for _, c := range m.ToolCalls {
-			line(c.ID)
-			line(c.Name)
-			line(c.Arguments)
-		}
-	}
-	for _, t := range tools {
-		line(t.Name)
-		line(t.Description)
-		line(string(t.Parameters))
-	}
-	return b.String()
 }
 
 // Defaults returns the server's sampling defaults and reply cap.

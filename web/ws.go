@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // WebSocket timing and sizes. The invariants follow gorilla's examples;
@@ -98,11 +99,11 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	// ?model= picks a new session's model (with several models; an
 	// unknown one is a 404 before the upgrade). A resumed session keeps
 	// the model it was started with.
-	model, err := s.resolveModel(r.URL.Query().Get("model"))
+	model, err := s.core.ResolveModel(r.URL.Query().Get("model"))
 	if err != nil {
 		return err
 	}
-	sess, resumed, err := s.sessions.Open(withModel(r.Context(), model), r.URL.Query().Get("session"))
+	sess, resumed, err := s.sessions.Open(apicore.WithModel(r.Context(), model), r.URL.Query().Get("session"))
 	if err != nil && !answerOnSocket(err) {
 		return err
 	}
@@ -148,7 +149,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 			cn.replyError(err)
 			reason = "no new session: " + parley.ErrorCode(err)
 		}
-		cn.close(closeCodeFor(err), reason)
+		cn.close(apicore.CloseCode(err), reason)
 		cn.finish(writerDone)
 		return nil
 	}
@@ -262,7 +263,7 @@ func (c *conn) handleJSON(data []byte) {
 			c.answer(err)
 			return
 		}
-		model, err := c.srv.resolveModel(m.Model)
+		model, err := c.srv.core.ResolveModel(m.Model)
 		if err != nil {
 			c.answer(err)
 			return
@@ -306,7 +307,7 @@ func (c *conn) enqueuePrompt(j job) {
 		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
 		return
 	}
-	if err := c.srv.countPromptTokens(withModel(c.ctx, cmp.Or(j.model, c.getModel())), j.content, 0, false); err != nil {
+	if err := c.srv.core.CountPromptTokens(apicore.WithModel(c.ctx, cmp.Or(j.model, c.getModel())), j.content, 0, false); err != nil {
 		c.refuse("prompt_tokens", err)
 		return
 	}
@@ -424,32 +425,6 @@ func (c *conn) setModel(model string) error {
 	return nil
 }
 
-func errOr(err error) error {
-	if err == nil {
-		return parley.Errorf(parley.EInternal, "the reply failed")
-	}
-	return err
-}
-
-// replyLog writes the one log line every reply gets, whatever its route or
-// mode (the WebSocket chat and every HTTP API): how it finished, its token
-// counts and its timings, then extra (e.g. the seed), then the error if any.
-func replyLog(log *zap.Logger, ev parley.Event, extra ...zap.Field) {
-	fields := append([]zap.Field{
-		zap.String("finish", string(ev.Finish)),
-		zap.Int("prompt_tokens", ev.Usage.PromptTokens),
-		zap.Int("cached_prompt_tokens", ev.Usage.CachedPromptTokens),
-		zap.Int("reply_tokens", ev.Usage.CompletionTokens),
-		zap.Duration("ttft", ev.Timings.TimeToFirstToken),
-		zap.Float64("tokens_per_second", round2(ev.Timings.TokensPerSecond(ev.Usage.CompletionTokens))),
-		zap.Duration("total", ev.Timings.Total),
-	}, extra...)
-	if ev.Err != nil {
-		fields = append(fields, zap.Error(ev.Err))
-	}
-	log.Info("reply", fields...)
-}
-
 // replyError tells the client a prompt failed: in text mode a readable line
 // then the sentinel (so a simple client never hangs), in JSON mode an error event.
 func (c *conn) replyError(err error) {
@@ -494,7 +469,7 @@ func (c *conn) errorFrame(err error) []byte {
 	if !c.json {
 		return []byte(errorLine(err))
 	}
-	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: errorField(err), RetryAfter: retryAfterSeconds(err)})
+	b, _ := json.Marshal(errorMessage{Type: "error", Code: parley.ErrorCode(err), Message: parley.ErrorMessage(err), Field: apicore.ErrorField(err), RetryAfter: apicore.RetryAfterSeconds(err)})
 	return b
 }
 
@@ -502,7 +477,7 @@ func (c *conn) errorFrame(err error) []byte {
 // with when to try again when the error says.
 func errorLine(err error) string {
 	line := "Error: " + parley.ErrorMessage(err)
-	if d := retryAfterSeconds(err); d > 0 {
+	if d := apicore.RetryAfterSeconds(err); d > 0 {
 		line += " (try again in " + strconv.Itoa(d) + " s)"
 	}
 	return line

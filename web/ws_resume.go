@@ -15,6 +15,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // historyMessage is a message of the session message's history; Status is
@@ -177,9 +178,9 @@ func (c *conn) sendToken(ev parley.Event, seq int, th *thoughtMarks, send func([
 			return false
 		}
 	}
-	msg := tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: finite(ev.Token.Logprob), Special: ev.Token.Special, Seq: seq}
+	msg := tokenMessage{Type: "token", ID: ev.Token.ID, Text: ev.Token.Text, Logprob: apicore.Finite(ev.Token.Logprob), Special: ev.Token.Special, Seq: seq}
 	if ev.Token.Reasoning != "" {
-		msg = tokenMessage{Type: "thinking", ID: ev.Token.ID, Text: ev.Token.Reasoning, Logprob: finite(ev.Token.Logprob), Seq: seq}
+		msg = tokenMessage{Type: "thinking", ID: ev.Token.ID, Text: ev.Token.Reasoning, Logprob: apicore.Finite(ev.Token.Logprob), Seq: seq}
 	}
 	b, err := json.Marshal(msg)
 	if err != nil {
@@ -194,7 +195,7 @@ func (c *conn) sendToken(ev parley.Event, seq int, th *thoughtMarks, send func([
 func (c *conn) sendEnd(final parley.Event, content, thinking string) {
 	switch {
 	case final.Finish == parley.FinishError:
-		c.replyError(errOr(final.Err))
+		c.replyError(apicore.ErrOr(final.Err))
 	case c.json:
 		done := newDoneMessage(final, content)
 		done.Thinking = thinking
@@ -214,7 +215,7 @@ func (c *conn) greet(ctx context.Context, sess *session.Session, resumed bool, r
 		if hist, live, rp, err = c.resume(ctx, resumeFrom); err != nil {
 			c.log.Info("resume failed", zap.Error(err))
 			c.sendError(err)
-			c.close(closeCodeFor(err), "resume failed")
+			c.close(apicore.CloseCode(err), "resume failed")
 			return nil, false
 		}
 	}

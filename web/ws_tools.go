@@ -15,12 +15,13 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // wsParams are a JSON-mode message's params: the sampling fields every wire
 // shares, and tools.
 type wsParams struct {
-	paramsPatch
+	apicore.ParamsPatch
 	Tools      json.RawMessage `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"`
 }
@@ -36,18 +37,18 @@ type toolCallMessage struct {
 
 // resolveWSParams is resolveParams for a JSON-mode message, tools included.
 func (s *Server) resolveWSParams(wp *wsParams) (parley.Params, error) {
-	var patch *paramsPatch
+	var patch *apicore.ParamsPatch
 	if wp != nil {
-		patch = &wp.paramsPatch
+		patch = &wp.ParamsPatch
 	}
-	p, err := s.resolveParams(patch)
+	p, err := s.core.ResolveParams(patch)
 	if err != nil || wp == nil {
 		return p, err
 	}
-	if p.Tools, err = parseTools(wp.Tools, "params.tools"); err != nil {
+	if p.Tools, err = apicore.ParseTools(wp.Tools, "params.tools"); err != nil {
 		return p, err
 	}
-	if p.ToolChoice, err = parseToolChoice(wp.ToolChoice, "params.tool_choice"); err != nil {
+	if p.ToolChoice, err = apicore.ParseToolChoice(wp.ToolChoice, "params.tool_choice"); err != nil {
 		return p, err
 	}
 	return p, p.Validate(s.cfg.MaxTokensCap)

@@ -1,4 +1,4 @@
-package web
+package apicore
 
 // Wire helpers that every API's request parsing shares: whether a raw field
 // was sent, OpenAI-style roles and content, and renaming the field an error
@@ -6,6 +6,8 @@ package web
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,9 +17,9 @@ import (
 	"github.com/parley-chat/parley"
 )
 
-// parseRole maps an OpenAI message role to Parley's ("developer" is the
+// ParseRole maps an OpenAI message role to Parley's ("developer" is the
 // newer name for "system").
-func parseRole(role, field string) (parley.Role, error) {
+func ParseRole(role, field string) (parley.Role, error) {
 	switch role {
 	case "system", "developer":
 		return parley.RoleSystem, nil
@@ -31,9 +33,9 @@ func parseRole(role, field string) (parley.Role, error) {
 	return "", parley.FieldErrorf(field, "must be system, developer, user or assistant, got %q", role)
 }
 
-// parseContent takes a message's content: a string, or an array of text
+// ParseContent takes a message's content: a string, or an array of text
 // parts whose types are among partTypes ("text" when none are given).
-func parseContent(raw json.RawMessage, field string, partTypes ...string) (string, error) {
+func ParseContent(raw json.RawMessage, field string, partTypes ...string) (string, error) {
 	if len(partTypes) == 0 {
 		partTypes = []string{"text"}
 	}
@@ -68,14 +70,14 @@ func parseContent(raw json.RawMessage, field string, partTypes ...string) (strin
 	return b.String(), nil
 }
 
-// isSet reports whether a raw JSON field was sent with a value other than null.
-func isSet(raw json.RawMessage) bool {
+// IsSet reports whether a raw JSON field was sent with a value other than null.
+func IsSet(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
 }
 
-// renameField renames the field an error names from one wire's name to another's.
-func renameField(err error, from, to string) error {
+// RenameField renames the field an error names from one wire's name to another's.
+func RenameField(err error, from, to string) error {
 	var pe *parley.Error
 	if !errors.As(err, &pe) || pe.Field != from {
 		return err
@@ -83,13 +85,45 @@ func renameField(err error, from, to string) error {
 	return &parley.Error{Code: pe.Code, Field: to, Message: to + strings.TrimPrefix(pe.Message, from)}
 }
 
-// prefixField puts prefix before the field an EInvalid error names, so a
+// PrefixField puts prefix before the field an EInvalid error names, so a
 // TGI client reads parameters.temperature where the shared validation says
 // temperature.
-func prefixField(err error, prefix string) error {
+func PrefixField(err error, prefix string) error {
 	var pe *parley.Error
 	if !errors.As(err, &pe) || pe.Field == "" || pe.Field == "prompt" || strings.HasPrefix(pe.Field, prefix) {
 		return err
 	}
 	return &parley.Error{Code: pe.Code, Field: prefix + pe.Field, Message: prefix + pe.Message}
+}
+
+// CheckNotEmpty refuses a message with no text (an empty string, no parts,
+// or parts of empty text) from anyone but the assistant, on every API, as
+// an empty prompt is refused: a request must not generate from nothing.
+// An empty assistant message is history (a reply that ended at once), and
+// clients resend it.
+func CheckNotEmpty(role parley.Role, content, field string) error {
+	if content == "" && role != parley.RoleAssistant {
+		return parley.FieldErrorf(field, "must not be empty")
+	}
+	return nil
+}
+
+// ConversationKey is the KV-cache key of a stateless chat: a hash of the
+// conversation up to its first user message. A client that resends a
+// growing conversation keeps landing on the slot that holds its prefix, so
+// only the new turns are evaluated; different conversations get different
+// keys (and the engine's longest-common-prefix check keeps any reuse correct
+// even when two share an opening).
+func ConversationKey(msgs []parley.Message) string {
+	h := sha256.New()
+	for _, m := range msgs {
+		h.Write([]byte(m.Role))
+		h.Write([]byte{0})
+		h.Write([]byte(m.Content))
+		h.Write([]byte{0})
+		if m.Role == parley.RoleUser {
+			break
+		}
+	}
+	return "openai:" + hex.EncodeToString(h.Sum(nil)[:12])
 }

@@ -1,4 +1,4 @@
-package web
+package apicore
 
 import (
 	"context"
@@ -11,19 +11,19 @@ import (
 // maxCacheKeyBytes bounds a prompt_cache_key or cache_salt.
 const maxCacheKeyBytes = 1024
 
-// cacheKeyFields are the fields with which an OpenAI-style request narrows
+// CacheKeyFields are the fields with which an OpenAI-style request narrows
 // its cache scope (parley.NarrowCacheScope): OpenAI's prompt_cache_key and
 // vLLM's cache_salt. Requests of one user that give the same value share
 // cached prefixes; with another value (or none) they share nothing. They
 // never reach another user's caches: the narrowing is within the user's own
 // scope.
-type cacheKeyFields struct {
+type CacheKeyFields struct {
 	PromptCacheKey string `json:"prompt_cache_key"`
 	CacheSalt      string `json:"cache_salt"`
 }
 
-// narrow returns ctx with its scope narrowed by the request's fields.
-func (f *cacheKeyFields) narrow(ctx context.Context) (context.Context, error) {
+// Narrow returns ctx with its scope narrowed by the request's fields.
+func (f *CacheKeyFields) Narrow(ctx context.Context) (context.Context, error) {
 	for _, v := range []struct{ field, value string }{{"prompt_cache_key", f.PromptCacheKey}, {"cache_salt", f.CacheSalt}} {
 		if len(v.value) > maxCacheKeyBytes {
 			return nil, parley.FieldErrorf(v.field, "must be at most %d bytes, got %d", maxCacheKeyBytes, len(v.value))
@@ -35,10 +35,10 @@ func (f *cacheKeyFields) narrow(ctx context.Context) (context.Context, error) {
 	return ctx, nil
 }
 
-// narrowRequest narrows the scope of c's request by f.
-func narrowRequest(c echo.Context, f *cacheKeyFields) error {
+// NarrowRequest narrows the scope of c's request by f.
+func NarrowRequest(c echo.Context, f *CacheKeyFields) error {
 	r := c.Request()
-	ctx, err := f.narrow(r.Context())
+	ctx, err := f.Narrow(r.Context())
 	if err != nil {
 		return err
 	}

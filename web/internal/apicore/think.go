@@ -1,4 +1,4 @@
-package web
+package apicore
 
 import "github.com/parley-chat/parley"
 
@@ -57,9 +57,9 @@ func effortThinks(effort, field string) (bool, error) {
 	return false, parley.FieldErrorf(field, "must be none, minimal, low, medium or high, got %q", effort)
 }
 
-// assistantReasoning is the thought an input message carries: an assistant's only (a thought in another role's
+// AssistantReasoning is the thought an input message carries: an assistant's only (a thought in another role's
 // message is not history).
-func assistantReasoning(role parley.Role, thought string) string {
+func AssistantReasoning(role parley.Role, thought string) string {
 	if role != parley.RoleAssistant {
 		return ""
 	}

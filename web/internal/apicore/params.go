@@ -1,21 +1,26 @@
-package web
+package apicore
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
+	"math/rand/v2"
+	"net/url"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/parley-chat/parley"
 )
 
-// paramsPatch is the one decoder of sampling parameters for every wire
+// ParamsPatch is the one decoder of sampling parameters for every wire
 // format: each field is optional and overrides the server's defaults. It
 // accepts the names the conventions Parley speaks use (OpenAI, TGI, DJL,
 // llama.cpp), so one validation serves them all.
-type paramsPatch struct {
+type ParamsPatch struct {
 	MaxTokens         *int            `json:"max_tokens"`
 	MaxNewTokens      *int            `json:"max_new_tokens"`        // TGI, DJL
 	MaxCompletion     *int            `json:"max_completion_tokens"` // OpenAI's newer name
@@ -37,18 +42,18 @@ type paramsPatch struct {
 	Grammar           *string         `json:"grammar"`
 	JSONSchema        json.RawMessage `json:"json_schema"`
 	thinkPatch
-	// schemaField is where the client put JSONSchema when a wire's own
+	// SchemaField is where the client put JSONSchema when a wire's own
 	// field carried it (OpenAI's response_format.json_schema.schema); ""
 	// for json_schema itself. Errors name it.
-	schemaField string
+	SchemaField string
 }
 
 // sentName is the name under which the client sent the parameter that
-// validation calls field: paramsPatch takes several names for some
+// validation calls field: ParamsPatch takes several names for some
 // parameters, and an error must name the one in the request
 // (max_completion_tokens: -1 is an error about max_completion_tokens).
 // The later names in apply's lists win there, so they win here.
-func (p *paramsPatch) sentName(field string) string {
+func (p *ParamsPatch) sentName(field string) string {
 	switch field {
 	case "max_tokens":
 		if p.MaxCompletion != nil {
@@ -69,23 +74,23 @@ func (p *paramsPatch) sentName(field string) string {
 			return "stop_sequences"
 		}
 	case "json_schema":
-		if p.schemaField != "" {
-			return p.schemaField
+		if p.SchemaField != "" {
+			return p.SchemaField
 		}
 	}
 	return field
 }
 
-// renameSent renames the field err names to the name the client sent it
+// RenameSent renames the field err names to the name the client sent it
 // under (sentName). Errors from the engine (a schema that does not
 // convert) pass through it too.
-func (p *paramsPatch) renameSent(err error) error {
-	field := errorField(err)
+func (p *ParamsPatch) RenameSent(err error) error {
+	field := ErrorField(err)
 	if p == nil || field == "" {
 		return err
 	}
 	if sent := p.sentName(field); sent != field {
-		return renameField(err, field, sent)
+		return RenameField(err, field, sent)
 	}
 	return err
 }
@@ -131,7 +136,7 @@ func jsonKind(b []byte) string {
 }
 
 // apply overlays the patch on base.
-func (p *paramsPatch) apply(base parley.Params) parley.Params {
+func (p *ParamsPatch) apply(base parley.Params) parley.Params {
 	out := base
 	out.Stop = append([]string(nil), base.Stop...)
 	setInt := func(dst *int, vs ...*int) {
@@ -179,9 +184,9 @@ func (p *paramsPatch) apply(base parley.Params) parley.Params {
 	return out
 }
 
-// decodeJSON decodes one JSON value from r into v and turns decoder errors
+// DecodeJSON decodes one JSON value from r into v and turns decoder errors
 // into EInvalid errors that name the offending field.
-func decodeJSON(r io.Reader, v any) error {
+func DecodeJSON(r io.Reader, v any) error {
 	dec := json.NewDecoder(r)
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
@@ -197,9 +202,9 @@ func jsonError(err error) error {
 	var synErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
-		// Embedded structs (paramsPatch inside a wire's request type) show
+		// Embedded structs (ParamsPatch and CacheKeyFields inside a wire's request type) show
 		// in the path under their type name; clients know only JSON names.
-		field := strings.ReplaceAll(typeErr.Field, "paramsPatch.", "")
+		field := strings.ReplaceAll(strings.ReplaceAll(typeErr.Field, "ParamsPatch.", ""), "CacheKeyFields.", "")
 		if field == "" {
 			return parley.Errorf(parley.EInvalid, "invalid JSON: expected %s, got %s", typeErr.Type, typeErr.Value)
 		}
@@ -227,10 +232,10 @@ func jsonError(err error) error {
 	}
 }
 
-// resolveParams overlays patch (may be nil) on the server's defaults and
+// ResolveParams overlays patch (may be nil) on the server's defaults and
 // validates the result against the server's reply cap.
-func (s *Server) resolveParams(patch *paramsPatch) (parley.Params, error) {
-	p := s.cfg.Defaults
+func (k *Core) ResolveParams(patch *ParamsPatch) (parley.Params, error) {
+	p := k.Defaults
 	if patch != nil {
 		p = patch.apply(p)
 		think, err := patch.think()
@@ -244,8 +249,77 @@ func (s *Server) resolveParams(patch *paramsPatch) (parley.Params, error) {
 			p.ThinkBudget = *b
 		}
 	}
-	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
-		return p, patch.renameSent(err)
+	if err := p.Validate(k.MaxTokensCap); err != nil {
+		return p, patch.RenameSent(err)
 	}
 	return p, nil
+}
+
+// PatchFromQuery turns sampling parameters given as query parameters
+// (?max_tokens=20&temperature=0&stop=.) into a ParamsPatch, through the same
+// JSON decoder every other wire uses: each value is a JSON number, boolean
+// or null when it parses as one and a JSON string otherwise, so
+// temperature=hot is the usual 400 naming temperature. Repeated keys are an
+// array (several stop strings). Keys that are not parameters are ignored.
+func PatchFromQuery(q url.Values, skip ...string) (*ParamsPatch, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	n := 0
+	for key, vals := range q {
+		if len(vals) == 0 || slices.Contains(skip, key) {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		n++
+		b.WriteString(JSONString(key))
+		b.WriteByte(':')
+		if len(vals) > 1 {
+			b.WriteByte('[')
+		}
+		for i, v := range vals {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(queryJSONValue(v))
+		}
+		if len(vals) > 1 {
+			b.WriteByte(']')
+		}
+	}
+	b.WriteByte('}')
+	var p ParamsPatch
+	if err := DecodeJSON(strings.NewReader(b.String()), &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func queryJSONValue(v string) string {
+	switch v {
+	case "true", "false", "null":
+		return v
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) &&
+		!strings.ContainsAny(v, "xXpP_") && strings.TrimSpace(v) == v {
+		// ParseFloat also takes hex and underscores, which JSON does not.
+		return v
+	}
+	return JSONString(v)
+}
+
+// JSONString is s as a JSON string (strconv.Quote's \x escapes are not JSON).
+func JSONString(s string) string {
+	b, _ := json.Marshal(s) // a string always marshals; invalid UTF-8 becomes U+FFFD
+	return string(b)
+}
+
+// ResolveSeed fixes the seed of a sampled reply that asked for a random one,
+// so the seed can be reported (TGI's details.seed) and logged, and the reply
+// reproduced. Greedy replies need no seed.
+func ResolveSeed(p *parley.Params) {
+	if p.Seed < 0 && p.Temperature > 0 {
+		p.Seed = int64(rand.Uint32N(math.MaxUint32)) // [0, 2^32-2]: 2^32-1 means "random" to llama.cpp
+	}
 }
