@@ -11,6 +11,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/internal/oaiwire"
 )
 
 // deltaEvent is response.output_text.delta, the event of every token: a
@@ -147,7 +148,7 @@ func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error
 	failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored, resp.Model)
 	failed.Status = session.StatusFailed
 	failed.Error = &responseError{Code: responseErrorCode(err), Message: parley.ErrorMessage(err)}
-	oe := newOpenAIError(err)
+	oe := oaiwire.NewError(err)
 	ev := map[string]any{"code": oe.Code, "message": oe.Message, "param": oe.Param}
 	if d := apicore.RetryAfterSeconds(err); d > 0 {
 		// A new session the store refused when the turn was committed
@@ -280,4 +281,16 @@ func (cs *callStream) done(items []messageItem) error {
 		}
 	}
 	return nil
+}
+
+// responseErrorCode is the code of a failed Responses object's error
+// (OpenAI's ResponseError.code names a few kinds, not HTTP-level ones).
+func responseErrorCode(err error) string {
+	switch parley.ErrorCode(err) {
+	case parley.EInvalid, parley.ETooLarge:
+		return "invalid_prompt"
+	case parley.ERateLimited:
+		return "rate_limit_exceeded"
+	}
+	return "server_error"
 }

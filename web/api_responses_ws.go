@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
+	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/internal/oaiwire"
 )
 
 // The Responses API's WebSocket mode: GET /v1/responses upgrades, and each
@@ -106,7 +108,7 @@ func (w *warmup) chain(req *session.ResponseRequest) {
 // answerWarmup answers a warm-up: response.created and response.completed
 // of a response with no output.
 func (s *Server) answerWarmup(pr *parsedResponse, write func([]byte) error) (*warmup, error) {
-	id := warmupPrefix + strings.TrimPrefix(anthropicMessageID(), "msg_")
+	id := warmupPrefix + fmt.Sprintf("%016x%08x", rand.Uint64(), rand.Uint32())
 	rec := session.ResponseRecord{ID: id, Created: time.Now().Unix(), Status: session.StatusCompleted, Temperature: pr.req.Params.Temperature, TopP: pr.req.Params.TopP}
 	if pr.req.Instructions != nil {
 		rec.Instructions = *pr.req.Instructions
@@ -206,10 +208,10 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 
 func wsErrorEvent(err error) []byte {
 	b, _ := json.Marshal(struct {
-		Type       string      `json:"type"`
-		Status     int         `json:"status"`
-		Error      openAIError `json:"error"`
-		RetryAfter int         `json:"retry_after,omitempty"` // seconds, as the HTTP Retry-After header says it
-	}{"error", wireStatus(err, shapeOpenAI), newOpenAIError(err), apicore.RetryAfterSeconds(err)})
+		Type       string        `json:"type"`
+		Status     int           `json:"status"`
+		Error      oaiwire.Error `json:"error"`
+		RetryAfter int           `json:"retry_after,omitempty"` // seconds, as the HTTP Retry-After header says it
+	}{"error", oaiwire.Status(err), oaiwire.NewError(err), apicore.RetryAfterSeconds(err)})
 	return b
 }

@@ -11,66 +11,55 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/anthropic"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/ollama"
+	"github.com/parley-chat/parley/web/openai"
+	"github.com/parley-chat/parley/web/tgi"
 )
 
-// wireStatus is the HTTP status of err on a route of shape: apicore.ErrorStatus,
-// except that a prompt over a limit is a 400 on the OpenAI and Anthropic
-// routes, as those APIs answer it (a 413 there reads as a body over the
-// size limit: Claude Code asks to remove images, Codex retries).
-func wireStatus(err error, shape errorShape) int {
-	if _, _, ok := parley.PromptLimit(err); ok && (shape == shapeOpenAI || shape == shapeAnthropic) {
-		return http.StatusBadRequest
-	}
-	return apicore.ErrorStatus(err)
+// errorWire is how one family answers an error: its body and its status.
+type errorWire struct {
+	body   func(err error) any
+	status func(err error) int
 }
 
-// An errorShape is a wire convention's error body.
-type errorShape int
-
-const (
-	shapeParley    errorShape = iota // {"error": {"code", "message", "field"}}
-	shapeOpenAI                      // {"error": {"message", "type", "param", "code"}}
-	shapeTGI                         // {"error": "...", "error_type": "..."}
-	shapeOllama                      // {"error": "..."}
-	shapeAnthropic                   // {"type": "error", "error": {"type", "message"}}
+// The error wires of the families. Parley's own is the core's body with
+// the core's status; TGI's and Ollama's change only the body.
+var (
+	parleyErrors    = errorWire{func(err error) any { return apicore.NewErrorBody(err) }, apicore.ErrorStatus}
+	openAIErrors    = errorWire{openai.ErrorBody, openai.Status}
+	anthropicErrors = errorWire{anthropic.ErrorBody, anthropic.Status}
+	tgiErrors       = errorWire{tgi.ErrorBody, apicore.ErrorStatus}
+	ollamaErrors    = errorWire{ollama.ErrorBody, apicore.ErrorStatus}
 )
 
-// errorShapeFor is the shape of errors on r's route: Anthropic's under
+// errorWireFor is the error wire of r's route: Anthropic's under
 // /v1/messages and for Anthropic's clients (anthropic-version) anywhere
-// under /v1/, OpenAI's elsewhere under /v1/, TGI's on TGI's and SageMaker's routes (but not /generate's JSON lines,
-// which are Parley's), Parley's everywhere else.
-func errorShapeFor(r *http.Request) errorShape {
+// under /v1/, OpenAI's elsewhere under /v1/, Ollama's under /api/, TGI's on
+// TGI's and SageMaker's routes (but not /generate's JSON lines, which are
+// Parley's), Parley's everywhere else. It goes by the path, not the route
+// matched, so a request refused before routing (an unknown path, a host
+// or key refusal) is answered in the shape its client reads.
+func errorWireFor(r *http.Request) errorWire {
 	switch p := r.URL.Path; {
 	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/"),
-		strings.HasPrefix(p, "/v1/") && isAnthropicClient(r):
-		return shapeAnthropic
+		strings.HasPrefix(p, "/v1/") && anthropic.IsClient(r):
+		return anthropicErrors
 	case strings.HasPrefix(p, "/v1/"):
-		return shapeOpenAI
+		return openAIErrors
 	case strings.HasPrefix(p, "/api/"):
-		return shapeOllama
+		return ollamaErrors
 	case p == "/generate_stream" || p == "/invocations":
-		return shapeTGI
+		return tgiErrors
 	case p == "/generate" && r.URL.Query().Get("format") == "":
-		return shapeTGI
+		return tgiErrors
 	}
-	return shapeParley
+	return parleyErrors
 }
 
 // errorBodyFor is err as the JSON body of r's route.
-func errorBodyFor(r *http.Request, err error) any {
-	switch errorShapeFor(r) {
-	case shapeOpenAI:
-		return openAIErrorBody{newOpenAIError(err)}
-	case shapeTGI:
-		return newTGIError(err)
-	case shapeOllama:
-		return ollamaError{parley.ErrorMessage(err)}
-	case shapeAnthropic:
-		return anthropicErrorBody{Type: "error", Error: newAnthropicError(err)}
-	}
-	return apicore.NewErrorBody(err)
-}
+func errorBodyFor(r *http.Request, err error) any { return errorWireFor(r).body(err) }
 
 // writeHTTPError writes an error that arrives as a status (the WebSocket
 // upgrader's) in r's route's shape.
@@ -95,7 +84,7 @@ func (s *Server) httpErrorHandler(err error, c echo.Context) {
 		}
 		err = &parley.Error{Code: apicore.StatusCode(he.Code), Message: msg}
 	} else {
-		status = wireStatus(err, errorShapeFor(c.Request()))
+		status = errorWireFor(c.Request()).status(err)
 		if parley.ErrorCode(err) == parley.EInternal {
 			s.log.Error("request failed", zap.String("path", c.Request().URL.Path), zap.Error(err))
 		}

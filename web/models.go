@@ -13,7 +13,6 @@ package web
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -26,19 +25,6 @@ import (
 // WithModels makes the server serve several models (see Models); r must
 // route by parley.ModelFrom.
 func WithModels(m Models) Option { return func(s *Server) { s.models = m } }
-
-// ollamaAlias finds a served model by its Ollama-style name (see
-// ollamaName), with or without its tag.
-func (s *Server) ollamaAlias(name string) (string, bool) {
-	name = strings.ToLower(strings.TrimSpace(name))
-	for _, m := range s.models.Models() {
-		full := ollamaName(m.Name)
-		if name == full || name == strings.TrimSuffix(full, ":latest") {
-			return m.Name, true
-		}
-	}
-	return "", false
-}
 
 // modelsList is /v1/models with several models: OpenAI's list, each entry
 // with Parley's state, size and settings besides.

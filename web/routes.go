@@ -3,18 +3,18 @@ package web
 // The route table: the one place that knows every API family.
 //
 //	GET  /, /ws                 the chat page and the WebSocket chat                                  (ws.go)
-//	POST /                      plain text, chunked (Ray Serve Textbot): ?prompt=... or a text body  (api_plain.go)
-//	POST /generate              TGI, one JSON response                                                (api_tgi.go)
+//	POST /                      plain text, chunked (Ray Serve Textbot): ?prompt=... or a text body  (tgi/plain.go)
+//	POST /generate              TGI, one JSON response                                                (tgi/tgi.go)
 //	POST /generate_stream       TGI, server-sent events
 //	POST /invocations           SageMaker: TGI's events when "stream": true, else [{"generated_text"}]
-//	POST /generate?format=jsonlines             DJL-style JSON lines, one object per token           (api_jsonl.go)
+//	POST /generate?format=jsonlines             DJL-style JSON lines, one object per token           (tgi/jsonl.go)
 //	POST /generate?format=jsonlines-cumulative  the same, each line carrying the text so far
-//	POST /v1/chat/completions   OpenAI chat completions, streamed or not                              (api_openai.go)
-//	POST /v1/completions        OpenAI legacy completions (raw prompt), streamed or not               (api_completions.go)
+//	POST /v1/chat/completions   OpenAI chat completions, streamed or not                              (openai/)
+//	POST /v1/completions        OpenAI legacy completions (raw prompt), streamed or not               (openai/completions.go)
 //	GET  /v1/models             OpenAI model list (Anthropic's for Anthropic's clients)
-//	POST /v1/messages           Anthropic Messages, streamed or not; /v1/messages/count_tokens          (api_anthropic.go)
+//	POST /v1/messages           Anthropic Messages, streamed or not; /v1/messages/count_tokens          (anthropic/)
 //	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (api_responses.go)
-//	/api/chat, /api/generate, /api/tags, /api/show, ...  Ollama's API (api_ollama*.go)
+//	/api/chat, /api/generate, /api/tags, /api/show, ...  Ollama's API (ollama/)
 //	/admin/models/...           load and unload models (models.go)
 //	/health, /ready, /info, /metrics  operations (info.go, metrics.go)
 //
@@ -30,7 +30,11 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/anthropic"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/ollama"
+	"github.com/parley-chat/parley/web/openai"
+	"github.com/parley-chat/parley/web/tgi"
 )
 
 // The server's contract with the layers it runs on, declared in the core.
@@ -90,8 +94,14 @@ func (s *Server) initCore() {
 	k.Meter = func(model string) apicore.Meter { return s.meterReply(s.requestCancelCause).forModel(model) }
 	k.ErrorBody = errorBodyFor
 	k.Operator = s.operator
+	k.ThinkFormat = func() string {
+		if s.op.info == nil {
+			return ""
+		}
+		return s.op.info().Thinking
+	}
 	if s.models != nil {
-		k.Alias = s.ollamaAlias
+		k.Alias = func(name string) (string, bool) { return ollama.Alias(s.models.Models(), name) }
 	}
 }
 
@@ -110,26 +120,41 @@ func (s *Server) apiAvailable() error {
 func (s *Server) mountAPI(e *echo.Echo) {
 	s.core.Mounted = time.Now()
 	g := e.Group("", s.RequireKey)
-	g.POST("/", s.handlePlain)
-	g.POST("/generate", s.handleGenerate)
-	g.POST("/generate_stream", s.handleGenerateStream)
-	g.POST("/invocations", s.handleInvocations)
-	g.POST("/v1/chat/completions", s.handleChatCompletions)
-	g.POST("/v1/completions", s.handleCompletions)
+	tg := tgi.New(s.core)
+	g.POST("/", tg.Plain)
+	g.POST("/generate", tg.Generate)
+	g.POST("/generate_stream", tg.GenerateStream)
+	g.POST("/invocations", tg.Invocations)
+	oa := openai.New(s.core)
+	g.POST("/v1/chat/completions", oa.ChatCompletions)
+	g.POST("/v1/completions", oa.Completions)
+	an := anthropic.New(s.core)
 	if s.models != nil {
-		g.GET("/v1/models", anthropicOr(s.handleModelsList, s.handleAnthropicModels))
-		g.GET("/v1/models/:id", anthropicOr(s.handleModelsOne, s.handleAnthropicModel))
+		g.GET("/v1/models", anthropicOr(s.handleModelsList, an.Models))
+		g.GET("/v1/models/:id", anthropicOr(s.handleModelsOne, an.Model))
 		s.mountAdmin(g)
 	} else {
-		g.GET("/v1/models", anthropicOr(s.handleModels, s.handleAnthropicModels))
-		g.GET("/v1/models/:id", anthropicOr(s.handleModel, s.handleAnthropicModel))
+		g.GET("/v1/models", anthropicOr(oa.Models, an.Models))
+		g.GET("/v1/models/:id", anthropicOr(oa.Model, an.Model))
 	}
-	g.POST("/v1/messages", s.handleMessages)
-	g.POST("/v1/messages/count_tokens", s.handleCountTokens)
+	g.POST("/v1/messages", an.Messages)
+	g.POST("/v1/messages/count_tokens", an.CountTokens)
 	if cs, ok := s.sessions.(Conversations); ok {
 		s.mountResponses(g, cs)
 	}
-	s.mountOllama(e, g)
+	// Ollama's routes, and the HEAD / probe, which needs no key: it says
+	// only that a server is there.
+	ol := ollama.New(s.core)
+	e.HEAD("/", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	g.GET("/api/version", ol.Version)
+	g.HEAD("/api/version", ol.Version)
+	g.GET("/api/tags", ol.Tags)
+	g.HEAD("/api/tags", ol.Tags)
+	g.POST("/api/show", ol.Show)
+	g.GET("/api/ps", ol.PS)
+	g.POST("/api/chat", ol.Chat)
+	g.POST("/api/generate", ol.Generate)
+	ollama.MountUnsupported(g)
 }
 func (s *Server) routes() {
 	e := s.echo
@@ -154,4 +179,15 @@ func (s *Server) handleRoot(c echo.Context) error {
 	}
 	c.Response().Header().Set("Cache-Control", "no-cache")
 	return c.HTMLBlob(http.StatusOK, page)
+}
+
+// anthropicOr serves a route shared by OpenAI's and Anthropic's APIs
+// (GET /v1/models): Anthropic's clients get anthropic, the rest openAI.
+func anthropicOr(openAI, anthropicH echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if anthropic.IsClient(c.Request()) {
+			return anthropicH(c)
+		}
+		return openAI(c)
+	}
 }

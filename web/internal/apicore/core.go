@@ -68,6 +68,9 @@ type Core struct {
 	// Alias finds a served model by a name other than its own (Ollama's
 	// name:tag); nil: none.
 	Alias func(name string) (string, bool)
+	// ThinkFormat is how the one model marks its thought ("" unknown,
+	// "none" for a model without one); nil: unknown.
+	ThinkFormat func() string
 	// Operator reports whether r comes with the server's own API key (it
 	// may see paths and settings that others see redacted).
 	Operator func(r *http.Request) bool

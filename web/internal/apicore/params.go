@@ -315,6 +315,10 @@ func JSONString(s string) string {
 	return string(b)
 }
 
+// MaxTopN bounds the alternatives a client may ask for per token (TGI's
+// top_n_tokens, OpenAI's top_logprobs).
+const MaxTopN = 20
+
 // ResolveSeed fixes the seed of a sampled reply that asked for a random one,
 // so the seed can be reported (TGI's details.seed) and logged, and the reply
 // reproduced. Greedy replies need no seed.

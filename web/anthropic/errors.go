@@ -1,9 +1,11 @@
-package web
+package anthropic
 
 import (
 	"fmt"
+	"net/http"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // anthropicError is Anthropic's error object; anthropicErrorBody is what
@@ -47,4 +49,19 @@ func newAnthropicError(err error) anthropicError {
 		t = "api_error"
 	}
 	return anthropicError{Type: t, Message: parley.ErrorMessage(err)}
+}
+
+// ErrorBody is err as Anthropic's error body.
+func ErrorBody(err error) any {
+	return anthropicErrorBody{Type: "error", Error: newAnthropicError(err)}
+}
+
+// Status is err's HTTP status on Anthropic's routes: the core's, except
+// that a prompt over a limit is a 400, as Anthropic answers it (a 413 there
+// reads as a body over the size limit: Claude Code asks to remove images).
+func Status(err error) int {
+	if _, _, ok := parley.PromptLimit(err); ok {
+		return http.StatusBadRequest
+	}
+	return apicore.ErrorStatus(err)
 }

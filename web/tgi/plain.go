@@ -1,4 +1,4 @@
-package web
+package tgi
 
 import (
 	"strconv"
@@ -22,14 +22,14 @@ const (
 	headerPromptTokens = "X-Parley-Prompt-Tokens"
 )
 
-// handlePlain is POST / (the Ray Serve Textbot convention): the prompt is
+// Plain is POST / (the Ray Serve Textbot convention): the prompt is
 // ?prompt=... or, without it, the request body as text; sampling parameters
 // may follow as query parameters (?max_tokens=20&temperature=0&stop=.).
 // The reply streams as text/plain in chunks, one flush per token; the
 // finish reason, usage and timings follow as trailers. A failure after the
 // stream began ends the text with a line "Error: ..." (as the WebSocket text
 // mode does) and the X-Parley-Error trailer.
-func (s *Server) handlePlain(c echo.Context) error {
+func (s *API) Plain(c echo.Context) error {
 	q := c.Request().URL.Query()
 	prompt, fromQuery := q.Get("prompt"), q.Has("prompt")
 	if !fromQuery {
@@ -94,7 +94,7 @@ func (s *Server) handlePlain(c echo.Context) error {
 			return nil
 		})
 	if err != nil {
-		s.log.Debug("plain stream ended early", zap.Error(err))
+		s.core.Log.Debug("plain stream ended early", zap.Error(err))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package web
+package tgi
 
 import "github.com/parley-chat/parley"
 
@@ -30,3 +30,7 @@ func newTGIError(err error) tgiError {
 	}
 	return tgiError{Error: parley.ErrorMessage(err), ErrorType: t}
 }
+
+// ErrorBody is err as TGI's error body, for the routes that speak TGI
+// (/generate without a format, /generate_stream, /invocations).
+func ErrorBody(err error) any { return newTGIError(err) }

@@ -1,4 +1,10 @@
-package web
+// Package tgi serves the text-completion wires of serving stacks: Hugging
+// Face TGI (/generate, /generate_stream), SageMaker (/invocations), DJL's
+// JSON lines (/generate?format=jsonlines) and Ray Serve's plain text
+// (POST /). Each decodes its request into the shared core's parameters and
+// answers in its own shape; TGI's routes answer errors with ErrorBody, the
+// JSON-lines and plain ones with Parley's.
+package tgi
 
 import (
 	"bytes"
@@ -39,9 +45,6 @@ import (
 //   - prefill details are always empty (the engine does not score prompt
 //     tokens), top_n_tokens returns only the sampled token, truncate is
 //     ignored, and best_of > 1 and watermark are refused.
-
-// maxTopN bounds top_n_tokens and OpenAI's top_logprobs.
-const maxTopN = 20
 
 // tgiParameters is TGI's "parameters" object. The sampling fields are
 // apicore.ParamsPatch's (one decoder for every wire); the rest are TGI's own.
@@ -152,7 +155,7 @@ func (t *tgiCall) topTokens(tok parley.Token) []tgiToken {
 }
 
 // parseTGI decodes and validates a TGI request body.
-func (s *Server) parseTGI(c echo.Context) (*tgiCall, error) {
+func (s *API) parseTGI(c echo.Context) (*tgiCall, error) {
 	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return nil, err
@@ -188,8 +191,8 @@ func (s *Server) parseTGI(c echo.Context) (*tgiCall, error) {
 			return nil, parley.FieldErrorf("parameters.watermark", "watermarking is not supported")
 		}
 		if tp.TopNTokens != nil {
-			if *tp.TopNTokens < 0 || *tp.TopNTokens > maxTopN {
-				return nil, parley.FieldErrorf("parameters.top_n_tokens", "must be between 0 and %d, got %d", maxTopN, *tp.TopNTokens)
+			if *tp.TopNTokens < 0 || *tp.TopNTokens > apicore.MaxTopN {
+				return nil, parley.FieldErrorf("parameters.top_n_tokens", "must be between 0 and %d, got %d", apicore.MaxTopN, *tp.TopNTokens)
 			}
 			call.topN = *tp.TopNTokens
 		}
@@ -262,9 +265,9 @@ func (tp *tgiParameters) applyGrammar(patch *apicore.ParamsPatch) error {
 	return nil
 }
 
-// handleGenerate is POST /generate: TGI's one-response form, or JSON lines
+// Generate is POST /generate: TGI's one-response form, or JSON lines
 // with ?format=jsonlines (or jsonlines-cumulative).
-func (s *Server) handleGenerate(c echo.Context) error {
+func (s *API) Generate(c echo.Context) error {
 	switch f := c.QueryParam("format"); f {
 	case "", "json":
 	case formatJSONLines, formatJSONLinesCumulative:
@@ -283,8 +286,8 @@ func (s *Server) handleGenerate(c echo.Context) error {
 	return c.JSON(http.StatusOK, resp)
 }
 
-// handleGenerateStream is POST /generate_stream: TGI's server-sent events.
-func (s *Server) handleGenerateStream(c echo.Context) error {
+// GenerateStream is POST /generate_stream: TGI's server-sent events.
+func (s *API) GenerateStream(c echo.Context) error {
 	tc, err := s.parseTGI(c)
 	if err != nil {
 		return err
@@ -292,10 +295,10 @@ func (s *Server) handleGenerateStream(c echo.Context) error {
 	return s.tgiStream(c, "tgi-stream", tc)
 }
 
-// handleInvocations is POST /invocations, SageMaker's convention on TGI:
+// Invocations is POST /invocations, SageMaker's convention on TGI:
 // {"inputs", "parameters", "stream": true} streams TGI's events; without
 // stream the response is [{"generated_text": ...}].
-func (s *Server) handleInvocations(c echo.Context) error {
+func (s *API) Invocations(c echo.Context) error {
 	tc, err := s.parseTGI(c)
 	if err != nil {
 		return err
@@ -312,7 +315,7 @@ func (s *Server) handleInvocations(c echo.Context) error {
 
 // tgiCollect runs a whole reply and builds TGI's response, with TGI's
 // timing headers.
-func (s *Server) tgiCollect(c echo.Context, route string, tc *tgiCall) (*tgiResponse, error) {
+func (s *API) tgiCollect(c echo.Context, route string, tc *tgiCall) (*tgiResponse, error) {
 	call, err := s.core.StartCompletion(c, route, tc.inputs, tc.params)
 	if err != nil {
 		return nil, apicore.PrefixField(err, "parameters.")
@@ -358,7 +361,7 @@ func (s *Server) tgiCollect(c echo.Context, route string, tc *tgiCall) (*tgiResp
 // tgiStream streams TGI's events. Each is "data:" then the JSON object, then
 // a blank line: the framing of TGI's server-sent events, which newline
 // iterators such as SageMaker's examples rely on.
-func (s *Server) tgiStream(c echo.Context, route string, tc *tgiCall) error {
+func (s *API) tgiStream(c echo.Context, route string, tc *tgiCall) error {
 	call, err := s.core.StartCompletion(c, route, tc.inputs, tc.params)
 	if err != nil {
 		return apicore.PrefixField(err, "parameters.")
@@ -410,7 +413,16 @@ func (s *Server) tgiStream(c echo.Context, route string, tc *tgiCall) error {
 			return send(final)
 		})
 	if err != nil {
-		s.log.Debug("event stream ended early", zap.String("route", route), zap.Error(err))
+		s.core.Log.Debug("event stream ended early", zap.String("route", route), zap.Error(err))
 	}
 	return nil
 }
+
+// API serves TGI's, SageMaker's, the JSON-lines and the plain-text
+// endpoints over the shared core.
+type API struct {
+	core *apicore.Core
+}
+
+// New returns the endpoints over core.
+func New(core *apicore.Core) *API { return &API{core: core} }

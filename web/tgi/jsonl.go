@@ -1,4 +1,4 @@
-package web
+package tgi
 
 import (
 	"encoding/json"
@@ -53,7 +53,7 @@ type lineError struct {
 }
 
 // handleJSONLines streams a reply as JSON lines (see above).
-func (s *Server) handleJSONLines(c echo.Context, cumulative bool) error {
+func (s *API) handleJSONLines(c echo.Context, cumulative bool) error {
 	tc, err := s.parseTGI(c)
 	if err != nil {
 		return err
@@ -111,7 +111,7 @@ func (s *Server) handleJSONLines(c echo.Context, cumulative bool) error {
 			return send(l)
 		})
 	if err != nil {
-		s.log.Debug("json lines stream ended early", zap.Error(err))
+		s.core.Log.Debug("json lines stream ended early", zap.Error(err))
 	}
 	return nil
 }

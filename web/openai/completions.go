@@ -1,4 +1,4 @@
-package web
+package openai
 
 import (
 	"bytes"
@@ -81,7 +81,7 @@ type completionCall struct {
 	logprobs     int // -1: none asked for
 }
 
-func (s *Server) parseCompletion(c echo.Context) (*completionCall, error) {
+func (s *API) parseCompletion(c echo.Context) (*completionCall, error) {
 	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return nil, err
@@ -171,8 +171,8 @@ func legacyLogprobs(lps []tokenLogprob, offset int, top bool) *completionLogprob
 	return out
 }
 
-// handleCompletions is POST /v1/completions.
-func (s *Server) handleCompletions(c echo.Context) error {
+// Completions is POST /v1/completions.
+func (s *API) Completions(c echo.Context) error {
 	cc, err := s.parseCompletion(c)
 	if err != nil {
 		return err

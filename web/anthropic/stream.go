@@ -1,4 +1,4 @@
-package web
+package anthropic
 
 import (
 	"encoding/json"
@@ -153,10 +153,10 @@ func (b *anthropicBlocks) token(t parley.Token) error {
 }
 
 // streamAnthropic relays call's reply as Anthropic's events.
-func (s *Server) streamAnthropic(c echo.Context, call *apicore.Call, ac *anthropicCall, id, model string) {
+func (s *API) streamAnthropic(c echo.Context, call *apicore.Call, ac *anthropicCall, id, model string) {
 	w := &anthropicWriter{w: s.core.BeginStream(c, "text/event-stream")}
 	send := w.send
-	defer w.keepAlive(min(anthropicPingEvery, s.pingPeriod()), call.Cancel)()
+	defer w.keepAlive(min(anthropicPingEvery, s.core.PingPeriod), call.Cancel)()
 	blocks := &anthropicBlocks{send: send}
 	call.Tool = blocks.tool
 	start := anthropicMessageOut{ID: id, Type: "message", Role: "assistant", Model: model, Content: []anthropicContent{},
@@ -190,7 +190,7 @@ func (s *Server) streamAnthropic(c echo.Context, call *apicore.Call, ac *anthrop
 			return send(anthropicEvent{Type: "message_stop"})
 		})
 	if err != nil {
-		s.log.Debug("anthropic stream ended early", zap.String("route", call.Route), zap.Error(err))
+		s.core.Log.Debug("anthropic stream ended early", zap.String("route", call.Route), zap.Error(err))
 	}
 }
 

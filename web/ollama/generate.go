@@ -1,4 +1,4 @@
-package web
+package ollama
 
 import (
 	"context"
@@ -38,8 +38,8 @@ type detokenizer interface {
 	TokenText(id int) string
 }
 
-// handleOllamaGenerate is POST /api/generate.
-func (s *Server) handleOllamaGenerate(c echo.Context) error {
+// Generate is POST /api/generate.
+func (s *API) Generate(c echo.Context) error {
 	call := &ollamaCall{start: time.Now()}
 	body, err := apicore.ReadBody(c)
 	if err != nil {
@@ -120,7 +120,7 @@ func generateMessages(req *ollamaGenerateRequest) []parley.Message {
 // startContinued starts a templated prompt that follows an earlier
 // exchange's text (the context array's): the prompt is the template's
 // rendering of msgs after prefix, with the template's end-of-turn stops.
-func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Message, call *ollamaCall) (*apicore.Call, error) {
+func (s *API) startContinued(c echo.Context, prefix string, msgs []parley.Message, call *ollamaCall) (*apicore.Call, error) {
 	t, ok := s.core.TemplateFor(c.Request().Context())
 	if !ok {
 		return nil, parley.FieldErrorf("context", "is not supported by this server")
@@ -146,7 +146,7 @@ func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Mes
 	p := call.params
 	p.Stop = append(append([]string(nil), p.Stop...), t.Stops()...)
 	prompt := prefix + rendered
-	return s.core.StartCall(c, "ollama-generate", prompt, 0, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+	return s.core.StartCall(c, "ollama-generate", prompt, 0, p, func(ctx context.Context, r apicore.Responder) (*chat.Reply, error) {
 		return r.Complete(ctx, "", prompt, p)
 	})
 }
@@ -154,7 +154,7 @@ func (s *Server) startContinued(c echo.Context, prefix string, msgs []parley.Mes
 // contextText is the text of a context array, checked: every id is in the
 // vocabulary and the whole fits the context window. A leading BOS is
 // dropped (the tokenizer adds its own).
-func (s *Server) contextText(ctx context.Context, ids []int) (string, error) {
+func (s *API) contextText(ctx context.Context, ids []int) (string, error) {
 	if len(ids) == 0 {
 		return "", nil
 	}
@@ -188,7 +188,7 @@ func (s *Server) contextText(ctx context.Context, ids []int) (string, error) {
 // contextOf is the context array a reply returns: the token ids of its
 // prompt (the context it continued included) and its text. nil when there
 // is no tokenizer or the text does not tokenize.
-func (s *Server) contextOf(ctx context.Context, text string) []int {
+func (s *API) contextOf(ctx context.Context, text string) []int {
 	tok, release, err := s.core.TokenizerFor(ctx)
 	if err != nil || tok == nil {
 		return nil

@@ -1,46 +1,16 @@
-package web
+package anthropic
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net/http"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
-
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/web/internal/apicore"
 )
-
-// Anthropic's Messages API, as the official SDKs and Claude-style clients
-// use it: POST /v1/messages (one message, or server-sent events when
-// "stream": true) and POST /v1/messages/count_tokens. Stateless: every
-// request carries the whole conversation, and the conversation's key
-// (anthropicKey) sends each turn to the slot that holds the previous one, so
-// only the new turn is evaluated.
-//
-// Supported: system (a string or text blocks), messages of user, assistant
-// (and system, anywhere in the list) roles whose content is a string or text
-// blocks, max_tokens
-// (required), temperature, top_p, top_k, stop_sequences, metadata, and
-// Parley's own sampling fields (min_p, seed, grammar, json_schema, ...);
-// structured output (output_config.format, or output_format, with a JSON
-// schema: the reply's text is JSON that validates); tools, tool_choice, tool_use and tool_result blocks (api_anthropic_tools.go).
-// cache_control marks are accepted and ignored (Parley caches every prefix
-// without being asked). Images and documents are refused with a 400 naming
-// the block. thinking switches a reasoning model's thought
-// (enabled, with budget_tokens its cap; disabled; adaptive: the model's
-// default); its thought comes back as a thinking block before the text, and
-// the thinking blocks clients send back are the assistant turn's reasoning.
-//
-// usage follows Anthropic's accounting: input_tokens are the prompt tokens
-// evaluated for this request, cache_read_input_tokens those reused from the
-// KV cache, so their sum is the prompt's size, which count_tokens reports.
 
 // maxAnthropicBlocks bounds the content blocks of one request (system and
 // every message together; a string content counts as one block). Each block costs a little to parse and render; a
@@ -164,7 +134,7 @@ func (n *blockCounter) add(k int, field string) error {
 
 // parseAnthropicBody decodes a Messages (or count_tokens) request body.
 // count is true for count_tokens, which needs no max_tokens.
-func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, error) {
+func (s *API) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, error) {
 	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return nil, err
@@ -218,7 +188,7 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	}
 	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.ParamsPatch}
 	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
-	p := s.cfg.Defaults
+	p := s.core.Defaults
 	if !count {
 		if p, err = s.core.ResolveParams(&req.ParamsPatch); err != nil {
 			return nil, err
@@ -233,7 +203,7 @@ func (s *Server) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall,
 	if p.ToolChoice, err = parseAnthropicToolChoice(req.ToolChoice); err != nil {
 		return nil, err
 	}
-	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
+	if err := p.Validate(s.core.MaxTokensCap); err != nil {
 		return nil, renameToolField(renameThinkField(err))
 	}
 	apicore.ResolveSeed(&p)
@@ -282,8 +252,8 @@ func renameThinkField(err error) error {
 // context (the rest holds the conversation). A reply cut there ends with
 // stop_reason max_tokens. Values the server serves, and values below 1
 // (refused by validation), are left alone.
-func (s *Server) clampAnthropicMaxTokens(n int) int {
-	if limit := s.cfg.MaxTokensCap; limit > 0 && n > limit {
+func (s *API) clampAnthropicMaxTokens(n int) int {
+	if limit := s.core.MaxTokensCap; limit > 0 && n > limit {
 		n = limit
 	}
 	if s.core.ModelInfo != nil {
@@ -490,226 +460,4 @@ func decodeAnthropicBlock(raw json.RawMessage, field string) (anthropicBlock, er
 		return blk, parley.FieldErrorf(field+"."+typeErr.Field, "expected %s, got %s", typeErr.Type, typeErr.Value)
 	}
 	return blk, parley.FieldErrorf(field, "must be a content block object")
-}
-
-// anthropicKey is a Messages conversation's KV-cache key: apicore.ConversationKey
-// of the messages after the volatile system blocks were dropped, so every
-// turn of one conversation has the same key.
-func anthropicKey(msgs []parley.Message) string {
-	return "anthropic:" + strings.TrimPrefix(apicore.ConversationKey(msgs), "openai:")
-}
-
-func anthropicMessageID() string {
-	return fmt.Sprintf("msg_%016x%08x", rand.Uint64(), rand.Uint32())
-}
-
-// anthropicUsage is a reply's usage in Anthropic's accounting (see the
-// package comment above).
-type anthropicUsage struct {
-	InputTokens              int `json:"input_tokens"`
-	OutputTokens             int `json:"output_tokens"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-}
-
-func newAnthropicUsage(u parley.Usage) anthropicUsage {
-	return anthropicUsage{
-		InputTokens:          u.PromptTokens - u.CachedPromptTokens,
-		OutputTokens:         u.CompletionTokens,
-		CacheReadInputTokens: u.CachedPromptTokens,
-	}
-}
-
-// anthropicContent is a content block of a reply: text (Text set, maybe
-// to ""), thinking (Thinking and Signature set; Parley signs nothing, so
-// the signature is "") or tool_use (ID, Name, Input).
-type anthropicContent struct {
-	Type      string          `json:"type"` // "text", "thinking" or "tool_use"
-	Text      *string         `json:"text,omitempty"`
-	Thinking  *string         `json:"thinking,omitempty"`
-	Signature *string         `json:"signature,omitempty"`
-	ID        string          `json:"id,omitempty"`
-	Name      string          `json:"name,omitempty"`
-	Input     json.RawMessage `json:"input,omitempty"`
-}
-
-func anthropicTextBlock(text string) anthropicContent {
-	return anthropicContent{Type: "text", Text: &text}
-}
-
-func anthropicThinkingBlock(thought string) anthropicContent {
-	sig := ""
-	return anthropicContent{Type: "thinking", Thinking: &thought, Signature: &sig}
-}
-
-// anthropicMessageOut is the Message object: the whole reply, or (content
-// empty, stop_reason null) the stream's message_start.
-type anthropicMessageOut struct {
-	ID           string             `json:"id"`
-	Type         string             `json:"type"` // "message"
-	Role         string             `json:"role"` // "assistant"
-	Model        string             `json:"model"`
-	Content      []anthropicContent `json:"content"`
-	StopReason   *string            `json:"stop_reason"`
-	StopSequence *string            `json:"stop_sequence"`
-	StopDetails  json.RawMessage    `json:"stop_details"` // always null: Parley has no refusals
-	Usage        anthropicUsage     `json:"usage"`
-}
-
-// anthropicStop is the stop_reason and stop_sequence of a finished reply.
-// stop is the stop string that ended it (a template's end-of-turn string
-// ends the turn; one of the request's stop_sequences is reported as such).
-func anthropicStop(ev parley.Event, stop string, stops []string, maxTokens int) (reason string, seq *string) {
-	switch ev.Finish {
-	case parley.FinishToolCalls:
-		return "tool_use", nil
-	case parley.FinishStop:
-		for _, s := range stops {
-			if s == stop {
-				return "stop_sequence", &stop
-			}
-		}
-		return "end_turn", nil
-	case parley.FinishLength:
-		if ev.Usage.CompletionTokens < maxTokens {
-			return "model_context_window_exceeded", nil
-		}
-		return "max_tokens", nil
-	}
-	return "end_turn", nil
-}
-
-// handleMessages is POST /v1/messages.
-func (s *Server) handleMessages(c echo.Context) error {
-	ac, err := s.parseAnthropicBody(c, false)
-	if err != nil {
-		return err
-	}
-	route := "anthropic"
-	if ac.stream {
-		route = "anthropic-stream"
-	}
-	call, err := s.core.StartChat(c, route, ac.key, ac.msgs, ac.params)
-	if err != nil {
-		return ac.patch.RenameSent(err)
-	}
-	id, model := anthropicMessageID(), s.core.ModelName(c.Request().Context())
-	if ac.stream {
-		s.streamAnthropic(c, call, ac, id, model)
-		return nil
-	}
-	_, ev := call.Collect()
-	if rerr := apicore.ReplyError(ev); rerr != nil {
-		return ac.patch.RenameSent(rerr)
-	}
-	reason, seq := anthropicStop(ev, call.Rep.StopSequence(), ac.stops, ac.params.MaxTokens)
-	content := []anthropicContent{}
-	if thought := call.Rep.Reasoning(); thought != "" {
-		content = append(content, anthropicThinkingBlock(thought))
-	}
-	if text := call.Rep.Text(); text != "" {
-		content = append(content, anthropicTextBlock(text))
-	}
-	for _, tc := range ev.ToolCalls {
-		content = append(content, anthropicToolUseOut(tc))
-	}
-	return c.JSON(http.StatusOK, anthropicMessageOut{
-		ID: id, Type: "message", Role: "assistant", Model: model, Content: content,
-		StopReason: &reason, StopSequence: seq, StopDetails: json.RawMessage("null"),
-		Usage: newAnthropicUsage(ev.Usage),
-	})
-}
-
-// handleCountTokens is POST /v1/messages/count_tokens: the prompt's tokens,
-// as the same request to /v1/messages would count them (its usage's
-// input_tokens plus cache_read_input_tokens).
-func (s *Server) handleCountTokens(c echo.Context) error {
-	ac, err := s.parseAnthropicBody(c, true)
-	if err != nil {
-		return err
-	}
-	if err := s.core.Available(); err != nil {
-		return err
-	}
-	n, ok, err := s.core.CountTokens(c.Request().Context(), ac.key, ac.msgs, ac.params)
-	if !ok {
-		return parley.Errorf(parley.ENotFound, "this server cannot count tokens")
-	}
-	if err != nil {
-		return renameToolField(err)
-	}
-	return c.JSON(http.StatusOK, struct {
-		InputTokens int `json:"input_tokens"`
-	}{n})
-}
-
-// isAnthropicClient reports whether r comes from one of Anthropic's SDKs,
-// which send anthropic-version on every request.
-func isAnthropicClient(r *http.Request) bool {
-	return r.Header.Get("anthropic-version") != ""
-}
-
-// anthropicOr serves a route shared by OpenAI's and Anthropic's APIs
-// (GET /v1/models): Anthropic's clients get anthropic, the rest openAI.
-func anthropicOr(openAI, anthropic echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if isAnthropicClient(c.Request()) {
-			return anthropic(c)
-		}
-		return openAI(c)
-	}
-}
-
-// anthropicModel is Anthropic's model object.
-type anthropicModel struct {
-	Type        string `json:"type"` // "model"
-	ID          string `json:"id"`
-	DisplayName string `json:"display_name"`
-	CreatedAt   string `json:"created_at"` // RFC 3339
-}
-
-// anthropicModels are the served models in Anthropic's shape: every model
-// of a server with several (--models), else the one loaded.
-func (s *Server) anthropicModels() []anthropicModel {
-	created := s.core.Mounted.UTC().Format(time.RFC3339)
-	one := func(name string) anthropicModel {
-		return anthropicModel{Type: "model", ID: name, DisplayName: name, CreatedAt: created}
-	}
-	if s.models == nil {
-		return []anthropicModel{one(s.core.ModelName(context.Background()))}
-	}
-	var out []anthropicModel
-	for _, m := range s.models.Models() {
-		out = append(out, one(m.Name))
-	}
-	return out
-}
-
-// handleAnthropicModels is GET /v1/models for Anthropic's clients: the
-// served models, as one page.
-func (s *Server) handleAnthropicModels(c echo.Context) error {
-	ms := s.anthropicModels()
-	page := struct {
-		Data    []anthropicModel `json:"data"`
-		HasMore bool             `json:"has_more"`
-		FirstID *string          `json:"first_id"`
-		LastID  *string          `json:"last_id"`
-	}{Data: ms}
-	if len(ms) > 0 {
-		page.FirstID, page.LastID = &ms[0].ID, &ms[len(ms)-1].ID
-	}
-	return c.JSON(http.StatusOK, page)
-}
-
-// handleAnthropicModel is GET /v1/models/{id} for Anthropic's clients.
-func (s *Server) handleAnthropicModel(c echo.Context) error {
-	ms := s.anthropicModels()
-	names := make([]string, len(ms))
-	for i, m := range ms {
-		if m.ID == c.Param("id") {
-			return c.JSON(http.StatusOK, m)
-		}
-		names[i] = m.ID
-	}
-	return parley.Errorf(parley.ENotFound, "no model %q: this server serves %s", c.Param("id"), strings.Join(names, ", "))
 }

@@ -1,9 +1,10 @@
-package web
+package ollama
 
 import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -37,7 +38,7 @@ type ollamaShowResponse struct {
 	Tensors []struct{} `json:"tensors"`
 }
 
-func (s *Server) handleOllamaShow(c echo.Context) error {
+func (s *API) Show(c echo.Context) error {
 	body, err := apicore.ReadBody(c)
 	if err != nil {
 		return err
@@ -58,8 +59,8 @@ func (s *Server) handleOllamaShow(c echo.Context) error {
 	mod, _ := ollamaFileFacts(info)
 	name := s.ollamaModelName(ctx)
 	from := info.Path
-	if !s.operator(c.Request()) {
-		from = baseName(from) // where the model lives is the operator's business (redact.go)
+	if !s.core.Operator(c.Request()) {
+		from = baseName(from) // where the model lives is the operator's business
 	}
 	return c.JSON(http.StatusOK, ollamaShowResponse{
 		Modelfile:    fmt.Sprintf("# Served by Parley from %s\nFROM %s\n", name, from),
@@ -93,8 +94,8 @@ func ollamaModelInfo(info parley.ModelInfo) map[string]any {
 // ollamaParameters are the server's sampling defaults in a Modelfile's
 // PARAMETER syntax, under Ollama's option names, with the context a
 // conversation gets (num_ctx).
-func (s *Server) ollamaParameters(ctx context.Context) string {
-	d := s.cfg.Defaults
+func (s *API) ollamaParameters(ctx context.Context) string {
+	d := s.core.Defaults
 	var b strings.Builder
 	line := func(k, v string) { fmt.Fprintf(&b, "%-30s %s\n", k, v) }
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
@@ -119,7 +120,7 @@ func (s *Server) ollamaParameters(ctx context.Context) string {
 // tools calls them at random), thinking when it marks a thought Parley
 // splits from the answer; never vision or embedding (Parley serves text
 // generation).
-func (s *Server) ollamaCapabilities(ctx context.Context) []string {
+func (s *API) ollamaCapabilities(ctx context.Context) []string {
 	caps := []string{"completion"}
 	if strings.Contains(s.loadedModel(ctx).ChatTemplate, "tools") {
 		caps = append(caps, "tools")
@@ -128,4 +129,13 @@ func (s *Server) ollamaCapabilities(ctx context.Context) []string {
 		caps = append(caps, "thinking")
 	}
 	return caps
+}
+
+// baseName is what a request that is not the operator's sees of a model's
+// path.
+func baseName(path string) string {
+	if path == "" {
+		return ""
+	}
+	return filepath.Base(path)
 }

@@ -1,4 +1,4 @@
-package web
+package ollama
 
 import (
 	"bytes"
@@ -278,8 +278,8 @@ func checkKeepAlive(raw json.RawMessage) (time.Duration, error) {
 }
 
 // goTypeName matches the Go type names the JSON decoder puts in its type
-// errors ([]web.ollamaMessage, web.ollamaChatRequest).
-var goTypeName = regexp.MustCompile(`(\[\])?(map\[string\])?web\.[A-Za-z]+`)
+// errors ([]ollama.ollamaMessage, ollama.ollamaChatRequest).
+var goTypeName = regexp.MustCompile(`(\[\])?(map\[string\])?ollama\.[A-Za-z]+`)
 
 // decodeOllama decodes a request body; a type error names JSON's kinds
 // (an array, an object), not the server's Go types.

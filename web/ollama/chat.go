@@ -1,4 +1,4 @@
-package web
+package ollama
 
 import (
 	"bytes"
@@ -97,7 +97,7 @@ type ollamaCall struct {
 func ollamaNow() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 
 // parseOllamaCommon validates the shared fields into params and stream.
-func (s *Server) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *ollamaCall) (*apicore.ParamsPatch, error) {
+func (s *API) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *ollamaCall) (*apicore.ParamsPatch, error) {
 	if err := s.checkOllamaModel(c, req.Model, "model"); err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (s *Server) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *olla
 		return nil, err
 	}
 	call.unload = apicore.IsSet(req.KeepAlive) && keep == 0
-	if apicore.IsSet(req.KeepAlive) && s.models != nil {
+	if apicore.IsSet(req.KeepAlive) && s.core.Models != nil {
 		apicore.WithKeepAlive(c, keep)
 		ctx = c.Request().Context()
 	}
@@ -117,7 +117,7 @@ func (s *Server) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *olla
 		return nil, err
 	}
 	info := s.loadedModel(ctx)
-	if err := applyOllamaOptions(req.Options, &patch, ollamaLimits{contextLength: info.ContextLength, maxTokensCap: s.cfg.MaxTokensCap}); err != nil {
+	if err := applyOllamaOptions(req.Options, &patch, ollamaLimits{contextLength: info.ContextLength, maxTokensCap: s.core.MaxTokensCap}); err != nil {
 		return nil, err
 	}
 	if err := applyOllamaFormat(req.Format, &patch); err != nil {
@@ -127,7 +127,7 @@ func (s *Server) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *olla
 }
 
 // resolveOllama resolves the patch over the server's defaults.
-func (s *Server) resolveOllama(patch *apicore.ParamsPatch, call *ollamaCall) error {
+func (s *API) resolveOllama(patch *apicore.ParamsPatch, call *ollamaCall) error {
 	p, err := s.core.ResolveParams(patch)
 	if err != nil {
 		return renameOllama(err)
@@ -141,7 +141,7 @@ func (s *Server) resolveOllama(patch *apicore.ParamsPatch, call *ollamaCall) err
 // ollamaThink reads think: true or false, or an effort ("low", "medium",
 // "high": gpt-oss's), which turns thinking on. Asking a model that has no
 // thought to think is a 400, as Ollama answers it; false is always fine.
-func (s *Server) ollamaThink(ctx context.Context, raw json.RawMessage) (*bool, error) {
+func (s *API) ollamaThink(ctx context.Context, raw json.RawMessage) (*bool, error) {
 	if !apicore.IsSet(raw) {
 		return nil, nil
 	}
@@ -166,15 +166,15 @@ func (s *Server) ollamaThink(ctx context.Context, raw json.RawMessage) (*bool, e
 
 // ollamaThinks reports whether the model marks a thought Parley can split
 // from its answer.
-func (s *Server) ollamaThinks(ctx context.Context) bool {
-	if s.models != nil {
+func (s *API) ollamaThinks(ctx context.Context) bool {
+	if s.core.Models != nil {
 		t, ok := s.core.TemplateFor(ctx)
 		return ok && chat.ThinkFormatOf(t) != chat.ThinkNone
 	}
-	if s.op.info == nil {
+	if s.core.ThinkFormat == nil {
 		return false
 	}
-	t := s.op.info().Thinking
+	t := s.core.ThinkFormat()
 	return t != "" && t != "none"
 }
 
@@ -212,8 +212,8 @@ func parseOllamaMessages(in []ollamaMessage) ([]parley.Message, error) {
 	return msgs, nil
 }
 
-// handleOllamaChat is POST /api/chat.
-func (s *Server) handleOllamaChat(c echo.Context) error {
+// Chat is POST /api/chat.
+func (s *API) Chat(c echo.Context) error {
 	call := &ollamaCall{start: time.Now()}
 	body, err := apicore.ReadBody(c)
 	if err != nil {
@@ -237,7 +237,7 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 	if call.params.Tools, err = apicore.ParseTools(req.Tools, "tools"); err != nil {
 		return err
 	}
-	if err := call.params.Validate(s.cfg.MaxTokensCap); err != nil {
+	if err := call.params.Validate(s.core.MaxTokensCap); err != nil {
 		return renameOllama(err)
 	}
 	model := s.ollamaModelName(c.Request().Context())
@@ -262,7 +262,7 @@ func (s *Server) handleOllamaChat(c echo.Context) error {
 
 // ollamaLoaded answers a request with nothing to generate, as Ollama
 // answers one that loads (or, with keep_alive 0, unloads) a model.
-func (s *Server) ollamaLoaded(c echo.Context, call *ollamaCall) error {
+func (s *API) ollamaLoaded(c echo.Context, call *ollamaCall) error {
 	if err := s.core.Available(); err != nil {
 		return err
 	}
@@ -300,7 +300,7 @@ func ollamaMetricsOf(call *ollamaCall, submitted time.Time, ev parley.Event) *ol
 }
 
 // ollamaRespond sends the reply a, streamed or whole.
-func (s *Server) ollamaRespond(c echo.Context, a *apicore.Call, call *ollamaCall) error {
+func (s *API) ollamaRespond(c echo.Context, a *apicore.Call, call *ollamaCall) error {
 	submitted := time.Now()
 	last := func(ev parley.Event, text string) ollamaChunk {
 		ch := call.text(text)
@@ -371,7 +371,7 @@ func (s *Server) ollamaRespond(c echo.Context, a *apicore.Call, call *ollamaCall
 			return send(last(ev, ""))
 		})
 	if err != nil {
-		s.log.Debug("ollama stream ended early", zap.String("route", a.Route), zap.Error(err))
+		s.core.Log.Debug("ollama stream ended early", zap.String("route", a.Route), zap.Error(err))
 	}
 	return nil
 }

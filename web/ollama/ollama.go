@@ -1,6 +1,4 @@
-package web
-
-// Ollama's own API, for the clients that speak only it (VS Code Copilot
+// Package ollama serves Ollama's own API, for the clients that speak only it (VS Code Copilot
 // Chat's Ollama provider, Home Assistant, Open WebUI's Ollama connection,
 // the official ollama JavaScript and Python libraries):
 //
@@ -8,18 +6,19 @@ package web
 //	GET  /api/tags     the loaded model, as Ollama lists installed ones
 //	POST /api/show     details, model_info (from the GGUF), template, parameters, capabilities
 //	GET  /api/ps       the loaded model, its size, context and expiry
-//	POST /api/chat     a conversation, NDJSON-streamed by default (api_ollama_chat.go)
+//	POST /api/chat     a conversation, NDJSON-streamed by default (chat.go)
 //	POST /api/generate a prompt, templated or raw, with the legacy context array
 //	HEAD /             Ollama's liveness probe (GET / stays the chat page)
 //
 // With one model, Parley answers to an Ollama-style name, name:latest (from
 // the GGUF's general.name or its file name), and to that name without the
-// tag; any other name is a 404 in Ollama's shape. With several (models.go)
+// tag; any other name is a 404 in Ollama's shape. With several
 // the name picks the model, each served as NAME:latest (its configured
 // name), /api/tags lists them all and /api/ps those the residency manager
 // holds loaded, with their keep-alive's expiry. The model-management
 // and embedding endpoints answer 501 with what Parley does instead, never a
-// silent success. Errors are Ollama's {"error": "..."} (errors.go).
+// silent success. Errors are Ollama's {"error": "..."} (ErrorBody).
+package ollama
 
 import (
 	"context"
@@ -34,6 +33,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // ollamaVersion is the Ollama release whose API these routes follow (and
@@ -46,23 +46,25 @@ type ollamaError struct {
 	Error string `json:"error"`
 }
 
-// mountOllama adds Ollama's routes to the API group g (RequireKey guards
-// them) and the HEAD / probe, which needs no key: it says only that a
-// server is there.
-func (s *Server) mountOllama(e *echo.Echo, g *echo.Group) {
-	e.HEAD("/", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
-	g.GET("/api/version", s.handleOllamaVersion)
-	g.HEAD("/api/version", s.handleOllamaVersion)
-	g.GET("/api/tags", s.handleOllamaTags)
-	g.HEAD("/api/tags", s.handleOllamaTags)
-	g.POST("/api/show", s.handleOllamaShow)
-	g.GET("/api/ps", s.handleOllamaPS)
-	g.POST("/api/chat", s.handleOllamaChat)
-	g.POST("/api/generate", s.handleOllamaGenerate)
+// API serves Ollama's endpoints over the shared core.
+type API struct {
+	core *apicore.Core
+}
+
+// New returns the endpoints over core.
+func New(core *apicore.Core) *API { return &API{core: core} }
+
+// MountUnsupported answers Ollama's routes for what Parley does another
+// way (pulling, pushing, creating models, embeddings) with 501 and what to
+// do instead.
+func MountUnsupported(g *echo.Group) {
 	for _, u := range ollamaUnsupported {
 		g.Add(u.method, u.path, unsupportedOllama(u.instead))
 	}
 }
+
+// ErrorBody is err as Ollama's error body, {"error": "..."}.
+func ErrorBody(err error) any { return ollamaError{parley.ErrorMessage(err)} }
 
 // ollamaUnsupported are Ollama's routes for what Parley does another way.
 var ollamaUnsupported = []struct{ method, path, instead string }{
@@ -90,14 +92,14 @@ func unsupportedOllama(instead string) echo.HandlerFunc {
 
 // ollamaModelName is the Ollama-style name of the request's model (ctx;
 // see apicore.Core.PickModel), or of the loaded model with one model.
-func (s *Server) ollamaModelName(ctx context.Context) string {
-	return ollamaName(s.core.ModelName(ctx))
+func (s *API) ollamaModelName(ctx context.Context) string {
+	return Name(s.core.ModelName(ctx))
 }
 
-// ollamaName is a model's Ollama-style name: the model name in lower case,
+// Name is a model's Ollama-style name: the model name in lower case,
 // runs of characters Ollama does not allow in a name made one '-', and the
 // tag "latest".
-func ollamaName(model string) string {
+func Name(model string) string {
 	var b strings.Builder
 	dash := false
 	for _, r := range strings.ToLower(model) {
@@ -124,12 +126,12 @@ func ollamaName(model string) string {
 //
 // With several models the name picks the model (apicore.Core.PickModel): any served
 // model's name, or its Ollama-style name with or without its tag.
-func (s *Server) checkOllamaModel(c echo.Context, name, field string) error {
+func (s *API) checkOllamaModel(c echo.Context, name, field string) error {
 	name = strings.TrimSpace(name)
 	if name == "" {
 		return parley.FieldErrorf(field, "is required")
 	}
-	if s.models != nil {
+	if s.core.Models != nil {
 		return s.core.PickModel(c, name)
 	}
 	ctx := c.Request().Context()
@@ -167,7 +169,7 @@ type ollamaListModel struct {
 
 // loadedModel is the facts of the request's model (ctx), or of the loaded
 // model with one model.
-func (s *Server) loadedModel(ctx context.Context) parley.ModelInfo {
+func (s *API) loadedModel(ctx context.Context) parley.ModelInfo {
 	_, info := s.core.ModelFor(ctx)
 	return info
 }
@@ -184,7 +186,7 @@ func ollamaFileFacts(info parley.ModelInfo) (time.Time, string) {
 	return mod, hex.EncodeToString(h[:])
 }
 
-func (s *Server) ollamaListEntry(ctx context.Context) ollamaListModel {
+func (s *API) ollamaListEntry(ctx context.Context) ollamaListModel {
 	info := s.loadedModel(ctx)
 	mod, digest := ollamaFileFacts(info)
 	name := s.ollamaModelName(ctx)
@@ -217,16 +219,16 @@ func humanCount(n uint64) string {
 	return fmt.Sprintf("%d", n)
 }
 
-func (s *Server) handleOllamaVersion(c echo.Context) error {
+func (s *API) Version(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"version": ollamaVersion})
 }
 
-// handleOllamaTags is GET /api/tags: every model Parley serves, loaded or
+// Tags is GET /api/tags: every model Parley serves, loaded or
 // not (Ollama lists the models installed).
-func (s *Server) handleOllamaTags(c echo.Context) error {
-	if s.models != nil {
+func (s *API) Tags(c echo.Context) error {
+	if s.core.Models != nil {
 		var list []ollamaListModel
-		for _, m := range s.models.Models() {
+		for _, m := range s.core.Models.Models() {
 			list = append(list, s.ollamaListEntry(parley.WithModel(c.Request().Context(), m.Name)))
 		}
 		return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": list})
@@ -234,7 +236,7 @@ func (s *Server) handleOllamaTags(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaListEntry(c.Request().Context())}})
 }
 
-// handleOllamaPS is GET /api/ps: the loaded model. It stays loaded while
+// PS is GET /api/ps: the loaded model. It stays loaded while
 // the server runs, so it never expires: expires_at is far in the future,
 // as Ollama shows a model kept with keep_alive -1.
 //
@@ -242,13 +244,13 @@ func (s *Server) handleOllamaTags(c echo.Context) error {
 // loaded, each with its size (weights and KV cache) and when its
 // keep-alive runs out (far in the future for a pinned model or one kept
 // forever; for one with replies in flight, its keep-alive from now).
-func (s *Server) handleOllamaPS(c echo.Context) error {
+func (s *API) PS(c echo.Context) error {
 	forever := time.Now().AddDate(100, 0, 0).UTC()
-	if s.models == nil {
+	if s.core.Models == nil {
 		return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaPSEntry(c.Request().Context(), 0, forever)}})
 	}
 	list := []ollamaListModel{}
-	for _, m := range s.models.Models() {
+	for _, m := range s.core.Models.Models() {
 		if m.State != "loaded" {
 			continue
 		}
@@ -263,7 +265,7 @@ func (s *Server) handleOllamaPS(c echo.Context) error {
 
 // ollamaPSEntry is the /api/ps entry of ctx's model; size is its memory
 // (0: the file's size).
-func (s *Server) ollamaPSEntry(ctx context.Context, size int64, expires time.Time) ollamaListModel {
+func (s *API) ollamaPSEntry(ctx context.Context, size int64, expires time.Time) ollamaListModel {
 	info := s.loadedModel(ctx)
 	m := s.ollamaListEntry(ctx)
 	m.ModifiedAt = nil
@@ -278,4 +280,17 @@ func (s *Server) ollamaPSEntry(ctx context.Context, size int64, expires time.Tim
 	m.SizeVRAM = &vram
 	m.ContextLength = info.ContextLength
 	return m
+}
+
+// Alias finds a served model among ms by its Ollama-style name (see Name),
+// with or without its tag.
+func Alias(ms []apicore.ModelStatus, name string) (string, bool) {
+	name = strings.ToLower(strings.TrimSpace(name))
+	for _, m := range ms {
+		full := Name(m.Name)
+		if name == full || name == strings.TrimSuffix(full, ":latest") {
+			return m.Name, true
+		}
+	}
+	return "", false
 }

@@ -1,30 +1,33 @@
-package web
+// Package oaiwire is OpenAI's error object, which two families answer with:
+// OpenAI's chat and completions APIs and its Responses API.
+package oaiwire
 
 import (
 	"fmt"
+	"net/http"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
-// openAIError is OpenAI's error object, {"message", "type", "param",
+// Error is OpenAI's error object, {"message", "type", "param",
 // "code"}: param is the request field the client sent (null when the error
 // is not about one), code Parley's error code.
-type openAIError struct {
+type Error struct {
 	Message string  `json:"message"`
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
 	Code    *string `json:"code"`
 }
 
-// openAIErrorBody is what an OpenAI route answers with an error status.
-type openAIErrorBody struct {
-	Error openAIError `json:"error"`
+// ErrorBody is what an OpenAI route answers with an error status.
+type ErrorBody struct {
+	Error Error `json:"error"`
 }
 
-// openAIErrorTypes is OpenAI's error "type" of each code (its client
+// errorTypes is OpenAI's error "type" of each code (its client
 // libraries pick their exception class by the status).
-var openAIErrorTypes = map[string]string{
+var errorTypes = map[string]string{
 	parley.EInvalid:      "invalid_request_error",
 	parley.ETooLarge:     "invalid_request_error",
 	parley.EBusy:         "server_error",
@@ -37,13 +40,13 @@ var openAIErrorTypes = map[string]string{
 	parley.EStoreFull:    "server_error",
 }
 
-// newOpenAIError is err in OpenAI's shape. A prompt over a limit is
+// NewError is err in OpenAI's shape. A prompt over a limit is
 // OpenAI's context_length_exceeded, worded as OpenAI words it (clients
 // such as Codex match the code and trim their history), Parley's message
 // after it.
-func newOpenAIError(err error) openAIError {
+func NewError(err error) Error {
 	code := parley.ErrorCode(err)
-	e := openAIError{Message: parley.ErrorMessage(err), Type: openAIErrorTypes[code], Code: &code}
+	e := Error{Message: parley.ErrorMessage(err), Type: errorTypes[code], Code: &code}
 	if e.Type == "" {
 		e.Type = "server_error"
 	}
@@ -63,14 +66,15 @@ func newOpenAIError(err error) openAIError {
 // context window.
 const contextLengthExceeded = "context_length_exceeded"
 
-// responseErrorCode is the code of a failed Responses object's error
-// (OpenAI's ResponseError.code names a few kinds, not HTTP-level ones).
-func responseErrorCode(err error) string {
-	switch parley.ErrorCode(err) {
-	case parley.EInvalid, parley.ETooLarge:
-		return "invalid_prompt"
-	case parley.ERateLimited:
-		return "rate_limit_exceeded"
+// ErrorBodyOf is err as OpenAI's error body.
+func ErrorBodyOf(err error) any { return ErrorBody{Error: NewError(err)} }
+
+// Status is err's HTTP status on OpenAI's routes: the core's, except
+// that a prompt over a limit is a 400, as OpenAI answers it (a 413 there
+// reads as a body over the size limit: Codex retries).
+func Status(err error) int {
+	if _, _, ok := parley.PromptLimit(err); ok {
+		return http.StatusBadRequest
 	}
-	return "server_error"
+	return apicore.ErrorStatus(err)
 }
