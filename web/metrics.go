@@ -14,6 +14,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/wsock"
 )
 
 // EngineStats is what /metrics reads from the engine at every scrape. It
@@ -380,16 +381,16 @@ func (s *Server) requestCancelCause() string {
 // cancelCause is who cancelled a reply on this connection. The connection's
 // context ends only after close has recorded the close code, so reading
 // closeCode after seeing ctx.Err() is ordered by the context's lock. The
-// server closes with 1008 (closeTooSlow) a client that stopped reading or
+// server closes with 1008 (wsock.CloseTooSlow) a client that stopped reading or
 // piled up messages: either way the client, not the server, ended it.
 func (c *conn) cancelCause() string {
-	if c.ctx.Err() == nil {
+	if c.Ctx.Err() == nil {
 		return cancelByClient // the connection lives on: a cancel or reset message
 	}
 	switch {
-	case c.closeCode == closeTooSlow:
+	case c.CloseCode() == wsock.CloseTooSlow:
 		return cancelBySlowClient
-	case c.closeCode == websocket.CloseGoingAway && c.srv.draining.Load():
+	case c.CloseCode() == websocket.CloseGoingAway && c.srv.draining.Load():
 		return cancelByShutdown
 	}
 	return cancelByDisconnect

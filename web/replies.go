@@ -26,12 +26,6 @@ import (
 // generate while no client follows it.
 const DefaultResumeBuffer = 4096
 
-// settleWait bounds how long a resuming client waits for a reply that is
-// being cancelled, or about to start, to settle before its history is read.
-// A cancelled reply ends within one engine step (chat's abandonAfter, 1 s,
-// bounds a stuck one).
-const settleWait = 3 * time.Second
-
 // replyRegistry holds the chat replies in flight, by session id.
 type replyRegistry struct {
 	mu sync.Mutex
@@ -72,7 +66,7 @@ type liveReply struct {
 // follows it (see follow) and ends it with fail or through its pump.
 func (g *replyRegistry) open(c *conn, prompt string) *liveReply {
 	ctx, cancel := context.WithCancel(parley.WithCacheScope(parley.WithUser(parley.WithClient(c.srv.stop, userClient(c.ip, c.user)), c.user), c.srv.cacheScope(c.user, c.ip)))
-	r := &liveReply{srv: c.srv, sid: c.id, prompt: prompt, log: c.log, ctx: ctx, cancel: cancel, hold: c.hold,
+	r := &liveReply{srv: c.srv, sid: c.id, prompt: prompt, log: c.Log, ctx: ctx, cancel: cancel, hold: c.hold,
 		wake: make(chan struct{}), ended: make(chan struct{})}
 	r.hold.add()
 	g.mu.Lock()

@@ -13,7 +13,7 @@ package web
 //	POST /v1/completions        OpenAI legacy completions (raw prompt), streamed or not               (openai/completions.go)
 //	GET  /v1/models             OpenAI model list (Anthropic's for Anthropic's clients)
 //	POST /v1/messages           Anthropic Messages, streamed or not; /v1/messages/count_tokens          (anthropic/)
-//	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (api_responses.go)
+//	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (responses/)
 //	/api/chat, /api/generate, /api/tags, /api/show, ...  Ollama's API (ollama/)
 //	/admin/models/...           load and unload models (models.go)
 //	/health, /ready, /info, /metrics  operations (info.go, metrics.go)
@@ -34,6 +34,7 @@ import (
 	"github.com/parley-chat/parley/web/internal/apicore"
 	"github.com/parley-chat/parley/web/ollama"
 	"github.com/parley-chat/parley/web/openai"
+	"github.com/parley-chat/parley/web/responses"
 	"github.com/parley-chat/parley/web/tgi"
 )
 
@@ -53,13 +54,11 @@ type (
 	ModelStatus = apicore.ModelStatus
 	// ErrorBody is the JSON error of Parley's own endpoints.
 	ErrorBody = apicore.ErrorBody
+	// Conversations is what the Responses and Conversations APIs need from
+	// the session layer (*session.Service satisfies it). The APIs are
+	// mounted when the server's Sessions implements it.
+	Conversations = responses.Conversations
 )
-
-// apiDeps is what the Responses and Conversations APIs run on besides the core.
-type apiDeps struct {
-	convs Conversations // the Responses and Conversations APIs' sessions (api_responses.go); nil: not mounted
-	items itemSessions  // the sessions of recent stored responses, for item_reference inputs (api_responses_refs.go)
-}
 
 // WithResponder mounts the HTTP streaming APIs (plain, TGI/SageMaker, JSON
 // lines, OpenAI, Anthropic, Ollama, Responses) over r. Without it the
@@ -140,7 +139,24 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	g.POST("/v1/messages", an.Messages)
 	g.POST("/v1/messages/count_tokens", an.CountTokens)
 	if cs, ok := s.sessions.(Conversations); ok {
-		s.mountResponses(g, cs)
+		rs := responses.New(s.core, sockets{s}, cs, s.stop)
+		s.resp = rs
+		g.POST("/v1/responses", rs.CreateResponse)
+		g.GET("/v1/responses", rs.ResponsesWS)
+		g.GET("/v1/responses/:id", rs.GetResponse)
+		g.DELETE("/v1/responses/:id", rs.DeleteResponse)
+		g.GET("/v1/responses/:id/input_items", rs.InputItems)
+		g.POST("/v1/responses/:id/cancel", rs.CancelResponse)
+		g.POST("/v1/conversations", rs.CreateConversation)
+		g.GET("/v1/conversations", rs.ListConversations)
+		g.POST("/v1/conversations/:id/fork", rs.ForkConversation)
+		g.GET("/v1/conversations/:id", rs.GetConversation)
+		g.POST("/v1/conversations/:id", rs.UpdateConversation)
+		g.DELETE("/v1/conversations/:id", rs.DeleteConversation)
+		g.GET("/v1/conversations/:id/items", rs.ListItems)
+		g.POST("/v1/conversations/:id/items", rs.AddItems)
+		g.GET("/v1/conversations/:id/items/:item", rs.GetItem)
+		g.DELETE("/v1/conversations/:id/items/:item", rs.DeleteItem)
 	}
 	// Ollama's routes, and the HEAD / probe, which needs no key: it says
 	// only that a server is there.

@@ -27,6 +27,8 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/internal/wsock"
+	"github.com/parley-chat/parley/web/responses"
 )
 
 //go:embed ui
@@ -140,7 +142,7 @@ type Server struct {
 	upgrader websocket.Upgrader
 
 	mu       sync.Mutex
-	conns    map[socket]struct{}
+	conns    map[wsock.Socket]struct{}
 	perIP    map[string]int
 	admitted int // connections past admit and not yet released; guarded by mu (the global cap counts these, so handshakes in flight count too)
 	draining atomic.Bool
@@ -153,13 +155,12 @@ type Server struct {
 	reqWG   sync.WaitGroup // HTTP handlers running (see trackRequest)
 	ready   atomic.Bool
 	mounts  []func(*echo.Echo)
-	op      *ops          // metrics, /info and readiness (metrics.go, info.go)
-	core    *apicore.Core // what every API family runs on (routes.go)
-	api     apiDeps       // the Responses API's sessions (routes.go)
-	bodies  *bodyBudget   // the bytes request bodies hold (bodybudget.go)
-	replies replyRegistry // chat replies in flight (replies.go)
-	bg      bgRegistry    // background responses (api_responses_bg.go)
-	models  Models        // several models (models.go); nil: one
+	op      *ops           // metrics, /info and readiness (metrics.go, info.go)
+	core    *apicore.Core  // what every API family runs on (routes.go)
+	bodies  *bodyBudget    // the bytes request bodies hold (bodybudget.go)
+	replies replyRegistry  // chat replies in flight (replies.go)
+	resp    *responses.API // the Responses API, when the sessions serve it (routes.go); nil: not mounted
+	models  Models         // several models (models.go); nil: one
 }
 
 // Option configures optional parts of a Server.
@@ -230,7 +231,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		cfg:      cfg,
 		sessions: sessions,
 		log:      zap.NewNop(),
-		conns:    make(map[socket]struct{}),
+		conns:    make(map[wsock.Socket]struct{}),
 		perIP:    make(map[string]int),
 		bodies:   newBodyBudget(cfg.MaxBodyBytesInflight),
 		core:     &apicore.Core{},
@@ -257,9 +258,9 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	s.echo.HideBanner = true
 	s.echo.HidePort = true
 	s.echo.HTTPErrorHandler = s.httpErrorHandler
+	s.stop, s.stopAll = context.WithCancelCause(context.Background())
 	s.initOps()
 	s.routes()
-	s.stop, s.stopAll = context.WithCancelCause(context.Background())
 	s.http = &http.Server{
 		Handler:           s.echo,
 		BaseContext:       func(net.Listener) context.Context { return s.stop },
@@ -342,7 +343,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	for c := range s.conns {
-		c.close(websocket.CloseGoingAway, "server shutting down")
+		c.Close(websocket.CloseGoingAway, "server shutting down")
 	}
 	s.mu.Unlock()
 	err := <-shutdownErr
@@ -355,7 +356,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	graceCtx, cancelGrace := context.WithTimeout(ctx, stopGrace)
 	defer cancelGrace()
-	if werr := waitGroup(graceCtx, &s.connWG, &s.reqWG, &s.replies.wg, &s.bg.wg); werr != nil {
+	if werr := waitGroup(graceCtx, s.connWG.Wait, s.reqWG.Wait, s.replies.wg.Wait, s.waitResponses); werr != nil {
 		return fmt.Errorf("shutdown: %d sockets still open %v after the drain: %w", s.OpenConns(), stopGrace, werr)
 	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -369,12 +370,19 @@ func (s *Server) Close(ctx context.Context) error {
 // ends within chat's abandonAfter (1 s) even when its engine step does not.
 const stopGrace = 3 * time.Second
 
-// waitGroup waits for every group until ctx ends.
-func waitGroup(ctx context.Context, groups ...*sync.WaitGroup) error {
+// waitResponses waits for the Responses API's background responses.
+func (s *Server) waitResponses() {
+	if s.resp != nil {
+		s.resp.Wait()
+	}
+}
+
+// waitGroup runs every wait in turn until ctx ends.
+func waitGroup(ctx context.Context, waits ...func()) error {
 	done := make(chan struct{})
 	go func() {
-		for _, g := range groups {
-			g.Wait()
+		for _, w := range waits {
+			w()
 		}
 		close(done)
 	}()
@@ -403,9 +411,12 @@ func (s *Server) trackRequest(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) busyConns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.replies.running() + s.bg.running() // replies without a socket or a request drain too
+	n := s.replies.running() // replies without a socket or a request drain too
+	if s.resp != nil {
+		n += s.resp.Running()
+	}
 	for c := range s.conns {
-		if c.replying() {
+		if c.Replying() {
 			n++
 		}
 	}

@@ -17,26 +17,21 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/internal/wsock"
 )
 
 // WebSocket timing and sizes. The invariants follow gorilla's examples;
 // the pong wait, write wait, send buffer and queue bound are in Config.
 const (
-	// closeGrace is how long we wait for the peer's close frame after
-	// sending ours (and how long a closing reader may still block).
-	closeGrace = time.Second
-
 	subprotocolJSON      = "parley.v1+json"
 	subprotocolKeyPrefix = "parley.key."
-
-	// closeTooSlow is sent to a client that stopped reading (policy violation).
-	closeTooSlow = websocket.ClosePolicyViolation
 )
 
 // conn is one WebSocket connection: one reader (the handler goroutine), one
 // writer, and one worker that runs the session's turns in order.
 type conn struct {
-	pump // the socket's writer, reader and close (ws_pump.go)
+	*wsock.Pump // the socket's writer, reader and close
+	srv         *Server
 
 	ip   string
 	user string // the user the socket acts for (parley.UserFrom): only its sessions are reached
@@ -120,7 +115,8 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	// of the server's stop context, which names the client like the request's
 	// (a session the connection writes first is the client's).
 	cn := &conn{
-		pump:     s.newPump(parley.WithCacheScope(parley.WithUser(parley.WithClient(s.stop, userClient(ip, user)), user), s.cacheScope(user, ip)), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		srv:      s,
+		Pump:     s.newPump(parley.WithCacheScope(parley.WithUser(parley.WithClient(s.stop, userClient(ip, user)), user), s.cacheScope(user, ip)), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
 		ip:       ip,
 		user:     user,
 		json:     jsonMode,
@@ -130,15 +126,15 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		limiter:  newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
 	if !s.trackOrRefuse(cn, ws) {
-		cn.cancel()
+		cn.Cancel()
 		return nil
 	}
 	defer s.untrack(cn)
 
-	writerDone := cn.startWriter()
+	writerDone := cn.StartWriter()
 
 	if err != nil { // unknown or expired session, or no new one allowed: say so, then close
-		cn.log.Info("session refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
+		cn.Log.Info("session refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
 		reason := "unknown session"
 		if parley.ErrorCode(err) == parley.ENotFound {
 			cn.sendError(err)
@@ -149,22 +145,22 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 			cn.replyError(err)
 			reason = "no new session: " + parley.ErrorCode(err)
 		}
-		cn.close(apicore.CloseCode(err), reason)
-		cn.finish(writerDone)
+		cn.Close(apicore.CloseCode(err), reason)
+		cn.Finish(writerDone)
 		return nil
 	}
 	cn.id = sess.ID
 	cn.model.Store(&sess.Model)
-	cn.log = s.log.With(zap.String("session", sess.ID), zap.String("remote", ip))
+	cn.Log = s.log.With(zap.String("session", sess.ID), zap.String("remote", ip))
 	if user != "" {
-		cn.log = cn.log.With(zap.String("user", user)) // the name, never the key
+		cn.Log = cn.Log.With(zap.String("user", user)) // the name, never the key
 	}
-	cn.log.Info("session open", zap.Bool("resumed", resumed), zap.Bool("json", jsonMode),
+	cn.Log.Info("session open", zap.Bool("resumed", resumed), zap.Bool("json", jsonMode),
 		zap.Int("messages", len(sess.Messages)))
 	start := time.Now()
 	rp, ok := cn.greet(r.Context(), sess, resumed, resumeFrom)
 	if !ok {
-		cn.finish(writerDone)
+		cn.Finish(writerDone)
 		return nil
 	}
 
@@ -178,10 +174,10 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	}()
 
 	cn.reader()
-	cn.close(websocket.CloseNormalClosure, "")
+	cn.Close(websocket.CloseNormalClosure, "")
 	<-workerDone
-	cn.finish(writerDone)
-	cn.log.Info("session close", zap.Duration("duration", time.Since(start)), zap.Int("close_code", cn.closeCode))
+	cn.Finish(writerDone)
+	cn.Log.Info("session close", zap.Duration("duration", time.Since(start)), zap.Int("close_code", cn.CloseCode()))
 	return nil
 }
 
@@ -199,7 +195,7 @@ func socketMode(r *http.Request) (jsonMode bool, resumeFrom int, err error) {
 	return jsonMode, resumeFrom, err
 }
 
-func (c *conn) replying() bool { return c.busy.Load() }
+func (c *conn) Replying() bool { return c.busy.Load() }
 
 // answerOnSocket reports whether an error of Open is told over the
 // upgraded socket (a readable message, then a close) rather than as an
@@ -225,18 +221,18 @@ func (c *conn) cancelTurn() {
 // frames (text only, valid UTF-8, size limit via SetReadLimit) and hands
 // prompts to the worker.
 func (c *conn) reader() {
-	c.rd.start()
+	c.StartReadDeadline()
 	for {
-		mt, data, ok := c.read()
+		mt, data, ok := c.Read()
 		if !ok {
 			return
 		}
 		if mt != websocket.TextMessage {
-			c.close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
+			c.Close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
 			return
 		}
 		if !utf8.Valid(data) {
-			c.close(websocket.CloseInvalidFramePayloadData, "text message is not valid UTF-8")
+			c.Close(websocket.CloseInvalidFramePayloadData, "text message is not valid UTF-8")
 			return
 		}
 		if c.json {
@@ -244,7 +240,7 @@ func (c *conn) reader() {
 		} else {
 			c.enqueuePrompt(job{kind: jobPrompt, content: string(data), params: c.srv.cfg.Defaults})
 		}
-		if c.ctx.Err() != nil {
+		if c.Ctx.Err() != nil {
 			return
 		}
 	}
@@ -307,7 +303,7 @@ func (c *conn) enqueuePrompt(j job) {
 		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
 		return
 	}
-	if err := c.srv.core.CountPromptTokens(apicore.WithModel(c.ctx, cmp.Or(j.model, c.getModel())), j.content, 0, false); err != nil {
+	if err := c.srv.core.CountPromptTokens(apicore.WithModel(c.Ctx, cmp.Or(j.model, c.getModel())), j.content, 0, false); err != nil {
 		c.refuse("prompt_tokens", err)
 		return
 	}
@@ -326,7 +322,7 @@ func (c *conn) enqueue(j job) {
 func (c *conn) refuse(cause string, err error) {
 	c.srv.refused(cause)
 	if c.answer(err) {
-		c.log.Warn("prompt refused", zap.String("cause", cause), zap.String("code", parley.ErrorCode(err)))
+		c.Log.Warn("prompt refused", zap.String("cause", cause), zap.String("code", parley.ErrorCode(err)))
 	}
 }
 
@@ -339,8 +335,8 @@ func (c *conn) refuse(cause string, err error) {
 func (c *conn) answer(err error) (newRun bool) {
 	newRun, ok := c.inbox.pushAnswer(err)
 	if !ok {
-		c.log.Warn("too many messages waiting: disconnecting", zap.Int("items", c.inbox.len()))
-		c.close(websocket.ClosePolicyViolation, "too many messages waiting")
+		c.Log.Warn("too many messages waiting: disconnecting", zap.Int("items", c.inbox.len()))
+		c.Close(websocket.ClosePolicyViolation, "too many messages waiting")
 	}
 	return newRun
 }
@@ -351,13 +347,13 @@ func (c *conn) worker() {
 		j, ok := c.inbox.pop()
 		if !ok {
 			select {
-			case <-c.ctx.Done():
+			case <-c.Ctx.Done():
 				return
 			case <-c.inbox.wake:
 			}
 			continue
 		}
-		if c.ctx.Err() != nil {
+		if c.Ctx.Err() != nil {
 			return
 		}
 		switch j.kind {
@@ -383,14 +379,14 @@ func (c *conn) worker() {
 			}
 			c.runTurn(j)
 		case jobReset:
-			if err := c.srv.sessions.Reset(c.ctx, c.id); err != nil {
+			if err := c.srv.sessions.Reset(c.Ctx, c.id); err != nil {
 				c.sendError(err)
 				continue
 			}
-			c.log.Info("session reset")
+			c.Log.Info("session reset")
 			c.sendSession(c.id, false, nil)
 		case jobSystem:
-			if err := c.srv.sessions.SetSystem(c.ctx, c.id, j.content); err != nil {
+			if err := c.srv.sessions.SetSystem(c.Ctx, c.id, j.content); err != nil {
 				c.sendError(err)
 			}
 		}
@@ -417,11 +413,11 @@ func (c *conn) setModel(model string) error {
 	if !ok {
 		return parley.FieldErrorf("model", "is not supported by this server's sessions")
 	}
-	if err := ms.SetModel(c.ctx, c.id, model); err != nil {
+	if err := ms.SetModel(c.Ctx, c.id, model); err != nil {
 		return err
 	}
 	c.model.Store(&model)
-	c.log.Info("session model", zap.String("model", model))
+	c.Log.Info("session model", zap.String("model", model))
 	return nil
 }
 
@@ -429,16 +425,16 @@ func (c *conn) setModel(model string) error {
 // then the sentinel (so a simple client never hangs), in JSON mode an error event.
 func (c *conn) replyError(err error) {
 	for _, b := range c.errorFrames(err) {
-		c.sendRaw(b)
+		c.SendRaw(b)
 	}
 }
 
 // sendError tells the client err outside a reply (a failed reset or
 // system prompt, an unknown session): one frame, no sentinel.
-func (c *conn) sendError(err error) { c.sendRaw(c.errorFrame(err)) }
+func (c *conn) sendError(err error) { c.SendRaw(c.errorFrame(err)) }
 
 func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
-	c.sendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Model: c.getModel(), Messages: history(msgs)})
+	c.SendJSON(sessionMessage{Type: "session", ID: id, Resumed: resumed, Model: c.getModel(), Messages: history(msgs)})
 }
 
 // replyErrorWait is replyError for the worker's queued answers: it waits up
@@ -447,7 +443,7 @@ func (c *conn) sendSession(id string, resumed bool, msgs []parley.Message) {
 // lives on.
 func (c *conn) replyErrorWait(err error) bool {
 	for _, b := range c.errorFrames(err) {
-		if !c.sendWait(b) {
+		if !c.SendWait(b) {
 			return false
 		}
 	}

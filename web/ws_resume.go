@@ -65,9 +65,9 @@ func (c *conn) runTurn(j job) {
 	prompt, p := j.content, j.params
 	r := c.srv.replies.open(c, prompt)
 	r.model = c.getModel()
-	leave := r.follow(c.ctx, c.cancelCause)
+	leave := r.follow(c.Ctx, c.cancelCause)
 	defer leave()
-	if c.ctx.Err() != nil { // the socket is gone: nobody waits for this prompt
+	if c.Ctx.Err() != nil { // the socket is gone: nobody waits for this prompt
 		r.fail()
 		return
 	}
@@ -79,13 +79,13 @@ func (c *conn) runTurn(j job) {
 	if c.json && c.srv.models != nil {
 		// A prompt that waits for its model to load sees the load's progress.
 		ctx = parley.WithLoadProgress(ctx, func(model string, frac float64) {
-			c.sendJSON(loadingMessage{Type: "loading", Model: model, Progress: frac})
+			c.SendJSON(loadingMessage{Type: "loading", Model: model, Progress: frac})
 		})
 	}
 	turn, err := c.startTurn(ctx, j, p)
 	if err != nil {
 		r.fail()
-		c.log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
+		c.Log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))
 		c.srv.countRefusal(err)
 		c.replyError(err)
 		return
@@ -100,7 +100,7 @@ func (c *conn) runTurn(j job) {
 func (c *conn) setTurn(r *liveReply) {
 	c.turnMu.Lock()
 	c.turnCancel = func() {
-		if c.ctx.Err() == nil {
+		if c.Ctx.Err() == nil {
 			r.stop(cancelByClient)
 		}
 	}
@@ -119,13 +119,13 @@ func (c *conn) clearTurn() {
 // message), then its end (done, the sentinel or an error), until the reply
 // or the socket ends.
 func (c *conn) stream(r *liveReply, from int, missing string) {
-	if missing != "" && !c.sendWait([]byte(missing)) {
+	if missing != "" && !c.SendWait([]byte(missing)) {
 		return
 	}
 	// The first batch catches up (a resume's replay) and may wait for room;
-	// after it, as before there was a log, a client that lets SendBuffer
-	// frames pile up is too slow and is dropped.
-	send := c.sendWait
+	// after it a client that lets SendBuffer frames pile up is too slow and
+	// is dropped.
+	send := c.SendWait
 	th := &thoughtMarks{}
 	for {
 		r.mu.Lock()
@@ -147,7 +147,7 @@ func (c *conn) stream(r *liveReply, from int, missing string) {
 		}
 		select {
 		case <-wake:
-		case <-c.ctx.Done():
+		case <-c.Ctx.Done():
 			return
 		}
 	}
@@ -155,8 +155,8 @@ func (c *conn) stream(r *liveReply, from int, missing string) {
 
 // sendNow is sendRaw that reports whether the connection lives on.
 func (c *conn) sendNow(b []byte) bool {
-	c.sendRaw(b)
-	return c.ctx.Err() == nil
+	c.SendRaw(b)
+	return c.Ctx.Err() == nil
 }
 
 // sendToken sends one token event with its seq through send: in JSON mode a
@@ -184,7 +184,7 @@ func (c *conn) sendToken(ev parley.Event, seq int, th *thoughtMarks, send func([
 	}
 	b, err := json.Marshal(msg)
 	if err != nil {
-		c.log.Error("encode message", zap.Error(err))
+		c.Log.Error("encode message", zap.Error(err))
 		return false
 	}
 	return send(b)
@@ -199,9 +199,9 @@ func (c *conn) sendEnd(final parley.Event, content, thinking string) {
 	case c.json:
 		done := newDoneMessage(final, content)
 		done.Thinking = thinking
-		c.sendJSON(done)
+		c.SendJSON(done)
 	default:
-		c.sendText(Sentinel)
+		c.SendText(Sentinel)
 	}
 }
 
@@ -213,21 +213,21 @@ func (c *conn) greet(ctx context.Context, sess *session.Session, resumed bool, r
 	if resumed {
 		var err error
 		if hist, live, rp, err = c.resume(ctx, resumeFrom); err != nil {
-			c.log.Info("resume failed", zap.Error(err))
+			c.Log.Info("resume failed", zap.Error(err))
 			c.sendError(err)
-			c.close(apicore.CloseCode(err), "resume failed")
+			c.Close(apicore.CloseCode(err), "resume failed")
 			return nil, false
 		}
 	}
 	if c.json {
-		c.sendJSON(sessionMessage{Type: "session", ID: sess.ID, Resumed: resumed, Model: sess.Model, Messages: hist, Reply: live})
+		c.SendJSON(sessionMessage{Type: "session", ID: sess.ID, Resumed: resumed, Model: sess.Model, Messages: hist, Reply: live})
 	}
 	return rp, true
 }
 
 // resume reads the history a resuming socket starts from, and the reply in
 // flight it follows, if any. Replies of the session that are being
-// cancelled or about to start are waited for (at most settleWait), so the
+// cancelled or about to start are waited for (at most apicore.SettleWait), so the
 // history is never one turn short: it holds every turn the server
 // accepted, the one still generating marked so, and changes afterwards
 // only by what the socket is then told (the reply's tokens and its end).
@@ -246,10 +246,10 @@ func (c *conn) resume(ctx context.Context, resumeFrom int) ([]historyMessage, *l
 	return history(sess.Messages), nil, nil, nil
 }
 
-// waitSettled waits, at most settleWait, until every reply in flight in the
+// waitSettled waits, at most apicore.SettleWait, until every reply in flight in the
 // socket's session is settled (see liveReply.settled).
 func (c *conn) waitSettled(ctx context.Context) {
-	deadline := time.NewTimer(settleWait)
+	deadline := time.NewTimer(apicore.SettleWait)
 	defer deadline.Stop()
 	for _, r := range c.srv.replies.of(c.id) {
 		for {
@@ -262,7 +262,7 @@ func (c *conn) waitSettled(ctx context.Context) {
 				continue
 			case <-ctx.Done():
 			case <-deadline.C:
-				c.log.Warn("resume: a reply did not settle in time", zap.Duration("wait", settleWait))
+				c.Log.Warn("resume: a reply did not settle in time", zap.Duration("wait", apicore.SettleWait))
 			}
 			return
 		}
@@ -305,8 +305,8 @@ func (c *conn) snapshot(ctx context.Context, r *liveReply, resumeFrom int) ([]hi
 	case !c.json:
 		rp.missing = text[textStart(text, resumeFrom):]
 	}
-	rp.leave = r.followLocked(c.ctx, c.cancelCause)
-	c.log.Info("resumed a reply in flight", zap.Int("seq", seq), zap.Int("from", rp.from))
+	rp.leave = r.followLocked(c.Ctx, c.cancelCause)
+	c.Log.Info("resumed a reply in flight", zap.Int("seq", seq), zap.Int("from", rp.from))
 	return hist, &liveReplyJSON{Status: "generating", Seq: seq}, rp, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
@@ -175,6 +176,13 @@ func (a *Call) logReply(ev parley.Event) {
 	}
 	ReplyLog(a.core.Log.With(zap.String("route", a.Route)), ev, seed...)
 }
+
+// SettleWait bounds how long a client waits for a reply that is being
+// cancelled, or about to start, to settle before its history is read (a
+// resuming chat client, a background response's cancel). A cancelled reply
+// ends within one engine step (chat's abandonAfter, 1 s, bounds a stuck
+// one).
+const SettleWait = 3 * time.Second
 
 // ReplyError is the error a reply that did not finish normally reports on
 // the wire: the engine's error, or, for a reply cancelled while its client

@@ -1,4 +1,4 @@
-package web
+package responses
 
 // The caller's conversations, beyond OpenAI's Conversations API: the list
 // the chat page's sidebar shows (and any client may read), renaming, and
@@ -39,8 +39,8 @@ type conversationList struct {
 	HasMore bool                   `json:"has_more"`
 }
 
-// handleListConversations is GET /v1/conversations.
-func (s *Server) handleListConversations(c echo.Context) error {
+// ListConversations is GET /v1/conversations.
+func (s *API) ListConversations(c echo.Context) error {
 	q := c.QueryParams()
 	lq := session.ListQuery{Query: q.Get("q")}
 	if v := q.Get("limit"); v != "" {
@@ -57,7 +57,7 @@ func (s *Server) handleListConversations(c echo.Context) error {
 		}
 		lq.After = sid
 	}
-	page, more, err := s.api.convs.ListConversations(c.Request().Context(), lq)
+	page, more, err := s.convs.ListConversations(c.Request().Context(), lq)
 	if err != nil {
 		return err
 	}
@@ -78,8 +78,8 @@ func (s *Server) handleListConversations(c echo.Context) error {
 	return c.JSON(http.StatusOK, l)
 }
 
-// handleForkConversation is POST /v1/conversations/:id/fork.
-func (s *Server) handleForkConversation(c echo.Context) error {
+// ForkConversation is POST /v1/conversations/:id/fork.
+func (s *API) ForkConversation(c echo.Context) error {
 	sid, err := conversationPathID(c)
 	if err != nil {
 		return err
@@ -97,7 +97,7 @@ func (s *Server) handleForkConversation(c echo.Context) error {
 	if req.Messages == nil {
 		return parley.FieldErrorf("messages", "is required: how many of the conversation's messages the copy keeps")
 	}
-	sess, err := s.api.convs.Fork(c.Request().Context(), sid, *req.Messages)
+	sess, err := s.convs.Fork(c.Request().Context(), sid, *req.Messages)
 	if err != nil {
 		return err
 	}

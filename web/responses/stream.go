@@ -1,4 +1,4 @@
-package web
+package responses
 
 import (
 	"context"
@@ -69,13 +69,13 @@ func atPart(itemID string, index int, m map[string]any) map[string]any {
 // streamResponse writes a turn as the Responses API's stream events,
 // through emit (server-sent events, or WebSocket messages). A failed write
 // cancels the turn (through cancel) and ends the stream.
-func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, resp *session.Response, pr *parsedResponse, emit func(typ string, b []byte) error) error {
+func (s *API) streamResponse(ctx context.Context, cancel context.CancelFunc, resp *session.Response, pr *parsedResponse, emit func(typ string, b []byte) error) error {
 	es := &eventStream{emit: emit}
-	meter := s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))
+	meter := s.core.Meter(parley.ModelFrom(ctx))
 	observe := func(ev parley.Event) {
 		meter.Observe(ev)
 		if ev.Done {
-			apicore.ReplyLog(s.log.With(zap.String("route", "responses-stream")), ev)
+			apicore.ReplyLog(s.core.Log.With(zap.String("route", "responses-stream")), ev)
 		}
 	}
 	drain := func(err error) error {
@@ -144,7 +144,7 @@ func (s *Server) streamResponse(ctx context.Context, cancel context.CancelFunc, 
 
 // streamFailed ends the stream of a turn that failed with err: an error
 // event, then response.failed.
-func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error) error {
+func (s *API) streamFailed(es *eventStream, resp *session.Response, err error) error {
 	failed := s.newResponseObject(resp.Final(), resp.SessionID(), resp.Stored, resp.Model)
 	failed.Status = session.StatusFailed
 	failed.Error = &responseError{Code: responseErrorCode(err), Message: parley.ErrorMessage(err)}
@@ -164,7 +164,7 @@ func (s *Server) streamFailed(es *eventStream, resp *session.Response, err error
 // streamDone ends the stream of a turn that finished: the text, the
 // content part and the output item done, then response.completed (or
 // response.incomplete).
-func (s *Server) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, items *outputItems, calls *callStream) error {
+func (s *API) streamDone(es *eventStream, resp *session.Response, pr *parsedResponse, items *outputItems, calls *callStream) error {
 	done := s.finishedResponse(resp, pr)
 	text := resp.Text()
 	part := newPart("output_text", text)

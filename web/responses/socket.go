@@ -1,4 +1,4 @@
-package web
+package responses
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web/internal/apicore"
 	"github.com/parley-chat/parley/web/internal/oaiwire"
+	"github.com/parley-chat/parley/web/internal/wsock"
 )
 
 // The Responses API's WebSocket mode: GET /v1/responses upgrades, and each
@@ -38,43 +39,44 @@ import (
 // read then fails and it returns. It runs on the pump the chat's
 // connections run on.
 type respSocket struct {
-	pump
+	*wsock.Pump
+	srv  *API
 	busy atomic.Bool // a response is running on it
 }
 
-func (r *respSocket) replying() bool { return r.busy.Load() }
+func (r *respSocket) Replying() bool { return r.busy.Load() }
 
 // errSocketClosed is what a response's writes return once its socket has
 // closed (or its client stopped reading).
 var errSocketClosed = errors.New("responses websocket closed")
 
-// handleResponsesWS is GET /v1/responses.
-func (s *Server) handleResponsesWS(c echo.Context) error {
+// ResponsesWS is GET /v1/responses.
+func (s *API) ResponsesWS(c echo.Context) error {
 	r, w := c.Request(), c.Response()
 	if !websocket.IsWebSocketUpgrade(r) {
 		return parley.Errorf(parley.EInvalid, "GET /v1/responses is the WebSocket mode: upgrade, or POST to create a response")
 	}
 	// The API group's middleware has checked the API key.
-	ip, err := s.accept(r, false)
+	ip, err := s.sockets.Accept(r, false)
 	if err != nil {
 		return err
 	}
-	defer s.releaseIP(ip)
-	ws, ok := s.upgrade(w, r, nil, apicore.MaxBodyBytes)
+	defer s.sockets.Release(ip)
+	ws, ok := s.sockets.Upgrade(w, r, nil, apicore.MaxBodyBytes)
 	if !ok {
 		return nil // the upgrader has answered
 	}
-	sock := &respSocket{pump: s.newPump(r.Context(), ws, apicore.MaxBodyBytes, s.log.With(zap.String("remote", ip)))}
-	if !s.trackOrRefuse(sock, ws) {
-		sock.cancel()
+	sock := &respSocket{srv: s, Pump: wsock.NewPump(s.sockets.Settings(), r.Context(), ws, apicore.MaxBodyBytes, s.core.Log.With(zap.String("remote", ip)))}
+	if !s.sockets.TrackOrRefuse(sock, ws) {
+		sock.Cancel()
 		return nil
 	}
-	defer s.untrack(sock)
+	defer s.sockets.Untrack(sock)
 
-	writerDone := sock.startWriter()
+	writerDone := sock.StartWriter()
 	sock.reader()
-	sock.close(websocket.CloseNormalClosure, "")
-	sock.finish(writerDone)
+	sock.Close(websocket.CloseNormalClosure, "")
+	sock.Finish(writerDone)
 	return nil
 }
 
@@ -107,7 +109,7 @@ func (w *warmup) chain(req *session.ResponseRequest) {
 
 // answerWarmup answers a warm-up: response.created and response.completed
 // of a response with no output.
-func (s *Server) answerWarmup(pr *parsedResponse, write func([]byte) error) (*warmup, error) {
+func (s *API) answerWarmup(pr *parsedResponse, write func([]byte) error) (*warmup, error) {
 	id := warmupPrefix + fmt.Sprintf("%016x%08x", rand.Uint64(), rand.Uint32())
 	rec := session.ResponseRecord{ID: id, Created: time.Now().Unix(), Status: session.StatusCompleted, Temperature: pr.req.Params.Temperature, TopP: pr.req.Params.TopP}
 	if pr.req.Instructions != nil {
@@ -127,7 +129,7 @@ func (s *Server) answerWarmup(pr *parsedResponse, write func([]byte) error) (*wa
 // client leaves or the socket closes.
 func (sock *respSocket) reader() {
 	write := func(b []byte) error {
-		if !sock.sendWait(b) {
+		if !sock.SendWait(b) {
 			return errSocketClosed
 		}
 		return nil
@@ -136,9 +138,9 @@ func (sock *respSocket) reader() {
 	// state, so unstored responses chain by previous_response_id here.
 	var local *session.Session
 	var warm *warmup // the socket's last warm-up
-	sock.rd.start()
+	sock.StartReadDeadline()
 	for {
-		mt, data, ok := sock.read()
+		mt, data, ok := sock.Read()
 		if !ok {
 			return // the client left or broke the protocol; nothing to answer
 		}
@@ -149,10 +151,10 @@ func (sock *respSocket) reader() {
 			continue
 		}
 		sock.busy.Store(true)
-		err := sock.srv.wsResponse(sock.ctx, data, write, &local, &warm)
+		err := sock.srv.wsResponse(sock.Ctx, data, write, &local, &warm)
 		sock.busy.Store(false)
 		if err != nil {
-			sock.log.Debug("responses websocket ended", zap.Error(err))
+			sock.Log.Debug("responses websocket ended", zap.Error(err))
 			return
 		}
 		// Nothing is read while a response runs, so the pongs that would
@@ -160,13 +162,13 @@ func (sock *respSocket) reader() {
 		// the pong wait would leave it passed. The peer was alive all along
 		// (it took every event within the write wait): give it a full pong
 		// wait from here.
-		sock.rd.extend()
+		sock.ExtendReadDeadline()
 	}
 }
 
 // wsResponse runs one response.create event. It returns an error only when
 // the socket failed.
-func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte) error, local **session.Session, warm **warmup) error {
+func (s *API) wsResponse(ctx context.Context, data []byte, write func([]byte) error, local **session.Session, warm **warmup) error {
 	refuse := func(err error) error { return write(wsErrorEvent(err)) }
 	if err := s.core.Available(); err != nil {
 		return refuse(err)
@@ -185,7 +187,7 @@ func (s *Server) wsResponse(ctx context.Context, data []byte, write func([]byte)
 	if pr.warmup {
 		w, err := s.answerWarmup(pr, write)
 		*warm = w
-		s.log.Debug("responses websocket warm-up", zap.String("id", w.id), zap.Int("input_items", len(pr.req.Input)))
+		s.core.Log.Debug("responses websocket warm-up", zap.String("id", w.id), zap.Int("input_items", len(pr.req.Input)))
 		return err
 	}
 	if l := *local; l != nil && pr.req.Previous != "" {

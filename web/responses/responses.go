@@ -1,9 +1,7 @@
-package web
-
-// OpenAI's Responses and Conversations APIs over Parley's sessions:
+// Package responses serves OpenAI's Responses and Conversations APIs over Parley's sessions:
 //
 //	POST   /v1/responses                      create (streamed as server-sent events when "stream": true)
-//	GET    /v1/responses                      WebSocket mode: the same requests as "response.create" messages (api_responses_ws.go)
+//	GET    /v1/responses                      WebSocket mode: the same requests as "response.create" messages (socket.go)
 //	GET    /v1/responses/:id                  a stored response
 //	DELETE /v1/responses/:id                  forget a response (its turn leaves the conversation)
 //	GET    /v1/responses/:id/input_items      the response's input messages
@@ -25,7 +23,9 @@ package web
 // Supported request fields: input (a string or message items with text
 // content), instructions, previous_response_id, conversation, store,
 // stream, max_output_tokens, temperature, top_p, metadata, and Parley's own
-// sampling fields, and function tools (api_responses_tools.go).
+// sampling fields, and function tools (tools.go).
+// Errors are OpenAI's error object (ErrorBody).
+package responses
 
 import (
 	"bytes"
@@ -42,6 +42,8 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/internal/oaiwire"
+	"github.com/parley-chat/parley/web/internal/wsock"
 )
 
 // Conversations is what the Responses and Conversations APIs need from the
@@ -62,6 +64,33 @@ type Conversations interface {
 	Fork(ctx context.Context, sid string, keep int) (*session.Session, error)
 }
 
+// API serves the Responses and Conversations APIs over the shared core,
+// the server's sockets (the WebSocket mode) and its sessions.
+type API struct {
+	core    *apicore.Core
+	sockets wsock.Lifecycle
+	convs   Conversations
+	items   itemSessions    // the sessions of recent stored responses, for item_reference inputs (refs.go)
+	bg      bgRegistry      // background responses (background.go)
+	stop    context.Context // the server's: ends when its drain is over, cancelling what still runs
+}
+
+// New returns the APIs over core, the server's sockets and convs. stop
+// parents every background response.
+func New(core *apicore.Core, sockets wsock.Lifecycle, convs Conversations, stop context.Context) *API {
+	return &API{core: core, sockets: sockets, convs: convs, stop: stop}
+}
+
+// Running is the number of background responses running, which the
+// server's drain waits for.
+func (s *API) Running() int { return s.bg.running() }
+
+// Wait waits for every background response to end.
+func (s *API) Wait() { s.bg.wg.Wait() }
+
+// ErrorBody is err as OpenAI's error body.
+func ErrorBody(err error) any { return oaiwire.ErrorBodyOf(err) }
+
 // Limits of the Conversations API.
 const (
 	maxMetadataKeys     = session.MaxMetadataKeys // OpenAI's limit
@@ -71,26 +100,6 @@ const (
 	defaultListLimit    = 20
 	maxListLimit        = 100
 )
-
-func (s *Server) mountResponses(g *echo.Group, cs Conversations) {
-	s.api.convs = cs
-	g.POST("/v1/responses", s.handleCreateResponse)
-	g.GET("/v1/responses", s.handleResponsesWS)
-	g.GET("/v1/responses/:id", s.handleGetResponse)
-	g.DELETE("/v1/responses/:id", s.handleDeleteResponse)
-	g.GET("/v1/responses/:id/input_items", s.handleInputItems)
-	g.POST("/v1/responses/:id/cancel", s.handleCancelResponse)
-	g.POST("/v1/conversations", s.handleCreateConversation)
-	g.GET("/v1/conversations", s.handleListConversations)
-	g.POST("/v1/conversations/:id/fork", s.handleForkConversation)
-	g.GET("/v1/conversations/:id", s.handleGetConversation)
-	g.POST("/v1/conversations/:id", s.handleUpdateConversation)
-	g.DELETE("/v1/conversations/:id", s.handleDeleteConversation)
-	g.GET("/v1/conversations/:id/items", s.handleListItems)
-	g.POST("/v1/conversations/:id/items", s.handleAddItems)
-	g.GET("/v1/conversations/:id/items/:item", s.handleGetItem)
-	g.DELETE("/v1/conversations/:id/items/:item", s.handleDeleteItem)
-}
 
 // responsesRequest is the body of POST /v1/responses and of a WebSocket
 // "response.create" message.
@@ -176,7 +185,7 @@ func (pr *parsedResponse) turnContext(ctx context.Context) context.Context {
 	return ctx
 }
 
-func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
+func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
 	var req responsesRequest
 	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
@@ -253,7 +262,7 @@ func (s *Server) parseResponsesRequest(ctx context.Context, body []byte) (*parse
 	if p.ToolChoice, err = apicore.ParseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
 		return nil, err
 	}
-	if err := p.Validate(s.cfg.MaxTokensCap); err != nil {
+	if err := p.Validate(s.core.MaxTokensCap); err != nil {
 		return nil, err
 	}
 	apicore.ResolveSeed(&p)
@@ -507,7 +516,7 @@ func newMessageItem(id string, m parley.Message) messageItem {
 
 // model is the conversation's (session.Session.Model): "" names the model
 // as with one model.
-func (s *Server) newResponseObject(rec session.ResponseRecord, sid string, stored bool, model string) *responseObject {
+func (s *API) newResponseObject(rec session.ResponseRecord, sid string, stored bool, model string) *responseObject {
 	if model == "" {
 		model = s.core.ModelName(context.Background())
 	}
@@ -542,8 +551,8 @@ func setUsage(o *responseObject, rec session.ResponseRecord) {
 	o.Usage = u
 }
 
-// handleCreateResponse is POST /v1/responses.
-func (s *Server) handleCreateResponse(c echo.Context) error {
+// CreateResponse is POST /v1/responses.
+func (s *API) CreateResponse(c echo.Context) error {
 	if err := s.core.Available(); err != nil {
 		return err
 	}
@@ -565,11 +574,11 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 		return pr.renameSent(err)
 	}
 	if !pr.stream {
-		meter := s.meterReply(s.requestCancelCause).forModel(parley.ModelFrom(ctx))
+		meter := s.core.Meter(parley.ModelFrom(ctx))
 		for ev := range resp.Events() {
 			meter.Observe(ev)
 			if ev.Done {
-				apicore.ReplyLog(s.log.With(zap.String("route", "responses")), ev)
+				apicore.ReplyLog(s.core.Log.With(zap.String("route", "responses")), ev)
 				if ev.Finish == parley.FinishError {
 					return pr.renameSent(apicore.ErrOr(ev.Err))
 				}
@@ -585,7 +594,7 @@ func (s *Server) handleCreateResponse(c echo.Context) error {
 }
 
 // finishedResponse is the response object of a turn whose events are done.
-func (s *Server) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
+func (s *API) finishedResponse(resp *session.Response, pr *parsedResponse) *responseObject {
 	rec := resp.Final()
 	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored, resp.Model)
 	for _, it := range replyItems(resp.SessionID(), resp.Record.End, rec.Status,
@@ -611,7 +620,7 @@ func (pr *parsedResponse) echo(o *responseObject, sid string) {
 	}
 }
 
-func (s *Server) outputItem(resp *session.Response, status, text string) messageItem {
+func (s *API) outputItem(resp *session.Response, status, text string) messageItem {
 	return replyItem(resp.SessionID(), resp.Record.End, status, parley.Message{Role: parley.RoleAssistant, Content: text})
 }
 
@@ -625,12 +634,12 @@ func replyItem(sid string, end int, status string, m parley.Message) messageItem
 	return it
 }
 
-// handleGetResponse is GET /v1/responses/:id.
-func (s *Server) handleGetResponse(c echo.Context) error {
+// GetResponse is GET /v1/responses/:id.
+func (s *API) GetResponse(c echo.Context) error {
 	if ok, err := s.getBackground(c); ok {
 		return err
 	}
-	rec, sess, err := s.api.convs.GetResponse(c.Request().Context(), c.Param("id"))
+	rec, sess, err := s.convs.GetResponse(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -645,18 +654,18 @@ func (s *Server) handleGetResponse(c echo.Context) error {
 	return c.JSON(http.StatusOK, o)
 }
 
-// handleDeleteResponse is DELETE /v1/responses/:id.
-func (s *Server) handleDeleteResponse(c echo.Context) error {
+// DeleteResponse is DELETE /v1/responses/:id.
+func (s *API) DeleteResponse(c echo.Context) error {
 	id := c.Param("id")
-	if err := s.api.convs.DeleteResponse(c.Request().Context(), id); err != nil {
+	if err := s.convs.DeleteResponse(c.Request().Context(), id); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, deletedObject{ID: id, Object: "response.deleted", Deleted: true})
 }
 
-// handleInputItems is GET /v1/responses/:id/input_items.
-func (s *Server) handleInputItems(c echo.Context) error {
-	rec, sess, err := s.api.convs.GetResponse(c.Request().Context(), c.Param("id"))
+// InputItems is GET /v1/responses/:id/input_items.
+func (s *API) InputItems(c echo.Context) error {
+	rec, sess, err := s.convs.GetResponse(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}

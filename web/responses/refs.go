@@ -1,4 +1,4 @@
-package web
+package responses
 
 // item_reference inputs: a client that keeps its own history but lets the
 // server store the responses (the AI SDK's OpenAI provider, store: true)
@@ -72,14 +72,14 @@ func (r *itemSessions) find(rest string) (sid, tail string, ok bool) {
 // respond runs a Responses turn and remembers its session for later
 // item_reference inputs when the response is stored. Every Responses turn
 // (HTTP, background, WebSocket) starts here.
-func (s *Server) respond(ctx context.Context, req session.ResponseRequest) (*session.Response, error) {
+func (s *API) respond(ctx context.Context, req session.ResponseRequest) (*session.Response, error) {
 	if strings.HasPrefix(req.Previous, warmupPrefix) {
 		// A warm-up is kept by its socket alone (warmup.chain took those it knows).
 		return nil, parley.Errorf(parley.ENotFound, "no such response: a warm-up (generate: false) continues only on its own WebSocket")
 	}
-	resp, err := s.api.convs.Respond(ctx, req)
+	resp, err := s.convs.Respond(ctx, req)
 	if err == nil && resp.Stored {
-		s.api.items.remember(resp.SessionID())
+		s.items.remember(resp.SessionID())
 	}
 	return resp, err
 }
@@ -95,16 +95,16 @@ type itemRef struct {
 // resolveItem reads the item an item_reference names (field names the
 // reference): a message item (msg_), a function call (fc_) or a reasoning
 // item (rs_) of a stored response.
-func (s *Server) resolveItem(ctx context.Context, id, field string) (itemRef, error) {
+func (s *API) resolveItem(ctx context.Context, id, field string) (itemRef, error) {
 	notFound := parley.FieldErrorf(field+".id", "no stored item %q (an item_reference names an output item of a stored response this server still keeps)", id)
-	if s.api.convs == nil {
+	if s.convs == nil {
 		return itemRef{}, notFound
 	}
 	prefix, rest, ok := strings.Cut(id, "_")
 	if !ok {
 		return itemRef{}, notFound
 	}
-	sid, tail, ok := s.api.items.find(rest)
+	sid, tail, ok := s.items.find(rest)
 	if !ok {
 		return itemRef{}, notFound
 	}
@@ -121,7 +121,7 @@ func (s *Server) resolveItem(ctx context.Context, id, field string) (itemRef, er
 	if err != nil || abs < 0 || strconv.Itoa(abs) != tail {
 		return itemRef{}, notFound
 	}
-	sess, err := s.api.convs.Conversation(ctx, sid)
+	sess, err := s.convs.Conversation(ctx, sid)
 	if err != nil {
 		return itemRef{}, notFound
 	}

@@ -1,4 +1,4 @@
-package web
+package responses
 
 // Tool calling on the Responses API: function tools and tool_choice in the
 // request; function_call input items (a call the model made, resent by a

@@ -1,4 +1,4 @@
-package web
+package responses
 
 // OpenAI's Conversations API (the routes are listed with the Responses
 // API's in api_responses.go): a conversation is a session, its items are
@@ -86,16 +86,16 @@ func readConversationBody(c echo.Context, allowEmpty bool) (*conversationBody, [
 }
 
 // loadConversation reads the stored conversation the path's :id names.
-func (s *Server) loadConversation(c echo.Context) (*session.Session, error) {
+func (s *API) loadConversation(c echo.Context) (*session.Session, error) {
 	sid, err := conversationPathID(c)
 	if err != nil {
 		return nil, err
 	}
-	return s.api.convs.Conversation(c.Request().Context(), sid)
+	return s.convs.Conversation(c.Request().Context(), sid)
 }
 
-// handleCreateConversation is POST /v1/conversations.
-func (s *Server) handleCreateConversation(c echo.Context) error {
+// CreateConversation is POST /v1/conversations.
+func (s *API) CreateConversation(c echo.Context) error {
 	if err := s.core.PickModel(c, c.QueryParam("model")); err != nil { // the default model, with several: the conversation keeps it
 		return err
 	}
@@ -103,15 +103,15 @@ func (s *Server) handleCreateConversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, err := s.api.convs.CreateConversation(c.Request().Context(), msgs, req.Metadata)
+	sess, err := s.convs.CreateConversation(c.Request().Context(), msgs, req.Metadata)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, newConversationObject(sess))
 }
 
-// handleGetConversation is GET /v1/conversations/:id.
-func (s *Server) handleGetConversation(c echo.Context) error {
+// GetConversation is GET /v1/conversations/:id.
+func (s *API) GetConversation(c echo.Context) error {
 	sess, err := s.loadConversation(c)
 	if err != nil {
 		return err
@@ -119,8 +119,8 @@ func (s *Server) handleGetConversation(c echo.Context) error {
 	return c.JSON(http.StatusOK, newConversationObject(sess))
 }
 
-// handleUpdateConversation is POST /v1/conversations/:id (metadata only).
-func (s *Server) handleUpdateConversation(c echo.Context) error {
+// UpdateConversation is POST /v1/conversations/:id (metadata only).
+func (s *API) UpdateConversation(c echo.Context) error {
 	sid, err := conversationPathID(c)
 	if err != nil {
 		return err
@@ -139,32 +139,32 @@ func (s *Server) handleUpdateConversation(c echo.Context) error {
 	ctx := c.Request().Context()
 	var sess *session.Session
 	if req.Metadata != nil || req.Title == nil {
-		if sess, err = s.api.convs.SetMetadata(ctx, sid, req.Metadata); err != nil {
+		if sess, err = s.convs.SetMetadata(ctx, sid, req.Metadata); err != nil {
 			return err
 		}
 	}
 	if req.Title != nil {
-		if sess, err = s.api.convs.Rename(ctx, sid, *req.Title); err != nil {
+		if sess, err = s.convs.Rename(ctx, sid, *req.Title); err != nil {
 			return err
 		}
 	}
 	return c.JSON(http.StatusOK, newConversationObject(sess))
 }
 
-// handleDeleteConversation is DELETE /v1/conversations/:id.
-func (s *Server) handleDeleteConversation(c echo.Context) error {
+// DeleteConversation is DELETE /v1/conversations/:id.
+func (s *API) DeleteConversation(c echo.Context) error {
 	sid, err := conversationPathID(c)
 	if err != nil {
 		return err
 	}
-	if err := s.api.convs.DeleteConversation(c.Request().Context(), sid); err != nil {
+	if err := s.convs.DeleteConversation(c.Request().Context(), sid); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, deletedObject{ID: session.ConversationID(sid), Object: "conversation.deleted", Deleted: true})
 }
 
-// handleListItems is GET /v1/conversations/:id/items.
-func (s *Server) handleListItems(c echo.Context) error {
+// ListItems is GET /v1/conversations/:id/items.
+func (s *API) ListItems(c echo.Context) error {
 	sess, err := s.loadConversation(c)
 	if err != nil {
 		return err
@@ -172,8 +172,8 @@ func (s *Server) handleListItems(c echo.Context) error {
 	return listItems(c, conversationItems(sess))
 }
 
-// handleAddItems is POST /v1/conversations/:id/items.
-func (s *Server) handleAddItems(c echo.Context) error {
+// AddItems is POST /v1/conversations/:id/items.
+func (s *API) AddItems(c echo.Context) error {
 	sid, err := conversationPathID(c)
 	if err != nil {
 		return err
@@ -185,7 +185,7 @@ func (s *Server) handleAddItems(c echo.Context) error {
 	if len(msgs) == 0 {
 		return parley.FieldErrorf("items", "at least one item is required")
 	}
-	sess, first, err := s.api.convs.AddItems(c.Request().Context(), sid, msgs)
+	sess, first, err := s.convs.AddItems(c.Request().Context(), sid, msgs)
 	if err != nil {
 		return err
 	}
@@ -203,8 +203,8 @@ func (s *Server) handleAddItems(c echo.Context) error {
 	return c.JSON(http.StatusOK, l)
 }
 
-// handleGetItem is GET /v1/conversations/:id/items/:item.
-func (s *Server) handleGetItem(c echo.Context) error {
+// GetItem is GET /v1/conversations/:id/items/:item.
+func (s *API) GetItem(c echo.Context) error {
 	sess, err := s.loadConversation(c)
 	if err != nil {
 		return err
@@ -218,9 +218,9 @@ func (s *Server) handleGetItem(c echo.Context) error {
 	return parley.Errorf(parley.ENotFound, "no such item")
 }
 
-// handleDeleteItem is DELETE /v1/conversations/:id/items/:item; it returns
+// DeleteItem is DELETE /v1/conversations/:id/items/:item; it returns
 // the conversation.
-func (s *Server) handleDeleteItem(c echo.Context) error {
+func (s *API) DeleteItem(c echo.Context) error {
 	sid, err := conversationPathID(c)
 	if err != nil {
 		return err
@@ -229,7 +229,7 @@ func (s *Server) handleDeleteItem(c echo.Context) error {
 	if !ok {
 		return parley.Errorf(parley.ENotFound, "no such item")
 	}
-	sess, err := s.api.convs.DeleteItem(c.Request().Context(), sid, abs)
+	sess, err := s.convs.DeleteItem(c.Request().Context(), sid, abs)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package web
+package responses
 
 // Background responses (OpenAI's "background": true): the response runs on
 // the server's context, not its request's, and its stream events are kept
@@ -108,12 +108,12 @@ func (b *bgResponse) emit(typ string, data []byte) error {
 // startBackground runs a created response in the background and answers
 // the request: the response object (status in_progress) or, with stream,
 // its events as they come (the response goes on when the client leaves).
-func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
+func (s *API) startBackground(c echo.Context, pr *parsedResponse) error {
 	if pr.req.NoStore {
 		return parley.FieldErrorf("store", "must not be false with background: a background response is fetched by its id later")
 	}
 	client := parley.ClientFrom(c.Request().Context())
-	if err := s.admit(client); err != nil {
+	if err := s.sockets.Admit(client); err != nil {
 		return err
 	}
 	user := parley.UserFrom(c.Request().Context())
@@ -122,7 +122,7 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
 		cancel()
-		s.releaseIP(client)
+		s.sockets.Release(client)
 		return pr.renameSent(err)
 	}
 	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored, resp.Model)
@@ -142,9 +142,9 @@ func (s *Server) startBackground(c echo.Context, pr *parsedResponse) error {
 
 // runBackground streams resp into b's log until it ends, then keeps the log
 // bgLinger for late readers.
-func (s *Server) runBackground(ctx context.Context, b *bgResponse, resp *session.Response, pr *parsedResponse, client string) {
+func (s *API) runBackground(ctx context.Context, b *bgResponse, resp *session.Response, pr *parsedResponse, client string) {
 	defer s.bg.wg.Done()
-	log := s.log.With(zap.String("response", b.id), zap.String("session", resp.SessionID()))
+	log := s.core.Log.With(zap.String("response", b.id), zap.String("session", resp.SessionID()))
 	log.Info("background response started")
 	_ = s.streamResponse(ctx, b.cancel, resp, pr, b.emit)
 	final := s.finishedResponse(resp, pr)
@@ -154,7 +154,7 @@ func (s *Server) runBackground(ctx context.Context, b *bgResponse, resp *session
 	// answered, its stream's last event read) has its room back at once.
 	b.cancel()
 	s.bg.live.Add(-1)
-	s.releaseIP(client)
+	s.sockets.Release(client)
 	b.mu.Lock()
 	if b.cancelled {
 		final.Status = session.StatusCancelled
@@ -177,7 +177,7 @@ func (s *Server) runBackground(ctx context.Context, b *bgResponse, resp *session
 // followBackground writes b's events after sequence_number after as
 // server-sent events, then the rest as they come, until b ends or the
 // client leaves (b goes on).
-func (s *Server) followBackground(c echo.Context, b *bgResponse, after int) error {
+func (s *API) followBackground(c echo.Context, b *bgResponse, after int) error {
 	w := s.core.BeginStream(c, "text/event-stream")
 	next := after + 1
 	for {
@@ -204,7 +204,7 @@ func (s *Server) followBackground(c echo.Context, b *bgResponse, after int) erro
 // getBackground answers GET /v1/responses/:id for a background response
 // this server runs or ran lately (false: not one; the stored response
 // answers).
-func (s *Server) getBackground(c echo.Context) (bool, error) {
+func (s *API) getBackground(c echo.Context) (bool, error) {
 	b := s.bg.get(c.Request().Context(), c.Param("id"))
 	if b == nil {
 		if c.QueryParam("stream") == "true" {
@@ -232,14 +232,14 @@ func (s *Server) getBackground(c echo.Context) (bool, error) {
 	return true, c.JSON(http.StatusOK, o)
 }
 
-// handleCancelResponse is POST /v1/responses/:id/cancel: a running
+// CancelResponse is POST /v1/responses/:id/cancel: a running
 // background response is cancelled at once (its text so far is stored);
 // one that has ended is returned as it is.
-func (s *Server) handleCancelResponse(c echo.Context) error {
+func (s *API) CancelResponse(c echo.Context) error {
 	id := c.Param("id")
 	b := s.bg.get(c.Request().Context(), id)
 	if b == nil {
-		if _, _, err := s.api.convs.GetResponse(c.Request().Context(), id); err != nil {
+		if _, _, err := s.convs.GetResponse(c.Request().Context(), id); err != nil {
 			return err
 		}
 		return parley.Errorf(parley.EInvalid, "only a background response can be cancelled")
@@ -250,7 +250,7 @@ func (s *Server) handleCancelResponse(c echo.Context) error {
 		b.cancel()
 	}
 	b.mu.Unlock()
-	t := time.NewTimer(settleWait)
+	t := time.NewTimer(apicore.SettleWait)
 	defer t.Stop()
 	select {
 	case <-b.ended:
