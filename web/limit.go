@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // bodyDeadline gives a request that has a body (a Content-Length, or
@@ -44,7 +45,7 @@ func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 			user = u
 			ctx = parley.WithUser(ctx, user)
 		}
-		ctx = parley.WithClient(ctx, userClient(addr, user))
+		ctx = parley.WithClient(ctx, apicore.UserClient(addr, user))
 		ctx = parley.WithCacheScope(ctx, s.cacheScope(user, addr))
 		c.SetRequest(r.WithContext(ctx))
 		return next(c)

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -14,7 +13,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
-	"github.com/parley-chat/parley/web/internal/wsock"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // EngineStats is what /metrics reads from the engine at every scrape. It
@@ -45,14 +44,6 @@ type EngineStats struct {
 func WithEngineStats(stats func() EngineStats) Option {
 	return func(s *Server) { s.ops().stats = stats }
 }
-
-// Who cancelled a reply (label "by" of parley_replies_cancelled_total).
-const (
-	cancelByClient     = "client"      // an explicit cancel (or reset) from a client that stays connected
-	cancelByDisconnect = "disconnect"  // the client went away mid-reply
-	cancelBySlowClient = "slow_client" // the server disconnected a client that stopped reading (or flooded it)
-	cancelByShutdown   = "shutdown"    // the server closed the connection while shutting down
-)
 
 // Refusal causes (label "cause" of parley_refusals_total). Most are the
 // error code of the refusal; the connection caps and the per-connection
@@ -151,7 +142,7 @@ func (s *Server) initOps() {
 	for _, f := range []parley.FinishReason{parley.FinishStop, parley.FinishLength, parley.FinishEOS, parley.FinishCancelled, parley.FinishError} {
 		o.replies.WithLabelValues(string(f))
 	}
-	for _, by := range []string{cancelByClient, cancelByDisconnect, cancelBySlowClient, cancelByShutdown} {
+	for _, by := range []string{apicore.CancelByClient, apicore.CancelByDisconnect, apicore.CancelBySlowClient, apicore.CancelByShutdown} {
 		o.cancelled.WithLabelValues(by)
 	}
 	for _, c := range append([]string{refusedConns, refusedConnsPerIP, refusedRate, refusedQueueFull, refusedPromptTokens, refusedMessageSize,
@@ -373,27 +364,9 @@ func (r *replyMeter) Observe(ev parley.Event) {
 // the server is shutting down.
 func (s *Server) requestCancelCause() string {
 	if s.draining.Load() {
-		return cancelByShutdown
+		return apicore.CancelByShutdown
 	}
-	return cancelByDisconnect
-}
-
-// cancelCause is who cancelled a reply on this connection. The connection's
-// context ends only after close has recorded the close code, so reading
-// closeCode after seeing ctx.Err() is ordered by the context's lock. The
-// server closes with 1008 (wsock.CloseTooSlow) a client that stopped reading or
-// piled up messages: either way the client, not the server, ended it.
-func (c *conn) cancelCause() string {
-	if c.Ctx.Err() == nil {
-		return cancelByClient // the connection lives on: a cancel or reset message
-	}
-	switch {
-	case c.CloseCode() == wsock.CloseTooSlow:
-		return cancelBySlowClient
-	case c.CloseCode() == websocket.CloseGoingAway && c.srv.draining.Load():
-		return cancelByShutdown
-	}
-	return cancelByDisconnect
+	return apicore.CancelByDisconnect
 }
 
 // causeError tags a refusal with a cause finer than its error code, for

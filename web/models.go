@@ -158,11 +158,3 @@ func (c *modelsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(m.InFlight), m.Name)
 	}
 }
-
-// loadingMessage is the JSON-mode WebSocket message that shows a prompt
-// waiting for its model to load.
-type loadingMessage struct {
-	Type     string  `json:"type"` // "loading"
-	Model    string  `json:"model"`
-	Progress float64 `json:"progress"` // 0 to 1
-}

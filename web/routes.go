@@ -2,7 +2,7 @@ package web
 
 // The route table: the one place that knows every API family.
 //
-//	GET  /, /ws                 the chat page and the WebSocket chat                                  (ws.go)
+//	GET  /, /ws                 the chat page and the WebSocket chat                                  (chatsocket/)
 //	POST /                      plain text, chunked (Ray Serve Textbot): ?prompt=... or a text body  (tgi/plain.go)
 //	POST /generate              TGI, one JSON response                                                (tgi/tgi.go)
 //	POST /generate_stream       TGI, server-sent events
@@ -31,6 +31,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/web/anthropic"
+	"github.com/parley-chat/parley/web/chatsocket"
 	"github.com/parley-chat/parley/web/internal/apicore"
 	"github.com/parley-chat/parley/web/ollama"
 	"github.com/parley-chat/parley/web/openai"
@@ -76,6 +77,35 @@ func WithResponder(r Responder) Option {
 // the model name in responses).
 func WithModelInfo(info func() parley.ModelInfo) Option {
 	return func(s *Server) { s.core.ModelInfo = info }
+}
+
+// DefaultResumeBuffer is Config.ResumeBuffer's default: tokens a reply may
+// generate while no client follows it.
+const DefaultResumeBuffer = chatsocket.DefaultResumeBuffer
+
+// ThinkOpen and ThinkClose are the text frames that enclose a thought in
+// the chat socket's text mode with ?thinking=show.
+const (
+	ThinkOpen  = chatsocket.ThinkOpen
+	ThinkClose = chatsocket.ThinkClose
+)
+
+// initChat builds the chat WebSocket over the core, the server's sockets
+// and its sessions.
+func (s *Server) initChat() {
+	s.chat = chatsocket.New(s.core, sockets{s}, s.sessions, chatsocket.Settings{
+		Defaults: s.cfg.Defaults, MaxTokensCap: s.cfg.MaxTokensCap, MaxMessageBytes: s.cfg.MaxMessageBytes,
+		PromptsPerMinute: s.cfg.PromptsPerMinute, MaxQueuedPrompts: s.cfg.MaxQueuedPrompts,
+		ResumeGrace: s.cfg.ResumeGrace, ResumeBuffer: s.cfg.ResumeBuffer,
+	}, chatsocket.Hooks{
+		Refused:      s.refused,
+		CountRefusal: s.countRefusal,
+		CacheScope:   s.cacheScope,
+		Meter: func(cancelCause func() string, model string) apicore.Meter {
+			return s.meterReply(cancelCause).forModel(model)
+		},
+		CountTurn: func(kv string) { s.ops().kvTurns.WithLabelValues(kv).Inc() },
+	}, s.stop, &s.draining)
 }
 
 // initCore fills the core every family runs on from the server's settings
@@ -176,7 +206,7 @@ func (s *Server) routes() {
 	e := s.echo
 	e.Use(s.trackRequest, s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady, s.tagClient, s.limitBodies)
 	e.GET("/", s.handleRoot)
-	e.GET("/ws", s.handleWebSocket)
+	e.GET("/ws", s.chat.Handle)
 	sub, _ := fs.Sub(uiFiles, "ui")
 	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", http.FileServer(http.FS(sub)))))
 	s.opsRoutes(e)
@@ -187,7 +217,7 @@ func (s *Server) routes() {
 
 func (s *Server) handleRoot(c echo.Context) error {
 	if websocket.IsWebSocketUpgrade(c.Request()) {
-		return s.handleWebSocket(c)
+		return s.chat.Handle(c)
 	}
 	page, err := uiFiles.ReadFile("ui/index.html")
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/chatsocket"
 	"github.com/parley-chat/parley/web/internal/apicore"
 	"github.com/parley-chat/parley/web/internal/wsock"
 	"github.com/parley-chat/parley/web/responses"
@@ -51,18 +51,14 @@ const (
 )
 
 // Sentinel is the text-mode end-of-reply message.
-const Sentinel = "<<Response Finished>>"
+const Sentinel = chatsocket.Sentinel
 
-// Sessions is what the WebSocket handler needs from the session layer.
-type Sessions interface {
-	Open(ctx context.Context, id string) (*session.Session, bool, error)
-	// Snapshot reads a turn's session ordered against its commit (see
-	// session.Service.Snapshot): a resume never shows a stale history.
-	Snapshot(ctx context.Context, t *session.Turn) (*session.Session, bool, error)
-	Turn(ctx context.Context, id, prompt string, p parley.Params) (*session.Turn, error)
-	Reset(ctx context.Context, id string) error
-	SetSystem(ctx context.Context, id, text string) error
-}
+// Sessions is what the WebSocket chat needs from the session layer.
+type Sessions = chatsocket.Sessions
+
+// subprotocolKeyPrefix carries the API key as a WebSocket subprotocol
+// ("parley.key.KEY"): browsers cannot set headers on a WebSocket.
+const subprotocolKeyPrefix = "parley.key."
 
 // Config configures a Server.
 type Config struct {
@@ -155,12 +151,12 @@ type Server struct {
 	reqWG   sync.WaitGroup // HTTP handlers running (see trackRequest)
 	ready   atomic.Bool
 	mounts  []func(*echo.Echo)
-	op      *ops           // metrics, /info and readiness (metrics.go, info.go)
-	core    *apicore.Core  // what every API family runs on (routes.go)
-	bodies  *bodyBudget    // the bytes request bodies hold (bodybudget.go)
-	replies replyRegistry  // chat replies in flight (replies.go)
-	resp    *responses.API // the Responses API, when the sessions serve it (routes.go); nil: not mounted
-	models  Models         // several models (models.go); nil: one
+	op      *ops             // metrics, /info and readiness (metrics.go, info.go)
+	core    *apicore.Core    // what every API family runs on (routes.go)
+	bodies  *bodyBudget      // the bytes request bodies hold (bodybudget.go)
+	chat    *chatsocket.Chat // the chat WebSocket (routes.go)
+	resp    *responses.API   // the Responses API, when the sessions serve it (routes.go); nil: not mounted
+	models  Models           // several models (models.go); nil: one
 }
 
 // Option configures optional parts of a Server.
@@ -222,7 +218,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		cfg.SendBuffer = DefaultSendBuffer
 	}
 	if cfg.ResumeBuffer <= 0 {
-		cfg.ResumeBuffer = DefaultResumeBuffer
+		cfg.ResumeBuffer = chatsocket.DefaultResumeBuffer
 	}
 	if cfg.Defaults.MaxTokens == 0 {
 		cfg.Defaults = parley.DefaultParams()
@@ -248,7 +244,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		ReadBufferSize:  0,
 		WriteBufferSize: 4096,
 		WriteBufferPool: &sync.Pool{},
-		Subprotocols:    []string{subprotocolJSON},
+		Subprotocols:    []string{chatsocket.SubprotocolJSON},
 		CheckOrigin:     s.checkOrigin,
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
 			writeHTTPError(w, r, status, reason.Error())
@@ -260,6 +256,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	s.echo.HTTPErrorHandler = s.httpErrorHandler
 	s.stop, s.stopAll = context.WithCancelCause(context.Background())
 	s.initOps()
+	s.initChat()
 	s.routes()
 	s.http = &http.Server{
 		Handler:           s.echo,
@@ -356,7 +353,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	graceCtx, cancelGrace := context.WithTimeout(ctx, stopGrace)
 	defer cancelGrace()
-	if werr := waitGroup(graceCtx, s.connWG.Wait, s.reqWG.Wait, s.replies.wg.Wait, s.waitResponses); werr != nil {
+	if werr := waitGroup(graceCtx, s.connWG.Wait, s.reqWG.Wait, s.chat.Wait, s.waitResponses); werr != nil {
 		return fmt.Errorf("shutdown: %d sockets still open %v after the drain: %w", s.OpenConns(), stopGrace, werr)
 	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -411,7 +408,7 @@ func (s *Server) trackRequest(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) busyConns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.replies.running() // replies without a socket or a request drain too
+	n := s.chat.Running() // replies without a socket or a request drain too
 	if s.resp != nil {
 		n += s.resp.Running()
 	}

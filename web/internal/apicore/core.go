@@ -75,3 +75,11 @@ type Core struct {
 	// may see paths and settings that others see redacted).
 	Operator func(r *http.Request) bool
 }
+
+// Who cancelled a reply (label "by" of parley_replies_cancelled_total).
+const (
+	CancelByClient     = "client"      // an explicit cancel (or reset) from a client that stays connected
+	CancelByDisconnect = "disconnect"  // the client went away mid-reply
+	CancelBySlowClient = "slow_client" // the server disconnected a client that stopped reading (or flooded it)
+	CancelByShutdown   = "shutdown"    // the server closed the connection while shutting down
+)

@@ -1,13 +1,17 @@
-package web
+package chatsocket
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
+	"go.uber.org/zap"
 )
 
 // FuzzClientMessage feeds the JSON-mode message decoder and the parameter
@@ -47,7 +51,8 @@ func FuzzClientMessage(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
-	srv := New(Config{MaxTokensCap: 4096}, nil)
+	srv := New(&apicore.Core{Log: zap.NewNop(), Defaults: parley.DefaultParams(), MaxTokensCap: 4096}, nil, nil,
+		Settings{Defaults: parley.DefaultParams(), MaxTokensCap: 4096}, Hooks{}, context.Background(), &atomic.Bool{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := parseClientMessage(data)
 		if err == nil && m.Type == "prompt" {

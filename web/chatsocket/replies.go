@@ -1,4 +1,4 @@
-package web
+package chatsocket
 
 // A chat reply outlives its socket for a while: when the socket drops
 // mid-reply the reply goes on for Config.ResumeGrace with its tokens kept,
@@ -38,7 +38,7 @@ type replyRegistry struct {
 // socket follows it, it may generate Config.ResumeBuffer tokens and live
 // Config.ResumeGrace before it is cancelled.
 type liveReply struct {
-	srv    *Server
+	srv    *Chat
 	sid    string
 	prompt string
 	log    *zap.Logger
@@ -65,7 +65,7 @@ type liveReply struct {
 // context (not c's), holding c's admission until it ends. The caller
 // follows it (see follow) and ends it with fail or through its pump.
 func (g *replyRegistry) open(c *conn, prompt string) *liveReply {
-	ctx, cancel := context.WithCancel(parley.WithCacheScope(parley.WithUser(parley.WithClient(c.srv.stop, userClient(c.ip, c.user)), c.user), c.srv.cacheScope(c.user, c.ip)))
+	ctx, cancel := context.WithCancel(parley.WithCacheScope(parley.WithUser(parley.WithClient(c.srv.stop, apicore.UserClient(c.ip, c.user)), c.user), c.srv.cacheScope(c.user, c.ip)))
 	r := &liveReply{srv: c.srv, sid: c.id, prompt: prompt, log: c.Log, ctx: ctx, cancel: cancel, hold: c.hold,
 		wake: make(chan struct{}), ended: make(chan struct{})}
 	r.hold.add()
@@ -177,7 +177,7 @@ func (r *liveReply) start(turn *session.Turn) {
 // waits on a follower.
 func (r *liveReply) pump() {
 	defer r.end()
-	meter := r.srv.meterReply(r.cancelCause).forModel(r.model)
+	meter := r.srv.hooks.Meter(r.cancelCause, r.model)
 	for ev := range r.turn.Events() {
 		meter.Observe(ev)
 		r.mu.Lock()
@@ -186,7 +186,7 @@ func (r *liveReply) pump() {
 			// The turn settled before its final event was sent: counted
 			// before any follower hears the end (tests read it right after).
 			if r.turn.Committed() {
-				r.srv.ops().kvTurns.WithLabelValues(r.turn.KVCache()).Inc()
+				r.srv.hooks.CountTurn(r.turn.KVCache())
 			}
 		} else {
 			r.events = append(r.events, ev)
@@ -194,7 +194,7 @@ func (r *liveReply) pump() {
 				r.unheard++
 				if r.unheard > r.srv.cfg.ResumeBuffer {
 					r.log.Info("reply cancelled: nobody resumed it before its buffer filled", zap.Int("tokens", r.unheard))
-					r.stopLocked(cancelByDisconnect)
+					r.stopLocked(apicore.CancelByDisconnect)
 				}
 			}
 		}
@@ -253,7 +253,7 @@ func (r *liveReply) unfollow(cause func() string) {
 		defer r.mu.Unlock()
 		if r.followers == 0 && r.final == nil && r.cause == "" {
 			r.log.Info("reply cancelled: nobody resumed it within the grace", zap.Duration("grace", grace))
-			r.stopLocked(cancelByDisconnect)
+			r.stopLocked(apicore.CancelByDisconnect)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package web
+package chatsocket
 
 import (
 	"cmp"
@@ -23,15 +23,15 @@ import (
 // WebSocket timing and sizes. The invariants follow gorilla's examples;
 // the pong wait, write wait, send buffer and queue bound are in Config.
 const (
-	subprotocolJSON      = "parley.v1+json"
-	subprotocolKeyPrefix = "parley.key."
+	// SubprotocolJSON selects the JSON mode (the page's).
+	SubprotocolJSON = "parley.v1+json"
 )
 
 // conn is one WebSocket connection: one reader (the handler goroutine), one
 // writer, and one worker that runs the session's turns in order.
 type conn struct {
 	*wsock.Pump // the socket's writer, reader and close
-	srv         *Server
+	srv         *Chat
 
 	ip   string
 	user string // the user the socket acts for (parley.UserFrom): only its sessions are reached
@@ -75,15 +75,15 @@ type job struct {
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
 }
 
-func (s *Server) handleWebSocket(c echo.Context) error {
+func (s *Chat) Handle(c echo.Context) error {
 	r, w := c.Request(), c.Response()
-	ip, err := s.accept(r, true)
+	ip, err := s.sockets.Accept(r, true)
 	if err != nil {
 		return err
 	}
 	// The socket holds the admission, and so does every reply it starts
 	// until that reply ends (a reply may outlive the socket).
-	hold := newAdmission(func() { s.releaseIP(ip) })
+	hold := newAdmission(func() { s.sockets.Release(ip) })
 	defer hold.done()
 
 	jsonMode, resumeFrom, err := socketMode(r)
@@ -106,7 +106,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	if sess != nil {
 		hdr.Set("X-Parley-Session", sess.ID)
 	}
-	ws, ok := s.upgrade(w, r, hdr, s.cfg.MaxMessageBytes)
+	ws, ok := s.sockets.Upgrade(w, r, hdr, s.cfg.MaxMessageBytes)
 	if !ok {
 		return nil // the upgrader has written the response
 	}
@@ -116,7 +116,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 	// (a session the connection writes first is the client's).
 	cn := &conn{
 		srv:      s,
-		Pump:     s.newPump(parley.WithCacheScope(parley.WithUser(parley.WithClient(s.stop, userClient(ip, user)), user), s.cacheScope(user, ip)), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		Pump:     wsock.NewPump(s.sockets.Settings(), parley.WithCacheScope(parley.WithUser(parley.WithClient(s.stop, apicore.UserClient(ip, user)), user), s.cacheScope(user, ip)), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
 		ip:       ip,
 		user:     user,
 		json:     jsonMode,
@@ -125,11 +125,11 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 		hold:     hold,
 		limiter:  newRateLimiter(s.cfg.PromptsPerMinute, time.Minute),
 	}
-	if !s.trackOrRefuse(cn, ws) {
+	if !s.sockets.TrackOrRefuse(cn, ws) {
 		cn.Cancel()
 		return nil
 	}
-	defer s.untrack(cn)
+	defer s.sockets.Untrack(cn)
 
 	writerDone := cn.StartWriter()
 
@@ -187,7 +187,7 @@ func (s *Server) handleWebSocket(c echo.Context) error {
 func socketMode(r *http.Request) (jsonMode bool, resumeFrom int, err error) {
 	jsonMode = r.URL.Query().Get("format") == "json"
 	for _, p := range websocket.Subprotocols(r) {
-		if p == subprotocolJSON {
+		if p == SubprotocolJSON {
 			jsonMode = true
 		}
 	}
@@ -477,4 +477,22 @@ func errorLine(err error) string {
 		line += " (try again in " + strconv.Itoa(d) + " s)"
 	}
 	return line
+}
+
+// cancelCause is who cancelled a reply on this connection. The connection's
+// context ends only after close has recorded the close code, so reading
+// closeCode after seeing ctx.Err() is ordered by the context's lock. The
+// server closes with 1008 (wsock.CloseTooSlow) a client that stopped reading or
+// piled up messages: either way the client, not the server, ended it.
+func (c *conn) cancelCause() string {
+	if c.Ctx.Err() == nil {
+		return apicore.CancelByClient // the connection lives on: a cancel or reset message
+	}
+	switch {
+	case c.CloseCode() == wsock.CloseTooSlow:
+		return apicore.CancelBySlowClient
+	case c.CloseCode() == websocket.CloseGoingAway && c.srv.draining.Load():
+		return apicore.CancelByShutdown
+	}
+	return apicore.CancelByDisconnect
 }

@@ -1,4 +1,4 @@
-package web
+package chatsocket
 
 // Tool calling in the WebSocket JSON mode: "tools" and "tool_choice" (OpenAI
 // chat completions' shapes) in a prompt's params; a "tool_call" server
@@ -36,7 +36,7 @@ type toolCallMessage struct {
 }
 
 // resolveWSParams is resolveParams for a JSON-mode message, tools included.
-func (s *Server) resolveWSParams(wp *wsParams) (parley.Params, error) {
+func (s *Chat) resolveWSParams(wp *wsParams) (parley.Params, error) {
 	var patch *apicore.ParamsPatch
 	if wp != nil {
 		patch = &wp.ParamsPatch

@@ -1,4 +1,4 @@
-package web
+package chatsocket
 
 import (
 	"bytes"
@@ -134,4 +134,12 @@ func parseClientMessage(data []byte) (clientMessage, error) {
 		return m, parley.FieldErrorf("type", "unknown message type %q (want prompt, tool_result, regenerate, continue, cancel, reset or system)", m.Type)
 	}
 	return m, nil
+}
+
+// loadingMessage is the JSON-mode WebSocket message that shows a prompt
+// waiting for its model to load.
+type loadingMessage struct {
+	Type     string  `json:"type"` // "loading"
+	Model    string  `json:"model"`
+	Progress float64 `json:"progress"` // 0 to 1
 }

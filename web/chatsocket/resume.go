@@ -1,4 +1,4 @@
-package web
+package chatsocket
 
 // The chat socket's side of a reply (replies.go): the socket that asks
 // follows its reply, and a socket that resumes the session sees the reply
@@ -101,7 +101,7 @@ func (c *conn) setTurn(r *liveReply) {
 	c.turnMu.Lock()
 	c.turnCancel = func() {
 		if c.Ctx.Err() == nil {
-			r.stop(cancelByClient)
+			r.stop(apicore.CancelByClient)
 		}
 	}
 	c.turnMu.Unlock()
