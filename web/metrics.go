@@ -85,7 +85,7 @@ type ops struct {
 	cancelled *prometheus.CounterVec // by who cancelled
 	refusals  *prometheus.CounterVec // by cause
 	kvTurns   *prometheus.CounterVec // committed session turns, by KV cache state
-	// With several models (models.go): replies and time to first token
+	// With several models (admin.go): replies and time to first token
 	// by model; nil with one model, whose metrics stay as they were.
 	modelReplies *prometheus.CounterVec   // by model and finish reason
 	modelTTFT    *prometheus.HistogramVec // by model
@@ -410,5 +410,29 @@ func (s *Server) countRefusals(next echo.HandlerFunc) echo.HandlerFunc {
 			s.countRefusal(err) // echo's own errors (404, 405) have no refusal code
 		}
 		return err
+	}
+}
+
+// modelsCollector reports each model's residency at every scrape.
+type modelsCollector struct {
+	s                      *Server
+	state, bytes, inFlight *prometheus.Desc
+}
+
+func (c *modelsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.state
+	ch <- c.bytes
+	ch <- c.inFlight
+}
+
+func (c *modelsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.s.models.Models() {
+		loaded := 0.0
+		if m.State == "loaded" {
+			loaded = 1
+			ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(m.SizeBytes), m.Name)
+		}
+		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, loaded, m.Name)
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(m.InFlight), m.Name)
 	}
 }

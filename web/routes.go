@@ -15,7 +15,7 @@ package web
 //	POST /v1/messages           Anthropic Messages, streamed or not; /v1/messages/count_tokens          (anthropic/)
 //	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (responses/)
 //	/api/chat, /api/generate, /api/tags, /api/show, ...  Ollama's API (ollama/)
-//	/admin/models/...           load and unload models (models.go)
+//	/admin/models/...           load and unload models (admin.go)
 //	/health, /ready, /info, /metrics  operations (info.go, metrics.go)
 //
 // Every family decodes and validates a request with the shared core

@@ -1,9 +1,25 @@
-// Package web owns the wire: echo routes, the WebSocket upgrade and the
-// per-connection reader and writer goroutines, the HTTP streaming endpoints
-// and their formats, the embedded chat page, who may connect (origin, host,
-// API key) and how much (connection, message and rate caps), and the one
-// table that maps error codes to HTTP statuses and close codes. It holds no
-// conversation logic: that is session's (history) and chat's (prompts).
+// Package web owns the wire: the server (listening, draining, who may
+// connect and how much), the one route table (routes.go) and the error
+// body each route answers with (errors.go), admin (admin.go), /health,
+// /info and /metrics, and the embedded chat page. The protocols live
+// beneath it, one package per API family, none of which imports another
+// or web (layers_test.go holds it):
+//
+//	chatsocket   the chat WebSocket: sessions, resumable replies, text and JSON modes
+//	openai       OpenAI's chat completions, completions and model list
+//	responses    OpenAI's Responses and Conversations APIs, with their WebSocket mode
+//	anthropic    Anthropic's Messages API
+//	ollama       Ollama's API
+//	tgi          TGI, SageMaker, DJL's JSON lines and plain text
+//
+// What the families share sits under internal: apicore (decode and
+// validate a request once, pick the model, start a chat or completion,
+// relay or collect the reply, the stream writer, the status table, the
+// tools several families take), wsock (the socket lifecycle: the pump and
+// the server's side of a socket) and oaiwire (OpenAI's error object). A
+// family gets the server only through apicore.Core and wsock.Lifecycle.
+// The package holds no conversation logic: that is session's (history)
+// and chat's (prompts).
 package web
 
 import (
@@ -119,7 +135,7 @@ type Config struct {
 	// body is read: 503 (429 for one address's quarter), with Retry-After.
 	MaxBodyBytesInflight int64
 	// ResumeGrace is how long a chat reply goes on after its socket drops,
-	// its tokens kept for a client that resumes the session (ws_resume.go).
+	// its tokens kept for a client that resumes the session (chatsocket/resume.go).
 	// 0 cancels it at once.
 	ResumeGrace time.Duration
 	// ResumeBuffer bounds the tokens a reply may generate while no client
@@ -156,7 +172,7 @@ type Server struct {
 	bodies  *bodyBudget      // the bytes request bodies hold (bodybudget.go)
 	chat    *chatsocket.Chat // the chat WebSocket (routes.go)
 	resp    *responses.API   // the Responses API, when the sessions serve it (routes.go); nil: not mounted
-	models  Models           // several models (models.go); nil: one
+	models  Models           // several models (admin.go); nil: one
 }
 
 // Option configures optional parts of a Server.

@@ -1,6 +1,6 @@
 package web
 
-// The server's side of every WebSocket endpoint (the chat's, ws.go, and the
+// The server's side of every WebSocket endpoint (the chat socket's and the
 // Responses API's): one accept step before the upgrade (drain check,
 // origin, connection caps), the upgrade, and tracking for Close. The pump
 // that runs a socket is internal/wsock's.

@@ -22,7 +22,6 @@
 // usage follows Anthropic's accounting: input_tokens are the prompt tokens
 // evaluated for this request, cache_read_input_tokens those reused from the
 // KV cache, so their sum is the prompt's size, which count_tokens reports.
-
 package anthropic
 
 import (

@@ -1,3 +1,9 @@
+// Package chatsocket serves the chat WebSocket (/ws, and / for an upgrade):
+// one socket per session, the page's JSON mode and a plain text mode, one
+// reader, one writer and one worker per connection that runs the session's
+// turns in order. A reply outlives a dropped socket for ResumeGrace, its
+// tokens kept, so a client that comes back with the session's id follows
+// it from where it left off (resume.go).
 package chatsocket
 
 import (

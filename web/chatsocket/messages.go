@@ -18,7 +18,7 @@ type sessionMessage struct {
 	Resumed  bool             `json:"resumed"`
 	Model    string           `json:"model,omitempty"` // the session's model, when the server serves several
 	Messages []historyMessage `json:"messages"`
-	Reply    *liveReplyJSON   `json:"reply,omitempty"` // a reply in flight, on resume (ws_resume.go)
+	Reply    *liveReplyJSON   `json:"reply,omitempty"` // a reply in flight, on resume (resume.go)
 }
 
 type tokenMessage struct {

@@ -14,7 +14,6 @@
 // refused rather than ignored; tools are tools.go's. The legacy
 // completions (POST /v1/completions) are completions.go's. Errors are
 // OpenAI's error object (ErrorBody).
-
 package openai
 
 import (

@@ -1,11 +1,8 @@
 package web
 
-// Several models in one server. With WithModels the request's model field
-// (or a WebSocket's ?model=) picks the model: apicore.Core.PickModel resolves it (an
-// unknown name is a 404 naming the models served) and puts the name in the
-// request's context (parley.WithModel), where the Responder, which routes
-// by it, and the session layer, which records it in a new session, find it.
-// Without WithModels the server serves one model and ignores the field.
+// Several models in one server (WithModels): the request's model field (or
+// a WebSocket's ?model=) picks the model (apicore.Core.PickModel), and the
+// operator lists, loads and unloads them here.
 //
 //	GET  /v1/models                       every model, its state, size and settings
 //	POST /admin/models/{name}/load        load a model now (the API key; 403 without --api-key)
@@ -16,7 +13,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
@@ -114,47 +110,4 @@ func (s *Server) handleAdminUnload(c echo.Context) error {
 	s.log.Info("model unloaded by admin", zap.String("model", name))
 	m, _ := s.core.ModelStatusOf(name)
 	return c.JSON(http.StatusOK, m)
-}
-
-// healthModels is /health's account of every model (nil with one model).
-func (s *Server) healthModels(r *http.Request) []healthModel {
-	if s.models == nil {
-		return nil
-	}
-	var out []healthModel
-	for _, m := range s.modelsFor(r, s.models.Models()) {
-		out = append(out, healthModel{Name: m.Name, State: m.State, InFlight: m.InFlight, LastError: m.LastError})
-	}
-	return out
-}
-
-type healthModel struct {
-	Name      string `json:"name"`
-	State     string `json:"state"`
-	InFlight  int    `json:"replies_in_flight"`
-	LastError string `json:"last_error,omitempty"`
-}
-
-// modelsCollector reports each model's residency at every scrape.
-type modelsCollector struct {
-	s                      *Server
-	state, bytes, inFlight *prometheus.Desc
-}
-
-func (c *modelsCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.state
-	ch <- c.bytes
-	ch <- c.inFlight
-}
-
-func (c *modelsCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range c.s.models.Models() {
-		loaded := 0.0
-		if m.State == "loaded" {
-			loaded = 1
-			ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(m.SizeBytes), m.Name)
-		}
-		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, loaded, m.Name)
-		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(m.InFlight), m.Name)
-	}
 }
