@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"runtime/debug"
@@ -11,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // The bodies in flight: every request body is read whole into memory (the
@@ -71,7 +71,7 @@ const (
 )
 
 func newBodyBudget(limit int64) *bodyBudget {
-	return &bodyBudget{limit: limit, share: max(limit/bodyShareDivisor, maxAPIBodyBytes), byClient: map[string]int64{}}
+	return &bodyBudget{limit: limit, share: max(limit/bodyShareDivisor, apicore.MaxBodyBytes), byClient: map[string]int64{}}
 }
 
 // take reserves n bytes for client; the error is the refusal.
@@ -127,8 +127,8 @@ func (s *Server) limitBodies(next echo.HandlerFunc) echo.HandlerFunc {
 		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 			return next(c)
 		}
-		if r.ContentLength > maxAPIBodyBytes {
-			return parley.Errorf(parley.ETooLarge, "the request body is over %d bytes", maxAPIBodyBytes)
+		if r.ContentLength > apicore.MaxBodyBytes {
+			return parley.Errorf(parley.ETooLarge, "the request body is over %d bytes", apicore.MaxBodyBytes)
 		}
 		body := &budgetedBody{ReadCloser: r.Body, budget: s.bodies, client: client, declared: r.ContentLength}
 		defer body.release()
@@ -142,13 +142,6 @@ func (s *Server) limitBodies(next echo.HandlerFunc) echo.HandlerFunc {
 		return next(c)
 	}
 }
-
-// errBodyBudget is what a chunked body's Read returns when the budget has no
-// room for its next bytes; readBody turns it into the refusal.
-type errBodyBudget struct{ refusal error }
-
-func (e *errBodyBudget) Error() string { return "request body: " + e.refusal.Error() }
-func (e *errBodyBudget) Unwrap() error { return e.refusal }
 
 // budgetedBody is a request body that holds budget for what it may hold.
 type budgetedBody struct {
@@ -164,7 +157,7 @@ func (b *budgetedBody) Read(p []byte) (int, error) {
 	if b.declared < 0 && b.read+int64(len(p)) > b.held {
 		step := max(int64(chunkedStep), b.read+int64(len(p))-b.held)
 		if err := b.budget.take(b.client, step); err != nil {
-			return 0, &errBodyBudget{refusal: err}
+			return 0, &apicore.BodyBudgetError{Refusal: err}
 		}
 		b.held += step
 	}
@@ -176,38 +169,4 @@ func (b *budgetedBody) Read(p []byte) (int, error) {
 func (b *budgetedBody) release() {
 	b.budget.give(b.client, b.held)
 	b.held = 0
-}
-
-// readAll reads a body into a buffer that grows with what arrives and
-// never past the Content-Length (cl; -1 when unknown), so announcing a large
-// body costs no memory until its bytes come.
-func readAll(r io.Reader, cl int64) ([]byte, error) {
-	const first = 16 << 10
-	size := int64(first)
-	if cl >= 0 {
-		size = min(cl+1, first) // +1: see the end of the body without growing
-	}
-	buf := make([]byte, 0, size)
-	for {
-		if len(buf) == cap(buf) {
-			next := int64(cap(buf)) * 2
-			if cl >= 0 {
-				next = min(next, cl+1)
-			}
-			if next <= int64(cap(buf)) {
-				next = int64(cap(buf)) + first
-			}
-			nb := make([]byte, len(buf), next)
-			copy(nb, buf)
-			buf = nb
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
 }

@@ -236,3 +236,22 @@ func servedWhileLoading(c echo.Context) bool {
 	}
 	return false
 }
+
+// healthModels is /health's account of every model (nil with one model).
+func (s *Server) healthModels(r *http.Request) []healthModel {
+	if s.models == nil {
+		return nil
+	}
+	var out []healthModel
+	for _, m := range s.modelsFor(r, s.models.Models()) {
+		out = append(out, healthModel{Name: m.Name, State: m.State, InFlight: m.InFlight, LastError: m.LastError})
+	}
+	return out
+}
+
+type healthModel struct {
+	Name      string `json:"name"`
+	State     string `json:"state"`
+	InFlight  int    `json:"replies_in_flight"`
+	LastError string `json:"last_error,omitempty"`
+}

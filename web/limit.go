@@ -10,11 +10,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // bodyDeadline gives a request that has a body (a Content-Length, or
 // chunked) cfg.BodyTimeout to deliver it: a read deadline on the
-// connection, lifted by readBody once the body is in. A body that never
+// connection, lifted by apicore.ReadBody once the body is in. A body that never
 // ends or falls short of its length then fails its read (and the
 // connection closes) instead of holding a goroutine and a socket forever.
 // Requests without a body (the WebSocket upgrade, GETs) are untouched.
@@ -44,7 +45,7 @@ func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 			user = u
 			ctx = parley.WithUser(ctx, user)
 		}
-		ctx = parley.WithClient(ctx, userClient(addr, user))
+		ctx = parley.WithClient(ctx, apicore.UserClient(addr, user))
 		ctx = parley.WithCacheScope(ctx, s.cacheScope(user, addr))
 		c.SetRequest(r.WithContext(ctx))
 		return next(c)

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // EngineStats is what /metrics reads from the engine at every scrape. It
@@ -44,14 +44,6 @@ type EngineStats struct {
 func WithEngineStats(stats func() EngineStats) Option {
 	return func(s *Server) { s.ops().stats = stats }
 }
-
-// Who cancelled a reply (label "by" of parley_replies_cancelled_total).
-const (
-	cancelByClient     = "client"      // an explicit cancel (or reset) from a client that stays connected
-	cancelByDisconnect = "disconnect"  // the client went away mid-reply
-	cancelBySlowClient = "slow_client" // the server disconnected a client that stopped reading (or flooded it)
-	cancelByShutdown   = "shutdown"    // the server closed the connection while shutting down
-)
 
 // Refusal causes (label "cause" of parley_refusals_total). Most are the
 // error code of the refusal; the connection caps and the per-connection
@@ -93,7 +85,7 @@ type ops struct {
 	cancelled *prometheus.CounterVec // by who cancelled
 	refusals  *prometheus.CounterVec // by cause
 	kvTurns   *prometheus.CounterVec // committed session turns, by KV cache state
-	// With several models (models.go): replies and time to first token
+	// With several models (admin.go): replies and time to first token
 	// by model; nil with one model, whose metrics stay as they were.
 	modelReplies *prometheus.CounterVec   // by model and finish reason
 	modelTTFT    *prometheus.HistogramVec // by model
@@ -150,7 +142,7 @@ func (s *Server) initOps() {
 	for _, f := range []parley.FinishReason{parley.FinishStop, parley.FinishLength, parley.FinishEOS, parley.FinishCancelled, parley.FinishError} {
 		o.replies.WithLabelValues(string(f))
 	}
-	for _, by := range []string{cancelByClient, cancelByDisconnect, cancelBySlowClient, cancelByShutdown} {
+	for _, by := range []string{apicore.CancelByClient, apicore.CancelByDisconnect, apicore.CancelBySlowClient, apicore.CancelByShutdown} {
 		o.cancelled.WithLabelValues(by)
 	}
 	for _, c := range append([]string{refusedConns, refusedConnsPerIP, refusedRate, refusedQueueFull, refusedPromptTokens, refusedMessageSize,
@@ -319,7 +311,7 @@ func b2f(b bool) float64 {
 //
 //	meter := s.meterReply(s.requestCancelCause)
 //	for ev := range reply.Events() {
-//		meter.observe(ev)
+//		meter.Observe(ev)
 //		...
 //	}
 type replyMeter struct {
@@ -343,7 +335,7 @@ func (s *Server) meterReply(cancelCause func() string) *replyMeter {
 }
 
 // observe records one event of the reply.
-func (r *replyMeter) observe(ev parley.Event) {
+func (r *replyMeter) Observe(ev parley.Event) {
 	now := time.Now()
 	if !ev.Done {
 		if !r.last.IsZero() {
@@ -372,27 +364,9 @@ func (r *replyMeter) observe(ev parley.Event) {
 // the server is shutting down.
 func (s *Server) requestCancelCause() string {
 	if s.draining.Load() {
-		return cancelByShutdown
+		return apicore.CancelByShutdown
 	}
-	return cancelByDisconnect
-}
-
-// cancelCause is who cancelled a reply on this connection. The connection's
-// context ends only after close has recorded the close code, so reading
-// closeCode after seeing ctx.Err() is ordered by the context's lock. The
-// server closes with 1008 (closeTooSlow) a client that stopped reading or
-// piled up messages: either way the client, not the server, ended it.
-func (c *conn) cancelCause() string {
-	if c.ctx.Err() == nil {
-		return cancelByClient // the connection lives on: a cancel or reset message
-	}
-	switch {
-	case c.closeCode == closeTooSlow:
-		return cancelBySlowClient
-	case c.closeCode == websocket.CloseGoingAway && c.srv.draining.Load():
-		return cancelByShutdown
-	}
-	return cancelByDisconnect
+	return apicore.CancelByDisconnect
 }
 
 // causeError tags a refusal with a cause finer than its error code, for
@@ -436,5 +410,29 @@ func (s *Server) countRefusals(next echo.HandlerFunc) echo.HandlerFunc {
 			s.countRefusal(err) // echo's own errors (404, 405) have no refusal code
 		}
 		return err
+	}
+}
+
+// modelsCollector reports each model's residency at every scrape.
+type modelsCollector struct {
+	s                      *Server
+	state, bytes, inFlight *prometheus.Desc
+}
+
+func (c *modelsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.state
+	ch <- c.bytes
+	ch <- c.inFlight
+}
+
+func (c *modelsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.s.models.Models() {
+		loaded := 0.0
+		if m.State == "loaded" {
+			loaded = 1
+			ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(m.SizeBytes), m.Name)
+		}
+		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, loaded, m.Name)
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(m.InFlight), m.Name)
 	}
 }

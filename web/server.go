@@ -1,9 +1,25 @@
-// Package web owns the wire: echo routes, the WebSocket upgrade and the
-// per-connection reader and writer goroutines, the HTTP streaming endpoints
-// and their formats, the embedded chat page, who may connect (origin, host,
-// API key) and how much (connection, message and rate caps), and the one
-// table that maps error codes to HTTP statuses and close codes. It holds no
-// conversation logic: that is session's (history) and chat's (prompts).
+// Package web owns the wire: the server (listening, draining, who may
+// connect and how much), the one route table (routes.go) and the error
+// body each route answers with (errors.go), admin (admin.go), /health,
+// /info and /metrics, and the embedded chat page. The protocols live
+// beneath it, one package per API family, none of which imports another
+// or web (layers_test.go holds it):
+//
+//	chatsocket   the chat WebSocket: sessions, resumable replies, text and JSON modes
+//	openai       OpenAI's chat completions, completions and model list
+//	responses    OpenAI's Responses and Conversations APIs, with their WebSocket mode
+//	anthropic    Anthropic's Messages API
+//	ollama       Ollama's API
+//	tgi          TGI, SageMaker, DJL's JSON lines and plain text
+//
+// What the families share sits under internal: apicore (decode and
+// validate a request once, pick the model, start a chat or completion,
+// relay or collect the reply, the stream writer, the status table, the
+// tools several families take), wsock (the socket lifecycle: the pump and
+// the server's side of a socket) and oaiwire (OpenAI's error object). A
+// family gets the server only through apicore.Core and wsock.Lifecycle.
+// The package holds no conversation logic: that is session's (history)
+// and chat's (prompts).
 package web
 
 import (
@@ -12,7 +28,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -26,7 +41,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/chatsocket"
+	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/internal/wsock"
+	"github.com/parley-chat/parley/web/responses"
 )
 
 //go:embed ui
@@ -49,18 +67,14 @@ const (
 )
 
 // Sentinel is the text-mode end-of-reply message.
-const Sentinel = "<<Response Finished>>"
+const Sentinel = chatsocket.Sentinel
 
-// Sessions is what the WebSocket handler needs from the session layer.
-type Sessions interface {
-	Open(ctx context.Context, id string) (*session.Session, bool, error)
-	// Snapshot reads a turn's session ordered against its commit (see
-	// session.Service.Snapshot): a resume never shows a stale history.
-	Snapshot(ctx context.Context, t *session.Turn) (*session.Session, bool, error)
-	Turn(ctx context.Context, id, prompt string, p parley.Params) (*session.Turn, error)
-	Reset(ctx context.Context, id string) error
-	SetSystem(ctx context.Context, id, text string) error
-}
+// Sessions is what the WebSocket chat needs from the session layer.
+type Sessions = chatsocket.Sessions
+
+// subprotocolKeyPrefix carries the API key as a WebSocket subprotocol
+// ("parley.key.KEY"): browsers cannot set headers on a WebSocket.
+const subprotocolKeyPrefix = "parley.key."
 
 // Config configures a Server.
 type Config struct {
@@ -121,18 +135,12 @@ type Config struct {
 	// body is read: 503 (429 for one address's quarter), with Retry-After.
 	MaxBodyBytesInflight int64
 	// ResumeGrace is how long a chat reply goes on after its socket drops,
-	// its tokens kept for a client that resumes the session (ws_resume.go).
+	// its tokens kept for a client that resumes the session (chatsocket/resume.go).
 	// 0 cancels it at once.
 	ResumeGrace time.Duration
 	// ResumeBuffer bounds the tokens a reply may generate while no client
 	// follows it; past it the reply is cancelled (DefaultResumeBuffer when 0).
 	ResumeBuffer int
-}
-
-// Tokenizer counts the tokens of a prompt for Config.MaxPromptTokens
-// (*llm.Engine satisfies it). It must be safe for concurrent use.
-type Tokenizer interface {
-	Tokenize(text string) ([]int, error)
 }
 
 // Server serves the chat page, the WebSocket chat and the HTTP endpoints.
@@ -146,10 +154,9 @@ type Server struct {
 	upgrader websocket.Upgrader
 
 	mu       sync.Mutex
-	conns    map[socket]struct{}
+	conns    map[wsock.Socket]struct{}
 	perIP    map[string]int
 	admitted int // connections past admit and not yet released; guarded by mu (the global cap counts these, so handshakes in flight count too)
-	tok      Tokenizer
 	draining atomic.Bool
 	// stop is the parent of every request's and socket's context; Close
 	// cancels it (stopAll) when the drain deadline passes, so whatever is
@@ -160,12 +167,12 @@ type Server struct {
 	reqWG   sync.WaitGroup // HTTP handlers running (see trackRequest)
 	ready   atomic.Bool
 	mounts  []func(*echo.Echo)
-	op      *ops          // metrics, /info and readiness (metrics.go, info.go)
-	api     apiDeps       // the HTTP streaming APIs' engine and model facts (api.go)
-	bodies  *bodyBudget   // the bytes request bodies hold (bodybudget.go)
-	replies replyRegistry // chat replies in flight (replies.go)
-	bg      bgRegistry    // background responses (api_responses_bg.go)
-	models  Models        // several models (models.go); nil: one
+	op      *ops             // metrics, /info and readiness (metrics.go, info.go)
+	core    *apicore.Core    // what every API family runs on (routes.go)
+	bodies  *bodyBudget      // the bytes request bodies hold (bodybudget.go)
+	chat    *chatsocket.Chat // the chat WebSocket (routes.go)
+	resp    *responses.API   // the Responses API, when the sessions serve it (routes.go); nil: not mounted
+	models  Models           // several models (admin.go); nil: one
 }
 
 // Option configures optional parts of a Server.
@@ -175,7 +182,7 @@ type Option func(*Server)
 func WithLogger(l *zap.Logger) Option { return func(s *Server) { s.log = l } }
 
 // WithTokenizer lets the server count prompt tokens for Config.MaxPromptTokens.
-func WithTokenizer(t Tokenizer) Option { return func(s *Server) { s.tok = t } }
+func WithTokenizer(t Tokenizer) Option { return func(s *Server) { s.core.Tokenizer = t } }
 
 // WithRoutes lets other parts of the program (HTTP APIs, metrics) add routes.
 func WithRoutes(mount func(*echo.Echo)) Option {
@@ -227,7 +234,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		cfg.SendBuffer = DefaultSendBuffer
 	}
 	if cfg.ResumeBuffer <= 0 {
-		cfg.ResumeBuffer = DefaultResumeBuffer
+		cfg.ResumeBuffer = chatsocket.DefaultResumeBuffer
 	}
 	if cfg.Defaults.MaxTokens == 0 {
 		cfg.Defaults = parley.DefaultParams()
@@ -236,13 +243,15 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		cfg:      cfg,
 		sessions: sessions,
 		log:      zap.NewNop(),
-		conns:    make(map[socket]struct{}),
+		conns:    make(map[wsock.Socket]struct{}),
 		perIP:    make(map[string]int),
 		bodies:   newBodyBudget(cfg.MaxBodyBytesInflight),
+		core:     &apicore.Core{},
 	}
 	for _, o := range opts {
 		o(s)
 	}
+	s.initCore()
 	s.upgrader = websocket.Upgrader{
 		// Memory per idle connection: the read side reuses the 4 KiB
 		// buffer net/http already gave the connection, and the write
@@ -251,7 +260,7 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 		ReadBufferSize:  0,
 		WriteBufferSize: 4096,
 		WriteBufferPool: &sync.Pool{},
-		Subprotocols:    []string{subprotocolJSON},
+		Subprotocols:    []string{chatsocket.SubprotocolJSON},
 		CheckOrigin:     s.checkOrigin,
 		Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
 			writeHTTPError(w, r, status, reason.Error())
@@ -261,9 +270,10 @@ func New(cfg Config, sessions Sessions, opts ...Option) *Server {
 	s.echo.HideBanner = true
 	s.echo.HidePort = true
 	s.echo.HTTPErrorHandler = s.httpErrorHandler
-	s.initOps()
-	s.routes()
 	s.stop, s.stopAll = context.WithCancelCause(context.Background())
+	s.initOps()
+	s.initChat()
+	s.routes()
 	s.http = &http.Server{
 		Handler:           s.echo,
 		BaseContext:       func(net.Listener) context.Context { return s.stop },
@@ -346,7 +356,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	for c := range s.conns {
-		c.close(websocket.CloseGoingAway, "server shutting down")
+		c.Close(websocket.CloseGoingAway, "server shutting down")
 	}
 	s.mu.Unlock()
 	err := <-shutdownErr
@@ -359,7 +369,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	graceCtx, cancelGrace := context.WithTimeout(ctx, stopGrace)
 	defer cancelGrace()
-	if werr := waitGroup(graceCtx, &s.connWG, &s.reqWG, &s.replies.wg, &s.bg.wg); werr != nil {
+	if werr := waitGroup(graceCtx, s.connWG.Wait, s.reqWG.Wait, s.chat.Wait, s.waitResponses); werr != nil {
 		return fmt.Errorf("shutdown: %d sockets still open %v after the drain: %w", s.OpenConns(), stopGrace, werr)
 	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -373,12 +383,19 @@ func (s *Server) Close(ctx context.Context) error {
 // ends within chat's abandonAfter (1 s) even when its engine step does not.
 const stopGrace = 3 * time.Second
 
-// waitGroup waits for every group until ctx ends.
-func waitGroup(ctx context.Context, groups ...*sync.WaitGroup) error {
+// waitResponses waits for the Responses API's background responses.
+func (s *Server) waitResponses() {
+	if s.resp != nil {
+		s.resp.Wait()
+	}
+}
+
+// waitGroup runs every wait in turn until ctx ends.
+func waitGroup(ctx context.Context, waits ...func()) error {
 	done := make(chan struct{})
 	go func() {
-		for _, g := range groups {
-			g.Wait()
+		for _, w := range waits {
+			w()
 		}
 		close(done)
 	}()
@@ -407,38 +424,16 @@ func (s *Server) trackRequest(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) busyConns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.replies.running() + s.bg.running() // replies without a socket or a request drain too
+	n := s.chat.Running() // replies without a socket or a request drain too
+	if s.resp != nil {
+		n += s.resp.Running()
+	}
 	for c := range s.conns {
-		if c.replying() {
+		if c.Replying() {
 			n++
 		}
 	}
 	return n
-}
-
-func (s *Server) routes() {
-	e := s.echo
-	e.Use(s.trackRequest, s.bodyDeadline, s.countRefusals, s.guardHost, s.requireReady, s.tagClient, s.limitBodies)
-	e.GET("/", s.handleRoot)
-	e.GET("/ws", s.handleWebSocket)
-	sub, _ := fs.Sub(uiFiles, "ui")
-	e.GET("/ui/*", echo.WrapHandler(http.StripPrefix("/ui/", http.FileServer(http.FS(sub)))))
-	s.opsRoutes(e)
-	for _, m := range s.mounts {
-		m(e)
-	}
-}
-
-func (s *Server) handleRoot(c echo.Context) error {
-	if websocket.IsWebSocketUpgrade(c.Request()) {
-		return s.handleWebSocket(c)
-	}
-	page, err := uiFiles.ReadFile("ui/index.html")
-	if err != nil {
-		return err
-	}
-	c.Response().Header().Set("Cache-Control", "no-cache")
-	return c.HTMLBlob(http.StatusOK, page)
 }
 
 // guardHost refuses requests whose Host header is not allowed: a browser on
@@ -585,94 +580,6 @@ func (s *Server) RequireKey(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
-}
-
-// checkPromptTokens refuses, with too_large, a prompt of more than
-// MaxPromptTokens tokens. The WebSocket chat calls it before queueing a
-// prompt, so an oversized prompt costs one tokenization, never a slot.
-// With several models it counts with ctx's model's tokenizer, loading the
-// model for it.
-func (s *Server) checkPromptTokens(ctx context.Context, text string) error {
-	return s.countPromptTokens(ctx, text, 0, true)
-}
-
-// limitTokenizer is a Tokenizer that stops early (*llm.Engine): once ctx
-// ends, and once the text is known to be over limit (it then returns the
-// tokens found so far, more than limit).
-type limitTokenizer interface {
-	TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error)
-}
-
-// countPromptTokens is checkPromptTokens for text plus extra tokens (one
-// per message: the role marker every template writes); without load, a
-// prompt for a model that is not loaded is not counted (the WebSocket's
-// reader must not wait for a load: the engine still refuses a prompt over
-// the context). Tokenizing stops as soon as the text is over the limit, and
-// when ctx ends (the client left).
-func (s *Server) countPromptTokens(ctx context.Context, text string, extra int, load bool) error {
-	limit := s.cfg.MaxPromptTokens
-	if s.tok == nil || limit <= 0 {
-		return nil
-	}
-	if extra > limit {
-		return parley.Errorf(parley.ETooLarge, "the prompt has %d messages, each at least one token; at most %d tokens are accepted", extra, limit)
-	}
-	// A token spans at least one byte of text, apart from the few a
-	// tokenizer adds (BOS, EOS, SentencePiece's leading space): shorter
-	// texts cannot be over the cap and are not tokenized.
-	const added = 4
-	if len(text)+added+extra <= limit {
-		return nil
-	}
-	tok, release, err := s.tokenizerOf(ctx, load)
-	if err != nil || tok == nil {
-		return err
-	}
-	var toks []int
-	if lt, ok := tok.(limitTokenizer); ok {
-		toks, err = lt.TokenizeLimit(ctx, text, limit-extra)
-	} else {
-		toks, err = tok.Tokenize(text)
-	}
-	release()
-	if err != nil {
-		return fmt.Errorf("count prompt tokens: %w", err)
-	}
-	if n := len(toks) + extra; n > limit {
-		return parley.PromptTooLong(n, limit, "the prompt is at least %d tokens; at most %d are accepted", n, limit)
-	}
-	return nil
-}
-
-// promptText is every string of msgs and tools that reaches the prompt
-// (contents, reasoning, names, tool calls, tool definitions), one per line,
-// for countPromptTokens: what the template adds around them is counted as
-// one token per message.
-func promptText(msgs []parley.Message, tools []parley.Tool) string {
-	var b strings.Builder
-	line := func(s string) {
-		if s != "" {
-			b.WriteString(s)
-			b.WriteByte('\n')
-		}
-	}
-	for _, m := range msgs {
-		line(m.Content)
-		line(m.Reasoning)
-		line(m.Name)
-		line(m.ToolCallID)
-		for _, c := range m.ToolCalls {
-			line(c.ID)
-			line(c.Name)
-			line(c.Arguments)
-		}
-	}
-	for _, t := range tools {
-		line(t.Name)
-		line(t.Description)
-		line(string(t.Parameters))
-	}
-	return b.String()
 }
 
 // Defaults returns the server's sampling defaults and reply cap.

@@ -1,24 +1,21 @@
 package web
 
-// The lifecycle every WebSocket endpoint shares (the chat's, ws.go, and the
-// Responses API's, api_responses_ws.go): one accept step before the upgrade
-// (drain check, origin, connection caps), the upgrade, tracking for Close,
-// and the ping cadence that keeps a quiet peer's read deadline moving.
+// The server's side of every WebSocket endpoint (the chat socket's and the
+// Responses API's): one accept step before the upgrade (drain check,
+// origin, connection caps), the upgrade, and tracking for Close. The pump
+// that runs a socket is internal/wsock's.
 
 import (
+	"context"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/wsock"
 )
-
-// pingPeriod is how often a socket pings its peer: 9/10 of the pong wait,
-// leaving the pong a tenth of it to arrive before the read deadline.
-func (s *Server) pingPeriod() time.Duration { return s.cfg.PongWait * 9 / 10 }
 
 // accept is the check every socket endpoint makes before it upgrades:
 // refused while the server drains, to a client without the API key (when
@@ -58,67 +55,13 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request, hdr http.Header
 
 // trackOrRefuse registers sk, the socket over ws, for Close to drain. Once
 // the server drains it closes ws with 1001 instead and reports false.
-func (s *Server) trackOrRefuse(sk socket, ws *websocket.Conn) bool {
+func (s *Server) trackOrRefuse(sk wsock.Socket, ws *websocket.Conn) bool {
 	if s.track(sk) {
 		return true
 	}
-	_ = writeClose(ws, websocket.CloseGoingAway, "server shutting down", s.cfg.WriteWait)
+	_ = wsock.WriteClose(ws, websocket.CloseGoingAway, "server shutting down", s.cfg.WriteWait)
 	ws.Close()
 	return false
-}
-
-// ping sends a ping within wait. Control frames may be written
-// concurrently with the socket's one writer (gorilla allows it).
-func ping(ws *websocket.Conn, wait time.Duration) error {
-	return ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wait))
-}
-
-// writeClose sends a close frame with code and text within wait.
-func writeClose(ws *websocket.Conn, code int, text string, wait time.Duration) error {
-	return ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(wait))
-}
-
-// readDeadline moves a socket's read deadline: a pong wait ahead on every
-// message and every pong, until end. mu orders the changes: once ended,
-// the deadline is only ever shortened, so a late pong cannot keep a
-// closing socket's reader blocked.
-type readDeadline struct {
-	ws       *websocket.Conn
-	pongWait time.Duration
-
-	mu     sync.Mutex
-	ending bool // guarded by mu
-}
-
-// start sets the first deadline and lets every pong extend it. It must be
-// called from the reader before its first read.
-func (d *readDeadline) start() {
-	d.extend()
-	d.ws.SetPongHandler(func(string) error {
-		d.extend()
-		return nil
-	})
-}
-
-// extend pushes the read deadline a pong wait ahead, unless the socket is
-// closing.
-func (d *readDeadline) extend() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.ending {
-		d.ws.SetReadDeadline(time.Now().Add(d.pongWait))
-	}
-}
-
-// end bounds the reader's wait once the socket closes: it sees the peer's
-// close frame within closeGrace, or times out. Without it a peer that
-// never answers our close frame (one that stopped reading, say) would hold
-// its connection, and its place under the caps, for a whole pong wait.
-func (d *readDeadline) end() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.ending = true
-	d.ws.SetReadDeadline(time.Now().Add(closeGrace))
 }
 
 // admit enforces the connection caps. It counts the connection from here
@@ -147,16 +90,9 @@ func (s *Server) releaseIP(ip string) {
 	}
 }
 
-// socket is an open WebSocket that Close drains: a chat connection (conn)
-// or a Responses API socket (respSocket).
-type socket interface {
-	replying() bool // a reply or response is running on it
-	close(code int, text string)
-}
-
 // track registers an upgraded socket for Close to drain; false once the
 // server is draining (the caller closes it with 1001).
-func (s *Server) track(c socket) bool {
+func (s *Server) track(c wsock.Socket) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining.Load() {
@@ -167,7 +103,7 @@ func (s *Server) track(c socket) bool {
 	return true
 }
 
-func (s *Server) untrack(c socket) {
+func (s *Server) untrack(c wsock.Socket) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
@@ -181,3 +117,33 @@ func (s *Server) OpenConns() int {
 	defer s.mu.Unlock()
 	return len(s.conns)
 }
+
+// pumpSettings are the bounds of every socket's pump.
+func (s *Server) pumpSettings() wsock.Settings {
+	return wsock.Settings{SendBuffer: s.cfg.SendBuffer, PongWait: s.cfg.PongWait, WriteWait: s.cfg.WriteWait, Refused: s.refused}
+}
+
+// pingPeriod is how often a socket pings its peer (wsock.Settings.PingPeriod).
+func (s *Server) pingPeriod() time.Duration { return s.pumpSettings().PingPeriod() }
+
+// newPump makes the pump of ws, whose context is a child of parent.
+func (s *Server) newPump(parent context.Context, ws *websocket.Conn, readLimit int64, log *zap.Logger) *wsock.Pump {
+	return wsock.NewPump(s.pumpSettings(), parent, ws, readLimit, log)
+}
+
+// sockets is the server as the socket endpoints of the families see it.
+type sockets struct{ s *Server }
+
+func (k sockets) Accept(r *http.Request, authorize bool) (string, error) {
+	return k.s.accept(r, authorize)
+}
+func (k sockets) Admit(ip string) error { return k.s.admit(ip) }
+func (k sockets) Release(ip string)     { k.s.releaseIP(ip) }
+func (k sockets) Upgrade(w http.ResponseWriter, r *http.Request, hdr http.Header, readLimit int64) (*websocket.Conn, bool) {
+	return k.s.upgrade(w, r, hdr, readLimit)
+}
+func (k sockets) TrackOrRefuse(sk wsock.Socket, ws *websocket.Conn) bool {
+	return k.s.trackOrRefuse(sk, ws)
+}
+func (k sockets) Untrack(sk wsock.Socket)  { k.s.untrack(sk) }
+func (k sockets) Settings() wsock.Settings { return k.s.pumpSettings() }

@@ -1,0 +1,289 @@
+package apicore
+
+// Several models in one server. With Models the request's model field (or
+// a WebSocket's ?model=) picks the model: PickModel resolves it (an unknown
+// name is a 404 naming the models served) and puts the name in the
+// request's context (parley.WithModel), where the Responder, which routes
+// by it, and the session layer, which records it in a new session, find it.
+// Without Models the server serves one model and ignores the field.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+)
+
+// Models is the registry of the models a server serves when it serves
+// several (cmd/parley adapts llm/registry to it).
+type Models interface {
+	// Resolve returns the served name that name stands for ("" is the
+	// default model), or an ENotFound error that names the models served.
+	Resolve(name string) (string, error)
+	// Models reports every model, the default first.
+	Models() []ModelStatus
+	// Load loads a model now and waits until it is loaded.
+	Load(ctx context.Context, name string) error
+	// Unload unloads a model now, or when its replies in flight end
+	// (then an EBusy error saying so).
+	Unload(name string) error
+}
+
+// ModelStatus is one model as /v1/models, /health and Ollama's /api/tags
+// and /api/ps show it.
+type ModelStatus struct {
+	Name      string           `json:"id"`
+	State     string           `json:"state"` // unloaded, loading, loaded, unloading
+	Default   bool             `json:"default,omitempty"`
+	Pinned    bool             `json:"pinned,omitempty"`
+	SizeBytes int64            `json:"size_bytes"` // the memory it takes loaded: file + KV cache (an estimate)
+	KeepAlive string           `json:"keep_alive"` // how long it stays once idle ("forever" for pinned or negative)
+	ExpiresAt *time.Time       `json:"expires_at,omitempty"`
+	InFlight  int              `json:"replies_in_flight"`
+	Waiting   int              `json:"waiting,omitempty"`
+	Progress  float64          `json:"progress,omitempty"` // of a load in progress, 0 to 1
+	LastError string           `json:"last_error,omitempty"`
+	Settings  map[string]any   `json:"settings,omitempty"` // ctx, parallel, threads, gpu_layers, template, path
+	Info      parley.ModelInfo `json:"-"`                  // the GGUF's facts (from its header; device facts once loaded)
+}
+
+// PickModel resolves name, a request's model field, and makes the request's
+// context carry the model. With one model it does nothing: the field is
+// not checked.
+func (k *Core) PickModel(c echo.Context, name string) error {
+	n, err := k.ResolveModel(name)
+	if err != nil || n == "" {
+		return err
+	}
+	r := c.Request()
+	c.SetRequest(r.WithContext(parley.WithModel(r.Context(), n)))
+	return nil
+}
+
+// ResolveModel is the served name of a request's model field ("" with one
+// model), aliases (Alias) included; an unknown name is the registry's 404
+// that names the models served.
+func (k *Core) ResolveModel(name string) (string, error) {
+	if k.Models == nil {
+		return "", nil
+	}
+	n, err := k.Models.Resolve(name)
+	if err != nil {
+		if k.Alias != nil {
+			if n2, ok := k.Alias(name); ok {
+				return n2, nil
+			}
+		}
+		return "", err
+	}
+	return n, nil
+}
+
+// WithModel is ctx carrying model, unless model is "" (one model).
+func WithModel(ctx context.Context, model string) context.Context {
+	if model == "" {
+		return ctx
+	}
+	return parley.WithModel(ctx, model)
+}
+
+// WithKeepAlive makes the request's context ask for keepAlive (Ollama's
+// keep_alive) for its model.
+func WithKeepAlive(c echo.Context, d time.Duration) {
+	r := c.Request()
+	c.SetRequest(r.WithContext(parley.WithKeepAlive(r.Context(), d)))
+}
+
+// ModelStatusOf is the named model's status (false when there is none).
+func (k *Core) ModelStatusOf(name string) (ModelStatus, bool) {
+	for _, m := range k.Models.Models() {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return ModelStatus{}, false
+}
+
+// ModelFor is the model a request's context carries: its name as clients
+// see it and its facts. With one model, the loaded model.
+func (k *Core) ModelFor(ctx context.Context) (string, parley.ModelInfo) {
+	if k.Models != nil {
+		name := parley.ModelFrom(ctx)
+		if name == "" {
+			name, _ = k.Models.Resolve("")
+		}
+		m, _ := k.ModelStatusOf(name)
+		return name, m.Info
+	}
+	var info parley.ModelInfo
+	if k.ModelInfo != nil {
+		info = k.ModelInfo()
+	}
+	name := info.Name
+	if name == "" {
+		name = "parley"
+	}
+	return name, info
+}
+
+// ModelName is the id clients see for the model of a request (ctx, see
+// PickModel): the loaded model's with one model.
+func (k *Core) ModelName(ctx context.Context) string {
+	name, _ := k.ModelFor(ctx)
+	return name
+}
+
+// The Responder and Tokenizer of a server with several models (cmd/parley's
+// router) serve each request's model (ctx's); these are their per-request
+// forms, which the helpers below prefer when they are there.
+type (
+	modelTokenizers interface {
+		// TokenizerFor returns ctx's model's tokenizer, the model held
+		// (loaded first if need be, else nil when it is not loaded)
+		// until release.
+		TokenizerFor(ctx context.Context, load bool) (t Tokenizer, release func(), err error)
+	}
+	modelTemplates interface {
+		TemplateFor(ctx context.Context) chat.Template
+	}
+	modelCounters interface {
+		CountTokensFor(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, error)
+	}
+	// templater gives the chat template replies are rendered with
+	// (*chat.Responder has it).
+	templater interface {
+		Template() chat.Template
+	}
+	// tokenCounter counts a conversation's prompt tokens as a reply to it
+	// with p would (*chat.Responder satisfies it).
+	tokenCounter interface {
+		CountTokens(key string, msgs []parley.Message, p parley.Params) (int, error)
+	}
+)
+
+// TokenizerFor is the tokenizer of ctx's model (nil when the server has
+// none), held until release.
+func (k *Core) TokenizerFor(ctx context.Context) (Tokenizer, func(), error) {
+	return k.TokenizerOf(ctx, true)
+}
+
+// TokenizerOf is TokenizerFor that, without load, does not load ctx's model
+// for it (nil when the model is not loaded).
+func (k *Core) TokenizerOf(ctx context.Context, load bool) (Tokenizer, func(), error) {
+	if mt, ok := k.Tokenizer.(modelTokenizers); ok && k.Models != nil {
+		return mt.TokenizerFor(ctx, load)
+	}
+	return k.Tokenizer, func() {}, nil
+}
+
+// TemplateFor is the chat template of ctx's model; false when the
+// responder does not tell it.
+func (k *Core) TemplateFor(ctx context.Context) (chat.Template, bool) {
+	if mt, ok := k.Responder.(modelTemplates); ok && k.Models != nil {
+		return mt.TemplateFor(ctx), true
+	}
+	if t, ok := k.Responder.(templater); ok {
+		return t.Template(), true
+	}
+	return nil, false
+}
+
+// CountTokens counts the prompt tokens of msgs for ctx's model; false when
+// the responder cannot count.
+func (k *Core) CountTokens(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, bool, error) {
+	key = parley.ScopedKey(ctx, key) // the memo Reply keeps under the caller's scope
+	if mc, ok := k.Responder.(modelCounters); ok && k.Models != nil {
+		n, err := mc.CountTokensFor(ctx, key, msgs, p)
+		return n, true, err
+	}
+	tc, ok := k.Responder.(tokenCounter)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := tc.CountTokens(key, msgs, p)
+	return n, true, err
+}
+
+// limitTokenizer is a Tokenizer that stops early (*llm.Engine): once ctx
+// ends, and once the text is known to be over limit (it then returns the
+// tokens found so far, more than limit).
+type limitTokenizer interface {
+	TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error)
+}
+
+// CountPromptTokens refuses, with too_large, text plus extra tokens (one
+// per message: the role marker every template writes) over
+// MaxPromptTokens; without load, a prompt for a model that is not loaded
+// is not counted (the WebSocket's reader must not wait for a load: the
+// engine still refuses a prompt over the context). Tokenizing stops as
+// soon as the text is over the limit, and when ctx ends (the client left).
+func (k *Core) CountPromptTokens(ctx context.Context, text string, extra int, load bool) error {
+	limit := k.MaxPromptTokens
+	if k.Tokenizer == nil || limit <= 0 {
+		return nil
+	}
+	if extra > limit {
+		return parley.Errorf(parley.ETooLarge, "the prompt has %d messages, each at least one token; at most %d tokens are accepted", extra, limit)
+	}
+	// A token spans at least one byte of text, apart from the few a
+	// tokenizer adds (BOS, EOS, SentencePiece's leading space): shorter
+	// texts cannot be over the cap and are not tokenized.
+	const added = 4
+	if len(text)+added+extra <= limit {
+		return nil
+	}
+	tok, release, err := k.TokenizerOf(ctx, load)
+	if err != nil || tok == nil {
+		return err
+	}
+	var toks []int
+	if lt, ok := tok.(limitTokenizer); ok {
+		toks, err = lt.TokenizeLimit(ctx, text, limit-extra)
+	} else {
+		toks, err = tok.Tokenize(text)
+	}
+	release()
+	if err != nil {
+		return fmt.Errorf("count prompt tokens: %w", err)
+	}
+	if n := len(toks) + extra; n > limit {
+		return parley.PromptTooLong(n, limit, "the prompt is at least %d tokens; at most %d are accepted", n, limit)
+	}
+	return nil
+}
+
+// PromptText is every string of msgs and tools that reaches the prompt
+// (contents, reasoning, names, tool calls, tool definitions), one per line,
+// for CountPromptTokens: what the template adds around them is counted as
+// one token per message.
+func PromptText(msgs []parley.Message, tools []parley.Tool) string {
+	var b strings.Builder
+	line := func(s string) {
+		if s != "" {
+			b.WriteString(s)
+			b.WriteByte('\n')
+		}
+	}
+	for _, m := range msgs {
+		line(m.Content)
+		line(m.Reasoning)
+		line(m.Name)
+		line(m.ToolCallID)
+		for _, c := range m.ToolCalls {
+			line(c.ID)
+			line(c.Name)
+			line(c.Arguments)
+		}
+	}
+	for _, t := range tools {
+		line(t.Name)
+		line(t.Description)
+		line(string(t.Parameters))
+	}
+	return b.String()
+}

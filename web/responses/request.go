@@ -1,0 +1,459 @@
+package responses
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/web/internal/apicore"
+)
+
+// A Responses request: its body decoded and validated once, its input
+// items turned into a conversation, and the item references it makes
+// resolved against the sessions of recent stored responses.
+
+// responsesRequest is the body of POST /v1/responses and of a WebSocket
+// "response.create" message.
+type responsesRequest struct {
+	apicore.ParamsPatch
+	apicore.CacheKeyFields
+	Type               string            `json:"type"` // "response.create" on the WebSocket
+	Model              string            `json:"model"`
+	Input              json.RawMessage   `json:"input"`
+	Instructions       *string           `json:"instructions"`
+	Store              *bool             `json:"store"`
+	Stream             bool              `json:"stream"`
+	Background         bool              `json:"background"`
+	PreviousResponseID *string           `json:"previous_response_id"`
+	Conversation       json.RawMessage   `json:"conversation"`
+	MaxOutputTokens    *int              `json:"max_output_tokens"`
+	Metadata           map[string]string `json:"metadata"`
+	Tools              json.RawMessage   `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls  *bool             `json:"parallel_tool_calls"` // accepted; a reply makes at most one call
+	Text               *responseText     `json:"text"`
+	// Reasoning.Effort switches a reasoning model's thought: "none" off, any effort on (see thinkPatch).
+	Reasoning *struct {
+		Effort *string `json:"effort"`
+	} `json:"reasoning"`
+	// Generate false is the WebSocket mode's warm-up (socket.go).
+	Generate *bool `json:"generate"`
+}
+
+// responseText is the request's (and the response's) text configuration:
+// its format is text, json_object, or json_schema with the schema that
+// constrains the reply (structured output).
+type responseText struct {
+	Format *struct {
+		Type   string          `json:"type"`
+		Name   string          `json:"name,omitempty"`
+		Schema json.RawMessage `json:"schema,omitempty"`
+		Strict *bool           `json:"strict,omitempty"`
+	} `json:"format"`
+}
+
+// inputItem is one item of an input array or of a conversation.
+type inputItem struct {
+	Type    string          `json:"type"`
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	// function_call and function_call_output items (tools.go)
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Output    json.RawMessage `json:"output"`
+	// ID is an item_reference's item (resolveItem); other items'
+	// ids are ignored.
+	ID string `json:"id"`
+}
+
+// parsedResponse is a decoded, validated create request.
+type parsedResponse struct {
+	req    session.ResponseRequest
+	typ    string // the request's "type" ("response.create" on the WebSocket)
+	stream bool
+	bg     bool   // background: true (background.go)
+	warmup bool   // generate: false (the WebSocket mode's warm-up)
+	conv   string // the conversation id as given, "" without one
+	model  string // the model the request picked ("" with one model); a stored conversation keeps its own
+	meta   map[string]string
+	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
+	// renameSent names the field the client sent in an error from the engine.
+	renameSent func(error) error
+	// scope is the request's cache scope, narrowed by its prompt_cache_key
+	// or cache_salt (see turnContext).
+	scope string
+}
+
+// turnContext is ctx for the turn pr asks for: its cache scope, and an
+// unstored turn's KV state kept no longer than its slot (it belongs to no
+// stored session).
+func (pr *parsedResponse) turnContext(ctx context.Context) context.Context {
+	ctx = parley.WithCacheScope(ctx, pr.scope)
+	if pr.req.NoStore || pr.req.Local != nil {
+		ctx = parley.WithStateless(ctx)
+	}
+	return ctx
+}
+
+func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
+	var req responsesRequest
+	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
+		return nil, err
+	}
+	model, err := s.core.ResolveModel(req.Model)
+	if err != nil {
+		return nil, err
+	}
+	ctx = apicore.WithModel(ctx, model)
+	if ctx, err = req.CacheKeyFields.Narrow(ctx); err != nil {
+		return nil, err
+	}
+	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) })
+	if err != nil {
+		return nil, err
+	}
+	// A request that continues a WebSocket warm-up may bring no input of its
+	// own: the warm-up's is prepended (warmup.chain).
+	continuesWarmup := req.PreviousResponseID != nil && strings.HasPrefix(*req.PreviousResponseID, warmupPrefix)
+	if len(msgs) == 0 && !continuesWarmup {
+		return nil, parley.FieldErrorf("input", "is required")
+	}
+	if err := session.CheckResponseInput(msgs); err != nil && !continuesWarmup {
+		return nil, err
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, err
+	}
+	// Every string of the input and the tools counts (the tools as their
+	// JSON text), and one token per message for its role marker.
+	text := apicore.PromptText(msgs, nil) + string(req.Tools)
+	if req.Instructions != nil {
+		text += *req.Instructions
+	}
+	if err := s.core.CountPromptTokens(ctx, text, len(msgs), true); err != nil {
+		return nil, err
+	}
+	if req.Reasoning != nil && req.Reasoning.Effort != nil {
+		req.ParamsPatch.ReasoningEffort = req.Reasoning.Effort
+	}
+	if req.MaxOutputTokens != nil {
+		req.ParamsPatch.MaxTokens = req.MaxOutputTokens
+	}
+	var textConfig json.RawMessage
+	if req.Text != nil && req.Text.Format != nil {
+		switch f := req.Text.Format; f.Type {
+		case "", "text":
+		case "json_object":
+			req.ParamsPatch.JSONSchema = json.RawMessage(`{"type":"object"}`)
+			req.ParamsPatch.SchemaField = "text.format"
+		case "json_schema":
+			if !apicore.IsSet(f.Schema) {
+				return nil, parley.FieldErrorf("text.format.schema", "is required")
+			}
+			req.ParamsPatch.JSONSchema = f.Schema
+			req.ParamsPatch.SchemaField = "text.format.schema"
+		default:
+			return nil, parley.FieldErrorf("text.format.type", "must be text, json_object or json_schema, got %q", f.Type)
+		}
+		if textConfig, err = json.Marshal(req.Text); err != nil {
+			return nil, fmt.Errorf("encode text: %w", err)
+		}
+	}
+	p, err := s.core.ResolveParams(&req.ParamsPatch)
+	if err != nil {
+		if req.MaxOutputTokens != nil {
+			err = apicore.RenameField(err, "max_tokens", "max_output_tokens") // the field the client sent
+		}
+		return nil, err
+	}
+	if p.Tools, err = parseResponsesTools(req.Tools); err != nil {
+		return nil, err
+	}
+	if p.ToolChoice, err = apicore.ParseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(s.core.MaxTokensCap); err != nil {
+		return nil, err
+	}
+	apicore.ResolveSeed(&p)
+	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
+		warmup:     req.Generate != nil && !*req.Generate,
+		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx),
+		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
+			NoStore: req.Store != nil && !*req.Store}}
+	if req.PreviousResponseID != nil {
+		out.req.Previous = *req.PreviousResponseID
+		if out.req.Previous == "" {
+			return nil, parley.FieldErrorf("previous_response_id", "must not be empty")
+		}
+	}
+	if apicore.IsSet(req.Conversation) {
+		conv, err := parseConversationField(req.Conversation)
+		if err != nil {
+			return nil, err
+		}
+		out.conv = conv
+		out.req.Conversation = conv
+	}
+	if err := session.CheckResponseContinuation(out.req.Previous, out.req.Conversation); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// parseConversationField reads a create request's conversation field:
+// "conv_..." or {"id": "conv_..."}.
+func parseConversationField(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	var id string
+	if len(raw) > 0 && raw[0] == '{' {
+		var obj struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return "", parley.FieldErrorf("conversation", "must be a conversation id or {\"id\": ...}")
+		}
+		id = obj.ID
+	} else if err := json.Unmarshal(raw, &id); err != nil {
+		return "", parley.FieldErrorf("conversation", "must be a conversation id or {\"id\": ...}")
+	}
+	if id == "" {
+		return "", parley.FieldErrorf("conversation", "must not be empty")
+	}
+	return id, nil
+}
+
+// parseInput decodes a string (one user message) or an array of message items.
+func parseInput(raw json.RawMessage, field string, refs func(id, field string) (itemRef, error)) ([]parley.Message, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, parley.FieldErrorf(field, "invalid string: %v", err)
+		}
+		if s == "" {
+			return nil, parley.FieldErrorf(field, "must not be empty")
+		}
+		return []parley.Message{{Role: parley.RoleUser, Content: s}}, nil
+	}
+	var items []inputItem
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, parley.FieldErrorf(field, "must be a string or an array of message items")
+	}
+	if len(items) > maxItemsPerRequest {
+		return nil, parley.FieldErrorf(field, "at most %d items", maxItemsPerRequest)
+	}
+	msgs := make([]parley.Message, 0, len(items))
+	thought := "" // a reasoning item's text, for the assistant message after it
+	for i, it := range items {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if it.Type == "reasoning" {
+			t, err := reasoningInput(it, f)
+			if err != nil {
+				return nil, err
+			}
+			thought = t
+			continue
+		}
+		var m parley.Message
+		var err error
+		if it.Type == "item_reference" {
+			if refs == nil {
+				return nil, parley.FieldErrorf(f+".type", "item_reference is for responses' input")
+			}
+			ref, err := refs(it.ID, f)
+			if err != nil {
+				return nil, err
+			}
+			if !ref.isMsg {
+				thought = ref.thought
+				continue
+			}
+			m = ref.msg
+		} else if m, err = parseItem(it, f); err != nil {
+			return nil, err
+		}
+		if m.Role == parley.RoleAssistant {
+			m.Reasoning, thought = thought, ""
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+func parseItem(it inputItem, field string) (parley.Message, error) {
+	switch it.Type {
+	case "", "message":
+	case "function_call", "function_call_output":
+		return parseToolItem(it, field)
+	default:
+		return parley.Message{}, parley.FieldErrorf(field+".type", "must be message, function_call, function_call_output, reasoning or item_reference, got %q", it.Type)
+	}
+	role, err := apicore.ParseRole(it.Role, field+".role")
+	if err != nil {
+		return parley.Message{}, err
+	}
+	text, err := apicore.ParseContent(it.Content, field+".content", "input_text", "output_text", "text")
+	if err != nil {
+		return parley.Message{}, err
+	}
+	if err := apicore.CheckNotEmpty(role, text, field+".content"); err != nil {
+		return parley.Message{}, err
+	}
+	return parley.Message{Role: role, Content: text}, nil
+}
+
+func checkMetadata(m map[string]string) error {
+	if len(m) > maxMetadataKeys {
+		return parley.FieldErrorf("metadata", "at most %d keys", maxMetadataKeys)
+	}
+	for k, v := range m {
+		if len(k) > maxMetadataKeyLen || len(v) > maxMetadataValueLen {
+			return parley.FieldErrorf("metadata", "keys are at most %d bytes and values %d", maxMetadataKeyLen, maxMetadataValueLen)
+		}
+	}
+	return nil
+}
+
+// item_reference inputs: a client that keeps its own history but lets the
+// server store the responses (the AI SDK's OpenAI provider, store: true)
+// sends an earlier output item back as {"type": "item_reference", "id":
+// ...} instead of its content. Item ids name their session through a
+// one-way digest (session.ItemID), so the server remembers which session
+// each recent stored response's items belong to, and reads the item from
+// that session when a later request refers to it.
+
+// maxItemSessions bounds the sessions itemSessions remembers: the newest
+// stored responses' sessions. A reference to an item of an older one is a
+// 404, as a reference to an item OpenAI no longer keeps is.
+const maxItemSessions = 4096
+
+// itemSessions maps the session digest in item ids (session.ItemID without
+// its prefix and position) to the session id, for the newest
+// maxItemSessions sessions that stored a response. Safe for concurrent use.
+type itemSessions struct {
+	mu    sync.Mutex
+	sids  map[string]string
+	order []string // keys, oldest first
+}
+
+// itemKeyOf is the session digest in session sid's item ids.
+func itemKeyOf(sid string) string {
+	id := session.ItemID(sid, 0)
+	return strings.TrimSuffix(strings.TrimPrefix(id, session.ItemPrefix), "0")
+}
+
+func (r *itemSessions) remember(sid string) {
+	key := itemKeyOf(sid)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sids == nil {
+		r.sids = map[string]string{}
+	}
+	if _, ok := r.sids[key]; ok {
+		return
+	}
+	r.sids[key] = sid
+	r.order = append(r.order, key)
+	if len(r.order) > maxItemSessions {
+		delete(r.sids, r.order[0])
+		r.order = r.order[1:]
+	}
+}
+
+// find returns the session whose digest begins rest (an item id without its
+// prefix), and what follows the digest. Every digest has one length.
+func (r *itemSessions) find(rest string) (sid, tail string, ok bool) {
+	n := len(itemKeyOf(""))
+	if len(rest) <= n {
+		return "", "", false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sid, ok = r.sids[rest[:n]]
+	return sid, rest[n:], ok
+}
+
+// respond runs a Responses turn and remembers its session for later
+// item_reference inputs when the response is stored. Every Responses turn
+// (HTTP, background, WebSocket) starts here.
+func (s *API) respond(ctx context.Context, req session.ResponseRequest) (*session.Response, error) {
+	if strings.HasPrefix(req.Previous, warmupPrefix) {
+		// A warm-up is kept by its socket alone (warmup.chain took those it knows).
+		return nil, parley.Errorf(parley.ENotFound, "no such response: a warm-up (generate: false) continues only on its own WebSocket")
+	}
+	resp, err := s.convs.Respond(ctx, req)
+	if err == nil && resp.Stored {
+		s.items.remember(resp.SessionID())
+	}
+	return resp, err
+}
+
+// itemRef is a resolved item_reference: a message (a message item's text,
+// or a function_call item's call) or a reasoning item's thought.
+type itemRef struct {
+	msg     parley.Message
+	thought string
+	isMsg   bool
+}
+
+// resolveItem reads the item an item_reference names (field names the
+// reference): a message item (msg_), a function call (fc_) or a reasoning
+// item (rs_) of a stored response.
+func (s *API) resolveItem(ctx context.Context, id, field string) (itemRef, error) {
+	notFound := parley.FieldErrorf(field+".id", "no stored item %q (an item_reference names an output item of a stored response this server still keeps)", id)
+	if s.convs == nil {
+		return itemRef{}, notFound
+	}
+	prefix, rest, ok := strings.Cut(id, "_")
+	if !ok {
+		return itemRef{}, notFound
+	}
+	sid, tail, ok := s.items.find(rest)
+	if !ok {
+		return itemRef{}, notFound
+	}
+	call := -1
+	if prefix == "fc" {
+		pos, j, ok := strings.Cut(tail, "_")
+		n, err := strconv.Atoi(j)
+		if !ok || err != nil || n < 0 {
+			return itemRef{}, notFound
+		}
+		tail, call = pos, n
+	}
+	abs, err := strconv.Atoi(tail)
+	if err != nil || abs < 0 || strconv.Itoa(abs) != tail {
+		return itemRef{}, notFound
+	}
+	sess, err := s.convs.Conversation(ctx, sid)
+	if err != nil {
+		return itemRef{}, notFound
+	}
+	span := sess.Span(abs, abs+1)
+	if len(span) != 1 {
+		return itemRef{}, notFound
+	}
+	m := span[0]
+	switch prefix {
+	case "msg":
+		return itemRef{msg: parley.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}, isMsg: true}, nil
+	case "rs":
+		return itemRef{thought: m.Reasoning}, nil
+	case "fc":
+		if call < len(m.ToolCalls) {
+			return itemRef{msg: parley.Message{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{m.ToolCalls[call]}}, isMsg: true}, nil
+		}
+	}
+	return itemRef{}, notFound
+}
