@@ -48,7 +48,16 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // The whole prompt (every message and tool, and what the template adds) is
 // held to MaxPromptTokens: counted first from the request's strings
 // (StartCall), then, rendered, by the responder.
+//
+// The reply names the conversation's affinity key in X-Parley-Session: the
+// client's own, or one derived from its user and the conversation's opening
+// (parley.AffinityKey), so a balancer that hashes on the header keeps a
+// resent conversation on the replica that holds its cache.
 func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*Call, error) {
+	sent := c.Request().Header.Get(parley.AffinityHeader)
+	if affinity := parley.AffinityKey(parley.UserFrom(c.Request().Context()), sent, msgs); affinity != "" {
+		c.Response().Header().Set(parley.AffinityHeader, affinity)
+	}
 	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
