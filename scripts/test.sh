@@ -141,12 +141,12 @@ build_ollama() {
 	echo "PARLEY_OLLAMA_BIN=$bin"
 }
 suite "build ollama (peer for ollama:// tests)" build_ollama
-suite "go test -race" go test -race -count=1 -timeout=20m "${go_test_flags[@]}" ./...
+suite "go test -race" go test -race -count=1 -timeout=60m "${go_test_flags[@]}" ./...
 if [ "${PARLEY_SKIP_CURRENT_ENGINE:-}" != 1 ]; then
-	suite "go test ./web on the current engine" env PARLEY_TEST_ENGINE=current go test -count=1 -timeout=20m "${go_test_flags[@]}" ./web/
+	suite "go test ./web on the current engine" env PARLEY_TEST_ENGINE=current go test -count=1 -timeout=60m "${go_test_flags[@]}" ./web/
 	# bin/parley's --engine is auto (the current engine, whose libraries make setup installs): the binary's own tests
 	# ran on it above; once more on the embedded engine (PARLEY_ENGINE, as every flag has its variable).
-	suite "go test ./cmd/parley on the embedded engine" env PARLEY_ENGINE=embedded go test -count=1 -timeout=20m "${go_test_flags[@]}" ./cmd/parley/
+	suite "go test ./cmd/parley on the embedded engine" env PARLEY_ENGINE=embedded go test -count=1 -timeout=60m "${go_test_flags[@]}" ./cmd/parley/
 fi
 
 # Every `func FuzzX(` in a _test.go file, package by package ("DIR:TARGET" lines).

@@ -143,7 +143,7 @@ func TestPairedEndToEnd(t *testing.T) {
 		"-parley", testbin.Parley(t), "-servers", "parley-embedded,parley-current", "-raw-engines", "embedded,current", "-paired", "3",
 		"-models", testmodel.Path(t), "-threads", "2", "-parallel", "2", "-ctx", "512",
 		"-stream-tokens", "16", "-reply-tokens", "8", "-turns", "2", "-sessions", "1,2",
-		"-timeout", "9m", "-workload-timeout", "4m", "-out", out, "-json", js, "-scratch", filepath.Join(dir, "scratch"),
+		"-timeout", "40m", "-workload-timeout", "20m", "-out", out, "-json", js, "-scratch", filepath.Join(dir, "scratch"),
 	}
 	stdout, stderr := runTool(t, args)
 	// Every round ran every server before the next round began, the first
