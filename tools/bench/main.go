@@ -316,7 +316,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep := &report{
 		Started: time.Now(),
 		Env:     collectEnv(repo.WorkingRoot()),
-		Command: "go run ./tools/bench " + strings.Join(args, " "),
+		Command: recordedCommand(repo.WorkingRoot(), args),
 		Cfg:     cfg,
 	}
 	failures := 0
