@@ -11,4 +11,4 @@ func NewCallSplitter(format ThinkFormat, prompt string) *Splitter {
 }
 
 // SandboxStarts is how many children s has started (one per worker, one more for each that died or was killed).
-func SandboxStarts(s *Sandbox) int64 { return s.started.Load() }
+func SandboxStarts(s *Sandbox) int64 { return s.pool.Started() }

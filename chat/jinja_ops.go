@@ -63,6 +63,20 @@ func pyNum(v jinja.Value) (i int64, f float64, isFloat, ok bool) {
 	return 0, 0, false, false
 }
 
+// pyNumCmp compares a and b as Python compares numbers: two ints (a bool is one) exactly, past a float's 53 bits
+// too, and anything else as floats (a NaN is neither less, equal nor greater). ok is false unless both are numbers.
+func pyNumCmp(a, b jinja.Value) (lt, eq, gt, ok bool) {
+	ai, af, aFloat, aNum := pyNum(a)
+	bi, bf, bFloat, bNum := pyNum(b)
+	switch {
+	case !aNum || !bNum:
+		return false, false, false, false
+	case !aFloat && !bFloat:
+		return ai < bi, ai == bi, ai > bi, true
+	}
+	return af < bf, af == bf, af > bf, true
+}
+
 // pyOp is a binary operator (or "neg", "pos") with Python's semantics: pyOp(a, op, b[, a is Markup, b is Markup]).
 func pyOp(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 	if len(args) < 3 || !args[1].IsString() {
@@ -279,16 +293,10 @@ func markupEscape(s string) string { return markupReplacer.Replace(s) }
 
 // pyEq is Python's ==.
 func pyEq(a, b jinja.Value) bool {
-	_, af, _, aNum := pyNum(a)
-	_, bf, _, bNum := pyNum(b)
+	if _, eq, _, ok := pyNumCmp(a, b); ok {
+		return eq
+	}
 	switch {
-	case aNum && bNum:
-		ai, _, aFloat, _ := pyNum(a)
-		bi, _, bFloat, _ := pyNum(b)
-		if !aFloat && !bFloat {
-			return ai == bi
-		}
-		return af == bf
 	case a.IsList() && b.IsList():
 		x, y := a.AsList().Items, b.AsList().Items
 		if len(x) != len(y) {
@@ -323,16 +331,10 @@ func pyCompare(a, b jinja.Value, op string) (int, error) {
 	if a.IsUndefined() || b.IsUndefined() {
 		return 0, errUndefined()
 	}
-	_, af, _, aNum := pyNum(a)
-	_, bf, _, bNum := pyNum(b)
+	if lt, _, gt, ok := pyNumCmp(a, b); ok {
+		return cmp3(lt, gt), nil
+	}
 	switch {
-	case aNum && bNum:
-		ai, _, aFloat, _ := pyNum(a)
-		bi, _, bFloat, _ := pyNum(b)
-		if !aFloat && !bFloat {
-			return cmp3(ai < bi, ai > bi), nil
-		}
-		return cmp3(af < bf, af > bf), nil
 	case a.IsString() && b.IsString():
 		return strings.Compare(a.AsString(), b.AsString()), nil
 	case a.IsList() && b.IsList():

@@ -273,20 +273,14 @@ func pyFormat(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, e
 
 // pyInt and pyFloat read a number for the format filter (a bool as 0 or 1, anything else as 0).
 func pyInt(v jinja.Value) int64 {
-	switch {
-	case v.IsInt():
-		return v.AsInt()
-	case v.IsFloat():
-		return int64(v.AsFloat())
-	case v.IsBool() && v.AsBool():
-		return 1
+	i, f, isFloat, _ := pyNum(v)
+	if isFloat {
+		return int64(f)
 	}
-	return 0
+	return i
 }
 
 func pyFloat(v jinja.Value) float64 {
-	if v.IsFloat() {
-		return v.AsFloat()
-	}
-	return float64(pyInt(v))
+	_, f, _, _ := pyNum(v)
+	return f
 }

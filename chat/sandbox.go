@@ -2,24 +2,19 @@ package chat
 
 import (
 	"bufio"
-	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"runtime"
-	"runtime/debug"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/parley-chat/parley/internal/sandbox"
 )
 
 // A GGUF's chat template is untrusted code: a Jinja template can loop, recurse or allocate without bound, and a Go
@@ -43,8 +38,6 @@ const (
 	DefaultSandboxMemory = 1 << 30
 	// DefaultSandboxWorkers is how many children render at once.
 	DefaultSandboxWorkers = 2
-	// maxSandboxStderr is how much of a dead child's stderr is kept for the error, in bytes.
-	maxSandboxStderr = 512
 )
 
 // SandboxChild reports whether this process was started as a sandbox child.
@@ -52,64 +45,31 @@ func SandboxChild(getenv func(string) string) bool { return getenv(SandboxEnv) !
 
 // Sandbox renders Jinja templates in a child process under limits. Safe for concurrent use; Close ends the child.
 type Sandbox struct {
-	command func() *exec.Cmd
-	timeout time.Duration
-	memory  int64
-	size    int
-
-	idle      chan *sandboxWorker // the workers not rendering; a render takes one and gives it back
-	done      chan struct{}       // closed by Close
-	closeOnce sync.Once
-	started   atomic.Int64 // children started: one per worker, and one more for each that died or was killed
-}
-
-// sandboxWorker is one child, started on its first render and again after it died.
-type sandboxWorker struct {
-	proc *sandboxProc // nil until the first render, and after the child died
-}
-
-type sandboxProc struct {
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *os.File
-	dec    *json.Decoder
-	stderr *tailBuffer
+	cfg  sandbox.Config
+	pool *sandbox.Pool
 }
 
 // SandboxOption configures a Sandbox.
 type SandboxOption func(*Sandbox)
 
 // WithRenderTimeout sets the most one render may take.
-func WithRenderTimeout(d time.Duration) SandboxOption { return func(s *Sandbox) { s.timeout = d } }
+func WithRenderTimeout(d time.Duration) SandboxOption { return func(s *Sandbox) { s.cfg.Timeout = d } }
 
 // WithSandboxMemory sets the child's data-segment limit in bytes.
-func WithSandboxMemory(n int64) SandboxOption { return func(s *Sandbox) { s.memory = n } }
+func WithSandboxMemory(n int64) SandboxOption { return func(s *Sandbox) { s.cfg.Memory = n } }
 
 // WithSandboxWorkers sets how many children render at once (at least 1).
-func WithSandboxWorkers(n int) SandboxOption { return func(s *Sandbox) { s.size = max(n, 1) } }
+func WithSandboxWorkers(n int) SandboxOption { return func(s *Sandbox) { s.cfg.Workers = max(n, 1) } }
 
 // NewSandbox returns a Sandbox whose child is this executable (os.Executable) with SandboxEnv set. The child starts
 // on the first render.
 func NewSandbox(opts ...SandboxOption) *Sandbox {
-	s := &Sandbox{timeout: DefaultRenderTimeout, memory: DefaultSandboxMemory, size: DefaultSandboxWorkers, done: make(chan struct{})}
+	s := &Sandbox{cfg: sandbox.Config{Env: SandboxEnv, Timeout: DefaultRenderTimeout, Memory: DefaultSandboxMemory,
+		Workers: DefaultSandboxWorkers}}
 	for _, o := range opts {
 		o(s)
 	}
-	s.idle = make(chan *sandboxWorker, s.size)
-	for range s.size {
-		s.idle <- &sandboxWorker{}
-	}
-	s.command = func() *exec.Cmd {
-		exe, err := os.Executable()
-		if err != nil {
-			exe = os.Args[0]
-		}
-		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), SandboxEnv+"="+strconv.FormatInt(s.memory, 10))
-		// The child must not outlive the server, even one stuck in a render when the server is killed.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		return cmd
-	}
+	s.pool = sandbox.New(s.cfg)
 	return s
 }
 
@@ -129,45 +89,24 @@ func (s *Sandbox) RenderJinja(src string, vars []byte) (string, error) {
 	if len(src) > MaxTemplateBytes {
 		return "", fmt.Errorf("%w: the template is %d bytes, more than %d", ErrTemplateLimit, len(src), MaxTemplateBytes)
 	}
-	var w *sandboxWorker
-	select {
-	case <-s.done:
-		return "", errClosedSandbox
-	case w = <-s.idle:
-	}
-	defer func() { s.idle <- w }()
-	select {
-	case <-s.done: // closed while waiting: the worker goes back for Close to end
-		return "", errClosedSandbox
-	default:
-	}
-	deadline := time.Now().Add(s.timeout)
-	if w.proc == nil {
-		p, err := s.start()
-		if err != nil {
-			return "", fmt.Errorf("render chat template: start the sandbox: %w", err)
-		}
-		w.proc = p
-	}
-	p := w.proc
 	var resp sandboxResponse
-	err := p.out.SetReadDeadline(deadline)
-	if err == nil {
-		// The pipe's buffer (64 KiB) is smaller than a request can be: write while the child reads.
-		werr := make(chan error, 1)
-		go func() { werr <- json.NewEncoder(p.in).Encode(sandboxRequest{Src: src, Vars: vars}) }()
-		err = p.dec.Decode(&resp)
-		if err == nil {
-			err = <-werr
-		}
-	}
-	if err != nil {
-		w.kill()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return "", fmt.Errorf("%w: a render took longer than %v", ErrTemplateLimit, s.timeout)
-		}
-		why, _, _ := strings.Cut(p.stderr.String(), "\n") // a dying Go runtime's first line says why
-		return "", fmt.Errorf("%w: the renderer died (%v): %s", ErrTemplateLimit, err, why)
+	err := s.pool.Exchange(context.Background(),
+		func(w io.Writer) error { return json.NewEncoder(w).Encode(sandboxRequest{Src: src, Vars: vars}) },
+		// One response is on its way per request, so a decoder per response loses nothing it read ahead.
+		func(r *bufio.Reader) error { return json.NewDecoder(r).Decode(&resp) })
+	var start *sandbox.StartError
+	var died *sandbox.ChildError
+	switch {
+	case errors.Is(err, sandbox.ErrClosed):
+		return "", errClosedSandbox
+	case errors.As(err, &start):
+		return "", fmt.Errorf("render chat template: start the sandbox: %w", start.Err)
+	case errors.Is(err, sandbox.ErrTimeout):
+		return "", fmt.Errorf("%w: a render took longer than %v", ErrTemplateLimit, s.cfg.Timeout)
+	case errors.As(err, &died):
+		return "", fmt.Errorf("%w: the renderer died (%v): %s", ErrTemplateLimit, died.Err, died.Stderr)
+	case err != nil:
+		return "", fmt.Errorf("render chat template: %w", err)
 	}
 	if resp.Err != "" {
 		if resp.Limit {
@@ -180,91 +119,19 @@ func (s *Sandbox) RenderJinja(src string, vars []byte) (string, error) {
 	return resp.Out, nil
 }
 
-func (s *Sandbox) start() (*sandboxProc, error) {
-	cmd := s.command()
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout = w
-	stderr := &tailBuffer{max: maxSandboxStderr}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
-		return nil, err
-	}
-	w.Close() // the child holds its own copy; EOF on r means it exited
-	s.started.Add(1)
-	return &sandboxProc{cmd: cmd, in: in, out: r, dec: json.NewDecoder(bufio.NewReader(r)), stderr: stderr}, nil
-}
-
 var errClosedSandbox = errors.New("render chat template: the sandbox is closed")
-
-// kill ends the worker's child, if any, and waits for it. The caller holds the worker.
-func (w *sandboxWorker) kill() {
-	p := w.proc
-	if p == nil {
-		return
-	}
-	w.proc = nil
-	_ = p.cmd.Process.Kill()
-	p.in.Close()
-	_ = p.cmd.Wait()
-	p.out.Close()
-}
 
 // Close ends the children, after the renders in progress (each bounded by the render timeout). Renders after Close
 // fail.
-func (s *Sandbox) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.done)
-		for range s.size {
-			w := <-s.idle
-			w.kill()
-		}
-	})
-	return nil
-}
-
-// tailBuffer keeps the first max bytes written to it (a dying Go runtime's first lines say why).
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(bytes.TrimSpace(b.buf.Bytes()))
-}
+func (s *Sandbox) Close() error { return s.pool.Close() }
 
 // ServeSandbox is the child's side: it limits this process (its data segment to SandboxEnv's value, one thread),
 // then renders the requests read from r, answering each on w, until r ends. It returns the process's exit status.
 func ServeSandbox(getenv func(string) string, r io.Reader, w io.Writer) int {
-	if n, err := strconv.ParseInt(getenv(SandboxEnv), 10, 64); err == nil && n > 0 {
-		lim := syscall.Rlimit{Cur: uint64(n), Max: uint64(n)}
-		if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &lim); err != nil {
-			fmt.Fprintln(os.Stderr, "template sandbox: limit memory:", err)
-			return 1
-		}
-		debug.SetMemoryLimit(n / 2) // collect hard before the hard limit
+	if err := sandbox.Confine(getenv(SandboxEnv)); err != nil {
+		fmt.Fprintln(os.Stderr, "template sandbox:", err)
+		return 1
 	}
-	runtime.GOMAXPROCS(1)
 	dec := json.NewDecoder(bufio.NewReader(r))
 	enc := json.NewEncoder(w)
 	var (

@@ -13,26 +13,19 @@ import (
 	"image/png"
 	"io"
 	"os"
-	"runtime"
-	"runtime/debug"
-	"strconv"
-	"syscall"
 
 	"golang.org/x/image/webp"
+
+	"github.com/parley-chat/parley/internal/sandbox"
 )
 
 // ServeDecoder is the child's side: it limits this process (its data segment to DecoderEnv's value, one thread),
 // then decodes the requests read from r, answering each on w, until r ends. It returns the process's exit status.
 func ServeDecoder(getenv func(string) string, r io.Reader, w io.Writer) int {
-	if n, err := strconv.ParseInt(getenv(DecoderEnv), 10, 64); err == nil && n > 0 {
-		lim := syscall.Rlimit{Cur: uint64(n), Max: uint64(n)}
-		if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &lim); err != nil {
-			fmt.Fprintln(os.Stderr, "image decoder: limit memory:", err)
-			return 1
-		}
-		debug.SetMemoryLimit(n / 2) // collect hard before the hard limit
+	if err := sandbox.Confine(getenv(DecoderEnv)); err != nil {
+		fmt.Fprintln(os.Stderr, "image decoder:", err)
+		return 1
 	}
-	runtime.GOMAXPROCS(1)
 	rd := bufio.NewReaderSize(r, 1<<16)
 	bw := bufio.NewWriterSize(w, 1<<16)
 	for {

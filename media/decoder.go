@@ -7,14 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/parley-chat/parley/internal/sandbox"
 )
 
 // Image decoders are large parsers of hostile input: a decoder bug, a decompression bomb that passes the header
@@ -39,8 +35,6 @@ const (
 	DefaultDecoderMemory = 1 << 30
 	// DefaultDecodeWorkers is how many children decode at once.
 	DefaultDecodeWorkers = 2
-	// maxChildStderr is how much of a dead child's stderr is kept for the error, in bytes.
-	maxChildStderr = 512
 	// maxErrorMessage bounds an error message a child sends, in bytes.
 	maxErrorMessage = 4096
 )
@@ -59,42 +53,22 @@ type Decoded struct {
 
 // Decoder decodes images in child processes under limits. Safe for concurrent use; Close ends the children.
 type Decoder struct {
-	command func() *exec.Cmd
-	timeout time.Duration
-	memory  int64
-	size    int
-	lim     Limits
-	custom  func() *exec.Cmd // WithDecoderCommand's, or nil
-
-	idle      chan *decodeWorker // the workers not decoding; a decode takes one and gives it back
-	done      chan struct{}      // closed by Close
-	closeOnce sync.Once
-	started   atomic.Int64 // children started: one per worker, and one more for each that died or was killed
-}
-
-type decodeWorker struct {
-	proc *decodeProc // nil until the first decode, and after the child died
-}
-
-type decodeProc struct {
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *os.File
-	rd     *bufio.Reader
-	stderr *headBuffer
+	cfg  sandbox.Config
+	lim  Limits
+	pool *sandbox.Pool
 }
 
 // DecoderOption configures a Decoder.
 type DecoderOption func(*Decoder)
 
 // WithDecodeTimeout sets the most one decode may take.
-func WithDecodeTimeout(d time.Duration) DecoderOption { return func(s *Decoder) { s.timeout = d } }
+func WithDecodeTimeout(d time.Duration) DecoderOption { return func(s *Decoder) { s.cfg.Timeout = d } }
 
 // WithDecoderMemory sets the child's data-segment limit in bytes.
-func WithDecoderMemory(n int64) DecoderOption { return func(s *Decoder) { s.memory = n } }
+func WithDecoderMemory(n int64) DecoderOption { return func(s *Decoder) { s.cfg.Memory = n } }
 
 // WithDecodeWorkers sets how many children decode at once (at least 1).
-func WithDecodeWorkers(n int) DecoderOption { return func(s *Decoder) { s.size = max(n, 1) } }
+func WithDecodeWorkers(n int) DecoderOption { return func(s *Decoder) { s.cfg.Workers = max(n, 1) } }
 
 // WithDecodeLimits sets the pixel limits the child checks again before it decodes (the defaults otherwise).
 func WithDecodeLimits(l Limits) DecoderOption { return func(s *Decoder) { s.lim = l.WithDefaults() } }
@@ -103,40 +77,18 @@ func WithDecodeLimits(l Limits) DecoderOption { return func(s *Decoder) { s.lim 
 // executable does not serve as the child, such as a test of another binary that does. The Decoder adds DecoderEnv
 // to the command's environment (the process's own when it has none) and asks that the child die with its parent.
 func WithDecoderCommand(command func() *exec.Cmd) DecoderOption {
-	return func(s *Decoder) { s.custom = command }
+	return func(s *Decoder) { s.cfg.Command = command }
 }
 
 // NewDecoder returns a Decoder whose children are this executable (os.Executable) with DecoderEnv set. A child
 // starts on its first decode.
 func NewDecoder(opts ...DecoderOption) *Decoder {
-	s := &Decoder{timeout: DefaultDecodeTimeout, memory: DefaultDecoderMemory, size: DefaultDecodeWorkers,
-		lim: Limits{}.WithDefaults(), done: make(chan struct{})}
+	s := &Decoder{cfg: sandbox.Config{Env: DecoderEnv, Timeout: DefaultDecodeTimeout, Memory: DefaultDecoderMemory,
+		Workers: DefaultDecodeWorkers}, lim: Limits{}.WithDefaults()}
 	for _, o := range opts {
 		o(s)
 	}
-	s.idle = make(chan *decodeWorker, s.size)
-	for range s.size {
-		s.idle <- &decodeWorker{}
-	}
-	s.command = func() *exec.Cmd {
-		var cmd *exec.Cmd
-		if s.custom != nil {
-			cmd = s.custom()
-		} else {
-			exe, err := os.Executable()
-			if err != nil {
-				exe = os.Args[0]
-			}
-			cmd = exec.Command(exe)
-		}
-		if cmd.Env == nil {
-			cmd.Env = os.Environ()
-		}
-		cmd.Env = append(cmd.Env, DecoderEnv+"="+strconv.FormatInt(s.memory, 10))
-		// The child must not outlive the server, even one stuck in a decode when the server is killed.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		return cmd
-	}
+	s.pool = sandbox.New(s.cfg)
 	return s
 }
 
@@ -146,74 +98,41 @@ var errClosedDecoder = errors.New("decode image: the decoder is closed")
 // the child or took too long) wraps ErrDecode or ErrTooLarge; a child that cannot start wraps ErrDecoder; a ctx
 // that ends first returns ctx's error (the child decoding for it is ended).
 func (s *Decoder) Decode(ctx context.Context, im *Image) (*Decoded, error) {
-	var w *decodeWorker
-	select {
-	case <-s.done:
+	var (
+		d   *Decoded
+		msg error // the child's refusal of the image
+	)
+	err := s.pool.Exchange(ctx,
+		func(w io.Writer) error { return writeRequest(w, s.lim, im.Data) },
+		func(r *bufio.Reader) (err error) {
+			d, msg, err = readResponse(r, s.lim)
+			return err
+		})
+	var start *sandbox.StartError
+	var died *sandbox.ChildError
+	switch {
+	case err == nil:
+	case errors.Is(err, sandbox.ErrClosed):
 		return nil, errClosedDecoder
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case w = <-s.idle:
-	}
-	defer func() { s.idle <- w }()
-	select {
-	case <-s.done: // closed while waiting: the worker goes back for Close to end
-		return nil, errClosedDecoder
-	default:
-	}
-	if err := ctx.Err(); err != nil { // ended while waiting: no child is started or spent for it
+	case err == ctx.Err(): // ended first
 		return nil, err
-	}
-	deadline := time.Now().Add(s.timeout)
-	if w.proc == nil {
-		p, err := s.start()
-		if err != nil {
-			return nil, fmt.Errorf("%w: start a decoder: %v", ErrDecoder, err)
+	case errors.As(err, &start):
+		return nil, fmt.Errorf("%w: start a decoder: %v", ErrDecoder, start.Err)
+	case errors.Is(err, sandbox.ErrTimeout):
+		return nil, fmt.Errorf("%w: decoding took longer than %v", ErrDecode, s.cfg.Timeout)
+	case errors.As(err, &died) && died.Op == sandbox.OpSend:
+		// The answer came, but the request's write failed: the child was ended, and a refusal still stands.
+		if msg == nil {
+			return nil, fmt.Errorf("%w: send the image to the decoder: %v", ErrDecoder, died.Err)
 		}
-		w.proc = p
-	}
-	p := w.proc
-	if err := p.out.SetReadDeadline(deadline); err != nil {
-		w.kill()
-		return nil, fmt.Errorf("%w: %v", ErrDecoder, err)
-	}
-	// A ctx that ends makes the pending read fail at once; the child is then killed below. The worker goes back only
-	// after that func has run or been stopped, so that it never moves the deadline of the worker's next decode.
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		_ = p.out.SetReadDeadline(time.Now())
-		close(fired)
-	})
-	defer func() {
-		if !stop() {
-			<-fired
-		}
-	}()
-	// The pipe's buffer (64 KiB) is smaller than an image: write while the child reads.
-	werr := make(chan error, 1)
-	go func() { werr <- writeRequest(p.in, s.lim, im.Data) }()
-	d, msg, err := readResponse(p.rd, s.lim)
-	if err != nil {
-		w.kill() // ends the writer too: its pipe closes
-		<-werr
-		switch {
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			return nil, fmt.Errorf("%w: decoding took longer than %v", ErrDecode, s.timeout)
-		}
-		why, _, _ := strings.Cut(p.stderr.String(), "\n") // a dying Go runtime's first line says why
+	case errors.As(err, &died):
+		why := died.Stderr
 		if why == "" {
-			why = err.Error()
+			why = died.Err.Error()
 		}
 		return nil, fmt.Errorf("%w: the decoder died: %s", ErrDecode, why)
-	}
-	// The child reads a whole request before it answers, so the write has ended; one that failed leaves the child
-	// out of step with this side, and it is ended.
-	if err := <-werr; err != nil {
-		w.kill()
-		if msg == nil {
-			return nil, fmt.Errorf("%w: send the image to the decoder: %v", ErrDecoder, err)
-		}
+	default:
+		return nil, fmt.Errorf("%w: %v", ErrDecoder, err)
 	}
 	if msg != nil {
 		return nil, msg
@@ -222,76 +141,9 @@ func (s *Decoder) Decode(ctx context.Context, im *Image) (*Decoded, error) {
 	return d, nil
 }
 
-func (s *Decoder) start() (*decodeProc, error) {
-	cmd := s.command()
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout = w
-	stderr := &headBuffer{max: maxChildStderr}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
-		return nil, err
-	}
-	w.Close() // the child holds its own copy; EOF on r means it exited
-	s.started.Add(1)
-	return &decodeProc{cmd: cmd, in: in, out: r, rd: bufio.NewReaderSize(r, 1<<16), stderr: stderr}, nil
-}
-
-// kill ends the worker's child, if any, and waits for it. The caller holds the worker.
-func (w *decodeWorker) kill() {
-	p := w.proc
-	if p == nil {
-		return
-	}
-	w.proc = nil
-	_ = p.cmd.Process.Kill()
-	p.in.Close()
-	_ = p.cmd.Wait()
-	p.out.Close()
-}
-
 // Close ends the children, after the decodes in progress (each bounded by the time limit). Decodes after Close
 // fail.
-func (s *Decoder) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.done)
-		for range s.size {
-			w := <-s.idle
-			w.kill()
-		}
-	})
-	return nil
-}
-
-// headBuffer keeps the first max bytes written to it (a dying Go runtime's first lines say why).
-type headBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-	max int
-}
-
-func (b *headBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *headBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.TrimSpace(b.buf.String())
-}
+func (s *Decoder) Close() error { return s.pool.Close() }
 
 // The protocol. A request is the limits (max pixels: 8 bytes, max side: 4 bytes), the file's length (4 bytes) and
 // the file, all big-endian. A response is a status byte, width and height (4 bytes each) and a length (4 bytes),

@@ -6,7 +6,7 @@ import "net/netip"
 var DecodeRGB = decodeRGB
 
 // Started is how many children the decoder has started.
-func (s *Decoder) Started() int64 { return s.started.Load() }
+func (s *Decoder) Started() int64 { return s.pool.Started() }
 
 // WithExempt lets one address through the address check: the tests' "remote" host is served on loopback.
 func WithExempt(ap netip.AddrPort) FetchOption {

@@ -287,6 +287,18 @@ func TestRunEndToEnd(t *testing.T) {
 			t.Errorf("BENCHMARKS.md lacks %q:\n%s", want, md)
 		}
 	}
+	// The paths of this run (a temporary folder, the shared model's) are
+	// recorded as the variables the docs use.
+	for _, machine := range []string{dir, filepath.Dir(testmodel.Path(t))} {
+		if bytes.Contains(md, []byte(machine)) {
+			t.Errorf("BENCHMARKS.md names %s, a path of this machine:\n%s", machine, md)
+		}
+	}
+	for _, want := range []string{"-out $OUT/BENCHMARKS.md -json $OUT/bench.json -scratch $OUT/scratch", "-models $MODELS/stories260K.gguf", "`$MODELS/stories260K.gguf`"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("BENCHMARKS.md lacks %q", want)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(dir, "scratch")); err != nil {
 		t.Errorf("scratch folder: %v", err)
 	}

@@ -46,18 +46,17 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/internal/repo"
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/tools/internal/benchmd"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
 func main() {
@@ -65,15 +64,9 @@ func main() {
 		// This process is the current engine's GPU probe (the raw loop on a GPU starts it).
 		os.Exit(llm.ServeGPUProbe(os.Getenv))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	} else if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+	harness.Main("bench", func(ctx context.Context, args []string, stdout io.Writer) error {
+		return run(ctx, args, stdout, os.Stderr)
+	})
 }
 
 type config struct {
@@ -323,7 +316,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep := &report{
 		Started: time.Now(),
 		Env:     collectEnv(repo.WorkingRoot()),
-		Command: "go run ./tools/bench " + strings.Join(args, " "),
+		Command: recordedCommand(repo.WorkingRoot(), args),
 		Cfg:     cfg,
 	}
 	failures := 0

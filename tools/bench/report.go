@@ -419,9 +419,9 @@ func (r *report) mdModels(w mdWriter) {
 	for _, m := range r.Models {
 		if m.Raw != nil && m.Raw.Info.Architecture != "" {
 			i := m.Raw.Info
-			w("| %s | %s | %.1f MiB | %d | %d | %d | `%s` (%s) |\n", m.Name, human(i.Parameters), float64(m.SizeBytes)/(1<<20), i.Layers, i.EmbeddingLength, i.VocabSize, m.Path, i.Quantization)
+			w("| %s | %s | %.1f MiB | %d | %d | %d | `%s` (%s) |\n", m.Name, human(i.Parameters), float64(m.SizeBytes)/(1<<20), i.Layers, i.EmbeddingLength, i.VocabSize, modelFile(m.Path), i.Quantization)
 		} else {
-			w("| %s | ? | %.1f MiB | ? | ? | ? | `%s` |\n", m.Name, float64(m.SizeBytes)/(1<<20), m.Path)
+			w("| %s | ? | %.1f MiB | ? | ? | ? | `%s` |\n", m.Name, float64(m.SizeBytes)/(1<<20), modelFile(m.Path))
 		}
 	}
 }

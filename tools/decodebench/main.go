@@ -17,7 +17,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
 func main() {
@@ -37,15 +37,9 @@ func main() {
 		// This process is the current engine's GPU probe (the raw loop on a GPU starts it).
 		os.Exit(llm.ServeGPUProbe(os.Getenv))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	} else if err != nil {
-		fmt.Fprintln(os.Stderr, "decodebench:", err)
-		os.Exit(1)
-	}
+	harness.Main("decodebench", func(ctx context.Context, args []string, stdout io.Writer) error {
+		return run(ctx, args, stdout, os.Stderr)
+	})
 }
 
 type config struct {

@@ -22,31 +22,19 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	} else if err != nil {
-		fmt.Fprintln(os.Stderr, "draftbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("draftbench", run) }
 
 // openings start the conversations, one each.
 var openings = []string{
@@ -86,11 +74,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	var err error
-	if c.threads, err = ints(*threads); err != nil {
-		return err
+	if c.threads, err = harness.Ints(*threads); err != nil {
+		return fmt.Errorf("-threads: %w", err)
 	}
-	if c.streams, err = ints(*streams); err != nil {
-		return err
+	if c.streams, err = harness.Ints(*streams); err != nil {
+		return fmt.Errorf("-streams: %w", err)
 	}
 	c.modes = strings.Split(*modes, ",")
 	if c.model == "" {
@@ -264,16 +252,4 @@ func generate(ctx context.Context, e *llm.Engine, prompts [][]int, maxTokens int
 		r.tokens += len(r.ids[i]) - 1 // the first token's time is the prompt's
 	}
 	return r, errors.Join(errs...)
-}
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("%q: %w", s, err)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }

@@ -22,29 +22,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	} else if err != nil {
-		fmt.Fprintln(os.Stderr, "embedbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("embedbench", run) }
 
 type config struct {
 	cfg     llm.Config
@@ -59,10 +47,9 @@ type config struct {
 	limit   time.Duration
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var c config
 	fs := flag.NewFlagSet("embedbench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.cfg.Path, "model", "", "embedding model GGUF (a pooling type in its metadata)")
 	fs.StringVar(&c.cfg.Engine, "engine", llm.EngineAuto, "engine: auto, embedded or current")
 	fs.IntVar(&c.cfg.Threads, "threads", 2, "CPU threads")

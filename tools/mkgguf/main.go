@@ -27,25 +27,18 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/parley-chat/parley/internal/repo"
 	"github.com/parley-chat/parley/internal/synth"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	} else if err != nil {
-		fmt.Fprintln(os.Stderr, "mkgguf:", err)
-		os.Exit(1)
-	}
+	harness.Main("mkgguf", func(ctx context.Context, args []string, stdout io.Writer) error {
+		return run(ctx, args, stdout, os.Stderr)
+	})
 }
 
 // run parses args, then writes (or keeps) the model and prints its path on stdout.

@@ -20,22 +20,20 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/parley-chat/parley/internal/proc"
 	"github.com/parley-chat/parley/tools/internal/benchmd"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
 const (
@@ -44,17 +42,7 @@ const (
 	apiKey      = "modelbench"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	} else if err != nil {
-		fmt.Fprintln(os.Stderr, "modelbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("modelbench", run) }
 
 type config struct {
 	bin, a, b, out string

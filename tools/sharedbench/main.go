@@ -43,14 +43,10 @@ import (
 
 	"github.com/parley-chat/parley/internal/proc"
 	"github.com/parley-chat/parley/internal/redistest"
+	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "sharedbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("sharedbench", run) }
 
 type options struct {
 	bin, model, redisBin, nginxBin string
@@ -58,24 +54,28 @@ type options struct {
 	workers, longTokens, slack     int
 	modes                          []string
 	verbose, killSettled           bool
+	out                            io.Writer // where the figures are printed
 }
 
-func run() error {
-	var o options
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	o := options{out: stdout}
 	var modes string
-	flag.StringVar(&o.bin, "bin", "bin/parley", "the parley binary")
-	flag.StringVar(&o.model, "model", "", "the model file (required)")
-	flag.IntVar(&o.replicas, "replicas", 3, "replicas behind nginx")
-	flag.IntVar(&o.convs, "convs", 32, "conversations")
-	flag.IntVar(&o.turns, "turns", 8, "turns per conversation")
-	flag.IntVar(&o.maxTok, "max-tokens", 24, "tokens per reply")
-	flag.IntVar(&o.workers, "workers", 4, "conversations in flight at once")
-	flag.IntVar(&o.longTokens, "long", 1500, "about how many tokens the long conversation holds (within the model's context)")
-	flag.IntVar(&o.slack, "slack", 16, "tokens a warm turn may evaluate beyond its new ones")
-	flag.BoolVar(&o.killSettled, "kill-settled", true, "kill once the replicas have written the last round's states (false: at once after the round's last reply, when the last turns' states may still be on their way)")
-	flag.BoolVar(&o.verbose, "v", false, "print every turn that evaluated more than its new tokens + slack")
-	flag.StringVar(&modes, "modes", "keys,kill,rr,rr-local", "which runs, comma-separated")
-	flag.Parse()
+	fs := flag.NewFlagSet("sharedbench", flag.ContinueOnError)
+	fs.StringVar(&o.bin, "bin", "bin/parley", "the parley binary")
+	fs.StringVar(&o.model, "model", "", "the model file (required)")
+	fs.IntVar(&o.replicas, "replicas", 3, "replicas behind nginx")
+	fs.IntVar(&o.convs, "convs", 32, "conversations")
+	fs.IntVar(&o.turns, "turns", 8, "turns per conversation")
+	fs.IntVar(&o.maxTok, "max-tokens", 24, "tokens per reply")
+	fs.IntVar(&o.workers, "workers", 4, "conversations in flight at once")
+	fs.IntVar(&o.longTokens, "long", 1500, "about how many tokens the long conversation holds (within the model's context)")
+	fs.IntVar(&o.slack, "slack", 16, "tokens a warm turn may evaluate beyond its new ones")
+	fs.BoolVar(&o.killSettled, "kill-settled", true, "kill once the replicas have written the last round's states (false: at once after the round's last reply, when the last turns' states may still be on their way)")
+	fs.BoolVar(&o.verbose, "v", false, "print every turn that evaluated more than its new tokens + slack")
+	fs.StringVar(&modes, "modes", "keys,kill,rr,rr-local", "which runs, comma-separated")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	if o.model == "" {
 		return errors.New("-model is required")
 	}
@@ -104,43 +104,34 @@ func run() error {
 	}
 	defer rds.Kill()
 
-	fmt.Printf("sharedbench: %d replicas, %d conversations x %d turns, %d tokens a reply, %d in flight\n",
+	fmt.Fprintf(o.out, "sharedbench: %d replicas, %d conversations x %d turns, %d tokens a reply, %d in flight\n",
 		o.replicas, o.convs, o.turns, o.maxTok, o.workers)
 	for i, mode := range o.modes {
-		if err := runMode(o, dir, rdsAddr, mode, 2*i); err != nil {
+		if err := runMode(ctx, o, dir, rdsAddr, mode, 2*i); err != nil {
 			return fmt.Errorf("%s: %w", mode, err)
 		}
 	}
-	return longTurn(o, dir, rdsAddr)
+	return longTurn(ctx, o, dir, rdsAddr)
 }
 
 // replica is one parley process.
 type replica struct {
-	*proc.Proc
-	addr string
-	out  proc.Buffer
+	*harness.Server
+	out proc.Buffer // its log, for the error when it does not start
 }
 
-func startReplica(o options, args ...string) (*replica, error) {
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	r := &replica{addr: addr}
-	args = append([]string{"--model", o.model, "--addr", addr, "--log-format", "json", "--log-level", "warn",
+func startReplica(ctx context.Context, o options, args ...string) (*replica, error) {
+	r := &replica{}
+	args = append([]string{"--model", o.model, "--log-format", "json", "--log-level", "warn",
 		"--threads", "1", "--parallel", "2", "--temperature", "0", "--max-tokens", strconv.Itoa(o.maxTok),
 		"--session-creates-per-minute", "0"}, args...)
-	cmd := exec.Command(o.bin, args...)
-	cmd.Stderr = &r.out
-	if r.Proc, err = proc.Start(cmd); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := r.WaitHTTP(ctx, "http://"+addr+"/health"); err != nil {
-		r.Kill()
+	srv, err := harness.Start(ctx, o.bin, args, nil, &r.out)
+	if err != nil {
 		return nil, fmt.Errorf("replica: %w\n%s", err, r.out.String())
 	}
+	r.Server = srv
 	return r, nil
 }
 
@@ -191,7 +182,7 @@ func startNginx(o options, dir string, hash bool, reps []*replica) (*proc.Proc, 
 	}
 	var ups strings.Builder
 	for _, r := range reps {
-		fmt.Fprintf(&ups, "    server %s max_fails=1 fail_timeout=60s;\n", r.addr)
+		fmt.Fprintf(&ups, "    server %s max_fails=1 fail_timeout=60s;\n", r.Addr)
 	}
 	conf := filepath.Join(ndir, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConf, ndir, h, ups.String(), addr)), 0o600); err != nil {
@@ -299,7 +290,7 @@ var follows = []string{"What did they do next?", "Who else came?", "Where did th
 
 // runMode runs the conversations on fresh replicas (Redis databases db and
 // db+1 for the sessions and the KV states) and prints its figures.
-func runMode(o options, dir, rdsAddr, mode string, db int) error {
+func runMode(ctx context.Context, o options, dir, rdsAddr, mode string, db int) error {
 	shared := mode != "rr-local"
 	hash := mode == "keys" || mode == "kill"
 	args := []string{"--store", fmt.Sprintf("redis://%s/%d", rdsAddr, db)}
@@ -308,7 +299,7 @@ func runMode(o options, dir, rdsAddr, mode string, db int) error {
 	}
 	reps := make([]*replica, o.replicas)
 	for i := range reps {
-		r, err := startReplica(o, args...)
+		r, err := startReplica(ctx, o, args...)
 		if err != nil {
 			return err
 		}
@@ -347,16 +338,16 @@ func runMode(o options, dir, rdsAddr, mode string, db int) error {
 				// A turn's state reaches the tier a few milliseconds after
 				// its reply: wait for it, as a user reading the reply would.
 				for _, rp := range reps {
-					waitSettled(rp.addr)
+					waitSettled(rp.Addr)
 				}
 			}
 			// The replica that served conversation 0 last goes.
 			for _, rp := range reps {
-				if rp.addr == convs[0].last {
+				if rp.Addr == convs[0].last {
 					rp.Cmd.Process.Signal(syscall.SIGKILL)
 					rp.WaitFor(time.Minute)
-					killedAddr = rp.addr
-					fmt.Printf("  kill -9 %s after %d of %d rounds\n", rp.addr, j, o.turns)
+					killedAddr = rp.Addr
+					fmt.Fprintf(o.out, "  kill -9 %s after %d of %d rounds\n", rp.Addr, j, o.turns)
 				}
 			}
 		}
@@ -388,7 +379,7 @@ func runMode(o options, dir, rdsAddr, mode string, db int) error {
 					results = append(results, r)
 					mu.Unlock()
 					if err != nil {
-						fmt.Printf("  conv %d turn %d: %v\n", r.conv, j+1, err)
+						fmt.Fprintf(o.out, "  conv %d turn %d: %v\n", r.conv, j+1, err)
 						cv.failed = true
 						continue
 					}
@@ -427,7 +418,7 @@ func report(o options, mode string, rs []turnResult, reps []*replica, killed str
 		if hit {
 			warm++
 		} else if o.verbose {
-			fmt.Printf("  cold: conv %d turn %d on %s (moved %t): %d prompt tokens, %d cached, %d new\n",
+			fmt.Fprintf(o.out, "  cold: conv %d turn %d on %s (moved %t): %d prompt tokens, %d cached, %d new\n",
 				r.conv, r.turn, r.replica, r.moved, r.prompt, r.cached, r.newTokens)
 		}
 		if r.moved {
@@ -440,21 +431,21 @@ func report(o options, mode string, rs []turnResult, reps []*replica, killed str
 	}
 	var restores, restoreSec float64
 	for _, rp := range reps {
-		if rp.addr == killed {
+		if rp.Addr == killed {
 			continue
 		}
-		restores += scrape(rp.addr, "parley_kv_restores_total")
-		restoreSec += scrape(rp.addr, "parley_kv_restore_seconds_total")
+		restores += scrape(rp.Addr, "parley_kv_restores_total")
+		restoreSec += scrape(rp.Addr, "parley_kv_restore_seconds_total")
 	}
-	fmt.Printf("%-9s turns %d (lost %d, retried %d); turns 2+ within new+%d: %d/%d (%.1f%%); moved %d, of them warm %d; TTFT p50 %v p95 %v",
+	fmt.Fprintf(o.out, "%-9s turns %d (lost %d, retried %d); turns 2+ within new+%d: %d/%d (%.1f%%); moved %d, of them warm %d; TTFT p50 %v p95 %v",
 		mode, len(rs), errs, retries, o.slack, warm, later, pct(warm, later), moved, movedWarm, pctl(ttfts, 50), pctl(ttfts, 95))
 	if len(moveTTFT) > 0 {
-		fmt.Printf("; moved TTFT p50 %v p95 %v", pctl(moveTTFT, 50), pctl(moveTTFT, 95))
+		fmt.Fprintf(o.out, "; moved TTFT p50 %v p95 %v", pctl(moveTTFT, 50), pctl(moveTTFT, 95))
 	}
 	if restores > 0 {
-		fmt.Printf("; restores %.0f, mean %.2f ms", restores, 1000*restoreSec/restores)
+		fmt.Fprintf(o.out, "; restores %.0f, mean %.2f ms", restores, 1000*restoreSec/restores)
 	}
-	fmt.Println()
+	fmt.Fprintln(o.out)
 }
 
 func pct(a, b int) float64 {
@@ -464,13 +455,9 @@ func pct(a, b int) float64 {
 	return 100 * float64(a) / float64(b)
 }
 
-func pctl(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)].Round(100 * time.Microsecond)
+// pctl is the p-th percentile of ds (0 when empty), to 0.1 ms.
+func pctl(ds []time.Duration, p float64) time.Duration {
+	return harness.Percentile(ds, p).Round(100 * time.Microsecond)
 }
 
 // scrape returns one sample of a replica's /metrics (0 when absent).
@@ -499,19 +486,19 @@ func waitSettled(addr string) {
 
 // longTurn measures one long conversation's next turn: warm on its own
 // replica, restored on another, and cold on a replica without the tier.
-func longTurn(o options, dir, rdsAddr string) error {
+func longTurn(ctx context.Context, o options, dir, rdsAddr string) error {
 	args := []string{"--store", fmt.Sprintf("redis://%s/10", rdsAddr), "--kv-cache-shared", fmt.Sprintf("redis://%s/11", rdsAddr), "--ctx", "2048"}
-	a, err := startReplica(o, args...)
+	a, err := startReplica(ctx, o, args...)
 	if err != nil {
 		return err
 	}
 	defer a.Kill()
-	b, err := startReplica(o, args...)
+	b, err := startReplica(ctx, o, args...)
 	if err != nil {
 		return err
 	}
 	defer b.Kill()
-	c, err := startReplica(o, "--store", "memory", "--ctx", "2048")
+	c, err := startReplica(ctx, o, "--store", "memory", "--ctx", "2048")
 	if err != nil {
 		return err
 	}
@@ -521,11 +508,11 @@ func longTurn(o options, dir, rdsAddr string) error {
 		fmt.Fprintf(&sb, "%s ", openings[i%len(openings)])
 	}
 	base := []map[string]string{{"role": "user", "content": sb.String()}}
-	reply, prompt, _, _, _, _, err := chat(a.addr, "", base, 8)
+	reply, prompt, _, _, _, _, err := chat(a.Addr, "", base, 8)
 	if err != nil {
 		return err
 	}
-	waitSettled(a.addr)
+	waitSettled(a.Addr)
 	var warm, moved, cold []time.Duration
 	for i := range 3 {
 		msgs := append(slices.Clone(base), map[string]string{"role": "assistant", "content": reply},
@@ -533,7 +520,7 @@ func longTurn(o options, dir, rdsAddr string) error {
 		for _, m := range []struct {
 			addr string
 			into *[]time.Duration
-		}{{a.addr, &warm}, {b.addr, &moved}, {c.addr, &cold}} {
+		}{{a.Addr, &warm}, {b.Addr, &moved}, {c.Addr, &cold}} {
 			_, _, _, _, ttft, _, err := chat(m.addr, "", msgs, 1)
 			if err != nil {
 				return err
@@ -543,19 +530,19 @@ func longTurn(o options, dir, rdsAddr string) error {
 		// b's RAM and slot now hold it: next time it must come from the tier
 		// again, so b restarts (its RAM gone).
 		b.Kill()
-		if b, err = startReplica(o, args...); err != nil {
+		if b, err = startReplica(ctx, o, args...); err != nil {
 			return err
 		}
 		defer b.Kill()
 		// c's slot holds it: a fresh c is cold again.
 		c.Kill()
-		if c, err = startReplica(o, "--store", "memory", "--ctx", "2048"); err != nil {
+		if c, err = startReplica(ctx, o, "--store", "memory", "--ctx", "2048"); err != nil {
 			return err
 		}
 		defer c.Kill()
 	}
 	med := func(d []time.Duration) time.Duration { return pctl(d, 50) }
-	fmt.Printf("long conversation (%d prompt tokens): next-turn TTFT warm %v, moved (restored from the tier) %v, cold %v: moved/warm %.2fx, moved/cold %.0f%%\n",
+	fmt.Fprintf(o.out, "long conversation (%d prompt tokens): next-turn TTFT warm %v, moved (restored from the tier) %v, cold %v: moved/warm %.2fx, moved/cold %.0f%%\n",
 		prompt, med(warm), med(moved), med(cold), float64(med(moved))/float64(med(warm)), 100*float64(med(moved))/float64(med(cold)))
 	return nil
 }

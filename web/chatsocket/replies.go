@@ -124,6 +124,12 @@ func (r *liveReply) end() {
 		r.srv.replies.remove(r)
 		r.cancel()
 		close(r.ended)
+		// The end is a change too: a resume waiting for r to settle (a
+		// cancelled reply settles when it ends) wakes now, not at the end
+		// of its wait. ended is closed first, so the waiter sees it.
+		r.mu.Lock()
+		r.broadcastLocked()
+		r.mu.Unlock()
 		r.hold.done()
 		r.srv.replies.wg.Done()
 	})

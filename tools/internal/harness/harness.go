@@ -1,7 +1,8 @@
 // Package harness is what the developer tools under tools/ share: a main
 // that turns run's error into an exit status, a bin/parley started on a
 // free loopback port and waited for until healthy, the flags that let one
-// client address put a server under load, and percentiles.
+// client address put a server under load, lists of numbers in flags, and
+// percentiles.
 package harness
 
 import (
@@ -15,6 +16,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +36,20 @@ func Main(name string, run func(ctx context.Context, args []string, stdout io.Wr
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
+}
+
+// Ints reads a comma-separated list of whole numbers, such as a flag's
+// "1,2,4" (spaces around each allowed).
+func Ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a list of whole numbers: %w", s, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // OneClientLoad are the server flags that let one client address (every

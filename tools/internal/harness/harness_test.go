@@ -48,3 +48,15 @@ func TestStartRefusesAProgramThatExits(t *testing.T) {
 		t.Fatalf("want an exit error, got %v", err)
 	}
 }
+
+func TestInts(t *testing.T) {
+	got, err := harness.Ints("1, 2,8")
+	if err != nil || len(got) != 3 || got[0] != 1 || got[1] != 2 || got[2] != 8 {
+		t.Errorf("Ints(\"1, 2,8\") = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "1,,2", "1,x", "2.5"} {
+		if got, err := harness.Ints(bad); err == nil {
+			t.Errorf("Ints(%q) = %v, want an error", bad, got)
+		}
+	}
+}
