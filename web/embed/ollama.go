@@ -85,17 +85,11 @@ func (h *Handler) ollamaEmbed(w http.ResponseWriter, r *http.Request) error {
 	}
 	resp := OllamaEmbedResponse{Model: t.Name, Embeddings: [][]float32{}}
 	if len(texts) > 0 {
-		inputs, err := tokenize(r.Context(), t.Model, texts)
+		raw, tokens, err := evaluate(r.Context(), t, Input{Texts: texts}, req.Truncate == nil || *req.Truncate)
 		if err != nil {
 			return err
 		}
-		if resp.PromptEvalCount, err = fit(inputs, t.Info.MaxTokens, req.Truncate == nil || *req.Truncate); err != nil {
-			return err
-		}
-		raw, err := t.Model.Embed(r.Context(), inputs)
-		if err != nil {
-			return err
-		}
+		resp.PromptEvalCount = tokens
 		for _, v := range raw {
 			resp.Embeddings = append(resp.Embeddings, shorten(v, req.Dimensions))
 		}
@@ -124,14 +118,7 @@ func (h *Handler) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) error
 	defer t.release()
 	resp := OllamaEmbeddingsResponse{Embedding: []float64{}}
 	if req.Prompt != "" {
-		inputs, err := tokenize(r.Context(), t.Model, []string{req.Prompt})
-		if err != nil {
-			return err
-		}
-		if _, err := fit(inputs, t.Info.MaxTokens, true); err != nil {
-			return err
-		}
-		raw, err := t.Model.Embed(r.Context(), inputs)
+		raw, _, err := evaluate(r.Context(), t, Input{Texts: []string{req.Prompt}}, true)
 		if err != nil {
 			return err
 		}
