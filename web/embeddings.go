@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
@@ -67,6 +68,9 @@ func (s *Server) embedLookup(r *http.Request, model string) (embed.Target, error
 		if err != nil {
 			return embed.Target{}, err
 		}
+		if model == "" {
+			n = s.embedDefault(n, slices.Contains(rerankPaths, r.URL.Path))
+		}
 		name = n
 	}
 	return s.embeds.EmbedModel(apicore.WithModel(r.Context(), name), name)
@@ -96,4 +100,33 @@ func (s *Server) writeEmbedError(w http.ResponseWriter, r *http.Request, api emb
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(wire.status(err))
 	_ = json.NewEncoder(w).Encode(wire.body(err)) // a client that left is no error of ours
+}
+
+// embedDefault is the model a request that names none gets (llama-server's
+// clients often name none): the default model when it fits the endpoint,
+// else the one served model that does (a reranker for rerank, an embedding
+// model otherwise), else the default, which the handlers then refuse with
+// the reason.
+func (s *Server) embedDefault(def string, rerank bool) string {
+	fits := func(m ModelStatus) bool {
+		p := m.Info.Pooling
+		return p != "" && (p == embed.PoolingRank) == rerank
+	}
+	only := ""
+	for _, m := range s.models.Models() {
+		if !fits(m) {
+			continue
+		}
+		if m.Name == def {
+			return def
+		}
+		if only != "" {
+			return def // more than one: the request must say which
+		}
+		only = m.Name
+	}
+	if only == "" {
+		return def
+	}
+	return only
 }

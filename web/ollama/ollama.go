@@ -77,8 +77,8 @@ var ollamaUnsupported = []struct{ method, path, instead string }{
 	{http.MethodPost, "/api/create", "Parley serves GGUF files as they are: start it with --model PATH.gguf (sampling defaults are flags, the chat template --template)"},
 	{http.MethodPost, "/api/copy", "Parley serves one model under its own name"},
 	{http.MethodDelete, "/api/delete", "Parley serves the models it was started with; with several, POST /admin/models/NAME/unload unloads one"},
-	{http.MethodPost, "/api/embed", "this server serves no embedding model"},
-	{http.MethodPost, "/api/embeddings", "this server serves no embedding model"},
+	{http.MethodPost, "/api/embed", "this server serves no embeddings"},
+	{http.MethodPost, "/api/embeddings", "this server serves no embeddings"},
 	{http.MethodHead, "/api/blobs/:digest", "Parley does not take model uploads: start it with --model PATH.gguf"},
 	{http.MethodPost, "/api/blobs/:digest", "Parley does not take model uploads: start it with --model PATH.gguf"},
 }

@@ -1,0 +1,286 @@
+package main
+
+// Embeddings and rerank beside a chat model, end to end: the real binary
+// serving stories260K (--model, the default) and a synthetic embedding
+// model and reranker (--models), over real sockets. Their outputs are
+// compared with llama.cpp's own embedding tool's (llm/testdata).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/parley-chat/parley/internal/synth"
+	"github.com/parley-chat/parley/internal/testbin"
+	"github.com/parley-chat/parley/internal/testmodel"
+)
+
+// embedReference is what llm/testdata/embedding-reference.json holds.
+type embedReference struct {
+	Inputs    []string `json:"inputs"`
+	Query     string   `json:"query"`
+	Documents []string `json:"documents"`
+	Models    map[string]struct {
+		Description string      `json:"description"`
+		L2          [][]float64 `json:"l2"`
+		Scores      []float64   `json:"scores"`
+	} `json:"models"`
+}
+
+// embedModels writes the reference's bert-mean and bert-rank (the shapes
+// scripts/embedding-reference.sh gives tools/mkgguf) to a new folder.
+func embedModels(t *testing.T, ref embedReference) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"bert-mean", "bert-rank"} {
+		s := synth.DefaultSpec()
+		s.Name, s.VocabFrom = name, testmodel.Path(t)
+		s.Layers, s.Dim, s.Heads, s.KVHeads, s.FFN, s.Context = 2, 64, 4, 4, 128, 512
+		s.Std, s.ResidStd, s.Type, s.Arch, s.Pooling = 0.2, 0.2, "f32", "bert", strings.TrimPrefix(name, "bert-")
+		if got, want := s.Description(), ref.Models[name].Description; got != want {
+			t.Fatalf("%s: the test's spec is %q, the reference's %q", name, got, want)
+		}
+		if _, err := synth.Write(context.Background(), filepath.Join(dir, name+".gguf"), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func readEmbedReference(t *testing.T) embedReference {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "llm", "testdata", "embedding-reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref embedReference
+	if err := json.Unmarshal(b, &ref); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+func TestEmbeddingsBesideChat(t *testing.T) {
+	bin := testbin.Parley(t)
+	ref := readEmbedReference(t)
+	const key = "embed-key"
+	s := start(t, bin, "--models", embedModels(t, ref), "--api-key", key, "--user", "dave:dave-key", "--store", "memory")
+
+	// The key guards the endpoints as it guards chat.
+	if code, b := call(t, s, "POST", "/v1/embeddings", "", map[string]any{"model": "bert-mean", "input": "hi"}); code != 401 {
+		t.Fatalf("without a key: %d %s", code, b)
+	}
+
+	// A chat model asked for embeddings: a 400 that says why, in each
+	// API's shape, and the model is not loaded for it.
+	chatName := strings.TrimSuffix(filepath.Base(testmodel.Path(t)), ".gguf")
+	for _, path := range []string{"/v1/embeddings", "/api/embed"} {
+		code, b := call(t, s, "POST", path, "dave-key", map[string]any{"model": chatName, "input": "hi"})
+		if code != 400 || !strings.Contains(string(b), "not an embedding model") {
+			t.Fatalf("%s on the chat model: %d %s", path, code, b)
+		}
+	}
+	if st := listModels(t, s, key)[chatName].State; st != "unloaded" {
+		t.Fatalf("the chat model after embeddings were asked of it: %s, want unloaded", st)
+	}
+
+	// OpenAI's /v1/embeddings: llama.cpp's normalized vectors.
+	code, b := call(t, s, "POST", "/v1/embeddings", "dave-key", map[string]any{"model": "bert-mean", "input": ref.Inputs})
+	if code != 200 {
+		t.Fatalf("/v1/embeddings: %d %s", code, b)
+	}
+	var oa struct {
+		Model string
+		Data  []struct {
+			Index     int
+			Embedding []float64
+		}
+		Usage struct{ PromptTokens int `json:"prompt_tokens"` }
+	}
+	if err := json.Unmarshal(b, &oa); err != nil || oa.Model != "bert-mean" || len(oa.Data) != len(ref.Inputs) || oa.Usage.PromptTokens == 0 {
+		t.Fatalf("/v1/embeddings: %v %s", err, b)
+	}
+	for i, d := range oa.Data {
+		if d.Index != i || !vectorsNear(d.Embedding, ref.Models["bert-mean"].L2[i]) {
+			t.Fatalf("input %d: %v, want llama.cpp's %v", i, d.Embedding, ref.Models["bert-mean"].L2[i])
+		}
+	}
+	// Ollama's /api/embed, by an Ollama-style name: the same vectors.
+	code, b = call(t, s, "POST", "/api/embed", "dave-key", map[string]any{"model": "bert-mean:latest", "input": ref.Inputs[:2]})
+	var ol struct{ Embeddings [][]float64 }
+	if err := json.Unmarshal(b, &ol); code != 200 || err != nil || len(ol.Embeddings) != 2 || !vectorsNear(ol.Embeddings[1], ref.Models["bert-mean"].L2[1]) {
+		t.Fatalf("/api/embed: %d %s", code, b)
+	}
+
+	// An input over the model's 512 tokens per input: OpenAI's endpoint
+	// refuses it, Ollama's cuts it (its default); llama.cpp never sees it.
+	long := strings.Repeat("Once upon a time there was a little cat. ", 80)
+	if code, b := call(t, s, "POST", "/v1/embeddings", "dave-key", map[string]any{"model": "bert-mean", "input": long}); code != 400 || !strings.Contains(string(b), "at most 512") {
+		t.Fatalf("an over-long input on /v1/embeddings: %d %s", code, b)
+	}
+	code, b = call(t, s, "POST", "/api/embed", "dave-key", map[string]any{"model": "bert-mean", "input": long})
+	var cut struct {
+		Embeddings      [][]float64
+		PromptEvalCount int `json:"prompt_eval_count"`
+	}
+	if err := json.Unmarshal(b, &cut); code != 200 || err != nil || len(cut.Embeddings) != 1 || cut.PromptEvalCount != 512 {
+		t.Fatalf("an over-long input on /api/embed: %d %.300s", code, b)
+	}
+
+	// Rerank on each of llama-server's paths: llama.cpp's scores, best first.
+	scores := ref.Models["bert-rank"].Scores
+	for _, path := range []string{"/v1/rerank", "/v1/reranking", "/rerank", "/reranking"} {
+		code, b := call(t, s, "POST", path, "dave-key", map[string]any{"model": "bert-rank", "query": ref.Query, "documents": ref.Documents, "top_n": 2})
+		var rr struct {
+			Results []struct {
+				Index          int
+				RelevanceScore float64 `json:"relevance_score"`
+			}
+		}
+		if err := json.Unmarshal(b, &rr); code != 200 || err != nil || len(rr.Results) != 2 {
+			t.Fatalf("%s: %d %s", path, code, b)
+		}
+		for _, r := range rr.Results {
+			if math.Abs(r.RelevanceScore-scores[r.Index]) > 1e-4+1e-4*math.Abs(scores[r.Index]) {
+				t.Fatalf("%s: document %d scored %g, llama.cpp %g", path, r.Index, r.RelevanceScore, scores[r.Index])
+			}
+		}
+		if rr.Results[0].RelevanceScore < rr.Results[1].RelevanceScore {
+			t.Fatalf("%s: results not best first: %s", path, b)
+		}
+	}
+
+	// A request that names no model (llama-server's clients' habit) gets
+	// the one model that fits its endpoint, not the default chat model.
+	if code, b := call(t, s, "POST", "/reranking", "dave-key", map[string]any{"query": ref.Query, "documents": ref.Documents}); code != 200 || !strings.Contains(string(b), `"model":"bert-rank"`) {
+		t.Fatalf("rerank without a model: %d %s", code, b)
+	}
+	if code, b := call(t, s, "POST", "/v1/embeddings", "dave-key", map[string]any{"input": "hi"}); code != 200 || !strings.Contains(string(b), `"model":"bert-mean"`) {
+		t.Fatalf("embeddings without a model: %d %.200s", code, b)
+	}
+
+	// Each model has its own residency: both loaded now, the chat model
+	// still not; and chat works beside them.
+	ms := listModels(t, s, key)
+	if ms["bert-mean"].State != "loaded" || ms["bert-rank"].State != "loaded" || ms[chatName].State != "unloaded" {
+		t.Fatalf("residency after embeddings and rerank: %+v", ms)
+	}
+	if got := chatWith(t, s, key, chatName, "Once upon a time", 8); got == "" {
+		t.Fatal("no chat reply beside the embedding models")
+	}
+	// Chat asked of an embedding model: a 400, not a crash.
+	if code, b := call(t, s, "POST", "/v1/chat/completions", key, map[string]any{"model": "bert-mean",
+		"messages": []map[string]string{{"role": "user", "content": "hi"}}}); code != 400 || !strings.Contains(string(b), "embedding model") {
+		t.Fatalf("chat with an embedding model: %d %s", code, b)
+	}
+
+	t.Run("chat streams while a large batch embeds", func(t *testing.T) {
+		chatStreamBesideEmbeddings(t, s, key, chatName)
+	})
+}
+
+// chatStreamBesideEmbeddings starts a large embedding request (128 inputs
+// of about 360 tokens: 46,000 tokens, about a hundred micro-batches) and,
+// once the server holds it, a streamed chat reply of 32 tokens: every one of the chat's tokens arrives, and its reply ends,
+// before the embeddings' reply does. The two models' loops run side by
+// side; neither waits for the other.
+func chatStreamBesideEmbeddings(t *testing.T, s *server, key, chatName string) {
+	inputs := make([]string, 128)
+	for i := range inputs {
+		inputs[i] = strings.Repeat("Once upon a time there was a little cat. ", 30)[i%7:]
+	}
+	type result struct {
+		code int
+		n    int
+	}
+	embedded := make(chan result, 1)
+	body, _ := json.Marshal(map[string]any{"model": "bert-mean", "input": inputs})
+	go func() {
+		req, _ := http.NewRequest("POST", "http://"+s.addr+"/v1/embeddings", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer dave-key")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			embedded <- result{code: -1}
+			return
+		}
+		defer res.Body.Close()
+		var r struct{ Data []json.RawMessage }
+		_ = json.NewDecoder(res.Body).Decode(&r)
+		embedded <- result{res.StatusCode, len(r.Data)}
+	}()
+	// The embedding request is in the engine once its model counts it in
+	// flight.
+	for ms := listModels(t, s, key); ms["bert-mean"].InFlight == 0; ms = listModels(t, s, key) {
+		select {
+		case r := <-embedded:
+			t.Fatalf("the embeddings ended (%d, %d vectors) before the chat started: make the batch larger", r.code, r.n)
+		default:
+		}
+	}
+
+	body, _ = json.Marshal(map[string]any{"model": chatName, "stream": true, "max_tokens": 32, "temperature": 0,
+		"messages": []map[string]string{{"role": "user", "content": "Once upon a time"}}})
+	req, _ := http.NewRequest("POST", "http://"+s.addr+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	tokens, finished := 0, ""
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta        struct{ Content string }
+				FinishReason string `json:"finish_reason"`
+			}
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil || len(chunk.Choices) == 0 {
+			continue
+		}
+		if chunk.Choices[0].Delta.Content != "" {
+			tokens++
+		}
+		if f := chunk.Choices[0].FinishReason; f != "" {
+			finished = f
+		}
+	}
+	select {
+	case r := <-embedded:
+		t.Fatalf("the embeddings (%d, %d vectors) ended before the chat's reply: %d tokens, finish %q", r.code, r.n, tokens, finished)
+	default:
+	}
+	if finished != "length" || tokens < 16 {
+		t.Fatalf("the chat beside the embeddings: %d content chunks, finish %q", tokens, finished)
+	}
+	if r := <-embedded; r.code != 200 || r.n != len(inputs) {
+		t.Fatalf("the large embedding request: %d, %d vectors", r.code, r.n)
+	}
+}
+
+// vectorsNear reports whether got equals want within float32 rounding of
+// the reference tool's printed decimals.
+func vectorsNear(got, want []float64) bool {
+	if len(got) != len(want) || len(want) == 0 {
+		return false
+	}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-4+1e-4*math.Abs(want[i]) {
+			return false
+		}
+	}
+	return true
+}
