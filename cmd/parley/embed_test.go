@@ -102,7 +102,9 @@ func TestEmbeddingsBesideChat(t *testing.T) {
 			Index     int
 			Embedding []float64
 		}
-		Usage struct{ PromptTokens int `json:"prompt_tokens"` }
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
 	}
 	if err := json.Unmarshal(b, &oa); err != nil || oa.Model != "bert-mean" || len(oa.Data) != len(ref.Inputs) || oa.Usage.PromptTokens == 0 {
 		t.Fatalf("/v1/embeddings: %v %s", err, b)
