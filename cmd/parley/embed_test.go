@@ -168,6 +168,13 @@ func TestEmbeddingsBesideChat(t *testing.T) {
 		t.Fatalf("embeddings without a model: %d %.200s", code, b)
 	}
 
+	// Ollama's /api/show says what each model does.
+	for name, want := range map[string]string{"bert-mean": `["embedding"]`, chatName: `["completion"`} {
+		if code, b := call(t, s, "POST", "/api/show", key, map[string]any{"model": name}); code != 200 || !strings.Contains(string(b), `"capabilities":`+want) {
+			t.Fatalf("/api/show %s: %d %.300s, want capabilities %s", name, code, b, want)
+		}
+	}
+
 	// Each model has its own residency: both loaded now, the chat model
 	// still not; and chat works beside them.
 	ms := listModels(t, s, key)
