@@ -10,10 +10,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -292,4 +294,103 @@ func vectorsNear(got, want []float64) bool {
 		}
 	}
 	return true
+}
+
+// TestEmbeddingModelAlone serves one embedding model as the one --model,
+// with the per-client limits chat has: users share the model's loop fairly
+// (one user's large request does not hold back another's small one) and
+// one user's requests past its share of the queue are refused, as chat's
+// are, while another user's are taken.
+func TestEmbeddingModelAlone(t *testing.T) {
+	bin := testbin.Parley(t)
+	ref := readEmbedReference(t)
+	model := filepath.Join(embedModels(t, ref), "bert-mean.gguf")
+	const key = "alone-key"
+	s := launch(t, bin, "--model", model, "--api-key", key, "--user", "dave:dave-key", "--user", "erin:erin-key",
+		"--queue-per-client", "1", "--store", "memory")
+
+	// The one model answers whatever the model field says, under its own
+	// name when the request names none; chat is refused.
+	code, b := call(t, s, "POST", "/v1/embeddings", "erin-key", map[string]any{"input": ref.Inputs[1]})
+	if code != 200 || !strings.Contains(string(b), `"model":"bert-mean"`) {
+		t.Fatalf("embeddings from the one model: %d %.200s", code, b)
+	}
+	if code, b := call(t, s, "POST", "/v1/chat/completions", key, map[string]any{"messages": []map[string]string{{"role": "user", "content": "hi"}}}); code != 400 {
+		t.Fatalf("chat with an embedding model: %d %s", code, b)
+	}
+
+	big := make([]string, 128)
+	for i := range big {
+		big[i] = strings.Repeat("Once upon a time there was a little cat. ", 30)[i%7:]
+	}
+	type reply struct {
+		code int
+		body string
+	}
+	post := func(user string, inputs []string) <-chan reply {
+		ch := make(chan reply, 1)
+		body, _ := json.Marshal(map[string]any{"model": "bert-mean", "input": inputs})
+		go func() {
+			req, _ := http.NewRequest("POST", "http://"+s.addr+"/v1/embeddings", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+user+"-key")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				ch <- reply{-1, err.Error()}
+				return
+			}
+			defer res.Body.Close()
+			b, _ := io.ReadAll(res.Body)
+			ch <- reply{res.StatusCode, string(b)}
+		}()
+		return ch
+	}
+	// gauge waits until the engine's gauge (parley_generations_active or
+	// _queued) reaches n, failing when done answers first.
+	gauge := func(name string, n int, done <-chan reply) {
+		t.Helper()
+		for {
+			select {
+			case r := <-done:
+				t.Fatalf("a large request ended (%d) before %s reached %d: make it larger", r.code, name, n)
+			default:
+			}
+			_, m := call(t, s, "GET", "/metrics", key, nil)
+			for _, line := range strings.Split(string(m), "\n") {
+				if v, ok := strings.CutPrefix(line, name+" "); ok {
+					if got, _ := strconv.Atoi(v); got >= n {
+						return
+					}
+				}
+			}
+		}
+	}
+
+	// Dave's large request holds a slot; Erin's one input is answered while
+	// it runs: the loop packs each batch with both requests' inputs in turn.
+	a := post("dave", big)
+	gauge("parley_generations_active", 1, a)
+	if r := <-post("erin", ref.Inputs[:1]); r.code != 200 {
+		t.Fatalf("erin's request beside dave's: %d %s", r.code, r.body)
+	}
+	select {
+	case r := <-a:
+		t.Fatalf("dave's large request (%d) ended before erin's one input", r.code)
+	default:
+	}
+	// Dave's second large request takes the other slot (--parallel 2), his
+	// third waits, and his fourth is past his share of the queue
+	// (--queue-per-client 1): refused, while Erin's is taken.
+	b2 := post("dave", big)
+	gauge("parley_generations_active", 2, a)
+	c := post("dave", ref.Inputs[:1])
+	gauge("parley_generations_queued", 1, a)
+	if r := <-post("dave", ref.Inputs[:1]); r.code != 503 || !strings.Contains(r.body, "as many requests waiting") {
+		t.Fatalf("dave's request past his share of the queue: %d %s", r.code, r.body)
+	}
+	e := post("erin", ref.Inputs[:1])
+	for name, ch := range map[string]<-chan reply{"dave's first": a, "dave's second": b2, "dave's third": c, "erin's second": e} {
+		if r := <-ch; r.code != 200 {
+			t.Fatalf("%s: %d %.300s", name, r.code, r.body)
+		}
+	}
 }
