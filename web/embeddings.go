@@ -22,6 +22,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/web/embed"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/ollama"
 )
 
 // EmbedModels finds the embedding model or reranker a request names.
@@ -45,7 +46,7 @@ var rerankPaths = []string{"/v1/rerank", "/v1/reranking", "/rerank", "/reranking
 
 // mountEmbed adds the endpoints to g, which RequireKey guards.
 func (s *Server) mountEmbed(g *echo.Group) {
-	h := embed.New(s.embedLookup, s.writeEmbedError, embed.WithMaxBody(apicore.MaxBodyBytes))
+	h := embed.New(s.embedLookup, s.writeEmbedError, embed.WithMaxBody(apicore.MaxBodyBytes), embed.WithKeepAlive(ollama.ParseKeepAlive))
 	g.POST("/v1/embeddings", echo.WrapHandler(http.HandlerFunc(h.OpenAIEmbeddings)))
 	g.POST("/api/embed", echo.WrapHandler(http.HandlerFunc(h.OllamaEmbed)))
 	g.POST("/api/embeddings", echo.WrapHandler(http.HandlerFunc(h.OllamaEmbeddings)))

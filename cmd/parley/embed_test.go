@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testbin"
@@ -121,6 +122,23 @@ func TestEmbeddingsBesideChat(t *testing.T) {
 	var ol struct{ Embeddings [][]float64 }
 	if err := json.Unmarshal(b, &ol); code != 200 || err != nil || len(ol.Embeddings) != 2 || !vectorsNear(ol.Embeddings[1], ref.Models["bert-mean"].L2[1]) {
 		t.Fatalf("/api/embed: %d %s", code, b)
+	}
+
+	// Ollama's keep_alive holds the model as it does for chat (the default
+	// policy, extend: past the model's own 5 minutes), and a bad one is a
+	// 400 naming it.
+	if code, b := call(t, s, "POST", "/api/embed", "dave-key", map[string]any{"model": "bert-mean", "input": "hi", "keep_alive": "2h"}); code != 200 {
+		t.Fatalf("/api/embed with keep_alive: %d %s", code, b)
+	}
+	_, b = call(t, s, "GET", "/v1/models/bert-mean", key, nil)
+	var held struct {
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	if err := json.Unmarshal(b, &held); err != nil || time.Until(held.ExpiresAt) < time.Hour {
+		t.Fatalf("bert-mean after keep_alive 2h: %v %s", err, b)
+	}
+	if code, b := call(t, s, "POST", "/api/embed", "dave-key", map[string]any{"model": "bert-mean", "input": "hi", "keep_alive": "soon"}); code != 400 || !strings.Contains(string(b), "keep_alive") {
+		t.Fatalf("/api/embed with a bad keep_alive: %d %s", code, b)
 	}
 
 	// An input over the model's 512 tokens per input: OpenAI's endpoint

@@ -21,6 +21,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/parley-chat/parley"
 )
@@ -99,6 +100,7 @@ type Handler struct {
 	writeErr  ErrorWriter
 	maxInputs int
 	maxBody   int64
+	keepAlive func(json.RawMessage) (time.Duration, bool, error)
 }
 
 // Option changes a Handler's limits.
@@ -109,6 +111,13 @@ func WithMaxInputs(n int) Option { return func(h *Handler) { h.maxInputs = n } }
 
 // WithMaxBody sets the most bytes a request body may hold (n > 0).
 func WithMaxBody(n int64) Option { return func(h *Handler) { h.maxBody = n } }
+
+// WithKeepAlive makes Ollama's endpoints honour a request's keep_alive:
+// parse reads it (false when the request has none), and the request's
+// context carries it (parley.WithKeepAlive) to the Lookup.
+func WithKeepAlive(parse func(json.RawMessage) (time.Duration, bool, error)) Option {
+	return func(h *Handler) { h.keepAlive = parse }
+}
 
 // New returns the handlers over lookup, writing errors with writeErr.
 func New(lookup Lookup, writeErr ErrorWriter, opts ...Option) *Handler {
