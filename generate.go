@@ -85,6 +85,9 @@ type ModelInfo struct {
 	// ChatTemplates are the named variants (tokenizer.chat_template.NAME), such as tool_use, which renders when a
 	// request has tools.
 	ChatTemplates map[string]string `json:"-"`
+	// Pooling is an embedding model's or reranker's pooling type (mean,
+	// cls, last or rank, from <arch>.pooling_type); "" for a chat model.
+	Pooling string `json:"pooling,omitempty"`
 }
 
 // clientKey is the context key of WithClient.

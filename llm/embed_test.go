@@ -20,7 +20,7 @@ import (
 
 // Embeddings and rerank: Parley's outputs on synthetic embedding models
 // and a reranker (internal/synth, the shapes scripts/embedding-reference.sh
-// gives cmd/mkgguf) equal those of llama.cpp's own embedding tool, built
+// gives tools/mkgguf) equal those of llama.cpp's own embedding tool, built
 // from the current engine's pinned source and recorded in
 // testdata/embedding-reference.json, on both engines.
 

@@ -149,6 +149,7 @@ func readMetadata(path string) (metadata, error) {
 	md := metadata{info: info, vocab: vocab, headK: int(kv.EmbeddingHeadCountK()), headV: int(kv.EmbeddingHeadCountV())}
 	md.headsKV = int(kv.HeadCountKVMax())
 	md.embed = readEmbedMeta(kv)
+	md.info.Pooling = poolingNames[md.embed.pooling]
 	md.shape = offload.Shape{
 		Embedding:   int(kv.EmbeddingLength()),
 		FeedForward: int(kv.Uint("feed_forward_length")),

@@ -184,9 +184,6 @@ func (m *Router) newServed(e Entry) (*served, registry.Spec, error) {
 	if lcfg.Logger != nil {
 		lcfg.Logger = lcfg.Logger.With(zap.String("model", e.Name))
 	}
-	if err := CheckMaxTokens(m.cfg.MaxTokens, lcfg.ContextLength); err != nil {
-		return nil, registry.Spec{}, err
-	}
 	opts := slices.Clone(m.cfg.Options)
 	if e.Template != "" {
 		opt, err := TemplateOption(e.Template)
@@ -207,6 +204,11 @@ func (m *Router) newServed(e Entry) (*served, registry.Spec, error) {
 		} else {
 			s.ref.header, s.estimate = info, est
 			spec.Estimate, spec.EstimateDetail = est.Total(), est.String()
+		}
+	}
+	if s.ref.header.Pooling == "" { // an embedding model writes no replies: the reply cap is not its
+		if err := CheckMaxTokens(m.cfg.MaxTokens, lcfg.ContextLength); err != nil {
+			return nil, registry.Spec{}, err
 		}
 	}
 	s.responder = chat.NewResponder(s.ref, opts...)
@@ -250,7 +252,8 @@ func (m *Router) load(ctx context.Context, s *served, progress func(float64)) (r
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckMaxTokens(m.cfg.MaxTokens, eng.Info().ContextLength); err != nil {
+	if err := CheckMaxTokens(m.cfg.MaxTokens, eng.Info().ContextLength); err != nil && eng.Info().Pooling == "" {
+		// An embedding model writes no replies: the reply cap is not its.
 		_ = eng.Shutdown(ctx)
 		return nil, err
 	}

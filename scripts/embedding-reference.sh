@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Write llm/testdata/embedding-reference.json: the vectors and scores that llama.cpp's own embedding tool
-# (examples/embedding, llama-embedding) computes on the synthetic embedding models and reranker that cmd/mkgguf makes,
+# (examples/embedding, llama-embedding) computes on the synthetic embedding models and reranker that tools/mkgguf makes,
 # for the inputs below. llm's embedding test compares Parley's outputs on both engines with them.
 #
 # The tool is compiled from the pinned llama.cpp source of the current engine (scripts/build-current-backend.sh
@@ -42,7 +42,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # The shapes llm/embed_test.go writes with internal/synth (it checks their descriptions against this file's).
 shape=(-layers 2 -dim 64 -heads 4 -ffn 128 -ctx 512 -std 0.2 -resid-std 0.2 -type f32 -vocab "$vocab")
-mk() { (cd "$root" && go run ./cmd/mkgguf -force -o "$tmp/$1.gguf" -name "$1" "${@:2}" "${shape[@]}" >/dev/null); }
+mk() { (cd "$root" && go run ./tools/mkgguf -force -o "$tmp/$1.gguf" -name "$1" "${@:2}" "${shape[@]}" >/dev/null); }
 mk bert-mean -arch bert -kv-heads 4 -pooling mean
 mk bert-cls -arch bert -kv-heads 4 -pooling cls
 mk bert-rank -arch bert -kv-heads 4 -pooling rank

@@ -15,6 +15,8 @@ package web
 //	POST /v1/messages           Anthropic Messages, streamed or not; /v1/messages/count_tokens          (anthropic/)
 //	/v1/responses, /v1/conversations  OpenAI's Responses and Conversations APIs over the sessions (responses/)
 //	/api/chat, /api/generate, /api/tags, /api/show, ...  Ollama's API (ollama/)
+//	POST /v1/embeddings, /api/embed, /api/embeddings  embeddings (embeddings.go, embed/)
+//	POST /v1/rerank, /v1/reranking, /rerank, /reranking  rerank, llama-server's and Jina's/Cohere's shape
 //	/admin/models/...           load and unload models (admin.go)
 //	/health, /ready, /info, /metrics  operations (info.go, metrics.go)
 //
@@ -200,7 +202,10 @@ func (s *Server) mountAPI(e *echo.Echo) {
 	g.GET("/api/ps", ol.PS)
 	g.POST("/api/chat", ol.Chat)
 	g.POST("/api/generate", ol.Generate)
-	ollama.MountUnsupported(g)
+	if s.embeds != nil {
+		s.mountEmbed(g)
+	}
+	ollama.MountUnsupported(g, s.embeds != nil)
 }
 func (s *Server) routes() {
 	e := s.echo

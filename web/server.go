@@ -173,6 +173,7 @@ type Server struct {
 	chat    *chatsocket.Chat // the chat WebSocket (routes.go)
 	resp    *responses.API   // the Responses API, when the sessions serve it (routes.go); nil: not mounted
 	models  Models           // several models (admin.go); nil: one
+	embeds  EmbedModels      // embeddings and rerank (embeddings.go); nil: not mounted
 }
 
 // Option configures optional parts of a Server.

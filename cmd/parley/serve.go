@@ -98,6 +98,7 @@ func (m *oneModel) serverOptions() []web.Option {
 	return []web.Option{
 		web.WithTokenizer(m.ref),
 		web.WithResponder(m.resp), web.WithModelInfo(m.ref.Info),
+		web.WithEmbeddings(m.ref),
 		web.WithEngineStats(m.ref.Stats),
 		web.WithInfo(func() web.Info {
 			t := m.resp.Template()
@@ -113,8 +114,9 @@ func (m *oneModel) load(ctx context.Context) error {
 		return err
 	}
 	m.eng = eng
-	// The engine may have capped --ctx at the model's training context.
-	if err := router.CheckMaxTokens(m.cfg.maxTokens, eng.Info().ContextLength); err != nil {
+	// The engine may have capped --ctx at the model's training context (an
+	// embedding model writes no replies: the reply cap is not its).
+	if err := router.CheckMaxTokens(m.cfg.maxTokens, eng.Info().ContextLength); err != nil && eng.Info().Pooling == "" {
 		return err
 	}
 	m.ref.Set(eng)
@@ -155,6 +157,7 @@ func (m *severalModels) serverOptions() []web.Option {
 		web.WithTokenizer(m.r),
 		web.WithResponder(m.r), web.WithModelInfo(m.r.Info),
 		web.WithModels(m.r.View()),
+		web.WithEmbeddings(m.r),
 		web.WithEngineStats(m.r.Stats),
 		web.WithInfo(func() web.Info {
 			t := m.r.Template()

@@ -7,10 +7,12 @@
 // the comparison. Each measurement is bounded: -n inputs, or -time, whichever
 // ends first.
 //
-//	go run ./cmd/mkgguf -arch bert -pooling mean -layers 12 -dim 384 -heads 12 -kv-heads 12 -ffn 1536 -ctx 512 \
+//	go run ./tools/mkgguf -arch bert -pooling mean -layers 12 -dim 384 -heads 12 -kv-heads 12 -ffn 1536 -ctx 512 \
 //	    -o ~/.cache/parley/models/synthetic-bge-small-f16.gguf
 //	go run ./tools/embedbench -model ~/.cache/parley/models/synthetic-bge-small-f16.gguf -threads 2
 //	go run ./tools/embedbench -model ... -url http://127.0.0.1:8080   # llama-server --embeddings -m ... -t 2
+//	go run ./tools/embedbench -model ... -url http://127.0.0.1:8080 -name bge -chat http://127.0.0.1:8080 -chat-model stories260K
+//	    # Parley serving both (--model stories260K.gguf --models DIR): the chat stream's rate alone and beside each measurement
 package main
 
 import (
@@ -45,6 +47,7 @@ type config struct {
 	clients int
 	n       int
 	limit   time.Duration
+	key     string
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -65,15 +68,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.longN, "long-n", 16, "long inputs per measurement at most")
 	fs.IntVar(&c.longB, "long-batch", 2, "long inputs per call")
 	fs.DurationVar(&c.limit, "time", 30*time.Second, "time per measurement at most")
+	fs.StringVar(&c.key, "key", "", "API key for -url and -chat")
+	var chat chatter
+	fs.StringVar(&chat.url, "chat", "", "also stream chat replies from this server's /v1/chat/completions: its rate alone, then beside each measurement")
+	fs.StringVar(&chat.model, "chat-model", "", "the chat model to name with -chat")
+	fs.IntVar(&chat.tokens, "chat-tokens", 128, "tokens per chat reply with -chat")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	chat.key = c.key
 	if c.cfg.Path == "" && c.url == "" {
 		return errors.New("-model is required (and names the model for -url)")
 	}
 	var emb embedder
 	if c.url != "" {
-		emb = &remote{url: strings.TrimRight(c.url, "/") + "/v1/embeddings", model: c.model}
+		emb = &remote{url: strings.TrimRight(c.url, "/") + "/v1/embeddings", model: c.model, key: c.key}
 	} else {
 		c.cfg.ContextLength = c.cfg.BatchSize
 		e, err := llm.Open(c.cfg)
@@ -98,18 +107,43 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	long := strings.Repeat("Once upon a time there was a little girl who liked to play in the garden. ", c.long/8+1)
 	longC := c
 	longC.n, longC.batch = c.longN, c.longB
+	if chat.url != "" {
+		chat.url = strings.TrimRight(chat.url, "/") + "/v1/chat/completions"
+		actx, cancel := context.WithTimeout(ctx, c.limit)
+		alone, err := chat.rate(actx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "chat alone: %.1f tokens/s (replies of %d tokens)\n", alone, chat.tokens)
+	}
 	for _, tc := range []struct {
 		name string
 		text string
 		c    config
 	}{{"short", short, c}, {fmt.Sprintf("%d-token", c.long), long, longC}} {
-		r, err := measure(ctx, emb, tc.text, tc.c)
+		var r result
+		run := func() (err error) {
+			r, err = measure(ctx, emb, tc.text, tc.c)
+			return err
+		}
+		var chatRate float64
+		var err error
+		if chat.url != "" {
+			chatRate, err = chat.beside(ctx, run)
+		} else {
+			err = run()
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", tc.name, err)
 		}
-		fmt.Fprintf(stdout, "%-10s %6d inputs of %4d tokens in %6.2fs: %8.1f embeddings/s, %8.0f tokens/s\n",
+		fmt.Fprintf(stdout, "%-10s %6d inputs of %4d tokens in %6.2fs: %8.1f embeddings/s, %8.0f tokens/s",
 			tc.name, r.inputs, r.tokens/max(r.inputs, 1), r.elapsed.Seconds(),
 			float64(r.inputs)/r.elapsed.Seconds(), float64(r.tokens)/r.elapsed.Seconds())
+		if chat.url != "" {
+			fmt.Fprintf(stdout, "; chat beside: %.1f tokens/s", chatRate)
+		}
+		fmt.Fprintln(stdout)
 	}
 	return nil
 }
@@ -139,18 +173,51 @@ func (l local) embed(ctx context.Context, text string, n, maxTokens int) (int, e
 }
 
 type remote struct {
-	url, model string
-	client     http.Client
+	url, model, key string
+	client          http.Client
+	mu              sync.Mutex
+	fitted          map[string]string // a text the server refused as too long: its cut that fits; guarded by mu
 }
 
 func (r *remote) embed(ctx context.Context, text string, n, maxTokens int) (int, error) {
-	// llama-server truncates nothing: cut the text to about maxTokens
-	// words' worth, which the long text's one-token words make exact
-	// enough for a rate.
+	// /v1/embeddings truncates nothing: cut the text to about maxTokens
+	// words' worth, and by a quarter more while the server refuses it as
+	// too long (a word is more than one token in a small vocabulary); the
+	// text that fits is kept for the next calls.
 	words := strings.Fields(text)
 	if len(words) > maxTokens-2 {
 		text = strings.Join(words[:maxTokens-2], " ")
 	}
+	orig := text
+	r.mu.Lock()
+	if t, ok := r.fitted[orig]; ok {
+		text = t
+	}
+	r.mu.Unlock()
+	for range 8 {
+		tokens, err := r.post(ctx, text, n)
+		var long *tooLong
+		if !errors.As(err, &long) {
+			return tokens, err
+		}
+		words := strings.Fields(text)
+		cut := strings.Join(words[:len(words)*3/4], " ")
+		r.mu.Lock()
+		if r.fitted == nil {
+			r.fitted = map[string]string{}
+		}
+		r.fitted[orig], text = cut, cut
+		r.mu.Unlock()
+	}
+	return 0, fmt.Errorf("the server refuses the input as too long even cut to %d words", len(strings.Fields(text)))
+}
+
+// tooLong is a 400 that says the input is over the model's limit.
+type tooLong struct{ msg string }
+
+func (e *tooLong) Error() string { return e.msg }
+
+func (r *remote) post(ctx context.Context, text string, n int) (int, error) {
 	inputs := make([]string, n)
 	for i := range inputs {
 		inputs[i] = text
@@ -161,6 +228,9 @@ func (r *remote) embed(ctx context.Context, text string, n, maxTokens int) (int,
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if r.key != "" {
+		req.Header.Set("Authorization", "Bearer "+r.key)
+	}
 	resp, err := r.client.Do(req)
 	if err != nil {
 		return 0, err
@@ -173,6 +243,10 @@ func (r *remote) embed(ctx context.Context, text string, n, maxTokens int) (int,
 		} `json:"usage"`
 	}
 	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusBadRequest && bytes.Contains(b, []byte("context_length_exceeded")) ||
+		resp.StatusCode == http.StatusBadRequest && bytes.Contains(b, []byte("too large")) {
+		return 0, &tooLong{string(b)}
+	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("%s: %s", resp.Status, b)
 	}

@@ -21,6 +21,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/parley-chat/parley"
 )
@@ -99,6 +100,7 @@ type Handler struct {
 	writeErr  ErrorWriter
 	maxInputs int
 	maxBody   int64
+	keepAlive func(json.RawMessage) (time.Duration, bool, error)
 }
 
 // Option changes a Handler's limits.
@@ -109,6 +111,13 @@ func WithMaxInputs(n int) Option { return func(h *Handler) { h.maxInputs = n } }
 
 // WithMaxBody sets the most bytes a request body may hold (n > 0).
 func WithMaxBody(n int64) Option { return func(h *Handler) { h.maxBody = n } }
+
+// WithKeepAlive makes Ollama's endpoints honour a request's keep_alive:
+// parse reads it (false when the request has none), and the request's
+// context carries it (parley.WithKeepAlive) to the Lookup.
+func WithKeepAlive(parse func(json.RawMessage) (time.Duration, bool, error)) Option {
+	return func(h *Handler) { h.keepAlive = parse }
+}
 
 // New returns the handlers over lookup, writing errors with writeErr.
 func New(lookup Lookup, writeErr ErrorWriter, opts ...Option) *Handler {
@@ -147,11 +156,11 @@ func (h *Handler) target(r *http.Request, model string, rerank bool) (Target, er
 	var bad error
 	switch {
 	case t.Info.Pooling == "":
-		bad = parley.FieldErrorf("model", "model %s is not an embedding model (its GGUF names no pooling type): it has no embeddings to give", t.Name)
+		bad = parley.FieldErrorf("model", "%s is not an embedding model (its GGUF names no pooling type): it has no embeddings to give", t.Name)
 	case rerank && t.Info.Pooling != PoolingRank:
-		bad = parley.FieldErrorf("model", "model %s is an embedding model (pooling %s), not a reranker: use /v1/embeddings", t.Name, t.Info.Pooling)
+		bad = parley.FieldErrorf("model", "%s is an embedding model (pooling %s), not a reranker: use /v1/embeddings", t.Name, t.Info.Pooling)
 	case !rerank && t.Info.Pooling == PoolingRank:
-		bad = parley.FieldErrorf("model", "model %s is a reranker: use /v1/rerank", t.Name)
+		bad = parley.FieldErrorf("model", "%s is a reranker: use /v1/rerank", t.Name)
 	}
 	if bad != nil {
 		t.release()
@@ -229,15 +238,31 @@ func checkDimensions(dims, model int) error {
 	return nil
 }
 
-// tokenize turns texts into the model's embedding inputs.
-func tokenize(ctx context.Context, m Model, texts []string) ([][]int, error) {
-	out := make([][]int, len(texts))
-	for i, s := range texts {
-		toks, err := m.EmbedTokenize(ctx, s)
-		if err != nil {
-			return nil, fmt.Errorf("input %d: %w", i, err)
+// evaluate is every endpoint's one path from inputs to pooled outputs: in's
+// texts are tokenized as the model wants them (its token ids are taken as
+// they are), each input is held to the model's most tokens per input (cut
+// to it when truncate, refused otherwise) before the engine sees it, and
+// all go to the engine in one Embed call, which batches them. It returns
+// the raw outputs, in order, and the tokens evaluated.
+func evaluate(ctx context.Context, t Target, in Input, truncate bool) ([][]float32, int, error) {
+	inputs := in.Tokens
+	if inputs == nil {
+		inputs = make([][]int, len(in.Texts))
+		for i, s := range in.Texts {
+			toks, err := t.Model.EmbedTokenize(ctx, s)
+			if err != nil {
+				return nil, 0, fmt.Errorf("input %d: %w", i, err)
+			}
+			inputs[i] = toks
 		}
-		out[i] = toks
 	}
-	return out, nil
+	tokens, err := fit(inputs, t.Info.MaxTokens, truncate)
+	if err != nil {
+		return nil, 0, err
+	}
+	raw, err := t.Model.Embed(ctx, inputs)
+	if err != nil {
+		return nil, 0, err
+	}
+	return raw, tokens, nil
 }

@@ -1,6 +1,7 @@
 package embed
 
 import (
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -16,8 +17,10 @@ type OllamaEmbedRequest struct {
 	// nil); false refuses it.
 	Truncate   *bool          `json:"truncate,omitempty"`
 	Dimensions int            `json:"dimensions,omitempty"`
-	Options    map[string]any `json:"options,omitempty"`    // accepted, not used: nothing samples
-	KeepAlive  any            `json:"keep_alive,omitempty"` // the server's residency decides
+	Options    map[string]any `json:"options,omitempty"` // accepted, not used: nothing samples
+	// KeepAlive is how long the model stays loaded after the request
+	// (WithKeepAlive parses it; the server's policy decides what it may do).
+	KeepAlive json.RawMessage `json:"keep_alive,omitempty"`
 }
 
 // OllamaEmbedResponse is /api/embed's reply: normalized vectors.
@@ -32,10 +35,10 @@ type OllamaEmbedResponse struct {
 // OllamaEmbeddingsRequest is the older POST /api/embeddings' body: one
 // prompt.
 type OllamaEmbeddingsRequest struct {
-	Model     string         `json:"model"`
-	Prompt    string         `json:"prompt"`
-	Options   map[string]any `json:"options,omitempty"`
-	KeepAlive any            `json:"keep_alive,omitempty"`
+	Model     string          `json:"model"`
+	Prompt    string          `json:"prompt"`
+	Options   map[string]any  `json:"options,omitempty"`
+	KeepAlive json.RawMessage `json:"keep_alive,omitempty"`
 }
 
 // OllamaEmbeddingsResponse is /api/embeddings' reply: the vector as the
@@ -69,6 +72,10 @@ func (h *Handler) ollamaEmbed(w http.ResponseWriter, r *http.Request) error {
 	if err := h.decode(w, r, &req); err != nil {
 		return err
 	}
+	r, err := h.withKeepAlive(r, req.KeepAlive)
+	if err != nil {
+		return err
+	}
 	t, err := h.target(r, req.Model, false)
 	if err != nil {
 		return err
@@ -85,17 +92,11 @@ func (h *Handler) ollamaEmbed(w http.ResponseWriter, r *http.Request) error {
 	}
 	resp := OllamaEmbedResponse{Model: t.Name, Embeddings: [][]float32{}}
 	if len(texts) > 0 {
-		inputs, err := tokenize(r.Context(), t.Model, texts)
+		raw, tokens, err := evaluate(r.Context(), t, Input{Texts: texts}, req.Truncate == nil || *req.Truncate)
 		if err != nil {
 			return err
 		}
-		if resp.PromptEvalCount, err = fit(inputs, t.Info.MaxTokens, req.Truncate == nil || *req.Truncate); err != nil {
-			return err
-		}
-		raw, err := t.Model.Embed(r.Context(), inputs)
-		if err != nil {
-			return err
-		}
+		resp.PromptEvalCount = tokens
 		for _, v := range raw {
 			resp.Embeddings = append(resp.Embeddings, shorten(v, req.Dimensions))
 		}
@@ -117,6 +118,10 @@ func (h *Handler) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) error
 	if err := h.decode(w, r, &req); err != nil {
 		return err
 	}
+	r, err := h.withKeepAlive(r, req.KeepAlive)
+	if err != nil {
+		return err
+	}
 	t, err := h.target(r, req.Model, false)
 	if err != nil {
 		return err
@@ -124,14 +129,7 @@ func (h *Handler) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) error
 	defer t.release()
 	resp := OllamaEmbeddingsResponse{Embedding: []float64{}}
 	if req.Prompt != "" {
-		inputs, err := tokenize(r.Context(), t.Model, []string{req.Prompt})
-		if err != nil {
-			return err
-		}
-		if _, err := fit(inputs, t.Info.MaxTokens, true); err != nil {
-			return err
-		}
-		raw, err := t.Model.Embed(r.Context(), inputs)
+		raw, _, err := evaluate(r.Context(), t, Input{Texts: []string{req.Prompt}}, true)
 		if err != nil {
 			return err
 		}
@@ -141,4 +139,19 @@ func (h *Handler) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) error
 	}
 	writeJSON(w, resp)
 	return nil
+}
+
+// withKeepAlive is r with its keep_alive in its context (parley.WithKeepAlive)
+// for the Lookup, which holds the model: as Ollama's chat does, a request
+// may ask how long its model stays loaded after it. Without a parser
+// (WithKeepAlive) or a keep_alive, r as it is.
+func (h *Handler) withKeepAlive(r *http.Request, raw json.RawMessage) (*http.Request, error) {
+	if h.keepAlive == nil || len(raw) == 0 {
+		return r, nil
+	}
+	d, set, err := h.keepAlive(raw)
+	if err != nil || !set {
+		return r, err
+	}
+	return r.WithContext(parley.WithKeepAlive(r.Context(), d)), nil
 }

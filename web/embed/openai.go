@@ -167,17 +167,7 @@ func (h *Handler) openAI(w http.ResponseWriter, r *http.Request) error {
 	if err := req.Validate(h.maxInputs, t.Info); err != nil {
 		return err
 	}
-	inputs := req.Input.Tokens
-	if inputs == nil {
-		if inputs, err = tokenize(r.Context(), t.Model, req.Input.Texts); err != nil {
-			return err
-		}
-	}
-	tokens, err := fit(inputs, t.Info.MaxTokens, false)
-	if err != nil {
-		return err
-	}
-	raw, err := t.Model.Embed(r.Context(), inputs)
+	raw, tokens, err := evaluate(r.Context(), t, req.Input, false)
 	if err != nil {
 		return err
 	}

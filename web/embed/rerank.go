@@ -126,11 +126,7 @@ func (h *Handler) rerank(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	tokens, err := fit(inputs, t.Info.MaxTokens, false)
-	if err != nil {
-		return err
-	}
-	raw, err := t.Model.Embed(r.Context(), inputs)
+	raw, tokens, err := evaluate(r.Context(), t, Input{Tokens: inputs}, false)
 	if err != nil {
 		return err
 	}

@@ -55,10 +55,14 @@ type API struct {
 func New(core *apicore.Core) *API { return &API{core: core} }
 
 // MountUnsupported answers Ollama's routes for what Parley does another
-// way (pulling, pushing, creating models, embeddings) with 501 and what to
-// do instead.
-func MountUnsupported(g *echo.Group) {
+// way (pulling, pushing, creating models) with 501 and what to do instead.
+// Without embeddings (a server that serves none), /api/embed and
+// /api/embeddings are answered so too.
+func MountUnsupported(g *echo.Group, embeddings bool) {
 	for _, u := range ollamaUnsupported {
+		if embeddings && (u.path == "/api/embed" || u.path == "/api/embeddings") {
+			continue
+		}
 		g.Add(u.method, u.path, unsupportedOllama(u.instead))
 	}
 }
@@ -73,8 +77,8 @@ var ollamaUnsupported = []struct{ method, path, instead string }{
 	{http.MethodPost, "/api/create", "Parley serves GGUF files as they are: start it with --model PATH.gguf (sampling defaults are flags, the chat template --template)"},
 	{http.MethodPost, "/api/copy", "Parley serves one model under its own name"},
 	{http.MethodDelete, "/api/delete", "Parley serves the models it was started with; with several, POST /admin/models/NAME/unload unloads one"},
-	{http.MethodPost, "/api/embed", "Parley serves text generation only, not embeddings"},
-	{http.MethodPost, "/api/embeddings", "Parley serves text generation only, not embeddings"},
+	{http.MethodPost, "/api/embed", "this server serves no embeddings"},
+	{http.MethodPost, "/api/embeddings", "this server serves no embeddings"},
 	{http.MethodHead, "/api/blobs/:digest", "Parley does not take model uploads: start it with --model PATH.gguf"},
 	{http.MethodPost, "/api/blobs/:digest", "Parley does not take model uploads: start it with --model PATH.gguf"},
 }

@@ -277,6 +277,13 @@ func checkKeepAlive(raw json.RawMessage) (time.Duration, error) {
 	return time.Duration(f * float64(time.Second)), nil
 }
 
+// ParseKeepAlive is keep_alive as Ollama parses it (see checkKeepAlive),
+// for the embedding endpoints: set is false when the request has none.
+func ParseKeepAlive(raw json.RawMessage) (d time.Duration, set bool, err error) {
+	d, err = checkKeepAlive(raw)
+	return d, err == nil && apicore.IsSet(bytes.TrimSpace(raw)), err
+}
+
 // goTypeName matches the Go type names the JSON decoder puts in its type
 // errors ([]ollama.ollamaMessage, ollama.ollamaChatRequest).
 var goTypeName = regexp.MustCompile(`(\[\])?(map\[string\])?ollama\.[A-Za-z]+`)

@@ -118,9 +118,12 @@ func (s *API) ollamaParameters(ctx context.Context) string {
 // always, tools when its chat template takes them (as Ollama decides:
 // Parley could constrain any model to a call, but one not trained for
 // tools calls them at random), thinking when it marks a thought Parley
-// splits from the answer; never vision or embedding (Parley serves text
-// generation).
+// splits from the answer; never vision. An embedding model or reranker
+// (a pooling type in its GGUF) has embedding alone, as Ollama reports one.
 func (s *API) ollamaCapabilities(ctx context.Context) []string {
+	if s.loadedModel(ctx).Pooling != "" {
+		return []string{"embedding"}
+	}
 	caps := []string{"completion"}
 	if strings.Contains(s.loadedModel(ctx).ChatTemplate, "tools") {
 		caps = append(caps, "tools")
