@@ -1,0 +1,326 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/parley-chat/parley/internal/synth"
+	"github.com/parley-chat/parley/internal/testmodel"
+	"github.com/parley-chat/parley/mcp"
+	"github.com/parley-chat/parley/web"
+)
+
+// mcpToolModel is a scripted Hermes-style model that calls add(2, 40) after
+// a user's message and, after a tool's result (its template ends that
+// prompt with <|answer|>), answers in words.
+func mcpToolModel(tb testing.TB) string {
+	return testmodel.Scripted(tb, &synth.Script{
+		Template: "{% if tools %}{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
+			"{% if add_generation_prompt %}{% if messages[-1].role == 'tool' %}<|im_start|>assistant<|answer|>" +
+			"{% else %}<|im_start|>assistant\n{% endif %}{% endif %}",
+		Control: []string{"<|im_start|>", "<|im_end|>", "<|answer|>"},
+		Text:    []string{"<tool_call>", "</tool_call>"},
+		After:   "\n",
+		Reply:   `<tool_call>{"name": "add", "arguments": {"a": 2, "b": 40}}</tool_call>`,
+		End:     "<|im_end|>",
+		Then:    []synth.Branch{{After: "<|answer|>", Reply: "The server worked it out."}},
+	})
+}
+
+// mcpAddServer is an MCP server written with the Go SDK, over Streamable
+// HTTP: add sums two integers; hang blocks until its call is cancelled.
+// calls counts add's calls, hangs the calls to hang that began.
+type mcpAddServer struct {
+	url   string
+	calls atomic.Int32
+	hangs chan struct{}
+}
+
+func newMCPAddServer(tb testing.TB) *mcpAddServer {
+	type in struct {
+		A int `json:"a"`
+		B int `json:"b"`
+	}
+	a := &mcpAddServer{hangs: make(chan struct{}, 16)}
+	s := sdk.NewServer(&sdk.Implementation{Name: "adder", Version: "1"}, nil)
+	sdk.AddTool(s, &sdk.Tool{Name: "add", Description: "adds two integers"}, func(ctx context.Context, req *sdk.CallToolRequest, v in) (*sdk.CallToolResult, any, error) {
+		a.calls.Add(1)
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprint(v.A + v.B)}}}, nil, nil
+	})
+	sdk.AddTool(s, &sdk.Tool{Name: "hang", Description: "never answers"}, func(ctx context.Context, req *sdk.CallToolRequest, v in) (*sdk.CallToolResult, any, error) {
+		a.hangs <- struct{}{}
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	})
+	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
+	tb.Cleanup(srv.Close)
+	a.url = srv.URL + "/mcp"
+	return a
+}
+
+// openMCPStack is the API stack on the scripted tool model with an MCP
+// manager over cfg (JSON; %q is the add server's URL). Users: alice (key
+// ka) and bob (key kb).
+func openMCPStack(tb testing.TB, cfgJSON string) (*stack, *mcpAddServer) {
+	add := newMCPAddServer(tb)
+	cfg, err := mcp.ParseConfig([]byte(fmt.Sprintf(cfgJSON, add.url)), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m := mcp.New(cfg)
+	s := openStack(tb, stackOpts{parallel: 2, contextLen: 2048, maxTokens: 200, tokenizer: true, model: mcpToolModel(tb),
+		cfg: func(c *web.Config) {
+			c.Users = []web.UserKey{{User: "alice", Key: "ka"}, {User: "bob", Key: "kb"}}
+		},
+		options: func(s *stack) []web.Option {
+			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info), web.WithTools(m)}
+		}})
+	tb.Cleanup(func() { m.Close() }) // before the server's cleanup: cleanups run last first
+	return s, add
+}
+
+const mcpTestConfig = `{"servers": {"math": {"url": %q, "allow_private": true}},
+	"users": {"alice": {"math": ["add", "hang"]}, "bob": {"math": ["add"]}}}`
+
+type mcpItem struct {
+	Type              string          `json:"type"`
+	ID                string          `json:"id"`
+	Status            string          `json:"status"`
+	ServerLabel       string          `json:"server_label"`
+	Name              string          `json:"name"`
+	Arguments         string          `json:"arguments"`
+	Output            *string         `json:"output"`
+	Error             *string         `json:"error"`
+	ApprovalRequestID *string         `json:"approval_request_id"`
+	Tools             []mcpListedTool `json:"tools"`
+	Content           []struct {
+		Text string `json:"text"`
+	} `json:"content"`
+}
+
+type mcpListedTool struct {
+	Name        string          `json:"name"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type mcpResponse struct {
+	ID     string    `json:"id"`
+	Status string    `json:"status"`
+	Output []mcpItem `json:"output"`
+}
+
+func (r mcpResponse) types() string {
+	var t []string
+	for _, it := range r.Output {
+		t = append(t, it.Type)
+	}
+	return strings.Join(t, ",")
+}
+
+func mathTool(approval string, allowed ...string) map[string]any {
+	t := map[string]any{"type": "mcp", "server_label": "math", "server_url": "https://ignored.example/mcp", "require_approval": approval}
+	if len(allowed) > 0 {
+		t["allowed_tools"] = allowed
+	}
+	return t
+}
+
+// TestResponsesMCPCall: a Responses request with the mcp tool (no approval)
+// lists the server's tools, calls add through the Go SDK server, feeds the
+// result to the scripted model, and answers: mcp_list_tools, mcp_call with
+// its output, then the message. The conversation stores the call and its
+// result, and continuing it works.
+func TestResponsesMCPCall(t *testing.T) {
+	s, add := openMCPStack(t, mcpTestConfig)
+	var r mcpResponse
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200,
+		"tools": []any{mathTool("never", "add")}}, "Authorization", "Bearer ka"), http.StatusOK, &r)
+	if r.types() != "mcp_list_tools,mcp_call,message" || r.Status != "completed" {
+		t.Fatalf("output %s, status %s: %+v", r.types(), r.Status, r)
+	}
+	lt, call, msg := r.Output[0], r.Output[1], r.Output[2]
+	if lt.ServerLabel != "math" || len(lt.Tools) != 1 || lt.Tools[0].Name != "add" || len(lt.Tools[0].InputSchema) == 0 {
+		t.Errorf("list tools %+v", lt)
+	}
+	if call.Name != "add" || call.ServerLabel != "math" || call.Output == nil || *call.Output != "42" || call.Error != nil ||
+		!strings.Contains(call.Arguments, `"a"`) || call.Status != "completed" {
+		t.Errorf("call %+v", call)
+	}
+	if len(msg.Content) != 1 || strings.TrimSpace(msg.Content[0].Text) != "The server worked it out." {
+		t.Errorf("message %+v", msg)
+	}
+	if n := add.calls.Load(); n != 1 {
+		t.Errorf("the server saw %d calls", n)
+	}
+
+	// The stored response reads back, and its turn continues.
+	var got mcpResponse
+	getJSONKey(t, s.base+"/v1/responses/"+r.ID, "ka", &got)
+	if got.Status != "completed" || len(got.Output) == 0 || strings.TrimSpace(got.Output[len(got.Output)-1].Content[0].Text) != "The server worked it out." {
+		t.Errorf("stored response %+v", got)
+	}
+	var items struct {
+		Data []mcpItem `json:"data"`
+	}
+	getJSONKey(t, s.base+"/v1/responses/"+r.ID+"/input_items?order=asc", "ka", &items)
+	if len(items.Data) != 1 {
+		t.Errorf("input items %+v", items.Data)
+	}
+}
+
+// TestResponsesMCPStream: the same turn streamed: the mcp events in
+// OpenAI's order, each output item added before it is done, and the
+// completed response holding the same items.
+func TestResponsesMCPStream(t *testing.T) {
+	s, _ := openMCPStack(t, mcpTestConfig)
+	res := post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200, "stream": true,
+		"tools": []any{mathTool("never", "add")}}, "Authorization", "Bearer ka")
+	var types []string
+	var completed mcpResponse
+	added, done := map[int]string{}, map[int]string{}
+	seq := 0
+	for _, e := range readResponseEvents(t, res.Body) {
+		b, _ := json.Marshal(e.data)
+		var ev struct {
+			Type        string          `json:"type"`
+			Seq         int             `json:"sequence_number"`
+			OutputIndex int             `json:"output_index"`
+			Item        mcpItem         `json:"item"`
+			Response    json.RawMessage `json:"response"`
+		}
+		if err := json.Unmarshal(b, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Seq != seq {
+			t.Errorf("%s: sequence_number %d, want %d", ev.Type, ev.Seq, seq)
+		}
+		seq++
+		if ev.Type != "response.output_text.delta" {
+			types = append(types, ev.Type)
+		}
+		switch ev.Type {
+		case "response.output_item.added":
+			added[ev.OutputIndex] = ev.Item.Type
+		case "response.output_item.done":
+			if added[ev.OutputIndex] != ev.Item.Type {
+				t.Errorf("item %d done as %s, added as %q", ev.OutputIndex, ev.Item.Type, added[ev.OutputIndex])
+			}
+			done[ev.OutputIndex] = ev.Item.Type
+		case "response.completed":
+			if err := json.Unmarshal(ev.Response, &completed); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := []string{"response.created", "response.in_progress",
+		"response.output_item.added", "response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed", "response.output_item.done",
+		"response.output_item.added", "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done", "response.mcp_call.in_progress",
+		"response.mcp_call.completed", "response.output_item.done",
+		"response.output_item.added", "response.content_part.added", "response.output_text.done", "response.content_part.done", "response.output_item.done",
+		"response.completed"}
+	if strings.Join(types, " ") != strings.Join(want, " ") {
+		t.Errorf("events\n%s\nwant\n%s", strings.Join(types, " "), strings.Join(want, " "))
+	}
+	if completed.types() != "mcp_list_tools,mcp_call,message" || len(done) != 3 {
+		t.Errorf("completed %s, done %v", completed.types(), done)
+	}
+}
+
+// TestResponsesMCPApproval: with require_approval always the turn stops at
+// an mcp_approval_request and the server is not called; an
+// mcp_approval_response that approves it (previous_response_id) makes the
+// call and the model answers; one that declines makes no call.
+func TestResponsesMCPApproval(t *testing.T) {
+	s, add := openMCPStack(t, mcpTestConfig)
+	ask := func() mcpResponse {
+		var r mcpResponse
+		decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200,
+			"tools": []any{mathTool("always")}}, "Authorization", "Bearer ka"), http.StatusOK, &r)
+		if r.types() != "mcp_list_tools,mcp_approval_request" || r.Output[1].Name != "add" || !strings.Contains(r.Output[1].Arguments, `"b"`) {
+			t.Fatalf("output %s: %+v", r.types(), r)
+		}
+		return r
+	}
+	r := ask()
+	if n := add.calls.Load(); n != 0 {
+		t.Fatalf("the server saw %d calls before the approval", n)
+	}
+	var next mcpResponse
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"previous_response_id": r.ID, "max_output_tokens": 200,
+		"tools": []any{mathTool("always")},
+		"input": []any{map[string]any{"type": "mcp_approval_response", "approval_request_id": r.Output[1].ID, "approve": true}}},
+		"Authorization", "Bearer ka"), http.StatusOK, &next)
+	if next.types() != "mcp_list_tools,mcp_call,message" {
+		t.Fatalf("after the approval: %s %+v", next.types(), next)
+	}
+	call := next.Output[1]
+	if call.Output == nil || *call.Output != "42" || call.ApprovalRequestID == nil || *call.ApprovalRequestID != r.Output[1].ID {
+		t.Errorf("call %+v", call)
+	}
+	if got := strings.TrimSpace(next.Output[2].Content[0].Text); got != "The server worked it out." {
+		t.Errorf("answer %q", got)
+	}
+	if n := add.calls.Load(); n != 1 {
+		t.Errorf("the server saw %d calls", n)
+	}
+	// The same approval a second time is refused.
+	res := post(t, s.base+"/v1/responses", map[string]any{"previous_response_id": next.ID, "tools": []any{mathTool("always")},
+		"input": []any{map[string]any{"type": "mcp_approval_response", "approval_request_id": r.Output[1].ID, "approve": true}}},
+		"Authorization", "Bearer ka")
+	wantFieldError(t, res, http.StatusBadRequest, "input[0].approval_request_id")
+
+	// Declined: no call, the model reads the refusal.
+	r = ask()
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"previous_response_id": r.ID, "max_output_tokens": 200,
+		"tools": []any{mathTool("always")},
+		"input": []any{map[string]any{"type": "mcp_approval_response", "approval_request_id": r.Output[1].ID, "approve": false}}},
+		"Authorization", "Bearer ka"), http.StatusOK, &next)
+	if next.types() != "mcp_list_tools,mcp_call,message" || next.Output[1].Error == nil || next.Output[1].Status != "failed" {
+		t.Errorf("declined: %s %+v", next.types(), next)
+	}
+	if n := add.calls.Load(); n != 1 {
+		t.Errorf("the server saw %d calls after a decline", n)
+	}
+}
+
+// TestResponsesMCPPolicy: a server the user may not use, or one that does
+// not exist, is a 400 naming it; a tool the user's policy leaves out is not
+// listed.
+func TestResponsesMCPPolicy(t *testing.T) {
+	s, _ := openMCPStack(t, `{"servers": {"math": {"url": %q, "allow_private": true}, "other": {"url": "https://mcp.example.com/mcp"}},
+		"users": {"alice": {"math": ["add", "hang"]}, "bob": {"math": ["add"]}}}`)
+	for _, label := range []string{"other", "nowhere"} {
+		res := post(t, s.base+"/v1/responses", map[string]any{"input": "hi",
+			"tools": []any{map[string]any{"type": "mcp", "server_label": label, "require_approval": "never"}}}, "Authorization", "Bearer ka")
+		e := wantFieldError(t, res, http.StatusBadRequest, "tools[0].server_label")
+		if !strings.Contains(e.Error.Message, label) {
+			t.Errorf("%s: message %q does not name it", label, e.Error.Message)
+		}
+	}
+	var r mcpResponse
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200,
+		"tools": []any{mathTool("always")}}, "Authorization", "Bearer kb"), http.StatusOK, &r)
+	if len(r.Output) == 0 || len(r.Output[0].Tools) != 1 || r.Output[0].Tools[0].Name != "add" {
+		t.Errorf("bob's tools: %+v", r.Output)
+	}
+}
+
+// getJSONKey GETs url with key and decodes its 200 JSON body into v.
+func getJSONKey(tb testing.TB, url, key string, v any) {
+	tb.Helper()
+	code, body := get(tb, url, key)
+	if code != http.StatusOK {
+		tb.Fatalf("GET %s: %d %s", url, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		tb.Fatalf("GET %s: %v", url, err)
+	}
+}
