@@ -324,3 +324,103 @@ func getJSONKey(tb testing.TB, url, key string, v any) {
 		tb.Fatalf("GET %s: %v", url, err)
 	}
 }
+
+// TestChatCompletionsMCP: a chat completion with {"type": "mcp"} in its
+// tools runs the server tool: not streamed, server_messages show the call
+// and its result before the answer; streamed, a chunk with the assistant's
+// call and one with the tool's result come before the answer's text.
+func TestChatCompletionsMCP(t *testing.T) {
+	s, add := openMCPStack(t, mcpTestConfig)
+	body := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "What is 2 + 40?"}}, "max_tokens": 200,
+		"tools": []any{map[string]any{"type": "mcp", "server_label": "math", "allowed_tools": []string{"add"}}}}
+	var r struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+			Message      struct {
+				Content string `json:"content"`
+			} `json:"message"`
+			ServerMessages []struct {
+				Role       string `json:"role"`
+				Content    *string
+				ToolCallID string `json:"tool_call_id"`
+				ToolCalls  []struct {
+					ID       string `json:"id"`
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"server_messages"`
+		} `json:"choices"`
+	}
+	decodeBody(t, post(t, s.base+"/v1/chat/completions", body, "Authorization", "Bearer kb"), http.StatusOK, &r)
+	ch := r.Choices[0]
+	if strings.TrimSpace(ch.Message.Content) != "The server worked it out." || ch.FinishReason != "stop" {
+		t.Errorf("choice %+v", ch)
+	}
+	if sm := ch.ServerMessages; len(sm) != 2 || sm[0].Role != "assistant" || len(sm[0].ToolCalls) != 1 || sm[0].ToolCalls[0].Function.Name != "add" ||
+		sm[1].Role != "tool" || sm[1].ToolCallID != sm[0].ToolCalls[0].ID || sm[1].Content == nil || *sm[1].Content != "42" {
+		t.Errorf("server messages %+v", sm)
+	}
+
+	body["stream"] = true
+	lines := readSSE(t, post(t, s.base+"/v1/chat/completions", body, "Authorization", "Bearer kb").Body, "data: ")
+	var order []string
+	var text strings.Builder
+	for _, l := range lines {
+		if l == "[DONE]" {
+			order = append(order, "done")
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					Role       string  `json:"role"`
+					Content    *string `json:"content"`
+					ToolCallID string  `json:"tool_call_id"`
+					ToolCalls  []any   `json:"tool_calls"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(l), &c); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		if len(c.Choices) == 0 {
+			continue
+		}
+		d := c.Choices[0].Delta
+		switch {
+		case d.Role == "tool":
+			order = append(order, "result:"+*d.Content)
+		case len(d.ToolCalls) > 0:
+			order = append(order, "call")
+		case c.Choices[0].FinishReason != nil:
+			order = append(order, "finish:"+*c.Choices[0].FinishReason)
+		case d.Content != nil && *d.Content != "":
+			if len(order) == 0 || order[len(order)-1] != "text" {
+				order = append(order, "text")
+			}
+			text.WriteString(*d.Content)
+		}
+	}
+	if got := strings.Join(order, " "); got != "call result:42 text finish:stop done" {
+		t.Errorf("stream %q", got)
+	}
+	if strings.TrimSpace(text.String()) != "The server worked it out." {
+		t.Errorf("streamed text %q", text.String())
+	}
+	if n := add.calls.Load(); n != 2 {
+		t.Errorf("the server saw %d calls", n)
+	}
+
+	// A server bob may not use, and approvals, which chat has no way to ask for.
+	bad := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hi"}},
+		"tools": []any{map[string]any{"type": "mcp", "server_label": "secret"}}}
+	e := wantFieldError(t, post(t, s.base+"/v1/chat/completions", bad, "Authorization", "Bearer kb"), http.StatusBadRequest, "tools[0].server_label")
+	if !strings.Contains(e.Error.Message, "secret") {
+		t.Errorf("message %q", e.Error.Message)
+	}
+	bad["tools"] = []any{map[string]any{"type": "mcp", "server_label": "math", "require_approval": "always"}}
+	wantFieldError(t, post(t, s.base+"/v1/chat/completions", bad, "Authorization", "Bearer kb"), http.StatusBadRequest, "tools[0].require_approval")
+}

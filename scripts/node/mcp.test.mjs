@@ -101,6 +101,32 @@ describe('openai npm client: the hosted mcp tool', { timeout: 600_000 }, () => {
     assert.equal(second.output_text.trim(), ANSWER);
   });
 
+  test('chat.completions: the server call and its result before the answer, streamed and not', async () => {
+    const body = { model: 'parley', messages: [{ role: 'user', content: 'What is 19 + 23?' }], max_tokens: 200,
+      tools: [{ type: 'mcp', server_label: 'everything', allowed_tools: ['get-sum'] }] };
+    const r = await client.chat.completions.create(body);
+    const [call, result] = r.choices[0].server_messages;
+    assert.equal(call.tool_calls[0].function.name, 'get-sum');
+    assert.equal(result.role, 'tool');
+    assert.equal(result.tool_call_id, call.tool_calls[0].id);
+    assert.match(result.content, /42/);
+    assert.equal(r.choices[0].message.content.trim(), ANSWER);
+    assert.equal(r.choices[0].finish_reason, 'stop');
+
+    const stream = await client.chat.completions.create({ ...body, stream: true });
+    const seen = [];
+    let text = '';
+    for await (const chunk of stream) {
+      const d = chunk.choices[0]?.delta;
+      if (!d) continue;
+      if (d.role === 'tool') seen.push('result');
+      else if (d.tool_calls) seen.push('call');
+      else if (d.content) text += d.content;
+    }
+    assert.deepEqual(seen, ['call', 'result']);
+    assert.equal(text.trim(), ANSWER);
+  });
+
   test('a server the user may not use is a 400 naming it', async () => {
     await assert.rejects(
       client.responses.create({ model: 'parley', input: 'hi', tools: [{ type: 'mcp', server_label: 'elsewhere', require_approval: 'never' }] }),

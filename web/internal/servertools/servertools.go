@@ -12,6 +12,7 @@
 package servertools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -206,4 +207,70 @@ func (noHost) ListTools(context.Context, string) ([]toolloop.RemoteTool, error) 
 }
 func (noHost) CallTool(context.Context, string, string, json.RawMessage) (toolloop.Result, error) {
 	return toolloop.Result{}, parley.Errorf(parley.ENotFound, "no such MCP server")
+}
+
+// chatMCPTool is a chat request's {"type": "mcp"} tool: a server the
+// operator configured ("*": every server the user may use), and the tools
+// of it to offer (all the user may call when absent). Chat APIs have no
+// approval round-trip, so require_approval may only be "never".
+type chatMCPTool struct {
+	Type            string          `json:"type"`
+	ServerLabel     string          `json:"server_label"`
+	AllowedTools    []string        `json:"allowed_tools"`
+	RequireApproval json.RawMessage `json:"require_approval"`
+}
+
+// AllServers is the server_label that enables every server the user may use.
+const AllServers = "*"
+
+// SplitTools takes a chat request's mcp tools out of its tools (field names
+// the array): the rest (the client's function tools, for apicore.ParseTools)
+// and the selection of server tools, nil when the request has none.
+func SplitTools(raw json.RawMessage, field string) (json.RawMessage, *toolloop.Selection, error) {
+	if !apicore.IsSet(raw) {
+		return raw, nil, nil
+	}
+	var entries []json.RawMessage
+	if json.Unmarshal(raw, &entries) != nil {
+		return raw, nil, nil // ParseTools names the error
+	}
+	var sel toolloop.Selection
+	rest := make([]json.RawMessage, 0, len(entries))
+	for i, e := range entries {
+		var t chatMCPTool
+		if json.Unmarshal(e, &t) != nil || t.Type != "mcp" {
+			rest = append(rest, e)
+			continue
+		}
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if t.ServerLabel == "" {
+			return nil, nil, parley.FieldErrorf(f+".server_label", "is required (a server of --mcp-config, or \"*\" for all you may use)")
+		}
+		if apicore.IsSet(t.RequireApproval) && string(bytes.TrimSpace(t.RequireApproval)) != `"never"` {
+			return nil, nil, parley.FieldErrorf(f+".require_approval", "must be \"never\": this API has no approval round-trip (the Responses API has)")
+		}
+		if t.ServerLabel == AllServers {
+			if len(t.AllowedTools) > 0 {
+				return nil, nil, parley.FieldErrorf(f+".allowed_tools", "names tools of one server: give its server_label rather than \"*\"")
+			}
+			sel.All = true
+			continue
+		}
+		sel.Servers = append(sel.Servers, toolloop.MCPSpec{ServerLabel: t.ServerLabel, AllowedTools: t.AllowedTools,
+			RequireApproval: toolloop.Approval{Mode: toolloop.ApprovalNever}})
+	}
+	if !sel.All && len(sel.Servers) == 0 {
+		return raw, nil, nil
+	}
+	if sel.All && len(sel.Servers) > 0 {
+		return nil, nil, parley.FieldErrorf(field, "enables every server (\"*\") and names some too: give one or the other")
+	}
+	out, err := json.Marshal(rest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode tools: %w", err)
+	}
+	if len(rest) == 0 {
+		out = nil
+	}
+	return out, &sel, nil
 }
