@@ -424,3 +424,82 @@ func TestChatCompletionsMCP(t *testing.T) {
 	bad["tools"] = []any{map[string]any{"type": "mcp", "server_label": "math", "require_approval": "always"}}
 	wantFieldError(t, post(t, s.base+"/v1/chat/completions", bad, "Authorization", "Bearer kb"), http.StatusBadRequest, "tools[0].require_approval")
 }
+
+// newMCPHangServer is an MCP server whose add never answers: each call
+// signals started, then waits for its context (the client's cancel or
+// Parley's call timeout) and signals ended.
+func newMCPHangServer(tb testing.TB) (url string, started, ended chan struct{}) {
+	type in struct {
+		A int `json:"a"`
+		B int `json:"b"`
+	}
+	started, ended = make(chan struct{}, 16), make(chan struct{}, 16)
+	s := sdk.NewServer(&sdk.Implementation{Name: "hung", Version: "1"}, nil)
+	sdk.AddTool(s, &sdk.Tool{Name: "add", Description: "adds two integers, some day"}, func(ctx context.Context, req *sdk.CallToolRequest, v in) (*sdk.CallToolResult, any, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		ended <- struct{}{}
+		return nil, nil, ctx.Err()
+	})
+	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
+	tb.Cleanup(srv.Close)
+	return srv.URL + "/mcp", started, ended
+}
+
+// TestMCPHungServerIsolated: alice's server hangs on her call; bob's chat
+// with his own server runs to its answer meanwhile (counted by events: the
+// hung call has begun and not ended when bob's answer arrives). With a call
+// timeout the hung call fails alone, with an error that says so, and the
+// model still answers.
+func TestMCPHungServerIsolated(t *testing.T) {
+	hung, started, ended := newMCPHangServer(t)
+	s, add := openMCPStack(t, `{"servers": {"math": {"url": %q, "allow_private": true},
+		"slow": {"url": "`+hung+`", "allow_private": true},
+		"slower": {"url": "`+hung+`", "allow_private": true, "call_timeout": "1s"}},
+		"users": {"alice": {"slow": ["add"], "slower": ["add"]}, "bob": {"math": ["add"]}}}`)
+	ask := func(label string) map[string]any {
+		return map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200,
+			"tools": []any{map[string]any{"type": "mcp", "server_label": label, "require_approval": "never"}}}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	aliceDone := make(chan error, 1)
+	go func() {
+		b, _ := json.Marshal(ask("slow"))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/responses", strings.NewReader(string(b)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer ka")
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		aliceDone <- err
+	}()
+	<-started // alice's call hangs in her server
+	var r mcpResponse
+	decodeBody(t, post(t, s.base+"/v1/responses", ask("math"), "Authorization", "Bearer kb"), http.StatusOK, &r)
+	if r.types() != "mcp_list_tools,mcp_call,message" || *r.Output[1].Output != "42" || add.calls.Load() != 1 {
+		t.Fatalf("bob's response while alice's call hangs: %+v", r)
+	}
+	select {
+	case <-ended:
+		t.Fatal("alice's call ended before she left")
+	case err := <-aliceDone:
+		t.Fatalf("alice's request ended while her call hung: %v", err)
+	default:
+	}
+	cancel() // alice leaves: her call is cancelled in her server
+	<-ended
+	<-aliceDone
+
+	// With a call timeout the call fails alone and the model reads why.
+	decodeBody(t, post(t, s.base+"/v1/responses", ask("slower"), "Authorization", "Bearer ka"), http.StatusOK, &r)
+	<-started
+	if r.types() != "mcp_list_tools,mcp_call,message" || r.Output[1].Error == nil || r.Output[1].Status != "failed" {
+		t.Fatalf("timed-out call: %+v", r)
+	}
+	t.Logf("the timed-out call's error: %s", *r.Output[1].Error)
+	if !strings.Contains(*r.Output[1].Error, "did not answer") || !strings.Contains(*r.Output[1].Error, "slower") {
+		t.Errorf("error %q does not say the call timed out", *r.Output[1].Error)
+	}
+}
