@@ -31,6 +31,16 @@ type Responder interface {
 	Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (Reply, error)
 }
 
+type turnResponderKey struct{}
+
+// WithTurnResponder makes r reply to the turns started with the returned
+// context (Turn, ToolTurn) instead of the Service's Responder: a chat that
+// runs tools on the server, whose reply (a StepsReply) adds their calls and
+// results before the reply.
+func WithTurnResponder(ctx context.Context, r Responder) context.Context {
+	return context.WithValue(ctx, turnResponderKey{}, r)
+}
+
 // StepsReply is a Reply that ran tools on the server before its final
 // reply (the tool loop): Steps are the messages it added to the
 // conversation before that reply (assistant turns with their server tool
@@ -699,6 +709,9 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
 	}
 	r := s.r
+	if tr, ok := ctx.Value(turnResponderKey{}).(Responder); ok {
+		r = tr
+	}
 	if ts.r != nil {
 		r = ts.r
 	}

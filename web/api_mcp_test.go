@@ -503,3 +503,86 @@ func TestMCPHungServerIsolated(t *testing.T) {
 		t.Errorf("error %q does not say the call timed out", *r.Output[1].Error)
 	}
 }
+
+// TestJSONModeServerTools: a prompt on the chat socket with {"type": "mcp"}
+// in params.tools runs the server tool: a server_tool_call then a
+// server_tool_result message (with seqs in order with the tokens), then the
+// answer's tokens and done; the stored session holds the call and the
+// result, as the page shows them on reload.
+func TestJSONModeServerTools(t *testing.T) {
+	s, add := openMCPStack(t, mcpTestConfig)
+	hdr := http.Header{"Authorization": {"Bearer kb"}}
+	ws := dial(t, s.url+"/ws?format=json", hdr)
+	id := readJSON(t, ws).SessionID()
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "What is 2 + 40?",
+		"params": map[string]any{"max_tokens": 200, "tools": []any{map[string]any{"type": "mcp", "server_label": "*"}}}})
+	var order []string
+	var text strings.Builder
+	lastSeq := 0
+	for {
+		var m struct {
+			Type         string  `json:"type"`
+			Seq          int     `json:"seq"`
+			Text         string  `json:"text"`
+			Server       string  `json:"server"`
+			Name         string  `json:"name"`
+			Arguments    string  `json:"arguments"`
+			Content      *string `json:"content"`
+			FinishReason string  `json:"finish_reason"`
+			Message      string  `json:"message"`
+		}
+		if err := ws.ReadJSON(&m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Seq != 0 {
+			if m.Seq <= lastSeq {
+				t.Errorf("%s: seq %d after %d", m.Type, m.Seq, lastSeq)
+			}
+			lastSeq = m.Seq
+		}
+		switch m.Type {
+		case "server_tool_call":
+			order = append(order, "call:"+m.Server+"/"+m.Name)
+			if !strings.Contains(m.Arguments, `"a"`) {
+				t.Errorf("arguments %q", m.Arguments)
+			}
+		case "server_tool_result":
+			order = append(order, "result:"+*m.Content)
+		case "token":
+			text.WriteString(m.Text)
+			if m.Text != "" && (len(order) == 0 || order[len(order)-1] != "text") {
+				order = append(order, "text")
+			}
+		case "done":
+			order = append(order, "done:"+m.FinishReason)
+		case "error":
+			t.Fatalf("error %s", m.Message)
+		}
+		if m.Type == "done" {
+			break
+		}
+	}
+	if got := strings.Join(order, " "); got != "call:math/add result:42 text done:stop" && got != "call:math/add result:42 text done:eos" {
+		t.Errorf("messages %q", got)
+	}
+	if strings.TrimSpace(text.String()) != "The server worked it out." || add.calls.Load() != 1 {
+		t.Errorf("answer %q, %d calls", text.String(), add.calls.Load())
+	}
+	ws.Close()
+
+	ws = dial(t, s.url+"/ws?format=json&session="+id, hdr)
+	var roles []string
+	for _, m := range readJSON(t, ws).Messages {
+		roles = append(roles, string(m.Role))
+	}
+	if strings.Join(roles, ",") != "user,assistant,tool,assistant" {
+		t.Errorf("stored history %v", roles)
+	}
+
+	// A server bob may not use is refused, naming it.
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "hi",
+		"params": map[string]any{"tools": []any{map[string]any{"type": "mcp", "server_label": "secret"}}}})
+	if _, e := readUntilDone(t, ws); e.Type != "error" || !strings.Contains(e.Message, "secret") {
+		t.Errorf("refused server: %+v", e)
+	}
+}
