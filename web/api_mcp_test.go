@@ -36,12 +36,10 @@ func mcpToolModel(tb testing.TB) string {
 }
 
 // mcpAddServer is an MCP server written with the Go SDK, over Streamable
-// HTTP: add sums two integers; hang blocks until its call is cancelled.
-// calls counts add's calls, hangs the calls to hang that began.
+// HTTP: add sums two integers; calls counts its calls.
 type mcpAddServer struct {
 	url   string
 	calls atomic.Int32
-	hangs chan struct{}
 }
 
 func newMCPAddServer(tb testing.TB) *mcpAddServer {
@@ -49,16 +47,11 @@ func newMCPAddServer(tb testing.TB) *mcpAddServer {
 		A int `json:"a"`
 		B int `json:"b"`
 	}
-	a := &mcpAddServer{hangs: make(chan struct{}, 16)}
+	a := &mcpAddServer{}
 	s := sdk.NewServer(&sdk.Implementation{Name: "adder", Version: "1"}, nil)
 	sdk.AddTool(s, &sdk.Tool{Name: "add", Description: "adds two integers"}, func(ctx context.Context, req *sdk.CallToolRequest, v in) (*sdk.CallToolResult, any, error) {
 		a.calls.Add(1)
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprint(v.A + v.B)}}}, nil, nil
-	})
-	sdk.AddTool(s, &sdk.Tool{Name: "hang", Description: "never answers"}, func(ctx context.Context, req *sdk.CallToolRequest, v in) (*sdk.CallToolResult, any, error) {
-		a.hangs <- struct{}{}
-		<-ctx.Done()
-		return nil, nil, ctx.Err()
 	})
 	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
 	tb.Cleanup(srv.Close)
@@ -88,7 +81,7 @@ func openMCPStack(tb testing.TB, cfgJSON string) (*stack, *mcpAddServer) {
 }
 
 const mcpTestConfig = `{"servers": {"math": {"url": %q, "allow_private": true}},
-	"users": {"alice": {"math": ["add", "hang"]}, "bob": {"math": ["add"]}}}`
+	"users": {"alice": {"math": ["add"]}, "bob": {"math": ["add"]}}}`
 
 type mcpItem struct {
 	Type              string          `json:"type"`
@@ -296,7 +289,7 @@ func TestResponsesMCPApproval(t *testing.T) {
 // listed.
 func TestResponsesMCPPolicy(t *testing.T) {
 	s, _ := openMCPStack(t, `{"servers": {"math": {"url": %q, "allow_private": true}, "other": {"url": "https://mcp.example.com/mcp"}},
-		"users": {"alice": {"math": ["add", "hang"]}, "bob": {"math": ["add"]}}}`)
+		"users": {"alice": {"math": ["add"]}, "bob": {"math": ["add"]}}}`)
 	for _, label := range []string{"other", "nowhere"} {
 		res := post(t, s.base+"/v1/responses", map[string]any{"input": "hi",
 			"tools": []any{map[string]any{"type": "mcp", "server_label": label, "require_approval": "never"}}}, "Authorization", "Bearer ka")
@@ -435,14 +428,21 @@ func newMCPHangServer(tb testing.TB) (url string, started, ended chan struct{}) 
 	}
 	started, ended = make(chan struct{}, 16), make(chan struct{}, 16)
 	s := sdk.NewServer(&sdk.Implementation{Name: "hung", Version: "1"}, nil)
+	quit := make(chan struct{})
 	sdk.AddTool(s, &sdk.Tool{Name: "add", Description: "adds two integers, some day"}, func(ctx context.Context, req *sdk.CallToolRequest, v in) (*sdk.CallToolResult, any, error) {
 		started <- struct{}{}
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-quit:
+		}
 		ended <- struct{}{}
 		return nil, nil, ctx.Err()
 	})
 	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
 	tb.Cleanup(srv.Close)
+	// Runs before srv.Close (cleanups run last first), which waits for
+	// every request: a call the client gave up on must not hold it.
+	tb.Cleanup(func() { close(quit) })
 	return srv.URL + "/mcp", started, ended
 }
 
