@@ -586,3 +586,42 @@ func TestJSONModeServerTools(t *testing.T) {
 		t.Errorf("refused server: %+v", e)
 	}
 }
+
+// TestResponsesWebSocketMCP: the Responses WebSocket mode runs the mcp tool
+// as the HTTP API does: the mcp events, then a completed response with the
+// call's output and the answer.
+func TestResponsesWebSocketMCP(t *testing.T) {
+	s, _ := openMCPStack(t, mcpTestConfig)
+	ws := dial(t, s.url+"/v1/responses", http.Header{"Authorization": {"Bearer ka"}})
+	if err := ws.WriteJSON(map[string]any{"type": "response.create", "input": "What is 2 + 40?", "max_output_tokens": 200,
+		"tools": []any{mathTool("never")}}); err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for {
+		var m struct {
+			Type     string      `json:"type"`
+			Response mcpResponse `json:"response"`
+		}
+		if err := ws.ReadJSON(&m); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(m.Type, "response.mcp_") {
+			types = append(types, m.Type)
+		}
+		if m.Type == "error" || m.Type == "response.failed" {
+			t.Fatalf("%s", m.Type)
+		}
+		if m.Type == "response.completed" {
+			if m.Response.types() != "mcp_list_tools,mcp_call,message" || *m.Response.Output[1].Output != "42" {
+				t.Errorf("completed %+v", m.Response)
+			}
+			break
+		}
+	}
+	want := "response.mcp_list_tools.in_progress response.mcp_list_tools.completed response.mcp_call_arguments.delta " +
+		"response.mcp_call_arguments.done response.mcp_call.in_progress response.mcp_call.completed"
+	if got := strings.Join(types, " "); got != want {
+		t.Errorf("events %s", got)
+	}
+}
