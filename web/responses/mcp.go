@@ -22,7 +22,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -539,7 +541,8 @@ func (o *mcpOutput) replyDone(final parley.Event, status string) error {
 			return err
 		}
 	}
-	for idx, i := range o.fc {
+	for _, idx := range slices.Sorted(maps.Keys(o.fc)) {
+		i := o.fc[idx]
 		it := o.out[i].(messageItem)
 		it.Status = "incomplete"
 		if idx < len(final.ToolCalls) {
