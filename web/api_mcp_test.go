@@ -625,3 +625,32 @@ func TestResponsesWebSocketMCP(t *testing.T) {
 		t.Errorf("events %s", got)
 	}
 }
+
+// TestResponsesMCPBesideClientTools: a client function that has the name of
+// a server tool keeps it (the server's is offered as math__add): the
+// model's call goes to the client as a function_call item, the server is
+// not called, and the turn waits for the client's result.
+func TestResponsesMCPBesideClientTools(t *testing.T) {
+	s, add := openMCPStack(t, mcpTestConfig)
+	clientAdd := map[string]any{"type": "function", "name": "add", "description": "the client's own adder",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "integer"}, "b": map[string]any{"type": "integer"}}}}
+	var r struct {
+		Output []struct {
+			Type   string `json:"type"`
+			Name   string `json:"name"`
+			CallID string `json:"call_id"`
+			Tools  []struct {
+				Name string `json:"name"`
+			} `json:"tools"`
+		} `json:"output"`
+	}
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200,
+		"tools": []any{clientAdd, mathTool("never")}}, "Authorization", "Bearer ka"), http.StatusOK, &r)
+	if len(r.Output) != 2 || r.Output[0].Type != "mcp_list_tools" || r.Output[1].Type != "function_call" || r.Output[1].Name != "add" ||
+		r.Output[1].CallID == "" {
+		t.Fatalf("output %+v", r.Output)
+	}
+	if n := add.calls.Load(); n != 0 {
+		t.Errorf("the server saw %d calls for the client's tool", n)
+	}
+}
