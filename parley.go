@@ -122,4 +122,9 @@ type Event struct {
 	// ToolCalls, on the final event, are the reply's complete tool calls;
 	// Finish is then FinishToolCalls.
 	ToolCalls []ToolCall
+	// Aside, on a token event, is a note a layer above the engine sends in
+	// order with the tokens (the server-side tool loop's calls and results):
+	// layers that do not know it pass the event on unchanged, and its Token
+	// is empty.
+	Aside any
 }

@@ -50,8 +50,7 @@ func (t *Turn) KVCache() string { return t.kv }
 // wrote since the turn began), it re-reads the session and appends the turn
 // to what is stored now, so neither replica's turn is lost or stored twice;
 // reapply (when not nil) first redoes the turn's other changes on that copy.
-func (s *Service) commit(ctx context.Context, put func(context.Context, *Session) error, sess *Session, input, reply parley.Message, reapply func(*Session)) error {
-	turn := []parley.Message{input, reply} // reply keeps its tool calls
+func (s *Service) commit(ctx context.Context, put func(context.Context, *Session) error, sess *Session, turn []parley.Message, reapply func(*Session)) error {
 	sess.Messages = append(sess.Messages, turn...)
 	for attempt := 0; ; attempt++ {
 		err := put(ctx, sess)

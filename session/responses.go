@@ -41,10 +41,13 @@ const responseSuffixBytes = 6
 // ResponseRecord is what a session keeps of one response (one turn run
 // through the Responses API): where its messages are and what it cost.
 type ResponseRecord struct {
-	ID           string `json:"id"`
-	Start        int    `json:"start"` // absolute position of its first input message
-	End          int    `json:"end"`   // absolute position just past its reply
-	Hash         uint64 `json:"hash"`  // FNV-1a of the reply's text
+	ID    string `json:"id"`
+	Start int    `json:"start"` // absolute position of its first input message
+	End   int    `json:"end"`   // absolute position just past its reply
+	Hash  uint64 `json:"hash"`  // FNV-1a of the reply's text
+	// Steps counts the messages tools run on the server added between the
+	// input and the reply (StepsReply): the input ends at End-1-Steps.
+	Steps        int    `json:"steps,omitempty"`
 	Created      int64  `json:"created"`
 	Status       string `json:"status"`           // completed, incomplete, cancelled
 	Finish       string `json:"finish,omitempty"` // the engine's finish reason
@@ -170,6 +173,11 @@ type ResponseRequest struct {
 	// (see Turn.durable), so a response that a crash cuts short is still
 	// there, incomplete, after a restart. A background response is.
 	Durable bool
+	// Responder, when set, replies to this turn instead of the Service's
+	// own: a turn that runs tools on the server, whose reply (a StepsReply)
+	// adds its calls and their results before the final reply. Not with
+	// Durable (its checkpoints keep one reply's text).
+	Responder Responder
 }
 
 // Response is a turn started by Respond.
@@ -285,8 +293,17 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	})
 	rec := &sess.Responses[len(sess.Responses)-1]
 
+	if req.Responder != nil && req.Durable {
+		unlock()
+		return nil, parley.FieldErrorf("background", "cannot be used with tools that run on the server")
+	}
 	out := &Response{Record: *rec, Input: input, Stored: !req.NoStore, Model: sess.Model, rec: rec}
-	t := &Turn{onFinal: rec.finish, durable: req.Durable && !req.NoStore}
+	t := &Turn{durable: req.Durable && !req.NoStore}
+	t.onFinal = func(final parley.Event, text string) {
+		rec.finish(final, text)
+		rec.Steps = len(t.steps)
+		rec.End += rec.Steps // the server's tool calls and results come before the reply
+	}
 	// Another replica wrote the session while this turn ran: redo the
 	// instructions, input items and record (its usage filled by now) on
 	// what it stored, at the positions they take there.
@@ -297,7 +314,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 		r := *rec
 		r.Start = fresh.Next()
 		fresh.addItems(items)
-		r.End = fresh.Next() + 2
+		r.End = fresh.Next() + 2 + len(t.steps)
 		fresh.pruneRecords()
 		fresh.Responses = append(fresh.Responses, r)
 	}
@@ -311,7 +328,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			need = sess.Bytes() + messageBytes(last)
 		}
 	}
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, need: need}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, need: need, r: req.Responder}); err != nil {
 		return nil, err
 	}
 	out.Turn = t

@@ -31,6 +31,26 @@ type Responder interface {
 	Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (Reply, error)
 }
 
+type turnResponderKey struct{}
+
+// WithTurnResponder makes r reply to the turns started with the returned
+// context (Turn, ToolTurn) instead of the Service's Responder: a chat that
+// runs tools on the server, whose reply (a StepsReply) adds their calls and
+// results before the reply.
+func WithTurnResponder(ctx context.Context, r Responder) context.Context {
+	return context.WithValue(ctx, turnResponderKey{}, r)
+}
+
+// StepsReply is a Reply that ran tools on the server before its final
+// reply (the tool loop): Steps are the messages it added to the
+// conversation before that reply (assistant turns with their server tool
+// calls, and the tools' results), valid after the final event. A turn
+// commits them between its input and its reply.
+type StepsReply interface {
+	Reply
+	Steps() []parley.Message
+}
+
 // Adapt turns a Reply method that returns a concrete reply type into a
 // Responder, so wiring the chat layer is one line:
 //
@@ -410,6 +430,9 @@ type Turn struct {
 	settled  bool
 	// toolCalls are the reply's tool calls; set before events is closed.
 	toolCalls []parley.ToolCall
+	// steps are the messages a StepsReply added before its final reply;
+	// set before onFinal is called.
+	steps []parley.Message
 
 	// capture, when set, is where a turn that is not to be stored
 	// (store: false) commits instead of the store; such a turn leaves the
@@ -635,6 +658,9 @@ type turnStart struct {
 	unlock func()         // releases sess's lock (a no-op for an unlocked copy); start owns it
 	input  parley.Message // the new message: the user's prompt, or a tool's result (a Responses turn)
 	p      parley.Params
+	// r, when set, replies instead of the Service's Responder (a turn that
+	// runs tools on the server).
+	r Responder
 	// need is the bytes the store must have room for before the reply
 	// starts (see room); < 0 for a turn that is not stored.
 	need int
@@ -682,7 +708,14 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	if sess.Model != "" {
 		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
 	}
-	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
+	r := s.r
+	if tr, ok := ctx.Value(turnResponderKey{}).(Responder); ok {
+		r = tr
+	}
+	if ts.r != nil {
+		r = ts.r
+	}
+	reply, err := r.Reply(ctx, sess.ID, msgs, ts.p)
 	if err != nil {
 		s.undoPending(ctx, t, sess)
 		ts.unlock()
@@ -721,8 +754,13 @@ func (s *Service) run(ctx context.Context, t *Turn, sess *Session, input parley.
 	if !ended {
 		final = parley.Event{Done: true, Finish: parley.FinishError,
 			Err: parley.Errorf(parley.EInternal, "the reply ended without a final event")}
-	} else if t.onFinal != nil {
-		t.onFinal(final, t.reply.Text())
+	} else {
+		if sr, ok := t.reply.(StepsReply); ok {
+			t.steps = sr.Steps()
+		}
+		if t.onFinal != nil {
+			t.onFinal(final, t.reply.Text())
+		}
 	}
 
 	if t.kv == "" {
@@ -766,7 +804,8 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parl
 	t.toolCalls = final.ToolCalls
 	reply := parley.Message{Role: parley.RoleAssistant, Content: text, Reasoning: t.Reasoning(), ToolCalls: final.ToolCalls,
 		Interrupted: final.Finish == parley.FinishCancelled}
-	if err := s.commit(cctx, put, sess, input, reply, t.reapply); err != nil {
+	turn := append(append([]parley.Message{input}, t.steps...), reply) // reply keeps its tool calls
+	if err := s.commit(cctx, put, sess, turn, t.reapply); err != nil {
 		// The reply was streamed but not stored: say so in the final
 		// event (the wire shows it before the sentinel) instead of
 		// logging here; the final event is where this error ends.

@@ -28,8 +28,8 @@ const FinishApproval parley.FinishReason = "approval_required"
 // server tool in its last allowed step.
 var ErrStepLimit = errors.New("the model called a server tool after the step limit")
 
-// declined is the tool message of a call the user did not approve.
-const declined = "The user declined this tool call."
+// Declined is the tool message of a call the user did not approve.
+const Declined = "The user declined this tool call."
 
 // eventBuffer is the capacity of a run's event channel: token events of
 // one reply are far more numerous, and the run waits for its reader (the
@@ -401,7 +401,7 @@ func (s *state) callPending(client []parley.ToolCall) *Done {
 				continue
 			}
 			if !approved {
-				s.add(parley.Message{Role: parley.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: declined})
+				s.add(parley.Message{Role: parley.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: Declined})
 				continue
 			}
 		}
@@ -427,20 +427,32 @@ func (s *state) call(c parley.ToolCall, t Tool) bool {
 	if !s.emit(Event{Kind: EventCall, Step: s.steps, Call: call}) {
 		return false
 	}
+	out := Invoke(s.ctx, s.l.host, t, c, s.l.log)
+	if s.ctx.Err() != nil {
+		return false
+	}
+	s.add(ResultMessage(out))
+	return s.emit(Event{Kind: EventResult, Step: s.steps, Call: &out})
+}
+
+// Invoke makes one server call outside a run (an approved call that a wire
+// layer makes before the run that carries on after it) or inside one: the
+// Call with its Output, or its Error when the call failed or the tool
+// reported one. log may be nil.
+func Invoke(ctx context.Context, host Host, t Tool, c parley.ToolCall, log *zap.Logger) Call {
+	out := Call{ID: c.ID, Tool: t, Arguments: c.Arguments}
 	args := json.RawMessage(c.Arguments)
 	if len(strings.TrimSpace(c.Arguments)) == 0 {
 		args = json.RawMessage("{}")
 	}
-	res, err := s.l.host.CallTool(s.ctx, t.Server, t.Remote, args)
-	if s.ctx.Err() != nil {
-		return false
-	}
-	out := *call
+	res, err := host.CallTool(ctx, t.Server, t.Remote, args)
 	switch {
 	case err != nil:
 		out.Error = err.Error()
 		out.Output = "error: " + out.Error
-		s.l.log.Info("server tool call failed", zap.String("server", t.Server), zap.String("tool", t.Remote), zap.Error(err))
+		if log != nil {
+			log.Info("server tool call failed", zap.String("server", t.Server), zap.String("tool", t.Remote), zap.Error(err))
+		}
 	case res.IsError:
 		out.Output, out.Error = res.Content, res.Content
 		if out.Error == "" {
@@ -449,8 +461,12 @@ func (s *state) call(c parley.ToolCall, t Tool) bool {
 	default:
 		out.Output = res.Content
 	}
-	s.add(parley.Message{Role: parley.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: out.Output})
-	return s.emit(Event{Kind: EventResult, Step: s.steps, Call: &out})
+	return out
+}
+
+// ResultMessage is c's result as the tool message the model reads.
+func ResultMessage(c Call) parley.Message {
+	return parley.Message{Role: parley.RoleTool, ToolCallID: c.ID, Name: c.Tool.Name, Content: c.Output}
 }
 
 // errorDone is the end of a run that failed.

@@ -16,7 +16,9 @@
 // validate a request once, pick the model, start a chat or completion,
 // relay or collect the reply, the stream writer, the status table, the
 // tools several families take), wsock (the socket lifecycle: the pump and
-// the server's side of a socket) and oaiwire (OpenAI's error object). A
+// the server's side of a socket), oaiwire (OpenAI's error object) and
+// servertools (a reply that runs the operator's MCP tools through the tool
+// loop, for the families that offer them). A
 // family gets the server only through apicore.Core and wsock.Lifecycle.
 // The package holds no conversation logic: that is session's (history)
 // and chat's (prompts).

@@ -128,6 +128,7 @@ type config struct {
 	kvShared      string
 	kvSharedBytes byteSize
 	kvTier        kvcache.Tier // opened by run from kvShared; nil without
+	tools         *mcp.Manager // opened by run from mcp; the server's tools (none without --mcp-config)
 	// the engine
 	engine engineFlags
 	// several models
@@ -374,6 +375,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// after the web server has drained (deferred calls run last).
 	tools := openMCP(cfg, log)
 	defer tools.Close()
+	cfg.tools = tools
 
 	var m models
 	if cfg.severalModels() {

@@ -43,6 +43,9 @@ type models interface {
 func serve(ctx context.Context, cfg config, log *zap.Logger, store session.Store, defaults parley.Params, m models) error {
 	sessions := newSessions(cfg, store, defaults, m.responder(), log)
 	opts := append([]web.Option{web.WithLogger(log.Named("web")), web.WithStoreUsage(storeUsage(store))}, m.serverOptions()...)
+	if cfg.tools != nil {
+		opts = append(opts, web.WithTools(cfg.tools))
+	}
 	srv := web.New(serverConfig(cfg, defaults), sessions, opts...)
 	if err := srv.Open(); err != nil {
 		m.close(context.Background())

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/toolloop"
 	"github.com/parley-chat/parley/web/internal/apicore"
 	"github.com/parley-chat/parley/web/internal/wsock"
 )
@@ -77,8 +78,9 @@ type job struct {
 	cont    bool   // jobPrompt: continue the last reply (content is empty)
 	model   string // jobPrompt: the model the prompt names ("" = the session's)
 	params  parley.Params
-	err     error // jobAnswer: what to tell the client
-	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
+	server  *toolloop.Selection // jobPrompt: the tools that run on the server (nil: none)
+	err     error               // jobAnswer: what to tell the client
+	n       int                 // jobAnswer: how many messages it answers (equal answers in a row are merged)
 }
 
 func (s *Chat) Handle(c echo.Context) error {
@@ -260,7 +262,7 @@ func (c *conn) handleJSON(data []byte) {
 	}
 	switch m.Type {
 	case "prompt", "tool_result":
-		p, err := c.srv.resolveWSParams(m.Params)
+		p, server, err := c.srv.resolveWSParams(m.Params)
 		if err != nil {
 			c.answer(err)
 			return
@@ -273,16 +275,22 @@ func (c *conn) handleJSON(data []byte) {
 		if m.Model == "" {
 			model = ""
 		}
-		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, callID: m.ToolCallID, model: model, params: p})
+		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, callID: m.ToolCallID, model: model, params: p, server: server})
 	case "regenerate":
-		p, err := c.srv.resolveWSParams(m.Params)
+		p, server, err := c.srv.resolveWSParams(m.Params)
+		if err == nil && server != nil {
+			err = parley.FieldErrorf("params.tools", "tools that run on the server are for prompts and tool results")
+		}
 		if err != nil {
 			c.answer(err)
 			return
 		}
 		c.enqueuePrompt(job{kind: jobPrompt, regen: true, params: p})
 	case "continue":
-		p, err := c.srv.resolveWSParams(m.Params)
+		p, server, err := c.srv.resolveWSParams(m.Params)
+		if err == nil && server != nil {
+			err = parley.FieldErrorf("params.tools", "tools that run on the server are for prompts and tool results")
+		}
 		if err != nil {
 			c.answer(err)
 			return

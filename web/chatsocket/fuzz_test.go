@@ -57,7 +57,7 @@ func FuzzClientMessage(f *testing.F) {
 		m, err := parseClientMessage(data)
 		if err == nil && m.Type == "prompt" {
 			var p parley.Params
-			p, err = srv.resolveWSParams(m.Params)
+			p, _, err = srv.resolveWSParams(m.Params)
 			if err == nil {
 				if verr := p.Validate(4096); verr != nil {
 					t.Fatalf("resolved parameters fail validation: %v", verr)

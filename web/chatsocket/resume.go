@@ -172,6 +172,13 @@ func (c *conn) sendToken(ev parley.Event, seq int, th *thoughtMarks, send func([
 		}
 		return true
 	}
+	if m, skip := serverToolFrame(ev, seq); m != nil || skip {
+		if m == nil {
+			return true
+		}
+		b, err := json.Marshal(m)
+		return err == nil && send(b)
+	}
 	if ev.ToolCall != nil {
 		b, err := json.Marshal(newToolCallMessage(*ev.ToolCall))
 		if err != nil || !send(b) {

@@ -8,6 +8,13 @@ package chatsocket
 // message, {"type": "tool_result", "tool_call_id": ..., "content": ...,
 // "params": {...}}, that answers a call and continues the conversation with
 // a new reply. Text mode is unchanged.
+//
+// Tools that run on the server: {"type": "mcp", "server_label": ...} entries
+// in a prompt's (or tool result's) params.tools ("*": every server the user
+// may use) run through the tool loop; each call is a "server_tool_call"
+// message and its result a "server_tool_result" message, in order with the
+// tokens (each with its seq), and the conversation stores them as an
+// assistant turn with the call and a tool message.
 
 import (
 	"context"
@@ -15,7 +22,9 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
+	"github.com/parley-chat/parley/toolloop"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/internal/servertools"
 )
 
 // wsParams are a JSON-mode message's params: the sampling fields every wire
@@ -35,23 +44,29 @@ type toolCallMessage struct {
 	Arguments string `json:"arguments"`
 }
 
-// resolveWSParams is resolveParams for a JSON-mode message, tools included.
-func (s *Chat) resolveWSParams(wp *wsParams) (parley.Params, error) {
+// resolveWSParams is resolveParams for a JSON-mode message, tools included:
+// the selection of tools that run on the server too ({"type": "mcp"}
+// entries in params.tools; nil without).
+func (s *Chat) resolveWSParams(wp *wsParams) (parley.Params, *toolloop.Selection, error) {
 	var patch *apicore.ParamsPatch
 	if wp != nil {
 		patch = &wp.ParamsPatch
 	}
 	p, err := s.core.ResolveParams(patch)
 	if err != nil || wp == nil {
-		return p, err
+		return p, nil, err
 	}
-	if p.Tools, err = apicore.ParseTools(wp.Tools, "params.tools"); err != nil {
-		return p, err
+	functions, server, err := servertools.SplitTools(wp.Tools, "params.tools")
+	if err != nil {
+		return p, nil, err
+	}
+	if p.Tools, err = apicore.ParseTools(functions, "params.tools"); err != nil {
+		return p, nil, err
 	}
 	if p.ToolChoice, err = apicore.ParseToolChoice(wp.ToolChoice, "params.tool_choice"); err != nil {
-		return p, err
+		return p, nil, err
 	}
-	return p, p.Validate(s.cfg.MaxTokensCap)
+	return p, server, p.Validate(s.cfg.MaxTokensCap)
 }
 
 // toolTurner is the session layer's tool-result turn (*session.Service has it).
@@ -72,6 +87,15 @@ type continuer interface {
 // startTurn starts the turn of j: a prompt, a tool result (j.callID), a
 // regenerate (j.regen) or a continue (j.cont), with the parameters p.
 func (c *conn) startTurn(ctx context.Context, j job, p parley.Params) (*session.Turn, error) {
+	if j.server != nil {
+		// The prompt enables tools that run on the server: the turn
+		// replies through the tool loop (servertools.go).
+		tools, err := servertools.Build(ctx, c.srv.core, *j.server, p.Tools)
+		if err != nil {
+			return nil, err
+		}
+		ctx = session.WithTurnResponder(ctx, session.Adapt(tools.Reply))
+	}
 	switch {
 	case j.cont:
 		ct, ok := c.srv.sessions.(continuer)
@@ -97,4 +121,39 @@ func (c *conn) startTurn(ctx context.Context, j job, p parley.Params) (*session.
 
 func newToolCallMessage(d parley.ToolCallDelta) toolCallMessage {
 	return toolCallMessage{Type: "tool_call", Index: d.Index, ID: d.ID, Name: d.Name, Arguments: d.Arguments}
+}
+
+// serverToolMessage is a server tool's call or result (server -> client).
+type serverToolMessage struct {
+	Type      string  `json:"type"` // "server_tool_call" or "server_tool_result"
+	ID        string  `json:"id"`   // the tool call's id
+	Server    string  `json:"server"`
+	Name      string  `json:"name"` // the tool's name on its server
+	Arguments string  `json:"arguments"`
+	Content   *string `json:"content,omitempty"` // server_tool_result: what the model reads
+	Error     string  `json:"error,omitempty"`   // server_tool_result: why the call failed
+	Seq       int     `json:"seq"`
+}
+
+// serverToolFrame is the message of a tool loop event, if it has one; skip
+// is set for an event the client is not shown (a server call's deltas, the
+// end of one model reply).
+func serverToolFrame(ev parley.Event, seq int) (msg *serverToolMessage, skip bool) {
+	le, ok := servertools.Aside(ev)
+	if !ok {
+		return nil, false
+	}
+	switch le.Kind {
+	case toolloop.EventCall, toolloop.EventResult:
+		c := le.Call
+		m := &serverToolMessage{Type: "server_tool_call", ID: c.ID, Server: c.Tool.Server, Name: c.Tool.Remote, Arguments: c.Arguments, Seq: seq}
+		if le.Kind == toolloop.EventResult {
+			out := c.Output
+			m.Type, m.Content, m.Error = "server_tool_result", &out, c.Error
+		}
+		return m, false
+	case toolloop.EventToken:
+		return nil, le.Server
+	}
+	return nil, true
 }

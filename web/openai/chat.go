@@ -25,7 +25,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/toolloop"
 	"github.com/parley-chat/parley/web/internal/apicore"
+	"github.com/parley-chat/parley/web/internal/servertools"
 )
 
 // chatCall is a decoded, validated chat completion request.
@@ -36,7 +38,8 @@ type chatCall struct {
 	includeUsage bool
 	logprobs     bool
 	topLogprobs  int
-	renameSent   func(error) error // names the field the client sent in an error from the engine
+	renameSent   func(error) error   // names the field the client sent in an error from the engine
+	server       *toolloop.Selection // the tools that run on the server (mcp.go); nil: none
 }
 
 func (s *API) parseChat(c echo.Context) (*chatCall, error) {
@@ -106,7 +109,12 @@ func (s *API) parseChat(c echo.Context) (*chatCall, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Tools, err = apicore.ParseTools(req.Tools, "tools"); err != nil {
+	functions, server, err := servertools.SplitTools(req.Tools, "tools")
+	if err != nil {
+		return nil, err
+	}
+	call.server = server
+	if p.Tools, err = apicore.ParseTools(functions, "tools"); err != nil {
 		return nil, err
 	}
 	if p.ToolChoice, err = apicore.ParseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
@@ -131,6 +139,9 @@ func (s *API) ChatCompletions(c echo.Context) error {
 	route := "openai"
 	if cc.stream {
 		route = "openai-stream"
+	}
+	if cc.server != nil {
+		return s.chatWithServerTools(c, cc, route)
 	}
 	call, err := s.core.StartChat(c, route, apicore.ConversationKey(cc.msgs), cc.msgs, cc.params)
 	if err != nil {

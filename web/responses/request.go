@@ -71,6 +71,9 @@ type inputItem struct {
 	// ID is an item_reference's item (resolveItem); other items'
 	// ids are ignored.
 	ID string `json:"id"`
+	// mcp_approval_response items (mcp.go)
+	ApprovalRequestID string `json:"approval_request_id"`
+	Approve           *bool  `json:"approve"`
 }
 
 // parsedResponse is a decoded, validated create request.
@@ -89,6 +92,8 @@ type parsedResponse struct {
 	// scope is the request's cache scope, narrowed by its prompt_cache_key
 	// or cache_salt (see turnContext).
 	scope string
+	// mcp is the request's server tools and approvals (mcp.go); nil without.
+	mcp *mcpRequest
 }
 
 // turnContext is ctx for the turn pr asks for: its cache scope, and an
@@ -119,13 +124,22 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if err != nil {
 		return nil, err
 	}
+	mreq, err := parseMCPRequest(req.Tools, req.Input)
+	if err != nil {
+		return nil, err
+	}
+	if mreq != nil && req.Background {
+		return nil, parley.FieldErrorf("background", "cannot be used with mcp tools")
+	}
 	// A request that continues a WebSocket warm-up may bring no input of its
-	// own: the warm-up's is prepended (warmup.chain).
+	// own: the warm-up's is prepended (warmup.chain). One that answers
+	// approval requests may bring only those: their results are its input.
 	continuesWarmup := req.PreviousResponseID != nil && strings.HasPrefix(*req.PreviousResponseID, warmupPrefix)
-	if len(msgs) == 0 && !continuesWarmup {
+	approvals := mreq != nil && len(mreq.approvals) > 0
+	if len(msgs) == 0 && !continuesWarmup && !approvals {
 		return nil, parley.FieldErrorf("input", "is required")
 	}
-	if err := session.CheckResponseInput(msgs); err != nil && !continuesWarmup {
+	if err := session.CheckResponseInput(msgs); err != nil && !continuesWarmup && !(approvals && len(msgs) == 0) {
 		return nil, err
 	}
 	if err := checkMetadata(req.Metadata); err != nil {
@@ -185,7 +199,7 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	apicore.ResolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
-		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx),
+		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx), mcp: mreq,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
 	if req.PreviousResponseID != nil {
@@ -264,6 +278,9 @@ func parseInput(raw json.RawMessage, field string, refs func(id, field string) (
 			}
 			thought = t
 			continue
+		}
+		if mcpItem(it.Type) {
+			continue // read by parseMCPRequest, or an output item a client sends back (mcp.go)
 		}
 		var m parley.Message
 		var err error

@@ -259,9 +259,15 @@ func (s *API) CreateResponse(c echo.Context) error {
 	}
 	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(c.Request().Context()), pr.model))
 	defer cancel()
+	if err := s.prepareMCP(ctx, pr); err != nil {
+		return err
+	}
 	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
 		return pr.renameSent(err)
+	}
+	if pr.mcp != nil {
+		return s.answerMCP(c, ctx, cancel, resp, pr)
 	}
 	if !pr.stream {
 		meter := s.core.Meter(parley.ModelFrom(ctx))
@@ -360,7 +366,7 @@ func (s *API) InputItems(c echo.Context) error {
 		return err
 	}
 	var items []messageItem
-	for i, m := range sess.Span(rec.Start, rec.End-1) {
+	for i, m := range sess.Span(rec.Start, rec.End-1-rec.Steps) {
 		items = append(items, itemsOf(sess.ID, rec.Start+i, m)...)
 	}
 	return listItems(c, items)

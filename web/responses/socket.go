@@ -197,11 +197,19 @@ func (s *API) wsResponse(ctx context.Context, data []byte, write func([]byte) er
 	}
 	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(ctx), pr.model))
 	defer cancel()
+	if err := s.prepareMCP(ctx, pr); err != nil {
+		return refuse(err)
+	}
 	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
 		return refuse(pr.renameSent(err))
 	}
-	err = s.streamResponse(ctx, cancel, resp, pr, func(_ string, b []byte) error { return write(b) })
+	emit := func(_ string, b []byte) error { return write(b) }
+	if pr.mcp != nil {
+		_, err = s.respondMCP(ctx, cancel, resp, pr, emit)
+	} else {
+		err = s.streamResponse(ctx, cancel, resp, pr, emit)
+	}
 	if l := resp.Local(); l != nil {
 		*local = l
 	}

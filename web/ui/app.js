@@ -54,7 +54,7 @@
     newChat: $('new-chat'), theme: $('theme'), openSettings: $('open-settings'),
     settings: $('settings'), settingsForm: $('settings-form'), defaults: $('s-defaults'),
     sServer: $('s-server'), sTemperature: $('s-temperature'), sMaxTokens: $('s-max-tokens'), sTopP: $('s-top-p'),
-    sTopK: $('s-top-k'), sSystem: $('s-system'), model: $('model'),
+    sTopK: $('s-top-k'), sSystem: $('s-system'), sServerTools: $('s-server-tools'), model: $('model'),
     sidebar: $('sidebar'), openSidebar: $('open-sidebar'), closeSidebar: $('close-sidebar'), search: $('search'),
     convList: $('conv-list'), convEmpty: $('conv-empty'),
     keyDialog: $('key-dialog'), keyInput: $('key-input'), keyHint: $('key-hint'),
@@ -125,6 +125,7 @@
     const cap = state.server && state.server.limits && state.server.limits.max_tokens > 0 ? state.server.limits.max_tokens : 1e9;
     const bounds = { temperature: [0, 10, false], max_tokens: [1, cap, true], top_p: [0, 1, false], top_k: [0, 1 << 20, true] };
     const out = { system: typeof s.system === 'string' ? s.system : '' };
+    if (s.server_tools === true) out.server_tools = true;
     for (const f of SAMPLING) {
       const v = s[f];
       if (v === undefined || v === null || v === '') continue;
@@ -149,6 +150,8 @@
     const p = {};
     for (const f of SAMPLING) if (Object.hasOwn(state.settings, f)) p[f] = state.settings[f];
     if (state.think !== null && thinks()) p.think = state.think;
+    // The server's own tools (MCP): every server the user may use.
+    if (state.settings.server_tools) p.tools = [{ type: 'mcp', server_label: '*' }];
     return p;
   }
 
@@ -162,6 +165,7 @@
     ui.sTopP.value = v('top_p');
     ui.sTopK.value = v('top_k');
     ui.sSystem.value = s.system || '';
+    ui.sServerTools.checked = s.server_tools === true;
     const lim = state.server && state.server.limits;
     if (lim && lim.max_tokens > 0) ui.sMaxTokens.max = String(lim.max_tokens);
     const parts = [`temperature ${d.temperature}`, `max tokens ${d.max_tokens}`, `top p ${d.top_p}`, `top k ${d.top_k}`];
@@ -179,7 +183,7 @@
     const d = serverDefaults();
     const form = sanitize({
       temperature: ui.sTemperature.value, max_tokens: ui.sMaxTokens.value,
-      top_p: ui.sTopP.value, top_k: ui.sTopK.value, system: ui.sSystem.value,
+      top_p: ui.sTopP.value, top_k: ui.sTopK.value, system: ui.sSystem.value, server_tools: ui.sServerTools.checked,
     });
     for (const f of SAMPLING) if (form[f] === d[f]) delete form[f];
     state.settings = form;
@@ -404,6 +408,8 @@
       case 'token': onToken(msg); break;
       case 'thinking': onThinking(msg); break;
       case 'done': onDone(msg); break;
+      case 'server_tool_call': onServerTool(msg); break;
+      case 'server_tool_result': onServerTool(msg); break;
       case 'error': onError(msg); break;
       case 'loading': // a prompt waits for its model to load
         state.loadingShown = true;
@@ -686,6 +692,39 @@
     }
   }
 
+  // onServerTool shows a call of a tool that runs on the server, then its
+  // result, collapsed inside the reply that made it. The server stores them
+  // as messages of their own before the reply; the page's history does too.
+  function onServerTool(msg) {
+    const r = state.reply;
+    if (!r) return;
+    if (Number.isFinite(msg.seq) && msg.seq > 0) {
+      if (msg.seq <= r.seq) return; // already shown
+      r.seq = msg.seq;
+    }
+    r.steps = r.steps || [];
+    if (msg.type === 'server_tool_call') {
+      r.steps.push({ role: 'assistant', content: '', tool_calls: [{ id: String(msg.id || ''), name: String(msg.name || ''), arguments: String(msg.arguments || '') }] });
+    } else {
+      r.steps.push({ role: 'tool', content: typeof msg.content === 'string' ? msg.content : '', tool_call_id: String(msg.id || '') });
+    }
+    const box = document.createElement('details');
+    box.className = 'tool server-tool';
+    const summary = document.createElement('summary');
+    const pre = document.createElement('pre');
+    const name = `${String(msg.server || '?')}/${String(msg.name || '?')}`;
+    if (msg.type === 'server_tool_call') {
+      summary.textContent = `Server tool call: ${name}`;
+      pre.textContent = prettyJSON(String(msg.arguments || ''));
+    } else {
+      const text = typeof msg.content === 'string' ? msg.content : '';
+      summary.textContent = msg.error ? `Server tool failed: ${name}` : `Server tool result: ${name} (${text.length} characters)`;
+      pre.textContent = msg.error ? String(msg.error) : prettyJSON(text);
+    }
+    box.append(summary, pre);
+    r.content.before(box);
+  }
+
   function prettyJSON(text) {
     try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return text; }
   }
@@ -804,6 +843,8 @@
         if (r.userNode) r.userNode.removeAttribute('data-index');
       }
     } else if (finish !== 'interrupted') {
+      // The server stored the server tools' calls and results before the reply.
+      for (const m of r.steps || []) state.messages.push(m);
       r.node.dataset.index = String(state.messages.length);
       state.messages.push({ role: 'assistant', content: r.text, reasoning: r.thought, tool_calls: toolCalls });
     }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/toolloop"
 )
 
 // Responder is what the HTTP APIs need from the chat layer
@@ -74,6 +75,9 @@ type Core struct {
 	// Operator reports whether r comes with the server's own API key (it
 	// may see paths and settings that others see redacted).
 	Operator func(r *http.Request) bool
+	// Tools lists and calls the tools that run on the server (the
+	// operator's MCP servers) under each user's policy; nil: none.
+	Tools toolloop.Host
 }
 
 // Who cancelled a reply (label "by" of parley_replies_cancelled_total).

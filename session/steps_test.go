@@ -1,0 +1,98 @@
+package session_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/session"
+)
+
+// stepsReply is a fakeReply that says it ran a server tool before its
+// final reply (session.StepsReply).
+type stepsReply struct {
+	*fakeReply
+	steps []parley.Message
+}
+
+func (r stepsReply) Steps() []parley.Message { return r.steps }
+
+// TestRespondCommitsSteps: a Responses turn that replies through its own
+// Responder, whose reply is a StepsReply, stores its input, the steps (a
+// server call and its result) and the reply in order; its record counts the
+// steps, so the response's reply and input items stay where they are, and
+// a later turn continues after the reply. A chat turn given the Responder
+// through WithTurnResponder stores them the same way.
+func TestRespondCommitsSteps(t *testing.T) {
+	st := session.NewMemoryStore()
+	t.Cleanup(func() { st.Close() })
+	svc, f := newService(t, st, echo)
+	steps := []parley.Message{
+		{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{{ID: "call_1", Name: "add", Arguments: `{"a":1}`}}},
+		{Role: parley.RoleTool, ToolCallID: "call_1", Name: "add", Content: "2"},
+	}
+	loop := session.Adapt(func(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (stepsReply, error) {
+		r, err := f.Reply(ctx, key, msgs, p)
+		return stepsReply{r, steps}, err
+	})
+	ctx := context.Background()
+	resp, err := svc.Respond(ctx, session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "one plus one"}},
+		Params: parley.DefaultParams(), Responder: loop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range resp.Events() {
+	}
+	rec := resp.Final()
+	if rec.Steps != 2 || rec.End-rec.Start != 4 {
+		t.Fatalf("record %+v", rec)
+	}
+	got, sess, err := svc.GetResponse(ctx, rec.ID)
+	if err != nil || got.ID != rec.ID {
+		t.Fatalf("get response: %+v, %v", got, err)
+	}
+	var roles []parley.Role
+	for _, m := range sess.Messages {
+		roles = append(roles, m.Role)
+	}
+	want := []parley.Role{parley.RoleUser, parley.RoleAssistant, parley.RoleTool, parley.RoleAssistant}
+	if len(roles) != len(want) || sess.Messages[1].ToolCalls[0].ID != "call_1" || sess.Messages[3].Content != "reply to one plus one" {
+		t.Fatalf("stored %+v", sess.Messages)
+	}
+	for i := range want {
+		if roles[i] != want[i] {
+			t.Fatalf("stored roles %v, want %v", roles, want)
+		}
+	}
+	if in := sess.Span(rec.Start, rec.End-1-rec.Steps); len(in) != 1 || in[0].Role != parley.RoleUser {
+		t.Errorf("input span %+v", in)
+	}
+
+	// The next turn continues after the reply, through the Service's own Responder.
+	next, err := svc.Respond(ctx, session.ResponseRequest{Previous: rec.ID, Input: []parley.Message{{Role: parley.RoleUser, Content: "thanks"}},
+		Params: parley.DefaultParams()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range next.Events() {
+	}
+	if n := next.Final(); n.Steps != 0 || n.Start != rec.End || n.End != rec.End+2 {
+		t.Errorf("next record %+v after %+v", n, rec)
+	}
+
+	// A chat turn through WithTurnResponder.
+	s := mustOpenSession(t, svc)
+	turn, err := svc.Turn(session.WithTurnResponder(ctx, loop), s.ID, "two plus two", parley.DefaultParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range turn.Events() {
+	}
+	stored, err := svc.Conversation(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(stored.Messages); n != 4 || stored.Messages[2].Role != parley.RoleTool || stored.Messages[3].Content != "reply to two plus two" {
+		t.Errorf("chat turn stored %+v", stored.Messages)
+	}
+}
