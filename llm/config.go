@@ -129,9 +129,12 @@ type Config struct {
 	// Draft is speculative decoding from the conversation (draft.go):
 	// "auto" drafts where the step times the loop measures say a draft
 	// token pays for itself, "ngram" whenever the history offers a
-	// continuation, "off" (the default, "" too) never. Greedy replies are
-	// the same tokens either way; seeded sampling under a grammar diverged
-	// once with drafts in tests (draft_test.go), so drafting is opt-in.
+	// continuation, "off" (the default, "" too) never. The sampling
+	// distribution is the model's either way, and the tokens are the same
+	// given the same logits; llama.cpp's logits for a step of several
+	// positions of a sequence round otherwise than for one, so a seeded
+	// sampled reply can take another token where its draw falls that close
+	// to a boundary (draft.go).
 	Draft string
 	// DraftMax is the longest draft per sequence and step; 0 means
 	// DefaultDraftMax.
@@ -146,6 +149,10 @@ type Config struct {
 	// context computes pooled embeddings (embed.go).
 	embedding bool
 	Logger    *zap.Logger
+	// wrapBackend, set by the package's tests, wraps the opened backend
+	// (a backend whose logits are a function of each row's token and
+	// position alone, for instance).
+	wrapBackend func(backend) backend
 }
 
 // applyDefaults gives cfg's zero fields their defaults, caps the context

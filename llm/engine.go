@@ -227,6 +227,9 @@ func Open(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.wrapBackend != nil {
+		be = cfg.wrapBackend(be)
+	}
 
 	info := meta.info
 	info.Path = cfg.Path
