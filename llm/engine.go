@@ -178,6 +178,10 @@ type sequence struct {
 	// unverified: draft is in the KV cache and s.cached, not yet verified
 	// (the step decoded it; its rows are not drawn yet).
 	unverified bool
+	// drafted and accepted count the reply's draft tokens and those that
+	// held (a token emitted in a draft's place), for its final event; a
+	// draft token that ends the reply does not count as held.
+	drafted, accepted int
 
 	generated int
 	usage     parley.Usage

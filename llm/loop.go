@@ -337,6 +337,7 @@ func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 	seq.draft = append(seq.draft, e.draftBuf...)
 	seq.unverified = true
 	e.drafted.Add(int64(len(seq.draft)))
+	seq.drafted += len(seq.draft)
 	return len(seq.draft)
 }
 
@@ -354,6 +355,7 @@ func (e *Engine) emitRow(seq *sequence, i, tok int, logits []float32) (more, fin
 		return false, true
 	}
 	if i < len(seq.draft) && tok == seq.draft[i] && (seq.gs == nil) == inline {
+		seq.accepted++
 		s.cached = append(s.cached, tok)
 		seq.pending = seq.pending[:0]
 		return true, false
@@ -504,6 +506,7 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 	if !seq.firstTok.IsZero() {
 		final.Timings.TimeToFirstToken = seq.firstTok.Sub(seq.submitted)
 	}
+	final.Timings.Drafted, final.Timings.DraftAccepted = seq.drafted, seq.accepted
 	seq.out <- final
 	close(seq.out)
 }
