@@ -139,6 +139,11 @@ type Config struct {
 	// DraftMax is the longest draft per sequence and step; 0 means
 	// DefaultDraftMax.
 	DraftMax int
+	// DraftModel is a small model of the same vocabulary whose greedy
+	// continuation is the draft (draftmodel.go), instead of the
+	// conversation's own text; it runs on the same engine. With it, Draft
+	// "" or "off" means "auto".
+	DraftModel string
 	// Projector is a vision projector GGUF ("mmproj") for the model: with
 	// it the engine takes images (parley.GenerateRequest.Images). Only the
 	// current engine runs one, through libmtmd beside its libraries.
@@ -233,8 +238,11 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 	default:
 		return fmt.Errorf("huge pages: want auto or off, got %q", cfg.HugePages)
 	}
-	if cfg.Draft == "" {
+	if cfg.Draft == "" || cfg.Draft == DraftOff && cfg.DraftModel != "" {
 		cfg.Draft = DraftOff
+		if cfg.DraftModel != "" {
+			cfg.Draft = DraftAuto
+		}
 	}
 	if cfg.DraftMax == 0 {
 		cfg.DraftMax = DefaultDraftMax

@@ -275,6 +275,20 @@ func (c *draftCost) bar(g, n int) float64 {
 	return float64(g) * c.perToken / t
 }
 
+// barWith is bar for draft tokens that cost extra each besides their
+// place in the step (a draft model's decode of each): the chance of
+// holding for which (g + p) / (T + perToken + extra) > g / T.
+func (c *draftCost) barWith(g, n int, extra time.Duration) float64 {
+	if extra <= 0 || c.w == 0 {
+		return c.bar(g, n)
+	}
+	t := c.fixed + c.perToken*float64(n)
+	if t <= 0 {
+		return 0
+	}
+	return float64(g) * (c.perToken + extra.Seconds()) / t
+}
+
 // checkDraft checks Config's draft settings.
 func checkDraft(mode string, max int) error {
 	switch mode {

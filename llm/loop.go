@@ -311,9 +311,13 @@ func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 		// goes in while that clears the bar of the step it lengthens.
 		p, c := seq.ds.chance(), 1.0
 		limit := 0
+		var extra time.Duration // the draft model's time per draft token
+		if e.dm != nil {
+			extra = e.dm.perToken
+		}
 		for limit < k {
 			c *= p
-			if c <= e.cost.bar(g, n+limit+1) {
+			if c <= e.cost.barWith(g, n+limit+1, extra) {
 				break
 			}
 			limit++
@@ -324,7 +328,11 @@ func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 		seq.ds.record(0, 0)
 		return 0
 	}
-	e.draftBuf = s.draft.lookup(e.draftBuf, k)
+	if e.dm != nil {
+		e.draftBuf = e.dm.propose(e.draftBuf, s.id, s.cached, k, e.log)
+	} else {
+		e.draftBuf = s.draft.lookup(e.draftBuf, k)
+	}
 	if len(e.draftBuf) == 0 {
 		seq.ds.record(0, 0)
 		return 0
