@@ -109,3 +109,31 @@ func TestDraftModelVocabulary(t *testing.T) {
 		t.Fatalf("a draft model of 1024 tokens for a 512-token model: %v, want a vocabulary error", err)
 	}
 }
+
+// TestDraftModelBacksOff: drafts from a synthetic draft model of random
+// weights almost never hold; auto mode, which weighs each draft token's
+// chance of holding against its cost (the draft model's decode included),
+// drafts far fewer of them than ngram mode, which always drafts, for the
+// same replies.
+func TestDraftModelBacksOff(t *testing.T) {
+	dm := synthDraft(t, 0)
+	drafted := map[string]int64{}
+	var ids []string
+	for _, mode := range []string{llm.DraftNgram, llm.DraftAuto} {
+		e := mustOpen(t, llm.Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 512, Draft: mode, DraftModel: dm})
+		var text string
+		for _, pr := range draftPrompts {
+			text += generate(t, e, "k", pr, greedy(100)).text
+		}
+		ids = append(ids, text)
+		st := e.Stats()
+		drafted[mode] = st.DraftTokens
+		t.Logf("%s: drafted %d, held %d, generated %d", mode, st.DraftTokens, st.DraftAccepted, st.TokensGenerated)
+	}
+	if ids[0] != ids[1] {
+		t.Errorf("the replies differ between the modes:\n%q\n%q", ids[0], ids[1])
+	}
+	if drafted[llm.DraftAuto]*2 > drafted[llm.DraftNgram] {
+		t.Errorf("auto drafted %d tokens, ngram %d: auto should back off from drafts that miss", drafted[llm.DraftAuto], drafted[llm.DraftNgram])
+	}
+}
