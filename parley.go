@@ -95,6 +95,10 @@ type Timings struct {
 	Queued           time.Duration `json:"-"` // waiting for a slot
 	TimeToFirstToken time.Duration `json:"-"` // from submission to the first generated token
 	Total            time.Duration `json:"-"` // from submission to the end
+	// Drafted is how many draft tokens speculative decoding verified for
+	// the reply, DraftAccepted how many of them held (each a token
+	// generated without a decode step of its own). Zero without drafts.
+	Drafted, DraftAccepted int `json:"-"`
 }
 
 // TokensPerSecond is the decode rate after the first token.

@@ -129,13 +129,21 @@ type Config struct {
 	// Draft is speculative decoding from the conversation (draft.go):
 	// "auto" drafts where the step times the loop measures say a draft
 	// token pays for itself, "ngram" whenever the history offers a
-	// continuation, "off" (the default, "" too) never. Greedy replies are
-	// the same tokens either way; seeded sampling under a grammar diverged
-	// once with drafts in tests (draft_test.go), so drafting is opt-in.
+	// continuation, "off" (the default, "" too) never. The sampling
+	// distribution is the model's either way, and the tokens are the same
+	// given the same logits; llama.cpp's logits for a step of several
+	// positions of a sequence round otherwise than for one, so a seeded
+	// sampled reply can take another token where its draw falls that close
+	// to a boundary (draft.go).
 	Draft string
 	// DraftMax is the longest draft per sequence and step; 0 means
 	// DefaultDraftMax.
 	DraftMax int
+	// DraftModel is a small model of the same vocabulary whose greedy
+	// continuation is the draft (draftmodel.go), instead of the
+	// conversation's own text; it runs on the same engine. With it, Draft
+	// "" or "off" means "auto".
+	DraftModel string
 	// Projector is a vision projector GGUF ("mmproj") for the model: with
 	// it the engine takes images (parley.GenerateRequest.Images). Only the
 	// current engine runs one, through libmtmd beside its libraries.
@@ -146,6 +154,10 @@ type Config struct {
 	// context computes pooled embeddings (embed.go).
 	embedding bool
 	Logger    *zap.Logger
+	// wrapBackend, set by the package's tests, wraps the opened backend
+	// (a backend whose logits are a function of each row's token and
+	// position alone, for instance).
+	wrapBackend func(backend) backend
 }
 
 // applyDefaults gives cfg's zero fields their defaults, caps the context
@@ -226,8 +238,11 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 	default:
 		return fmt.Errorf("huge pages: want auto or off, got %q", cfg.HugePages)
 	}
-	if cfg.Draft == "" {
+	if cfg.Draft == "" || cfg.Draft == DraftOff && cfg.DraftModel != "" {
 		cfg.Draft = DraftOff
+		if cfg.DraftModel != "" {
+			cfg.Draft = DraftAuto
+		}
 	}
 	if cfg.DraftMax == 0 {
 		cfg.DraftMax = DefaultDraftMax

@@ -19,10 +19,24 @@ import (
 // Drawing from the target distribution and comparing is the standard
 // acceptance rule for a draft of one certain token (q(d) = 1): the draft is
 // kept with probability p(d), and when it is not, the token drawn is
-// distributed as p without d, renormalized. Because each emitted token is
-// drawn once, in order, by the same sampler (its penalties' window, its
-// seeded random draw, its grammar) from the logits of the same context, the
-// tokens are those of plain decoding: greedy or sampled with a seed.
+// distributed as p without d, renormalized. So the sampling distribution is
+// exactly the model's. Each emitted token is drawn once, in order, by the
+// same sampler (its penalties' window, its seeded random draw, its grammar)
+// as in plain decoding, and no draw is made for a row past the first miss:
+// given the same logits, the tokens are those of plain decoding, greedy or
+// sampled with a seed (TestDraftSampledExact checks this over logits that
+// depend on each row alone).
+//
+// llama.cpp's logits are not quite the same: a step that evaluates several
+// positions of one sequence (its input and draft) sums in another order
+// than a step of one, which moves stories260K's log-probabilities by up to
+// about 1e-2. A seeded draw that lands within that distance of the boundary
+// between two tokens then takes the other one, and the reply goes on
+// differently from there (stories260K at temperature 0.8 under a grammar:
+// 1 reply of 20, one token in about 1,600); a greedy reply can differ only
+// where its two likeliest tokens are that close. Plain continuous batching
+// has the same effect, smaller (a step's other sequences move the logits by
+// about 1e-6).
 //
 // Draft tokens cost a decode step time; what they return depends on how
 // often they hold. draftCost decides, from step times the loop measures,
@@ -259,6 +273,20 @@ func (c *draftCost) bar(g, n int) float64 {
 		return 0
 	}
 	return float64(g) * c.perToken / t
+}
+
+// barWith is bar for draft tokens that cost extra each besides their
+// place in the step (a draft model's decode of each): the chance of
+// holding for which (g + p) / (T + perToken + extra) > g / T.
+func (c *draftCost) barWith(g, n int, extra time.Duration) float64 {
+	if extra <= 0 || c.w == 0 {
+		return c.bar(g, n)
+	}
+	t := c.fixed + c.perToken*float64(n)
+	if t <= 0 {
+		return 0
+	}
+	return float64(g) * (c.perToken + extra.Seconds()) / t
 }
 
 // checkDraft checks Config's draft settings.

@@ -135,18 +135,21 @@ func TestDraftCostFit(t *testing.T) {
 
 // TestDraftCancelledMidDraft: a request cancelled after a step decoded its
 // draft and before the draft was verified (inline, and with a grammar whose
-// sampler verifies it off the loop) leaves its slot clean: the same key's
+// sampler verifies it off the loop; drafts from the conversation and from a
+// draft model) leaves its slot clean: the same key's
 // next request, which continues the cancelled reply, reuses the cached
 // tokens and gets what an engine without drafts gives.
 func TestDraftCancelledMidDraft(t *testing.T) {
 	prompt := "Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom"
 	grammar := `root ::= [ a-zA-Z.,]+`
 	for _, engine := range []string{EngineEmbedded, EngineCurrent} {
-		for _, g := range []string{"", grammar} {
-			t.Run(fmt.Sprintf("%s/grammar=%v", engine, g != ""), func(t *testing.T) {
+		for _, c := range []struct{ g, dm string }{{"", ""}, {grammar, ""}, {"", testmodel.Path(t)}, {grammar, testmodel.Path(t)}} {
+			g := c.g
+			t.Run(fmt.Sprintf("%s/grammar=%v/draft-model=%v", engine, g != "", c.dm != ""), func(t *testing.T) {
 				cfg := Config{Path: testmodel.Path(t), Threads: 1, Parallel: 1, ContextLength: 512, Engine: engine, LibDir: testLibDir()}
 				ref := cfg
 				cfg.Draft, ref.Draft = DraftNgram, DraftOff
+				cfg.DraftModel = c.dm // the target itself: its drafts hold
 				e, err := Open(cfg)
 				if err != nil {
 					t.Fatal(err)

@@ -143,9 +143,10 @@ func TestDraftConstrained(t *testing.T) {
 			off, on := cfg, cfg
 			off.Draft, on.Draft = llm.DraftOff, llm.DraftNgram
 			eOff, eOn := mustOpen(t, off), mustOpen(t, on)
-			// Seeded sampling under a grammar is left out of the comparison: in 1 of 4 runs under the race
-			// detector its tokens diverged with drafts (still within the grammar, checked below); the cause is
-			// not known yet, so --draft is off by default.
+			// Seeded sampling is left out of the comparison over llama.cpp's logits: a draft's rows round
+			// otherwise than a step of one row (up to 1e-2 in a logprob), so a seeded draw near the boundary
+			// between two tokens can take the other (stories260K under this grammar: 1 seed of 20). Over
+			// logits that depend on each row alone, TestDraftSampledExact asks for the same tokens.
 			for name, p := range map[string]parley.Params{"grammar": lower, "schema": schema} {
 				if err := p.Validate(0); err != nil {
 					t.Fatal(err)

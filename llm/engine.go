@@ -142,6 +142,7 @@ type Engine struct {
 	cost      draftCost
 	noDraft   bool
 	draftBuf  []int
+	dm        *draftModel // the draft model (Config.DraftModel); nil: drafts from the conversation
 	// onDrafted, set by tests before the first Generate, is called on the
 	// loop after each decode with the context of every sequence that
 	// drafted in it, before the draft is verified.
@@ -178,6 +179,10 @@ type sequence struct {
 	// unverified: draft is in the KV cache and s.cached, not yet verified
 	// (the step decoded it; its rows are not drawn yet).
 	unverified bool
+	// drafted and accepted count the reply's draft tokens and those that
+	// held (a token emitted in a draft's place), for its final event; a
+	// draft token that ends the reply does not count as held.
+	drafted, accepted int
 
 	generated int
 	usage     parley.Usage
@@ -226,6 +231,9 @@ func Open(cfg Config) (*Engine, error) {
 	be, dp, err := openBackend(cfg, meta, log)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.wrapBackend != nil {
+		be = cfg.wrapBackend(be)
 	}
 
 	info := meta.info
@@ -281,8 +289,18 @@ func Open(cfg Config) (*Engine, error) {
 			return nil, err
 		}
 	}
+	if cfg.DraftModel != "" {
+		if e.dm, err = openDraftModel(cfg, be, log); err != nil {
+			e.closeVision()
+			be.Close()
+			return nil, err
+		}
+	}
 	// KV swap.
 	if e.kv, err = openKVSwap(cfg, e); err != nil {
+		if e.dm != nil {
+			e.dm.close()
+		}
 		e.closeVision()
 		be.Close()
 		return nil, err
@@ -521,6 +539,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	// Grammar samplers use neither the model nor the context.
 	e.freeOnce.Do(func() {
 		e.closeVision()
+		if e.dm != nil {
+			e.dm.close()
+		}
 		e.be.Close()
 	})
 	samplersDone := make(chan struct{})

@@ -311,9 +311,13 @@ func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 		// goes in while that clears the bar of the step it lengthens.
 		p, c := seq.ds.chance(), 1.0
 		limit := 0
+		var extra time.Duration // the draft model's time per draft token
+		if e.dm != nil {
+			extra = e.dm.perToken
+		}
 		for limit < k {
 			c *= p
-			if c <= e.cost.bar(g, n+limit+1) {
+			if c <= e.cost.barWith(g, n+limit+1, extra) {
 				break
 			}
 			limit++
@@ -324,7 +328,11 @@ func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 		seq.ds.record(0, 0)
 		return 0
 	}
-	e.draftBuf = s.draft.lookup(e.draftBuf, k)
+	if e.dm != nil {
+		e.draftBuf = e.dm.propose(e.draftBuf, s.id, s.cached, k, e.log)
+	} else {
+		e.draftBuf = s.draft.lookup(e.draftBuf, k)
+	}
 	if len(e.draftBuf) == 0 {
 		seq.ds.record(0, 0)
 		return 0
@@ -337,6 +345,7 @@ func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 	seq.draft = append(seq.draft, e.draftBuf...)
 	seq.unverified = true
 	e.drafted.Add(int64(len(seq.draft)))
+	seq.drafted += len(seq.draft)
 	return len(seq.draft)
 }
 
@@ -354,6 +363,7 @@ func (e *Engine) emitRow(seq *sequence, i, tok int, logits []float32) (more, fin
 		return false, true
 	}
 	if i < len(seq.draft) && tok == seq.draft[i] && (seq.gs == nil) == inline {
+		seq.accepted++
 		s.cached = append(s.cached, tok)
 		seq.pending = seq.pending[:0]
 		return true, false
@@ -504,6 +514,7 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 	if !seq.firstTok.IsZero() {
 		final.Timings.TimeToFirstToken = seq.firstTok.Sub(seq.submitted)
 	}
+	final.Timings.Drafted, final.Timings.DraftAccepted = seq.drafted, seq.accepted
 	seq.out <- final
 	close(seq.out)
 }

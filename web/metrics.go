@@ -89,6 +89,9 @@ type ops struct {
 	// by model; nil with one model, whose metrics stay as they were.
 	modelReplies *prometheus.CounterVec   // by model and finish reason
 	modelTTFT    *prometheus.HistogramVec // by model
+	// Speculative decoding's draft tokens by model (the loaded model's name
+	// with one), counted at each reply's end: verified, held, rejected.
+	drafted, draftAccepted, draftRejected *prometheus.CounterVec
 }
 
 // ops returns the server's ops, creating it for the options that fill it.
@@ -150,7 +153,16 @@ func (s *Server) initOps() {
 		o.refusals.WithLabelValues(c)
 	}
 
-	cs := []prometheus.Collector{}
+	draftVec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"model"})
+	}
+	o.drafted = draftVec("parley_draft_tokens_total",
+		"Draft tokens speculative decoding (--draft) verified, by model: accepted plus rejected.")
+	o.draftAccepted = draftVec("parley_draft_tokens_accepted_total",
+		"Draft tokens that held, by model: each a token generated without a decode step of its own.")
+	o.draftRejected = draftVec("parley_draft_tokens_rejected_total",
+		"Draft tokens that did not hold (removed from the KV cache), by model.")
+	cs := []prometheus.Collector{o.drafted, o.draftAccepted, o.draftRejected}
 	if s.models != nil {
 		o.modelReplies = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "parley_model_replies_total",
@@ -356,6 +368,15 @@ func (r *replyMeter) Observe(ev parley.Event) {
 	}
 	if ev.Finish == parley.FinishCancelled {
 		r.o.cancelled.WithLabelValues(r.cancelCause()).Inc()
+	}
+	if t := ev.Timings; t.Drafted > 0 {
+		model := r.model
+		if model == "" && r.o.info != nil {
+			model = r.o.info().Name
+		}
+		r.o.drafted.WithLabelValues(model).Add(float64(t.Drafted))
+		r.o.draftAccepted.WithLabelValues(model).Add(float64(t.DraftAccepted))
+		r.o.draftRejected.WithLabelValues(model).Add(float64(t.Drafted - t.DraftAccepted))
 	}
 }
 

@@ -87,6 +87,7 @@ type stackOpts struct {
 	// faults); the cleanup closes the store, not the wrapper.
 	wrapStore func(session.Store) session.Store
 	model     string // the GGUF to load (default stories260K)
+	draft     string // the engine's speculative decoding (llm.Config.Draft; default off)
 }
 
 // openStack starts the real stack on a loopback port; tb's cleanup closes
@@ -116,7 +117,7 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	// runs it once per engine); the current engine's libraries come from
 	// PARLEY_ENGINE_LIB.
 	eng, err := llm.Open(llm.Config{Path: o.model, ContextLength: o.contextLen, Parallel: o.parallel, CacheSlots: o.cacheSlots, KVCache: llm.KVCacheConfig{RAMBytes: o.kvCacheRAM}, Threads: 1, Logger: log,
-		Engine: os.Getenv("PARLEY_TEST_ENGINE")})
+		Engine: os.Getenv("PARLEY_TEST_ENGINE"), Draft: o.draft})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -115,6 +115,7 @@ type config struct {
 	stepBudget, bodyTimeout time.Duration
 	draft                   string
 	draftMax                int
+	draftModel              string
 	maxHTTPConns            int
 	// per-client limits, byte budgets
 	maxSessionsPerClient, sessionCreatesPerMinute, maxUnusedPerClient int
@@ -208,6 +209,7 @@ func declareFlags(c *config, getenv func(string) string, stderr io.Writer) *flag
 	fs.IntVar(&c.maxHTTPConnsPerIP, "max-http-conns-per-ip", web.DefaultMaxHTTPConnsPerIP, "open TCP connections per client address at most, WebSockets included (over it: 429)")
 	fs.StringVar(&c.draft, "draft", llm.DraftOff, "speculative decoding from the conversation's own text (greedy replies are the same tokens): auto drafts where the step times it measures say drafts pay, ngram whenever the conversation offers a continuation, off never")
 	fs.IntVar(&c.draftMax, "draft-max", llm.DefaultDraftMax, "longest draft per reply and decode step, in tokens")
+	fs.StringVar(&c.draftModel, "draft-model", "", "a small GGUF model of the same vocabulary whose greedy continuation is the draft, instead of the conversation's text (one model only; --draft off then means auto)")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
 	kvCacheFlags(fs, c)
 	c.engine.register(fs)
@@ -248,6 +250,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if c.model == "" && !c.severalModels() {
 		return c, errors.New("no model: give --model PATH (a GGUF file) or set PARLEY_MODEL, or --models DIR or --models-file FILE for several")
+	}
+	if c.draftModel != "" && c.severalModels() {
+		return c, errors.New("--draft-model drafts for one model: it cannot be combined with --models or --models-file")
 	}
 	users, err := loadUsers(c.userEntries, c.usersFile, c.apiKey)
 	if err != nil {
@@ -502,6 +507,7 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 		StepBudget:     cfg.stepBudget,
 		Draft:          cfg.draft,
 		DraftMax:       cfg.draftMax,
+		DraftModel:     cfg.draftModel,
 		// Fair sharing between clients (llm/fairqueue.go).
 		MaxQueuedPerClient: cfg.queuePerClient,
 		MaxSlotsPerClient:  cfg.slotsPerClient,

@@ -17,7 +17,7 @@ var flagTopics = []struct {
 	{"Model", []string{"model", "model-sha256", "model-cache", "ollama-models", "template", "version"}},
 	{"Several models", []string{"models", "models-file", "max-loaded-models", "max-models-memory", "keep-alive", "client-keep-alive", "min-residency"}},
 	{"Engine and performance", []string{"engine", "engine-lib", "ctx", "threads", "parallel", "cache-slots", "batch", "queue", "queue-per-client",
-		"slots-per-client", "poll", "thread-pool", "huge-pages", "flash-attn", "gpu-layers", "kv-unified", "kv-cache-type", "step-budget", "draft", "draft-max"}},
+		"slots-per-client", "poll", "thread-pool", "huge-pages", "flash-attn", "gpu-layers", "kv-unified", "kv-cache-type", "step-budget", "draft", "draft-max", "draft-model"}},
 	{"KV swap", []string{"kv-cache-ram", "kv-cache-disk", "kv-cache-shared", "kv-cache-shared-bytes", "kv-cache-min-free"}},
 	{"Sampling defaults", []string{"max-tokens", "max-tokens-limit", "system-prompt", "temperature", "top-k", "top-p", "min-p",
 		"repeat-penalty", "repeat-last-n", "seed"}},

@@ -10,6 +10,8 @@
 //
 //	go run ./tools/draftbench -model models/stories260K.gguf -threads 1,2 -streams 1,8
 //	go run ./tools/draftbench -synth 30x576 ...   # a SmolLM2-135M-shaped synthetic model (F16) with the model's vocabulary
+//	go run ./tools/draftbench -draft-model small.gguf ...   # drafts from a draft model of the same vocabulary
+//	go run ./tools/draftbench -synth 30x576 -draft-synth 2x64 ...   # and a synthetic draft model with the same vocabulary
 //
 // Figures on a shared machine are indicative: each row is one run (-rounds
 // takes the best of several).
@@ -56,6 +58,7 @@ type config struct {
 	modes          []string
 	tokens, rounds int
 	draftMax       int
+	draftModel     string // drafts from this model in every mode but off
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -70,6 +73,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.tokens, "tokens", 96, "tokens per reply")
 	fs.IntVar(&c.rounds, "rounds", 1, "runs per row (the best is shown)")
 	fs.IntVar(&c.draftMax, "draft-max", llm.DefaultDraftMax, "longest draft")
+	fs.StringVar(&c.draftModel, "draft-model", "", "a draft model of the model's vocabulary (llm.Config.DraftModel) for the modes but off")
+	draftSynth := fs.String("draft-synth", "", "LAYERSxDIM: a synthetic F16 draft model of this shape with -model's vocabulary")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,7 +109,33 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintf(out, "model %s (%s engine), %d tokens a reply, greedy\n\n", filepath.Base(model)+" "+c.synth, c.engine, c.tokens)
+	if *draftSynth != "" {
+		var layers, dim int
+		if _, err := fmt.Sscanf(*draftSynth, "%dx%d", &layers, &dim); err != nil {
+			return fmt.Errorf("-draft-synth: want LAYERSxDIM: %w", err)
+		}
+		dir, err := os.MkdirTemp("", "draftbench")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		spec := synth.DefaultSpec()
+		spec.VocabFrom, spec.Layers, spec.Dim, spec.Heads, spec.KVHeads = c.model, layers, dim, 4, 2
+		spec.FFN = dim * 8 / 3
+		// The target's seed: a synthetic model's greedy choice after token
+		// x is the seed's successor of x whatever its shape (internal/synth),
+		// so this draft model predicts the target's tokens, as a well-matched
+		// draft model does, at a fraction of its cost.
+		c.draftModel = filepath.Join(dir, "draft.gguf")
+		if _, err := synth.Write(ctx, c.draftModel, spec); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "model %s (%s engine), %d tokens a reply, greedy\n", filepath.Base(model)+" "+c.synth, c.engine, c.tokens)
+	if c.draftModel != "" {
+		fmt.Fprintf(out, "drafts from the draft model %s %s\n", filepath.Base(c.draftModel), *draftSynth)
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintln(out, "| threads | streams | workload | draft | tok/s | vs off | drafted/token | held | ms/step | same tokens |")
 	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, th := range c.threads {
@@ -126,8 +157,12 @@ func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n
 		}
 	}()
 	for _, m := range c.modes {
+		dm := c.draftModel
+		if m == llm.DraftOff {
+			dm = ""
+		}
 		e, err := llm.Open(llm.Config{Path: model, Engine: c.engine, Threads: th, Parallel: n, ContextLength: 1024,
-			Draft: m, DraftMax: c.draftMax})
+			Draft: m, DraftMax: c.draftMax, DraftModel: dm})
 		if err != nil {
 			return err
 		}

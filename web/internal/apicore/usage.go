@@ -21,6 +21,11 @@ type Timings struct {
 	TTFTMS          float64 `json:"ttft_ms"`
 	TokensPerSecond float64 `json:"tokens_per_second"`
 	TotalMS         float64 `json:"total_ms"`
+	// DraftN and DraftNAccepted are llama-server's names for the reply's
+	// draft tokens (speculative decoding) and those that held; absent
+	// without drafts.
+	DraftN         int `json:"draft_n,omitempty"`
+	DraftNAccepted int `json:"draft_n_accepted,omitempty"`
 }
 
 // NewUsage is u as Usage.
@@ -37,6 +42,8 @@ func NewTimings(t parley.Timings, completion int) Timings {
 		TTFTMS:          ms(t.TimeToFirstToken),
 		TokensPerSecond: Round2(t.TokensPerSecond(completion)),
 		TotalMS:         ms(t.Total),
+		DraftN:          t.Drafted,
+		DraftNAccepted:  t.DraftAccepted,
 	}
 }
 
