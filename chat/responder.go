@@ -85,6 +85,7 @@ type Responder struct {
 	tmpl     Template // nil: the model's own template (auto)
 	jinjaSrc string   // a Jinja template that replaces the model's ("": the model's)
 	renderer JinjaRenderer
+	images   ImageDecoder // nil: conversations with images are refused
 	auto     autoTemplate
 	log      *zap.Logger
 	memos    memos // the last turn of each conversation, by key (see memo)
@@ -139,6 +140,15 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, err
 	}
 	opt.Tools = neutralizeTools(opt.Tools, info.ControlTokens)
+	// Images: the prompt holds a marker where each goes, and no client text may spell one.
+	hasImages := parley.ImageCount(msgs) > 0
+	controls := info.ControlTokens
+	if hasImages {
+		if err := r.checkImages(msgs, info); err != nil {
+			return nil, err
+		}
+		controls = append(append([]string(nil), controls...), parley.ImageMarker)
+	}
 	// A continuation (parley.WithContinue) renders the messages before the
 	// last one, an assistant reply, with the generation prompt, and ends the
 	// prompt with that reply's text: the model carries it on.
@@ -147,7 +157,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, parley.Errorf(parley.EInvalid, "there is no reply to continue: the conversation does not end with one")
 	}
 	render := func(cand []parley.Message) (string, error) {
-		cand = neutralize(cand, info.ControlTokens)
+		cand = withImageMarkers(neutralize(cand, controls))
 		if !prefill {
 			return tmpl.Render(cand, opt)
 		}
@@ -161,6 +171,11 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	// exact tokens. Whether msgs continue it is checked on the rendered text
 	// (extend); a conversation that was reset has fewer messages.
 	tk, _ := r.gen.(ContinuationTokenizer)
+	if hasImages {
+		// The memo extends a prompt by tokenizing its new text alone, which knows no images: a conversation
+		// with images is tokenized whole each turn (the engine still reuses its cached prefix, images included).
+		tk = nil
+	}
 	m := r.memoFor(key, msgs, tk)
 
 	// Fit counts several candidate prompts; keep each one's tokens so the
@@ -195,7 +210,12 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		}
 		// Over limit the count is only known to be over (the tokens
 		// are a prefix): such a candidate is never the prompt.
-		tokens, err := r.tokenize(ctx, prompt, limit)
+		var tokens []int
+		if hasImages {
+			tokens, err = r.gen.(ImageTokenizer).TokenizeImages(prompt)
+		} else {
+			tokens, err = r.tokenize(ctx, prompt, limit)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("tokenize prompt: %w", err)
 		}
@@ -256,8 +276,18 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
 		}
 	}
+	var images []parley.Image
+	if hasImages {
+		// The kept turns' images, in the order their markers stand in the prompt.
+		if images, err = r.decodeImages(ctx, kept); err != nil {
+			return nil, err
+		}
+		if n := countImageTokens(chosen.tokens); n != len(images) {
+			return nil, parley.Errorf(parley.EInvalid, "the prompt holds %d image places for %d images (the chat template drops or repeats messages with images)", n, len(images))
+		}
+	}
 	think := ThinkFormatOf(tmpl)
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, images, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
 }
 
 // memoFor returns key's memo when msgs may continue its conversation (it
@@ -323,11 +353,11 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs at least %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
+	return r.start(ctx, key, prompt, tokens, nil, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
-func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
+func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, images []parley.Image, p parley.Params, stops []string, dropped, contextLength int,
 	remember func(gen []int, pieces []string, special []bool), think ThinkFormat, plan *phasePlan, ts *toolStream) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
@@ -343,7 +373,7 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 	// genCtx lets the reply stop generation on a stop string without
 	// cancelling the caller's ctx.
 	genCtx, cancel := context.WithCancel(ctx)
-	req := parley.GenerateRequest{Key: key, Tokens: tokens, Params: p}
+	req := parley.GenerateRequest{Key: key, Tokens: tokens, Params: p, Images: images}
 	var events <-chan parley.Event
 	var err error
 	if plan != nil {

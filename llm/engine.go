@@ -280,6 +280,7 @@ func Open(cfg Config) (*Engine, error) {
 			be.Close()
 			return nil, err
 		}
+		e.info.Vision = true
 	}
 	// KV swap.
 	if e.kv, err = openKVSwap(cfg, e); err != nil {

@@ -156,3 +156,11 @@ func (r *modelRef) Info() parley.ModelInfo {
 	}
 	return r.header
 }
+
+// TokenizeImages tokenizes a prompt that holds images (llm.Engine.TokenizeImages); chat finds it by its interface.
+func (r *EngineRef) TokenizeImages(text string) ([]int, error) {
+	if e := r.p.Load(); e != nil {
+		return e.TokenizeImages(text)
+	}
+	return nil, errLoading
+}

@@ -118,8 +118,8 @@ func (s *API) ollamaParameters(ctx context.Context) string {
 // always, tools when its chat template takes them (as Ollama decides:
 // Parley could constrain any model to a call, but one not trained for
 // tools calls them at random), thinking when it marks a thought Parley
-// splits from the answer; never vision or embedding (Parley serves text
-// generation).
+// splits from the answer, vision when it was loaded with a projector;
+// never embedding (Parley's chat models generate text).
 func (s *API) ollamaCapabilities(ctx context.Context) []string {
 	caps := []string{"completion"}
 	if strings.Contains(s.loadedModel(ctx).ChatTemplate, "tools") {
@@ -127,6 +127,9 @@ func (s *API) ollamaCapabilities(ctx context.Context) []string {
 	}
 	if s.ollamaThinks(ctx) {
 		caps = append(caps, "thinking")
+	}
+	if s.loadedModel(ctx).Vision {
+		caps = append(caps, "vision")
 	}
 	return caps
 }
