@@ -43,4 +43,3 @@ func (v *visionFlags) projector(modelPath string, log *zap.Logger) (path string,
 func imageOptions(v visionFlags, dec *media.Decoder) []chat.Option {
 	return []chat.Option{chat.WithImageDecoder(chat.NewMediaDecoder(dec, v.media.Limits))}
 }
-
