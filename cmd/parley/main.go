@@ -397,6 +397,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 func newSessions(cfg config, store session.Store, defaults parley.Params, r web.Responder, log *zap.Logger) *session.Service {
 	return session.NewService(store, session.Adapt(r.Reply),
 		session.WithSystemPrompt(cfg.systemPrompt),
+		session.WithMaxConversationImages(cfg.vision.media.Limits.MaxConversationImages),
 		session.WithDefaultParams(defaults),
 		session.WithClientLimits(cfg.sessionCreatesPerMinute, cfg.maxUnusedPerClient),
 		session.WithLogger(log.Named("session")))

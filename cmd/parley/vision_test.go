@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -17,6 +19,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorilla/websocket"
+
+	"github.com/parley-chat/parley/internal/jsonmode"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testbin"
 	"github.com/parley-chat/parley/internal/testmodel"
@@ -103,6 +108,20 @@ func openAIImageChat(url, text string) map[string]any {
 			map[string]any{"type": "text", "text": text},
 		}},
 	}}
+}
+
+// readDone reads a JSON-mode socket until a reply's done message.
+func readDone(t *testing.T, ws *websocket.Conn) jsonmode.Message {
+	t.Helper()
+	for {
+		switch m := read(t, ws); m.Type {
+		case "token":
+		case "done":
+			return m
+		default:
+			t.Fatalf("during a reply: %+v", m)
+		}
+	}
 }
 
 func errorMessage(out map[string]any) string {
@@ -208,6 +227,32 @@ func TestVisionBinary(t *testing.T) {
 			}}}})
 		if status != 200 || out["status"] == "failed" || len(out["output"].([]any)) == 0 {
 			t.Fatalf("%d %v", status, out)
+		}
+	})
+
+	t.Run("WebSocket JSON prompt with an image, resumed with it", func(t *testing.T) {
+		ws := s.dial(t, "")
+		id := read(t, ws).SessionID()
+		ws.WriteJSON(map[string]any{"type": "prompt", "content": "Once upon a time", "images": []string{dataURL(pngA)},
+			"params": map[string]any{"max_tokens": 8}})
+		first := readDone(t, ws)
+		second := turn(t, ws, "And then?", map[string]any{"max_tokens": 8})
+		if first.Usage.PromptTokens < 16 || second.Usage.CachedPromptTokens < first.Usage.PromptTokens ||
+			second.Usage.PromptTokens-second.Usage.CachedPromptTokens >= first.Usage.PromptTokens {
+			t.Errorf("first turn %+v, second %+v: want the second to reuse the first's prompt, image included", first.Usage, second.Usage)
+		}
+		// A hostile image on the socket: an error naming it, and the connection serves on.
+		ws.WriteJSON(map[string]any{"type": "prompt", "content": "x", "images": []string{dataURL(pngA[:40])}})
+		if m := read(t, ws); m.Type != "error" || m.Field != "images[0]" {
+			t.Errorf("a truncated image: %+v", m)
+		}
+		ws.Close()
+		ws = s.dial(t, "&session="+id)
+		sess := read(t, ws)
+		want := sha256.Sum256(pngA)
+		if len(sess.Messages) < 1 || len(sess.Messages[0].Images) != 1 || sess.Messages[0].Images[0].SHA256 != hex.EncodeToString(want[:]) ||
+			!bytes.Equal(sess.Messages[0].Images[0].Data, pngA) {
+			t.Errorf("resumed session: %+v", sess.Messages)
 		}
 	})
 

@@ -72,7 +72,8 @@ const (
 type job struct {
 	kind    jobKind
 	content string
-	callID  string // jobPrompt: the tool call content answers ("" for a user's prompt)
+	images  []parley.ImagePart // jobPrompt: the prompt's images
+	callID  string             // jobPrompt: the tool call content answers ("" for a user's prompt)
 	regen   bool   // jobPrompt: regenerate the last reply (content is empty)
 	cont    bool   // jobPrompt: continue the last reply (content is empty)
 	model   string // jobPrompt: the model the prompt names ("" = the session's)
@@ -273,7 +274,12 @@ func (c *conn) handleJSON(data []byte) {
 		if m.Model == "" {
 			model = ""
 		}
-		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, callID: m.ToolCallID, model: model, params: p})
+		images, err := c.srv.promptImages(parley.WithUser(context.Background(), c.user), m)
+		if err != nil {
+			c.answer(err)
+			return
+		}
+		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, images: images, callID: m.ToolCallID, model: model, params: p})
 	case "regenerate":
 		p, err := c.srv.resolveWSParams(m.Params)
 		if err != nil {
