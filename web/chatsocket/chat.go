@@ -74,9 +74,9 @@ type job struct {
 	content string
 	images  []parley.ImagePart // jobPrompt: the prompt's images
 	callID  string             // jobPrompt: the tool call content answers ("" for a user's prompt)
-	regen   bool   // jobPrompt: regenerate the last reply (content is empty)
-	cont    bool   // jobPrompt: continue the last reply (content is empty)
-	model   string // jobPrompt: the model the prompt names ("" = the session's)
+	regen   bool               // jobPrompt: regenerate the last reply (content is empty)
+	cont    bool               // jobPrompt: continue the last reply (content is empty)
+	model   string             // jobPrompt: the model the prompt names ("" = the session's)
 	params  parley.Params
 	err     error // jobAnswer: what to tell the client
 	n       int   // jobAnswer: how many messages it answers (equal answers in a row are merged)
