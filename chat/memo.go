@@ -34,6 +34,7 @@ type Engine interface {
 	ContinuationTokenizer
 	SavedTokenSource
 	LimitTokenizer
+	ImageTokenizer
 }
 
 // SavedTokenSource is implemented by a Generator that keeps conversations'

@@ -148,6 +148,9 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			return nil, err
 		}
 		controls = append(append([]string(nil), controls...), parley.ImageMarker)
+		if j, ok := tmpl.(*Jinja); ok && j.imageText() != "" {
+			controls = append(controls, j.imageText()) // what the template writes for an image
+		}
 	}
 	// A continuation (parley.WithContinue) renders the messages before the
 	// last one, an assistant reply, with the generation prompt, and ends the
@@ -157,7 +160,10 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, parley.Errorf(parley.EInvalid, "there is no reply to continue: the conversation does not end with one")
 	}
 	render := func(cand []parley.Message) (string, error) {
-		cand = withImageMarkers(neutralize(cand, controls))
+		cand = neutralize(cand, controls)
+		if hasImages && !typedImages(tmpl) {
+			cand = withImageMarkers(cand)
+		}
 		if !prefill {
 			return tmpl.Render(cand, opt)
 		}
