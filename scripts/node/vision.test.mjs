@@ -7,54 +7,18 @@
 // must get a reply; a second OpenAI turn repeating the image must find it cached.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { deflateSync } from 'node:zlib';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { Ollama } from 'ollama';
 import { generateText } from 'ai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { ROOT, startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
+import { startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
+import { makeVisionModel, png, visionSkip as skip } from '../lib/testimage.mjs';
 
 const API_KEY = 'vision-test-key';
-const LIB = process.env.PARLEY_ENGINE_LIB || path.join(ROOT, 'lib', 'llama-current');
-const skip = existsSync(path.join(LIB, 'libmtmd.so')) ? false : `no libmtmd.so in ${LIB} (make setup-vision)`;
-
-// crc32 of a PNG chunk's type and data.
-function crc32(buf) {
-  let c = ~0;
-  for (const b of buf) {
-    c ^= b;
-    for (let k = 0; k < 8; k++) c = (c >>> 1) ^ (0xedb88320 & -(c & 1));
-  }
-  return ~c >>> 0;
-}
-
-// png is a w x h RGB PNG whose pixels depend on seed.
-function png(w, h, seed) {
-  const chunk = (type, data) => {
-    const len = Buffer.alloc(4); len.writeUInt32BE(data.length);
-    const td = Buffer.concat([Buffer.from(type, 'latin1'), data]);
-    const crc = Buffer.alloc(4); crc.writeUInt32BE(crc32(td));
-    return Buffer.concat([len, td, crc]);
-  };
-  const ihdr = Buffer.alloc(13);
-  ihdr.writeUInt32BE(w, 0); ihdr.writeUInt32BE(h, 4);
-  ihdr[8] = 8; ihdr[9] = 2; // 8-bit RGB
-  const raw = Buffer.alloc(h * (1 + 3 * w));
-  for (let y = 0; y < h; y++) {
-    for (let x = 0; x < w; x++) {
-      const o = y * (1 + 3 * w) + 1 + 3 * x;
-      raw[o] = (x * 7 + seed) & 255; raw[o + 1] = (y * 13) ^ seed; raw[o + 2] = (x * y + 3 * seed) & 255;
-    }
-  }
-  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
-    chunk('IHDR', ihdr), chunk('IDAT', deflateSync(raw)), chunk('IEND', Buffer.alloc(0))]);
-}
 
 describe('images through the real clients', { timeout: 600_000, skip }, () => {
   let server, port, dataDir, tmp;
@@ -64,13 +28,9 @@ describe('images through the real clients', { timeout: 600_000, skip }, () => {
 
   before(async () => {
     tmp = await mkdtemp(path.join(os.tmpdir(), 'parley-vision-'));
-    const model = path.join(tmp, 'model.gguf');
-    const mmproj = path.join(tmp, 'mmproj-model.gguf');
-    execFileSync('go', ['run', './tools/mkgguf', '-o', model, '-mmproj', mmproj,
-      '-name', 'vision', '-dim', '64', '-layers', '1', '-heads', '4', '-kv-heads', '4', '-ffn', '64'], { cwd: ROOT, stdio: 'ignore' });
     ({ server, port, dataDir } = await startAPIServer('vision', {
       apiKey: API_KEY,
-      args: ['--model', model, '--mmproj', mmproj, '--engine', 'current', '--engine-lib', LIB, '--parallel', '1', '--temperature', '0'],
+      args: [...makeVisionModel(tmp), '--parallel', '1', '--temperature', '0'],
     }));
   });
 
