@@ -300,3 +300,34 @@ func TestVisionRefusedWithoutProjector(t *testing.T) {
 		t.Errorf("/info vision = %v", info["vision"])
 	}
 }
+
+// With remote image URLs allowed for a host, a name that resolves to loopback and a loopback address are still
+// refused (checked after DNS resolution, on the connection), each a 400 naming the part; the server never fetches.
+func TestVisionRemoteURLsNeverReachLoopback(t *testing.T) {
+	bin := testbin.Parley(t)
+	fetched := make(chan struct{}, 4)
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetched <- struct{}{}
+		w.Header().Set("Content-Type", "image/png")
+		w.Write(testPNG(t, 8, 8, 1))
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hs.Serve(ln)
+	defer hs.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	s := start(t, bin, "--store", "memory", "--image-url-allow", "localhost:"+port+",127.0.0.1:"+port)
+	for _, url := range []string{"http://localhost:" + port + "/cat.png", "http://127.0.0.1:" + port + "/cat.png"} {
+		status, out := postJSON(t, s, "/v1/chat/completions", openAIImageChat(url, "Hi"))
+		if msg := errorMessage(out); status != 400 || !strings.Contains(msg, "messages[0].content[0]") || !strings.Contains(msg, "loopback") {
+			t.Errorf("%s: %d %q; want a 400 naming the part and the loopback address", url, status, msg)
+		}
+	}
+	select {
+	case <-fetched:
+		t.Error("the server fetched from a loopback address")
+	default:
+	}
+}
