@@ -30,6 +30,31 @@ type ImageTokenizer interface {
 	TokenizeImages(text string) ([]int, error)
 }
 
+// ImageSizer is a Generator that tells how many prompt positions an image takes (llm.Engine is one): fitting a
+// conversation counts them, not one token per image. Without it an image counts as one token and the engine
+// refuses a prompt its images make too long.
+type ImageSizer interface {
+	ImagePositions(img parley.Image) (int, error)
+}
+
+// imagePositions is how many positions each image takes (1 each when the generator cannot say).
+func (r *Responder) imagePositions(images []parley.Image) ([]int, error) {
+	out := make([]int, len(images))
+	is, ok := r.gen.(ImageSizer)
+	for i, img := range images {
+		out[i] = 1
+		if !ok {
+			continue
+		}
+		n, err := is.ImagePositions(img)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
 // WithImageDecoder sets what decodes the images of a conversation. Without one a conversation with images is
 // refused.
 func WithImageDecoder(d ImageDecoder) Option {
@@ -190,4 +215,18 @@ func countImageTokens(toks []int) int {
 		}
 	}
 	return n
+}
+
+// imageExtra is the positions a prompt's images take beyond the one token each stands for in toks: its images are
+// the last of the conversation's (positions, in order).
+func imageExtra(toks []int, positions []int) int {
+	k := countImageTokens(toks)
+	if k == 0 || k > len(positions) {
+		return 0
+	}
+	extra := 0
+	for _, n := range positions[len(positions)-k:] {
+		extra += n - 1
+	}
+	return extra
 }

@@ -143,3 +143,30 @@ func TestResponderImageRefusals(t *testing.T) {
 		t.Errorf("no projector: %v", err)
 	}
 }
+
+// sizedFake is a vision fake whose images take 60 positions each, as a projector's run does.
+type sizedFake struct{ *visionFake }
+
+func (sizedFake) ImagePositions(parley.Image) (int, error) { return 60, nil }
+
+// Fitting counts an image's positions: an old turn's image that would overflow the context is dropped with its
+// turn, and the kept images are the newest.
+func TestResponderFitsImagePositions(t *testing.T) {
+	f := sizedFake{&visionFake{fakeGen: newFake(100, "", piece{text: "A"})}}
+	f.info.Vision = true
+	r := chat.NewResponder(f, chat.WithImageDecoder(&fakeDecoder{}))
+	msgs := []parley.Message{
+		{Role: parley.RoleUser, Content: "first", Images: []parley.ImagePart{imagePart("\x01old")}},
+		{Role: parley.RoleAssistant, Content: "ok"},
+		{Role: parley.RoleUser, Content: "second", Images: []parley.ImagePart{imagePart("\x02new")}},
+	}
+	rep, err := r.Reply(context.Background(), "", msgs, params(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, rep)
+	req := f.lastRequest(t)
+	if len(req.Images) != 1 || req.Images[0].RGB[0] != 2 || countImageTokens(req.Tokens) != 1 {
+		t.Errorf("images %d (first red %v), %d places: want the newest image alone", len(req.Images), req.Images[0].RGB[0], countImageTokens(req.Tokens))
+	}
+}

@@ -35,6 +35,7 @@ type Engine interface {
 	SavedTokenSource
 	LimitTokenizer
 	ImageTokenizer
+	ImageSizer
 }
 
 // SavedTokenSource is implemented by a Generator that keeps conversations'

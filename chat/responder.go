@@ -176,6 +176,19 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	// fitting starts from the turns it dropped, and prompts are built from its
 	// exact tokens. Whether msgs continue it is checked on the rendered text
 	// (extend); a conversation that was reset has fewer messages.
+	// Every image of the conversation, decoded (the decoder keeps recent ones), and the positions each takes:
+	// fitting counts them, and the kept turns' images are the last ones (turns drop oldest first).
+	var allImages []parley.Image
+	var positions []int
+	if hasImages {
+		var err error
+		if allImages, err = r.decodeImages(ctx, msgs); err != nil {
+			return nil, err
+		}
+		if positions, err = r.imagePositions(allImages); err != nil {
+			return nil, err
+		}
+	}
 	tk, _ := r.gen.(ContinuationTokenizer)
 	if hasImages {
 		// The memo extends a prompt by tokenizing its new text alone, which knows no images: a conversation
@@ -201,7 +214,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	limit := max(budget, maxPrompt)
 	count := func(cand []parley.Message) (int, error) {
 		if c, ok := seen[len(cand)]; ok {
-			return len(c.tokens), nil
+			return len(c.tokens) + imageExtra(c.tokens, positions), nil
 		}
 		prompt, err := render(cand)
 		if err != nil {
@@ -226,7 +239,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			return 0, fmt.Errorf("tokenize prompt: %w", err)
 		}
 		seen[len(cand)] = rendered{prompt, tokens, cont}
-		return len(tokens), nil
+		return len(tokens) + imageExtra(tokens, positions), nil
 	}
 	if maxPrompt > 0 {
 		// The whole conversation, as rendered, is held to the cap.
@@ -284,13 +297,12 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	}
 	var images []parley.Image
 	if hasImages {
-		// The kept turns' images, in the order their markers stand in the prompt.
-		if images, err = r.decodeImages(ctx, kept); err != nil {
-			return nil, err
+		// The kept turns' images, in the order their markers stand in the prompt: the conversation's last ones.
+		n, want := countImageTokens(chosen.tokens), parley.ImageCount(kept)
+		if n != want || n > len(allImages) {
+			return nil, parley.Errorf(parley.EInvalid, "the prompt holds %d image places for %d images (the chat template drops or repeats messages with images)", n, want)
 		}
-		if n := countImageTokens(chosen.tokens); n != len(images) {
-			return nil, parley.Errorf(parley.EInvalid, "the prompt holds %d image places for %d images (the chat template drops or repeats messages with images)", n, len(images))
-		}
+		images = allImages[len(allImages)-n:]
 	}
 	think := ThinkFormatOf(tmpl)
 	return r.start(ctx, key, chosen.prompt, chosen.tokens, images, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)

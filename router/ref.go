@@ -164,3 +164,11 @@ func (r *EngineRef) TokenizeImages(text string) ([]int, error) {
 	}
 	return nil, errLoading
 }
+
+// ImagePositions is the prompt positions an image takes (llm.Engine.ImagePositions).
+func (r *EngineRef) ImagePositions(img parley.Image) (int, error) {
+	if e := r.p.Load(); e != nil {
+		return e.ImagePositions(img)
+	}
+	return 0, errLoading
+}
