@@ -282,6 +282,29 @@ func TestVisionBinary(t *testing.T) {
 			}
 		})
 	}
+	// The other APIs name their own parts.
+	truncated := base64.StdEncoding.EncodeToString(pngA[:len(pngA)/2])
+	bomb64 := base64.StdEncoding.EncodeToString(bomb)
+	for _, tc := range []struct {
+		name, path, part string
+		body             map[string]any
+	}{
+		{"Anthropic bomb", "/v1/messages", "messages[0].content[0]", map[string]any{"model": "x", "max_tokens": 4, "messages": []any{
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": bomb64}}}}}}},
+		{"Ollama truncated", "/api/chat", "messages[0].images[0]", map[string]any{"model": "llama", "stream": false,
+			"messages": []any{map[string]any{"role": "user", "content": "x", "images": []string{truncated}}}}},
+		{"Ollama generate wrong magic", "/api/generate", "images[0]", map[string]any{"model": "llama", "stream": false,
+			"prompt": "x", "images": []string{base64.StdEncoding.EncodeToString([]byte("hello, not an image"))}}},
+		{"Responses SSRF", "/v1/responses", "input[0].content[0]", map[string]any{"model": "x", "input": []any{
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "input_image", "image_url": "http://169.254.169.254/latest/meta-data"}}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, out := postJSON(t, s, tc.path, tc.body)
+			if msg := errorMessage(out); status != 400 || !strings.Contains(msg, tc.part) {
+				t.Errorf("%d %q; want a 400 naming %s", status, msg, tc.part)
+			}
+		})
+	}
 	if status, out := postJSON(t, s, "/v1/chat/completions", openAIImageChat(dataURL(pngA), "Once upon a time")); status != 200 {
 		t.Fatalf("after the hostile images: %d %v", status, out)
 	}
