@@ -172,10 +172,6 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return prompt + cand[n-1].Content, err
 	}
 
-	// The memo of this conversation's last turn, when msgs continue it:
-	// fitting starts from the turns it dropped, and prompts are built from its
-	// exact tokens. Whether msgs continue it is checked on the rendered text
-	// (extend); a conversation that was reset has fewer messages.
 	// Every image of the conversation, decoded (the decoder keeps recent ones), and the positions each takes:
 	// fitting counts them, and the kept turns' images are the last ones (turns drop oldest first).
 	var allImages []parley.Image
@@ -189,6 +185,11 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			return nil, err
 		}
 	}
+
+	// The memo of this conversation's last turn, when msgs continue it:
+	// fitting starts from the turns it dropped, and prompts are built from its
+	// exact tokens. Whether msgs continue it is checked on the rendered text
+	// (extend); a conversation that was reset has fewer messages.
 	tk, _ := r.gen.(ContinuationTokenizer)
 	if hasImages {
 		// The memo extends a prompt by tokenizing its new text alone, which knows no images: a conversation
