@@ -82,6 +82,9 @@ type ModelInfo struct {
 	// (such as <tool_call>). The tokenizer turns these texts into the tokens
 	// themselves, so no string a client writes may carry them verbatim.
 	ControlTokens []string `json:"-"`
+	// Vision reports that the model sees images: it was loaded with a vision projector (--mmproj), so its
+	// requests may carry image parts.
+	Vision bool `json:"vision"`
 	// ChatTemplates are the named variants (tokenizer.chat_template.NAME), such as tool_use, which renders when a
 	// request has tools.
 	ChatTemplates map[string]string `json:"-"`

@@ -32,12 +32,14 @@ const (
 // of them by ToolCallID (Name is the tool's name where the wire gives it). All of them are empty for plain chat, and
 // omitted from stored JSON so that sessions stored before they existed read back unchanged.
 type Message struct {
-	Role       Role       `json:"role"`
-	Content    string     `json:"content"`
-	Reasoning  string     `json:"reasoning,omitempty"`
-	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-	Name       string     `json:"name,omitempty"`
+	Role    Role   `json:"role"`
+	Content string `json:"content"`
+	// Images are the message's images (a user's, or a tool result's), shown to the model before Content.
+	Images     []ImagePart `json:"images,omitempty"`
+	Reasoning  string      `json:"reasoning,omitempty"`
+	ToolCalls  []ToolCall  `json:"tool_calls,omitempty"`
+	ToolCallID string      `json:"tool_call_id,omitempty"`
+	Name       string      `json:"name,omitempty"`
 	// Interrupted marks an assistant reply that was cut short (cancelled,
 	// or its client left and did not come back in time): Content is what
 	// was generated until then.

@@ -1,7 +1,11 @@
 package chat
 
+import "github.com/parley-chat/parley"
+
 // BuildVars exposes buildVars to the external tests, which hand the same variables to Python's jinja2.
-var BuildVars = buildVars
+func BuildVars(msgs []parley.Message, opt RenderOptions, bos, eos string, now int64, thinkingKey bool) ([]byte, error) {
+	return buildVars(msgs, opt, bos, eos, now, thinkingKey, false)
+}
 
 // NewCallSplitter is NewSplitter for a reply that may call tools (the Responder sets this when it has a toolStream).
 func NewCallSplitter(format ThinkFormat, prompt string) *Splitter {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,6 +30,9 @@ type Jinja struct {
 	// thinkingKey: the template reads the thought as message.thinking (gpt-oss) rather than reasoning_content.
 	thinkingKey bool
 	think       ThinkFormat
+	// imageOnce finds imageTextV, what the template writes for an image part (jinja_images.go).
+	imageOnce  sync.Once
+	imageTextV string
 }
 
 // JinjaConfig configures a Jinja template.
@@ -137,6 +141,9 @@ func (t *Jinja) Render(msgs []parley.Message, opt RenderOptions) (string, error)
 	}
 	t.log.Warn("the chat template failed; rendering with the fallback family",
 		zap.String("fallback", t.fallback.Name()), zap.Error(err))
+	if t.imageText() != "" {
+		msgs = withImageMarkers(msgs) // the fallback takes images as marker lines
+	}
 	return t.fallback.Render(msgs, opt)
 }
 
@@ -163,7 +170,8 @@ func (t *Jinja) toolSyntax() parley.ToolSyntax {
 
 // RenderJinja renders with the Jinja template only (no fallback).
 func (t *Jinja) RenderJinja(msgs []parley.Message, opt RenderOptions) (string, error) {
-	vars, err := buildVars(msgs, opt, t.bos, t.eos, t.now().Unix(), t.thinkingKey)
+	imageText := t.imageText()
+	vars, err := buildVars(msgs, opt, t.bos, t.eos, t.now().Unix(), t.thinkingKey, imageText != "")
 	if err != nil {
 		return "", err
 	}
@@ -177,6 +185,9 @@ func (t *Jinja) RenderJinja(msgs []parley.Message, opt RenderOptions) (string, e
 	}
 	if t.bos != "" {
 		out = strings.TrimPrefix(out, t.bos) // the tokenizer adds BOS
+	}
+	if n := parley.ImageCount(msgs); n > 0 && imageText != "" {
+		return markTemplateImages(out, imageText, n)
 	}
 	return out, nil
 }

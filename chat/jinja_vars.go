@@ -29,7 +29,7 @@ type hfVars struct {
 
 type hfMessage struct {
 	Role             string       `json:"role"`
-	Content          string       `json:"content"`
+	Content          any          `json:"content"` // a string, or parts (a message with images, typedImages)
 	ReasoningContent string       `json:"reasoning_content,omitempty"`
 	Thinking         string       `json:"thinking,omitempty"` // gpt-oss's templates read the thought here
 	ToolCalls        []hfToolCall `json:"tool_calls,omitempty"`
@@ -65,7 +65,8 @@ type hfToolFunction struct {
 
 // buildVars returns the template variables for msgs as JSON. thinkingKey says whether the thought is also passed as
 // "thinking" (the gpt-oss templates' name for it).
-func buildVars(msgs []parley.Message, opt RenderOptions, bos, eos string, now int64, thinkingKey bool) ([]byte, error) {
+// With typedImages a message with images has its content as parts (imageParts).
+func buildVars(msgs []parley.Message, opt RenderOptions, bos, eos string, now int64, thinkingKey, typedImages bool) ([]byte, error) {
 	v := hfVars{AddGenerationPrompt: opt.AddGenerationPrompt, BOSToken: bos, EOSToken: eos, EnableThinking: opt.Thinking, Now: now}
 	v.Messages = make([]hfMessage, len(msgs))
 	for i, m := range msgs {
@@ -76,6 +77,9 @@ func buildVars(msgs []parley.Message, opt RenderOptions, bos, eos string, now in
 		}
 		hm := hfMessage{Role: string(m.Role), Content: m.Content, ReasoningContent: m.Reasoning,
 			ToolCallID: m.ToolCallID, Name: m.Name}
+		if typedImages && len(m.Images) > 0 {
+			hm.Content = imageParts(m)
+		}
 		if thinkingKey {
 			hm.Thinking = m.Reasoning
 		}

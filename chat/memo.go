@@ -34,6 +34,8 @@ type Engine interface {
 	ContinuationTokenizer
 	SavedTokenSource
 	LimitTokenizer
+	ImageTokenizer
+	ImageSizer
 }
 
 // SavedTokenSource is implemented by a Generator that keeps conversations'

@@ -85,6 +85,7 @@ type Responder struct {
 	tmpl     Template // nil: the model's own template (auto)
 	jinjaSrc string   // a Jinja template that replaces the model's ("": the model's)
 	renderer JinjaRenderer
+	images   ImageDecoder // nil: conversations with images are refused
 	auto     autoTemplate
 	log      *zap.Logger
 	memos    memos // the last turn of each conversation, by key (see memo)
@@ -139,6 +140,18 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, err
 	}
 	opt.Tools = neutralizeTools(opt.Tools, info.ControlTokens)
+	// Images: the prompt holds a marker where each goes, and no client text may spell one.
+	hasImages := parley.ImageCount(msgs) > 0
+	controls := info.ControlTokens
+	if hasImages {
+		if err := r.checkImages(msgs, info); err != nil {
+			return nil, err
+		}
+		controls = append(append([]string(nil), controls...), parley.ImageMarker)
+		if j, ok := tmpl.(*Jinja); ok && j.imageText() != "" {
+			controls = append(controls, j.imageText()) // what the template writes for an image
+		}
+	}
 	// A continuation (parley.WithContinue) renders the messages before the
 	// last one, an assistant reply, with the generation prompt, and ends the
 	// prompt with that reply's text: the model carries it on.
@@ -147,7 +160,10 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return nil, parley.Errorf(parley.EInvalid, "there is no reply to continue: the conversation does not end with one")
 	}
 	render := func(cand []parley.Message) (string, error) {
-		cand = neutralize(cand, info.ControlTokens)
+		cand = neutralize(cand, controls)
+		if hasImages && !typedImages(tmpl) {
+			cand = withImageMarkers(cand)
+		}
 		if !prefill {
 			return tmpl.Render(cand, opt)
 		}
@@ -156,11 +172,30 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		return prompt + cand[n-1].Content, err
 	}
 
+	// Every image of the conversation, decoded (the decoder keeps recent ones), and the positions each takes:
+	// fitting counts them, and the kept turns' images are the last ones (turns drop oldest first).
+	var allImages []parley.Image
+	var positions []int
+	if hasImages {
+		var err error
+		if allImages, err = r.decodeImages(ctx, msgs); err != nil {
+			return nil, err
+		}
+		if positions, err = r.imagePositions(allImages); err != nil {
+			return nil, err
+		}
+	}
+
 	// The memo of this conversation's last turn, when msgs continue it:
 	// fitting starts from the turns it dropped, and prompts are built from its
 	// exact tokens. Whether msgs continue it is checked on the rendered text
 	// (extend); a conversation that was reset has fewer messages.
 	tk, _ := r.gen.(ContinuationTokenizer)
+	if hasImages {
+		// The memo extends a prompt by tokenizing its new text alone, which knows no images: a conversation
+		// with images is tokenized whole each turn (the engine still reuses its cached prefix, images included).
+		tk = nil
+	}
 	m := r.memoFor(key, msgs, tk)
 
 	// Fit counts several candidate prompts; keep each one's tokens so the
@@ -180,7 +215,7 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 	limit := max(budget, maxPrompt)
 	count := func(cand []parley.Message) (int, error) {
 		if c, ok := seen[len(cand)]; ok {
-			return len(c.tokens), nil
+			return len(c.tokens) + imageExtra(c.tokens, positions), nil
 		}
 		prompt, err := render(cand)
 		if err != nil {
@@ -195,12 +230,17 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 		}
 		// Over limit the count is only known to be over (the tokens
 		// are a prefix): such a candidate is never the prompt.
-		tokens, err := r.tokenize(ctx, prompt, limit)
+		var tokens []int
+		if hasImages {
+			tokens, err = r.gen.(ImageTokenizer).TokenizeImages(prompt)
+		} else {
+			tokens, err = r.tokenize(ctx, prompt, limit)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("tokenize prompt: %w", err)
 		}
 		seen[len(cand)] = rendered{prompt, tokens, cont}
-		return len(tokens), nil
+		return len(tokens) + imageExtra(tokens, positions), nil
 	}
 	if maxPrompt > 0 {
 		// The whole conversation, as rendered, is held to the cap.
@@ -256,8 +296,17 @@ func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message
 			r.memos.put(key, &memo{msgs: len(msgs), dropped: turns, prompt: chosen.prompt, tokens: chosen.tokens, gen: gen, pieces: pieces, special: special})
 		}
 	}
+	var images []parley.Image
+	if hasImages {
+		// The kept turns' images, in the order their markers stand in the prompt: the conversation's last ones.
+		n, want := countImageTokens(chosen.tokens), parley.ImageCount(kept)
+		if n != want || n > len(allImages) {
+			return nil, parley.Errorf(parley.EInvalid, "the prompt holds %d image places for %d images (the chat template drops or repeats messages with images)", n, want)
+		}
+		images = allImages[len(allImages)-n:]
+	}
 	think := ThinkFormatOf(tmpl)
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
+	return r.start(ctx, key, chosen.prompt, chosen.tokens, images, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
 }
 
 // memoFor returns key's memo when msgs may continue its conversation (it
@@ -323,11 +372,11 @@ func (r *Responder) Complete(ctx context.Context, key string, prompt string, p p
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs at least %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
+	return r.start(ctx, key, prompt, tokens, nil, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }
 
 // start calls Generate and starts the goroutine that cleans its stream.
-func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, p parley.Params, stops []string, dropped, contextLength int,
+func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, images []parley.Image, p parley.Params, stops []string, dropped, contextLength int,
 	remember func(gen []int, pieces []string, special []bool), think ThinkFormat, plan *phasePlan, ts *toolStream) (*Reply, error) {
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
@@ -343,7 +392,7 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 	// genCtx lets the reply stop generation on a stop string without
 	// cancelling the caller's ctx.
 	genCtx, cancel := context.WithCancel(ctx)
-	req := parley.GenerateRequest{Key: key, Tokens: tokens, Params: p}
+	req := parley.GenerateRequest{Key: key, Tokens: tokens, Params: p, Images: images}
 	var events <-chan parley.Event
 	var err error
 	if plan != nil {

@@ -288,6 +288,7 @@ func Open(cfg Config) (*Engine, error) {
 			be.Close()
 			return nil, err
 		}
+		e.info.Vision = true
 	}
 	if cfg.DraftModel != "" {
 		if e.dm, err = openDraftModel(cfg, be, log); err != nil {

@@ -358,3 +358,17 @@ func (e *Engine) TokenizeImages(text string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// ImagePositions is how many prompt positions img takes (its embeddings and the tokens its model wraps an image
+// in), so that the chat layer fits a conversation with images into the context before the engine expands them.
+func (e *Engine) ImagePositions(img parley.Image) (int, error) {
+	if e.vision == nil {
+		return 0, parley.FieldErrorf("images", "this model takes no images (it was loaded without a projector)")
+	}
+	run, err := e.vision.tokenize(img)
+	if err != nil {
+		return 0, err
+	}
+	defer run.free()
+	return len(run.pre) + run.n + len(run.post), nil
+}

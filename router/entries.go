@@ -26,6 +26,7 @@ type Entry struct {
 	Threads   int             `json:"threads,omitempty"`
 	GPULayers *int            `json:"gpu_layers,omitempty"` // -1 = auto
 	Template  string          `json:"template,omitempty"`   // as --template
+	Mmproj    string          `json:"mmproj,omitempty"`     // the model's vision projector, as --mmproj
 	Pin       bool            `json:"pin,omitempty"`
 	KeepAlive json.RawMessage `json:"keep_alive,omitempty"` // "10m", seconds, or -1 (forever)
 	Load      bool            `json:"load,omitempty"`       // load at startup
@@ -65,7 +66,10 @@ func Entries(dir, file, model string) ([]Entry, string, error) {
 		}
 		slices.Sort(paths)
 		for _, p := range paths {
-			add(Entry{Name: NameOf(p), Path: p})
+			if isProjector(p) {
+				continue // a vision projector, not a model: it pairs with its model (projectorFor)
+			}
+			add(Entry{Name: NameOf(p), Path: p, Mmproj: projectorFor(p, paths)})
 		}
 	}
 	def := ""
@@ -198,4 +202,22 @@ func NameOf(ref string) string {
 		base = strings.TrimSuffix(base, ext) // only .gguf: llama3.2:1b keeps its dot
 	}
 	return strings.ReplaceAll(base, ":", "-")
+}
+
+// isProjector reports whether a GGUF in a models folder is a vision projector: its name starts with "mmproj", as
+// llama.cpp's converters and the model hubs name them.
+func isProjector(path string) bool {
+	return strings.HasPrefix(strings.ToLower(filepath.Base(path)), "mmproj")
+}
+
+// projectorFor is the projector of the model at path among a folder's files: mmproj-NAME.gguf, where NAME is the
+// model's name ("" when there is none). Several models share a folder, so a projector pairs with a model by name.
+func projectorFor(path string, paths []string) string {
+	want := "mmproj-" + strings.ToLower(NameOf(path)) + ".gguf"
+	for _, p := range paths {
+		if strings.ToLower(filepath.Base(p)) == want {
+			return p
+		}
+	}
+	return ""
 }

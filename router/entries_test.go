@@ -103,3 +103,26 @@ func TestEntries(t *testing.T) {
 		t.Errorf("a missing folder: no error")
 	}
 }
+
+// In a models folder a projector is not a model: mmproj-NAME.gguf is NAME's projector, and a model without one has
+// none.
+func TestEntriesPairProjectors(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"llava.gguf", "mmproj-llava.gguf", "plain.gguf", "MMPROJ-other.gguf"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, _, err := router.Entries(dir, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range entries {
+		got[e.Name] = filepath.Base(e.Mmproj)
+	}
+	want := map[string]string{"llava": "mmproj-llava.gguf", "plain": "."}
+	if len(got) != len(want) || got["llava"] != want["llava"] || got["plain"] != want["plain"] {
+		t.Errorf("entries %v, want %v", got, want)
+	}
+}

@@ -156,3 +156,19 @@ func (r *modelRef) Info() parley.ModelInfo {
 	}
 	return r.header
 }
+
+// TokenizeImages tokenizes a prompt that holds images (llm.Engine.TokenizeImages); chat finds it by its interface.
+func (r *EngineRef) TokenizeImages(text string) ([]int, error) {
+	if e := r.p.Load(); e != nil {
+		return e.TokenizeImages(text)
+	}
+	return nil, errLoading
+}
+
+// ImagePositions is the prompt positions an image takes (llm.Engine.ImagePositions).
+func (r *EngineRef) ImagePositions(img parley.Image) (int, error) {
+	if e := r.p.Load(); e != nil {
+		return e.ImagePositions(img)
+	}
+	return 0, errLoading
+}

@@ -9,6 +9,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,6 +170,7 @@ func New(cfg Config) (*Router, error) {
 func (m *Router) newServed(e Entry) (*served, registry.Spec, error) {
 	lcfg := m.cfg.Engine
 	lcfg.Path = e.Path
+	lcfg.Projector = e.Mmproj
 	if e.Ctx > 0 {
 		lcfg.ContextLength = e.Ctx
 	}
@@ -203,6 +205,7 @@ func (m *Router) newServed(e Entry) (*served, registry.Spec, error) {
 			s.badFile = parley.Errorf(parley.EUnavailable, "model %q cannot be loaded: %v", e.Name, err)
 		} else {
 			s.ref.header, s.estimate = info, est
+			s.ref.header.Vision = e.Mmproj != "" // said before it loads; a projector that fails fails the load
 			spec.Estimate, spec.EstimateDetail = est.Total(), est.String()
 		}
 	}
@@ -222,6 +225,9 @@ func (m *Router) newServed(e Entry) (*served, registry.Spec, error) {
 	}
 	if e.Template != "" {
 		s.settings["template"] = e.Template
+	}
+	if e.Mmproj != "" {
+		s.settings["mmproj"] = filepath.Base(e.Mmproj) // its name only: a path is the operator's
 	}
 	return s, spec, nil
 }

@@ -101,6 +101,8 @@ type Service struct {
 	creates createLimiter // sessions each client may create per minute
 	served  servedSet
 	ids     idCipher // response ids (ids.go)
+	// maxImages caps the images of one conversation (images.go); <= 0: none.
+	maxImages int
 }
 
 // Option configures NewService.
@@ -624,6 +626,10 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		reapply = func(fresh *Session) { fresh.removeSpan(from, fresh.Next()) }
 		ctx = parley.WithContinue(ctx)
 	}
+	if err := s.checkImages(sess, input); err != nil {
+		unlock()
+		return nil, err
+	}
 	if input.Role == parley.RoleTool {
 		if err := checkToolResults(sess.Messages, []parley.Message{input}); err != nil {
 			unlock()
@@ -705,6 +711,7 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	if t.prefix != nil {
 		msgs = append(msgs, *t.prefix)
 	}
+	msgs = withImageData(msgs)
 	if sess.Model != "" {
 		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
 	}

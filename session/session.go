@@ -114,7 +114,7 @@ func (s *Session) Bytes() int {
 	return n
 }
 
-func messageBytes(m parley.Message) int { return len(m.Role) + len(m.Content) }
+func messageBytes(m parley.Message) int { return len(m.Role) + len(m.Content) + imageBytes(m) }
 
 // trimHistory drops the oldest turns of msgs until the system prompt
 // (systemBytes) and the rest fit in maxBytes. A turn is a user message and

@@ -158,7 +158,8 @@ func (c *storeConfig) prepare(s *Session) (*Session, error) {
 	cp.Created = cp.Created.Round(0).UTC()
 	cp.Updated = now
 	s.Created, s.Updated = cp.Created, cp.Updated
-	if kept, dropped := trimHistory(cp.Messages, len(cp.System), c.maxBytes); dropped > 0 {
+	data := imageData(cp.Messages) // before trimming: a kept message may need a dropped one's copy
+	if kept, dropped := trimHistory(shareImages(cp.Messages, data), len(cp.System), c.maxBytes); dropped > 0 {
 		// Copy the kept suffix so the dropped prefix is not kept alive, and
 		// give the caller its own copy of what was kept.
 		cp.Messages = slices.Clone(kept)
@@ -166,6 +167,8 @@ func (c *storeConfig) prepare(s *Session) (*Session, error) {
 		cp.Trimmed += dropped
 		s.Trimmed = cp.Trimmed
 	}
+	cp.Messages = shareImages(cp.Messages, data)
+	s.Messages = shareImages(s.Messages, data)
 	return cp, nil
 }
 

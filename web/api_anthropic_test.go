@@ -321,7 +321,7 @@ func TestAnthropicErrors(t *testing.T) {
 		{"top_k a string", "top_k", map[string]any{"max_tokens": 4, "top_k": "x", "messages": user}},
 		{"no messages", "messages", map[string]any{"max_tokens": 4, "messages": []any{}}},
 		{"bad role", "messages[0].role", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "tool", "content": "x"}}}},
-		{"image block", "messages[0].content[1].type", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{
+		{"image block that is no image", "messages[0].content[1]", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{
 			{"type": "text", "text": "What is this?"}, {"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": "iVBO"}}}}}}},
 		{"unknown block", "messages[0].content[0].type", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "banana"}}}}}},
 		{"block not an object", "messages[0].content[0]", map[string]any{"max_tokens": 4, "messages": []map[string]any{{"role": "user", "content": []any{7}}}}},

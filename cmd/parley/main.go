@@ -134,6 +134,8 @@ type config struct {
 	engine engineFlags
 	// several models
 	models modelsFlags
+	// images: the projector, limits, decoder, remote URLs
+	vision visionFlags
 	// MCP servers (tools that run on the server)
 	mcpConfig string
 	mcp       *mcp.Config // read from mcpConfig; nil without it
@@ -214,6 +216,7 @@ func declareFlags(c *config, getenv func(string) string, stderr io.Writer) *flag
 	kvCacheFlags(fs, c)
 	c.engine.register(fs)
 	c.models.register(fs)
+	c.vision.register(fs)
 
 	fs.Usage = func() { printUsage(fs, stderr) }
 	return fs
@@ -351,7 +354,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// The model's chat template is untrusted code: it renders in a child process under time and memory limits.
 	sandbox := chat.NewSandbox()
 	defer sandbox.Close()
+	// Images decode in child processes too (media), started on the first image.
+	imageDecoder := cfg.vision.media.NewDecoder()
+	defer imageDecoder.Close()
 	ropts := []chat.Option{chat.WithLogger(log.Named("chat")), chat.WithJinjaRenderer(sandbox)}
+	ropts = append(ropts, imageOptions(cfg.vision, imageDecoder)...)
 	if cfg.template != "" {
 		opt, err := router.TemplateOption(cfg.template)
 		if err != nil {
@@ -397,6 +404,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 func newSessions(cfg config, store session.Store, defaults parley.Params, r web.Responder, log *zap.Logger) *session.Service {
 	return session.NewService(store, session.Adapt(r.Reply),
 		session.WithSystemPrompt(cfg.systemPrompt),
+		session.WithMaxConversationImages(cfg.vision.media.Limits.MaxConversationImages),
 		session.WithDefaultParams(defaults),
 		session.WithClientLimits(cfg.sessionCreatesPerMinute, cfg.maxUnusedPerClient),
 		session.WithLogger(log.Named("session")))
@@ -463,7 +471,15 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 	progress := newLoadProgress(stderr)
 	lcfg := engineConfig(cfg, modelPath, log.Named("llm"))
 	lcfg.Progress = progress.update
+	proj, explicit := cfg.vision.projector(modelPath, log)
+	lcfg.Projector = proj
 	eng, err := llm.Open(lcfg)
+	if err != nil && proj != "" && !explicit {
+		// A projector found beside the model is a convenience: one that does not load leaves a text model.
+		log.Warn("the projector beside the model did not load; serving without images", zap.String("projector", proj), zap.Error(err))
+		lcfg.Projector = ""
+		eng, err = llm.Open(lcfg)
+	}
 	progress.done()
 	if err != nil {
 		return nil, explainLoadFailure(err, lcfg, cfg)
@@ -485,6 +501,7 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 		zap.Uint64("huge_pages_mib", info.Device.HugePagesBytes>>20),
 		zap.String("kv_cache_type", cfg.kvCacheType),
 		zap.Bool("chat_template", info.ChatTemplate != ""),
+		zap.Bool("vision", info.Vision), zap.String("projector", lcfg.Projector),
 		zap.Duration("load_time", info.LoadTime))
 	return eng, nil
 }

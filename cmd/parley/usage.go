@@ -14,7 +14,7 @@ var flagTopics = []struct {
 	title string
 	flags []string
 }{
-	{"Model", []string{"model", "model-sha256", "model-cache", "ollama-models", "template", "version"}},
+	{"Model", []string{"model", "model-sha256", "model-cache", "ollama-models", "mmproj", "template", "version"}},
 	{"Several models", []string{"models", "models-file", "max-loaded-models", "max-models-memory", "keep-alive", "client-keep-alive", "min-residency"}},
 	{"Engine and performance", []string{"engine", "engine-lib", "ctx", "threads", "parallel", "cache-slots", "batch", "queue", "queue-per-client",
 		"slots-per-client", "poll", "thread-pool", "huge-pages", "flash-attn", "gpu-layers", "kv-unified", "kv-cache-type", "step-budget", "draft", "draft-max", "draft-model"}},
@@ -25,6 +25,9 @@ var flagTopics = []struct {
 		"session-creates-per-minute", "max-unused-per-client", "max-store-bytes", "client-store-share"}},
 	{"Access", []string{"addr", "api-key", "user", "users", "cache-scope", "allowed-origins", "allowed-hosts"}},
 	{"Tools on the server", []string{"mcp-config"}},
+	{"Images", []string{"image-max-bytes", "image-max-pixels", "image-max-side", "image-max-per-request", "image-max-per-conversation",
+		"image-formats", "image-url-allow", "image-url-timeout", "image-url-max-redirects", "image-decode-timeout", "image-decode-memory",
+		"image-decode-workers"}},
 	{"Limits", []string{"max-message-bytes", "max-conns", "max-conns-per-ip", "max-http-conns", "max-http-conns-per-ip",
 		"prompts-per-minute", "max-prompt-tokens", "max-queued-prompts", "max-body-bytes-inflight", "body-timeout",
 		"resume-grace", "resume-buffer", "drain-timeout"}},

@@ -196,7 +196,7 @@ describe('@anthropic-ai/sdk', { timeout: 600_000 }, () => {
   // message names the field.
   const hostile = [
     ['missing max_tokens', 'max_tokens', { model: MODEL, messages: [{ role: 'user', content: 'Hi' }] }],
-    ['an image block', 'messages[0].content[0].type',
+    ['a truncated image (a PNG signature alone)', 'messages[0].content[0]',
       { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }] }] }],
     ['a block of an unknown type', 'messages[0].content[1].type',
       { model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }, { type: 'video', url: 'x' }] }] }],

@@ -168,8 +168,9 @@ func (s *API) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, er
 		return nil, parley.FieldErrorf("messages", "at least one message is required")
 	}
 	ids := map[string]string{} // tool_use ids seen, and their tools' names
+	images := s.core.Images(c.Request().Context())
 	for i, m := range req.Messages {
-		ms, err := parseAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), &blocks, ids)
+		ms, err := parseAnthropicMessage(m, fmt.Sprintf("messages[%d]", i), &blocks, ids, images)
 		if err != nil {
 			return nil, err
 		}
@@ -354,9 +355,9 @@ func anthropicRole(role, field string) (parley.Role, error) {
 // are joined; an assistant's thinking blocks are its reasoning and its
 // tool_use blocks its calls; a user's tool_result blocks become tool
 // messages before the user's text (a user message of results only is those
-// alone); images and documents are refused. ids maps the tool_use ids seen
+// alone); a user's images are its images; documents are refused. ids maps the tool_use ids seen
 // so far to their tools' names: a tool_result must answer one of them.
-func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounter, ids map[string]string) ([]parley.Message, error) {
+func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounter, ids map[string]string, images *apicore.ImageBatch) ([]parley.Message, error) {
 	role, err := anthropicRole(m.Role, field+".role")
 	if err != nil {
 		return nil, err
@@ -385,7 +386,7 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 	msg := parley.Message{Role: role}
 	var results []parley.Message
 	for j, b := range bs {
-		r, err := addAnthropicBlock(&msg, b, fmt.Sprintf("%s.content[%d]", field, j), ids)
+		r, err := addAnthropicBlock(&msg, b, fmt.Sprintf("%s.content[%d]", field, j), ids, images)
 		if err != nil {
 			return nil, err
 		}
@@ -396,7 +397,7 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 	if len(results) > 0 && msg.Content == "" {
 		return results, nil
 	}
-	if len(msg.ToolCalls) == 0 {
+	if len(msg.ToolCalls) == 0 && len(msg.Images) == 0 {
 		if err := apicore.CheckNotEmpty(role, msg.Content, field+".content"); err != nil {
 			return nil, err
 		}
@@ -404,10 +405,34 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 	return append(results, msg), nil
 }
 
+// anthropicImage takes an image block: {"type":"image","source":{"type":"base64","media_type":...,"data":...}}, or
+// a source of type url where the server fetches URLs. The format is read from the bytes, never from media_type.
+func anthropicImage(raw json.RawMessage, field string, images *apicore.ImageBatch) (parley.ImagePart, error) {
+	var blk struct {
+		Source struct {
+			Type string `json:"type"`
+			Data string `json:"data"`
+			URL  string `json:"url"`
+		} `json:"source"`
+	}
+	if err := json.Unmarshal(raw, &blk); err != nil {
+		return parley.ImagePart{}, parley.FieldErrorf(field+".source", "must be an object with type and data")
+	}
+	switch blk.Source.Type {
+	case "base64":
+		return images.Base64(field, blk.Source.Data)
+	case "url":
+		return images.URL(field, blk.Source.URL)
+	case "":
+		return parley.ImagePart{}, parley.FieldErrorf(field+".source.type", "is required")
+	}
+	return parley.ImagePart{}, parley.FieldErrorf(field+".source.type", "must be base64 or url, got %q", blk.Source.Type)
+}
+
 // addAnthropicBlock adds content block raw (field names it) to msg: text
 // to its content, a thought to its reasoning, a tool_use to its calls; a
 // tool_result is returned as a tool message.
-func addAnthropicBlock(msg *parley.Message, raw json.RawMessage, field string, ids map[string]string) (*parley.Message, error) {
+func addAnthropicBlock(msg *parley.Message, raw json.RawMessage, field string, ids map[string]string, images *apicore.ImageBatch) (*parley.Message, error) {
 	blk, err := decodeAnthropicBlock(raw, field)
 	if err != nil {
 		return nil, err
@@ -437,8 +462,17 @@ func addAnthropicBlock(msg *parley.Message, raw json.RawMessage, field string, i
 		}
 		r, err := toolResultMessage(raw, field, ids)
 		return &r, err
-	case "image", "document":
-		return nil, parley.FieldErrorf(field+".type", "%s blocks are not supported: this server reads text only", blk.Type)
+	case "image":
+		if msg.Role != parley.RoleUser {
+			return nil, parley.FieldErrorf(field+".type", "image blocks belong to user messages")
+		}
+		im, err := anthropicImage(raw, field, images)
+		if err != nil {
+			return nil, err
+		}
+		msg.Images = append(msg.Images, im)
+	case "document":
+		return nil, parley.FieldErrorf(field+".type", "document blocks are not supported: this server reads text and images")
 	case "":
 		return nil, parley.FieldErrorf(field+".type", "is required")
 	default:

@@ -73,10 +73,11 @@ const (
 type job struct {
 	kind    jobKind
 	content string
-	callID  string // jobPrompt: the tool call content answers ("" for a user's prompt)
-	regen   bool   // jobPrompt: regenerate the last reply (content is empty)
-	cont    bool   // jobPrompt: continue the last reply (content is empty)
-	model   string // jobPrompt: the model the prompt names ("" = the session's)
+	images  []parley.ImagePart // jobPrompt: the prompt's images
+	callID  string             // jobPrompt: the tool call content answers ("" for a user's prompt)
+	regen   bool               // jobPrompt: regenerate the last reply (content is empty)
+	cont    bool               // jobPrompt: continue the last reply (content is empty)
+	model   string             // jobPrompt: the model the prompt names ("" = the session's)
 	params  parley.Params
 	server  *toolloop.Selection // jobPrompt: the tools that run on the server (nil: none)
 	err     error               // jobAnswer: what to tell the client
@@ -275,7 +276,12 @@ func (c *conn) handleJSON(data []byte) {
 		if m.Model == "" {
 			model = ""
 		}
-		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, callID: m.ToolCallID, model: model, params: p, server: server})
+		images, err := c.srv.promptImages(parley.WithUser(context.Background(), c.user), m)
+		if err != nil {
+			c.answer(err)
+			return
+		}
+		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, images: images, callID: m.ToolCallID, model: model, params: p, server: server})
 	case "regenerate":
 		p, server, err := c.srv.resolveWSParams(m.Params)
 		if err == nil && server != nil {

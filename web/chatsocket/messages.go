@@ -96,6 +96,7 @@ func (r *rateLimiter) allow(now time.Time) bool {
 type clientMessage struct {
 	Type       string    `json:"type"`
 	Content    *string   `json:"content"`
+	Images     []string  `json:"images"` // prompt: images as data: URLs or base64, shown before the text
 	Params     *wsParams `json:"params"`
 	ToolCallID string    `json:"tool_call_id"` // tool_result: the call it answers
 	// Model (prompt), with several models, picks the session's model
@@ -117,8 +118,11 @@ func parseClientMessage(data []byte) (clientMessage, error) {
 		if m.Content == nil {
 			return m, parley.FieldErrorf("content", "is required")
 		}
-		if m.Type == "prompt" && *m.Content == "" {
+		if m.Type == "prompt" && *m.Content == "" && len(m.Images) == 0 {
 			return m, parley.FieldErrorf("content", "must not be empty")
+		}
+		if m.Type == "system" && len(m.Images) > 0 {
+			return m, parley.FieldErrorf("images", "a system prompt carries no images")
 		}
 	case "tool_result":
 		if m.ToolCallID == "" {

@@ -115,6 +115,12 @@ func (c *conn) startTurn(ctx context.Context, j job, p parley.Params) (*session.
 			return nil, parley.FieldErrorf("type", "tool results are not supported by this server's sessions")
 		}
 		return tt.ToolTurn(ctx, c.id, j.callID, j.content, p)
+	case len(j.images) > 0:
+		it, ok := c.srv.sessions.(imageTurner)
+		if !ok {
+			return nil, parley.FieldErrorf("images", "images are not supported by this server's sessions")
+		}
+		return it.ImageTurn(ctx, c.id, j.content, j.images, p)
 	}
 	return c.srv.sessions.Turn(ctx, c.id, j.content, p)
 }

@@ -179,12 +179,26 @@ func (s *API) ollamaThinks(ctx context.Context) bool {
 }
 
 // parseOllamaMessages turns /api/chat's messages into a conversation.
-func parseOllamaMessages(in []ollamaMessage) ([]parley.Message, error) {
+func parseOllamaMessages(in []ollamaMessage, batch *apicore.ImageBatch) ([]parley.Message, error) {
 	var msgs []parley.Message
 	for i, m := range in {
 		field := fmt.Sprintf("messages[%d]", i)
+		var images []parley.ImagePart
 		if apicore.IsSet(m.Images) && !bytes.Equal(bytes.TrimSpace(m.Images), []byte("[]")) {
-			return nil, parley.FieldErrorf(field+".images", "images are not supported: Parley serves text models only")
+			var srcs []string
+			if err := json.Unmarshal(m.Images, &srcs); err != nil {
+				return nil, parley.FieldErrorf(field+".images", "must be an array of base64 strings")
+			}
+			if m.Role != "user" {
+				return nil, parley.FieldErrorf(field+".images", "only a user's message carries images")
+			}
+			for j, src := range srcs {
+				im, err := batch.Base64(fmt.Sprintf("%s.images[%d]", field, j), src)
+				if err != nil {
+					return nil, err
+				}
+				images = append(images, im)
+			}
 		}
 		role := parley.RoleTool
 		if m.Role != "tool" {
@@ -198,12 +212,12 @@ func parseOllamaMessages(in []ollamaMessage) ([]parley.Message, error) {
 		if err != nil {
 			return nil, err
 		}
-		if role != parley.RoleTool && len(calls) == 0 {
+		if role != parley.RoleTool && len(calls) == 0 && len(images) == 0 {
 			if err := apicore.CheckNotEmpty(role, m.Content, field+".content"); err != nil {
 				return nil, err
 			}
 		}
-		msgs = append(msgs, parley.Message{Role: role, Content: m.Content, Reasoning: apicore.AssistantReasoning(role, m.Thinking),
+		msgs = append(msgs, parley.Message{Role: role, Content: m.Content, Images: images, Reasoning: apicore.AssistantReasoning(role, m.Thinking),
 			ToolCalls: calls, Name: m.ToolName})
 	}
 	if err := answerToolResults(msgs); err != nil {
@@ -227,7 +241,7 @@ func (s *API) Chat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	msgs, err := parseOllamaMessages(req.Messages)
+	msgs, err := parseOllamaMessages(req.Messages, s.core.Images(c.Request().Context()))
 	if err != nil {
 		return err
 	}

@@ -75,14 +75,23 @@ func (s *API) Generate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	var images []parley.ImagePart
+	batch := s.core.Images(c.Request().Context())
+	for i, src := range req.Images {
+		im, err := batch.Base64(fmt.Sprintf("images[%d]", i), src)
+		if err != nil {
+			return err
+		}
+		images = append(images, im)
+	}
 	var a *apicore.Call
 	switch {
 	case req.Raw:
 		a, err = s.core.StartCompletion(c, "ollama-generate", prefix+req.Prompt, call.params)
 	case prefix == "":
-		a, err = s.core.StartChat(c, "ollama-generate", "", generateMessages(&req), call.params)
+		a, err = s.core.StartChat(c, "ollama-generate", "", generateMessages(&req, images), call.params)
 	default:
-		a, err = s.startContinued(c, prefix, generateMessages(&req), call)
+		a, err = s.startContinued(c, prefix, generateMessages(&req, nil), call)
 	}
 	if err != nil {
 		return renameOllama(err)
@@ -101,20 +110,20 @@ func checkGenerateFields(req *ollamaGenerateRequest) error {
 		return parley.FieldErrorf("template", "is not supported: Parley renders the model's own chat template; send raw: true with a prompt you formatted")
 	case req.Suffix != "":
 		return parley.FieldErrorf("suffix", "is not supported: Parley does no fill-in-the-middle")
-	case len(req.Images) > 0:
-		return parley.FieldErrorf("images", "images are not supported: Parley serves text models only")
+	case len(req.Images) > 0 && (req.Raw || len(req.Context) > 0):
+		return parley.FieldErrorf("images", "are taken with a templated prompt only, not with raw or context")
 	case req.Prompt == "" && len(req.Context) > 0:
 		return parley.FieldErrorf("prompt", "must not be empty when context is given")
 	}
 	return nil
 }
 
-func generateMessages(req *ollamaGenerateRequest) []parley.Message {
+func generateMessages(req *ollamaGenerateRequest, images []parley.ImagePart) []parley.Message {
 	var msgs []parley.Message
 	if req.System != "" {
 		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: req.System})
 	}
-	return append(msgs, parley.Message{Role: parley.RoleUser, Content: req.Prompt})
+	return append(msgs, parley.Message{Role: parley.RoleUser, Content: req.Prompt, Images: images})
 }
 
 // startContinued starts a templated prompt that follows an earlier

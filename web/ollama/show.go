@@ -118,8 +118,9 @@ func (s *API) ollamaParameters(ctx context.Context) string {
 // always, tools when its chat template takes them (as Ollama decides:
 // Parley could constrain any model to a call, but one not trained for
 // tools calls them at random), thinking when it marks a thought Parley
-// splits from the answer; never vision. An embedding model or reranker
-// (a pooling type in its GGUF) has embedding alone, as Ollama reports one.
+// splits from the answer, vision when it was loaded with a projector. An
+// embedding model or reranker (a pooling type in its GGUF) has embedding
+// alone, as Ollama reports one.
 func (s *API) ollamaCapabilities(ctx context.Context) []string {
 	if s.loadedModel(ctx).Pooling != "" {
 		return []string{"embedding"}
@@ -130,6 +131,9 @@ func (s *API) ollamaCapabilities(ctx context.Context) []string {
 	}
 	if s.ollamaThinks(ctx) {
 		caps = append(caps, "thinking")
+	}
+	if s.loadedModel(ctx).Vision {
+		caps = append(caps, "vision")
 	}
 	return caps
 }

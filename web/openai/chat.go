@@ -61,8 +61,9 @@ func (s *API) parseChat(c echo.Context) (*chatCall, error) {
 		return nil, parley.FieldErrorf("messages", "at least one message is required")
 	}
 	call := &chatCall{stream: req.Stream, logprobs: req.Logprobs}
+	images := s.core.Images(c.Request().Context())
 	for i, m := range req.Messages {
-		msg, err := parseChatMessage(m, i)
+		msg, err := parseChatMessage(m, i, images)
 		if err != nil {
 			return nil, err
 		}

@@ -13,10 +13,18 @@ type openAIModel struct {
 	Object  string `json:"object"` // "model"
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Capabilities says what the model takes besides text, in Ollama's words: ["vision"] for a model with a
+	// projector (OpenAI's model object has no such field; clients that do not know it ignore it).
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 func (s *API) openAIModel() openAIModel {
-	return openAIModel{ID: s.core.ModelName(context.Background()), Object: "model", Created: s.core.Mounted.Unix(), OwnedBy: "parley"}
+	ctx := context.Background()
+	m := openAIModel{ID: s.core.ModelName(ctx), Object: "model", Created: s.core.Mounted.Unix(), OwnedBy: "parley"}
+	if _, info := s.core.ModelFor(ctx); info.Vision {
+		m.Capabilities = []string{"vision"}
+	}
+	return m
 }
 
 // Models is GET /v1/models: the one loaded model.

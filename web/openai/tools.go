@@ -59,7 +59,7 @@ func checkToolResults(msgs []parley.Message) error {
 
 // parseChatMessage decodes message i of a chat request, tool calls and
 // tool results included.
-func parseChatMessage(m openAIMessage, i int) (parley.Message, error) {
+func parseChatMessage(m openAIMessage, i int, images *apicore.ImageBatch) (parley.Message, error) {
 	field := fmt.Sprintf("messages[%d]", i)
 	var role parley.Role
 	if m.Role == "tool" {
@@ -86,19 +86,25 @@ func parseChatMessage(m openAIMessage, i int) (parley.Message, error) {
 		calls = append(calls, parley.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
 	}
 	content := ""
+	var imgs []parley.ImagePart
 	raw := bytes.TrimSpace(m.Content)
 	if !(len(calls) > 0 && (len(raw) == 0 || bytes.Equal(raw, []byte("null")))) {
 		var err error
-		if content, err = apicore.ParseContent(m.Content, field+".content"); err != nil {
+		// A user's message may hold images (image_url parts); other roles' content is text.
+		imageTypes := []string{}
+		if role == parley.RoleUser {
+			imageTypes = append(imageTypes, "image_url")
+		}
+		if content, imgs, err = apicore.ParseContentParts(m.Content, field+".content", images, []string{"text"}, imageTypes...); err != nil {
 			return parley.Message{}, err
 		}
 	}
-	if role != parley.RoleTool {
+	if role != parley.RoleTool && len(imgs) == 0 {
 		if err := apicore.CheckNotEmpty(role, content, field+".content"); err != nil {
 			return parley.Message{}, err
 		}
 	}
-	return parley.Message{Role: role, Content: content, Reasoning: apicore.AssistantReasoning(role, m.ReasoningContent),
+	return parley.Message{Role: role, Content: content, Images: imgs, Reasoning: apicore.AssistantReasoning(role, m.ReasoningContent),
 		ToolCalls: calls, ToolCallID: m.ToolCallID, Name: m.Name}, nil
 }
 

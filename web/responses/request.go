@@ -120,7 +120,7 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if ctx, err = req.CacheKeyFields.Narrow(ctx); err != nil {
 		return nil, err
 	}
-	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) })
+	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) }, s.core.Images(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +245,7 @@ func parseConversationField(raw json.RawMessage) (string, error) {
 }
 
 // parseInput decodes a string (one user message) or an array of message items.
-func parseInput(raw json.RawMessage, field string, refs func(id, field string) (itemRef, error)) ([]parley.Message, error) {
+func parseInput(raw json.RawMessage, field string, refs func(id, field string) (itemRef, error), images *apicore.ImageBatch) ([]parley.Message, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
@@ -297,7 +297,7 @@ func parseInput(raw json.RawMessage, field string, refs func(id, field string) (
 				continue
 			}
 			m = ref.msg
-		} else if m, err = parseItem(it, f); err != nil {
+		} else if m, err = parseItem(it, f, images); err != nil {
 			return nil, err
 		}
 		if m.Role == parley.RoleAssistant {
@@ -308,7 +308,8 @@ func parseInput(raw json.RawMessage, field string, refs func(id, field string) (
 	return msgs, nil
 }
 
-func parseItem(it inputItem, field string) (parley.Message, error) {
+// parseItem takes one input item; a user's message may hold input_image parts when images is not nil.
+func parseItem(it inputItem, field string, images *apicore.ImageBatch) (parley.Message, error) {
 	switch it.Type {
 	case "", "message":
 	case "function_call", "function_call_output":
@@ -320,14 +321,20 @@ func parseItem(it inputItem, field string) (parley.Message, error) {
 	if err != nil {
 		return parley.Message{}, err
 	}
-	text, err := apicore.ParseContent(it.Content, field+".content", "input_text", "output_text", "text")
+	var imageTypes []string
+	if images != nil && role == parley.RoleUser {
+		imageTypes = []string{"input_image"}
+	}
+	text, imgs, err := apicore.ParseContentParts(it.Content, field+".content", images, []string{"input_text", "output_text", "text"}, imageTypes...)
 	if err != nil {
 		return parley.Message{}, err
 	}
-	if err := apicore.CheckNotEmpty(role, text, field+".content"); err != nil {
-		return parley.Message{}, err
+	if len(imgs) == 0 {
+		if err := apicore.CheckNotEmpty(role, text, field+".content"); err != nil {
+			return parley.Message{}, err
+		}
 	}
-	return parley.Message{Role: role, Content: text}, nil
+	return parley.Message{Role: role, Content: text, Images: imgs}, nil
 }
 
 func checkMetadata(m map[string]string) error {

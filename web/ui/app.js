@@ -60,6 +60,7 @@
     keyDialog: $('key-dialog'), keyInput: $('key-input'), keyHint: $('key-hint'),
     scrim: $('scrim'), facts: $('facts'), factsText: $('facts-text'), ctxMeter: $('ctx-meter'), ctxText: $('ctx-text'),
     think: $('think'), sKey: $('s-key'), sKeyChange: $('s-key-change'), sKeyForget: $('s-key-forget'),
+    attach: $('attach'), attachFile: $('attach-file'), attachments: $('attachments'),
     exportJSON: $('export-json'), exportMD: $('export-md'), importBtn: $('import'), importFile: $('import-file'),
   };
 
@@ -71,6 +72,7 @@
   };
 
   const state = {
+    attached: [],        // the next prompt's images, data: URLs
     ws: null,            // the live socket, or null
     ready: false,        // a session event arrived on state.ws
     attempt: 0,          // failed connects since the last session event; drives the backoff
@@ -205,7 +207,9 @@
         context_length: info.limits && Number.isFinite(info.limits.context_length) ? info.limits.context_length
           : (Number.isFinite(info.context_length) ? info.context_length : 0),
         thinking: typeof info.thinking === 'string' ? info.thinking : '',
+        vision: info.vision === true,
       };
+      ui.attach.hidden = !state.info.vision;
       showFacts();
       if (typeof info.defaults !== 'object' || !info.defaults) return;
       state.server = { defaults: info.defaults, limits: info.limits || {} };
@@ -426,6 +430,7 @@
           role: String(m.role), content: typeof m.content === 'string' ? m.content : '', interrupted: m.interrupted === true,
           reasoning: typeof m.reasoning === 'string' ? m.reasoning : '',
           tool_calls: Array.isArray(m.tool_calls) ? m.tool_calls : [], name: typeof m.name === 'string' ? m.name : '',
+          images: Array.isArray(m.images) ? m.images : [],
         }))
       : [];
     // A reply still generating (a reload or a reconnect mid-reply): the
@@ -655,7 +660,7 @@
     if (state.reply) { state.reply = null; }
     clearLog();
     messages.forEach((m, i) => {
-      const node = addMessage(m.role, m.content);
+      const node = addMessage(m.role, m.content, imageURLs(m.images));
       node.dataset.index = String(i);
       if (m.role === 'assistant') {
         addCopyButtons(node.querySelector('.content'));
@@ -734,7 +739,7 @@
 
   // addMessage appends one message and returns its node. Assistant text is
   // rendered as Markdown; everything else is plain text.
-  function addMessage(role, text) {
+  function addMessage(role, text, images = []) {
     const known = Object.hasOwn(ROLE_NAMES, role) ? role : 'system';
     const node = document.createElement('article');
     node.className = `msg ${known}`;
@@ -759,6 +764,17 @@
       content.append(box);
     } else content.textContent = text;
     node.append(who, content);
+    if (images.length > 0) {
+      const box = document.createElement('div');
+      box.className = 'images';
+      for (const src of images) {
+        const img = document.createElement('img');
+        img.src = src;
+        img.alt = 'An image you sent';
+        box.append(img);
+      }
+      content.before(box);
+    }
     ui.empty.hidden = true;
     ui.log.append(node);
     return node;
@@ -939,12 +955,16 @@
 
   function sendPrompt() {
     const text = ui.input.value;
-    if (!text.trim() || !state.ready || state.reply || state.resetPending) return;
-    const ok = sendJSON({ type: 'prompt', content: text, params: sampling() });
+    const images = state.attached.slice();
+    if ((!text.trim() && images.length === 0) || !state.ready || state.reply || state.resetPending) return;
+    const msg = { type: 'prompt', content: text, params: sampling() };
+    if (images.length > 0) msg.images = images;
+    const ok = sendJSON(msg);
     if (!ok) return;
-    const userNode = addMessage('user', text);
+    const userNode = addMessage('user', text, images);
     userNode.dataset.index = String(state.messages.length);
-    state.messages.push({ role: 'user', content: text });
+    state.messages.push({ role: 'user', content: text, images: images.map(dataURLPart) });
+    clearAttached();
     ui.input.value = '';
     autosize();
     startReply(userNode, text, false);
@@ -1654,7 +1674,7 @@
 
   function updateControls() {
     const busy = !!state.reply;
-    ui.send.disabled = !state.ready || busy || state.resetPending || !ui.input.value.trim();
+    ui.send.disabled = !state.ready || busy || state.resetPending || (!ui.input.value.trim() && state.attached.length === 0);
     ui.stop.hidden = !busy;
     ui.send.hidden = busy;
     ui.stop.disabled = !busy || state.reply.stopping || !state.ready;
@@ -1665,6 +1685,88 @@
   function autosize() {
     ui.input.style.height = 'auto';
     ui.input.style.height = `${ui.input.scrollHeight + 2}px`;
+  }
+
+  // ---------- images ----------
+
+  // The images the next prompt carries, as data: URLs. The server checks each (format, size, pixels) and names a
+  // refused one; the page only keeps to image types and a size a WebSocket message can hold.
+  const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/webp', 'image/gif'];
+
+  // imageURLs are a stored message's images ({sha256, media_type, data}) as data: URLs.
+  function imageURLs(images) {
+    return (Array.isArray(images) ? images : [])
+      .filter((im) => im && typeof im.data === 'string' && IMAGE_TYPES.includes(im.media_type))
+      .map((im) => `data:${im.media_type};base64,${im.data}`);
+  }
+
+  // dataURLPart is a data: URL as a stored message holds the image.
+  function dataURLPart(url) {
+    const m = /^data:([^;,]+);base64,(.*)$/.exec(url);
+    return m ? { media_type: m[1], data: m[2] } : {};
+  }
+
+  function attachFiles(files) {
+    if (!state.info || !state.info.vision) return;
+    for (const f of files) {
+      if (!IMAGE_TYPES.includes(f.type)) {
+        addNote('error', `${f.name || 'That file'} is not a PNG, JPEG, WebP or GIF image.`);
+        continue;
+      }
+      const reader = new FileReader();
+      reader.onload = () => {
+        state.attached.push(String(reader.result));
+        showAttached();
+      };
+      reader.readAsDataURL(f);
+    }
+  }
+
+  function showAttached() {
+    ui.attachments.replaceChildren();
+    state.attached.forEach((src, i) => {
+      const thumb = document.createElement('span');
+      thumb.className = 'thumb';
+      const img = document.createElement('img');
+      img.src = src;
+      img.alt = `Image ${i + 1} to send`;
+      const remove = document.createElement('button');
+      remove.type = 'button';
+      remove.className = 'btn ghost';
+      remove.textContent = '×';
+      remove.setAttribute('aria-label', `Remove image ${i + 1}`);
+      remove.addEventListener('click', () => { state.attached.splice(i, 1); showAttached(); });
+      thumb.append(img, remove);
+      ui.attachments.append(thumb);
+    });
+    ui.attachments.hidden = state.attached.length === 0;
+    updateControls();
+  }
+
+  function clearAttached() {
+    state.attached = [];
+    showAttached();
+  }
+
+  ui.attach.addEventListener('click', () => ui.attachFile.click());
+  ui.attachFile.addEventListener('change', () => {
+    attachFiles([...ui.attachFile.files]);
+    ui.attachFile.value = '';
+  });
+  ui.input.addEventListener('paste', (e) => {
+    const files = [...(e.clipboardData ? e.clipboardData.files : [])].filter((f) => IMAGE_TYPES.includes(f.type));
+    if (files.length > 0) {
+      e.preventDefault();
+      attachFiles(files);
+    }
+  });
+  for (const target of [ui.composer, ui.log]) {
+    target.addEventListener('dragover', (e) => { if (state.info && state.info.vision) e.preventDefault(); });
+    target.addEventListener('drop', (e) => {
+      if (!state.info || !state.info.vision || !e.dataTransfer) return;
+      e.preventDefault();
+      attachFiles([...e.dataTransfer.files]);
+    });
   }
 
   // ---------- start ----------

@@ -52,6 +52,10 @@ type Core struct {
 	// ModelInfo describes the one model (nil: it is described by name only).
 	ModelInfo func() parley.ModelInfo
 
+	// ImagePolicy is how requests' images are taken (limits, remote URLs); the zero value is the defaults with
+	// data: URLs only.
+	ImagePolicy ImagePolicy
+
 	Defaults        parley.Params // sampling defaults
 	MaxTokensCap    int           // the largest max_tokens a client may ask for
 	MaxPromptTokens int           // tokens per prompt; <= 0: no cap

@@ -1,0 +1,172 @@
+package chat_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/media"
+)
+
+// visionFake is the fake engine with a projector: it tokenizes around parley.ImageMarker as the engine does (one
+// ImageToken in each place) and records the prompts it tokenized.
+type visionFake struct {
+	*fakeGen
+	prompts []string
+}
+
+func (f *visionFake) TokenizeImages(text string) ([]int, error) {
+	f.prompts = append(f.prompts, text)
+	var out []int
+	for i, part := range strings.Split(text, parley.ImageMarker) {
+		if i > 0 {
+			out = append(out, parley.ImageToken)
+		}
+		toks, _ := f.fakeGen.Tokenize(part)
+		if i > 0 {
+			toks = toks[1:] // BOS at the start only
+		}
+		out = append(out, toks...)
+	}
+	return out, nil
+}
+
+// fakeDecoder "decodes" an image to one pixel whose red is its first byte, and counts its decodes.
+type fakeDecoder struct{ decodes int }
+
+func (d *fakeDecoder) DecodeImage(_ context.Context, im parley.ImagePart) (int, int, []byte, error) {
+	d.decodes++
+	if len(im.Data) == 0 {
+		return 0, 0, nil, media.ErrDecode
+	}
+	return 1, 1, []byte{im.Data[0], 0, 0}, nil
+}
+
+func imagePart(data string) parley.ImagePart {
+	h := sha256.Sum256([]byte(data))
+	return parley.ImagePart{SHA256: hex.EncodeToString(h[:]), MediaType: "image/png", Data: []byte(data)}
+}
+
+// A template that writes its own text for an image part, as vision models' templates do (this one is written for
+// the test, in their manner), and one that knows only string content.
+const (
+	partsTemplate = `{% for m in messages %}<turn>{{ m.role }}
+{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}{% if p.type == 'image' %}<img-slot>{% elif p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}{% endif %}</turn>
+{% endfor %}{% if add_generation_prompt %}<turn>assistant
+{% endif %}`
+	stringTemplate = `{% for m in messages %}[{{ m.role }}] {{ m.content }}
+{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}`
+)
+
+func TestResponderImages(t *testing.T) {
+	for _, tc := range []struct {
+		name, src  string
+		wantPrompt string
+	}{
+		{"template with image parts", partsTemplate, "<turn>user\n" + parley.ImageMarker + parley.ImageMarker + "What is it?</turn>\n<turn>assistant\n"},
+		{"template with string content", stringTemplate, "[user] " + parley.ImageMarker + "\n" + parley.ImageMarker + "\nWhat is it?\n[assistant] "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &visionFake{fakeGen: newFake(512, tc.src, piece{text: "A"})}
+			f.info.Vision = true
+			dec := &fakeDecoder{}
+			r := chat.NewResponder(f, chat.WithImageDecoder(dec), chat.WithTemplate(chat.NewJinja(tc.src, chat.JinjaConfig{})))
+			msgs := []parley.Message{{Role: parley.RoleUser, Content: "What is it?", Images: []parley.ImagePart{imagePart("\x01one"), imagePart("\x02two")}}}
+			ctx := parley.WithUser(context.Background(), "ann")
+			rep, err := r.Reply(ctx, "k", msgs, params(4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			collect(t, rep)
+			if got := f.prompts[len(f.prompts)-1]; got != tc.wantPrompt {
+				t.Errorf("prompt %q, want %q", got, tc.wantPrompt)
+			}
+			req := f.lastRequest(t)
+			if len(req.Images) != 2 || req.Images[0].RGB[0] != 1 || req.Images[1].RGB[0] != 2 {
+				t.Fatalf("images %+v", req.Images)
+			}
+			// Keys are the content hash within the user's scope: another user's are others.
+			h := sha256.Sum256([]byte("\x01one"))
+			if req.Images[0].Key != media.CacheKey(parley.CacheScope(ctx), h) {
+				t.Errorf("key %x", req.Images[0].Key)
+			}
+			if req.Images[0].Key == media.CacheKey(parley.UserCacheScope("bob"), h) {
+				t.Errorf("ann's key is bob's")
+			}
+			if n := countImageTokens(req.Tokens); n != 2 || req.Tokens[0] != 1 {
+				t.Errorf("tokens %v: want BOS first and 2 image places", req.Tokens)
+			}
+		})
+	}
+}
+
+func countImageTokens(toks []int) int {
+	n := 0
+	for _, t := range toks {
+		if t == parley.ImageToken {
+			n++
+		}
+	}
+	return n
+}
+
+// A client's text that spells the image marker stays text; a model without a projector refuses an image part by
+// name; an image that does not decode is a 400 naming its part.
+func TestResponderImageRefusals(t *testing.T) {
+	f := &visionFake{fakeGen: newFake(512, "", piece{text: "A"})}
+	f.info.Vision = true
+	r := chat.NewResponder(f, chat.WithImageDecoder(&fakeDecoder{}))
+	msgs := []parley.Message{{Role: parley.RoleUser, Content: "say " + parley.ImageMarker, Images: []parley.ImagePart{imagePart("\x01")}}}
+	rep, err := r.Reply(context.Background(), "", msgs, params(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, rep)
+	if n := countImageTokens(f.lastRequest(t).Tokens); n != 1 {
+		t.Errorf("%d image places for one image: the client's marker was not neutralized", n)
+	}
+
+	bad := imagePart("x")
+	bad.Data, bad.Part = nil, "messages[0].content[3]"
+	_, err = r.Reply(context.Background(), "", []parley.Message{{Role: parley.RoleUser, Content: "hi", Images: []parley.ImagePart{bad}}}, params(4))
+	if pe, ok := err.(*parley.Error); !ok || pe.Code != parley.EInvalid || pe.Field != "messages[0].content[3]" {
+		t.Errorf("an image that does not decode: %v", err)
+	}
+
+	f.info.Vision = false
+	_, err = r.Reply(context.Background(), "", msgs, params(4))
+	if pe, ok := err.(*parley.Error); !ok || pe.Field != "messages[0].images[0]" || !strings.Contains(pe.Message, "does not see images") {
+		t.Errorf("no projector: %v", err)
+	}
+}
+
+// sizedFake is a vision fake whose images take 60 positions each, as a projector's run does.
+type sizedFake struct{ *visionFake }
+
+func (sizedFake) ImagePositions(parley.Image) (int, error) { return 60, nil }
+
+// Fitting counts an image's positions: an old turn's image that would overflow the context is dropped with its
+// turn, and the kept images are the newest.
+func TestResponderFitsImagePositions(t *testing.T) {
+	f := sizedFake{&visionFake{fakeGen: newFake(100, "", piece{text: "A"})}}
+	f.info.Vision = true
+	r := chat.NewResponder(f, chat.WithImageDecoder(&fakeDecoder{}))
+	msgs := []parley.Message{
+		{Role: parley.RoleUser, Content: "first", Images: []parley.ImagePart{imagePart("\x01old")}},
+		{Role: parley.RoleAssistant, Content: "ok"},
+		{Role: parley.RoleUser, Content: "second", Images: []parley.ImagePart{imagePart("\x02new")}},
+	}
+	rep, err := r.Reply(context.Background(), "", msgs, params(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, rep)
+	req := f.lastRequest(t)
+	if len(req.Images) != 1 || req.Images[0].RGB[0] != 2 || countImageTokens(req.Tokens) != 1 {
+		t.Errorf("images %d (first red %v), %d places: want the newest image alone", len(req.Images), req.Images[0].RGB[0], countImageTokens(req.Tokens))
+	}
+}
