@@ -116,7 +116,7 @@ func (r *resident) Close(ctx context.Context) error {
 
 // Router gives each request its model: it holds the model (a registry
 // lease) from the request's start until its reply has ended. It is the
-// server's web.Responder; View is its web.Models.
+// server's parley.Responder; View is its web.Models.
 type Router struct {
 	cfg    Config
 	reg    *registry.Registry
@@ -125,8 +125,8 @@ type Router struct {
 }
 
 var (
-	_ web.Responder = (*Router)(nil)
-	_ web.Models    = (*view)(nil)
+	_ parley.Responder = (*Router)(nil)
+	_ web.Models       = (*view)(nil)
 )
 
 // New configures every model (reading each local GGUF's header: a missing
@@ -304,19 +304,21 @@ func (m *Router) acquire(ctx context.Context) (*served, *registry.Lease, error) 
 }
 
 // hold releases l when rep has ended.
-func hold(rep *chat.Reply, l *registry.Lease) {
+func hold(rep parley.Reply, l *registry.Lease) {
 	go func() {
 		<-rep.Done()
 		l.Release()
 	}()
 }
 
-func (m *Router) Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*chat.Reply, error) {
+// Reply is the reply of ctx's model's responder, the model held until the
+// reply has ended.
+func (m *Router) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
 	s, l, err := m.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := s.responder.Reply(ctx, key, msgs, p)
+	rep, err := s.responder.Reply(ctx, req)
 	if err != nil {
 		l.Release()
 		return nil, err
@@ -325,12 +327,13 @@ func (m *Router) Reply(ctx context.Context, key string, msgs []parley.Message, p
 	return rep, nil
 }
 
-func (m *Router) Complete(ctx context.Context, key, prompt string, p parley.Params) (*chat.Reply, error) {
+// Complete is Reply for a raw prompt.
+func (m *Router) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
 	s, l, err := m.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := s.responder.Complete(ctx, key, prompt, p)
+	rep, err := s.responder.Complete(ctx, req)
 	if err != nil {
 		l.Release()
 		return nil, err

@@ -81,7 +81,7 @@ func TestRouterGivesEachRequestItsModel(t *testing.T) {
 	ctx := parley.WithModel(context.Background(), "b")
 	p := parley.DefaultParams()
 	p.MaxTokens, p.Temperature = 4, 0
-	rep, err := r.Reply(ctx, "k", []parley.Message{{Role: parley.RoleUser, Content: "Once upon a time"}}, p)
+	rep, err := r.Reply(ctx, parley.ReplyRequest{Key: "k", Messages: []parley.Message{{Role: parley.RoleUser, Content: "Once upon a time"}}, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +98,11 @@ func TestRouterGivesEachRequestItsModel(t *testing.T) {
 		t.Fatalf("the loaded engine's counters: %+v", st)
 	}
 
-	_, err = r.Reply(parley.WithModel(context.Background(), "nope"), "k", nil, p)
+	_, err = r.Reply(parley.WithModel(context.Background(), "nope"), parley.ReplyRequest{Key: "k", Messages: nil, Params: p})
 	if parley.ErrorCode(err) != parley.ENotFound {
 		t.Fatalf("an unknown model: want not_found, got %v", err)
 	}
-	_, err = r.Complete(parley.WithModel(context.Background(), "broken"), "k", "x", p)
+	_, err = r.Complete(parley.WithModel(context.Background(), "broken"), parley.ReplyRequest{Key: "k", Prompt: "x", Params: p})
 	if parley.ErrorCode(err) != parley.EUnavailable || !strings.Contains(err.Error(), `model "broken" cannot be loaded`) {
 		t.Fatalf("a damaged file: want unavailable, got %v", err)
 	}

@@ -13,46 +13,6 @@ import (
 	"github.com/parley-chat/parley"
 )
 
-// Reply is one streamed reply, as the chat layer produces it (*chat.Reply
-// has these methods). Events yields token events, then exactly one event
-// with Done set, then is closed; the final event fits in the channel's
-// buffer, so after cancelling the reply's context a reader may stop early.
-type Reply interface {
-	Events() <-chan parley.Event
-	Text() string   // the whole cleaned reply; valid after the final event
-	Prompt() string // the rendered prompt
-}
-
-// Responder produces a reply to a conversation. key ties requests of one
-// conversation together (the engine reuses its KV cache); the Service
-// passes the session id. msgs holds the system prompt (when there is one)
-// as the first message and ends with the new user message.
-type Responder interface {
-	Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (Reply, error)
-}
-
-// Adapt turns a Reply method that returns a concrete reply type into a
-// Responder, so wiring the chat layer is one line:
-//
-//	svc := session.NewService(store, session.Adapt(responder.Reply))
-//
-// (Go has no covariant return types, so *chat.Responder does not satisfy
-// Responder by itself, and session must not import chat.)
-func Adapt[R Reply](reply func(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (R, error)) Responder {
-	return adapter[R](reply)
-}
-
-type adapter[R Reply] func(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (R, error)
-
-func (f adapter[R]) Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (Reply, error) {
-	r, err := f(ctx, key, msgs, p)
-	if err != nil {
-		// Never wrap a nil concrete reply in a non-nil interface.
-		return nil, err
-	}
-	return r, nil
-}
-
 const (
 	// commitTimeout bounds the Put that commits a turn. It runs on a context
 	// detached from the turn's, because a cancelled turn is committed too.
@@ -68,7 +28,7 @@ const (
 // that ends with the turn, so it needs no Close.
 type Service struct {
 	store  Store
-	r      Responder
+	r      parley.Responder
 	system string
 	params parley.Params
 	log    *zap.Logger
@@ -118,7 +78,7 @@ func WithLogger(l *zap.Logger) Option { return func(s *Service) { s.log = l } }
 
 // NewService returns a Service over store and r. The store stays the
 // caller's: close it after the last turn has ended.
-func NewService(store Store, r Responder, opts ...Option) *Service {
+func NewService(store Store, r parley.Responder, opts ...Option) *Service {
 	s := &Service{store: store, r: r, params: parley.DefaultParams(), log: zap.NewNop()}
 	s.creates.now = time.Now
 	s.unused.maxPer = DefaultMaxUnused
@@ -370,7 +330,7 @@ func (s *Service) dropUnused(ctx context.Context, id string) {
 // any point: nothing blocks on an abandoned Turn).
 type Turn struct {
 	id     string
-	reply  Reply
+	reply  parley.Reply
 	events chan parley.Event
 
 	// committed is written before events is closed and read after.
@@ -441,16 +401,13 @@ func (t *Turn) Text() string {
 }
 
 // Reasoning is the reply's thought (a reasoning model's, kept apart from
-// Text), when the reply has one; valid after the final event.
+// Text); valid after the final event.
 func (t *Turn) Reasoning() string {
 	var prev string
 	if t.prefix != nil {
 		prev = t.prefix.Reasoning
 	}
-	if r, ok := t.reply.(interface{ Reasoning() string }); ok {
-		return prev + r.Reasoning()
-	}
-	return prev
+	return prev + t.reply.Reasoning()
 }
 
 // Input is the message the turn answers: the user's prompt (a Regenerate's
@@ -682,7 +639,7 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	if sess.Model != "" {
 		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
 	}
-	reply, err := s.r.Reply(ctx, sess.ID, msgs, ts.p)
+	reply, err := s.r.Reply(ctx, parley.ReplyRequest{Key: sess.ID, Messages: msgs, Params: ts.p})
 	if err != nil {
 		s.undoPending(ctx, t, sess)
 		ts.unlock()

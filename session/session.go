@@ -8,7 +8,7 @@
 //
 // The package knows nothing about the wire format and nothing about the
 // engine; it speaks the root package's Message, Params and Event types and
-// reaches the chat layer only through the Responder interface declared here.
+// reaches the chat layer only through the root package's Responder.
 package session
 
 import (

@@ -25,7 +25,7 @@ type Call struct {
 	core   *Core
 	Route  string
 	Cancel context.CancelFunc // cancels the reply (its context is the request's, which ends when the client goes away)
-	Rep    *chat.Reply
+	Rep    parley.Reply
 	Params parley.Params
 	meter  Meter // metrics: every event of the reply passes through it
 	// TopLogprobs is how many top_logprobs an OpenAI client asked for.
@@ -39,8 +39,8 @@ type Call struct {
 
 // StartCompletion starts a raw-prompt reply (no template) for route.
 func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Params) (*Call, error) {
-	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
-		return r.Complete(ctx, "", prompt, p)
+	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r parley.Responder) (parley.Reply, error) {
+		return r.Complete(ctx, parley.ReplyRequest{Prompt: prompt, Params: p})
 	})
 }
 
@@ -58,11 +58,11 @@ func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Messag
 	if affinity := parley.AffinityKey(parley.UserFrom(c.Request().Context()), sent, msgs); affinity != "" {
 		c.Response().Header().Set(parley.AffinityHeader, affinity)
 	}
-	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
 		}
-		return r.Reply(ctx, key, msgs, p)
+		return r.Reply(ctx, parley.ReplyRequest{Key: key, Messages: msgs, Params: p})
 	})
 }
 
@@ -70,7 +70,7 @@ func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Messag
 // request's text (the prompt, or every string of a conversation: a
 // stateless request's whole prompt) plus extra tokens (one per message) is
 // within MaxPromptTokens.
-func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, Responder) (*chat.Reply, error)) (*Call, error) {
+func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, parley.Responder) (parley.Reply, error)) (*Call, error) {
 	if err := k.Available(); err != nil {
 		return nil, err
 	}
