@@ -1,6 +1,9 @@
 package parley
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // ReplyRequest is what a reply is asked for with. Every fact about the
 // request that a layer below the wire acts on is a field here, so that the
@@ -12,6 +15,15 @@ type ReplyRequest struct {
 	// id); "" is a stateless request. It is taken within the context's
 	// cache scope (ScopedKey).
 	Key string
+	// Model names the model to answer with, when a server serves several:
+	// a router picks the model by it. "" is the default model; a
+	// Responder over one model ignores it.
+	Model string
+	// KeepAlive, when set, asks to keep the model loaded for that long
+	// after the reply ends (Ollama's keep_alive): 0 unloads it at once, a
+	// negative duration keeps it until it is unloaded by hand. nil leaves
+	// the model's own. What a request may change is the server's policy.
+	KeepAlive *time.Duration
 	// Messages is the conversation a Reply answers: the system prompt
 	// (when there is one) first, ending with the user's message (or a tool
 	// result). Complete ignores it.

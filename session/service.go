@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,9 +90,14 @@ func NewService(store Store, r parley.Responder, opts ...Option) *Service {
 	return s
 }
 
-// Open starts or resumes a session. id "" starts a new session with the
-// default system prompt (resumed false), owned by ctx's client, and stores
-// it, so a client that reconnects with its id (after a server restart, say)
+// Open starts or resumes a session: OpenModel with the default model.
+func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
+	return s.OpenModel(ctx, id, "")
+}
+
+// OpenModel starts or resumes a session. id "" starts a new session with
+// the default system prompt, held with model ("" the default; see
+// Session.Model) (resumed false), owned by ctx's client, and stores it, so a client that reconnects with its id (after a server restart, say)
 // resumes it. It counts against the client's creation rate and the store's
 // per-client cap (ERateLimited past either, EStoreFull when the store is
 // full). Per client, at most maxUnused sessions stored this way that never
@@ -100,12 +106,12 @@ func NewService(store Store, r parley.Responder, opts ...Option) *Service {
 // never talk hold little and push out only their own. A known id
 // returns its session (resumed true). An unknown, expired or malformed id
 // is a parley ENotFound error: a client cannot pick its own id.
-func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
+func (s *Service) OpenModel(ctx context.Context, id, model string) (*Session, bool, error) {
 	if id == "" {
 		if err := s.creates.allow(parley.ClientFrom(ctx)); err != nil {
 			return nil, false, err
 		}
-		sess, err := s.newSession(ctx)
+		sess, err := s.newSession(ctx, model)
 		if err != nil {
 			return nil, false, err
 		}
@@ -189,14 +195,14 @@ func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) er
 	})
 }
 
-// load returns the stored session, or a new one (owned by ctx's client)
-// for an id that Open issued and nothing has written yet (or that expired
-// while its connection stayed open: it starts over). Callers only pass ids
-// that Open returned, so a client still cannot pick its own.
-func (s *Service) load(ctx context.Context, id string) (*Session, error) {
+// load returns the stored session, or a new one (owned by ctx's client,
+// with model) for an id that Open issued and nothing has written yet (or
+// that expired while its connection stayed open: it starts over). Callers
+// only pass ids that Open returned, so a client still cannot pick its own.
+func (s *Service) load(ctx context.Context, id, model string) (*Session, error) {
 	sess, err := s.store.Get(ctx, id)
 	if parley.ErrorCode(err) == parley.ENotFound {
-		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: parley.ModelFrom(ctx)}, nil
+		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: model}, nil
 	}
 	if err == nil && !ownedBy(ctx, sess) {
 		return nil, errNotFound()
@@ -226,21 +232,21 @@ func ownedBy(ctx context.Context, sess *Session) bool {
 }
 
 // newSession returns a new, unstored session owned by ctx's client, with
-// the service's system prompt. It is the one place the Service mints
+// the service's system prompt and model. It is the one place the Service mints
 // session ids (Open, CreateConversation, a new or forked Responses turn);
 // the caller checks the client's creation limits first.
-func (s *Service) newSession(ctx context.Context) (*Session, error) {
+func (s *Service) newSession(ctx context.Context, model string) (*Session, error) {
 	id, err := NewID()
 	if err != nil {
 		return nil, err
 	}
-	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: parley.ModelFrom(ctx)}, nil
+	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: model}, nil
 }
 
 // update applies f to the stored session under the session's lock (an id
 // Open issued and nothing wrote yet starts from a new session).
 func (s *Service) update(ctx context.Context, id string, f func(*Session) error) error {
-	return s.modify(ctx, id, s.load, f)
+	return s.modify(ctx, id, func(ctx context.Context, id string) (*Session, error) { return s.load(ctx, id, "") }, f)
 }
 
 // lockSession takes session id's lock; on success the caller owns it and
@@ -527,7 +533,7 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		return nil, fmt.Errorf("wait for turn: %w", err)
 	}
 	// From here the lock is released on every error path, or handed to start.
-	sess, err := s.load(ctx, id)
+	sess, err := s.load(ctx, id, "")
 	if err != nil {
 		unlock()
 		return nil, err
@@ -592,6 +598,9 @@ type turnStart struct {
 	unlock func()         // releases sess's lock (a no-op for an unlocked copy); start owns it
 	input  parley.Message // the new message: the user's prompt, or a tool's result (a Responses turn)
 	p      parley.Params
+	// model is the model the request named ("" the default); a session
+	// that holds a model of its own answers with that one.
+	model string
 	// need is the bytes the store must have room for before the reply
 	// starts (see room); < 0 for a turn that is not stored.
 	need int
@@ -636,10 +645,9 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	if t.prefix != nil {
 		msgs = append(msgs, *t.prefix)
 	}
-	if sess.Model != "" {
-		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
-	}
-	reply, err := s.r.Reply(ctx, parley.ReplyRequest{Key: sess.ID, Messages: msgs, Params: ts.p})
+	// The conversation's model, whatever the request named.
+	model := cmp.Or(sess.Model, ts.model)
+	reply, err := s.r.Reply(ctx, parley.ReplyRequest{Key: sess.ID, Model: model, Messages: msgs, Params: ts.p})
 	if err != nil {
 		s.undoPending(ctx, t, sess)
 		ts.unlock()

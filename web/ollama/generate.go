@@ -145,10 +145,7 @@ func (s *API) startContinued(c echo.Context, prefix string, msgs []parley.Messag
 	}
 	p := call.params
 	p.Stop = append(append([]string(nil), p.Stop...), t.Stops()...)
-	prompt := prefix + rendered
-	return s.core.StartCall(c, "ollama-generate", prompt, 0, p, func(ctx context.Context, r parley.Responder) (parley.Reply, error) {
-		return r.Complete(ctx, parley.ReplyRequest{Prompt: prompt, Params: p})
-	})
+	return s.core.StartCompletion(c, "ollama-generate", prefix+rendered, p)
 }
 
 // contextText is the text of a context array, checked: every id is in the

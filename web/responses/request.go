@@ -186,7 +186,7 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
 		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx),
-		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
+		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p, Model: model,
 			NoStore: req.Store != nil && !*req.Store}}
 	if req.PreviousResponseID != nil {
 		out.req.Previous = *req.PreviousResponseID

@@ -39,8 +39,9 @@ type Call struct {
 
 // StartCompletion starts a raw-prompt reply (no template) for route.
 func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Params) (*Call, error) {
-	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r parley.Responder) (parley.Reply, error) {
-		return r.Complete(ctx, parley.ReplyRequest{Prompt: prompt, Params: p})
+	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
+		req.Prompt = prompt
+		return r.Complete(ctx, req)
 	})
 }
 
@@ -58,19 +59,21 @@ func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Messag
 	if affinity := parley.AffinityKey(parley.UserFrom(c.Request().Context()), sent, msgs); affinity != "" {
 		c.Response().Header().Set(parley.AffinityHeader, affinity)
 	}
-	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder) (parley.Reply, error) {
+	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
 		}
-		return r.Reply(ctx, parley.ReplyRequest{Key: key, Messages: msgs, Params: p})
+		req.Key, req.Messages = key, msgs
+		return r.Reply(ctx, req)
 	})
 }
 
 // StartCall starts a reply for route once the server takes work and the
 // request's text (the prompt, or every string of a conversation: a
 // stateless request's whole prompt) plus extra tokens (one per message) is
-// within MaxPromptTokens.
-func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, parley.Responder) (parley.Reply, error)) (*Call, error) {
+// within MaxPromptTokens. start is given the request with its model,
+// keep-alive and p; it adds what it answers.
+func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, parley.Responder, parley.ReplyRequest) (parley.Reply, error)) (*Call, error) {
 	if err := k.Available(); err != nil {
 		return nil, err
 	}
@@ -84,8 +87,9 @@ func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley
 	if k.Models != nil && strings.HasSuffix(route, "-stream") {
 		ctx = parley.WithLoadProgress(ctx, k.SSEProgress(c))
 	}
-	call := &Call{core: k, Route: route, Cancel: cancel, Params: p, meter: k.Meter(parley.ModelFrom(ctx))}
-	rep, err := start(ctx, k.Responder)
+	model := ModelFrom(ctx)
+	call := &Call{core: k, Route: route, Cancel: cancel, Params: p, meter: k.Meter(model)}
+	rep, err := start(ctx, k.Responder, parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Params: p})
 	if err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled) {
 		// The client left while its prompt was rendered or tokenized:
 		// not a failure of the server's.
