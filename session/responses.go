@@ -251,10 +251,6 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	if err := CheckResponseContinuation(req.Previous, req.Conversation); err != nil {
 		return nil, err
 	}
-	// Cheap for parameters the edge validated (see Turn).
-	if err := req.Params.Validate(0); err != nil {
-		return nil, err
-	}
 	if req.Local != nil {
 		req.NoStore = true
 	}

@@ -442,8 +442,9 @@ func (t *Turn) Committed() bool { return t.committed }
 // Only one turn per session runs at a time: while another runs, Turn waits
 // for it to end (queued turns run in arrival order) or for ctx to be done.
 //
-// p are the reply's parameters; a zero p (MaxTokens 0) means the session's
-// own (see Params). The new user message is stored before the reply starts,
+// p are the reply's parameters, validated by the caller (the wire's edge;
+// the engine checks them again at its door); a zero p (MaxTokens 0) means
+// the session's own (see Params). The new user message is stored before the reply starts,
 // with an empty reply marked interrupted, and the reply's text so far at
 // checkpoints while it runs (pending.go), so a crash never loses what the
 // user typed; the turn's commit replaces that when the reply ends (see
@@ -519,14 +520,6 @@ func (s *Session) dropLastReply() (parley.Message, int, error) {
 func (s *Service) turn(ctx context.Context, id string, input parley.Message, p parley.Params) (*Turn, error) {
 	if !ValidID(id) {
 		return nil, errNotFound()
-	}
-	if p.MaxTokens != 0 {
-		// Parameters the edge validated carry the grammar it checked (or
-		// the schema it converted): this rechecks the numbers only, and p
-		// takes the record on to the engine.
-		if err := p.Validate(0); err != nil {
-			return nil, err
-		}
 	}
 	unlock, err := s.locks.lock(ctx, id)
 	if err != nil {

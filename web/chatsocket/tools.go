@@ -37,21 +37,10 @@ type toolCallMessage struct {
 
 // resolveWSParams is resolveParams for a JSON-mode message, tools included.
 func (s *Chat) resolveWSParams(wp *wsParams) (parley.Params, error) {
-	var patch *apicore.ParamsPatch
-	if wp != nil {
-		patch = &wp.ParamsPatch
+	if wp == nil {
+		return s.core.ResolveParams(nil)
 	}
-	p, err := s.core.ResolveParams(patch)
-	if err != nil || wp == nil {
-		return p, err
-	}
-	if p.Tools, err = apicore.ParseTools(wp.Tools, "params.tools"); err != nil {
-		return p, err
-	}
-	if p.ToolChoice, err = apicore.ParseToolChoice(wp.ToolChoice, "params.tool_choice"); err != nil {
-		return p, err
-	}
-	return p, p.Validate(s.cfg.MaxTokensCap)
+	return s.core.ResolveParams(&wp.ParamsPatch, apicore.AddTools(wp.Tools, wp.ToolChoice, "params."))
 }
 
 // toolTurner is the session layer's tool-result turn (*session.Service has it).

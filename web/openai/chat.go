@@ -102,17 +102,8 @@ func (s *API) parseChat(c echo.Context) (*chatCall, error) {
 			return nil, parley.FieldErrorf("response_format.type", "must be text, json_object or json_schema, got %q", rf.Type)
 		}
 	}
-	p, err := s.core.ResolveParams(&req.ParamsPatch)
+	p, err := s.core.ResolveParams(&req.ParamsPatch, apicore.AddTools(req.Tools, req.ToolChoice, ""))
 	if err != nil {
-		return nil, err
-	}
-	if p.Tools, err = apicore.ParseTools(req.Tools, "tools"); err != nil {
-		return nil, err
-	}
-	if p.ToolChoice, err = apicore.ParseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(s.core.MaxTokensCap); err != nil {
 		return nil, err
 	}
 	apicore.ResolveSeed(&p)
