@@ -31,6 +31,10 @@ type ReplyRequest struct {
 	// Prompt is the raw prompt a Complete carries on: no template, no
 	// history. Reply ignores it.
 	Prompt string
+	// PromptTokens are Prompt's tokens (as the model's Tokenize makes
+	// them), when the caller has them already: Complete then does not
+	// tokenize the prompt again. nil: Complete tokenizes it.
+	PromptTokens []int
 	// Params are the reply's sampling parameters, validated by the caller
 	// (the wire's edge, or the session's stored ones).
 	Params Params

@@ -324,20 +324,23 @@ func dropTurns(msgs []parley.Message, k int) []parley.Message {
 // strings from p.Stop only. For clients that send the whole prompt (TGI inputs, plain
 // ?prompt=). The same reading rule as Reply applies.
 func (r *Responder) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
-	rep, err := r.complete(ctx, req.Key, req.Prompt, req.Params)
+	rep, err := r.complete(ctx, req.Key, req.Prompt, req.PromptTokens, req.Params)
 	if err != nil {
 		return nil, err
 	}
 	return rep, nil
 }
 
-// complete is Complete's work, on the request's parts.
-func (r *Responder) complete(ctx context.Context, key string, prompt string, p parley.Params) (*Reply, error) {
+// complete is Complete's work, on the request's parts: prompt is
+// tokenized unless tokens, its tokens, are given.
+func (r *Responder) complete(ctx context.Context, key string, prompt string, tokens []int, p parley.Params) (*Reply, error) {
 	key = parley.ScopedKey(ctx, key)
 	info := r.gen.Info()
-	tokens, err := r.tokenize(ctx, prompt, info.ContextLength)
-	if err != nil {
-		return nil, fmt.Errorf("tokenize prompt: %w", err)
+	if len(tokens) == 0 {
+		var err error
+		if tokens, err = r.tokenize(ctx, prompt, info.ContextLength); err != nil {
+			return nil, fmt.Errorf("tokenize prompt: %w", err)
+		}
 	}
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs at least %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)

@@ -539,6 +539,23 @@ func TestComplete(t *testing.T) {
 	}
 }
 
+// A prompt given with its tokens is not tokenized again: the engine gets
+// those tokens.
+func TestCompleteTakesTheCallersTokens(t *testing.T) {
+	gen := newFake(20, "", pieces("a")...)
+	gen.tokErr = errors.New("the prompt was tokenized again")
+	r := chat.NewResponder(gen)
+	rep, err := r.Complete(context.Background(), parley.ReplyRequest{Prompt: "Once upon a time", PromptTokens: []int{1, 10, 11, 12, 13}, Params: params(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, rep)
+	gen.wait(t)
+	if got := gen.lastRequest(t).Tokens; !slices.Equal(got, []int{1, 10, 11, 12, 13}) || rep.PromptTokens() != 5 {
+		t.Errorf("engine got %v (%d prompt tokens), want the caller's 5", got, rep.PromptTokens())
+	}
+}
+
 // A refused reply is a nil parley.Reply, never a nil *chat.Reply in a
 // non-nil interface: callers test the reply against nil.
 func TestRefusedReplyIsNil(t *testing.T) {

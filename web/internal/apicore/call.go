@@ -40,6 +40,8 @@ type Call struct {
 // StartCompletion starts a raw-prompt reply (no template) for route.
 func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Params) (*Call, error) {
 	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
+		// req.PromptTokens, when StartCall counted them, are the prompt's:
+		// the responder takes them rather than tokenizing it again.
 		req.Prompt = prompt
 		return r.Complete(ctx, req)
 	})
@@ -64,6 +66,7 @@ func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Messag
 			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
 		}
 		req.Key, req.Messages = key, msgs
+		req.PromptTokens = nil // the counted text's, not a prompt's
 		return r.Reply(ctx, req)
 	})
 }
@@ -72,12 +75,14 @@ func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Messag
 // request's text (the prompt, or every string of a conversation: a
 // stateless request's whole prompt) plus extra tokens (one per message) is
 // within MaxPromptTokens. start is given the request with its model,
-// keep-alive and p; it adds what it answers.
+// keep-alive and p, and in PromptTokens text's tokens when counting it
+// tokenized the whole text (nil otherwise); it adds what it answers.
 func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, parley.Responder, parley.ReplyRequest) (parley.Reply, error)) (*Call, error) {
 	if err := k.Available(); err != nil {
 		return nil, err
 	}
-	if err := k.CountPromptTokens(c.Request().Context(), text, extra, true); err != nil {
+	counted, err := k.countPromptTokens(c.Request().Context(), text, extra, true)
+	if err != nil {
 		return nil, err
 	}
 	// These APIs store nothing: the engine keeps no copy of their KV state
@@ -89,7 +94,7 @@ func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley
 	}
 	model := ModelFrom(ctx)
 	call := &Call{core: k, Route: route, Cancel: cancel, Params: p, meter: k.Meter(model)}
-	rep, err := start(ctx, k.Responder, parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Params: p})
+	rep, err := start(ctx, k.Responder, parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Params: p, PromptTokens: counted})
 	if err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled) {
 		// The client left while its prompt was rendered or tokenized:
 		// not a failure of the server's.

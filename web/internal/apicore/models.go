@@ -246,23 +246,31 @@ type limitTokenizer interface {
 // engine still refuses a prompt over the context). Tokenizing stops as
 // soon as the text is over the limit, and when ctx ends (the client left).
 func (k *Core) CountPromptTokens(ctx context.Context, text string, extra int, load bool) error {
+	_, err := k.countPromptTokens(ctx, text, extra, load)
+	return err
+}
+
+// countPromptTokens is CountPromptTokens that returns text's tokens when it
+// tokenized the whole text (nil when it did not tokenize it), so that a raw
+// prompt is tokenized once.
+func (k *Core) countPromptTokens(ctx context.Context, text string, extra int, load bool) ([]int, error) {
 	limit := k.MaxPromptTokens
 	if k.Tokenizer == nil || limit <= 0 {
-		return nil
+		return nil, nil
 	}
 	if extra > limit {
-		return parley.Errorf(parley.ETooLarge, "the prompt has %d messages, each at least one token; at most %d tokens are accepted", extra, limit)
+		return nil, parley.Errorf(parley.ETooLarge, "the prompt has %d messages, each at least one token; at most %d tokens are accepted", extra, limit)
 	}
 	// A token spans at least one byte of text, apart from the few a
 	// tokenizer adds (BOS, EOS, SentencePiece's leading space): shorter
 	// texts cannot be over the cap and are not tokenized.
 	const added = 4
 	if len(text)+added+extra <= limit {
-		return nil
+		return nil, nil
 	}
 	tok, release, err := k.TokenizerOf(ctx, load)
 	if err != nil || tok == nil {
-		return err
+		return nil, err
 	}
 	var toks []int
 	if lt, ok := tok.(limitTokenizer); ok {
@@ -272,12 +280,12 @@ func (k *Core) CountPromptTokens(ctx context.Context, text string, extra int, lo
 	}
 	release()
 	if err != nil {
-		return fmt.Errorf("count prompt tokens: %w", err)
+		return nil, fmt.Errorf("count prompt tokens: %w", err)
 	}
 	if n := len(toks) + extra; n > limit {
-		return parley.PromptTooLong(n, limit, "the prompt is at least %d tokens; at most %d are accepted", n, limit)
+		return nil, parley.PromptTooLong(n, limit, "the prompt is at least %d tokens; at most %d are accepted", n, limit)
 	}
-	return nil
+	return toks, nil
 }
 
 // PromptText is every string of msgs and tools that reaches the prompt
