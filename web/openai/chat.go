@@ -17,7 +17,6 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -40,18 +39,8 @@ type chatCall struct {
 }
 
 func (s *API) parseChat(c echo.Context) (*chatCall, error) {
-	body, err := apicore.ReadBody(c)
-	if err != nil {
-		return nil, err
-	}
 	var req chatRequest
-	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
-		return nil, err
-	}
-	if err := s.core.PickModel(c, req.Model); err != nil {
-		return nil, err
-	}
-	if err := apicore.NarrowRequest(c, &req.CacheKeyFields); err != nil {
+	if err := s.decodeRequest(c, &req, &req.openAIRequest); err != nil {
 		return nil, err
 	}
 	if len(req.Messages) == 0 {
@@ -68,11 +57,8 @@ func (s *API) parseChat(c echo.Context) (*chatCall, error) {
 	if err := checkToolResults(call.msgs); err != nil {
 		return nil, err
 	}
-	if req.N != nil && *req.N != 1 {
-		return nil, parley.FieldErrorf("n", "only 1 is supported, got %d", *req.N)
-	}
-	if apicore.IsSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
-		return nil, parley.FieldErrorf("logit_bias", "is not supported")
+	if err := req.unsupported(); err != nil {
+		return nil, err
 	}
 	if req.TopLogprobs != nil {
 		if *req.TopLogprobs < 0 || *req.TopLogprobs > apicore.MaxTopN {
@@ -83,9 +69,7 @@ func (s *API) parseChat(c echo.Context) (*chatCall, error) {
 		}
 		call.topLogprobs = *req.TopLogprobs
 	}
-	if req.StreamOptions != nil {
-		call.includeUsage = req.StreamOptions.IncludeUsage
-	}
+	call.includeUsage = req.includeUsage()
 	if rf := req.ResponseFormat; rf != nil {
 		switch rf.Type {
 		case "", "text":
