@@ -148,40 +148,8 @@ func UserFrom(ctx context.Context) string {
 	return u
 }
 
-// modelKey, keepAliveKey and loadProgressKey are the context keys of
-// WithModel, WithKeepAlive and WithLoadProgress.
-type (
-	modelKey        struct{}
-	keepAliveKey    struct{}
-	loadProgressKey struct{}
-)
-
-// WithModel returns a context that names the model a request is for, when a
-// server serves several: the chat layer's router picks the model by it, and
-// the session layer records it in a new session. "" is the default model.
-func WithModel(ctx context.Context, model string) context.Context {
-	return context.WithValue(ctx, modelKey{}, model)
-}
-
-// ModelFrom returns the model WithModel put in ctx, or "" (the default).
-func ModelFrom(ctx context.Context) string {
-	m, _ := ctx.Value(modelKey{}).(string)
-	return m
-}
-
-// WithKeepAlive returns a context that asks to keep the request's model
-// loaded for d after its last reply ends (Ollama's keep_alive): 0 unloads it
-// at once, a negative d keeps it until it is unloaded by hand.
-func WithKeepAlive(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, keepAliveKey{}, d)
-}
-
-// KeepAliveFrom returns the keep-alive WithKeepAlive put in ctx, and whether
-// there was one.
-func KeepAliveFrom(ctx context.Context) (time.Duration, bool) {
-	d, ok := ctx.Value(keepAliveKey{}).(time.Duration)
-	return d, ok
-}
+// loadProgressKey is the context key of WithLoadProgress.
+type loadProgressKey struct{}
 
 // LoadProgress is told how a model load a request waits for goes: the
 // model's name and the fraction loaded, 0 to 1. It is called from the

@@ -5,7 +5,11 @@
 // packages (chat, session) and the engine (llm) can all speak it.
 //
 // Data flows one way: web (wire) -> session (history) -> chat (prompt) ->
-// llm (tokens) -> back up as a stream of Events.
+// llm (tokens) -> back up as a stream of Events. The contract between the
+// layers that hold requests and the one that answers them is declared here
+// once: a Responder starts a Reply to a ReplyRequest (responder.go); chat
+// implements it over one engine, the router over several, and session and
+// web only call it.
 package parley
 
 import (

@@ -77,7 +77,7 @@ func TestResponderImages(t *testing.T) {
 			r := chat.NewResponder(f, chat.WithImageDecoder(dec), chat.WithTemplate(chat.NewJinja(tc.src, chat.JinjaConfig{})))
 			msgs := []parley.Message{{Role: parley.RoleUser, Content: "What is it?", Images: []parley.ImagePart{imagePart("\x01one"), imagePart("\x02two")}}}
 			ctx := parley.WithUser(context.Background(), "ann")
-			rep, err := r.Reply(ctx, "k", msgs, params(4))
+			rep, err := r.Reply(ctx, parley.ReplyRequest{Key: "k", Messages: msgs, Params: params(4)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +121,7 @@ func TestResponderImageRefusals(t *testing.T) {
 	f.info.Vision = true
 	r := chat.NewResponder(f, chat.WithImageDecoder(&fakeDecoder{}))
 	msgs := []parley.Message{{Role: parley.RoleUser, Content: "say " + parley.ImageMarker, Images: []parley.ImagePart{imagePart("\x01")}}}
-	rep, err := r.Reply(context.Background(), "", msgs, params(4))
+	rep, err := r.Reply(context.Background(), parley.ReplyRequest{Messages: msgs, Params: params(4)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,13 +132,13 @@ func TestResponderImageRefusals(t *testing.T) {
 
 	bad := imagePart("x")
 	bad.Data, bad.Part = nil, "messages[0].content[3]"
-	_, err = r.Reply(context.Background(), "", []parley.Message{{Role: parley.RoleUser, Content: "hi", Images: []parley.ImagePart{bad}}}, params(4))
+	_, err = r.Reply(context.Background(), parley.ReplyRequest{Messages: []parley.Message{{Role: parley.RoleUser, Content: "hi", Images: []parley.ImagePart{bad}}}, Params: params(4)})
 	if pe, ok := err.(*parley.Error); !ok || pe.Code != parley.EInvalid || pe.Field != "messages[0].content[3]" {
 		t.Errorf("an image that does not decode: %v", err)
 	}
 
 	f.info.Vision = false
-	_, err = r.Reply(context.Background(), "", msgs, params(4))
+	_, err = r.Reply(context.Background(), parley.ReplyRequest{Messages: msgs, Params: params(4)})
 	if pe, ok := err.(*parley.Error); !ok || pe.Field != "messages[0].images[0]" || !strings.Contains(pe.Message, "does not see images") {
 		t.Errorf("no projector: %v", err)
 	}
@@ -160,7 +160,7 @@ func TestResponderFitsImagePositions(t *testing.T) {
 		{Role: parley.RoleAssistant, Content: "ok"},
 		{Role: parley.RoleUser, Content: "second", Images: []parley.ImagePart{imagePart("\x02new")}},
 	}
-	rep, err := r.Reply(context.Background(), "", msgs, params(10))
+	rep, err := r.Reply(context.Background(), parley.ReplyRequest{Messages: msgs, Params: params(10)})
 	if err != nil {
 		t.Fatal(err)
 	}

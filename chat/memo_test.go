@@ -34,7 +34,7 @@ func TestReplyReusesExactTokens(t *testing.T) {
 	p := parley.DefaultParams()
 	p.MaxTokens = 4
 	msgs := []parley.Message{{Role: parley.RoleUser, Content: "Tell me a story."}}
-	rep, err := r.Reply(context.Background(), "k", msgs, p)
+	rep, err := r.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: msgs, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestReplyReusesExactTokens(t *testing.T) {
 	first := f.reqs[0].Tokens
 
 	msgs = append(msgs, parley.Message{Role: parley.RoleAssistant, Content: rep.Text()}, parley.Message{Role: parley.RoleUser, Content: "More please."})
-	rep, err = r.Reply(context.Background(), "k", msgs, p)
+	rep, err = r.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: msgs, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestReplyReusesExactTokens(t *testing.T) {
 
 	// Another conversation under the same key: whole tokenization (BOS first).
 	other := []parley.Message{{Role: parley.RoleUser, Content: "Something else"}, {Role: parley.RoleAssistant, Content: "ok"}, {Role: parley.RoleUser, Content: "and more"}}
-	rep, err = r.Reply(context.Background(), "k", other, p)
+	rep, err = r.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: other, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,13 +91,13 @@ func TestReplyKeepsGeneratedTokensWhateverTheTemplateDoesToWhitespace(t *testing
 				p := parley.DefaultParams()
 				p.MaxTokens = len(steps)
 				msgs := []parley.Message{{Role: parley.RoleUser, Content: "Tell me a story."}}
-				rep, err := r.Reply(context.Background(), "k", msgs, p)
+				rep, err := r.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: msgs, Params: p})
 				if err != nil {
 					t.Fatal(err)
 				}
 				collect(t, rep)
 				msgs = append(msgs, parley.Message{Role: parley.RoleAssistant, Content: rep.Text()}, parley.Message{Role: parley.RoleUser, Content: "More please."})
-				rep, err = r.Reply(context.Background(), "k", msgs, p)
+				rep, err = r.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: msgs, Params: p})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -122,14 +122,14 @@ func TestReplyRetokenizesARewrittenReply(t *testing.T) {
 	p := parley.DefaultParams()
 	p.MaxTokens = 3
 	msgs := []parley.Message{{Role: parley.RoleUser, Content: "Tell me a story."}}
-	rep, err := r.Reply(context.Background(), "k", msgs, p)
+	rep, err := r.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: msgs, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	collect(t, rep)
 	// The client rewrote the reply's second word.
 	msgs = append(msgs, parley.Message{Role: parley.RoleAssistant, Content: " Once below a"}, parley.Message{Role: parley.RoleUser, Content: "More."})
-	rep, err = r.Reply(context.Background(), "k", msgs, p)
+	rep, err = r.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: msgs, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestReplyContinuesSavedTokensAfterRestart(t *testing.T) {
 	p := parley.DefaultParams()
 	p.MaxTokens = len(steps)
 	msgs := []parley.Message{{Role: parley.RoleUser, Content: "Tell me a story."}}
-	rep, err := r.Reply(context.Background(), "k", msgs, p)
+	rep, err := r.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: msgs, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestReplyContinuesSavedTokensAfterRestart(t *testing.T) {
 	f2 := newFake(512, "", steps...)
 	r2 := chat.NewResponder(savedGen{contGen{f2}, saved})
 	msgs = append(msgs, parley.Message{Role: parley.RoleAssistant, Content: rep.Text()}, parley.Message{Role: parley.RoleUser, Content: "More please."})
-	rep, err = r2.Reply(context.Background(), "k", msgs, p)
+	rep, err = r2.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: msgs, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestReplyContinuesSavedTokensAfterRestart(t *testing.T) {
 	// A conversation that leaves the saved state keeps only the saved
 	// tokens its text still holds ("User:"), then tokenizes the rest.
 	other := []parley.Message{{Role: parley.RoleUser, Content: "Something else entirely"}}
-	rep, err = r2.Reply(context.Background(), "k", other, p)
+	rep, err = r2.Reply(context.Background(), parley.ReplyRequest{Key: "k", Messages: other, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestReplyNeutralizesEveryField(t *testing.T) {
 			{Role: parley.RoleTool, ToolCallID: "call_1" + evil, Name: "get_weather" + evil, Content: `{"temp":21}` + evil},
 			{Role: parley.RoleUser, Content: "Thanks" + evil},
 		}
-		rep, err := r.Reply(context.Background(), "", msgs, p)
+		rep, err := r.Reply(context.Background(), parley.ReplyRequest{Messages: msgs, Params: p})
 		if err != nil {
 			t.Fatal(err)
 		}

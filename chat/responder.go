@@ -109,8 +109,9 @@ func (r *Responder) Template() Template {
 	return r.auto.get(r.gen.Info(), r.jinjaSrc, r.renderer, r.log)
 }
 
-// Reply starts the assistant's reply to msgs (the whole conversation,
-// system prompt included, ending with the user's message). It renders msgs
+// Reply starts the assistant's reply to req.Messages (the whole
+// conversation, system prompt included, ending with the user's message):
+// parley.Responder's Reply. It renders msgs
 // with the template, drops the oldest turns until the prompt leaves
 // p.MaxTokens of the context free, tokenizes, and calls Generate with key
 // (the KV-cache key, a session id). Stop strings are p.Stop and the
@@ -124,7 +125,16 @@ func (r *Responder) Template() Template {
 // key is taken within ctx's cache scope (parley.ScopedKey): the memo, the
 // saved KV state and the slot of one user's conversation are never another
 // user's, whatever key the other sends.
-func (r *Responder) Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*Reply, error) {
+func (r *Responder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	rep, err := r.reply(ctx, req.Key, req.Messages, req.Params)
+	if err != nil {
+		return nil, err // never a nil *Reply in a non-nil parley.Reply
+	}
+	return rep, nil
+}
+
+// reply is Reply's work, on the request's parts.
+func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*Reply, error) {
 	key = parley.ScopedKey(ctx, key)
 	if len(msgs) == 0 {
 		return nil, parley.FieldErrorf("messages", "at least one message is needed")
@@ -358,16 +368,28 @@ func dropTurns(msgs []parley.Message, k int) []parley.Message {
 	return withoutBefore(msgs, turnEnd[k-1])
 }
 
-// Complete is Reply for a raw prompt: no template, no history to drop (a
-// prompt that leaves no room for one token is ETooLarge), stop strings from
-// p.Stop only. For clients that send the whole prompt (TGI inputs, plain
+// Complete is Reply for a raw prompt, req.Prompt: no template, no history
+// to drop (a prompt that leaves no room for one token is ETooLarge), stop
+// strings from p.Stop only. For clients that send the whole prompt (TGI inputs, plain
 // ?prompt=). The same reading rule as Reply applies.
-func (r *Responder) Complete(ctx context.Context, key string, prompt string, p parley.Params) (*Reply, error) {
+func (r *Responder) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	rep, err := r.complete(ctx, req.Key, req.Prompt, req.PromptTokens, req.Params)
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// complete is Complete's work, on the request's parts: prompt is
+// tokenized unless tokens, its tokens, are given.
+func (r *Responder) complete(ctx context.Context, key string, prompt string, tokens []int, p parley.Params) (*Reply, error) {
 	key = parley.ScopedKey(ctx, key)
 	info := r.gen.Info()
-	tokens, err := r.tokenize(ctx, prompt, info.ContextLength)
-	if err != nil {
-		return nil, fmt.Errorf("tokenize prompt: %w", err)
+	if len(tokens) == 0 {
+		var err error
+		if tokens, err = r.tokenize(ctx, prompt, info.ContextLength); err != nil {
+			return nil, fmt.Errorf("tokenize prompt: %w", err)
+		}
 	}
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs at least %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
@@ -423,11 +445,11 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 	return rep, nil
 }
 
-// Reply is one reply being generated. Its events are the engine's, cleaned:
-// a token event's Token.Text is the text that became safe to show with that
-// token (often the raw piece, sometimes "" while a partial character or a
-// possible stop string is held back, sometimes more than the piece when held
-// text is released); special tokens carry no text. The last event has Done
+// Reply is one reply being generated, chat's parley.Reply. Its events are
+// the engine's, cleaned: a token event's Token.Text is the text that became
+// safe to show with that token (often the raw piece, sometimes "" while a
+// partial character or a possible stop string is held back, sometimes more
+// than the piece when held text is released); special tokens carry no text. The last event has Done
 // set and carries the finish reason (FinishStop when a stop string ended the
 // reply), usage and timings from the engine; then the channel is closed.
 type Reply struct {

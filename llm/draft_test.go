@@ -179,7 +179,7 @@ func TestDraftConstrained(t *testing.T) {
 			stops.Stop = []string{plain[40:52]}
 			texts := map[string]string{}
 			for name, e := range map[string]*llm.Engine{"off": eOff, "on": eOn} {
-				rep, err := chat.NewResponder(e).Complete(context.Background(), "stop", prompt, stops)
+				rep, err := chat.NewResponder(e).Complete(context.Background(), parley.ReplyRequest{Key: "stop", Prompt: prompt, Params: stops})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -81,7 +81,7 @@ func TestDraftModelSameTokens(t *testing.T) {
 				stops := greedy(120)
 				stops.Stop = []string{plain[40:52]}
 				for label, e := range map[string]*llm.Engine{"off": eOff, "on": eOn} {
-					rep, err := chat.NewResponder(e).Complete(context.Background(), "stop", prompt, stops)
+					rep, err := chat.NewResponder(e).Complete(context.Background(), parley.ReplyRequest{Key: "stop", Prompt: prompt, Params: stops})
 					if err != nil {
 						t.Fatal(err)
 					}

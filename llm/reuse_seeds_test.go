@@ -33,7 +33,7 @@ func TestExactTokenReuseSampled(t *testing.T) {
 		prevDropped := 0
 		for turn := 1; turn <= 10; turn++ {
 			msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: fmt.Sprintf("Tell me about the %d little birds.", turn)})
-			rep, err := r.Reply(context.Background(), key, msgs, p)
+			rep, err := r.Reply(context.Background(), parley.ReplyRequest{Key: key, Messages: msgs, Params: p})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -33,7 +33,7 @@ func TestExactTokenReuse(t *testing.T) {
 	t.Logf("context %d tokens per session", e.Info().ContextLength)
 	for turn := 1; turn <= 10; turn++ {
 		msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: fmt.Sprintf("Tell me a story about a cat called Tom number %d.", turn)})
-		rep, err := r.Reply(context.Background(), "s1", msgs, p)
+		rep, err := r.Reply(context.Background(), parley.ReplyRequest{Key: "s1", Messages: msgs, Params: p})
 		if err != nil {
 			t.Fatalf("turn %d: %v", turn, err)
 		}
@@ -106,7 +106,7 @@ func BenchmarkTurnHistory(b *testing.B) {
 			turn := func(i int) {
 				msgs = append(msgs, parley.Message{Role: parley.RoleUser, Content: fmt.Sprintf("And then what happened on day %d?", i)})
 				t0 := time.Now()
-				rep, err := r.Reply(context.Background(), key, msgs, p)
+				rep, err := r.Reply(context.Background(), parley.ReplyRequest{Key: key, Messages: msgs, Params: p})
 				prepare += time.Since(t0)
 				if err != nil {
 					b.Fatal(err)

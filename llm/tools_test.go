@@ -70,7 +70,7 @@ func replyWithTools(t *testing.T, r *chat.Responder, msgs []parley.Message, p pa
 	if err := p.Validate(0); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := r.Reply(context.Background(), "", msgs, p)
+	rep, err := r.Reply(context.Background(), parley.ReplyRequest{Messages: msgs, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"time"
 
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/web"
@@ -31,7 +32,7 @@ func embedTarget(name string, e *llm.Engine, release func()) embed.Target {
 // (web.EmbedModels), loading it when it is not loaded. A model whose GGUF
 // header names no pooling type (a chat model) is answered with no pooling,
 // which the handlers refuse, without loading it.
-func (m *Router) EmbedModel(ctx context.Context, name string) (embed.Target, error) {
+func (m *Router) EmbedModel(ctx context.Context, name string, keepAlive *time.Duration) (embed.Target, error) {
 	n, err := m.reg.Resolve(name)
 	if err != nil {
 		return embed.Target{}, err
@@ -43,7 +44,7 @@ func (m *Router) EmbedModel(ctx context.Context, name string) (embed.Target, err
 	if err := s.check(); err != nil {
 		return embed.Target{}, err
 	}
-	l, err := m.reg.Acquire(ctx, n)
+	l, err := m.reg.Acquire(ctx, n, keepAlive)
 	if err != nil {
 		return embed.Target{}, err
 	}
@@ -53,7 +54,7 @@ func (m *Router) EmbedModel(ctx context.Context, name string) (embed.Target, err
 // EmbedModel is the one model, whatever name says (web.EmbedModels): its
 // name in replies is the request's model field, or the model's own when
 // the request names none.
-func (r *EngineRef) EmbedModel(ctx context.Context, name string) (embed.Target, error) {
+func (r *EngineRef) EmbedModel(ctx context.Context, name string, _ *time.Duration) (embed.Target, error) {
 	e := r.p.Load()
 	if e == nil {
 		return embed.Target{}, errLoading

@@ -117,7 +117,7 @@ func (r *resident) Close(ctx context.Context) error {
 
 // Router gives each request its model: it holds the model (a registry
 // lease) from the request's start until its reply has ended. It is the
-// server's web.Responder; View is its web.Models.
+// server's parley.Responder; View is its web.Models.
 type Router struct {
 	cfg    Config
 	reg    *registry.Registry
@@ -126,8 +126,8 @@ type Router struct {
 }
 
 var (
-	_ web.Responder = (*Router)(nil)
-	_ web.Models    = (*view)(nil)
+	_ parley.Responder = (*Router)(nil)
+	_ web.Models       = (*view)(nil)
 )
 
 // New configures every model (reading each local GGUF's header: a missing
@@ -295,9 +295,10 @@ func (m *Router) Start(ctx context.Context) {
 // Close unloads every model, waiting for their replies until ctx ends.
 func (m *Router) Close(ctx context.Context) error { return m.reg.Close(ctx) }
 
-// acquire resolves ctx's model and holds it.
-func (m *Router) acquire(ctx context.Context) (*served, *registry.Lease, error) {
-	name, err := m.reg.Resolve(parley.ModelFrom(ctx))
+// acquire resolves model ("" the default) and holds it; keepAlive is the
+// request's (nil: none).
+func (m *Router) acquire(ctx context.Context, model string, keepAlive *time.Duration) (*served, *registry.Lease, error) {
+	name, err := m.reg.Resolve(model)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -305,7 +306,7 @@ func (m *Router) acquire(ctx context.Context) (*served, *registry.Lease, error) 
 	if err := s.check(); err != nil {
 		return nil, nil, err
 	}
-	l, err := m.reg.Acquire(ctx, name)
+	l, err := m.reg.Acquire(ctx, name, keepAlive)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -313,19 +314,21 @@ func (m *Router) acquire(ctx context.Context) (*served, *registry.Lease, error) 
 }
 
 // hold releases l when rep has ended.
-func hold(rep *chat.Reply, l *registry.Lease) {
+func hold(rep parley.Reply, l *registry.Lease) {
 	go func() {
 		<-rep.Done()
 		l.Release()
 	}()
 }
 
-func (m *Router) Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*chat.Reply, error) {
-	s, l, err := m.acquire(ctx)
+// Reply is the reply of req.Model's responder, the model held until the
+// reply has ended.
+func (m *Router) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	s, l, err := m.acquire(ctx, req.Model, req.KeepAlive)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := s.responder.Reply(ctx, key, msgs, p)
+	rep, err := s.responder.Reply(ctx, req)
 	if err != nil {
 		l.Release()
 		return nil, err
@@ -334,12 +337,13 @@ func (m *Router) Reply(ctx context.Context, key string, msgs []parley.Message, p
 	return rep, nil
 }
 
-func (m *Router) Complete(ctx context.Context, key, prompt string, p parley.Params) (*chat.Reply, error) {
-	s, l, err := m.acquire(ctx)
+// Complete is Reply for a raw prompt.
+func (m *Router) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	s, l, err := m.acquire(ctx, req.Model, req.KeepAlive)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := s.responder.Complete(ctx, key, prompt, p)
+	rep, err := s.responder.Complete(ctx, req)
 	if err != nil {
 		l.Release()
 		return nil, err
@@ -351,28 +355,29 @@ func (m *Router) Complete(ctx context.Context, key, prompt string, p parley.Para
 // Template is the default model's template.
 func (m *Router) Template() chat.Template { return m.served[m.def].responder.Template() }
 
-// TemplateFor is ctx's model's template (the default's for a name that
-// does not resolve; the request is refused elsewhere).
-func (m *Router) TemplateFor(ctx context.Context) chat.Template {
-	if name, err := m.reg.Resolve(parley.ModelFrom(ctx)); err == nil {
+// TemplateFor is model's template (the default's for a name that does not
+// resolve; the request is refused elsewhere).
+func (m *Router) TemplateFor(model string) chat.Template {
+	if name, err := m.reg.Resolve(model); err == nil {
 		return m.served[name].responder.Template()
 	}
 	return m.Template()
 }
 
-func (m *Router) CountTokensFor(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, error) {
-	s, l, err := m.acquire(ctx)
+// CountTokensFor counts req's prompt tokens with req.Model's responder.
+func (m *Router) CountTokensFor(ctx context.Context, req parley.ReplyRequest) (int, error) {
+	s, l, err := m.acquire(ctx, req.Model, req.KeepAlive)
 	if err != nil {
 		return 0, err
 	}
 	defer l.Release()
-	return s.responder.CountTokens(key, msgs, p)
+	return s.responder.CountTokens(req.Key, req.Messages, req.Params)
 }
 
 // Tokenize tokenizes with the default model (web's Tokenizer; requests
 // use TokenizerFor).
 func (m *Router) Tokenize(text string) ([]int, error) {
-	t, release, err := m.TokenizerFor(context.Background(), true)
+	t, release, err := m.TokenizerFor(context.Background(), "", true)
 	if err != nil {
 		return nil, err
 	}
@@ -380,17 +385,17 @@ func (m *Router) Tokenize(text string) ([]int, error) {
 	return t.Tokenize(text)
 }
 
-// TokenizerFor is ctx's model's engine, held until release; without load,
-// nil when the model is not loaded.
-func (m *Router) TokenizerFor(ctx context.Context, load bool) (web.Tokenizer, func(), error) {
+// TokenizerFor is model's engine, held until release; without load, nil
+// when the model is not loaded.
+func (m *Router) TokenizerFor(ctx context.Context, model string, load bool) (web.Tokenizer, func(), error) {
 	if !load {
-		l, ok := m.reg.TryAcquire(parley.ModelFrom(ctx))
+		l, ok := m.reg.TryAcquire(model)
 		if !ok {
 			return nil, func() {}, nil
 		}
 		return l.Model().(*resident).eng, l.Release, nil
 	}
-	_, l, err := m.acquire(ctx)
+	_, l, err := m.acquire(ctx, model, nil)
 	if err != nil {
 		return nil, func() {}, err
 	}
@@ -427,7 +432,7 @@ type view struct{ r *Router }
 func (v *view) Resolve(name string) (string, error) { return v.r.reg.Resolve(name) }
 
 func (v *view) Load(ctx context.Context, name string) error {
-	_, l, err := v.r.acquire(parley.WithModel(ctx, name))
+	_, l, err := v.r.acquire(ctx, name, nil)
 	if err != nil {
 		return err
 	}

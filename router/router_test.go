@@ -78,10 +78,10 @@ func TestRouterGivesEachRequestItsModel(t *testing.T) {
 		t.Fatalf("the default model's header facts are known before it loads: %+v", r.Info())
 	}
 
-	ctx := parley.WithModel(context.Background(), "b")
+	ctx := context.Background()
 	p := parley.DefaultParams()
 	p.MaxTokens, p.Temperature = 4, 0
-	rep, err := r.Reply(ctx, "k", []parley.Message{{Role: parley.RoleUser, Content: "Once upon a time"}}, p)
+	rep, err := r.Reply(ctx, parley.ReplyRequest{Key: "k", Model: "b", Messages: []parley.Message{{Role: parley.RoleUser, Content: "Once upon a time"}}, Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +98,11 @@ func TestRouterGivesEachRequestItsModel(t *testing.T) {
 		t.Fatalf("the loaded engine's counters: %+v", st)
 	}
 
-	_, err = r.Reply(parley.WithModel(context.Background(), "nope"), "k", nil, p)
+	_, err = r.Reply(context.Background(), parley.ReplyRequest{Key: "k", Model: "nope", Params: p})
 	if parley.ErrorCode(err) != parley.ENotFound {
 		t.Fatalf("an unknown model: want not_found, got %v", err)
 	}
-	_, err = r.Complete(parley.WithModel(context.Background(), "broken"), "k", "x", p)
+	_, err = r.Complete(context.Background(), parley.ReplyRequest{Key: "k", Model: "broken", Prompt: "x", Params: p})
 	if parley.ErrorCode(err) != parley.EUnavailable || !strings.Contains(err.Error(), `model "broken" cannot be loaded`) {
 		t.Fatalf("a damaged file: want unavailable, got %v", err)
 	}
@@ -110,7 +110,7 @@ func TestRouterGivesEachRequestItsModel(t *testing.T) {
 		t.Fatalf("the default is listed first: %+v", m[0])
 	}
 
-	tok, release, err := r.TokenizerFor(parley.WithModel(context.Background(), "a"), false)
+	tok, release, err := r.TokenizerFor(context.Background(), "a", false)
 	release()
 	if err != nil || tok != nil {
 		t.Fatalf("without load, an unloaded model has no tokenizer: %v, %v", tok, err)
@@ -151,7 +151,7 @@ func TestStartLoadsWhatIsMarked(t *testing.T) {
 		t.Fatalf("after Start: %v", got)
 	}
 	var tk web.Tokenizer
-	tk, release, err := r.TokenizerFor(parley.WithModel(context.Background(), "b"), false)
+	tk, release, err := r.TokenizerFor(context.Background(), "b", false)
 	if err != nil || tk == nil {
 		t.Fatalf("a loaded model's tokenizer without load: %v, %v", tk, err)
 	}

@@ -383,7 +383,7 @@ func TestTurnRefusedUpFront(t *testing.T) {
 			var last *session.Session
 			for range 10 {
 				var c *session.Session
-				if c, err = svc.CreateConversation(alice, turnMsgs(strings.Repeat("x", 20_000)), nil); err != nil {
+				if c, err = svc.CreateConversation(alice, "", turnMsgs(strings.Repeat("x", 20_000)), nil); err != nil {
 					break
 				}
 				last = c

@@ -20,14 +20,14 @@ func ConversationSession(id string) (string, bool) {
 }
 
 // CreateConversation stores a new session holding msgs (system messages
-// set its system prompt; without one it gets the service's default) and
-// metadata, owned by ctx's client; it counts against the client's creation
+// set its system prompt; without one it gets the service's default),
+// model ("" the default) and metadata, owned by ctx's client; it counts against the client's creation
 // rate and the store's per-client cap.
-func (s *Service) CreateConversation(ctx context.Context, msgs []parley.Message, metadata map[string]string) (*Session, error) {
+func (s *Service) CreateConversation(ctx context.Context, model string, msgs []parley.Message, metadata map[string]string) (*Session, error) {
 	if err := s.creates.allow(parley.ClientFrom(ctx)); err != nil {
 		return nil, err
 	}
-	sess, err := s.newSession(ctx)
+	sess, err := s.newSession(ctx, model)
 	if err != nil {
 		return nil, err
 	}

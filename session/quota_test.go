@@ -150,7 +150,7 @@ func TestServiceCreationRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	drain(t, fork.Turn) // an older response: a fork, a creation
-	if _, err := svc.CreateConversation(a, nil, nil); err != nil {
+	if _, err := svc.CreateConversation(a, "", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -162,7 +162,7 @@ func TestServiceCreationRate(t *testing.T) {
 	if d > 10*time.Second+time.Millisecond {
 		t.Errorf("RetryAfter %v, want at most a tenth of a minute", d)
 	}
-	_, err = svc.CreateConversation(a, nil, nil)
+	_, err = svc.CreateConversation(a, "", nil, nil)
 	wantRetry(t, err, parley.ERateLimited)
 	_, err = svc.Respond(a, session.ResponseRequest{Input: user("four"), Params: p})
 	wantRetry(t, err, parley.ERateLimited)
@@ -372,7 +372,7 @@ func TestRespondRefusedBeforeTheTurn(t *testing.T) {
 			if calls() != n {
 				t.Fatalf("the engine was asked %d times for refused sessions", calls()-n)
 			}
-			if _, err := svc.CreateConversation(b, nil, nil); err != nil {
+			if _, err := svc.CreateConversation(b, "", nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			_, err = svc.Respond(c, session.ResponseRequest{Input: user("three"), Params: p})

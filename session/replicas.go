@@ -58,7 +58,7 @@ func (s *Service) commit(ctx context.Context, put func(context.Context, *Session
 			return err
 		}
 		backoff(ctx, attempt)
-		fresh, err := s.load(ctx, sess.ID)
+		fresh, err := s.load(ctx, sess.ID, sess.Model)
 		if err != nil {
 			return err
 		}

@@ -169,6 +169,9 @@ type ResponseRequest struct {
 	// The turn runs on a copy and is not stored (NoStore is implied).
 	Local  *Session
 	Params parley.Params
+	// Model is the model the request names ("" the default): a new
+	// session's, and the reply's unless the session holds one of its own.
+	Model string
 	// Durable stores the turn before its reply starts, marked interrupted
 	// (see Turn.durable), so a response that a crash cuts short is still
 	// there, incomplete, after a restart. A background response is.
@@ -177,7 +180,7 @@ type ResponseRequest struct {
 	// own: a turn that runs tools on the server, whose reply (a StepsReply)
 	// adds its calls and their results before the final reply. Not with
 	// Durable (its checkpoints keep one reply's text).
-	Responder Responder
+	Responder parley.Responder
 }
 
 // Response is a turn started by Respond.
@@ -256,10 +259,6 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	if err := CheckResponseContinuation(req.Previous, req.Conversation); err != nil {
 		return nil, err
 	}
-	// Cheap for parameters the edge validated (see Turn).
-	if err := req.Params.Validate(0); err != nil {
-		return nil, err
-	}
 	if req.Local != nil {
 		req.NoStore = true
 	}
@@ -328,7 +327,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			need = sess.Bytes() + messageBytes(last)
 		}
 	}
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, need: need, r: req.Responder}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder}); err != nil {
 		return nil, err
 	}
 	out.Turn = t
@@ -409,7 +408,7 @@ func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (ses
 				return nil, nil, prev, err
 			}
 		}
-		if sess, err = s.newSession(ctx); err != nil {
+		if sess, err = s.newSession(ctx, req.Model); err != nil {
 			return nil, nil, prev, err
 		}
 		return sess, unlock, prev, nil
@@ -421,7 +420,7 @@ func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (ses
 // the copied turns stay valid in the fork. Its owner is ctx's client (it
 // counts against whoever forks), or sess's when ctx has none.
 func (s *Service) fork(ctx context.Context, sess *Session, end int) (*Session, error) {
-	n, err := s.newSession(ctx)
+	n, err := s.newSession(ctx, sess.Model)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,31 +14,13 @@ import (
 	"github.com/parley-chat/parley"
 )
 
-// Reply is one streamed reply, as the chat layer produces it (*chat.Reply
-// has these methods). Events yields token events, then exactly one event
-// with Done set, then is closed; the final event fits in the channel's
-// buffer, so after cancelling the reply's context a reader may stop early.
-type Reply interface {
-	Events() <-chan parley.Event
-	Text() string   // the whole cleaned reply; valid after the final event
-	Prompt() string // the rendered prompt
-}
-
-// Responder produces a reply to a conversation. key ties requests of one
-// conversation together (the engine reuses its KV cache); the Service
-// passes the session id. msgs holds the system prompt (when there is one)
-// as the first message and ends with the new user message.
-type Responder interface {
-	Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (Reply, error)
-}
-
 type turnResponderKey struct{}
 
 // WithTurnResponder makes r reply to the turns started with the returned
 // context (Turn, ToolTurn) instead of the Service's Responder: a chat that
 // runs tools on the server, whose reply (a StepsReply) adds their calls and
 // results before the reply.
-func WithTurnResponder(ctx context.Context, r Responder) context.Context {
+func WithTurnResponder(ctx context.Context, r parley.Responder) context.Context {
 	return context.WithValue(ctx, turnResponderKey{}, r)
 }
 
@@ -47,30 +30,8 @@ func WithTurnResponder(ctx context.Context, r Responder) context.Context {
 // calls, and the tools' results), valid after the final event. A turn
 // commits them between its input and its reply.
 type StepsReply interface {
-	Reply
+	parley.Reply
 	Steps() []parley.Message
-}
-
-// Adapt turns a Reply method that returns a concrete reply type into a
-// Responder, so wiring the chat layer is one line:
-//
-//	svc := session.NewService(store, session.Adapt(responder.Reply))
-//
-// (Go has no covariant return types, so *chat.Responder does not satisfy
-// Responder by itself, and session must not import chat.)
-func Adapt[R Reply](reply func(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (R, error)) Responder {
-	return adapter[R](reply)
-}
-
-type adapter[R Reply] func(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (R, error)
-
-func (f adapter[R]) Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (Reply, error) {
-	r, err := f(ctx, key, msgs, p)
-	if err != nil {
-		// Never wrap a nil concrete reply in a non-nil interface.
-		return nil, err
-	}
-	return r, nil
 }
 
 const (
@@ -88,7 +49,7 @@ const (
 // that ends with the turn, so it needs no Close.
 type Service struct {
 	store  Store
-	r      Responder
+	r      parley.Responder
 	system string
 	params parley.Params
 	log    *zap.Logger
@@ -140,7 +101,7 @@ func WithLogger(l *zap.Logger) Option { return func(s *Service) { s.log = l } }
 
 // NewService returns a Service over store and r. The store stays the
 // caller's: close it after the last turn has ended.
-func NewService(store Store, r Responder, opts ...Option) *Service {
+func NewService(store Store, r parley.Responder, opts ...Option) *Service {
 	s := &Service{store: store, r: r, params: parley.DefaultParams(), log: zap.NewNop()}
 	s.creates.now = time.Now
 	s.unused.maxPer = DefaultMaxUnused
@@ -151,9 +112,14 @@ func NewService(store Store, r Responder, opts ...Option) *Service {
 	return s
 }
 
-// Open starts or resumes a session. id "" starts a new session with the
-// default system prompt (resumed false), owned by ctx's client, and stores
-// it, so a client that reconnects with its id (after a server restart, say)
+// Open starts or resumes a session: OpenModel with the default model.
+func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
+	return s.OpenModel(ctx, id, "")
+}
+
+// OpenModel starts or resumes a session. id "" starts a new session with
+// the default system prompt, held with model ("" the default; see
+// Session.Model) (resumed false), owned by ctx's client, and stores it, so a client that reconnects with its id (after a server restart, say)
 // resumes it. It counts against the client's creation rate and the store's
 // per-client cap (ERateLimited past either, EStoreFull when the store is
 // full). Per client, at most maxUnused sessions stored this way that never
@@ -162,12 +128,12 @@ func NewService(store Store, r Responder, opts ...Option) *Service {
 // never talk hold little and push out only their own. A known id
 // returns its session (resumed true). An unknown, expired or malformed id
 // is a parley ENotFound error: a client cannot pick its own id.
-func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
+func (s *Service) OpenModel(ctx context.Context, id, model string) (*Session, bool, error) {
 	if id == "" {
 		if err := s.creates.allow(parley.ClientFrom(ctx)); err != nil {
 			return nil, false, err
 		}
-		sess, err := s.newSession(ctx)
+		sess, err := s.newSession(ctx, model)
 		if err != nil {
 			return nil, false, err
 		}
@@ -251,14 +217,14 @@ func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) er
 	})
 }
 
-// load returns the stored session, or a new one (owned by ctx's client)
-// for an id that Open issued and nothing has written yet (or that expired
-// while its connection stayed open: it starts over). Callers only pass ids
-// that Open returned, so a client still cannot pick its own.
-func (s *Service) load(ctx context.Context, id string) (*Session, error) {
+// load returns the stored session, or a new one (owned by ctx's client,
+// with model) for an id that Open issued and nothing has written yet (or
+// that expired while its connection stayed open: it starts over). Callers
+// only pass ids that Open returned, so a client still cannot pick its own.
+func (s *Service) load(ctx context.Context, id, model string) (*Session, error) {
 	sess, err := s.store.Get(ctx, id)
 	if parley.ErrorCode(err) == parley.ENotFound {
-		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: parley.ModelFrom(ctx)}, nil
+		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: model}, nil
 	}
 	if err == nil && !ownedBy(ctx, sess) {
 		return nil, errNotFound()
@@ -288,21 +254,21 @@ func ownedBy(ctx context.Context, sess *Session) bool {
 }
 
 // newSession returns a new, unstored session owned by ctx's client, with
-// the service's system prompt. It is the one place the Service mints
+// the service's system prompt and model. It is the one place the Service mints
 // session ids (Open, CreateConversation, a new or forked Responses turn);
 // the caller checks the client's creation limits first.
-func (s *Service) newSession(ctx context.Context) (*Session, error) {
+func (s *Service) newSession(ctx context.Context, model string) (*Session, error) {
 	id, err := NewID()
 	if err != nil {
 		return nil, err
 	}
-	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: parley.ModelFrom(ctx)}, nil
+	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: model}, nil
 }
 
 // update applies f to the stored session under the session's lock (an id
 // Open issued and nothing wrote yet starts from a new session).
 func (s *Service) update(ctx context.Context, id string, f func(*Session) error) error {
-	return s.modify(ctx, id, s.load, f)
+	return s.modify(ctx, id, func(ctx context.Context, id string) (*Session, error) { return s.load(ctx, id, "") }, f)
 }
 
 // lockSession takes session id's lock; on success the caller owns it and
@@ -392,7 +358,7 @@ func (s *Service) dropUnused(ctx context.Context, id string) {
 // any point: nothing blocks on an abandoned Turn).
 type Turn struct {
 	id     string
-	reply  Reply
+	reply  parley.Reply
 	events chan parley.Event
 
 	// committed is written before events is closed and read after.
@@ -466,16 +432,13 @@ func (t *Turn) Text() string {
 }
 
 // Reasoning is the reply's thought (a reasoning model's, kept apart from
-// Text), when the reply has one; valid after the final event.
+// Text); valid after the final event.
 func (t *Turn) Reasoning() string {
 	var prev string
 	if t.prefix != nil {
 		prev = t.prefix.Reasoning
 	}
-	if r, ok := t.reply.(interface{ Reasoning() string }); ok {
-		return prev + r.Reasoning()
-	}
-	return prev
+	return prev + t.reply.Reasoning()
 }
 
 // Input is the message the turn answers: the user's prompt (a Regenerate's
@@ -504,8 +467,9 @@ func (t *Turn) Committed() bool { return t.committed }
 // Only one turn per session runs at a time: while another runs, Turn waits
 // for it to end (queued turns run in arrival order) or for ctx to be done.
 //
-// p are the reply's parameters; a zero p (MaxTokens 0) means the session's
-// own (see Params). The new user message is stored before the reply starts,
+// p are the reply's parameters, validated by the caller (the wire's edge;
+// the engine checks them again at its door); a zero p (MaxTokens 0) means
+// the session's own (see Params). The new user message is stored before the reply starts,
 // with an empty reply marked interrupted, and the reply's text so far at
 // checkpoints while it runs (pending.go), so a crash never loses what the
 // user typed; the turn's commit replaces that when the reply ends (see
@@ -582,20 +546,12 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 	if !ValidID(id) {
 		return nil, errNotFound()
 	}
-	if p.MaxTokens != 0 {
-		// Parameters the edge validated carry the grammar it checked (or
-		// the schema it converted): this rechecks the numbers only, and p
-		// takes the record on to the engine.
-		if err := p.Validate(0); err != nil {
-			return nil, err
-		}
-	}
 	unlock, err := s.locks.lock(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("wait for turn: %w", err)
 	}
 	// From here the lock is released on every error path, or handed to start.
-	sess, err := s.load(ctx, id)
+	sess, err := s.load(ctx, id, "")
 	if err != nil {
 		unlock()
 		return nil, err
@@ -666,7 +622,10 @@ type turnStart struct {
 	p      parley.Params
 	// r, when set, replies instead of the Service's Responder (a turn that
 	// runs tools on the server).
-	r Responder
+	r parley.Responder
+	// model is the model the request named ("" the default); a session
+	// that holds a model of its own answers with that one.
+	model string
 	// need is the bytes the store must have room for before the reply
 	// starts (see room); < 0 for a turn that is not stored.
 	need int
@@ -712,17 +671,16 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 		msgs = append(msgs, *t.prefix)
 	}
 	msgs = withImageData(msgs)
-	if sess.Model != "" {
-		ctx = parley.WithModel(ctx, sess.Model) // the conversation's model, whatever the request named
-	}
+	// The conversation's model, whatever the request named.
+	model := cmp.Or(sess.Model, ts.model)
 	r := s.r
-	if tr, ok := ctx.Value(turnResponderKey{}).(Responder); ok {
+	if tr, ok := ctx.Value(turnResponderKey{}).(parley.Responder); ok {
 		r = tr
 	}
 	if ts.r != nil {
 		r = ts.r
 	}
-	reply, err := r.Reply(ctx, sess.ID, msgs, ts.p)
+	reply, err := r.Reply(ctx, parley.ReplyRequest{Key: sess.ID, Model: model, Messages: msgs, Params: ts.p})
 	if err != nil {
 		s.undoPending(ctx, t, sess)
 		ts.unlock()

@@ -8,7 +8,7 @@
 //
 // The package knows nothing about the wire format and nothing about the
 // engine; it speaks the root package's Message, Params and Event types and
-// reaches the chat layer only through the Responder interface declared here.
+// reaches the chat layer only through the root package's Responder.
 package session
 
 import (
@@ -60,7 +60,7 @@ type Session struct {
 	User string `json:"user,omitempty"`
 
 	// Model is the model the conversation is held with when the server
-	// serves several (parley.WithModel at creation), fixed at creation: its
+	// serves several (named when it is created), fixed at creation: its
 	// turns run on it. "" for a server with one model, and for sessions
 	// stored before several models were served: their turns run on the
 	// request's model.

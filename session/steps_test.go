@@ -17,6 +17,24 @@ type stepsReply struct {
 
 func (r stepsReply) Steps() []parley.Message { return r.steps }
 
+// stepsResponder answers through f, its replies saying they ran steps.
+type stepsResponder struct {
+	f     *fakeResponder
+	steps []parley.Message
+}
+
+func (s stepsResponder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	r, err := s.f.Reply(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return stepsReply{r.(*fakeReply), s.steps}, nil
+}
+
+func (s stepsResponder) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	return s.f.Complete(ctx, req)
+}
+
 // TestRespondCommitsSteps: a Responses turn that replies through its own
 // Responder, whose reply is a StepsReply, stores its input, the steps (a
 // server call and its result) and the reply in order; its record counts the
@@ -31,10 +49,7 @@ func TestRespondCommitsSteps(t *testing.T) {
 		{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{{ID: "call_1", Name: "add", Arguments: `{"a":1}`}}},
 		{Role: parley.RoleTool, ToolCallID: "call_1", Name: "add", Content: "2"},
 	}
-	loop := session.Adapt(func(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (stepsReply, error) {
-		r, err := f.Reply(ctx, key, msgs, p)
-		return stepsReply{r, steps}, err
-	})
+	loop := stepsResponder{f, steps}
 	ctx := context.Background()
 	resp, err := svc.Respond(ctx, session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "one plus one"}},
 		Params: parley.DefaultParams(), Responder: loop})

@@ -352,7 +352,7 @@ func TestRenameMetadataLimit(t *testing.T) {
 	for i := range session.MaxMetadataKeys {
 		full[fmt.Sprintf("k%d", i)] = "v"
 	}
-	c, err := svc.CreateConversation(ctx, nil, full)
+	c, err := svc.CreateConversation(ctx, "", nil, full)
 	if err != nil {
 		t.Fatal(err)
 	}

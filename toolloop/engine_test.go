@@ -76,7 +76,7 @@ func TestLoopThroughLlama(t *testing.T) {
 	var mu sync.Mutex
 	var prompts []string
 	reply := func(ctx context.Context, msgs []parley.Message, p parley.Params) (toolloop.Reply, error) {
-		rep, err := r.Reply(ctx, "conv-1", msgs, p)
+		rep, err := r.Reply(ctx, parley.ReplyRequest{Key: "conv-1", Messages: msgs, Params: p})
 		if err != nil {
 			return nil, err
 		}

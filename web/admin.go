@@ -19,7 +19,7 @@ import (
 )
 
 // WithModels makes the server serve several models (see Models); r must
-// route by parley.ModelFrom.
+// route by the request's model (parley.ReplyRequest.Model).
 func WithModels(m Models) Option { return func(s *Server) { s.models = m } }
 
 // modelsList is /v1/models with several models: OpenAI's list, each entry

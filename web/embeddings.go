@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
@@ -33,7 +34,9 @@ type EmbedModels interface {
 	// possibly "") until the Target's Release. It loads the model when it
 	// is not loaded, and refuses a model that is not an embedding model
 	// without loading it where its header says so.
-	EmbedModel(ctx context.Context, name string) (embed.Target, error)
+	// keepAlive is the request's (nil: none), applied as the server's
+	// policy allows.
+	EmbedModel(ctx context.Context, name string, keepAlive *time.Duration) (embed.Target, error)
 }
 
 // WithEmbeddings mounts the embedding and rerank endpoints over m. Without
@@ -59,7 +62,7 @@ func (s *Server) mountEmbed(g *echo.Group) {
 // loads or drains, resolves the model field as chat does (aliases and
 // Ollama's :latest included; an unknown name is a 404 that names the
 // models), and holds the model.
-func (s *Server) embedLookup(r *http.Request, model string) (embed.Target, error) {
+func (s *Server) embedLookup(r *http.Request, model string, keepAlive *time.Duration) (embed.Target, error) {
 	if err := s.apiAvailable(); err != nil {
 		return embed.Target{}, err
 	}
@@ -74,7 +77,7 @@ func (s *Server) embedLookup(r *http.Request, model string) (embed.Target, error
 		}
 		name = n
 	}
-	return s.embeds.EmbedModel(apicore.WithModel(r.Context(), name), name)
+	return s.embeds.EmbedModel(apicore.WithModel(r.Context(), name), name, keepAlive)
 }
 
 // writeEmbedError answers err as the API's family does: OpenAI's body and

@@ -334,7 +334,7 @@ type replyMeter struct {
 }
 
 // forModel makes the meter count the reply for model too, with several
-// models (parley.ModelFrom of the reply's context; "" does nothing).
+// models (the reply's model; "" does nothing).
 func (r *replyMeter) forModel(model string) *replyMeter {
 	r.model = model
 	return r

@@ -43,9 +43,9 @@ import (
 
 // The server's contract with the layers it runs on, declared in the core.
 type (
-	// Responder is what the HTTP APIs need from the chat layer
-	// (*chat.Responder satisfies it).
-	Responder = apicore.Responder
+	// Responder is what the HTTP APIs start replies with: the root
+	// package's contract (*chat.Responder satisfies it).
+	Responder = parley.Responder
 	// Tokenizer counts the tokens of a prompt for Config.MaxPromptTokens
 	// (*llm.Engine satisfies it). It must be safe for concurrent use.
 	Tokenizer = apicore.Tokenizer

@@ -139,7 +139,7 @@ func openStack(tb testing.TB, o stackOpts) *stack {
 	defaults.Temperature = 0
 	defaults.MaxTokens = o.maxTokens
 	svcOpts := append([]session.Option{session.WithDefaultParams(defaults), session.WithLogger(log)}, o.svcOpts...)
-	rec := &recorder{Service: session.NewService(store, session.Adapt(resp.Reply), svcOpts...)}
+	rec := &recorder{Service: session.NewService(store, resp, svcOpts...)}
 	// cfg.Defaults is a copy: a test's cfg tweak of the server's defaults
 	// leaves the sessions' defaults as they are.
 	cfg := web.Config{Addr: "127.0.0.1:0", Defaults: defaults, MaxTokensCap: o.maxTokensCap, DrainTimeout: 2 * time.Second}

@@ -401,8 +401,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 // newSessions is the session layer over store, its replies from r.
-func newSessions(cfg config, store session.Store, defaults parley.Params, r web.Responder, log *zap.Logger) *session.Service {
-	return session.NewService(store, session.Adapt(r.Reply),
+func newSessions(cfg config, store session.Store, defaults parley.Params, r parley.Responder, log *zap.Logger) *session.Service {
+	return session.NewService(store, r,
 		session.WithSystemPrompt(cfg.systemPrompt),
 		session.WithMaxConversationImages(cfg.vision.media.Limits.MaxConversationImages),
 		session.WithDefaultParams(defaults),

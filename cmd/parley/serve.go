@@ -21,7 +21,7 @@ import (
 // the server is given and in when the models load.
 type models interface {
 	// responder answers every request (the sessions' turns and the APIs).
-	responder() web.Responder
+	responder() parley.Responder
 	// serverOptions are the server's view of the models: tokenizer, facts,
 	// counters, /info, and with several the models' list.
 	serverOptions() []web.Option
@@ -95,7 +95,7 @@ func newOneModel(cfg config, log *zap.Logger, stderr io.Writer, ropts []chat.Opt
 	return &oneModel{cfg: cfg, log: log, stderr: stderr, ref: ref, resp: chat.NewResponder(ref, ropts...)}
 }
 
-func (m *oneModel) responder() web.Responder { return m.resp }
+func (m *oneModel) responder() parley.Responder { return m.resp }
 
 func (m *oneModel) serverOptions() []web.Option {
 	return []web.Option{
@@ -153,7 +153,7 @@ func newSeveralModels(cfg config, log *zap.Logger, stderr io.Writer, ropts []cha
 	return &severalModels{cfg: cfg, log: log, r: r}, nil
 }
 
-func (m *severalModels) responder() web.Responder { return m.r }
+func (m *severalModels) responder() parley.Responder { return m.r }
 
 func (m *severalModels) serverOptions() []web.Option {
 	return []web.Option{

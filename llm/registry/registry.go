@@ -312,12 +312,12 @@ func (l *Lease) Release() { l.once.Do(func() { l.r.release(l) }) }
 // Acquire returns the named model (see Resolve), loading it first when it
 // is not loaded: the request waits in the model's bounded queue (busy
 // past Config.MaxWaiting), and ctx's parley.LoadProgress is shown the load's
-// progress. ctx's parley.KeepAlive, when it has one, becomes the model's
-// keep-alive. A model that cannot be loaded is an error for this model
+// progress. keepAlive, the request's (nil: none), applies to the model as
+// Config.ClientKeepAlive allows. A model that cannot be loaded is an error for this model
 // alone: too large for the budget (too_large, with the figures), no room
 // because every other model is in use or pinned (busy), or the loader's
 // error (unavailable, naming the model).
-func (r *Registry) Acquire(ctx context.Context, name string) (*Lease, error) {
+func (r *Registry) Acquire(ctx context.Context, name string, keepAlive *time.Duration) (*Lease, error) {
 	name, err := r.Resolve(name)
 	if err != nil {
 		return nil, err
@@ -336,7 +336,8 @@ func (r *Registry) Acquire(ctx context.Context, name string) (*Lease, error) {
 			e.refs++
 			e.lastUsed, e.expires = time.Now(), time.Time{}
 			l := &Lease{r: r, e: e, model: e.model}
-			if ka, ok := parley.KeepAliveFrom(ctx); ok {
+			if keepAlive != nil {
+				ka := *keepAlive
 				switch r.cfg.ClientKeepAlive {
 				case KeepAliveObey:
 					e.keepAlive = ka
@@ -752,7 +753,7 @@ func (r *Registry) reap() {
 // startup), and waits until it is loaded; its keep-alive then runs as
 // after a reply (a pinned model stays).
 func (r *Registry) Load(ctx context.Context, name string) error {
-	l, err := r.Acquire(ctx, name)
+	l, err := r.Acquire(ctx, name, nil)
 	if err != nil {
 		return err
 	}

@@ -189,22 +189,21 @@ func (s *API) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, er
 	}
 	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.ParamsPatch}
 	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
-	p := s.core.Defaults
-	if !count {
-		if p, err = s.core.ResolveParams(&req.ParamsPatch); err != nil {
-			return nil, err
+	patch := &req.ParamsPatch
+	if count {
+		patch = nil // counting needs no reply parameters: the defaults stand in
+	}
+	p, err := s.core.ResolveParams(patch, func(p *parley.Params) (err error) {
+		if err := req.Thinking.apply(p); err != nil {
+			return err
 		}
-	}
-	if err := req.Thinking.apply(&p); err != nil {
-		return nil, err
-	}
-	if p.Tools, err = parseAnthropicTools(req.Tools); err != nil {
-		return nil, err
-	}
-	if p.ToolChoice, err = parseAnthropicToolChoice(req.ToolChoice); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(s.core.MaxTokensCap); err != nil {
+		if p.Tools, err = parseAnthropicTools(req.Tools); err != nil {
+			return err
+		}
+		p.ToolChoice, err = parseAnthropicToolChoice(req.ToolChoice)
+		return err
+	})
+	if err != nil {
 		return nil, renameToolField(renameThinkField(err))
 	}
 	apicore.ResolveSeed(&p)

@@ -107,7 +107,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, resumed, err := s.sessions.Open(apicore.WithModel(r.Context(), model), r.URL.Query().Get("session"))
+	sess, resumed, err := s.sessions.OpenModel(r.Context(), r.URL.Query().Get("session"), model)
 	if err != nil && !answerOnSocket(err) {
 		return err
 	}

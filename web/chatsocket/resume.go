@@ -246,7 +246,7 @@ func (c *conn) resume(ctx context.Context, resumeFrom int) ([]historyMessage, *l
 			return hist, live, rp, err
 		}
 	}
-	sess, _, err := c.srv.sessions.Open(ctx, c.id)
+	sess, _, err := c.srv.sessions.OpenModel(ctx, c.id, "")
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -14,7 +14,8 @@ import (
 
 // Sessions is what the chat socket needs from the session layer.
 type Sessions interface {
-	Open(ctx context.Context, id string) (*session.Session, bool, error)
+	// OpenModel starts a session held with model, or resumes session id.
+	OpenModel(ctx context.Context, id, model string) (*session.Session, bool, error)
 	// Snapshot reads a turn's session ordered against its commit (see
 	// session.Service.Snapshot): a resume never shows a stale history.
 	Snapshot(ctx context.Context, t *session.Turn) (*session.Session, bool, error)

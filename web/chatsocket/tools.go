@@ -48,25 +48,16 @@ type toolCallMessage struct {
 // the selection of tools that run on the server too ({"type": "mcp"}
 // entries in params.tools; nil without).
 func (s *Chat) resolveWSParams(wp *wsParams) (parley.Params, *toolloop.Selection, error) {
-	var patch *apicore.ParamsPatch
-	if wp != nil {
-		patch = &wp.ParamsPatch
-	}
-	p, err := s.core.ResolveParams(patch)
-	if err != nil || wp == nil {
+	if wp == nil {
+		p, err := s.core.ResolveParams(nil)
 		return p, nil, err
 	}
 	functions, server, err := servertools.SplitTools(wp.Tools, "params.tools")
 	if err != nil {
-		return p, nil, err
+		return parley.Params{}, nil, err
 	}
-	if p.Tools, err = apicore.ParseTools(functions, "params.tools"); err != nil {
-		return p, nil, err
-	}
-	if p.ToolChoice, err = apicore.ParseToolChoice(wp.ToolChoice, "params.tool_choice"); err != nil {
-		return p, nil, err
-	}
-	return p, server, p.Validate(s.cfg.MaxTokensCap)
+	p, err := s.core.ResolveParams(&wp.ParamsPatch, apicore.AddTools(functions, wp.ToolChoice, "params."))
+	return p, server, err
 }
 
 // toolTurner is the session layer's tool-result turn (*session.Service has it).
@@ -94,7 +85,7 @@ func (c *conn) startTurn(ctx context.Context, j job, p parley.Params) (*session.
 		if err != nil {
 			return nil, err
 		}
-		ctx = session.WithTurnResponder(ctx, session.Adapt(tools.Reply))
+		ctx = session.WithTurnResponder(ctx, tools)
 	}
 	switch {
 	case j.cont:

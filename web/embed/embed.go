@@ -68,9 +68,10 @@ type Target struct {
 }
 
 // Lookup finds the model named in a request ("" when the request named
-// none). Its errors are written as they are (a *parley.Error with
-// ENotFound, say).
-type Lookup func(r *http.Request, model string) (Target, error)
+// none); keepAlive is how long the request asks its model to stay loaded
+// after it (nil: it did not ask). Its errors are written as they are (a
+// *parley.Error with ENotFound, say).
+type Lookup func(r *http.Request, model string, keepAlive *time.Duration) (Target, error)
 
 // API names the wire an error is written for.
 type API int
@@ -114,7 +115,7 @@ func WithMaxBody(n int64) Option { return func(h *Handler) { h.maxBody = n } }
 
 // WithKeepAlive makes Ollama's endpoints honour a request's keep_alive:
 // parse reads it (false when the request has none), and the request's
-// context carries it (parley.WithKeepAlive) to the Lookup.
+// Lookup is given it.
 func WithKeepAlive(parse func(json.RawMessage) (time.Duration, bool, error)) Option {
 	return func(h *Handler) { h.keepAlive = parse }
 }
@@ -145,8 +146,8 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) error {
 
 // target looks up the model and checks that it pools as the endpoint
 // needs: rank for rerank, anything else for embeddings.
-func (h *Handler) target(r *http.Request, model string, rerank bool) (Target, error) {
-	t, err := h.lookup(r, model)
+func (h *Handler) target(r *http.Request, model string, rerank bool, keepAlive *time.Duration) (Target, error) {
+	t, err := h.lookup(r, model, keepAlive)
 	if err != nil {
 		return Target{}, err
 	}

@@ -72,11 +72,11 @@ func (h *Handler) ollamaEmbed(w http.ResponseWriter, r *http.Request) error {
 	if err := h.decode(w, r, &req); err != nil {
 		return err
 	}
-	r, err := h.withKeepAlive(r, req.KeepAlive)
+	keepAlive, err := h.keepAliveOf(req.KeepAlive)
 	if err != nil {
 		return err
 	}
-	t, err := h.target(r, req.Model, false)
+	t, err := h.target(r, req.Model, false, keepAlive)
 	if err != nil {
 		return err
 	}
@@ -118,11 +118,11 @@ func (h *Handler) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) error
 	if err := h.decode(w, r, &req); err != nil {
 		return err
 	}
-	r, err := h.withKeepAlive(r, req.KeepAlive)
+	keepAlive, err := h.keepAliveOf(req.KeepAlive)
 	if err != nil {
 		return err
 	}
-	t, err := h.target(r, req.Model, false)
+	t, err := h.target(r, req.Model, false, keepAlive)
 	if err != nil {
 		return err
 	}
@@ -141,17 +141,16 @@ func (h *Handler) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-// withKeepAlive is r with its keep_alive in its context (parley.WithKeepAlive)
-// for the Lookup, which holds the model: as Ollama's chat does, a request
-// may ask how long its model stays loaded after it. Without a parser
-// (WithKeepAlive) or a keep_alive, r as it is.
-func (h *Handler) withKeepAlive(r *http.Request, raw json.RawMessage) (*http.Request, error) {
+// keepAliveOf is the request's keep_alive for the Lookup, which holds the
+// model: as Ollama's chat does, a request may ask how long its model stays
+// loaded after it. Without a parser (WithKeepAlive) or a keep_alive, nil.
+func (h *Handler) keepAliveOf(raw json.RawMessage) (*time.Duration, error) {
 	if h.keepAlive == nil || len(raw) == 0 {
-		return r, nil
+		return nil, nil
 	}
 	d, set, err := h.keepAlive(raw)
 	if err != nil || !set {
-		return r, err
+		return nil, err
 	}
-	return r.WithContext(parley.WithKeepAlive(r.Context(), d)), nil
+	return &d, nil
 }

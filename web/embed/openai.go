@@ -159,7 +159,7 @@ func (h *Handler) openAI(w http.ResponseWriter, r *http.Request) error {
 	if err := h.decode(w, r, &req); err != nil {
 		return err
 	}
-	t, err := h.target(r, req.Model, false)
+	t, err := h.target(r, req.Model, false, nil)
 	if err != nil {
 		return err
 	}

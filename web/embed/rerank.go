@@ -115,7 +115,7 @@ func (h *Handler) rerank(w http.ResponseWriter, r *http.Request) error {
 	if err := req.Validate(h.maxInputs); err != nil {
 		return err
 	}
-	t, err := h.target(r, req.Model, true)
+	t, err := h.target(r, req.Model, true, nil)
 	if err != nil {
 		return err
 	}

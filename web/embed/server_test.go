@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/synth"
@@ -58,7 +59,7 @@ func newServer(t *testing.T) (*server, map[string]*llm.Engine) {
 		"chat":      openModel(t, "chat", llm.Config{Path: testmodel.Path(t), ContextLength: 256}),
 	}
 	s := &server{}
-	lookup := func(r *http.Request, name string) (embed.Target, error) {
+	lookup := func(r *http.Request, name string, _ *time.Duration) (embed.Target, error) {
 		e, ok := models[name]
 		if !ok {
 			return embed.Target{}, parley.Errorf(parley.ENotFound, "no model %q", name)

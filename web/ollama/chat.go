@@ -126,9 +126,10 @@ func (s *API) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *ollamaC
 	return &patch, nil
 }
 
-// resolveOllama resolves the patch over the server's defaults.
-func (s *API) resolveOllama(patch *apicore.ParamsPatch, call *ollamaCall) error {
-	p, err := s.core.ResolveParams(patch)
+// resolveOllama resolves the patch over the server's defaults, with adds
+// (see ResolveParams).
+func (s *API) resolveOllama(patch *apicore.ParamsPatch, call *ollamaCall, adds ...func(*parley.Params) error) error {
+	p, err := s.core.ResolveParams(patch, adds...)
 	if err != nil {
 		return renameOllama(err)
 	}
@@ -245,14 +246,8 @@ func (s *API) Chat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.resolveOllama(patch, call); err != nil {
+	if err := s.resolveOllama(patch, call, apicore.AddTools(req.Tools, nil, "")); err != nil {
 		return err
-	}
-	if call.params.Tools, err = apicore.ParseTools(req.Tools, "tools"); err != nil {
-		return err
-	}
-	if err := call.params.Validate(s.core.MaxTokensCap); err != nil {
-		return renameOllama(err)
 	}
 	model := s.ollamaModelName(c.Request().Context())
 	call.text = func(piece string) ollamaChunk {

@@ -154,10 +154,7 @@ func (s *API) startContinued(c echo.Context, prefix string, msgs []parley.Messag
 	}
 	p := call.params
 	p.Stop = append(append([]string(nil), p.Stop...), t.Stops()...)
-	prompt := prefix + rendered
-	return s.core.StartCall(c, "ollama-generate", prompt, 0, p, func(ctx context.Context, r apicore.Responder) (*chat.Reply, error) {
-		return r.Complete(ctx, "", prompt, p)
-	})
+	return s.core.StartCompletion(c, "ollama-generate", prefix+rendered, p)
 }
 
 // contextText is the text of a context array, checked: every id is in the

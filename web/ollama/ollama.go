@@ -233,7 +233,7 @@ func (s *API) Tags(c echo.Context) error {
 	if s.core.Models != nil {
 		var list []ollamaListModel
 		for _, m := range s.core.Models.Models() {
-			list = append(list, s.ollamaListEntry(parley.WithModel(c.Request().Context(), m.Name)))
+			list = append(list, s.ollamaListEntry(apicore.WithModel(c.Request().Context(), m.Name)))
 		}
 		return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": list})
 	}
@@ -262,7 +262,7 @@ func (s *API) PS(c echo.Context) error {
 		if m.ExpiresAt != nil {
 			exp = m.ExpiresAt.UTC()
 		}
-		list = append(list, s.ollamaPSEntry(parley.WithModel(c.Request().Context(), m.Name), m.SizeBytes, exp))
+		list = append(list, s.ollamaPSEntry(apicore.WithModel(c.Request().Context(), m.Name), m.SizeBytes, exp))
 	}
 	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": list})
 }

@@ -17,7 +17,6 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -43,18 +42,8 @@ type chatCall struct {
 }
 
 func (s *API) parseChat(c echo.Context) (*chatCall, error) {
-	body, err := apicore.ReadBody(c)
-	if err != nil {
-		return nil, err
-	}
 	var req chatRequest
-	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
-		return nil, err
-	}
-	if err := s.core.PickModel(c, req.Model); err != nil {
-		return nil, err
-	}
-	if err := apicore.NarrowRequest(c, &req.CacheKeyFields); err != nil {
+	if err := s.decodeRequest(c, &req, &req.openAIRequest); err != nil {
 		return nil, err
 	}
 	if len(req.Messages) == 0 {
@@ -72,11 +61,8 @@ func (s *API) parseChat(c echo.Context) (*chatCall, error) {
 	if err := checkToolResults(call.msgs); err != nil {
 		return nil, err
 	}
-	if req.N != nil && *req.N != 1 {
-		return nil, parley.FieldErrorf("n", "only 1 is supported, got %d", *req.N)
-	}
-	if apicore.IsSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
-		return nil, parley.FieldErrorf("logit_bias", "is not supported")
+	if err := req.unsupported(); err != nil {
+		return nil, err
 	}
 	if req.TopLogprobs != nil {
 		if *req.TopLogprobs < 0 || *req.TopLogprobs > apicore.MaxTopN {
@@ -87,9 +73,7 @@ func (s *API) parseChat(c echo.Context) (*chatCall, error) {
 		}
 		call.topLogprobs = *req.TopLogprobs
 	}
-	if req.StreamOptions != nil {
-		call.includeUsage = req.StreamOptions.IncludeUsage
-	}
+	call.includeUsage = req.includeUsage()
 	if rf := req.ResponseFormat; rf != nil {
 		switch rf.Type {
 		case "", "text":
@@ -106,22 +90,13 @@ func (s *API) parseChat(c echo.Context) (*chatCall, error) {
 			return nil, parley.FieldErrorf("response_format.type", "must be text, json_object or json_schema, got %q", rf.Type)
 		}
 	}
-	p, err := s.core.ResolveParams(&req.ParamsPatch)
-	if err != nil {
-		return nil, err
-	}
 	functions, server, err := servertools.SplitTools(req.Tools, "tools")
 	if err != nil {
 		return nil, err
 	}
 	call.server = server
-	if p.Tools, err = apicore.ParseTools(functions, "tools"); err != nil {
-		return nil, err
-	}
-	if p.ToolChoice, err = apicore.ParseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(s.core.MaxTokensCap); err != nil {
+	p, err := s.core.ResolveParams(&req.ParamsPatch, apicore.AddTools(functions, req.ToolChoice, ""))
+	if err != nil {
 		return nil, err
 	}
 	apicore.ResolveSeed(&p)

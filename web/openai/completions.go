@@ -31,20 +31,12 @@ import (
 const maxLegacyLogprobs = 5
 
 type completionRequest struct {
-	apicore.ParamsPatch
-	apicore.CacheKeyFields
-	Model         string          `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"`
-	Stream        bool            `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	N         *int            `json:"n"`
-	BestOf    *int            `json:"best_of"`
-	Logprobs  *int            `json:"logprobs"`
-	Echo      bool            `json:"echo"`
-	Suffix    *string         `json:"suffix"`
-	LogitBias json.RawMessage `json:"logit_bias"`
+	openAIRequest
+	Prompt   json.RawMessage `json:"prompt"`
+	BestOf   *int            `json:"best_of"`
+	Logprobs *int            `json:"logprobs"`
+	Echo     bool            `json:"echo"`
+	Suffix   *string         `json:"suffix"`
 }
 
 // completionLogprobs is the legacy logprobs object.
@@ -82,18 +74,8 @@ type completionCall struct {
 }
 
 func (s *API) parseCompletion(c echo.Context) (*completionCall, error) {
-	body, err := apicore.ReadBody(c)
-	if err != nil {
-		return nil, err
-	}
 	var req completionRequest
-	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
-		return nil, err
-	}
-	if err := s.core.PickModel(c, req.Model); err != nil {
-		return nil, err
-	}
-	if err := apicore.NarrowRequest(c, &req.CacheKeyFields); err != nil {
+	if err := s.decodeRequest(c, &req, &req.openAIRequest); err != nil {
 		return nil, err
 	}
 	call := &completionCall{stream: req.Stream, logprobs: -1}
@@ -118,8 +100,8 @@ func (s *API) parseCompletion(c echo.Context) (*completionCall, error) {
 	if call.prompt == "" {
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
 	}
-	if req.N != nil && *req.N != 1 {
-		return nil, parley.FieldErrorf("n", "only 1 is supported, got %d", *req.N)
+	if err := req.unsupported(); err != nil {
+		return nil, err
 	}
 	if req.BestOf != nil && *req.BestOf != 1 {
 		return nil, parley.FieldErrorf("best_of", "only 1 is supported, got %d", *req.BestOf)
@@ -130,18 +112,13 @@ func (s *API) parseCompletion(c echo.Context) (*completionCall, error) {
 	if req.Suffix != nil && *req.Suffix != "" {
 		return nil, parley.FieldErrorf("suffix", "is not supported")
 	}
-	if apicore.IsSet(req.LogitBias) && !bytes.Equal(bytes.TrimSpace(req.LogitBias), []byte("{}")) {
-		return nil, parley.FieldErrorf("logit_bias", "is not supported")
-	}
 	if req.Logprobs != nil {
 		if *req.Logprobs < 0 || *req.Logprobs > maxLegacyLogprobs {
 			return nil, parley.FieldErrorf("logprobs", "must be between 0 and %d, got %d", maxLegacyLogprobs, *req.Logprobs)
 		}
 		call.logprobs = *req.Logprobs
 	}
-	if req.StreamOptions != nil {
-		call.includeUsage = req.StreamOptions.IncludeUsage
-	}
+	call.includeUsage = req.includeUsage()
 	p, err := s.core.ResolveParams(&req.ParamsPatch)
 	if err != nil {
 		return nil, err

@@ -104,11 +104,11 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	if s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
 		ctx = parley.WithMaxPromptTokens(ctx, s.core.MaxPromptTokens)
 	}
-	rep, err := tools.Reply(ctx, apicore.ConversationKey(cc.msgs), cc.msgs, cc.params)
+	rep, err := tools.Run(ctx, parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: apicore.ModelFrom(rctx), Messages: cc.msgs, Params: cc.params})
 	if err != nil {
 		return cc.renameSent(err)
 	}
-	meter := s.core.Meter(parley.ModelFrom(ctx))
+	meter := s.core.Meter(apicore.ModelFrom(rctx))
 	log := s.core.Log.With(zap.String("route", route))
 	id, created, model := completionID(), time.Now().Unix(), s.core.ModelName(rctx)
 	if !cc.stream {

@@ -32,23 +32,15 @@ type responseFormat struct {
 }
 
 type chatRequest struct {
-	apicore.ParamsPatch
-	apicore.CacheKeyFields
-	Model         string          `json:"model"`
-	Messages      []openAIMessage `json:"messages"`
-	Stream        bool            `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	N              *int            `json:"n"`
+	openAIRequest
+	Messages       []openAIMessage `json:"messages"`
 	Logprobs       bool            `json:"logprobs"`
 	TopLogprobs    *int            `json:"top_logprobs"`
 	ResponseFormat *responseFormat `json:"response_format"`
 	Tools          json.RawMessage `json:"tools"`
 	ToolChoice     json.RawMessage `json:"tool_choice"`
 	// ParallelToolCalls is accepted; a reply makes at most one call.
-	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
-	LogitBias         json.RawMessage `json:"logit_bias"`
+	ParallelToolCalls *bool `json:"parallel_tool_calls"`
 }
 
 type openAIUsage struct {

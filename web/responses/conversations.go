@@ -97,14 +97,15 @@ func (s *API) loadConversation(c echo.Context) (*session.Session, error) {
 
 // CreateConversation is POST /v1/conversations.
 func (s *API) CreateConversation(c echo.Context) error {
-	if err := s.core.PickModel(c, c.QueryParam("model")); err != nil { // the default model, with several: the conversation keeps it
+	model, err := s.core.ResolveModel(c.QueryParam("model")) // the default model, with several: the conversation keeps it
+	if err != nil {
 		return err
 	}
 	req, msgs, err := readConversationBody(c, true)
 	if err != nil {
 		return err
 	}
-	sess, err := s.convs.CreateConversation(c.Request().Context(), msgs, req.Metadata)
+	sess, err := s.convs.CreateConversation(c.Request().Context(), model, msgs, req.Metadata)
 	if err != nil {
 		return err
 	}

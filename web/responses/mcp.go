@@ -202,7 +202,7 @@ func (s *API) prepareMCP(ctx context.Context, pr *parsedResponse) error {
 		}
 		pr.req.Input = append(results, pr.req.Input...)
 	}
-	pr.req.Responder = session.Adapt(tools.Reply)
+	pr.req.Responder = tools
 	return nil
 }
 
@@ -616,7 +616,7 @@ func (s *API) respondMCP(ctx context.Context, cancel context.CancelFunc, resp *s
 	if emit != nil {
 		es = &eventStream{emit: emit}
 	}
-	meter := s.core.Meter(parley.ModelFrom(ctx))
+	meter := s.core.Meter(apicore.ModelFrom(ctx))
 	drain := func(err error) (*responseObject, error) {
 		cancel()
 		for ev := range resp.Events() {

@@ -180,27 +180,24 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 			return nil, fmt.Errorf("encode text: %w", err)
 		}
 	}
-	p, err := s.core.ResolveParams(&req.ParamsPatch)
+	p, err := s.core.ResolveParams(&req.ParamsPatch, func(p *parley.Params) (err error) {
+		if p.Tools, err = parseResponsesTools(req.Tools); err != nil {
+			return err
+		}
+		p.ToolChoice, err = apicore.ParseToolChoice(req.ToolChoice, "tool_choice")
+		return err
+	})
 	if err != nil {
 		if req.MaxOutputTokens != nil {
 			err = apicore.RenameField(err, "max_tokens", "max_output_tokens") // the field the client sent
 		}
 		return nil, err
 	}
-	if p.Tools, err = parseResponsesTools(req.Tools); err != nil {
-		return nil, err
-	}
-	if p.ToolChoice, err = apicore.ParseToolChoice(req.ToolChoice, "tool_choice"); err != nil {
-		return nil, err
-	}
-	if err := p.Validate(s.core.MaxTokensCap); err != nil {
-		return nil, err
-	}
 	apicore.ResolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
 		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx), mcp: mreq,
-		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
+		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p, Model: model,
 			NoStore: req.Store != nil && !*req.Store}}
 	if req.PreviousResponseID != nil {
 		out.req.Previous = *req.PreviousResponseID

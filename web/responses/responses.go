@@ -50,7 +50,7 @@ type Conversations interface {
 	Respond(ctx context.Context, req session.ResponseRequest) (*session.Response, error)
 	GetResponse(ctx context.Context, id string) (session.ResponseRecord, *session.Session, error)
 	DeleteResponse(ctx context.Context, id string) error
-	CreateConversation(ctx context.Context, msgs []parley.Message, metadata map[string]string) (*session.Session, error)
+	CreateConversation(ctx context.Context, model string, msgs []parley.Message, metadata map[string]string) (*session.Session, error)
 	Conversation(ctx context.Context, sid string) (*session.Session, error)
 	SetMetadata(ctx context.Context, sid string, metadata map[string]string) (*session.Session, error)
 	DeleteConversation(ctx context.Context, sid string) error
@@ -270,7 +270,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 		return s.answerMCP(c, ctx, cancel, resp, pr)
 	}
 	if !pr.stream {
-		meter := s.core.Meter(parley.ModelFrom(ctx))
+		meter := s.core.Meter(apicore.ModelFrom(ctx))
 		for ev := range resp.Events() {
 			meter.Observe(ev)
 			if ev.Done {

@@ -25,7 +25,7 @@ type Call struct {
 	core   *Core
 	Route  string
 	Cancel context.CancelFunc // cancels the reply (its context is the request's, which ends when the client goes away)
-	Rep    *chat.Reply
+	Rep    parley.Reply
 	Params parley.Params
 	meter  Meter // metrics: every event of the reply passes through it
 	// TopLogprobs is how many top_logprobs an OpenAI client asked for.
@@ -39,8 +39,11 @@ type Call struct {
 
 // StartCompletion starts a raw-prompt reply (no template) for route.
 func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Params) (*Call, error) {
-	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
-		return r.Complete(ctx, "", prompt, p)
+	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
+		// req.PromptTokens, when StartCall counted them, are the prompt's:
+		// the responder takes them rather than tokenizing it again.
+		req.Prompt = prompt
+		return r.Complete(ctx, req)
 	})
 }
 
@@ -58,23 +61,28 @@ func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Messag
 	if affinity := parley.AffinityKey(parley.UserFrom(c.Request().Context()), sent, msgs); affinity != "" {
 		c.Response().Header().Set(parley.AffinityHeader, affinity)
 	}
-	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r Responder) (*chat.Reply, error) {
+	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
 		}
-		return r.Reply(ctx, key, msgs, p)
+		req.Key, req.Messages = key, msgs
+		req.PromptTokens = nil // the counted text's, not a prompt's
+		return r.Reply(ctx, req)
 	})
 }
 
 // StartCall starts a reply for route once the server takes work and the
 // request's text (the prompt, or every string of a conversation: a
 // stateless request's whole prompt) plus extra tokens (one per message) is
-// within MaxPromptTokens.
-func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, Responder) (*chat.Reply, error)) (*Call, error) {
+// within MaxPromptTokens. start is given the request with its model,
+// keep-alive and p, and in PromptTokens text's tokens when counting it
+// tokenized the whole text (nil otherwise); it adds what it answers.
+func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, parley.Responder, parley.ReplyRequest) (parley.Reply, error)) (*Call, error) {
 	if err := k.Available(); err != nil {
 		return nil, err
 	}
-	if err := k.CountPromptTokens(c.Request().Context(), text, extra, true); err != nil {
+	counted, err := k.countPromptTokens(c.Request().Context(), text, extra, true)
+	if err != nil {
 		return nil, err
 	}
 	// These APIs store nothing: the engine keeps no copy of their KV state
@@ -84,8 +92,9 @@ func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley
 	if k.Models != nil && strings.HasSuffix(route, "-stream") {
 		ctx = parley.WithLoadProgress(ctx, k.SSEProgress(c))
 	}
-	call := &Call{core: k, Route: route, Cancel: cancel, Params: p, meter: k.Meter(parley.ModelFrom(ctx))}
-	rep, err := start(ctx, k.Responder)
+	model := ModelFrom(ctx)
+	call := &Call{core: k, Route: route, Cancel: cancel, Params: p, meter: k.Meter(model)}
+	rep, err := start(ctx, k.Responder, parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Params: p, PromptTokens: counted})
 	if err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled) {
 		// The client left while its prompt was rendered or tokenized:
 		// not a failure of the server's.

@@ -8,25 +8,14 @@
 package apicore
 
 import (
-	"context"
 	"net/http"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
-	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/toolloop"
 )
-
-// Responder is what the HTTP APIs need from the chat layer
-// (*chat.Responder satisfies it). key ties a request to a KV-cache slot; ""
-// is a stateless request. The caller must drain the reply's Events or cancel
-// ctx.
-type Responder interface {
-	Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*chat.Reply, error)
-	Complete(ctx context.Context, key, prompt string, p parley.Params) (*chat.Reply, error)
-}
 
 // Tokenizer counts the tokens of a prompt (*llm.Engine satisfies it). It
 // must be safe for concurrent use.
@@ -46,7 +35,7 @@ type Meter interface {
 // it is read-only after.
 type Core struct {
 	Log       *zap.Logger
-	Responder Responder
+	Responder parley.Responder
 	Models    Models    // several models; nil: one
 	Tokenizer Tokenizer // counts prompts for MaxPromptTokens; nil: none counted
 	// ModelInfo describes the one model (nil: it is described by name only).

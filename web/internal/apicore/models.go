@@ -2,10 +2,12 @@ package apicore
 
 // Several models in one server. With Models the request's model field (or
 // a WebSocket's ?model=) picks the model: PickModel resolves it (an unknown
-// name is a 404 naming the models served) and puts the name in the
-// request's context (parley.WithModel), where the Responder, which routes
-// by it, and the session layer, which records it in a new session, find it.
-// Without Models the server serves one model and ignores the field.
+// name is a 404 naming the models served) and marks the request's context
+// with it (WithModel), where the handlers of web's families find it. It
+// stays within web: the Responder, which routes by it, and the session
+// layer, which records it in a new session, are given it as an argument
+// (parley.ReplyRequest.Model). Without Models the server serves one model
+// and ignores the field.
 
 import (
 	"context"
@@ -61,7 +63,7 @@ func (k *Core) PickModel(c echo.Context, name string) error {
 		return err
 	}
 	r := c.Request()
-	c.SetRequest(r.WithContext(parley.WithModel(r.Context(), n)))
+	c.SetRequest(r.WithContext(WithModel(r.Context(), n)))
 	return nil
 }
 
@@ -84,19 +86,40 @@ func (k *Core) ResolveModel(name string) (string, error) {
 	return n, nil
 }
 
+// modelKey and keepAliveKey are the context keys of WithModel and
+// WithKeepAlive: a request's facts between web's edge and its handlers.
+type (
+	modelKey     struct{}
+	keepAliveKey struct{}
+)
+
 // WithModel is ctx carrying model, unless model is "" (one model).
 func WithModel(ctx context.Context, model string) context.Context {
 	if model == "" {
 		return ctx
 	}
-	return parley.WithModel(ctx, model)
+	return context.WithValue(ctx, modelKey{}, model)
+}
+
+// ModelFrom is the model WithModel put in ctx, or "" (the default).
+func ModelFrom(ctx context.Context) string {
+	m, _ := ctx.Value(modelKey{}).(string)
+	return m
 }
 
 // WithKeepAlive makes the request's context ask for keepAlive (Ollama's
 // keep_alive) for its model.
 func WithKeepAlive(c echo.Context, d time.Duration) {
 	r := c.Request()
-	c.SetRequest(r.WithContext(parley.WithKeepAlive(r.Context(), d)))
+	c.SetRequest(r.WithContext(context.WithValue(r.Context(), keepAliveKey{}, d)))
+}
+
+// keepAliveFrom is the keep-alive WithKeepAlive put in ctx (nil: none).
+func keepAliveFrom(ctx context.Context) *time.Duration {
+	if d, ok := ctx.Value(keepAliveKey{}).(time.Duration); ok {
+		return &d
+	}
+	return nil
 }
 
 // ModelStatusOf is the named model's status (false when there is none).
@@ -113,7 +136,7 @@ func (k *Core) ModelStatusOf(name string) (ModelStatus, bool) {
 // see it and its facts. With one model, the loaded model.
 func (k *Core) ModelFor(ctx context.Context) (string, parley.ModelInfo) {
 	if k.Models != nil {
-		name := parley.ModelFrom(ctx)
+		name := ModelFrom(ctx)
 		if name == "" {
 			name, _ = k.Models.Resolve("")
 		}
@@ -143,16 +166,16 @@ func (k *Core) ModelName(ctx context.Context) string {
 // forms, which the helpers below prefer when they are there.
 type (
 	modelTokenizers interface {
-		// TokenizerFor returns ctx's model's tokenizer, the model held
+		// TokenizerFor returns model's tokenizer, the model held
 		// (loaded first if need be, else nil when it is not loaded)
 		// until release.
-		TokenizerFor(ctx context.Context, load bool) (t Tokenizer, release func(), err error)
+		TokenizerFor(ctx context.Context, model string, load bool) (t Tokenizer, release func(), err error)
 	}
 	modelTemplates interface {
-		TemplateFor(ctx context.Context) chat.Template
+		TemplateFor(model string) chat.Template
 	}
 	modelCounters interface {
-		CountTokensFor(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, error)
+		CountTokensFor(ctx context.Context, req parley.ReplyRequest) (int, error)
 	}
 	// templater gives the chat template replies are rendered with
 	// (*chat.Responder has it).
@@ -176,7 +199,7 @@ func (k *Core) TokenizerFor(ctx context.Context) (Tokenizer, func(), error) {
 // for it (nil when the model is not loaded).
 func (k *Core) TokenizerOf(ctx context.Context, load bool) (Tokenizer, func(), error) {
 	if mt, ok := k.Tokenizer.(modelTokenizers); ok && k.Models != nil {
-		return mt.TokenizerFor(ctx, load)
+		return mt.TokenizerFor(ctx, ModelFrom(ctx), load)
 	}
 	return k.Tokenizer, func() {}, nil
 }
@@ -185,7 +208,7 @@ func (k *Core) TokenizerOf(ctx context.Context, load bool) (Tokenizer, func(), e
 // responder does not tell it.
 func (k *Core) TemplateFor(ctx context.Context) (chat.Template, bool) {
 	if mt, ok := k.Responder.(modelTemplates); ok && k.Models != nil {
-		return mt.TemplateFor(ctx), true
+		return mt.TemplateFor(ModelFrom(ctx)), true
 	}
 	if t, ok := k.Responder.(templater); ok {
 		return t.Template(), true
@@ -198,7 +221,7 @@ func (k *Core) TemplateFor(ctx context.Context) (chat.Template, bool) {
 func (k *Core) CountTokens(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, bool, error) {
 	key = parley.ScopedKey(ctx, key) // the memo Reply keeps under the caller's scope
 	if mc, ok := k.Responder.(modelCounters); ok && k.Models != nil {
-		n, err := mc.CountTokensFor(ctx, key, msgs, p)
+		n, err := mc.CountTokensFor(ctx, parley.ReplyRequest{Key: key, Model: ModelFrom(ctx), Messages: msgs, Params: p})
 		return n, true, err
 	}
 	tc, ok := k.Responder.(tokenCounter)
@@ -223,23 +246,31 @@ type limitTokenizer interface {
 // engine still refuses a prompt over the context). Tokenizing stops as
 // soon as the text is over the limit, and when ctx ends (the client left).
 func (k *Core) CountPromptTokens(ctx context.Context, text string, extra int, load bool) error {
+	_, err := k.countPromptTokens(ctx, text, extra, load)
+	return err
+}
+
+// countPromptTokens is CountPromptTokens that returns text's tokens when it
+// tokenized the whole text (nil when it did not tokenize it), so that a raw
+// prompt is tokenized once.
+func (k *Core) countPromptTokens(ctx context.Context, text string, extra int, load bool) ([]int, error) {
 	limit := k.MaxPromptTokens
 	if k.Tokenizer == nil || limit <= 0 {
-		return nil
+		return nil, nil
 	}
 	if extra > limit {
-		return parley.Errorf(parley.ETooLarge, "the prompt has %d messages, each at least one token; at most %d tokens are accepted", extra, limit)
+		return nil, parley.Errorf(parley.ETooLarge, "the prompt has %d messages, each at least one token; at most %d tokens are accepted", extra, limit)
 	}
 	// A token spans at least one byte of text, apart from the few a
 	// tokenizer adds (BOS, EOS, SentencePiece's leading space): shorter
 	// texts cannot be over the cap and are not tokenized.
 	const added = 4
 	if len(text)+added+extra <= limit {
-		return nil
+		return nil, nil
 	}
 	tok, release, err := k.TokenizerOf(ctx, load)
 	if err != nil || tok == nil {
-		return err
+		return nil, err
 	}
 	var toks []int
 	if lt, ok := tok.(limitTokenizer); ok {
@@ -249,12 +280,12 @@ func (k *Core) CountPromptTokens(ctx context.Context, text string, extra int, lo
 	}
 	release()
 	if err != nil {
-		return fmt.Errorf("count prompt tokens: %w", err)
+		return nil, fmt.Errorf("count prompt tokens: %w", err)
 	}
 	if n := len(toks) + extra; n > limit {
-		return parley.PromptTooLong(n, limit, "the prompt is at least %d tokens; at most %d are accepted", n, limit)
+		return nil, parley.PromptTooLong(n, limit, "the prompt is at least %d tokens; at most %d are accepted", n, limit)
 	}
-	return nil
+	return toks, nil
 }
 
 // PromptText is every string of msgs and tools that reaches the prompt

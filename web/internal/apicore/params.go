@@ -232,9 +232,12 @@ func jsonError(err error) error {
 	}
 }
 
-// ResolveParams overlays patch (may be nil) on the server's defaults and
-// validates the result against the server's reply cap.
-func (k *Core) ResolveParams(patch *ParamsPatch) (parley.Params, error) {
+// ResolveParams overlays patch (may be nil) on the server's defaults, lets
+// each of adds set what the wire gives beside the patch (tools, the tool
+// choice, a thought switch), and validates the result against the server's
+// reply cap: the one validation at the edge. An error of adds is returned
+// as it is, before validation.
+func (k *Core) ResolveParams(patch *ParamsPatch, adds ...func(*parley.Params) error) (parley.Params, error) {
 	p := k.Defaults
 	if patch != nil {
 		p = patch.apply(p)
@@ -247,6 +250,11 @@ func (k *Core) ResolveParams(patch *ParamsPatch) (parley.Params, error) {
 		}
 		if b := patch.budget(); b != nil {
 			p.ThinkBudget = *b
+		}
+	}
+	for _, add := range adds {
+		if err := add(&p); err != nil {
+			return p, err
 		}
 	}
 	if err := p.Validate(k.MaxTokensCap); err != nil {

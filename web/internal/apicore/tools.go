@@ -81,3 +81,15 @@ func ParseToolChoice(raw json.RawMessage, field string) (parley.ToolChoice, erro
 	}
 	return parley.ToolChoice{Mode: parley.ToolFunction, Name: name}, nil
 }
+
+// AddTools is a ResolveParams step that decodes OpenAI's tools and
+// tool_choice, their fields named under prefix ("" at the top level).
+func AddTools(tools, choice json.RawMessage, prefix string) func(*parley.Params) error {
+	return func(p *parley.Params) (err error) {
+		if p.Tools, err = ParseTools(tools, prefix+"tools"); err != nil {
+			return err
+		}
+		p.ToolChoice, err = ParseToolChoice(choice, prefix+"tool_choice")
+		return err
+	}
+}

@@ -31,7 +31,7 @@ const eventBuffer = 64
 // Responder replies with a request's server tools: every Reply is one run
 // of the tool loop over the model behind r.
 type Responder struct {
-	r     apicore.Responder
+	r     parley.Responder
 	host  toolloop.Host
 	tools *toolloop.Toolset
 	log   *zap.Logger
@@ -41,7 +41,7 @@ type Responder struct {
 
 // NewResponder returns a Responder that runs tools (built for the request's
 // user with toolloop.Build) through host, asking the model through r.
-func NewResponder(r apicore.Responder, host toolloop.Host, tools *toolloop.Toolset, log *zap.Logger) *Responder {
+func NewResponder(r parley.Responder, host toolloop.Host, tools *toolloop.Toolset, log *zap.Logger) *Responder {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -57,22 +57,42 @@ func (lr *Responder) Host() toolloop.Host { return lr.host }
 // Log is the logger of the tool calls.
 func (lr *Responder) Log() *zap.Logger { return lr.log }
 
-// Reply starts a run on msgs with p (the client's parameters and tools):
-// key ties every model reply of the run to the conversation's KV cache. A
-// refusal of the request or of its first reply returns here.
-func (lr *Responder) Reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*Reply, error) {
+var _ parley.Responder = (*Responder)(nil)
+
+// Reply starts a run on req.Messages with req.Params (the client's
+// parameters and tools): every model reply of the run is asked for with
+// req's key, model and keep-alive, so it shares the conversation's KV
+// cache. A refusal of the request or of its first reply returns here.
+func (lr *Responder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	rep, err := lr.run(ctx, req)
+	if err != nil {
+		return nil, err // never a nil *Reply in the interface
+	}
+	return rep, nil
+}
+
+// Complete carries on a raw prompt as the model behind lr does: a raw
+// prompt has no tool calls for the loop to run.
+func (lr *Responder) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	return lr.r.Complete(ctx, req)
+}
+
+// Run is Reply with the run's own reply type (its Steps and Outcome).
+func (lr *Responder) Run(ctx context.Context, req parley.ReplyRequest) (*Reply, error) {
+	return lr.run(ctx, req)
+}
+
+func (lr *Responder) run(ctx context.Context, req parley.ReplyRequest) (*Reply, error) {
 	loop := toolloop.New(func(ctx context.Context, msgs []parley.Message, p parley.Params) (toolloop.Reply, error) {
-		rep, err := lr.r.Reply(ctx, key, msgs, p)
-		if err != nil {
-			return nil, err // never a nil *chat.Reply in the interface
-		}
-		return rep, nil
+		step := req
+		step.Messages, step.Params = msgs, p
+		return lr.r.Reply(ctx, step)
 	}, lr.host, toolloop.WithLogger(lr.log))
-	run, err := loop.Start(ctx, toolloop.Request{Messages: msgs, Params: p, Tools: lr.tools, MaxSteps: lr.MaxSteps})
+	run, err := loop.Start(ctx, toolloop.Request{Messages: req.Messages, Params: req.Params, Tools: lr.tools, MaxSteps: lr.MaxSteps})
 	if err != nil {
 		return nil, err
 	}
-	rep := &Reply{events: make(chan parley.Event, eventBuffer)}
+	rep := &Reply{events: make(chan parley.Event, eventBuffer), ended: make(chan struct{})}
 	go rep.pump(ctx, run)
 	return rep, nil
 }
@@ -85,6 +105,7 @@ type Reply struct {
 	done  *toolloop.Done
 	steps []parley.Message
 	last  parley.Message
+	ended chan struct{} // closed once the run has ended (its last model reply included)
 }
 
 // Events yields the run's events: tokens and Aside events, then exactly one
@@ -100,16 +121,32 @@ func (r *Reply) Reasoning() string { return r.last.Reasoning }
 // Prompt is empty: a run renders one prompt per step.
 func (r *Reply) Prompt() string { return "" }
 
+// PromptTokens is 0: a run renders one prompt per step (the final event's
+// usage counts them).
+func (r *Reply) PromptTokens() int { return 0 }
+
+// Dropped is 0: each step's reply fits its own prompt.
+func (r *Reply) Dropped() int { return 0 }
+
+// StopSequence is the final reply's stop string; a run ends on its
+// model's end of turn or a tool call, so it is "".
+func (r *Reply) StopSequence() string { return "" }
+
 // Steps are the messages the run added before its final reply; valid after
 // the final event.
 func (r *Reply) Steps() []parley.Message { return r.steps }
 
-// Done is how the run ended; valid after the final event.
-func (r *Reply) Done() *toolloop.Done { return r.done }
+// Outcome is how the run ended; valid after the final event.
+func (r *Reply) Outcome() *toolloop.Done { return r.done }
+
+// Done is closed once the run has ended: its final event is in Events and
+// its last model reply has ended.
+func (r *Reply) Done() <-chan struct{} { return r.ended }
 
 // pump turns the run's events into parley events until the run ends. The
 // run stops on its own once ctx ends, so pump always ends.
 func (r *Reply) pump(ctx context.Context, run *toolloop.Run) {
+	defer close(r.ended)
 	defer close(r.events)
 	for ev := range run.Events() {
 		if ev.Kind == toolloop.EventDone {
