@@ -218,9 +218,11 @@ def apt_packages(stage):
     return pkgs
 
 
-# Libraries of libc6, libstdc++6 and libgcc-s1, which every Ubuntu image (NVIDIA's CUDA images too) holds.
+# Libraries of libc6, libstdc++6 and libgcc-s1, which every Ubuntu image (NVIDIA's CUDA images too) holds, and
+# libffi8's, which apt pulls into every Ubuntu base (apt -> libgnutls30 -> libp11-kit0 -> libffi8).
 UBUNTU_BASE_LIBS = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2",
-                    "/lib64/ld-linux-x86-64.so.2", "libpthread.so.0", "libdl.so.2", "libresolv.so.2", "librt.so.1"}
+                    "/lib64/ld-linux-x86-64.so.2", "libpthread.so.0", "libdl.so.2", "libresolv.so.2", "librt.so.1",
+                    "libffi.so.8"}
 
 
 def check_cuda_stage(stages, final, image_binary):
@@ -484,6 +486,12 @@ def check_dlopened(runtime_pkgs, base):
     deps = run(["go", "version", "-m", binary]).stdout
     for mod, lib in DLOPENED.items():
         if mod not in deps:
+            continue
+        if cuda_runtime:
+            if lib in UBUNTU_BASE_LIBS:
+                ok(f"{lib} (loaded at start by {mod}): in every Ubuntu base image, so in the CUDA runtime image")
+            else:
+                fail(f"{lib} (loaded at start by {mod}): not a library every Ubuntu base image holds")
             continue
         r = run(["ldconfig", "-p"])
         m = re.search(r"^\s*" + re.escape(lib) + r" \(.*?\) => (\S+)", r.stdout, re.M)
