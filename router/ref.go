@@ -44,6 +44,21 @@ func (r *EngineRef) Name() string {
 	return ""
 }
 
+// EngineLabel is how /info and /v1/models name the llama.cpp engine called
+// name (an Engine's EngineName): the current engine by its libraries'
+// release, the embedded one by the binding module the binary was built
+// with; "" for no engine (nothing loaded).
+func EngineLabel(name string) string {
+	switch name {
+	case llm.EngineCurrent:
+		return "current llama.cpp (ggml " + llm.CurrentGGMLVersion + ", @node-llama-cpp/linux-x64 libraries, loaded at run time)"
+	case llm.EngineEmbedded:
+		_, binding := web.BuildVersions()
+		return binding
+	}
+	return name
+}
+
 var errLoading = parley.Errorf(parley.EUnavailable, "the model is loading; try again shortly")
 
 func (r *EngineRef) Info() parley.ModelInfo {

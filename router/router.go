@@ -108,6 +108,12 @@ type resident struct {
 	eng *llm.Engine
 }
 
+// LogFields are the registry's "model loaded" line's own fields: which
+// llama.cpp engine runs the model (--engine auto picks at each load).
+func (r *resident) LogFields() []zap.Field {
+	return []zap.Field{zap.String("engine", r.eng.EngineName())}
+}
+
 // Close detaches the engine from its responder and shuts it down. The
 // registry calls it only when no reply uses the model.
 func (r *resident) Close(ctx context.Context) error {
@@ -265,6 +271,16 @@ func (m *Router) load(ctx context.Context, s *served, progress func(float64)) (r
 	}
 	s.ref.Set(eng)
 	return &resident{s: s, eng: eng}, nil
+}
+
+// Engine is /info's engine: the one that runs the default model, or, while
+// it is not loaded, a sentence that says so (which engine runs a model is
+// decided when it loads).
+func (m *Router) Engine() string {
+	if e := EngineLabel(m.served[m.def].ref.Name()); e != "" {
+		return e
+	}
+	return "none: the default model is not loaded (each loaded model's engine is in models)"
 }
 
 // Default is the default model's name.
@@ -451,7 +467,7 @@ func (v *view) Models() []web.ModelStatus {
 			Name: st.Name, State: string(st.State), Default: st.Default, Pinned: st.Pinned,
 			SizeBytes: st.Estimate, InFlight: st.InFlight, Waiting: st.Waiting,
 			LastError: st.LastError, Settings: s.settings, Info: s.ref.Info(),
-			KeepAlive: "forever",
+			KeepAlive: "forever", Engine: EngineLabel(s.ref.Name()),
 		}
 		if m.LastError == "" {
 			m.LastError = s.fileError()

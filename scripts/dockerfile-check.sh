@@ -17,13 +17,22 @@
 #   - for Dockerfile.cuda (runtime FROM nvidia/cuda:*, Ubuntu): checks the binary's libraries by name against what
 #     every Ubuntu base holds, the CUDA stage statically (a devel image, scripts/build-cuda.sh with architectures
 #     80;86;89;90 at least, its output copied to ../lib/ollama beside the binary, where the binding looks);
+#   - checks that the image carries the current engine (llm/current.go) as `make run` finds it: the runtime stage
+#     copies a folder of real files (links resolved) to lib/llama-current beside the binary's bin/ from a stage that
+#     installs the pinned package (npm ci in scripts/engine) and runs scripts/build-current-backend.sh cpu at the
+#     builder's MARCH; lays the binary out here the same way, with this checkout's lib/llama-current (make
+#     setup-engine, the same script; $PARLEY_ENGINE_LIB when set) beside it, maps those libraries' dependencies and
+#     the libffi the binary loads at start to packages as above, and checks that the server it starts runs the
+#     current engine (/info's engine) with no flag (PARLEY_SKIP_CURRENT_ENGINE=1: the static part only);
 #   - checks that the server, on this machine without a GPU, reports the CPU in /health and says so in one log line;
 #   - runs the binary the way the image would (ENTRYPOINT, the runtime ENV with PARLEY_MODEL pointing at the test
 #     model and PARLEY_ADDR moved to a free loopback port), runs the HEALTHCHECK command until it passes, checks it
 #     fails once the server has stopped, and that SIGTERM ends the server with status 0.
 # What it cannot check
 #   the real base images' contents (the host is Debian bookworm like both stages, and the package model above
-#   stands in for them), BuildKit's cache mount, COPY/.dockerignore semantics, file ownership and the non-root user at
+#   stands in for them), the engine stage's own run (it needs the npm registry; this checkout's lib/llama-current,
+#   made by the same script, stands in for its output), BuildKit's cache mount, COPY/.dockerignore semantics, file
+#   ownership and the non-root user at
 #   run time (the check runs as whoever runs it), and networking inside a container; for Dockerfile.cuda also the
 #   CUDA compile itself (17 minutes per architecture on 2 cores: `make cuda`), NVIDIA's image contents beyond the
 #   Ubuntu base, and the GPU (scripts/bench-gpu.sh on a GPU machine covers that).
@@ -209,9 +218,11 @@ def apt_packages(stage):
     return pkgs
 
 
-# Libraries of libc6, libstdc++6 and libgcc-s1, which every Ubuntu image (NVIDIA's CUDA images too) holds.
+# Libraries of libc6, libstdc++6 and libgcc-s1, which every Ubuntu image (NVIDIA's CUDA images too) holds, and
+# libffi8's, which apt pulls into every Ubuntu base (apt -> libgnutls30 -> libp11-kit0 -> libffi8).
 UBUNTU_BASE_LIBS = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2",
-                    "/lib64/ld-linux-x86-64.so.2", "libpthread.so.0", "libdl.so.2", "libresolv.so.2", "librt.so.1"}
+                    "/lib64/ld-linux-x86-64.so.2", "libpthread.so.0", "libdl.so.2", "libresolv.so.2", "librt.so.1",
+                    "libffi.so.8"}
 
 
 def check_cuda_stage(stages, final, image_binary):
@@ -453,6 +464,144 @@ if not entry:
     die("the runtime stage has neither ENTRYPOINT nor CMD")
 
 
+# Libraries the binary loads at run time (dlopen), which ldd does not list: the Go module that loads each one.
+DLOPENED = {"github.com/jupiterrider/ffi": "libffi.so.8"}
+
+
+def check_lib_package(lib, path, runtime_pkgs, base):
+    pkg = owner(path)
+    if pkg is None:
+        fail(f"{lib} ({path}): no Debian package ships it, so no image has it")
+    elif pkg in runtime_pkgs:
+        ok(f"{lib}: {pkg}, installed by the runtime stage")
+    elif pkg in base:
+        ok(f"{lib}: {pkg}, part of the slim base (essential + apt)")
+    else:
+        fail(f"{lib}: package {pkg} is neither installed by the runtime stage nor part of the slim base")
+
+
+def check_dlopened(runtime_pkgs, base):
+    """The libraries the binary loads itself at start (libffi for the current engine's calls: without it the
+    process panics before main), found by the module that loads them in the binary's build information."""
+    deps = run(["go", "version", "-m", binary]).stdout
+    for mod, lib in DLOPENED.items():
+        if mod not in deps:
+            continue
+        if cuda_runtime:
+            if lib in UBUNTU_BASE_LIBS:
+                ok(f"{lib} (loaded at start by {mod}): in every Ubuntu base image, so in the CUDA runtime image")
+            else:
+                fail(f"{lib} (loaded at start by {mod}): not a library every Ubuntu base image holds")
+            continue
+        r = run(["ldconfig", "-p"])
+        m = re.search(r"^\s*" + re.escape(lib) + r" \(.*?\) => (\S+)", r.stdout, re.M)
+        if not m:
+            fail(f"{lib} (loaded by {mod} at start): not on this host either")
+            continue
+        check_lib_package(lib + f" (loaded at start by {mod})", m.group(1), runtime_pkgs, base)
+
+
+def check_engine(stages, final, image_binary):
+    """The current engine in the image, as `make run` finds it: lib/llama-current beside the binary's bin/ (the
+    binary's default, llm.DefaultCurrentLibDir). Returns the host folder that stands in for it, or None."""
+    want = os.path.join(os.path.dirname(os.path.dirname(image_binary)), "lib", "llama-current")
+    got = [(src, args) for src, args in final.copies if src and args[-1].rstrip("/") == want]
+    if not got:
+        fail(f"the image does not carry the current engine: no COPY --from=STAGE ... {want} "
+             f"(lib/llama-current beside {image_binary}'s bin/, where it looks, as after make setup-engine)")
+        return None
+    src, args = got[0]
+    st = next((x for x in stages if x.name == src), None)
+    if st is None:
+        fail(f"COPY --from={src} {args[0]} {want}: no such stage")
+        return None
+    ok(f"COPY --from={src} {args[0]} {want}: lib/llama-current beside {image_binary}'s bin/, found with no flag")
+    copied = " ".join(a for s, al in st.copies if not s for a in al)
+    runs = [(cmd, env) for _, cmd, _, env in st.runs]
+    joined = " && ".join(cmd for cmd, _ in runs)
+    for f in ("scripts/engine/package.json", "scripts/engine/package-lock.json", "scripts/build-current-backend.sh",
+              "scripts/ggml-simd.sh"):
+        if f not in copied:
+            fail(f"stage {src} does not COPY {f}")
+    if not re.search(r"cd scripts/engine && npm ci\b", joined):
+        fail(f"stage {src} does not install the pinned package (cd scripts/engine && npm ci)")
+    else:
+        ok(f"stage {src}: npm ci in scripts/engine (the pinned @node-llama-cpp/linux-x64, as make setup-engine)")
+    build = next(((cmd, env) for cmd, env in runs if re.search(r"build-current-backend\.sh cpu\b", cmd)), None)
+    if build is None:
+        fail(f"stage {src} does not run scripts/build-current-backend.sh cpu (ggml's CPU backend from the pinned source)")
+        return None
+    cmd, env = build
+    march = re.search(r"PARLEY_MARCH=(\S+)", cmd)
+    march = expand(march.group(1), env) if march else env.get("PARLEY_MARCH", "x86-64-v3")
+    if march != builder.args.get("MARCH", march):
+        fail(f"stage {src} builds the CPU backend at {march}, the binary at {builder.args.get('MARCH')}")
+    else:
+        ok(f"stage {src}: scripts/build-current-backend.sh cpu at PARLEY_MARCH={march}, the builder's MARCH")
+    if not any(re.search(r"cp\s+(-\w*L\w*|--dereference)\b[^&]*\s" + re.escape(args[0].rstrip("/")) + r"/?(\s|$)", c)
+               for c, _ in runs):
+        fail(f"stage {src} does not copy the engine folder to {args[0]} with its links resolved (cp -L): "
+             "the folder links into node_modules, which the runtime stage does not have")
+    else:
+        ok(f"stage {src}: {args[0]} holds the files, links resolved (cp -L)")
+    if run(["bash", "-n", os.path.join(ROOT, "scripts", "build-current-backend.sh")]).returncode != 0:
+        fail("scripts/build-current-backend.sh: bash -n finds a syntax error")
+    for pkg in apt_packages(st):
+        if run(["apt-cache", "show", pkg]).returncode != 0:
+            fail(f"engine stage apt package {pkg} is unknown to apt here (Debian {codename})")
+    if os.environ.get("PARLEY_SKIP_CURRENT_ENGINE") == "1":
+        ok("PARLEY_SKIP_CURRENT_ENGINE=1: the server below runs without the current engine")
+        return None
+    lib = os.environ.get("PARLEY_ENGINE_LIB") or os.path.join(REPO, "lib", "llama-current")
+    if not os.path.isfile(os.path.join(lib, "libllama.so")):
+        fail(f"no current engine in {lib} to stand in for stage {src}'s output (make setup-engine)")
+        return None
+    return lib
+
+
+def lay_out(lib, runtime_pkgs, base):
+    """The image's /usr/local/bin and /usr/local/lib/llama-current here: a copy of the binary and of lib with its links
+    resolved, as the engine stage copies it. Returns the binary's path; the engine's libraries' own dependencies are
+    mapped to packages as the binary's are."""
+    top = os.path.join(tmp, "image")
+    os.makedirs(os.path.join(top, "bin"))
+    host_bin = os.path.join(top, "bin", os.path.basename(image_binary))
+    shutil.copy2(binary, host_bin)
+    dst = os.path.join(top, "lib", "llama-current")
+    shutil.copytree(lib, dst, symlinks=False)
+    print(f"\nthe current engine: {lib} -> {dst}")
+    seen = set()
+    for name in sorted(os.listdir(dst)):
+        if not name.endswith(".so"):
+            continue
+        r = run(["ldd", os.path.join(dst, name)], env={**os.environ, "LD_LIBRARY_PATH": dst})
+        for line in r.stdout.splitlines():
+            line = line.strip()
+            if "not found" in line:
+                fail(f"ldd {name}: {line}")
+                continue
+            m = re.match(r"(\S+)(?: => (\S+))? \(0x", line)
+            if not m or m.group(1).startswith("linux-vdso") or m.group(1) in seen:
+                continue
+            path = m.group(2) or m.group(1)
+            if os.path.dirname(path) == dst:
+                continue  # one of the engine's own libraries
+            seen.add(m.group(1))
+            check_lib_package(m.group(1) + " (the current engine's)", path, runtime_pkgs, base)
+    return host_bin
+
+
+print()
+engine_lib = None
+if cuda_runtime:
+    ok("CUDA runtime: the embedded engine and its CUDA backend (lib/ollama) run the GPU; no current engine checked")
+else:
+    engine_lib = check_engine(stages, final, image_binary)
+check_dlopened(runtime_pkgs, base)
+if engine_lib:
+    binary = lay_out(engine_lib, runtime_pkgs, base)
+
+
 def on_host(argv):
     return [binary if a == image_binary else a for a in argv]
 
@@ -500,6 +649,24 @@ def check_device():
         ok("one log line: " + re.sub(r'.*"msg":"([^"]*)".*', r"\1", lines[0].strip())[:160])
 
 
+def check_current_engine():
+    """With the engine beside the binary and no flag, the server runs it, as `make run` does (--engine auto)."""
+    import json
+    try:
+        info = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=5))
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        fail(f"/info: {e}")
+        return
+    engine = info.get("engine", "")
+    if not engine.startswith("current llama.cpp"):
+        log.flush()
+        with open(log.name) as f:
+            why = [l.strip()[:300] for l in f if "engine" in l]
+        fail(f"/info's engine is {engine!r}: the image's layout does not run the current engine ({why})")
+    else:
+        ok(f"/info: {engine}, from lib/llama-current beside the binary, with no flag")
+
+
 try:
     deadline, last = time.time() + START_TIMEOUT, None
     while True:
@@ -512,6 +679,8 @@ try:
             if last.returncode == 0:
                 ok(f"HEALTHCHECK {' '.join(final.healthcheck)}: exit 0 once the model is loaded")
                 check_device()
+                if engine_lib:
+                    check_current_engine()
                 break
         else:
             try:

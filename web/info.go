@@ -25,6 +25,18 @@ type Info struct {
 	// for: the chat page shows both and sends only what its user changed.
 	Defaults *InfoDefaults `json:"defaults,omitempty"`
 	Limits   *InfoLimits   `json:"limits,omitempty"`
+	// Models is, with several models, each one's state and the engine
+	// that runs it while it is loaded (the server fills it); ModelInfo and
+	// Engine above are the default model's.
+	Models []InfoModel `json:"models,omitempty"`
+}
+
+// InfoModel is one of several models as /info reports it.
+type InfoModel struct {
+	Name    string `json:"name"`
+	Default bool   `json:"default,omitempty"`
+	State   string `json:"state"`            // unloaded, loading, loaded, unloading
+	Engine  string `json:"engine,omitempty"` // the llama.cpp that runs it, while it is loaded
 }
 
 // InfoDefaults is /info's account of the server's sampling defaults.
@@ -196,6 +208,11 @@ func (s *Server) handleInfo(c echo.Context) error {
 	in := s.info()
 	if !s.operator(c.Request()) {
 		in.Path = baseName(in.Path)
+	}
+	if s.models != nil {
+		for _, m := range s.modelsFor(c.Request(), s.models.Models()) {
+			in.Models = append(in.Models, InfoModel{Name: m.Name, Default: m.Default, State: m.State, Engine: m.Engine})
+		}
 	}
 	return c.JSON(http.StatusOK, in)
 }

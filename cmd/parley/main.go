@@ -535,16 +535,6 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 	return lcfg
 }
 
-// engineLabel is /info's engine for the engine that runs: the current
-// llama.cpp names its libraries' release; the embedded one is left to the
-// server, which names the binding the binary was built with.
-func engineLabel(name string) string {
-	if name == llm.EngineCurrent {
-		return "current llama.cpp (ggml " + llm.CurrentGGMLVersion + ", @node-llama-cpp/linux-x64 libraries, loaded at run time)"
-	}
-	return ""
-}
-
 // resolveModel turns --model into a local GGUF path, downloading hf://
 // references (with a progress bar) and finding ollama:// ones in the store.
 func resolveModel(ctx context.Context, cfg config, stderr io.Writer) (string, error) {

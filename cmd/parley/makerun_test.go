@@ -104,3 +104,49 @@ func TestModelFallbackDownloadsThePinnedFile(t *testing.T) {
 		t.Fatalf("hub requests %d; log:\n%s", hits.Load(), s.log())
 	}
 }
+
+// TestMakeRunRebuildsNothingUnchanged: make run's setup steps are stamped:
+// with the current engine's package installed and its CPU backend built
+// after their inputs last changed, make run neither installs the package
+// again nor reruns the CMake build; with the stamps older than their
+// inputs, it does both. (Go's own cache makes the go build a no-op.)
+func TestMakeRunRebuildsNothingUnchanged(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	dir := t.TempDir()
+	engine, cpu := filepath.Join(dir, "engine-stamp"), filepath.Join(dir, "cpu-stamp")
+	dryRun := func() string {
+		out, err := exec.Command("make", "-n", "-C", "../..", "run", "SHARED_MODEL="+testmodel.Path(t),
+			"ENGINE_STAMP="+engine, "ENGINE_CPU_STAMP="+cpu).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n run: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	for _, f := range []string{engine, cpu} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The stamps are newer than every input (the files of this checkout).
+	later := time.Now().Add(time.Hour)
+	os.Chtimes(engine, later, later)
+	os.Chtimes(cpu, later.Add(time.Minute), later.Add(time.Minute))
+	rebuilds := []string{"npm ci", "build-current-backend.sh"}
+	out := dryRun()
+	for _, step := range rebuilds {
+		if strings.Contains(out, step) {
+			t.Errorf("make run with nothing changed runs %s:\n%s", step, out)
+		}
+	}
+	old := time.Unix(0, 0)
+	os.Chtimes(engine, old, old)
+	os.Chtimes(cpu, old, old)
+	out = dryRun()
+	for _, step := range rebuilds {
+		if !strings.Contains(out, step) {
+			t.Errorf("make run with the engine's package changed does not run %s:\n%s", step, out)
+		}
+	}
+}

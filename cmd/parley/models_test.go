@@ -94,6 +94,7 @@ type listedModel struct {
 	InFlight  int            `json:"replies_in_flight"`
 	LastError string         `json:"last_error"`
 	Settings  map[string]any `json:"settings"`
+	Engine    string         `json:"engine"`
 }
 
 func listModels(t *testing.T, s *server, key string) map[string]listedModel {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/parley-chat/parley/llm"
 )
@@ -32,16 +33,40 @@ func explainLoadFailure(err error, lcfg llm.Config, cfg config) error {
 }
 
 // freeMemory is the memory a load may still take: /proc/meminfo's
-// MemAvailable, or less when a cgroup (v2) caps the process.
+// MemAvailable, or less when a cgroup (v2) caps the process, or when an
+// address-space limit (ulimit -v) leaves less room in the process.
 func freeMemory() (int64, bool) {
 	free, ok := memAvailable("/proc/meminfo")
 	if limit, used, cok := cgroupMemory("/sys/fs/cgroup"); cok && (!ok || limit-used < free) {
 		free, ok = max(limit-used, 0), true
 	}
+	if left, aok := addressSpaceLeft("/proc/self/status"); aok && (!ok || left < free) {
+		free, ok = left, true
+	}
 	return free, ok
 }
 
-func memAvailable(path string) (int64, bool) {
+// addressSpaceLeft is what RLIMIT_AS leaves of the process's address
+// space beyond its size now (/proc/self/status's VmSize); false when there
+// is no such limit.
+func addressSpaceLeft(status string) (int64, bool) {
+	var lim syscall.Rlimit
+	// RLIM_INFINITY is all ones: any value past 2^62 is no limit.
+	if err := syscall.Getrlimit(syscall.RLIMIT_AS, &lim); err != nil || lim.Cur > 1<<62 {
+		return 0, false
+	}
+	size, ok := statusKB(status, "VmSize:")
+	if !ok {
+		return 0, false
+	}
+	return max(int64(lim.Cur)-size, 0), true
+}
+
+func memAvailable(path string) (int64, bool) { return statusKB(path, "MemAvailable:") }
+
+// statusKB reads the line of a /proc file (meminfo, status) that starts
+// with key, a size in kB, as bytes.
+func statusKB(path, key string) (int64, bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, false
@@ -49,7 +74,7 @@ func memAvailable(path string) (int64, bool) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), key); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			return kb << 10, err == nil
 		}

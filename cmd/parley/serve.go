@@ -106,7 +106,7 @@ func (m *oneModel) serverOptions() []web.Option {
 		web.WithInfo(func() web.Info {
 			t := m.resp.Template()
 			return web.Info{ModelInfo: m.ref.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String(),
-				Engine: engineLabel(m.ref.Name())}
+				Engine: router.EngineLabel(m.ref.Name())}
 		}),
 	}
 }
@@ -164,7 +164,8 @@ func (m *severalModels) serverOptions() []web.Option {
 		web.WithEngineStats(m.r.Stats),
 		web.WithInfo(func() web.Info {
 			t := m.r.Template()
-			return web.Info{ModelInfo: m.r.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String()}
+			return web.Info{ModelInfo: m.r.Info(), Template: t.Name(), Thinking: chat.ThinkFormatOf(t).String(),
+				Engine: m.r.Engine()}
 		}),
 	}
 }

@@ -74,7 +74,8 @@ type Spec struct {
 }
 
 // Model is a loaded model. Close frees it; the registry calls it once, when
-// no reply uses the model.
+// no reply uses the model. A Model with a LogFields() []zap.Field method
+// adds those fields to the "model loaded" log line.
 type Model interface {
 	Close(ctx context.Context) error
 }
@@ -625,7 +626,11 @@ func (r *Registry) run(e *entry, gen int, victims []*entry) {
 	e.model, e.loadTime, e.progress = m, time.Since(start), 1
 	e.lastUsed = time.Now()
 	e.loadedAt = e.lastUsed
-	r.log.Info("model loaded", zap.String("model", e.spec.Name), zap.Duration("load_time", e.loadTime))
+	fields := []zap.Field{zap.String("model", e.spec.Name), zap.Duration("load_time", e.loadTime)}
+	if lf, ok := m.(interface{ LogFields() []zap.Field }); ok {
+		fields = append(fields, lf.LogFields()...)
+	}
+	r.log.Info("model loaded", fields...)
 	r.setState(e, Loaded)
 	r.scheduleIdle(e) // loaded for nobody (its waiters gave up, or an admin's load): its keep-alive runs
 }

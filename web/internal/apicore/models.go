@@ -51,6 +51,7 @@ type ModelStatus struct {
 	Progress  float64          `json:"progress,omitempty"` // of a load in progress, 0 to 1
 	LastError string           `json:"last_error,omitempty"`
 	Settings  map[string]any   `json:"settings,omitempty"` // ctx, parallel, threads, gpu_layers, template, path
+	Engine    string           `json:"engine,omitempty"`   // the llama.cpp engine that runs it, while it is loaded (/info's engine)
 	Info      parley.ModelInfo `json:"-"`                  // the GGUF's facts (from its header; device facts once loaded)
 }
 
