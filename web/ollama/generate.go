@@ -146,6 +146,7 @@ func (s *API) startContinued(c echo.Context, prefix string, msgs []parley.Messag
 	p := call.params
 	p.Stop = append(append([]string(nil), p.Stop...), t.Stops()...)
 	prompt := prefix + rendered
+	apicore.SetAffinity(c, apicore.CompletionAffinity(parley.UserFrom(c.Request().Context()), apicore.SentAffinityKey(c), prompt))
 	return s.core.StartCall(c, "ollama-generate", prompt, 0, p, func(ctx context.Context, r apicore.Responder) (*chat.Reply, error) {
 		return r.Complete(ctx, "", prompt, p)
 	})

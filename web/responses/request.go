@@ -89,6 +89,8 @@ type parsedResponse struct {
 	// scope is the request's cache scope, narrowed by its prompt_cache_key
 	// or cache_salt (see turnContext).
 	scope string
+	// cacheKey is the request's prompt_cache_key (affinity.go).
+	cacheKey string
 }
 
 // turnContext is ctx for the turn pr asks for: its cache scope, and an
@@ -185,7 +187,7 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	apicore.ResolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
-		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx),
+		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx), cacheKey: req.PromptCacheKey,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p,
 			NoStore: req.Store != nil && !*req.Store}}
 	if req.PreviousResponseID != nil {

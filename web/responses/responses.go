@@ -263,6 +263,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 	if err != nil {
 		return pr.renameSent(err)
 	}
+	setAffinity(c, pr, resp)
 	if !pr.stream {
 		meter := s.core.Meter(parley.ModelFrom(ctx))
 		for ev := range resp.Events() {
