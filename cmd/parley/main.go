@@ -127,6 +127,7 @@ type config struct {
 	// the KV states in a tier every replica reaches
 	kvShared      string
 	kvSharedBytes byteSize
+	kvSharedWait  bool
 	kvTier        kvcache.Tier // opened by run from kvShared; nil without
 	// the engine
 	engine engineFlags

@@ -152,3 +152,28 @@ func TestCacheSharedTierDownOrFull(t *testing.T) {
 		t.Fatalf("%d log lines of the tier full, want 1: %v", n, logs.All())
 	}
 }
+
+// PutThen's callback runs once the state is in the shared tier (another
+// replica reads it there), and at once for a state that does not go there.
+func TestCachePutThenWritten(t *testing.T) {
+	ta, tb := openDirTiers(t, 1<<20)
+	a, b := sharedCache(t, ta, "model-a", nil), sharedCache(t, tb, "model-a", nil)
+	e := kvcachetest.Entry("scope:s1", 10, 1)
+	written := make(chan struct{})
+	a.PutThen(e, func() { close(written) })
+	select {
+	case <-written:
+	case <-time.After(time.Minute): // catches a hang only
+		t.Fatal("the callback never ran")
+	}
+	if got, err := b.GetFor(e.Key, e.Tokens, 0); err != nil || string(got.State) != string(e.State) {
+		t.Fatalf("after the callback, the other replica reads %v, %v", got, err)
+	}
+	ramOnly := kvcachetest.Entry("scope:s2", 10, 2)
+	ramOnly.RAMOnly = true
+	called := false
+	a.PutThen(ramOnly, func() { called = true })
+	if !called {
+		t.Fatal("a RAM-only state's callback did not run at once")
+	}
+}
