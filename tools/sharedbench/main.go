@@ -6,6 +6,8 @@
 // its new ones. It runs, each on fresh replicas:
 //
 //   - keys: every conversation sends its X-Parley-Session key; nginx hashes on it.
+//   - keys-nowait: keys, with --kv-cache-shared-wait=false (a reply ends
+//     before its state is in the tier): what the wait adds to a reply's end.
 //   - kill: keys, and one replica is killed (-9) once half the turns are done.
 //   - rr: no key, nginx round-robin, the shared tier on.
 //   - rr-local: no key, round-robin, no shared tier (each replica its own RAM).
@@ -13,7 +15,8 @@
 // then one long conversation's next turn on its own replica (warm), on
 // another replica (restored from the tier) and on a replica without the
 // tier (cold). It prints hit rates (turns 2+ that evaluated at most their
-// new tokens + 16), TTFT p50/p95 and the replicas' restore times.
+// new tokens + 16), TTFT p50/p95, the time from a reply's last token to its
+// end, and the replicas' restore times.
 //
 //	go build -o bin/parley ./cmd/parley && go run ./tools/sharedbench -model models/stories260K.gguf
 //
@@ -72,9 +75,9 @@ func run() error {
 	flag.IntVar(&o.workers, "workers", 4, "conversations in flight at once")
 	flag.IntVar(&o.longTokens, "long", 1500, "about how many tokens the long conversation holds (within the model's context)")
 	flag.IntVar(&o.slack, "slack", 16, "tokens a warm turn may evaluate beyond its new ones")
-	flag.BoolVar(&o.killSettled, "kill-settled", true, "kill once the replicas have written the last round's states (false: at once after the round's last reply, when the last turns' states may still be on their way)")
+	flag.BoolVar(&o.killSettled, "kill-settled", false, "kill once the replicas have written the last round's states (false: at once after the round's last reply; with --kv-cache-shared-wait, on by default, its state is in the tier by then)")
 	flag.BoolVar(&o.verbose, "v", false, "print every turn that evaluated more than its new tokens + slack")
-	flag.StringVar(&modes, "modes", "keys,kill,rr,rr-local", "which runs, comma-separated")
+	flag.StringVar(&modes, "modes", "keys,keys-nowait,kill,rr,rr-local", "which runs, comma-separated")
 	flag.Parse()
 	if o.model == "" {
 		return errors.New("-model is required")
@@ -225,15 +228,25 @@ type turnResult struct {
 	replica           string
 	prompt, cached    int
 	newTokens         int
-	ttft              time.Duration
+	ttft, tail        time.Duration
 	moved, err        bool
 	afterKill, killed bool
 	retried           int // tries again after an error (a reply cut by the kill)
 }
 
-// chat posts one streamed chat completion and returns its reply, its usage,
-// its time to the first token and the replica nginx chose.
-func chat(addr, key string, msgs []map[string]string, maxTok int) (reply string, prompt, cached, completion int, ttft time.Duration, upstream string, err error) {
+// reply is one streamed chat completion's record.
+type reply struct {
+	text                       string
+	prompt, cached, completion int
+	ttft                       time.Duration
+	// tail is the time from the reply's last token to the stream's end
+	// (its usage chunk and [DONE]): what --kv-cache-shared-wait adds to.
+	tail     time.Duration
+	upstream string // the replica nginx chose
+}
+
+// chat posts one streamed chat completion and returns its record.
+func chat(addr, key string, msgs []map[string]string, maxTok int) (out reply, err error) {
 	body, _ := json.Marshal(map[string]any{"messages": msgs, "max_tokens": maxTok, "temperature": 0, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}})
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", bytes.NewReader(body))
@@ -244,14 +257,15 @@ func chat(addr, key string, msgs []map[string]string, maxTok int) (reply string,
 	t0 := time.Now()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", 0, 0, 0, 0, "", err
+		return out, err
 	}
 	defer res.Body.Close()
-	upstream = res.Header.Get("X-Upstream")
+	out.upstream = res.Header.Get("X-Upstream")
 	if res.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(res.Body)
-		return "", 0, 0, 0, 0, upstream, fmt.Errorf("%d %s", res.StatusCode, b)
+		return out, fmt.Errorf("%d %s", res.StatusCode, b)
 	}
+	var lastTok time.Time
 	var sb strings.Builder
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -278,19 +292,26 @@ func chat(addr, key string, msgs []map[string]string, maxTok int) (reply string,
 			continue
 		}
 		for _, c := range ch.Choices {
-			if c.Delta.Content != "" && ttft == 0 {
-				ttft = time.Since(t0)
+			if c.Delta.Content != "" {
+				lastTok = time.Now()
+				if out.ttft == 0 {
+					out.ttft = lastTok.Sub(t0)
+				}
 			}
 			sb.WriteString(c.Delta.Content)
 		}
 		if ch.Usage != nil {
-			prompt, completion, cached = ch.Usage.PromptTokens, ch.Usage.CompletionTokens, ch.Usage.PromptTokensDetails.CachedTokens
+			out.prompt, out.completion, out.cached = ch.Usage.PromptTokens, ch.Usage.CompletionTokens, ch.Usage.PromptTokensDetails.CachedTokens
 		}
 	}
-	if ttft == 0 {
-		ttft = time.Since(t0)
+	if out.ttft == 0 {
+		out.ttft = time.Since(t0)
 	}
-	return sb.String(), prompt, cached, completion, ttft, upstream, sc.Err()
+	if !lastTok.IsZero() {
+		out.tail = time.Since(lastTok)
+	}
+	out.text = sb.String()
+	return out, sc.Err()
 }
 
 var openings = []string{"Lily found a red ball.", "Tom had a big dog.", "The sun was hot.", "Sam saw a little bird.",
@@ -301,10 +322,13 @@ var follows = []string{"What did they do next?", "Who else came?", "Where did th
 // db+1 for the sessions and the KV states) and prints its figures.
 func runMode(o options, dir, rdsAddr, mode string, db int) error {
 	shared := mode != "rr-local"
-	hash := mode == "keys" || mode == "kill"
+	hash := mode == "keys" || mode == "keys-nowait" || mode == "kill"
 	args := []string{"--store", fmt.Sprintf("redis://%s/%d", rdsAddr, db)}
 	if shared {
 		args = append(args, "--kv-cache-shared", fmt.Sprintf("redis://%s/%d", rdsAddr, db+1))
+	}
+	if mode == "keys-nowait" {
+		args = append(args, "--kv-cache-shared-wait=false")
 	}
 	reps := make([]*replica, o.replicas)
 	for i := range reps {
@@ -371,13 +395,14 @@ func runMode(o options, dir, rdsAddr, mode string, db int) error {
 						cv.msgs = append(cv.msgs, map[string]string{"role": "user", "content": follows[(len(cv.msgs)/2+j)%len(follows)]})
 					}
 					// A reply cut by the kill is retried, as the OpenAI SDKs do (twice).
-					reply, prompt, cached, completion, ttft, up, err := chat(lb, cv.key, cv.msgs, o.maxTok)
+					rp, err := chat(lb, cv.key, cv.msgs, o.maxTok)
 					retried := 0
 					for ; err != nil && retried < 2; retried++ {
-						reply, prompt, cached, completion, ttft, up, err = chat(lb, cv.key, cv.msgs, o.maxTok)
+						rp, err = chat(lb, cv.key, cv.msgs, o.maxTok)
 					}
-					r := turnResult{turn: j + 1, replica: up, prompt: prompt, cached: cached, newTokens: prompt - cv.carried,
-						ttft: ttft, moved: j > 0 && up != cv.last, err: err != nil, retried: retried,
+					up := rp.upstream
+					r := turnResult{turn: j + 1, replica: up, prompt: rp.prompt, cached: rp.cached, newTokens: rp.prompt - cv.carried,
+						ttft: rp.ttft, tail: rp.tail, moved: j > 0 && up != cv.last, err: err != nil, retried: retried,
 						afterKill: killedAddr != "", killed: killedAddr != "" && cv.last == killedAddr}
 					for c := range convs {
 						if convs[c] == cv {
@@ -392,8 +417,8 @@ func runMode(o options, dir, rdsAddr, mode string, db int) error {
 						cv.failed = true
 						continue
 					}
-					cv.msgs = append(cv.msgs, map[string]string{"role": "assistant", "content": reply})
-					cv.carried, cv.last = prompt+completion, up
+					cv.msgs = append(cv.msgs, map[string]string{"role": "assistant", "content": rp.text})
+					cv.carried, cv.last = rp.prompt+rp.completion, up
 				}
 			}()
 		}
@@ -410,7 +435,7 @@ func runMode(o options, dir, rdsAddr, mode string, db int) error {
 }
 
 func report(o options, mode string, rs []turnResult, reps []*replica, killed string) {
-	var ttfts, moveTTFT []time.Duration
+	var ttfts, moveTTFT, tails []time.Duration
 	warm, later, errs, moved, movedWarm, retries := 0, 0, 0, 0, 0, 0
 	for _, r := range rs {
 		retries += r.retried
@@ -419,6 +444,7 @@ func report(o options, mode string, rs []turnResult, reps []*replica, killed str
 			continue
 		}
 		ttfts = append(ttfts, r.ttft)
+		tails = append(tails, r.tail)
 		if r.turn == 1 {
 			continue
 		}
@@ -454,6 +480,7 @@ func report(o options, mode string, rs []turnResult, reps []*replica, killed str
 	if restores > 0 {
 		fmt.Printf("; restores %.0f, mean %.2f ms", restores, 1000*restoreSec/restores)
 	}
+	fmt.Printf("; last token to end p50 %v p95 %v", pctl(tails, 50), pctl(tails, 95))
 	fmt.Println()
 }
 
@@ -521,10 +548,11 @@ func longTurn(o options, dir, rdsAddr string) error {
 		fmt.Fprintf(&sb, "%s ", openings[i%len(openings)])
 	}
 	base := []map[string]string{{"role": "user", "content": sb.String()}}
-	reply, prompt, _, _, _, _, err := chat(a.addr, "", base, 8)
+	first, err := chat(a.addr, "", base, 8)
 	if err != nil {
 		return err
 	}
+	reply, prompt := first.text, first.prompt
 	waitSettled(a.addr)
 	var warm, moved, cold []time.Duration
 	for i := range 3 {
@@ -534,11 +562,11 @@ func longTurn(o options, dir, rdsAddr string) error {
 			addr string
 			into *[]time.Duration
 		}{{a.addr, &warm}, {b.addr, &moved}, {c.addr, &cold}} {
-			_, _, _, _, ttft, _, err := chat(m.addr, "", msgs, 1)
+			rp, err := chat(m.addr, "", msgs, 1)
 			if err != nil {
 				return err
 			}
-			*m.into = append(*m.into, ttft)
+			*m.into = append(*m.into, rp.ttft)
 		}
 		// b's RAM and slot now hold it: next time it must come from the tier
 		// again, so b restarts (its RAM gone).
