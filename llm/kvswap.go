@@ -76,12 +76,16 @@ var fallbackReasons = []string{FallbackMismatch, FallbackCorrupt, FallbackForeig
 // KVCacheStats counts the swap (Stats.KVCache).
 type KVCacheStats struct {
 	kvcache.Stats
-	Restores       int64            // states restored into a slot
-	RestoredTokens int64            // prompt tokens they spared (not evaluated)
-	RestoreNanos   int64            // time spent restoring, disk reads included
-	SaveNanos      int64            // time the decode loop spent copying states out
-	Fallbacks      map[string]int64 // by reason (Fallback*)
-	Unsaved        int64            // slots whose state changed since it was last saved (now)
+	Restores       int64 // states restored into a slot
+	RestoredTokens int64 // prompt tokens they spared (not evaluated)
+	RestoreNanos   int64 // time spent restoring, disk reads included
+	SaveNanos      int64 // time the decode loop spent copying states out
+	// Waits, WaitNanos: replies whose final event waited for their state
+	// to reach the shared tier (KVCacheConfig.SharedWait), and how long
+	// the waits took in all: what the wait adds to the end of replies.
+	Waits, WaitNanos int64
+	Fallbacks        map[string]int64 // by reason (Fallback*)
+	Unsaved          int64            // slots whose state changed since it was last saved (now)
 }
 
 // kvSwap is the engine's side of the swap. The cache is safe for
@@ -110,6 +114,7 @@ type kvSwap struct {
 	held   map[string]bool
 
 	restores, restoredTokens, restoreNanos, saveNanos atomic.Int64
+	waits, waitNanos                                  atomic.Int64    // held final events, and their time held
 	fallbacks                                         [5]atomic.Int64 // by fallbackReasons' index
 }
 
@@ -304,6 +309,7 @@ func (k *kvSwap) fallback(reason string) {
 type heldFinal struct {
 	out chan parley.Event
 	ev  parley.Event
+	at  time.Time // when the reply ended
 }
 
 // kvHoldsFinal reports whether finish holds the final event of the reply
@@ -323,8 +329,11 @@ func (e *Engine) kvRelease(s *slot) func() {
 	if len(finals) == 0 {
 		return nil
 	}
+	k := e.kv
 	return func() {
 		for _, f := range finals {
+			k.waits.Add(1)
+			k.waitNanos.Add(int64(time.Since(f.at)))
 			f.out <- f.ev
 			close(f.out)
 		}
@@ -605,7 +614,7 @@ func (e *Engine) kvStats() KVCacheStats {
 		return KVCacheStats{}
 	}
 	st := KVCacheStats{Stats: k.cache.Stats(), Restores: k.restores.Load(), RestoredTokens: k.restoredTokens.Load(),
-		RestoreNanos: k.restoreNanos.Load(), SaveNanos: k.saveNanos.Load(), Fallbacks: map[string]int64{}, Unsaved: k.unsaved.Load()}
+		RestoreNanos: k.restoreNanos.Load(), SaveNanos: k.saveNanos.Load(), Waits: k.waits.Load(), WaitNanos: k.waitNanos.Load(), Fallbacks: map[string]int64{}, Unsaved: k.unsaved.Load()}
 	for i, r := range fallbackReasons {
 		st.Fallbacks[r] = k.fallbacks[i].Load()
 	}

@@ -514,7 +514,7 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 	if hold != nil {
 		// Sent by the slot's next save, once the state is in the shared
 		// tier (kvSaveFinished, after this step).
-		hold.finals = append(hold.finals, heldFinal{seq.out, final})
+		hold.finals = append(hold.finals, heldFinal{seq.out, final, now})
 		return
 	}
 	seq.out <- final

@@ -198,6 +198,9 @@ func TestKVSharedKilledAfterReply(t *testing.T) {
 	if n := metric(t, b.addr, "parley_kv_restores_total") - restores; n != 2 {
 		t.Fatalf("b restored %v states, want 2", n)
 	}
+	if n := metric(t, b.addr, "parley_kv_shared_waits_total"); n != 2 {
+		t.Fatalf("b held %v replies' ends for the tier, want 2", n)
+	}
 }
 
 // The tier full, then down: every turn is answered, cold where it moved,

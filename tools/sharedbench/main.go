@@ -15,8 +15,8 @@
 // then one long conversation's next turn on its own replica (warm), on
 // another replica (restored from the tier) and on a replica without the
 // tier (cold). It prints hit rates (turns 2+ that evaluated at most their
-// new tokens + 16), TTFT p50/p95, the time from a reply's last token to its
-// end, and the replicas' restore times.
+// new tokens + 16), TTFT p50/p95, the replicas' restore times and how long
+// replies' ends waited for their states to reach the tier.
 //
 //	go build -o bin/parley ./cmd/parley && go run ./tools/sharedbench -model models/stories260K.gguf
 //
@@ -228,7 +228,7 @@ type turnResult struct {
 	replica           string
 	prompt, cached    int
 	newTokens         int
-	ttft, tail        time.Duration
+	ttft              time.Duration
 	moved, err        bool
 	afterKill, killed bool
 	retried           int // tries again after an error (a reply cut by the kill)
@@ -239,10 +239,7 @@ type reply struct {
 	text                       string
 	prompt, cached, completion int
 	ttft                       time.Duration
-	// tail is the time from the reply's last token to the stream's end
-	// (its usage chunk and [DONE]): what --kv-cache-shared-wait adds to.
-	tail     time.Duration
-	upstream string // the replica nginx chose
+	upstream                   string // the replica nginx chose
 }
 
 // chat posts one streamed chat completion and returns its record.
@@ -265,7 +262,6 @@ func chat(addr, key string, msgs []map[string]string, maxTok int) (out reply, er
 		b, _ := io.ReadAll(res.Body)
 		return out, fmt.Errorf("%d %s", res.StatusCode, b)
 	}
-	var lastTok time.Time
 	var sb strings.Builder
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -292,11 +288,8 @@ func chat(addr, key string, msgs []map[string]string, maxTok int) (out reply, er
 			continue
 		}
 		for _, c := range ch.Choices {
-			if c.Delta.Content != "" {
-				lastTok = time.Now()
-				if out.ttft == 0 {
-					out.ttft = lastTok.Sub(t0)
-				}
+			if c.Delta.Content != "" && out.ttft == 0 {
+				out.ttft = time.Since(t0)
 			}
 			sb.WriteString(c.Delta.Content)
 		}
@@ -306,9 +299,6 @@ func chat(addr, key string, msgs []map[string]string, maxTok int) (out reply, er
 	}
 	if out.ttft == 0 {
 		out.ttft = time.Since(t0)
-	}
-	if !lastTok.IsZero() {
-		out.tail = time.Since(lastTok)
 	}
 	out.text = sb.String()
 	return out, sc.Err()
@@ -402,7 +392,7 @@ func runMode(o options, dir, rdsAddr, mode string, db int) error {
 					}
 					up := rp.upstream
 					r := turnResult{turn: j + 1, replica: up, prompt: rp.prompt, cached: rp.cached, newTokens: rp.prompt - cv.carried,
-						ttft: rp.ttft, tail: rp.tail, moved: j > 0 && up != cv.last, err: err != nil, retried: retried,
+						ttft: rp.ttft, moved: j > 0 && up != cv.last, err: err != nil, retried: retried,
 						afterKill: killedAddr != "", killed: killedAddr != "" && cv.last == killedAddr}
 					for c := range convs {
 						if convs[c] == cv {
@@ -435,7 +425,7 @@ func runMode(o options, dir, rdsAddr, mode string, db int) error {
 }
 
 func report(o options, mode string, rs []turnResult, reps []*replica, killed string) {
-	var ttfts, moveTTFT, tails []time.Duration
+	var ttfts, moveTTFT []time.Duration
 	warm, later, errs, moved, movedWarm, retries := 0, 0, 0, 0, 0, 0
 	for _, r := range rs {
 		retries += r.retried
@@ -444,7 +434,6 @@ func report(o options, mode string, rs []turnResult, reps []*replica, killed str
 			continue
 		}
 		ttfts = append(ttfts, r.ttft)
-		tails = append(tails, r.tail)
 		if r.turn == 1 {
 			continue
 		}
@@ -464,13 +453,15 @@ func report(o options, mode string, rs []turnResult, reps []*replica, killed str
 			}
 		}
 	}
-	var restores, restoreSec float64
+	var restores, restoreSec, waits, waitSec float64
 	for _, rp := range reps {
 		if rp.addr == killed {
 			continue
 		}
 		restores += scrape(rp.addr, "parley_kv_restores_total")
 		restoreSec += scrape(rp.addr, "parley_kv_restore_seconds_total")
+		waits += scrape(rp.addr, "parley_kv_shared_waits_total")
+		waitSec += scrape(rp.addr, "parley_kv_shared_wait_seconds_total")
 	}
 	fmt.Printf("%-9s turns %d (lost %d, retried %d); turns 2+ within new+%d: %d/%d (%.1f%%); moved %d, of them warm %d; TTFT p50 %v p95 %v",
 		mode, len(rs), errs, retries, o.slack, warm, later, pct(warm, later), moved, movedWarm, pctl(ttfts, 50), pctl(ttfts, 95))
@@ -480,7 +471,9 @@ func report(o options, mode string, rs []turnResult, reps []*replica, killed str
 	if restores > 0 {
 		fmt.Printf("; restores %.0f, mean %.2f ms", restores, 1000*restoreSec/restores)
 	}
-	fmt.Printf("; last token to end p50 %v p95 %v", pctl(tails, 50), pctl(tails, 95))
+	if waits > 0 {
+		fmt.Printf("; ends held for the tier %.0f, mean %.2f ms", waits, 1000*waitSec/waits)
+	}
 	fmt.Println()
 }
 
