@@ -23,8 +23,11 @@ import (
 // kept by identity (Config.Identity) and key (the session's, which carries
 // its user's cache scope); an implementation stores Encode's bytes and
 // returns only what Decode accepts for the identity and key asked for, and
-// it keeps each identity's entries within a byte budget, least recently used
-// out first. Safe for concurrent use.
+// it keeps each identity's entries within a byte budget, fairly between
+// users: past the budget, the least recently used entry of the user
+// (parley.ScopeOwner of its key) who holds the most bytes goes first, so a
+// user's states are evicted by another's writes only while they hold more
+// than that user's. Safe for concurrent use.
 type Tier interface {
 	// Put stores e for its key, replacing the key's entry, and returns the
 	// bytes it stored. ErrTierFull: no room (e is larger than the budget,
