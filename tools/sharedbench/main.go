@@ -59,6 +59,7 @@ type options struct {
 	bin, model, redisBin, nginxBin string
 	replicas, convs, turns, maxTok int
 	workers, longTokens, slack     int
+	longSamples                    int
 	modes                          []string
 	verbose, killSettled           bool
 }
@@ -74,6 +75,7 @@ func run() error {
 	flag.IntVar(&o.maxTok, "max-tokens", 24, "tokens per reply")
 	flag.IntVar(&o.workers, "workers", 4, "conversations in flight at once")
 	flag.IntVar(&o.longTokens, "long", 1500, "about how many tokens the long conversation holds (within the model's context)")
+	flag.IntVar(&o.longSamples, "long-samples", 5, "next turns of the long conversation measured on each replica (the median is reported)")
 	flag.IntVar(&o.slack, "slack", 16, "tokens a warm turn may evaluate beyond its new ones")
 	flag.BoolVar(&o.killSettled, "kill-settled", false, "kill once the replicas have written the last round's states (false: at once after the round's last reply; with --kv-cache-shared-wait, on by default, its state is in the tier by then)")
 	flag.BoolVar(&o.verbose, "v", false, "print every turn that evaluated more than its new tokens + slack")
@@ -110,6 +112,9 @@ func run() error {
 	fmt.Printf("sharedbench: %d replicas, %d conversations x %d turns, %d tokens a reply, %d in flight\n",
 		o.replicas, o.convs, o.turns, o.maxTok, o.workers)
 	for i, mode := range o.modes {
+		if mode == "" {
+			continue // -modes "": the long conversation alone
+		}
 		if err := runMode(o, dir, rdsAddr, mode, 2*i); err != nil {
 			return fmt.Errorf("%s: %w", mode, err)
 		}
@@ -547,8 +552,8 @@ func longTurn(o options, dir, rdsAddr string) error {
 	}
 	reply, prompt := first.text, first.prompt
 	waitSettled(a.addr)
-	var warm, moved, cold []time.Duration
-	for i := range 3 {
+	var warm, moved, cold, restore []time.Duration
+	for i := range o.longSamples {
 		msgs := append(slices.Clone(base), map[string]string{"role": "assistant", "content": reply},
 			map[string]string{"role": "user", "content": follows[i%len(follows)]})
 		for _, m := range []struct {
@@ -560,6 +565,11 @@ func longTurn(o options, dir, rdsAddr string) error {
 				return err
 			}
 			*m.into = append(*m.into, rp.ttft)
+		}
+		// b restored it once since it started: the fetch from the tier,
+		// its checks and llama.cpp's load.
+		if n := scrape(b.addr, "parley_kv_restores_total"); n > 0 {
+			restore = append(restore, time.Duration(float64(time.Second)*scrape(b.addr, "parley_kv_restore_seconds_total")/n))
 		}
 		// b's RAM and slot now hold it: next time it must come from the tier
 		// again, so b restarts (its RAM gone).
@@ -576,7 +586,7 @@ func longTurn(o options, dir, rdsAddr string) error {
 		defer c.Kill()
 	}
 	med := func(d []time.Duration) time.Duration { return pctl(d, 50) }
-	fmt.Printf("long conversation (%d prompt tokens): next-turn TTFT warm %v, moved (restored from the tier) %v, cold %v: moved/warm %.2fx, moved/cold %.0f%%\n",
-		prompt, med(warm), med(moved), med(cold), float64(med(moved))/float64(med(warm)), 100*float64(med(moved))/float64(med(cold)))
+	fmt.Printf("long conversation (%d prompt tokens): next-turn TTFT warm %v, moved (restored from the tier) %v, cold %v: moved/warm %.2fx, moved/cold %.0f%%; the restore %v\n",
+		prompt, med(warm), med(moved), med(cold), float64(med(moved))/float64(med(warm)), 100*float64(med(moved))/float64(med(cold)), med(restore))
 	return nil
 }
