@@ -141,6 +141,10 @@ type Cache struct {
 	sharedLoads, sharedLoadNanos, sharedReadErrors                atomic.Int64
 	health                                                        atomic.Int32
 	downUntil                                                     atomic.Int64
+	// readAt is when each key's entry in RAM was read from the shared
+	// tier (under mu): GetFor takes it without asking the tier again
+	// within tierFresh.
+	readAt map[string]time.Time
 }
 
 // queued is an entry waiting for the writer, and what to call once it is
@@ -161,7 +165,8 @@ type diskEntry struct {
 // identity's folder, removes what a crash left half-written, indexes the
 // files there (their headers only) and starts the writer.
 func Open(cfg Config) (*Cache, error) {
-	c := &Cache{cfg: cfg, log: cfg.Logger, ram: map[string]*list.Element{}, pending: map[string]*Entry{}, disk: map[string]*list.Element{}}
+	c := &Cache{cfg: cfg, log: cfg.Logger, ram: map[string]*list.Element{}, pending: map[string]*Entry{}, disk: map[string]*list.Element{},
+		readAt: map[string]time.Time{}}
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}
@@ -311,11 +316,21 @@ func (c *Cache) Peek(key string) bool { return c.Tokens(key) != nil }
 
 // Tokens returns the tokens of key's entry (nil when it has none), without
 // loading its state; with a shared tier, the longer of this process's and
-// the tier's (a lookup there). The caller must not change them.
+// the tier's (a lookup there). When this process has none, the tier's entry
+// is read whole and kept in RAM: the caller asks in order to restore it
+// (the chat layer builds the prompt from the tokens, then the engine
+// fetches the state), and GetFor then finds it without another round trip
+// (tierFresh). The caller must not change them.
 func (c *Cache) Tokens(key string) []int {
 	local := c.localTokens(key)
 	if c.cfg.Shared == nil {
 		return local
+	}
+	if local == nil {
+		if e, err := c.sharedGet(key); err == nil {
+			return e.Tokens
+		}
+		return nil
 	}
 	if shared, err := c.sharedTokens(key); err == nil && len(shared) > len(local) {
 		return shared
@@ -379,6 +394,7 @@ func (c *Cache) Stats() Stats {
 
 // ramRemove drops key's RAM entry. c.mu is held.
 func (c *Cache) ramRemove(key string) {
+	delete(c.readAt, key)
 	if el, ok := c.ram[key]; ok {
 		c.ramBytes -= el.Value.(*Entry).size()
 		c.ramLRU.Remove(el)
