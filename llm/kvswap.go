@@ -637,7 +637,13 @@ func (e *Engine) SavedTokens(key string) []parley.Token {
 	if e.kv == nil || key == "" {
 		return nil
 	}
+	t0 := time.Now()
 	ids := e.kv.cache.Tokens(key)
+	if e.kv.shared && len(ids) > 0 {
+		// With a shared tier this reads the state the restore will use
+		// (kvcache.Cache.Tokens): its time is the restore's.
+		e.kv.restoreNanos.Add(int64(time.Since(t0)))
+	}
 	if len(ids) == 0 || slices.ContainsFunc(ids, func(id int) bool { return id < 0 }) {
 		// None, or a state that holds an image (its positions are pseudo ids, no tokens): the caller renders the
 		// conversation, images and all, and the engine still restores the state by its common prefix.
