@@ -560,7 +560,7 @@ func longTurn(o options, dir, rdsAddr string) error {
 			addr string
 			into *[]time.Duration
 		}{{a.addr, &warm}, {b.addr, &moved}, {c.addr, &cold}} {
-			rp, err := chat(m.addr, "", msgs, 1)
+			rp, err := chat(m.addr, "", msgs, 2) // 2: an API sends a reply's last token with its end, which may wait for the tier
 			if err != nil {
 				return err
 			}
