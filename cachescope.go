@@ -19,7 +19,10 @@ import (
 //
 // A scope is an opaque string, a hash of what it was derived from, so a key
 // prefixed with it (ScopedKey) carries no user name and no client text and
-// cannot be forged from inside another scope.
+// cannot be forged from inside another scope. A scope within a user's (a
+// client's, a narrowing) starts with the user's scope and a dot, so the
+// user a key belongs to is read off the key (ScopeOwner): the shared KV
+// tier keeps each user's states within a fair share by it.
 
 // cacheScopeKey is the context key of WithCacheScope.
 type cacheScopeKey struct{}
@@ -52,7 +55,30 @@ func UserCacheScope(user string) string {
 // ClientCacheScope is the scope of user's requests from client, where the
 // server gives every client of a user a scope of its own.
 func ClientCacheScope(user, client string) string {
-	return deriveScope(UserCacheScope(user), "client", client)
+	return within(UserCacheScope(user), "client", client)
+}
+
+// within is the scope of kind=value within parent: the user's part of
+// parent, a dot, and a hash of parent, kind and value.
+func within(parent, kind, value string) string {
+	owner, _, _ := strings.Cut(parent, ".")
+	return owner + "." + deriveScope(parent, kind, value)
+}
+
+// ScopeOwner returns the user a key (ScopedKey's) belongs to, as the user's
+// scope (UserCacheScope): the same for every client's and narrowing's key
+// of the user, "" for the anonymous user's (whose keys are unscoped). It
+// reveals nothing the key does not: the scope is a hash.
+func ScopeOwner(key string) string {
+	scope, _, ok := strings.Cut(key, ":")
+	if !ok {
+		return ""
+	}
+	owner, _, _ := strings.Cut(scope, ".")
+	if len(owner) != scopeLen || strings.Trim(owner, "0123456789abcdef") != "" {
+		return "" // an unscoped key of the anonymous user's with a colon of its own
+	}
+	return owner
 }
 
 // WithCacheScope returns a context whose request uses scope (one of
@@ -79,7 +105,7 @@ func NarrowCacheScope(ctx context.Context, key string) context.Context {
 	if key == "" {
 		return ctx
 	}
-	return WithCacheScope(ctx, deriveScope(CacheScope(ctx), "key", key))
+	return WithCacheScope(ctx, within(CacheScope(ctx), "key", key))
 }
 
 // ScopedKey returns key (a session id, a stateless conversation's key)

@@ -42,6 +42,23 @@ func TestCacheScopes(t *testing.T) {
 	if parley.CacheScope(parley.WithCacheScope(alice, parley.ClientCacheScope("alice", "10.0.0.1"))) != parley.ClientCacheScope("alice", "10.0.0.1") {
 		t.Fatal("WithCacheScope not used")
 	}
+	// Every key of alice's, whatever its client or narrowing, has her as
+	// its owner; bob's and the anonymous user's do not.
+	owner := parley.ScopeOwner(ka)
+	if owner == "" || owner != parley.UserCacheScope("alice") {
+		t.Fatalf("alice's key %q has owner %q", ka, owner)
+	}
+	for _, k := range []string{parley.ScopedKey(narrow, "s2"), parley.ClientCacheScope("alice", "10.0.0.1") + ":s3",
+		parley.ScopedKey(parley.NarrowCacheScope(narrow, "cache_salt=z"), "s4")} {
+		if parley.ScopeOwner(k) != owner {
+			t.Fatalf("alice's key %q has owner %q, want %q", k, parley.ScopeOwner(k), owner)
+		}
+	}
+	for _, k := range []string{parley.ScopedKey(bob, "s1"), "s1", "openai:0123", parley.ScopedKey(parley.NarrowCacheScope(bg, "prompt_cache_key=x"), "s1")} {
+		if o := parley.ScopeOwner(k); o == owner || (o != "" && k != parley.ScopedKey(bob, "s1")) {
+			t.Fatalf("key %q has owner %q", k, o)
+		}
+	}
 	if parley.IsStateless(alice) || !parley.IsStateless(parley.WithStateless(alice)) {
 		t.Fatal("stateless mark")
 	}

@@ -47,6 +47,13 @@ type KVCacheConfig struct {
 	// saved like a session's, at idle and to the tier: its next turn may
 	// reach any replica.
 	Shared kvcache.Tier
+	// SharedWait holds a reply's final event until its state is in the
+	// shared tier (written, or refused for want of room or the tier being
+	// down): a replica killed once a reply has ended loses nothing of it,
+	// at the cost of the write's time at the end of each reply (not its
+	// first token). Without it the state follows the final event within
+	// milliseconds. Only with Shared.
+	SharedWait bool
 }
 
 // minRestoreGain is how many more prompt tokens a saved state must hold than
@@ -69,12 +76,16 @@ var fallbackReasons = []string{FallbackMismatch, FallbackCorrupt, FallbackForeig
 // KVCacheStats counts the swap (Stats.KVCache).
 type KVCacheStats struct {
 	kvcache.Stats
-	Restores       int64            // states restored into a slot
-	RestoredTokens int64            // prompt tokens they spared (not evaluated)
-	RestoreNanos   int64            // time spent restoring, disk reads included
-	SaveNanos      int64            // time the decode loop spent copying states out
-	Fallbacks      map[string]int64 // by reason (Fallback*)
-	Unsaved        int64            // slots whose state changed since it was last saved (now)
+	Restores       int64 // states restored into a slot
+	RestoredTokens int64 // prompt tokens they spared (not evaluated)
+	RestoreNanos   int64 // time spent restoring, disk reads included
+	SaveNanos      int64 // time the decode loop spent copying states out
+	// Waits, WaitNanos: replies whose final event waited for their state
+	// to reach the shared tier (KVCacheConfig.SharedWait), and how long
+	// the waits took in all: what the wait adds to the end of replies.
+	Waits, WaitNanos int64
+	Fallbacks        map[string]int64 // by reason (Fallback*)
+	Unsaved          int64            // slots whose state changed since it was last saved (now)
 }
 
 // kvSwap is the engine's side of the swap. The cache is safe for
@@ -87,7 +98,10 @@ type kvSwap struct {
 	// shared: the lower tier is shared by replicas; stateless
 	// conversations are saved like sessions (KVCacheConfig.Shared).
 	shared bool
-	clean  []bool // by slot: its state is saved as it is now (setClean keeps unsaved)
+	// wait: a finished reply's final event waits for its state to reach
+	// the shared tier (KVCacheConfig.SharedWait; heldFinal).
+	wait  bool
+	clean []bool // by slot: its state is saved as it is now (setClean keeps unsaved)
 
 	// unsaved counts the slots whose clean is false: the loop's idle pass
 	// has work, and a reader (a test, a metric) can tell when the last
@@ -100,6 +114,7 @@ type kvSwap struct {
 	held   map[string]bool
 
 	restores, restoredTokens, restoreNanos, saveNanos atomic.Int64
+	waits, waitNanos                                  atomic.Int64    // held final events, and their time held
 	fallbacks                                         [5]atomic.Int64 // by fallbackReasons' index
 }
 
@@ -132,7 +147,7 @@ func openKVSwap(cfg Config, e *Engine) (*kvSwap, error) {
 	if kc.Shared != nil {
 		e.log.Info("kv states shared by replicas", zap.Stringer("tier", kc.Shared))
 	}
-	k := &kvSwap{cache: c, be: e.be, log: e.log, disk: dir != "" || kc.Shared != nil, shared: kc.Shared != nil, clean: make([]bool, max(cfg.CacheSlots, cfg.Parallel)), held: map[string]bool{}}
+	k := &kvSwap{cache: c, be: e.be, log: e.log, disk: dir != "" || kc.Shared != nil, shared: kc.Shared != nil, wait: kc.Shared != nil && kc.SharedWait, clean: make([]bool, max(cfg.CacheSlots, cfg.Parallel)), held: map[string]bool{}}
 	for i := range k.clean {
 		k.clean[i] = true // an empty slot has nothing to save
 	}
@@ -287,11 +302,57 @@ func (k *kvSwap) fallback(reason string) {
 	}
 }
 
+// heldFinal is the final event of a reply whose state is on its way to the
+// shared tier (KVCacheConfig.SharedWait): sent, and out closed, once it is
+// there. out has room for it (the event channel always keeps one place for
+// the final event), so sending it never blocks.
+type heldFinal struct {
+	out chan parley.Event
+	ev  parley.Event
+	at  time.Time // when the reply ended
+}
+
+// kvHoldsFinal reports whether finish holds the final event of the reply
+// that just left slot s until the slot's state is in the shared tier: the
+// state is a conversation's (a key), it changed, and it goes to the tier.
+// Called by the loop.
+func (e *Engine) kvHoldsFinal(s *slot) bool {
+	k := e.kv
+	return k != nil && k.wait && s.key != "" && !k.clean[s.id]
+}
+
+// kvRelease returns what sends slot s's held final events (nil when it
+// holds none) and takes them from the slot. Called by the loop.
+func (e *Engine) kvRelease(s *slot) func() {
+	finals := s.finals
+	s.finals = nil
+	if len(finals) == 0 {
+		return nil
+	}
+	k := e.kv
+	return func() {
+		for _, f := range finals {
+			k.waits.Add(1)
+			k.waitNanos.Add(int64(time.Since(f.at)))
+			f.out <- f.ev
+			close(f.out)
+		}
+	}
+}
+
 // kvTakeover is assign's hook before slot s goes to the session key: the
-// state of the session leaving it is saved. Called by the loop.
+// state of the session leaving it is saved (and, should the loop not have
+// saved the slot since its reply ended, the reply's held final event
+// follows that save). Called by the loop.
 func (e *Engine) kvTakeover(s *slot, key string) {
 	k := e.kv
-	if k == nil || s.key == key {
+	if k == nil {
+		return
+	}
+	if len(s.finals) > 0 {
+		e.kvSave(s)
+	}
+	if s.key == key {
 		return
 	}
 	e.kvSave(s)
@@ -304,24 +365,35 @@ func (e *Engine) kvTakeover(s *slot, key string) {
 }
 
 // kvSave copies slot s's state into the cache under its key, unless it is
-// saved already, holds nothing or belongs to no session. Called by the loop.
+// saved already, holds nothing or belongs to no session. The final events
+// the slot holds are sent once the state is in the lower tier (or at once
+// when it does not go there). Called by the loop.
 func (e *Engine) kvSave(s *slot) {
+	release := e.kvRelease(s)
+	if !e.kvSaveThen(s, release) && release != nil {
+		release()
+	}
+}
+
+// kvSaveThen is kvSave; it reports whether the cache took written, to call
+// once the state is in the lower tier. Called by the loop.
+func (e *Engine) kvSaveThen(s *slot, written func()) bool {
 	k := e.kv
 	if k == nil {
-		return
+		return false
 	}
 	if s.stateless && !k.shared {
 		// A stateless conversation's state goes to RAM, when its slot
 		// goes to another: a client that resends it finds it warm, but it
 		// never reaches the disk, which only sessions use.
 		if s.ramDirty && s.key != "" && len(s.cached) > 0 {
-			e.kvCopyOut(s, true)
+			e.kvCopyOut(s, true, nil)
 		}
 		s.ramDirty = false
-		return
+		return false
 	}
 	if k.clean[s.id] {
-		return
+		return false
 	}
 	if s.key != "" && len(s.tail) > 0 {
 		t0 := time.Now()
@@ -330,16 +402,20 @@ func (e *Engine) kvSave(s *slot) {
 	}
 	if s.key == "" || len(s.cached) == 0 {
 		k.setClean(s.id, true) // nothing of a session's to keep
-		return
+		return false
 	}
-	if e.kvCopyOut(s, false) {
-		k.setClean(s.id, true)
+	if !e.kvCopyOut(s, false, written) {
+		return false
 	}
+	k.setClean(s.id, true)
+	return true
 }
 
 // kvCopyOut copies slot s's state into the cache under its key (ramOnly:
-// never to disk) and reports whether it did. Called by the loop.
-func (e *Engine) kvCopyOut(s *slot, ramOnly bool) bool {
+// never to disk) and reports whether it did; the cache calls written (unless
+// nil) once the state is in the lower tier (kvcache.Cache.PutThen). Called
+// by the loop.
+func (e *Engine) kvCopyOut(s *slot, ramOnly bool, written func()) bool {
 	k := e.kv
 	t0 := time.Now()
 	state, err := k.be.StateSeqSave(s.id)
@@ -351,7 +427,7 @@ func (e *Engine) kvCopyOut(s *slot, ramOnly bool) bool {
 		k.log.Warn("kv state not saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Error(err))
 		return false
 	}
-	k.cache.Put(&kvcache.Entry{Key: s.key, Tokens: append([]int(nil), s.cached...), State: state, RAMOnly: ramOnly})
+	k.cache.PutThen(&kvcache.Entry{Key: s.key, Tokens: append([]int(nil), s.cached...), State: state, RAMOnly: ramOnly}, written)
 	e.log.Debug("kv state saved", zap.String("key", s.key), zap.Int("slot", s.id), zap.Int("tokens", len(s.cached)),
 		zap.Int("bytes", len(state)), zap.Bool("ram_only", ramOnly), zap.Duration("took", time.Since(t0)))
 	return true
@@ -454,11 +530,12 @@ func (e *Engine) kvSaveIdle(interrupted func() bool) {
 }
 
 // kvSaveFinished saves, with a shared tier, the state of every slot whose
-// sequence just ended (between steps, after collect): the next turn may
-// reach another replica at once, and a replica killed under load keeps
-// every finished turn, where the idle pass alone would wait for a quiet
-// moment. It costs the loop one copy of the state per turn (and the
-// decode of the reply's last token). Called by the loop.
+// sequence just ended (between steps, after collect and after a step): the
+// next turn may reach another replica at once, and a replica killed under
+// load keeps every finished turn, where the idle pass alone would wait for
+// a quiet moment; with SharedWait the replies' final events follow the
+// writes. It costs the loop one copy of the state per turn (and the decode
+// of the reply's last token). Called by the loop.
 func (e *Engine) kvSaveFinished() {
 	k := e.kv
 	if k == nil || !k.shared || k.unsaved.Load() == 0 {
@@ -537,7 +614,7 @@ func (e *Engine) kvStats() KVCacheStats {
 		return KVCacheStats{}
 	}
 	st := KVCacheStats{Stats: k.cache.Stats(), Restores: k.restores.Load(), RestoredTokens: k.restoredTokens.Load(),
-		RestoreNanos: k.restoreNanos.Load(), SaveNanos: k.saveNanos.Load(), Fallbacks: map[string]int64{}, Unsaved: k.unsaved.Load()}
+		RestoreNanos: k.restoreNanos.Load(), SaveNanos: k.saveNanos.Load(), Waits: k.waits.Load(), WaitNanos: k.waitNanos.Load(), Fallbacks: map[string]int64{}, Unsaved: k.unsaved.Load()}
 	for i, r := range fallbackReasons {
 		st.Fallbacks[r] = k.fallbacks[i].Load()
 	}
@@ -560,7 +637,13 @@ func (e *Engine) SavedTokens(key string) []parley.Token {
 	if e.kv == nil || key == "" {
 		return nil
 	}
+	t0 := time.Now()
 	ids := e.kv.cache.Tokens(key)
+	if e.kv.shared && len(ids) > 0 {
+		// With a shared tier this reads the state the restore will use
+		// (kvcache.Cache.Tokens): its time is the restore's.
+		e.kv.restoreNanos.Add(int64(time.Since(t0)))
+	}
 	if len(ids) == 0 || slices.ContainsFunc(ids, func(id int) bool { return id < 0 }) {
 		// None, or a state that holds an image (its positions are pseudo ids, no tokens): the caller renders the
 		// conversation, images and all, and the engine still restores the state by its common prefix.

@@ -11,6 +11,7 @@ import (
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm"
+	"github.com/parley-chat/parley/llm/kvcache"
 )
 
 // swapConv is one session's first turn, made through the engine: its
@@ -320,5 +321,29 @@ func TestKVSwapWithMoreCacheSlots(t *testing.T) {
 	}
 	if st := e.Stats().KVCache; st.Saves == 0 || st.Restores == 0 {
 		t.Errorf("saves %d restores %d, want both", st.Saves, st.Restores)
+	}
+}
+
+// With a shared tier and SharedWait, a reply's final event comes once its
+// state is in the tier: another engine on the tier finds it as soon as the
+// reply has ended, with no wait of its own.
+func TestKVSwapSharedWait(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *llm.Engine {
+		tier, err := kvcache.OpenDirTier(dir, 64<<20, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustOpen(t, llm.Config{ContextLength: 512, Parallel: 2, Threads: 1,
+			KVCache: llm.KVCacheConfig{RAMBytes: 64 << 20, Shared: tier, SharedWait: true}})
+	}
+	a, b := open(), open()
+	c := firstTurn(t, a, "w1", "Once upon a time there was a little girl called Lily.", 20)
+	saved := b.SavedTokens("w1")
+	if want := len(c.prompt) + len(c.gen); len(saved) < want {
+		t.Fatalf("once the reply ended, the other engine finds %d tokens of its state in the tier, want %d", len(saved), want)
+	}
+	if st := a.Stats().KVCache; st.Waits != 1 || st.SharedWrites != 1 {
+		t.Fatalf("waits %d, shared writes %d; want the reply's end held once for its write", st.Waits, st.SharedWrites)
 	}
 }

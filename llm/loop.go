@@ -87,7 +87,10 @@ func (e *Engine) loop(b *batch) {
 			t.Stop()
 			continue
 		}
-		active -= e.step(b)
+		if done := e.step(b); done > 0 {
+			active -= done
+			e.kvSaveFinished() // KV swap with a shared tier: a turn's state leaves as it ends
+		}
 	}
 }
 
@@ -481,6 +484,7 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 		e.stopSampler(seq.lazy.gs)
 		seq.lazy = nil
 	}
+	var hold *slot // KV swap: the slot whose state the final event waits for
 	if s := seq.slot; s != nil {
 		if seq.unverified {
 			// Ended while its sampler was verifying a draft (cancelled,
@@ -496,6 +500,9 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 		s.tail = s.tail[:0]
 		if seq.generated > 0 && reason != parley.FinishError {
 			s.tail = append(s.tail, seq.pending...)
+		}
+		if e.kvHoldsFinal(s) {
+			hold = s
 		}
 	}
 	if seq.popped {
@@ -515,6 +522,12 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 		final.Timings.TimeToFirstToken = seq.firstTok.Sub(seq.submitted)
 	}
 	final.Timings.Drafted, final.Timings.DraftAccepted = seq.drafted, seq.accepted
+	if hold != nil {
+		// Sent by the slot's next save, once the state is in the shared
+		// tier (kvSaveFinished, after this step).
+		hold.finals = append(hold.finals, heldFinal{seq.out, final, now})
+		return
+	}
 	seq.out <- final
 	close(seq.out)
 }

@@ -92,6 +92,9 @@ type slot struct {
 	// draft indexes the slot's history for drafts (draft.go): the prompt
 	// of its sequence, then what it generated.
 	draft *ngramIndex
+	// finals are the final events of replies that left the slot, held
+	// until its state is in the shared tier (KV swap: heldFinal).
+	finals []heldFinal
 }
 
 // assign binds seq to a free slot: the one this key used last if it is free,

@@ -151,6 +151,7 @@ func kvCacheStats(s llm.KVCacheStats) web.KVCacheStats {
 	return web.KVCacheStats{
 		Saves: s.Saves, SavedBytes: s.SavedBytes, Restores: s.Restores, RestoredTokens: s.RestoredTokens,
 		RestoreTime: time.Duration(s.RestoreNanos), SaveTime: time.Duration(s.SaveNanos),
+		SharedWaits: s.Waits, SharedWaitTime: time.Duration(s.WaitNanos),
 		DiskWrites: s.DiskWrites, DiskWriteBytes: s.DiskWriteBytes, Fallbacks: s.Fallbacks,
 		FilesRefused: map[string]int64{"corrupt": s.Corrupt, "foreign": s.Foreign}, DiskFull: s.DiskFull, Pruned: s.Pruned,
 		RAMBytes: s.RAMBytes, DiskBytes: s.DiskBytes, RAMEntries: s.RAMEntries, DiskEntries: s.DiskEntries,

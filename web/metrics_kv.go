@@ -14,6 +14,8 @@ type KVCacheStats struct {
 	Restores                int64            // states restored into a slot
 	RestoredTokens          int64            // prompt tokens they spared
 	RestoreTime             time.Duration    // spent restoring, disk reads included
+	SharedWaits             int64            // replies whose end waited for their state to reach the shared tier
+	SharedWaitTime          time.Duration    // the time those waits took, in all
 	SaveTime                time.Duration    // spent by the decode loop copying states out
 	DiskWrites              int64            // files written
 	DiskWriteBytes          int64            // their bytes
@@ -47,6 +49,10 @@ func kvCollectors(stats func() EngineStats) []prometheus.Collector {
 			func(s KVCacheStats) float64 { return float64(s.RestoredTokens) }),
 		counter("parley_kv_restore_seconds_total", "Time spent restoring KV states, disk reads included.",
 			func(s KVCacheStats) float64 { return s.RestoreTime.Seconds() }),
+		counter("parley_kv_shared_waits_total", "Replies whose end waited for their KV state to reach the shared tier (--kv-cache-shared-wait).",
+			func(s KVCacheStats) float64 { return float64(s.SharedWaits) }),
+		counter("parley_kv_shared_wait_seconds_total", "Time replies' ends waited for their KV state to reach the shared tier, in all.",
+			func(s KVCacheStats) float64 { return s.SharedWaitTime.Seconds() }),
 		counter("parley_kv_save_seconds_total", "Time the decode loop spent copying KV states out of llama.cpp.",
 			func(s KVCacheStats) float64 { return s.SaveTime.Seconds() }),
 		counter("parley_kv_disk_writes_total", "KV state files written.",

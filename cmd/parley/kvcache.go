@@ -74,6 +74,7 @@ func kvCacheFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.kvShared, "kv-cache-shared", "", "a store every replica reaches for the same states, in place of --kv-cache-disk: redis://HOST:PORT/DB (or rediss://) or a folder on a shared volume (an absolute path: NFS, a mounted volume); any replica then resumes a conversation another served, warm, and resent (stateless) conversations are kept there too. A store that is full or down costs the turns that move their warm start, never an error")
 	c.kvSharedBytes = defaultKVSharedBytes
 	fs.Var(&c.kvSharedBytes, "kv-cache-shared-bytes", "bytes of states --kv-cache-shared keeps per model (least recently used out first, whichever replica wrote them); e.g. 4GiB")
+	fs.BoolVar(&c.kvSharedWait, "kv-cache-shared-wait", true, "a reply ends (its last event, the sentinel) once its state is in --kv-cache-shared, so a replica killed after a reply loses none of it; false: the state follows the reply's end within milliseconds")
 }
 
 // kvTier is a shared tier that the process closes.
@@ -145,5 +146,6 @@ func kvCacheConfig(cfg config) llm.KVCacheConfig {
 	// A state outlives its session by at most the session's TTL: past it
 	// nobody will ask for it again.
 	return llm.KVCacheConfig{RAMBytes: int64(cfg.kvCacheRAM), DiskBytes: disk, Dir: filepath.Join(cfg.dataDir, "kvcache"),
-		MinFreeBytes: kvMinFree(cfg), MaxAge: max(cfg.sessionTTL, 0), Shared: cfg.kvTier}
+		MinFreeBytes: kvMinFree(cfg), MaxAge: max(cfg.sessionTTL, 0), Shared: cfg.kvTier,
+		SharedWait: cfg.kvSharedWait}
 }

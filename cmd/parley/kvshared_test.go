@@ -40,10 +40,13 @@ type sharedRun struct {
 	ws      *websocket.Conn
 	at      *server
 	carried int // prompt + completion tokens of the last turn
+	// unsettled: turnAt returns once the reply has ended, without
+	// waiting for its state to settle in the tier.
+	unsettled bool
 }
 
 // turnAt sends prompt on srv (resuming the session there if it was
-// elsewhere), waits until its state is in the tier, and returns the reply
+// elsewhere), waits until its state is in the tier (unless unsettled), and returns the reply
 // and how many prompt tokens it evaluated beyond its new ones.
 func (r *sharedRun) turnAt(srv *server, prompt string) (reply string, excess int) {
 	t := r.t
@@ -66,7 +69,9 @@ func (r *sharedRun) turnAt(srv *server, prompt string) (reply string, excess int
 	evaluated := m.Usage.PromptTokens - m.Usage.CachedPromptTokens
 	excess = evaluated - (m.Usage.PromptTokens - r.carried)
 	r.carried = m.Usage.PromptTokens + m.Usage.CompletionTokens
-	waitSettled(t, srv.addr, "")
+	if !r.unsettled {
+		waitSettled(t, srv.addr, "")
+	}
 	return m.Content, excess
 }
 
@@ -162,6 +167,39 @@ func TestKVSharedDir(t *testing.T) {
 	_, prompt2, cached := chatAt(t, b.addr, "key-alice", msgs)
 	if cached < prompt-1 || metricAs(t, b.addr, "key-alice", "parley_kv_restores_total") != 1 {
 		t.Fatalf("alice's second turn on b: %d of %d prompt tokens cached (the first turn had %d)", cached, prompt2, prompt)
+	}
+}
+
+// A replica killed (kill -9) as soon as its replies have ended loses none
+// of their states: a reply's end waits for its state to be in the tier
+// (--kv-cache-shared-wait), so the next turn of a session and of a resent
+// conversation, on the other replica, restores it and evaluates only what
+// is new.
+func TestKVSharedKilledAfterReply(t *testing.T) {
+	bin := testbin.Parley(t)
+	rds := redistest.Start(t)
+	args := sharedArgs(rds.URL(0), rds.URL(1))
+	a, b := start(t, bin, args...), start(t, bin, args...)
+
+	msgs := []map[string]string{{"role": "user", "content": "Tom had a big dog."}}
+	reply, prompt, _ := chatAt(t, a.addr, "", msgs)
+	r := &sharedRun{t: t, unsettled: true}
+	r.turnAt(a, sharedPrompts[0])
+	a.Kill()
+
+	restores := metric(t, b.addr, "parley_kv_restores_total")
+	if _, excess := r.turnAt(b, sharedPrompts[1]); excess > sharedSlack {
+		t.Fatalf("the session's turn after the kill evaluated %d tokens beyond its new ones (at most %d)", excess, sharedSlack)
+	}
+	msgs = append(msgs, map[string]string{"role": "assistant", "content": reply}, map[string]string{"role": "user", "content": "What was its name?"})
+	if _, prompt2, cached := chatAt(t, b.addr, "", msgs); cached < prompt-1 {
+		t.Fatalf("a resent conversation's turn after the kill: %d of %d prompt tokens cached (its first turn had %d)", cached, prompt2, prompt)
+	}
+	if n := metric(t, b.addr, "parley_kv_restores_total") - restores; n != 2 {
+		t.Fatalf("b restored %v states, want 2", n)
+	}
+	if n := metric(t, b.addr, "parley_kv_shared_waits_total"); n != 2 {
+		t.Fatalf("b held %v replies' ends for the tier, want 2", n)
 	}
 }
 

@@ -128,6 +128,7 @@ type config struct {
 	// the KV states in a tier every replica reaches
 	kvShared      string
 	kvSharedBytes byteSize
+	kvSharedWait  bool
 	kvTier        kvcache.Tier // opened by run from kvShared; nil without
 	tools         *mcp.Manager // opened by run from mcp; the server's tools (none without --mcp-config)
 	// the engine

@@ -18,7 +18,7 @@ var flagTopics = []struct {
 	{"Several models", []string{"models", "models-file", "max-loaded-models", "max-models-memory", "keep-alive", "client-keep-alive", "min-residency"}},
 	{"Engine and performance", []string{"engine", "engine-lib", "ctx", "threads", "parallel", "cache-slots", "batch", "queue", "queue-per-client",
 		"slots-per-client", "poll", "thread-pool", "huge-pages", "flash-attn", "gpu-layers", "kv-unified", "kv-cache-type", "step-budget", "draft", "draft-max", "draft-model"}},
-	{"KV swap", []string{"kv-cache-ram", "kv-cache-disk", "kv-cache-shared", "kv-cache-shared-bytes", "kv-cache-min-free"}},
+	{"KV swap", []string{"kv-cache-ram", "kv-cache-disk", "kv-cache-shared", "kv-cache-shared-bytes", "kv-cache-shared-wait", "kv-cache-min-free"}},
 	{"Sampling defaults", []string{"max-tokens", "max-tokens-limit", "system-prompt", "temperature", "top-k", "top-p", "min-p",
 		"repeat-penalty", "repeat-last-n", "seed"}},
 	{"Sessions and store", []string{"store", "data-dir", "session-ttl", "max-sessions", "evict-idle-floor", "max-sessions-per-client",

@@ -125,7 +125,7 @@ type Cache struct {
 	diskLRU  list.List
 	diskSize int64
 
-	writes chan *Entry
+	writes chan queued
 	done   chan struct{}
 	closed atomic.Bool
 
@@ -141,6 +141,17 @@ type Cache struct {
 	sharedLoads, sharedLoadNanos, sharedReadErrors                atomic.Int64
 	health                                                        atomic.Int32
 	downUntil                                                     atomic.Int64
+	// readAt is when each key's entry in RAM was read from the shared
+	// tier (under mu): GetFor takes it without asking the tier again
+	// within tierFresh.
+	readAt map[string]time.Time
+}
+
+// queued is an entry waiting for the writer, and what to call once it is
+// written, refused or dropped (nil: nothing).
+type queued struct {
+	e       *Entry
+	written func()
 }
 
 type diskEntry struct {
@@ -154,12 +165,13 @@ type diskEntry struct {
 // identity's folder, removes what a crash left half-written, indexes the
 // files there (their headers only) and starts the writer.
 func Open(cfg Config) (*Cache, error) {
-	c := &Cache{cfg: cfg, log: cfg.Logger, ram: map[string]*list.Element{}, pending: map[string]*Entry{}, disk: map[string]*list.Element{}}
+	c := &Cache{cfg: cfg, log: cfg.Logger, ram: map[string]*list.Element{}, pending: map[string]*Entry{}, disk: map[string]*list.Element{},
+		readAt: map[string]time.Time{}}
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}
 	if cfg.Shared != nil {
-		c.writes, c.done = make(chan *Entry, writeQueue), make(chan struct{})
+		c.writes, c.done = make(chan queued, writeQueue), make(chan struct{})
 		go c.writer()
 		return c, nil
 	}
@@ -177,7 +189,7 @@ func Open(cfg Config) (*Cache, error) {
 				zap.String("dir", c.dir), zap.Int64("min_free_bytes", cfg.MinFreeBytes))
 		}
 		c.mu.Unlock()
-		c.writes, c.done = make(chan *Entry, writeQueue), make(chan struct{})
+		c.writes, c.done = make(chan queued, writeQueue), make(chan struct{})
 		go c.writer()
 	}
 	return c, nil
@@ -197,7 +209,21 @@ func (c *Cache) Close() {
 // Put saves e for its key, replacing what the key had: into RAM when it
 // fits the RAM budget, and queued for disk when it fits the disk budget.
 // It never waits for the disk.
-func (c *Cache) Put(e *Entry) {
+func (c *Cache) Put(e *Entry) { c.PutThen(e, nil) }
+
+// PutThen is Put, and calls written (unless nil) once the lower tier has
+// e, or will not have it: after the writer's write (or its failure), at
+// once when e is not queued (RAM only, no lower tier, the queue full,
+// closed), when a newer save of its key replaces it in the queue. written
+// must not block: it runs on the writer, or on Put's caller.
+func (c *Cache) PutThen(e *Entry, written func()) {
+	if !c.put(e, written) && written != nil {
+		written()
+	}
+}
+
+// put is PutThen; it reports whether e is queued (the writer calls written).
+func (c *Cache) put(e *Entry, written func()) bool {
 	c.saves.Add(1)
 	c.savedBytes.Add(int64(len(e.State)))
 	c.mu.Lock()
@@ -209,17 +235,19 @@ func (c *Cache) Put(e *Entry) {
 		c.ramEvict()
 	}
 	if c.writes == nil || e.RAMOnly || c.closed.Load() || (c.cfg.Shared == nil && e.size() > c.cfg.DiskBytes) {
-		return
+		return false
 	}
 	select {
-	case c.writes <- e:
+	case c.writes <- queued{e, written}:
 		c.pending[e.Key] = e
+		return true
 	default:
 		c.diskDropped.Add(1)
 		if c.pending[e.Key] != nil {
 			// An older state is still queued: it must not land after this one is lost.
 			delete(c.pending, e.Key)
 		}
+		return false
 	}
 }
 
@@ -288,11 +316,21 @@ func (c *Cache) Peek(key string) bool { return c.Tokens(key) != nil }
 
 // Tokens returns the tokens of key's entry (nil when it has none), without
 // loading its state; with a shared tier, the longer of this process's and
-// the tier's (a lookup there). The caller must not change them.
+// the tier's (a lookup there). When this process has none, the tier's entry
+// is read whole and kept in RAM: the caller asks in order to restore it
+// (the chat layer builds the prompt from the tokens, then the engine
+// fetches the state), and GetFor then finds it without another round trip
+// (tierFresh). The caller must not change them.
 func (c *Cache) Tokens(key string) []int {
 	local := c.localTokens(key)
 	if c.cfg.Shared == nil {
 		return local
+	}
+	if local == nil {
+		if e, err := c.sharedGet(key); err == nil {
+			return e.Tokens
+		}
+		return nil
 	}
 	if shared, err := c.sharedTokens(key); err == nil && len(shared) > len(local) {
 		return shared
@@ -356,6 +394,7 @@ func (c *Cache) Stats() Stats {
 
 // ramRemove drops key's RAM entry. c.mu is held.
 func (c *Cache) ramRemove(key string) {
+	delete(c.readAt, key)
 	if el, ok := c.ram[key]; ok {
 		c.ramBytes -= el.Value.(*Entry).size()
 		c.ramLRU.Remove(el)
@@ -389,61 +428,69 @@ func fileName(identity, key string, tokens []int) string {
 // writer writes queued entries until Close.
 func (c *Cache) writer() {
 	defer close(c.done)
-	for e := range c.writes {
-		c.mu.Lock()
-		current := c.pending[e.Key] == e
-		c.mu.Unlock()
-		if !current {
-			continue // replaced by a newer save (queued behind it) or dropped
+	for q := range c.writes {
+		c.writeOne(q.e)
+		if q.written != nil {
+			q.written()
 		}
-		if c.cfg.Shared != nil {
-			c.writeShared(e)
-			c.mu.Lock()
-			if c.pending[e.Key] == e {
-				delete(c.pending, e.Key)
-			}
-			c.mu.Unlock()
-			continue
-		}
-		name := fileName(c.cfg.Identity, e.Key, e.Tokens)
-		n, err := c.write(e, name)
+	}
+}
+
+// writeOne writes a queued entry to the lower tier. Called by the writer.
+func (c *Cache) writeOne(e *Entry) {
+	c.mu.Lock()
+	current := c.pending[e.Key] == e
+	c.mu.Unlock()
+	if !current {
+		return // replaced by a newer save (queued behind it) or dropped
+	}
+	if c.cfg.Shared != nil {
+		c.writeShared(e)
 		c.mu.Lock()
 		if c.pending[e.Key] == e {
 			delete(c.pending, e.Key)
 		}
-		if errors.Is(err, errNoRoom) {
-			c.mu.Unlock()
-			c.diskFull.Add(1)
-			if !c.full {
-				c.full = true
-				c.log.Warn("kv cache: no room on the disk above its free-space floor, even without this cache's files; states are kept in RAM until there is",
-					zap.String("dir", c.dir), zap.Int64("min_free_bytes", c.cfg.MinFreeBytes))
-			}
-			continue
-		}
-		if err != nil {
-			c.mu.Unlock()
-			c.diskWriteErrors.Add(1)
-			c.log.Warn("kv cache file not written", zap.String("key", e.Key), zap.Error(err))
-			continue
-		}
-		c.full = false
-		c.diskWrites.Add(1)
-		c.diskWriteBytes.Add(n)
-		if old, ok := c.disk[e.Key]; ok {
-			if old.Value.(*diskEntry).name == name {
-				c.diskSize -= old.Value.(*diskEntry).size
-				c.diskLRU.Remove(old)
-				delete(c.disk, e.Key)
-			} else {
-				c.diskRemove(old)
-			}
-		}
-		c.disk[e.Key] = c.diskLRU.PushFront(&diskEntry{key: e.Key, name: name, size: n, tokens: e.Tokens})
-		c.diskSize += n
-		c.diskEvict()
 		c.mu.Unlock()
+		return
 	}
+	name := fileName(c.cfg.Identity, e.Key, e.Tokens)
+	n, err := c.write(e, name)
+	c.mu.Lock()
+	if c.pending[e.Key] == e {
+		delete(c.pending, e.Key)
+	}
+	if errors.Is(err, errNoRoom) {
+		c.mu.Unlock()
+		c.diskFull.Add(1)
+		if !c.full {
+			c.full = true
+			c.log.Warn("kv cache: no room on the disk above its free-space floor, even without this cache's files; states are kept in RAM until there is",
+				zap.String("dir", c.dir), zap.Int64("min_free_bytes", c.cfg.MinFreeBytes))
+		}
+		return
+	}
+	if err != nil {
+		c.mu.Unlock()
+		c.diskWriteErrors.Add(1)
+		c.log.Warn("kv cache file not written", zap.String("key", e.Key), zap.Error(err))
+		return
+	}
+	c.full = false
+	c.diskWrites.Add(1)
+	c.diskWriteBytes.Add(n)
+	if old, ok := c.disk[e.Key]; ok {
+		if old.Value.(*diskEntry).name == name {
+			c.diskSize -= old.Value.(*diskEntry).size
+			c.diskLRU.Remove(old)
+			delete(c.disk, e.Key)
+		} else {
+			c.diskRemove(old)
+		}
+	}
+	c.disk[e.Key] = c.diskLRU.PushFront(&diskEntry{key: e.Key, name: name, size: n, tokens: e.Tokens})
+	c.diskSize += n
+	c.diskEvict()
+	c.mu.Unlock()
 }
 
 // diskRemove drops an index entry and its file. c.mu is held.

@@ -9,24 +9,29 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/parley-chat/parley"
 )
 
 // DirTier is a Tier in a directory that every replica mounts (NFS, a
 // shared volume): one file per key, in a folder per identity, in the
 // format of file.go, replaced atomically (a temporary file renamed over
 // it), so a reader on any replica sees a whole state or none. There is no
-// index to share: a key's file name is a hash of it, its tokens are in its
-// header, and its last use is its modification time (Get touches it). The
-// budget is kept by whichever replica writes: after each write it lists the
-// folder (the other replicas write too, so no count of its own would do)
-// and removes the least recently used files past the budget. A listing is
-// a stat per file, on the cache's writer, never the decode loop.
+// index to share: a key's file name is a hash of its owner (the user,
+// parley.ScopeOwner) and a hash of the key, its tokens are in its header,
+// and its last use is its modification time (Get touches it). The budget is
+// kept by whichever replica writes: after each write it lists the folder
+// (the other replicas write too, so no count of its own would do) and
+// removes files past the budget, each the least recently used of the owner
+// who holds the most bytes. A listing is a stat per file, on the cache's
+// writer, never the decode loop.
 type DirTier struct {
 	dir    string
 	budget int64
@@ -64,11 +69,23 @@ func (d *DirTier) folder(identity string) string {
 	return filepath.Join(d.dir, hex.EncodeToString(sum[:8]))
 }
 
-// path is the file of key: a hash of it, so no key (a user's scope, a
-// session id) appears in a name and none escapes the folder.
+// path is the file of key: a hash of its owner, a dash and a hash of the
+// key, so no key (a user's scope, a session id) appears in a name, none
+// escapes the folder, and a listing tells each owner's files.
 func (d *DirTier) path(identity, key string) string {
+	owner := sha256.Sum256([]byte(parley.ScopeOwner(key)))
 	sum := sha256.Sum256([]byte(key))
-	return filepath.Join(d.folder(identity), hex.EncodeToString(sum[:16])+".kv")
+	return filepath.Join(d.folder(identity), hex.EncodeToString(owner[:8])+"-"+hex.EncodeToString(sum[:16])+".kv")
+}
+
+// fileOwner is the owner part of a file's name (path); "" for a name
+// without one.
+func fileOwner(name string) string {
+	owner, _, ok := strings.Cut(name, "-")
+	if !ok {
+		return ""
+	}
+	return owner
 }
 
 // Put writes e's file and keeps the folder within the budget.
@@ -101,9 +118,11 @@ func (d *DirTier) Put(_ context.Context, identity string, e *Entry) (int64, erro
 	return n, nil
 }
 
-// evict lists folder and removes the least recently used files (never
-// keep) until the rest hold at most budget bytes, or one file when budget
-// is 0; it records the usage it leaves and returns how many it removed.
+// evict lists folder and removes files (never keep) until the rest hold at
+// most budget bytes, or one file when budget is 0: each time the least
+// recently used file of the owner who holds the most bytes, so a user's
+// writes evict another's files only while that one holds more. It records
+// the usage it leaves and returns how many it removed.
 func (d *DirTier) evict(folder, keep string, budget int64) int {
 	type file struct {
 		path string
@@ -133,16 +152,35 @@ func (d *DirTier) evict(folder, keep string, budget int64) int {
 		total += info.Size()
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].mod.Before(files[j].mod) })
-	removed := 0
+	// Each owner's files, least recently used first, and their bytes.
+	byOwner := map[string][]file{}
+	held := map[string]int64{}
 	for _, f := range files {
-		if (budget > 0 && total <= budget) || (budget == 0 && removed == 1) {
+		o := fileOwner(filepath.Base(f.path))
+		byOwner[o] = append(byOwner[o], f)
+		held[o] += f.size
+	}
+	removed := 0
+	for (budget > 0 && total > budget) || (budget == 0 && removed == 0) {
+		// The owner who holds the most bytes and has a file to give.
+		victim, from := file{}, ""
+		for o, fs := range byOwner {
+			for _, f := range fs {
+				if f.path != keep {
+					if victim.path == "" || held[o] > held[from] || (held[o] == held[from] && o < from) {
+						victim, from = f, o
+					}
+					break
+				}
+			}
+		}
+		if victim.path == "" {
 			break
 		}
-		if f.path == keep {
-			continue
-		}
-		if err := os.Remove(f.path); err == nil || errors.Is(err, os.ErrNotExist) {
-			total -= f.size
+		byOwner[from] = slices.DeleteFunc(byOwner[from], func(f file) bool { return f.path == victim.path })
+		held[from] -= victim.size
+		if err := os.Remove(victim.path); err == nil || errors.Is(err, os.ErrNotExist) {
+			total -= victim.size
 			removed++
 		}
 	}

@@ -23,8 +23,11 @@ import (
 // kept by identity (Config.Identity) and key (the session's, which carries
 // its user's cache scope); an implementation stores Encode's bytes and
 // returns only what Decode accepts for the identity and key asked for, and
-// it keeps each identity's entries within a byte budget, least recently used
-// out first. Safe for concurrent use.
+// it keeps each identity's entries within a byte budget, fairly between
+// users: past the budget, the least recently used entry of the user
+// (parley.ScopeOwner of its key) who holds the most bytes goes first, so a
+// user's states are evicted by another's writes only while they hold more
+// than that user's. Safe for concurrent use.
 type Tier interface {
 	// Put stores e for its key, replacing the key's entry, and returns the
 	// bytes it stored. ErrTierFull: no room (e is larger than the budget,
@@ -59,6 +62,13 @@ const (
 	sharedIOTimeout   = 30 * time.Second
 	sharedPeekTimeout = 2 * time.Second
 	sharedRetry       = time.Second
+	// tierFresh is how long an entry read from the tier is taken as the
+	// tier's current one without asking again: the engine's fetch follows
+	// the chat layer's Tokens within it. Another replica writing the key
+	// meanwhile (the conversation served on two at once) costs at most a
+	// warm start, never a wrong reply: the engine restores only the prefix
+	// the prompt shares.
+	tierFresh = 2 * time.Second
 )
 
 // Health of the shared tier, for the log lines of its transitions.
@@ -176,9 +186,19 @@ func (c *Cache) sharedGet(key string) (*Entry, error) {
 	if e.size() <= c.cfg.RAMBytes {
 		c.ram[key] = c.ramLRU.PushFront(e)
 		c.ramBytes += e.size()
+		c.readAt[key] = time.Now()
 		c.ramEvict()
 	}
 	return e, nil
+}
+
+// freshFromTier reports whether key's entry in RAM was read from the tier
+// within tierFresh.
+func (c *Cache) freshFromTier(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.readAt[key]
+	return ok && time.Since(t) < tierFresh
 }
 
 // memory returns key's entry in RAM or queued for the lower tier, or nil.
@@ -210,6 +230,9 @@ func (c *Cache) GetFor(key string, prompt []int, minGain int) (*Entry, error) {
 	mem := c.memory(key)
 	if mem == nil {
 		return c.sharedGet(key)
+	}
+	if c.freshFromTier(key) {
+		return mem, nil
 	}
 	toks, err := c.sharedTokens(key)
 	if err != nil || commonPrefix(toks, prompt) < commonPrefix(mem.Tokens, prompt)+minGain {

@@ -152,3 +152,67 @@ func TestCacheSharedTierDownOrFull(t *testing.T) {
 		t.Fatalf("%d log lines of the tier full, want 1: %v", n, logs.All())
 	}
 }
+
+// PutThen's callback runs once the state is in the shared tier (another
+// replica reads it there), and at once for a state that does not go there.
+func TestCachePutThenWritten(t *testing.T) {
+	ta, tb := openDirTiers(t, 1<<20)
+	a, b := sharedCache(t, ta, "model-a", nil), sharedCache(t, tb, "model-a", nil)
+	e := kvcachetest.Entry("scope:s1", 10, 1)
+	written := make(chan struct{})
+	a.PutThen(e, func() { close(written) })
+	select {
+	case <-written:
+	case <-time.After(time.Minute): // catches a hang only
+		t.Fatal("the callback never ran")
+	}
+	if got, err := b.GetFor(e.Key, e.Tokens, 0); err != nil || string(got.State) != string(e.State) {
+		t.Fatalf("after the callback, the other replica reads %v, %v", got, err)
+	}
+	ramOnly := kvcachetest.Entry("scope:s2", 10, 2)
+	ramOnly.RAMOnly = true
+	called := false
+	a.PutThen(ramOnly, func() { called = true })
+	if !called {
+		t.Fatal("a RAM-only state's callback did not run at once")
+	}
+}
+
+// countingTier counts the calls that reach a tier.
+type countingTier struct {
+	kvcache.Tier
+	gets, tokens int
+}
+
+func (t *countingTier) Get(ctx context.Context, identity, key string) (*kvcache.Entry, error) {
+	t.gets++
+	return t.Tier.Get(ctx, identity, key)
+}
+
+func (t *countingTier) Tokens(ctx context.Context, identity, key string) ([]int, error) {
+	t.tokens++
+	return t.Tier.Tokens(ctx, identity, key)
+}
+
+// A replica that has no copy of a conversation reads the tier once for it:
+// the tokens the chat layer asks for bring the state along, and the
+// engine's fetch that follows takes it from RAM.
+func TestCacheSharedTierOneRead(t *testing.T) {
+	ta, tb := openDirTiers(t, 1<<20)
+	a := sharedCache(t, ta, "model-a", nil)
+	counted := &countingTier{Tier: tb}
+	b := sharedCache(t, counted, "model-a", nil)
+	e := kvcachetest.Entry("scope:s1", 10, 1)
+	a.Put(e)
+	waitShared(t, a, 1)
+	if toks := b.Tokens(e.Key); !slices.Equal(toks, e.Tokens) {
+		t.Fatalf("tokens %v", toks)
+	}
+	got, err := b.GetFor(e.Key, append(slices.Clone(e.Tokens), 500), 8)
+	if err != nil || string(got.State) != string(e.State) {
+		t.Fatalf("GetFor: %v, %v", got, err)
+	}
+	if counted.gets != 1 || counted.tokens != 0 {
+		t.Fatalf("the tier was read %d times and asked for tokens %d times, want once and never", counted.gets, counted.tokens)
+	}
+}

@@ -6,6 +6,8 @@
 // its new ones. It runs, each on fresh replicas:
 //
 //   - keys: every conversation sends its X-Parley-Session key; nginx hashes on it.
+//   - keys-nowait: keys, with --kv-cache-shared-wait=false (a reply ends
+//     before its state is in the tier): what the wait adds to a reply's end.
 //   - kill: keys, and one replica is killed (-9) once half the turns are done.
 //   - rr: no key, nginx round-robin, the shared tier on.
 //   - rr-local: no key, round-robin, no shared tier (each replica its own RAM).
@@ -13,7 +15,8 @@
 // then one long conversation's next turn on its own replica (warm), on
 // another replica (restored from the tier) and on a replica without the
 // tier (cold). It prints hit rates (turns 2+ that evaluated at most their
-// new tokens + 16), TTFT p50/p95 and the replicas' restore times.
+// new tokens + 16), TTFT p50/p95, the replicas' restore times and how long
+// replies' ends waited for their states to reach the tier.
 //
 //	go build -o bin/parley ./cmd/parley && go run ./tools/sharedbench -model models/stories260K.gguf
 //
@@ -52,6 +55,7 @@ type options struct {
 	bin, model, redisBin, nginxBin string
 	replicas, convs, turns, maxTok int
 	workers, longTokens, slack     int
+	longSamples                    int
 	modes                          []string
 	verbose, killSettled           bool
 	out                            io.Writer // where the figures are printed
@@ -69,10 +73,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.maxTok, "max-tokens", 24, "tokens per reply")
 	fs.IntVar(&o.workers, "workers", 4, "conversations in flight at once")
 	fs.IntVar(&o.longTokens, "long", 1500, "about how many tokens the long conversation holds (within the model's context)")
+	fs.IntVar(&o.longSamples, "long-samples", 5, "next turns of the long conversation measured on each replica (the median is reported)")
 	fs.IntVar(&o.slack, "slack", 16, "tokens a warm turn may evaluate beyond its new ones")
-	fs.BoolVar(&o.killSettled, "kill-settled", true, "kill once the replicas have written the last round's states (false: at once after the round's last reply, when the last turns' states may still be on their way)")
+	fs.BoolVar(&o.killSettled, "kill-settled", false, "kill once the replicas have written the last round's states (false: at once after the round's last reply; with --kv-cache-shared-wait, on by default, its state is in the tier by then)")
 	fs.BoolVar(&o.verbose, "v", false, "print every turn that evaluated more than its new tokens + slack")
-	fs.StringVar(&modes, "modes", "keys,kill,rr,rr-local", "which runs, comma-separated")
+	fs.StringVar(&modes, "modes", "keys,keys-nowait,kill,rr,rr-local", "which runs, comma-separated")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -107,6 +112,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(o.out, "sharedbench: %d replicas, %d conversations x %d turns, %d tokens a reply, %d in flight\n",
 		o.replicas, o.convs, o.turns, o.maxTok, o.workers)
 	for i, mode := range o.modes {
+		if mode == "" {
+			continue // -modes "": the long conversation alone
+		}
 		if err := runMode(ctx, o, dir, rdsAddr, mode, 2*i); err != nil {
 			return fmt.Errorf("%s: %w", mode, err)
 		}
@@ -222,9 +230,16 @@ type turnResult struct {
 	retried           int // tries again after an error (a reply cut by the kill)
 }
 
-// chat posts one streamed chat completion and returns its reply, its usage,
-// its time to the first token and the replica nginx chose.
-func chat(addr, key string, msgs []map[string]string, maxTok int) (reply string, prompt, cached, completion int, ttft time.Duration, upstream string, err error) {
+// reply is one streamed chat completion's record.
+type reply struct {
+	text                       string
+	prompt, cached, completion int
+	ttft                       time.Duration
+	upstream                   string // the replica nginx chose
+}
+
+// chat posts one streamed chat completion and returns its record.
+func chat(addr, key string, msgs []map[string]string, maxTok int) (out reply, err error) {
 	body, _ := json.Marshal(map[string]any{"messages": msgs, "max_tokens": maxTok, "temperature": 0, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}})
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", bytes.NewReader(body))
@@ -235,13 +250,13 @@ func chat(addr, key string, msgs []map[string]string, maxTok int) (reply string,
 	t0 := time.Now()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", 0, 0, 0, 0, "", err
+		return out, err
 	}
 	defer res.Body.Close()
-	upstream = res.Header.Get("X-Upstream")
+	out.upstream = res.Header.Get("X-Upstream")
 	if res.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(res.Body)
-		return "", 0, 0, 0, 0, upstream, fmt.Errorf("%d %s", res.StatusCode, b)
+		return out, fmt.Errorf("%d %s", res.StatusCode, b)
 	}
 	var sb strings.Builder
 	sc := bufio.NewScanner(res.Body)
@@ -269,19 +284,20 @@ func chat(addr, key string, msgs []map[string]string, maxTok int) (reply string,
 			continue
 		}
 		for _, c := range ch.Choices {
-			if c.Delta.Content != "" && ttft == 0 {
-				ttft = time.Since(t0)
+			if c.Delta.Content != "" && out.ttft == 0 {
+				out.ttft = time.Since(t0)
 			}
 			sb.WriteString(c.Delta.Content)
 		}
 		if ch.Usage != nil {
-			prompt, completion, cached = ch.Usage.PromptTokens, ch.Usage.CompletionTokens, ch.Usage.PromptTokensDetails.CachedTokens
+			out.prompt, out.completion, out.cached = ch.Usage.PromptTokens, ch.Usage.CompletionTokens, ch.Usage.PromptTokensDetails.CachedTokens
 		}
 	}
-	if ttft == 0 {
-		ttft = time.Since(t0)
+	if out.ttft == 0 {
+		out.ttft = time.Since(t0)
 	}
-	return sb.String(), prompt, cached, completion, ttft, upstream, sc.Err()
+	out.text = sb.String()
+	return out, sc.Err()
 }
 
 var openings = []string{"Lily found a red ball.", "Tom had a big dog.", "The sun was hot.", "Sam saw a little bird.",
@@ -292,10 +308,13 @@ var follows = []string{"What did they do next?", "Who else came?", "Where did th
 // db+1 for the sessions and the KV states) and prints its figures.
 func runMode(ctx context.Context, o options, dir, rdsAddr, mode string, db int) error {
 	shared := mode != "rr-local"
-	hash := mode == "keys" || mode == "kill"
+	hash := mode == "keys" || mode == "keys-nowait" || mode == "kill"
 	args := []string{"--store", fmt.Sprintf("redis://%s/%d", rdsAddr, db)}
 	if shared {
 		args = append(args, "--kv-cache-shared", fmt.Sprintf("redis://%s/%d", rdsAddr, db+1))
+	}
+	if mode == "keys-nowait" {
+		args = append(args, "--kv-cache-shared-wait=false")
 	}
 	reps := make([]*replica, o.replicas)
 	for i := range reps {
@@ -362,13 +381,14 @@ func runMode(ctx context.Context, o options, dir, rdsAddr, mode string, db int) 
 						cv.msgs = append(cv.msgs, map[string]string{"role": "user", "content": follows[(len(cv.msgs)/2+j)%len(follows)]})
 					}
 					// A reply cut by the kill is retried, as the OpenAI SDKs do (twice).
-					reply, prompt, cached, completion, ttft, up, err := chat(lb, cv.key, cv.msgs, o.maxTok)
+					rp, err := chat(lb, cv.key, cv.msgs, o.maxTok)
 					retried := 0
 					for ; err != nil && retried < 2; retried++ {
-						reply, prompt, cached, completion, ttft, up, err = chat(lb, cv.key, cv.msgs, o.maxTok)
+						rp, err = chat(lb, cv.key, cv.msgs, o.maxTok)
 					}
-					r := turnResult{turn: j + 1, replica: up, prompt: prompt, cached: cached, newTokens: prompt - cv.carried,
-						ttft: ttft, moved: j > 0 && up != cv.last, err: err != nil, retried: retried,
+					up := rp.upstream
+					r := turnResult{turn: j + 1, replica: up, prompt: rp.prompt, cached: rp.cached, newTokens: rp.prompt - cv.carried,
+						ttft: rp.ttft, moved: j > 0 && up != cv.last, err: err != nil, retried: retried,
 						afterKill: killedAddr != "", killed: killedAddr != "" && cv.last == killedAddr}
 					for c := range convs {
 						if convs[c] == cv {
@@ -383,8 +403,8 @@ func runMode(ctx context.Context, o options, dir, rdsAddr, mode string, db int) 
 						cv.failed = true
 						continue
 					}
-					cv.msgs = append(cv.msgs, map[string]string{"role": "assistant", "content": reply})
-					cv.carried, cv.last = prompt+completion, up
+					cv.msgs = append(cv.msgs, map[string]string{"role": "assistant", "content": rp.text})
+					cv.carried, cv.last = rp.prompt+rp.completion, up
 				}
 			}()
 		}
@@ -429,13 +449,15 @@ func report(o options, mode string, rs []turnResult, reps []*replica, killed str
 			}
 		}
 	}
-	var restores, restoreSec float64
+	var restores, restoreSec, waits, waitSec float64
 	for _, rp := range reps {
 		if rp.Addr == killed {
 			continue
 		}
 		restores += scrape(rp.Addr, "parley_kv_restores_total")
 		restoreSec += scrape(rp.Addr, "parley_kv_restore_seconds_total")
+		waits += scrape(rp.Addr, "parley_kv_shared_waits_total")
+		waitSec += scrape(rp.Addr, "parley_kv_shared_wait_seconds_total")
 	}
 	fmt.Fprintf(o.out, "%-9s turns %d (lost %d, retried %d); turns 2+ within new+%d: %d/%d (%.1f%%); moved %d, of them warm %d; TTFT p50 %v p95 %v",
 		mode, len(rs), errs, retries, o.slack, warm, later, pct(warm, later), moved, movedWarm, pctl(ttfts, 50), pctl(ttfts, 95))
@@ -444,6 +466,9 @@ func report(o options, mode string, rs []turnResult, reps []*replica, killed str
 	}
 	if restores > 0 {
 		fmt.Fprintf(o.out, "; restores %.0f, mean %.2f ms", restores, 1000*restoreSec/restores)
+	}
+	if waits > 0 {
+		fmt.Fprintf(o.out, "; ends held for the tier %.0f, mean %.2f ms", waits, 1000*waitSec/waits)
 	}
 	fmt.Fprintln(o.out)
 }
@@ -508,24 +533,30 @@ func longTurn(ctx context.Context, o options, dir, rdsAddr string) error {
 		fmt.Fprintf(&sb, "%s ", openings[i%len(openings)])
 	}
 	base := []map[string]string{{"role": "user", "content": sb.String()}}
-	reply, prompt, _, _, _, _, err := chat(a.Addr, "", base, 8)
+	first, err := chat(a.Addr, "", base, 8)
 	if err != nil {
 		return err
 	}
+	reply, prompt := first.text, first.prompt
 	waitSettled(a.Addr)
-	var warm, moved, cold []time.Duration
-	for i := range 3 {
+	var warm, moved, cold, restore []time.Duration
+	for i := range o.longSamples {
 		msgs := append(slices.Clone(base), map[string]string{"role": "assistant", "content": reply},
 			map[string]string{"role": "user", "content": follows[i%len(follows)]})
 		for _, m := range []struct {
 			addr string
 			into *[]time.Duration
 		}{{a.Addr, &warm}, {b.Addr, &moved}, {c.Addr, &cold}} {
-			_, _, _, _, ttft, _, err := chat(m.addr, "", msgs, 1)
+			rp, err := chat(m.addr, "", msgs, 2) // 2: an API sends a reply's last token with its end, which may wait for the tier
 			if err != nil {
 				return err
 			}
-			*m.into = append(*m.into, ttft)
+			*m.into = append(*m.into, rp.ttft)
+		}
+		// b restored it once since it started: the fetch from the tier,
+		// its checks and llama.cpp's load.
+		if n := scrape(b.Addr, "parley_kv_restores_total"); n > 0 {
+			restore = append(restore, time.Duration(float64(time.Second)*scrape(b.Addr, "parley_kv_restore_seconds_total")/n))
 		}
 		// b's RAM and slot now hold it: next time it must come from the tier
 		// again, so b restarts (its RAM gone).
@@ -542,7 +573,7 @@ func longTurn(ctx context.Context, o options, dir, rdsAddr string) error {
 		defer c.Kill()
 	}
 	med := func(d []time.Duration) time.Duration { return pctl(d, 50) }
-	fmt.Fprintf(o.out, "long conversation (%d prompt tokens): next-turn TTFT warm %v, moved (restored from the tier) %v, cold %v: moved/warm %.2fx, moved/cold %.0f%%\n",
-		prompt, med(warm), med(moved), med(cold), float64(med(moved))/float64(med(warm)), 100*float64(med(moved))/float64(med(cold)))
+	fmt.Fprintf(o.out, "long conversation (%d prompt tokens): next-turn TTFT warm %v, moved (restored from the tier) %v, cold %v: moved/warm %.2fx, moved/cold %.0f%%; the restore %v\n",
+		prompt, med(warm), med(moved), med(cold), float64(med(moved))/float64(med(warm)), 100*float64(med(moved))/float64(med(cold)), med(restore))
 	return nil
 }

@@ -125,6 +125,7 @@ func (s *API) startBackground(c echo.Context, pr *parsedResponse) error {
 		s.sockets.Release(client)
 		return pr.renameSent(err)
 	}
+	setAffinity(c, pr, resp)
 	initial := s.newResponseObject(resp.Record, resp.SessionID(), resp.Stored, resp.Model)
 	initial.Status = "in_progress"
 	initial.Background = true

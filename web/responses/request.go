@@ -94,6 +94,8 @@ type parsedResponse struct {
 	scope string
 	// mcp is the request's server tools and approvals (mcp.go); nil without.
 	mcp *mcpRequest
+	// cacheKey is the request's prompt_cache_key (affinity.go).
+	cacheKey string
 }
 
 // turnContext is ctx for the turn pr asks for: its cache scope, and an
@@ -196,7 +198,7 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	apicore.ResolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
-		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx), mcp: mreq,
+		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx), mcp: mreq, cacheKey: req.PromptCacheKey,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p, Model: model,
 			NoStore: req.Store != nil && !*req.Store}}
 	if req.PreviousResponseID != nil {

@@ -266,6 +266,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 	if err != nil {
 		return pr.renameSent(err)
 	}
+	setAffinity(c, pr, resp)
 	if pr.mcp != nil {
 		return s.answerMCP(c, ctx, cancel, resp, pr)
 	}

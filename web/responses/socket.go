@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -62,7 +63,13 @@ func (s *API) ResponsesWS(c echo.Context) error {
 		return err
 	}
 	defer s.sockets.Release(ip)
-	ws, ok := s.sockets.Upgrade(w, r, nil, apicore.MaxBodyBytes)
+	// The connection is its conversations' affinity while it lasts: the
+	// upgrade names only a key the client sent, for its next connection.
+	var hdr http.Header
+	if sent := r.Header.Get(parley.AffinityHeader); sent != "" {
+		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(parley.UserFrom(r.Context()), sent, nil)}}
+	}
+	ws, ok := s.sockets.Upgrade(w, r, hdr, apicore.MaxBodyBytes)
 	if !ok {
 		return nil // the upgrader has answered
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/llm/kvcache"
 )
 
@@ -116,6 +117,41 @@ func TestTier(t *testing.T, open Open) {
 		if _, err := a.Get(ctx, idA, "k0"); err != nil {
 			t.Fatalf("another identity's write evicted: %v", err)
 		}
+	})
+
+	t.Run("a user's writes evict another user's states only while that one holds more", func(t *testing.T) {
+		alice, bob := parley.UserCacheScope("alice"), parley.UserCacheScope("bob")
+		one := Size(Entry(alice+":a0", 40, 1))
+		a, b := open(t, 4*one+one/2)
+		put := func(key string, seed byte) {
+			t.Helper()
+			if _, err := a.Put(ctx, idA, Entry(key, 40, seed)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held := func(want map[string]bool) {
+			t.Helper()
+			for k, kept := range want {
+				_, err := b.Tokens(ctx, idA, k)
+				if kept && err != nil || !kept && !errors.Is(err, kvcache.ErrNotFound) {
+					t.Fatalf("%s: %v, want kept %t", k, err, kept)
+				}
+			}
+		}
+		put(alice+":a0", 1)
+		put(alice+":a1", 2)
+		// bob writes five: each write past the budget takes bob's own oldest
+		// (he holds the most), never alice's two, older as they are. A
+		// narrowed scope of alice's (a prompt_cache_key's) is still hers.
+		for i := range 5 {
+			put(fmt.Sprintf("%s:b%d", bob, i), byte(10+i))
+		}
+		held(map[string]bool{alice + ":a0": true, alice + ":a1": true, bob + ":b0": false, bob + ":b1": false,
+			bob + ":b2": false, bob + ":b3": true, bob + ":b4": true})
+		narrowed := parley.ScopedKey(parley.NarrowCacheScope(parley.WithUser(ctx, "alice"), "prompt_cache_key=x"), "a2")
+		put(narrowed, 3)
+		// Now alice holds the most: her own oldest goes.
+		held(map[string]bool{alice + ":a0": false, alice + ":a1": true, narrowed: true, bob + ":b3": true, bob + ":b4": true})
 	})
 
 	t.Run("a state larger than the budget is refused as full", func(t *testing.T) {

@@ -22,7 +22,8 @@ type CacheKeyFields struct {
 	CacheSalt      string `json:"cache_salt"`
 }
 
-// Narrow returns ctx with its scope narrowed by the request's fields.
+// Narrow returns ctx with its scope narrowed by the request's fields (and
+// the prompt_cache_key kept for SentAffinityKey).
 func (f *CacheKeyFields) Narrow(ctx context.Context) (context.Context, error) {
 	for _, v := range []struct{ field, value string }{{"prompt_cache_key", f.PromptCacheKey}, {"cache_salt", f.CacheSalt}} {
 		if len(v.value) > maxCacheKeyBytes {
@@ -32,7 +33,7 @@ func (f *CacheKeyFields) Narrow(ctx context.Context) (context.Context, error) {
 			ctx = parley.NarrowCacheScope(ctx, v.field+"="+v.value)
 		}
 	}
-	return ctx, nil
+	return withPromptCacheKey(ctx, f.PromptCacheKey), nil
 }
 
 // NarrowRequest narrows the scope of c's request by f.

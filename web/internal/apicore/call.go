@@ -38,7 +38,10 @@ type Call struct {
 }
 
 // StartCompletion starts a raw-prompt reply (no template) for route.
+//
+// The reply names its affinity key in X-Parley-Session (CompletionAffinity).
 func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Params) (*Call, error) {
+	SetAffinity(c, CompletionAffinity(parley.UserFrom(c.Request().Context()), SentAffinityKey(c), prompt))
 	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		// req.PromptTokens, when StartCall counted them, are the prompt's:
 		// the responder takes them rather than tokenizing it again.
@@ -53,14 +56,11 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // (StartCall), then, rendered, by the responder.
 //
 // The reply names the conversation's affinity key in X-Parley-Session: the
-// client's own, or one derived from its user and the conversation's opening
-// (parley.AffinityKey), so a balancer that hashes on the header keeps a
-// resent conversation on the replica that holds its cache.
+// client's own (SentAffinityKey), or one derived from its user and the
+// conversation's opening (parley.AffinityKey), so a balancer that hashes on
+// the header keeps a resent conversation on the replica that holds its cache.
 func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*Call, error) {
-	sent := c.Request().Header.Get(parley.AffinityHeader)
-	if affinity := parley.AffinityKey(parley.UserFrom(c.Request().Context()), sent, msgs); affinity != "" {
-		c.Response().Header().Set(parley.AffinityHeader, affinity)
-	}
+	SetAffinity(c, parley.AffinityKey(parley.UserFrom(c.Request().Context()), SentAffinityKey(c), msgs))
 	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
