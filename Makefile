@@ -64,7 +64,7 @@ help:
 	@echo 'make ui      rebuild the chat page bundle (npm run build-ui)'
 	@echo 'make fmt | vet | clean'
 
-setup: setup-apt setup-go setup-npm setup-engine
+setup: setup-apt setup-go setup-npm setup-engine setup-vision
 
 # What make run needs, and nothing of the test tooling (npm's SDKs, chromium, redis, nginx): make test installs that.
 setup-run: setup-apt-run setup-go setup-engine
@@ -84,10 +84,15 @@ $(ENGINE_CPU_STAMP): $(ENGINE_STAMP) scripts/build-current-backend.sh scripts/gg
 	@mkdir -p $(@D) && touch $@
 
 # Vision: libmtmd from the same source, beside the current engine's libraries, so that a model's projector
-# (--mmproj) runs. It compiles libllama from the source too, to link against: a few minutes on 2 cores. Not part of
-# setup; the image tests skip without it.
-setup-vision: $(ENGINE_CPU_STAMP)
+# (--mmproj) runs. It compiles libllama from the source too, to link against, in the CPU backend's build folder:
+# minutes on 2 cores the first time, a relink after. Part of the test setup (the image tests need it); not of
+# setup-run (make run serves text models without it; `make setup-vision` adds it).
+VISION_STAMP := lib/llama-current/.parley-mtmd-$(MARCH)
+setup-vision: $(VISION_STAMP)
+
+$(VISION_STAMP): $(ENGINE_CPU_STAMP) scripts/build-current-backend.sh
 	scripts/build-current-backend.sh mtmd
+	@touch $@
 
 $(ENGINE_STAMP): scripts/engine/package.json scripts/engine/package-lock.json
 	cd scripts/engine && $(NPM) ci --no-audit --no-fund --ignore-scripts

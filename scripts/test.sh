@@ -37,6 +37,8 @@ cd "$root" || exit 1
 export PARLEY_BIN=$root/bin/parley
 # The chat-template goldens compare with python3-jinja2 (make setup installs it): in the suite its absence fails.
 export PARLEY_REQUIRE_JINJA2=1
+# The image tests need libmtmd beside the current engine (make setup builds it): in the suite its absence fails.
+if [ "${PARLEY_SKIP_CURRENT_ENGINE:-}" != 1 ]; then export PARLEY_REQUIRE_VISION=1; fi
 # The current engine's libraries (make setup): the llm conformance suite runs both engines, and the web suite runs
 # once more on the current engine below.
 export PARLEY_ENGINE_LIB=${PARLEY_ENGINE_LIB:-$root/lib/llama-current}

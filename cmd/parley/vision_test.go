@@ -36,6 +36,9 @@ func visionLibDir(t *testing.T, bin string) string {
 		dir = filepath.Join(filepath.Dir(filepath.Dir(bin)), "lib", "llama-current")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "libmtmd.so")); err != nil {
+		if os.Getenv("PARLEY_REQUIRE_VISION") != "" {
+			t.Fatalf("no libmtmd.so in %s (make setup-vision; the suite requires it)", dir)
+		}
 		t.Skipf("no libmtmd.so in %s (make setup-vision)", dir)
 	}
 	return dir

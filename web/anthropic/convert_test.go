@@ -34,7 +34,7 @@ func TestParseAnthropicMessage(t *testing.T) {
 		{"no content", `{"role":"user"}`, nil, nil, "messages[2].content"},
 		{"bad role", `{"role":"tool","content":"x"}`, nil, nil, "messages[2].role"},
 		{"no role", `{"content":"x"}`, nil, nil, "messages[2].role"},
-		{"image", `{"role":"user","content":[{"type":"image","source":{}}]}`, nil, nil, "messages[2].content[0].type"},
+		{"image without a source", `{"role":"user","content":[{"type":"image","source":{}}]}`, nil, nil, "messages[2].content[0].source.type"},
 		{"user tool use", `{"role":"user","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}`, nil, nil, "messages[2].content[0].type"},
 		{"input not an object", `{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":[1]}]}`, nil, nil, "messages[2].content[0].input"},
 		{"unknown result", `{"role":"user","content":[{"type":"tool_result","tool_use_id":"t9","content":"2"}]}`, nil, nil, "messages[2].content[0].tool_use_id"},
