@@ -150,8 +150,8 @@ type Config struct {
 	Projector string
 	// Progress, when set, is called with the load progress in [0, 1].
 	Progress func(float32)
-	// embedding is set by Open when the GGUF names a pooling type: the
-	// context computes pooled embeddings (embed.go).
+	// embedding is set by applyDefaults when the GGUF names a pooling
+	// type: the context computes pooled embeddings (embed.go).
 	embedding bool
 	Logger    *zap.Logger
 	// wrapBackend, set by the package's tests, wraps the opened backend
@@ -162,8 +162,15 @@ type Config struct {
 
 // applyDefaults gives cfg's zero fields their defaults, caps the context
 // length at the model's training context (meta) and refuses unknown
-// FlashAttention and KVUnified values.
+// FlashAttention and KVUnified values. Open and Inspect both call it, so
+// the estimate counts the slots the engine opens: an embedding model (meta
+// names a pooling type) gets DefaultEmbedSequences cache slots when
+// CacheSlots is not set.
 func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
+	cfg.embedding = meta.embed.pooling != poolingNone
+	if cfg.embedding && cfg.CacheSlots == 0 {
+		cfg.CacheSlots = DefaultEmbedSequences
+	}
 	if cfg.ContextLength <= 0 {
 		cfg.ContextLength = DefaultContextLength
 	}

@@ -22,8 +22,24 @@ import (
 // DefaultEmbedSequences is an embedding model's Config.CacheSlots when it
 // is not set: the inputs one batch holds at most (llama.cpp sequences). A
 // batch is one micro-batch of Config.BatchSize tokens, so 16 short inputs
-// (a sentence is 10 to 30 tokens) share one pass over the weights.
+// (a sentence is 10 to 30 tokens) share one pass over the weights. A
+// causal embedding model keeps ContextLength tokens of KV cache for each.
 const DefaultEmbedSequences = 16
+
+// archHasKV reports whether llama.cpp gives a model of architecture arch
+// a KV cache: it gives none to encoders (BERT and its kin, the
+// gemma-embedding encoder) and to diffusion models, which see their whole
+// input in one pass (llama_model::create_memory, in both engines'
+// llama.cpp). Every other architecture keeps n_ctx tokens of K and V per
+// layer, an embedding model as much as a chat model.
+func archHasKV(arch string) bool {
+	switch arch {
+	case "bert", "modern-bert", "nomic-bert", "nomic-bert-moe", "neo-bert", "jina-bert-v2", "jina-bert-v3", "eurobert",
+		"gemma-embedding", "wavtokenizer-dec", "dream", "llada", "llada-moe", "rnd1":
+		return false
+	}
+	return true
+}
 
 // Pooling types, as the API names them.
 const (
@@ -112,6 +128,10 @@ type embedBackend interface {
 	// seqEmbedding copies seq's pooled output after embedDecode (n values;
 	// nil when llama.cpp has none for seq).
 	seqEmbedding(seq, n int) []float32
+	// contextShape is what llama.cpp opened: its context's tokens over all
+	// sequences (n_ctx), its sequences (n_seq_max), and whether it keeps a
+	// KV cache (an encoder has none). Inspect's estimate must match it.
+	contextShape() (nCtx, seqs int, kv bool)
 }
 
 type specialTokens struct {

@@ -42,6 +42,10 @@ func (be *current) embedDecode(b *batch) error {
 	return be.Decode(b)
 }
 
+func (be *current) contextShape() (nCtx, seqs int, kv bool) {
+	return int(yz.NCtx(be.lc)), int(yz.NSeqMax(be.lc)), be.mem != 0
+}
+
 func (be *current) seqEmbedding(seq, n int) []float32 {
 	v, err := yz.GetEmbeddingsSeq(be.lc, yz.SeqId(seq), int32(n))
 	if err != nil || v == nil {

@@ -12,6 +12,10 @@ extern const struct llama_model *llama_get_model(const struct llama_context *ctx
 extern const struct llama_vocab *llama_model_get_vocab(const struct llama_model *model);
 extern int32_t llama_model_n_embd(const struct llama_model *model);
 extern uint32_t llama_model_n_cls_out(const struct llama_model *model);
+extern uint32_t llama_n_ctx(const struct llama_context *ctx);
+extern uint32_t llama_n_seq_max(const struct llama_context *ctx);
+struct llama_memory_i;
+extern struct llama_memory_i *llama_get_memory(const struct llama_context *ctx);
 extern float *llama_get_embeddings_seq(struct llama_context *ctx, int32_t seq_id);
 extern int32_t llama_vocab_bos(const struct llama_vocab *vocab);
 extern int32_t llama_vocab_eos(const struct llama_vocab *vocab);
@@ -63,6 +67,14 @@ func (be *embedded) specialTokens() specialTokens {
 func (be *embedded) embedDecode(b *batch) error {
 	be.lc.KvCacheClear() // a no-op for an encoder, which has no KV cache
 	return be.Decode(b)
+}
+
+func (be *embedded) contextShape() (nCtx, seqs int, kv bool) {
+	c := be.logits.c
+	if c == nil {
+		return 0, 0, false
+	}
+	return int(C.llama_n_ctx(c)), int(C.llama_n_seq_max(c)), C.llama_get_memory(c) != nil
 }
 
 func (be *embedded) seqEmbedding(seq, n int) []float32 {

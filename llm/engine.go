@@ -219,10 +219,6 @@ func Open(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.embedding = meta.embed.pooling != poolingNone
-	if cfg.embedding && cfg.CacheSlots == 0 {
-		cfg.CacheSlots = DefaultEmbedSequences
-	}
 	if err := cfg.applyDefaults(meta, log); err != nil {
 		return nil, err
 	}

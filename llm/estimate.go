@@ -16,7 +16,7 @@ import (
 // swap's RAM tier comes on top.
 type MemoryEstimate struct {
 	WeightBytes  int64 // the GGUF file
-	KVBytes      int64 // ContextLength x CacheSlots tokens of K and V, every layer
+	KVBytes      int64 // ContextLength x CacheSlots tokens of K and V, every layer; 0 for an encoder
 	ComputeBytes int64 // one micro-batch's activations
 }
 
@@ -43,12 +43,22 @@ func Inspect(cfg Config) (parley.ModelInfo, MemoryEstimate, error) {
 	}
 	info := meta.info
 	info.Path, info.ContextLength, info.Parallel = cfg.Path, cfg.ContextLength, cfg.Parallel
-	perToken := kvBytesPerToken(meta, cfg.KVCacheType)
 	shape := meta.shape
 	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, cfg.FlashAttention == "on"
+	// The engine's context holds ContextLength tokens for each of
+	// CacheSlots sequences (an embedding model's default is
+	// DefaultEmbedSequences, applyDefaults). An architecture without a KV
+	// cache (an encoder) keeps none of them, and its attention spans one
+	// micro-batch, the most an input may hold.
+	var kv int64
+	if archHasKV(meta.info.Architecture) {
+		kv = int64(kvBytesPerToken(meta, cfg.KVCacheType) * float64(cfg.ContextLength*cfg.CacheSlots))
+	} else {
+		shape.ContextPerSeq = cfg.BatchSize
+	}
 	return info, MemoryEstimate{
 		WeightBytes:  meta.info.SizeBytes,
-		KVBytes:      int64(perToken * float64(cfg.ContextLength*cfg.CacheSlots)),
+		KVBytes:      kv,
 		ComputeBytes: int64(offload.ComputeEstimate(shape)),
 	}, nil
 }

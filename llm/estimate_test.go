@@ -53,3 +53,48 @@ func TestInspectEstimate(t *testing.T) {
 		t.Fatalf("damaged file: %v", err)
 	}
 }
+
+// Inspect's estimate of an embedding model counts the KV cache llama.cpp
+// opens for it, read back from the engine: a causal model (llama, last
+// pooling) keeps n_ctx tokens of K and V over its DefaultEmbedSequences
+// sequences, an encoder (bert, an embedding model and a reranker) none.
+func TestInspectEstimateEmbedding(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kv   bool
+	}{{"llama-last", true}, {"bert-mean", false}, {"bert-rank", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := embedSpec(t, tc.name)
+			path := filepath.Join(t.TempDir(), tc.name+".gguf")
+			if _, err := synth.Write(context.Background(), path, spec); err != nil {
+				t.Fatal(err)
+			}
+			cfg := llm.Config{Path: path, ContextLength: 256, Parallel: 2, Threads: 2}
+			_, est, err := llm.Inspect(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			headDim := spec.Dim / spec.Heads
+			perToken := int64(spec.Layers * spec.KVHeads * 2 * headDim * 2 /* f16 */)
+			es := embedEngines(t, path, cfg, tc.name == "llama-last")
+			if len(es) == 0 {
+				t.Skip("the current engine is skipped (PARLEY_SKIP_CURRENT_ENGINE=1)")
+			}
+			for eng, e := range es {
+				nCtx, seqs, kv := e.EmbedContext()
+				if kv != tc.kv || seqs != llm.DefaultEmbedSequences || nCtx != 256*seqs {
+					t.Fatalf("%s: llama.cpp opened %d tokens over %d sequences, KV cache %v; want %d over %d, KV cache %v",
+						eng, nCtx, seqs, kv, 256*llm.DefaultEmbedSequences, llm.DefaultEmbedSequences, tc.kv)
+				}
+				want := int64(0)
+				if kv {
+					want = perToken * int64(nCtx)
+				}
+				if est.KVBytes != want {
+					t.Fatalf("%s: estimated KV cache %d bytes; llama.cpp's context holds %d (%d tokens over %d sequences, KV cache %v)",
+						eng, est.KVBytes, want, nCtx, seqs, kv)
+				}
+			}
+		})
+	}
+}

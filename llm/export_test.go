@@ -15,3 +15,10 @@ func (e *Engine) TokenizeWhole(text string, addSpecial bool) ([]int, error) {
 func (e *Engine) TokenizeChunks(text string, addSpecial bool) ([]int, error) {
 	return e.tokenize(context.Background(), text, addSpecial, true, 0)
 }
+
+// EmbedContext is what llama.cpp opened for an embedding engine: its
+// context's tokens (n_ctx), its sequences (n_seq_max) and whether it keeps
+// a KV cache.
+func (e *Engine) EmbedContext() (nCtx, seqs int, kv bool) {
+	return e.emb.be.contextShape()
+}

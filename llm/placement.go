@@ -43,11 +43,16 @@ func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.L
 
 	// What the offload costs: the blocks' weights from the GGUF, their KV
 	// cache for every session, and the compute buffers of one micro-batch.
+	// An encoder has no KV cache (archHasKV), as Inspect's estimate says.
 	m := meta.offload
-	kvPerToken := kvBytesPerLayerToken(meta, cfg.KVCacheType)
-	m.KVBytesPerLayer = uint64(kvPerToken * float64(cfg.ContextLength*cfg.CacheSlots))
 	shape := meta.shape
 	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, flashAttention(cfg, true)
+	if archHasKV(meta.info.Architecture) {
+		kvPerToken := kvBytesPerLayerToken(meta, cfg.KVCacheType)
+		m.KVBytesPerLayer = uint64(kvPerToken * float64(cfg.ContextLength*cfg.CacheSlots))
+	} else {
+		shape.ContextPerSeq = cfg.BatchSize
+	}
 	m.ComputeBytes = offload.ComputeEstimate(shape)
 
 	layers, reason := cfg.GPULayers, ""
