@@ -48,6 +48,10 @@ type Message struct {
 	// or its client left and did not come back in time): Content is what
 	// was generated until then.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// ToolError is, on a tool message that answers a call the server made
+	// (ToolCall.Server), why the call failed or the error the tool
+	// reported; "" when it succeeded. Content is what the model read.
+	ToolError string `json:"tool_error,omitempty"`
 }
 
 // Tool is a function the model may call: its name, what it does, and the JSON schema of its arguments.
@@ -63,6 +67,17 @@ type ToolCall struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
+	// Server marks a call to a tool the server runs itself (an MCP
+	// server's), so a stored conversation shows it as such; nil for a
+	// call the client makes.
+	Server *ServerCall `json:"server,omitempty"`
+}
+
+// ServerCall is what a stored call to a server's tool keeps of that tool.
+type ServerCall struct {
+	Label    string `json:"label"`              // the server's label
+	Tool     string `json:"tool"`               // the tool's name on its server (Name is the model's)
+	Approval bool   `json:"approval,omitempty"` // the call waits for (or waited for) the user's approval
 }
 
 // FinishReason says why a reply ended.

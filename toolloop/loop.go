@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -30,6 +31,9 @@ var ErrStepLimit = errors.New("the model called a server tool after the step lim
 
 // Declined is the tool message of a call the user did not approve.
 const Declined = "The user declined this tool call."
+
+// DeclinedError is a declined call's error, as the user sees it.
+const DeclinedError = "the user declined this call"
 
 // eventBuffer is the capacity of a run's event channel: token events of
 // one reply are far more numerous, and the run waits for its reader (the
@@ -314,7 +318,7 @@ func (s *state) step(rep Reply) *Done {
 		if !ok {
 			return &Done{Final: parley.Event{Finish: parley.FinishCancelled, Err: context.Cause(s.ctx)}}
 		}
-		msg := parley.Message{Role: parley.RoleAssistant, Content: text, Reasoning: reasoning, ToolCalls: final.ToolCalls,
+		msg := parley.Message{Role: parley.RoleAssistant, Content: text, Reasoning: reasoning, ToolCalls: s.marked(final.ToolCalls),
 			Interrupted: final.Finish == parley.FinishCancelled}
 		s.add(msg)
 		if final.Finish != parley.FinishToolCalls || len(final.ToolCalls) == 0 {
@@ -380,6 +384,21 @@ func (s *state) stream(rep Reply) (final parley.Event, text, reasoning string, o
 	return final, tb.String(), rb.String(), true
 }
 
+// marked is calls with each server tool's call marked (ToolCall.Server),
+// a copy: the final event's calls stay the model's.
+func (s *state) marked(calls []parley.ToolCall) []parley.ToolCall {
+	if len(calls) == 0 {
+		return calls
+	}
+	out := slices.Clone(calls)
+	for i, c := range out {
+		if t, ok := s.req.Tools.Lookup(c.Name); ok {
+			out[i].Server = &parley.ServerCall{Label: t.Server, Tool: t.Remote, Approval: t.NeedsApproval}
+		}
+	}
+	return out
+}
+
 // add appends m to the conversation and to what the run added.
 func (s *state) add(m parley.Message) {
 	s.msgs = append(s.msgs, m)
@@ -401,7 +420,7 @@ func (s *state) callPending(client []parley.ToolCall) *Done {
 				continue
 			}
 			if !approved {
-				s.add(parley.Message{Role: parley.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: Declined})
+				s.add(parley.Message{Role: parley.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: Declined, ToolError: DeclinedError})
 				continue
 			}
 		}
@@ -466,7 +485,7 @@ func Invoke(ctx context.Context, host Host, t Tool, c parley.ToolCall, log *zap.
 
 // ResultMessage is c's result as the tool message the model reads.
 func ResultMessage(c Call) parley.Message {
-	return parley.Message{Role: parley.RoleTool, ToolCallID: c.ID, Name: c.Tool.Name, Content: c.Output}
+	return parley.Message{Role: parley.RoleTool, ToolCallID: c.ID, Name: c.Tool.Name, Content: c.Output, ToolError: c.Error}
 }
 
 // errorDone is the end of a run that failed.

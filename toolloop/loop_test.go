@@ -223,6 +223,14 @@ func TestLoopClientToolsPassThrough(t *testing.T) {
 	if evs[1].Server == evs[0].Server {
 		t.Error("the server call and the client call are marked alike")
 	}
+	// The stored turn marks the server's call, not the client's; the final
+	// event's calls stay the model's.
+	if sc := done.Messages[0].ToolCalls[0].Server; sc == nil || sc.Label != "calc" || sc.Tool != "add" || sc.Approval {
+		t.Errorf("server call marked %+v", sc)
+	}
+	if done.Messages[0].ToolCalls[1].Server != nil || done.ClientCalls[0].Server != nil || done.Final.ToolCalls[0].Server != nil {
+		t.Error("the client's call is marked as a server call")
+	}
 }
 
 func TestLoopStepLimitEndsWithAnswer(t *testing.T) {
@@ -255,6 +263,10 @@ func TestLoopFailedCallReachesModel(t *testing.T) {
 	}
 	if sc.seen[1][2].Content != res.Output {
 		t.Errorf("the model read %q, not the error", sc.seen[1][2].Content)
+	}
+	// The stored result keeps the error, for a stored record to show.
+	if done := evs[len(evs)-1].Done; done.Messages[1].ToolError != res.Error {
+		t.Errorf("stored result %+v, error %q", done.Messages[1], res.Error)
 	}
 }
 

@@ -154,18 +154,84 @@ func TestResponsesMCPCall(t *testing.T) {
 		t.Errorf("the server saw %d calls", n)
 	}
 
-	// The stored response reads back, and its turn continues.
+	// The stored response reads back with the call (the tools' list is
+	// not stored), and its input is the user's message alone.
 	var got mcpResponse
 	getJSONKey(t, s.base+"/v1/responses/"+r.ID, "ka", &got)
-	if got.Status != "completed" || len(got.Output) == 0 || strings.TrimSpace(got.Output[len(got.Output)-1].Content[0].Text) != "The server worked it out." {
-		t.Errorf("stored response %+v", got)
+	if got.Status != "completed" || got.types() != "mcp_call,message" {
+		t.Fatalf("stored response %s: %+v", got.types(), got)
 	}
-	var items struct {
-		Data []mcpItem `json:"data"`
+	if g := got.Output[0]; g.ID != call.ID || g.Status != "completed" || g.Name != "add" || g.ServerLabel != "math" ||
+		g.Output == nil || *g.Output != "42" || g.Error != nil || g.Arguments != call.Arguments || g.ApprovalRequestID != nil {
+		t.Errorf("stored call %+v, made %+v", g, call)
 	}
+	if g := got.Output[1]; g.ID != msg.ID || strings.TrimSpace(g.Content[0].Text) != "The server worked it out." {
+		t.Errorf("stored message %+v", g)
+	}
+	var items mcpItemList
 	getJSONKey(t, s.base+"/v1/responses/"+r.ID+"/input_items?order=asc", "ka", &items)
-	if len(items.Data) != 1 {
+	if items.types() != "message" {
 		t.Errorf("input items %+v", items.Data)
+	}
+}
+
+type mcpItemList struct {
+	Data []mcpItem `json:"data"`
+}
+
+func (l mcpItemList) types() string { return mcpResponse{Output: l.Data}.types() }
+
+// TestConversationItemsMCP: a conversation's items show a server call as
+// the mcp_call its response showed, never as a function call and its
+// output; one that asked for approval shows the mcp_approval_request, and
+// the mcp_call once approved.
+func TestConversationItemsMCP(t *testing.T) {
+	s, _ := openMCPStack(t, mcpTestConfig)
+	var conv struct {
+		ID string `json:"id"`
+	}
+	decodeBody(t, post(t, s.base+"/v1/conversations", map[string]any{}, "Authorization", "Bearer ka"), http.StatusOK, &conv)
+	var r mcpResponse
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200,
+		"conversation": conv.ID, "tools": []any{mathTool("never", "add")}}, "Authorization", "Bearer ka"), http.StatusOK, &r)
+	if r.types() != "mcp_list_tools,mcp_call,message" {
+		t.Fatalf("output %s", r.types())
+	}
+	var items mcpItemList
+	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", "ka", &items)
+	if items.types() != "message,mcp_call,message" {
+		t.Fatalf("items %s: %+v", items.types(), items.Data)
+	}
+	if c := items.Data[1]; c.ID != r.Output[1].ID || c.Output == nil || *c.Output != "42" || c.ServerLabel != "math" || c.Name != "add" {
+		t.Errorf("item %+v, made %+v", c, r.Output[1])
+	}
+
+	// An approval: the request waits in the conversation, then the call
+	// follows the approval.
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "And again?", "max_output_tokens": 200,
+		"conversation": conv.ID, "tools": []any{mathTool("always")}}, "Authorization", "Bearer ka"), http.StatusOK, &r)
+	if r.types() != "mcp_list_tools,mcp_approval_request" {
+		t.Fatalf("output %s", r.types())
+	}
+	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", "ka", &items)
+	if items.types() != "message,mcp_call,message,message,mcp_approval_request" || items.Data[4].ID != r.Output[1].ID {
+		t.Fatalf("items %s: %+v", items.types(), items.Data)
+	}
+	var next mcpResponse
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"conversation": conv.ID, "max_output_tokens": 200,
+		"tools": []any{mathTool("always")},
+		"input": []any{map[string]any{"type": "mcp_approval_response", "approval_request_id": r.Output[1].ID, "approve": true}}},
+		"Authorization", "Bearer ka"), http.StatusOK, &next)
+	if next.types() != "mcp_list_tools,mcp_call,message" {
+		t.Fatalf("after the approval: %s", next.types())
+	}
+	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", "ka", &items)
+	if items.types() != "message,mcp_call,message,message,mcp_approval_request,mcp_call,message" {
+		t.Fatalf("items %s: %+v", items.types(), items.Data)
+	}
+	if c := items.Data[5]; c.ID != next.Output[1].ID || c.ApprovalRequestID == nil || *c.ApprovalRequestID != r.Output[1].ID ||
+		c.Output == nil || *c.Output != "42" {
+		t.Errorf("approved call %+v", c)
 	}
 }
 
@@ -264,6 +330,24 @@ func TestResponsesMCPApproval(t *testing.T) {
 	if n := add.calls.Load(); n != 1 {
 		t.Errorf("the server saw %d calls", n)
 	}
+	// Read back, the first response still asks, and the second shows the
+	// call it made (and takes the approval's result as its input).
+	var got mcpResponse
+	getJSONKey(t, s.base+"/v1/responses/"+r.ID, "ka", &got)
+	if got.types() != "mcp_approval_request" || got.Output[0].ID != r.Output[1].ID || got.Output[0].Name != "add" ||
+		got.Output[0].ServerLabel != "math" || got.Output[0].Arguments != r.Output[1].Arguments {
+		t.Errorf("stored request %s: %+v", got.types(), got)
+	}
+	getJSONKey(t, s.base+"/v1/responses/"+next.ID, "ka", &got)
+	if got.types() != "mcp_call,message" || got.Output[0].ID != call.ID || got.Output[0].ApprovalRequestID == nil ||
+		*got.Output[0].ApprovalRequestID != r.Output[1].ID || got.Output[0].Output == nil || *got.Output[0].Output != "42" {
+		t.Errorf("stored approved call %s: %+v", got.types(), got)
+	}
+	var items mcpItemList
+	getJSONKey(t, s.base+"/v1/responses/"+next.ID+"/input_items", "ka", &items)
+	if items.types() != "mcp_call" {
+		t.Errorf("input items %s", items.types())
+	}
 	// The same approval a second time is refused.
 	res := post(t, s.base+"/v1/responses", map[string]any{"previous_response_id": next.ID, "tools": []any{mathTool("always")},
 		"input": []any{map[string]any{"type": "mcp_approval_response", "approval_request_id": r.Output[1].ID, "approve": true}}},
@@ -278,6 +362,11 @@ func TestResponsesMCPApproval(t *testing.T) {
 		"Authorization", "Bearer ka"), http.StatusOK, &next)
 	if next.types() != "mcp_list_tools,mcp_call,message" || next.Output[1].Error == nil || next.Output[1].Status != "failed" {
 		t.Errorf("declined: %s %+v", next.types(), next)
+	}
+	getJSONKey(t, s.base+"/v1/responses/"+next.ID, "ka", &got)
+	if got.types() != "mcp_call,message" || got.Output[0].Status != "failed" || got.Output[0].Error == nil ||
+		*got.Output[0].Error != *next.Output[1].Error {
+		t.Errorf("stored declined call %s: %+v", got.types(), got)
 	}
 	if n := add.calls.Load(); n != 1 {
 		t.Errorf("the server saw %d calls after a decline", n)

@@ -162,6 +162,7 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	empty := ""
 	err = delta(chunkDelta{Role: "assistant", Content: &empty})
 	var final parley.Event
+	idx := callIndex{}
 	for ev := range rep.Events() {
 		meter.Observe(ev)
 		if ev.Done {
@@ -171,7 +172,7 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 		if err != nil {
 			continue // the client left: the run ends with ctx (cancelled below), drain it
 		}
-		err = s.serverToolEvent(ev, delta, server)
+		err = serverToolEvent(ev, idx, delta, server)
 		if err != nil {
 			cancel()
 		}
@@ -210,16 +211,45 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	return w.Write([]byte("data: [DONE]\n\n"))
 }
 
+// callIndex numbers a run's server calls as OpenAI numbers the tool_calls
+// of one assistant message: a call's index is its position among the calls
+// of the model reply that made it (the client's calls of that reply, whose
+// deltas carry their own index, share the numbering).
+type callIndex map[string]int
+
+// step starts a model reply's numbering: its calls, in order.
+func (ci callIndex) step(calls []parley.ToolCall) {
+	clear(ci)
+	for i, c := range calls {
+		ci[c.ID] = i
+	}
+}
+
+// of is call id's index; a call its reply did not list (none is) takes
+// the next free one.
+func (ci callIndex) of(id string) int {
+	i, ok := ci[id]
+	if !ok {
+		i = len(ci)
+		ci[id] = i
+	}
+	return i
+}
+
 // serverToolEvent streams one event of a run: model text and thought, the
-// client's call deltas, a server call (as the assistant's tool_calls) and
-// its result (as a tool message).
-func (s *API) serverToolEvent(ev parley.Event, delta func(chunkDelta) error, server func(serverDelta) error) error {
+// client's call deltas, a server call (as the assistant's tool_calls, at
+// its index in its reply, idx) and its result (as a tool message).
+func serverToolEvent(ev parley.Event, idx callIndex, delta func(chunkDelta) error, server func(serverDelta) error) error {
 	le, _ := servertools.Aside(ev)
 	if le != nil {
 		switch le.Kind {
+		case toolloop.EventReplyDone:
+			idx.step(le.Model.ToolCalls)
+			return nil
 		case toolloop.EventCall:
 			c := le.Call
-			return server(serverDelta{Role: "assistant", ToolCalls: []openAIToolCall{{Index: new(int), ID: c.ID, Type: "function",
+			i := idx.of(c.ID)
+			return server(serverDelta{Role: "assistant", ToolCalls: []openAIToolCall{{Index: &i, ID: c.ID, Type: "function",
 				Function: openAIFunctionCall{Name: c.Tool.Name, Arguments: c.Arguments}}}})
 		case toolloop.EventResult:
 			out := le.Call.Output

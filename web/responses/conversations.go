@@ -31,8 +31,9 @@ func conversationItems(sess *session.Session) []messageItem {
 	if sess.System != "" {
 		items = append(items, newMessageItem(session.SystemItemID(sess.ID), parley.Message{Role: parley.RoleSystem, Content: sess.System}))
 	}
+	sc := newServerCalls(sess.Messages)
 	for i, m := range sess.Messages {
-		items = append(items, itemsOf(sess.ID, sess.Trimmed+i, m)...)
+		items = append(items, itemsOf(sess.ID, sess.Trimmed+i, m, sc)...)
 	}
 	return items
 }
@@ -192,9 +193,10 @@ func (s *API) AddItems(c echo.Context) error {
 		return err
 	}
 	var added []messageItem
+	sc := newServerCalls(sess.Messages)
 	for abs := first; abs < sess.Next(); abs++ {
 		if span := sess.Span(abs, abs+1); len(span) == 1 {
-			added = append(added, itemsOf(sid, abs, span[0])...)
+			added = append(added, itemsOf(sid, abs, span[0], sc)...)
 		}
 	}
 	l := itemList{Object: "list", Data: []messageItem{}}

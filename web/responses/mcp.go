@@ -247,7 +247,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names a call to a tool this request's mcp tools do not enable (%s)", c.Name)
 		}
 		seen[a.callID] = true
-		call := toolloop.Call{ID: c.ID, Tool: t, Arguments: c.Arguments, Output: toolloop.Declined, Error: "the user declined this call"}
+		call := toolloop.Call{ID: c.ID, Tool: t, Arguments: c.Arguments, Output: toolloop.Declined, Error: toolloop.DeclinedError}
 		if a.approve {
 			call = toolloop.Invoke(ctx, m.tools.Host(), t, c, m.tools.Log())
 			if err := ctx.Err(); err != nil {

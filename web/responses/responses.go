@@ -128,6 +128,7 @@ type messageItem struct {
 	Content []outputText   `json:"content"`
 	tool    toolItemFields // a function item's (see MarshalJSON)
 	thought string         // a reasoning item's text
+	mcp     any            // an mcp_call or mcp_approval_request item's wire shape (mcpitems.go)
 }
 
 type responsesUsage struct {
@@ -295,7 +296,7 @@ func (s *API) finishedResponse(resp *session.Response, pr *parsedResponse) *resp
 	rec := resp.Final()
 	o := s.newResponseObject(rec, resp.SessionID(), resp.Stored, resp.Model)
 	for _, it := range replyItems(resp.SessionID(), resp.Record.End, rec.Status,
-		parley.Message{Role: parley.RoleAssistant, Content: resp.Text(), Reasoning: resp.Reasoning(), ToolCalls: resp.ToolCalls()}) {
+		parley.Message{Role: parley.RoleAssistant, Content: resp.Text(), Reasoning: resp.Reasoning(), ToolCalls: resp.ToolCalls()}, nil) {
 		o.Output = append(o.Output, it)
 	}
 	pr.echo(o, resp.SessionID())
@@ -341,11 +342,8 @@ func (s *API) GetResponse(c echo.Context) error {
 		return err
 	}
 	o := s.newResponseObject(rec, sess.ID, true, sess.Model)
-	out := sess.Span(rec.End-1, rec.End)
-	if len(out) == 1 {
-		for _, it := range replyItems(sess.ID, rec.End, rec.Status, out[0]) {
-			o.Output = append(o.Output, it)
-		}
+	for _, it := range storedOutput(sess, rec) {
+		o.Output = append(o.Output, it)
 	}
 	setUsage(o, rec)
 	return c.JSON(http.StatusOK, o)
@@ -367,8 +365,9 @@ func (s *API) InputItems(c echo.Context) error {
 		return err
 	}
 	var items []messageItem
+	sc := newServerCalls(sess.Messages)
 	for i, m := range sess.Span(rec.Start, rec.End-1-rec.Steps) {
-		items = append(items, itemsOf(sess.ID, rec.Start+i, m)...)
+		items = append(items, itemsOf(sess.ID, rec.Start+i, m, sc)...)
 	}
 	return listItems(c, items)
 }

@@ -96,6 +96,8 @@ type toolItemFields struct {
 // function_call or function_call_output item with its own fields.
 func (it messageItem) MarshalJSON() ([]byte, error) {
 	switch it.Type {
+	case "mcp_call", "mcp_approval_request":
+		return json.Marshal(it.mcp)
 	case "function_call":
 		return json.Marshal(struct {
 			Type      string `json:"type"`
@@ -135,9 +137,13 @@ func functionCallItem(sid string, abs, j int, c parley.ToolCall, status string) 
 // itemsOf is the message at absolute position abs of session sid as items:
 // a message; an assistant message's thought as a reasoning item before the
 // rest, and its calls as function_call items after its text (which is left
-// out when empty); a tool message as a function_call_output item.
-func itemsOf(sid string, abs int, m parley.Message) []messageItem {
+// out when empty); a tool message as a function_call_output item. sc (nil:
+// none) are the session's server calls, shown as mcp items (mcpitems.go).
+func itemsOf(sid string, abs int, m parley.Message, sc *serverCalls) []messageItem {
 	if m.Role == parley.RoleTool {
+		if items, ok := sc.resultItems(m); ok {
+			return items
+		}
 		return []messageItem{{Type: "function_call_output", ID: session.ItemID(sid, abs), Status: "completed",
 			tool: toolItemFields{CallID: m.ToolCallID, Output: m.Content}}}
 	}
@@ -149,6 +155,10 @@ func itemsOf(sid string, abs int, m parley.Message) []messageItem {
 		items = append(items, newMessageItem(session.ItemID(sid, abs), m))
 	}
 	for j, c := range m.ToolCalls {
+		if it, ok := sc.callItem(c); ok {
+			items = append(items, it)
+			continue
+		}
 		items = append(items, functionCallItem(sid, abs, j, c, "completed"))
 	}
 	return items
@@ -158,11 +168,11 @@ func itemsOf(sid string, abs int, m parley.Message) []messageItem {
 // session sid with reply m: its items, "incomplete" unless status is
 // completed (a thought, which ended before the answer began, stays
 // completed).
-func replyItems(sid string, end int, status string, m parley.Message) []messageItem {
-	items := itemsOf(sid, end-1, m)
+func replyItems(sid string, end int, status string, m parley.Message, sc *serverCalls) []messageItem {
+	items := itemsOf(sid, end-1, m, sc)
 	if status != session.StatusCompleted {
 		for i := range items {
-			if items[i].Type != "reasoning" {
+			if t := items[i].Type; t != "reasoning" && t != "mcp_call" && t != "mcp_approval_request" {
 				items[i].Status = "incomplete"
 			}
 		}
