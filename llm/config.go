@@ -29,7 +29,7 @@ const (
 // Config configures Open. Zero values take the defaults above.
 type Config struct {
 	Path          string // GGUF file
-	ContextLength int    // tokens per slot (each session's window); capped at the model's training context
+	ContextLength int    // tokens per slot (each session's window); capped at the model's training context, and an embedding model's at BatchSize
 	Parallel      int    // sequences that generate at once, each with its own KV-cache slot
 	Threads       int    // CPU threads for decoding; default runtime.NumCPU()
 	BatchSize     int    // tokens per llama.cpp micro-batch
@@ -165,7 +165,7 @@ type Config struct {
 // FlashAttention and KVUnified values. Open and Inspect both call it, so
 // the estimate counts the slots the engine opens: an embedding model (meta
 // names a pooling type) gets DefaultEmbedSequences cache slots when
-// CacheSlots is not set.
+// CacheSlots is not set, and a context length of at most BatchSize.
 func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 	cfg.embedding = meta.embed.pooling != poolingNone
 	if cfg.embedding && cfg.CacheSlots == 0 {
@@ -193,6 +193,14 @@ func (cfg *Config) applyDefaults(meta metadata, log *zap.Logger) error {
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.embedding && cfg.ContextLength > cfg.BatchSize {
+		// An embedding input is at most one micro-batch (EmbedInfo.MaxTokens)
+		// and every batch starts its inputs at position 0, so no sequence
+		// ever holds more than BatchSize tokens: a longer context per
+		// sequence would be KV cache (DefaultEmbedSequences times over)
+		// that nothing fills.
+		cfg.ContextLength = cfg.BatchSize
 	}
 	if cfg.StepBudget <= 0 {
 		cfg.StepBudget = DefaultStepBudget

@@ -23,7 +23,8 @@ import (
 // is not set: the inputs one batch holds at most (llama.cpp sequences). A
 // batch is one micro-batch of Config.BatchSize tokens, so 16 short inputs
 // (a sentence is 10 to 30 tokens) share one pass over the weights. A
-// causal embedding model keeps ContextLength tokens of KV cache for each.
+// causal embedding model keeps ContextLength tokens of KV cache for each,
+// which applyDefaults caps at BatchSize, the longest input.
 const DefaultEmbedSequences = 16
 
 // archHasKV reports whether llama.cpp gives a model of architecture arch

@@ -47,7 +47,8 @@ func Inspect(cfg Config) (parley.ModelInfo, MemoryEstimate, error) {
 	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, cfg.FlashAttention == "on"
 	// The engine's context holds ContextLength tokens for each of
 	// CacheSlots sequences (an embedding model's default is
-	// DefaultEmbedSequences, applyDefaults). An architecture without a KV
+	// DefaultEmbedSequences, and its ContextLength at most BatchSize,
+	// applyDefaults). An architecture without a KV
 	// cache (an encoder) keeps none of them, and its attention spans one
 	// micro-batch, the most an input may hold.
 	var kv int64
