@@ -307,27 +307,29 @@ func TestEmbedRefusals(t *testing.T) {
 
 // TestEmbedContextIsTheBatch: an embedding model's context per sequence is
 // its micro-batch when ContextLength asks for more (no input is longer), as
-// llama.cpp opens it and as Inspect estimates it; an input of exactly the
-// micro-batch embeds and one token more is refused.
+// llama.cpp opens it (rounded up to a multiple of 256) and as Inspect
+// estimates it; an input of exactly the micro-batch embeds and one token
+// more is refused.
 func TestEmbedContextIsTheBatch(t *testing.T) {
-	const batch = 128 // ContextLength 512 asks for 4 times this
 	for _, tc := range []struct {
-		name string
-		kv   bool
-	}{{"llama-last", true}, {"bert-mean", false}} {
-		t.Run(tc.name, func(t *testing.T) {
+		name   string
+		kv     bool
+		batch  int // ContextLength 512 asks for more
+		perSeq int // what llama.cpp opens per sequence
+	}{{"llama-last", true, 256, 256}, {"llama-last", true, 128, 256}, {"bert-mean", false, 256, 256}} {
+		t.Run(fmt.Sprintf("%s-%d", tc.name, tc.batch), func(t *testing.T) {
 			spec := embedSpec(t, tc.name)
 			path := filepath.Join(t.TempDir(), tc.name+".gguf")
 			if _, err := synth.Write(context.Background(), path, spec); err != nil {
 				t.Fatal(err)
 			}
-			cfg := llm.Config{Path: path, ContextLength: 512, BatchSize: batch, Parallel: 2, Threads: 2}
+			cfg := llm.Config{Path: path, ContextLength: 512, BatchSize: tc.batch, Parallel: 2, Threads: 2}
 			info, est, err := llm.Inspect(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if info.ContextLength != batch {
-				t.Fatalf("Inspect: context length %d, want the micro-batch, %d", info.ContextLength, batch)
+			if info.ContextLength != tc.batch {
+				t.Fatalf("Inspect: context length %d, want the micro-batch, %d", info.ContextLength, tc.batch)
 			}
 			perToken := int64(spec.Layers * spec.KVHeads * 2 * (spec.Dim / spec.Heads) * 2 /* f16 */)
 			es := embedEngines(t, path, cfg, tc.name == "llama-last")
@@ -336,23 +338,27 @@ func TestEmbedContextIsTheBatch(t *testing.T) {
 			}
 			for eng, e := range es {
 				nCtx, seqs, kv := e.EmbedContext()
-				if kv != tc.kv || seqs != llm.DefaultEmbedSequences || nCtx != batch*seqs {
+				if kv != tc.kv || seqs != llm.DefaultEmbedSequences || nCtx != tc.perSeq*seqs {
 					t.Fatalf("%s: llama.cpp opened %d tokens over %d sequences, KV cache %v; want %d over %d, KV cache %v",
-						eng, nCtx, seqs, kv, batch*llm.DefaultEmbedSequences, llm.DefaultEmbedSequences, tc.kv)
+						eng, nCtx, seqs, kv, tc.perSeq*llm.DefaultEmbedSequences, llm.DefaultEmbedSequences, tc.kv)
 				}
-				if want := perToken * int64(nCtx); kv && est.KVBytes != want {
+				want := int64(0)
+				if kv {
+					want = perToken * int64(nCtx)
+				}
+				if est.KVBytes != want {
 					t.Fatalf("%s: estimated KV cache %d bytes; llama.cpp's context holds %d", eng, est.KVBytes, want)
 				}
-				if got := e.EmbedInfo().MaxTokens; got != batch {
-					t.Fatalf("%s: MaxTokens %d, want %d", eng, got, batch)
+				if got := e.EmbedInfo().MaxTokens; got != tc.batch {
+					t.Fatalf("%s: MaxTokens %d, want %d", eng, got, tc.batch)
 				}
-				atLimit := make([]int, batch)
+				atLimit := make([]int, tc.batch)
 				for i := range atLimit {
 					atLimit[i] = 100 + i%200
 				}
 				out, err := e.Embed(context.Background(), [][]int{atLimit, {1, 2}})
 				if err != nil || len(out) != 2 || len(out[0]) != spec.Dim {
-					t.Fatalf("%s: an input of exactly %d tokens: %d outputs, %v", eng, batch, len(out), err)
+					t.Fatalf("%s: an input of exactly %d tokens: %d outputs, %v", eng, tc.batch, len(out), err)
 				}
 				nonzero := false
 				for _, v := range out[0] {
@@ -365,8 +371,8 @@ func TestEmbedContextIsTheBatch(t *testing.T) {
 					t.Fatalf("%s: the input at the limit embeds to zeros", eng)
 				}
 				_, err = e.Embed(context.Background(), [][]int{append(atLimit, 100)})
-				if _, limit, ok := parley.PromptLimit(err); !ok || limit != batch {
-					t.Fatalf("%s: an input of %d tokens: %v, want refused at %d", eng, batch+1, err, batch)
+				if _, limit, ok := parley.PromptLimit(err); !ok || limit != tc.batch {
+					t.Fatalf("%s: an input of %d tokens: %v, want refused at %d", eng, tc.batch+1, err, tc.batch)
 				}
 			}
 		})

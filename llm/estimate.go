@@ -16,7 +16,7 @@ import (
 // swap's RAM tier comes on top.
 type MemoryEstimate struct {
 	WeightBytes  int64 // the GGUF file
-	KVBytes      int64 // ContextLength x CacheSlots tokens of K and V, every layer; 0 for an encoder
+	KVBytes      int64 // ContextLength (rounded up as llama.cpp does) x CacheSlots tokens of K and V, every layer; 0 for an encoder
 	ComputeBytes int64 // one micro-batch's activations
 }
 
@@ -53,7 +53,7 @@ func Inspect(cfg Config) (parley.ModelInfo, MemoryEstimate, error) {
 	// micro-batch, the most an input may hold.
 	var kv int64
 	if archHasKV(meta.info.Architecture) {
-		kv = int64(kvBytesPerToken(meta, cfg.KVCacheType) * float64(cfg.ContextLength*cfg.CacheSlots))
+		kv = int64(kvBytesPerToken(meta, cfg.KVCacheType) * float64(ctxPadded(cfg.ContextLength)*cfg.CacheSlots))
 	} else {
 		shape.ContextPerSeq = cfg.BatchSize
 	}
@@ -62,6 +62,19 @@ func Inspect(cfg Config) (parley.ModelInfo, MemoryEstimate, error) {
 		KVBytes:      kv,
 		ComputeBytes: int64(offload.ComputeEstimate(shape)),
 	}, nil
+}
+
+// llamaCtxPad is what llama.cpp rounds a context up to a multiple of: each
+// sequence's (n_ctx_seq) with a stream per sequence, the whole context's
+// with one shared stream (llama_context's constructor, in both engines'
+// llama.cpp).
+const llamaCtxPad = 256
+
+// ctxPadded is the KV cache llama.cpp opens for a sequence of n tokens of
+// context, in tokens. For a shared stream (KVUnified) it errs high, by
+// less than llamaCtxPad tokens a sequence.
+func ctxPadded(n int) int {
+	return (n + llamaCtxPad - 1) / llamaCtxPad * llamaCtxPad
 }
 
 // kvBytesPerToken is the KV cache one token takes in one sequence, over
