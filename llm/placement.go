@@ -49,7 +49,7 @@ func placeModel(cfg Config, meta metadata, ds []device, noGPU string, log *zap.L
 	shape.MicroBatch, shape.ContextPerSeq, shape.FlashAttention = cfg.BatchSize, cfg.ContextLength, flashAttention(cfg, true)
 	if archHasKV(meta.info.Architecture) {
 		kvPerToken := kvBytesPerLayerToken(meta, cfg.KVCacheType)
-		m.KVBytesPerLayer = uint64(kvPerToken * float64(cfg.ContextLength*cfg.CacheSlots))
+		m.KVBytesPerLayer = uint64(kvPerToken * float64(ctxPadded(cfg.ContextLength)*cfg.CacheSlots))
 	} else {
 		shape.ContextPerSeq = cfg.BatchSize
 	}
