@@ -80,7 +80,17 @@ type Params struct {
 	// neither a later Validate nor the engine repeats the work; see
 	// CheckedGrammar. Copying a Params copies it.
 	checked checkedGrammar
+	// validations counts the Validate calls on this value and on the values
+	// it was copied from: a request is validated at the edge and at the
+	// engine's door only, and tests hold that with Validations.
+	validations int
 }
+
+// Validations returns how many times Validate ran on p and on the values p
+// was copied from (a Params travels by value from the edge to the engine).
+// Tests use it to hold that a request is validated at the edge and at the
+// engine's door only.
+func (p *Params) Validations() int { return p.validations }
 
 // DefaultParams returns Parley's defaults: a short, mildly creative reply.
 func DefaultParams() Params {
@@ -106,6 +116,7 @@ func DefaultParams() Params {
 // and again (cheaply) by the layers below it that must not trust their
 // callers. Keep the validated value.
 func (p *Params) Validate(maxTokens int) error {
+	p.validations++
 	finite := func(name string, v, lo, hi float64) error {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return FieldErrorf(name, "must be a finite number")

@@ -367,6 +367,36 @@ func (c checkedGrammar) callGrammar(syn ToolSyntax, start string) string {
 	return root + "\ntool-ws ::= ([ \\t\\n] [ \\t\\n]?)?\n" + c.toolRules
 }
 
+// SetToolSyntax sets how the chat template writes a call and, when the
+// syntax's argument key differs from the one Validate converted the tools'
+// call grammar for, converts it again for this syntax. It does not validate
+// p again when Validate has succeeded on p's current tools and grammar (the
+// edge validated it, and the engine's door validates it once more); on a p
+// that was never validated, or was changed since, it runs Validate without a
+// token cap, so a caller that skipped the edge still gets its errors.
+func (p *Params) SetToolSyntax(syn ToolSyntax) error {
+	validated := p.checked.of(p)
+	p.ToolSyntax = syn
+	if !validated {
+		return p.Validate(0)
+	}
+	if p.checked.of(p) {
+		return nil // the same argument key: the converted call grammar stands
+	}
+	c := p.checked
+	c.tools, c.toolRules = p.toolsKey(), ""
+	if p.ToolsActive() {
+		rules, err := p.toolGrammar()
+		if err != nil {
+			p.checked = checkedGrammar{}
+			return err
+		}
+		c.toolRules = rules
+	}
+	p.checked = c
+	return nil
+}
+
 // LazyToolGrammar returns, for a reply that may call a tool as it chooses
 // (ToolAuto), the text that starts a call (its syntax's Trigger) and the
 // grammar that forces the rest of the call once the model has written it.

@@ -104,3 +104,41 @@ func TestToolGrammars(t *testing.T) {
 		t.Fatal("tools with a grammar accepted")
 	}
 }
+
+// TestSetToolSyntax: on validated params SetToolSyntax converts the call
+// grammar for the syntax's argument key without validating again; on params
+// never validated, or changed since, it validates, so their errors show.
+func TestSetToolSyntax(t *testing.T) {
+	llama := parley.ToolSyntax{Trigger: "<|python_tag|>", ArgsKey: "parameters"}
+
+	p := parley.DefaultParams()
+	p.Tools, p.ToolChoice = []parley.Tool{weatherTool()}, parley.ToolChoice{Mode: parley.ToolRequired}
+	if err := p.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetToolSyntax(llama); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Validations(); n != 1 {
+		t.Errorf("validated %d times, want 1", n)
+	}
+	g, field, ok := p.CheckedGrammar()
+	if !ok || field != "tools" || !strings.Contains(g, `\"parameters\"`) || strings.Contains(g, `\"arguments\"`) {
+		t.Errorf("CheckedGrammar() = %q, %q, %v; want the call grammar keyed by parameters", g, field, ok)
+	}
+
+	p.Tools = append(p.Tools, parley.Tool{Name: "bad name"}) // changed after the edge
+	err := p.SetToolSyntax(llama)
+	if err == nil || !strings.Contains(err.Error(), "tools[1].name") {
+		t.Errorf("SetToolSyntax on changed tools = %v, want the bad name refused", err)
+	}
+	if n := p.Validations(); n != 2 {
+		t.Errorf("validated %d times, want 2", n)
+	}
+
+	var never parley.Params // never validated: max_tokens 0 is refused
+	never.Tools = []parley.Tool{weatherTool()}
+	if err := never.SetToolSyntax(llama); err == nil || !strings.Contains(err.Error(), "max_tokens") {
+		t.Errorf("SetToolSyntax on unvalidated params = %v, want max_tokens refused", err)
+	}
+}

@@ -260,8 +260,8 @@ func callJSON(c parley.ToolCall, key string) string {
 }
 
 // toolSetup prepares a reply to p for tools: it sets p's ToolSyntax from the
-// template and validates p again (converting the tools' call grammar for
-// it), and returns the render options, the reply's tool-call splitter (nil
+// template (converting the tools' call grammar for it, without validating p
+// again when the edge has: see parley.Params.SetToolSyntax), and returns the render options, the reply's tool-call splitter (nil
 // when it may make no call) and extra stop strings (tool_choice none stops
 // at the family's trigger: the model may not call).
 func toolSetup(tmpl Template, p *parley.Params) (RenderOptions, *toolStream, []string, error) {
@@ -270,8 +270,7 @@ func toolSetup(tmpl Template, p *parley.Params) (RenderOptions, *toolStream, []s
 	if len(p.Tools) == 0 {
 		return opt, nil, nil, nil
 	}
-	p.ToolSyntax = ToolSyntaxOf(tmpl)
-	if err := p.Validate(0); err != nil {
+	if err := p.SetToolSyntax(ToolSyntaxOf(tmpl)); err != nil {
 		return opt, nil, nil, err
 	}
 	if !p.ToolsActive() {
