@@ -395,6 +395,19 @@ binary = outputs[src]
 image_binary = dst if not dst.endswith("/") else os.path.join(dst, os.path.basename(src))
 ok(f"COPY --from={builder_ref} {src} {dst}: the binary the builder produced")
 
+# check_lib_package says whether the package that ships lib (at path) is in the image.
+def check_lib_package(lib, path, runtime_pkgs, base):
+    pkg = owner(path)
+    if pkg is None:
+        fail(f"{lib} ({path}): no Debian package ships it, so no image has it")
+    elif pkg in runtime_pkgs:
+        ok(f"{lib}: {pkg}, installed by the runtime stage")
+    elif pkg in base:
+        ok(f"{lib}: {pkg}, part of the slim base (essential + apt)")
+    else:
+        fail(f"{lib}: package {pkg} is neither installed by the runtime stage nor part of the slim base")
+
+
 # Shared libraries: each must come from a package the runtime stage installs or the slim base holds.
 runtime_pkgs = apt_packages(final)
 for pkg in runtime_pkgs:
@@ -422,15 +435,7 @@ for line in r.stdout.splitlines() if r.returncode == 0 else []:
         else:
             fail(f"{lib}: not a library every Ubuntu base image holds, and the CUDA runtime stage installs nothing")
         continue
-    pkg = owner(path)
-    if pkg is None:
-        fail(f"{lib} ({path}): no Debian package ships it, so no image has it")
-    elif pkg in runtime_pkgs:
-        ok(f"{lib}: {pkg}, installed by the runtime stage")
-    elif pkg in base:
-        ok(f"{lib}: {pkg}, part of the slim base (essential + apt)")
-    else:
-        fail(f"{lib}: package {pkg} is neither installed by the runtime stage nor part of the slim base")
+    check_lib_package(lib, path, runtime_pkgs, base)
 
 if cuda_runtime:
     print()
@@ -466,18 +471,6 @@ if not entry:
 
 # Libraries the binary loads at run time (dlopen), which ldd does not list: the Go module that loads each one.
 DLOPENED = {"github.com/jupiterrider/ffi": "libffi.so.8"}
-
-
-def check_lib_package(lib, path, runtime_pkgs, base):
-    pkg = owner(path)
-    if pkg is None:
-        fail(f"{lib} ({path}): no Debian package ships it, so no image has it")
-    elif pkg in runtime_pkgs:
-        ok(f"{lib}: {pkg}, installed by the runtime stage")
-    elif pkg in base:
-        ok(f"{lib}: {pkg}, part of the slim base (essential + apt)")
-    else:
-        fail(f"{lib}: package {pkg} is neither installed by the runtime stage nor part of the slim base")
 
 
 def check_dlopened(runtime_pkgs, base):
