@@ -126,7 +126,8 @@ type Engine struct {
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
 	busyRefusals, slowDrops, deadEnds, overBudget         atomic.Int64
 	promptCopied, prefixCopies                            atomic.Int64
-	imagesEvaluated                                       atomic.Int64 // images encoded into a slot's KV cache
+	imagesEvaluated                                       atomic.Int64 // images decoded into a slot's KV cache
+	imagesEncoded, encodeNanos                            atomic.Int64 // images through the encoder, and its time in them
 
 	kv *kvSwap // KV swap: sessions' states saved and restored (nil: off)
 
@@ -149,7 +150,8 @@ type Engine struct {
 	onDrafted func(context.Context)
 	// drafted and draftHeld count draft tokens and those that held.
 	drafted, draftHeld atomic.Int64
-	vision             *vision // the projector's context (nil: the model takes no images)
+	vision             *vision  // the projector's context (nil: the model takes no images)
+	enc                *encoder // encodes images off the loop (imageloop.go); nil without vision
 }
 
 // sequence is one request in flight.
@@ -207,6 +209,8 @@ type sequence struct {
 	// images are the prompt's images, by the pseudo token id of each run's first position (imageIDs); finish
 	// frees them.
 	images map[int]*imageRun
+	// unwatch stops the watch that wakes the loop when ctx ends (a sequence with images: watchImageCancel).
+	unwatch func() bool
 }
 
 // Open loads the model and starts the decode loop.
@@ -301,6 +305,9 @@ func Open(cfg Config) (*Engine, error) {
 		e.closeVision()
 		be.Close()
 		return nil, err
+	}
+	if e.vision != nil {
+		e.startEncoder()
 	}
 	go e.loop(newBatch(cfg.BatchSize * cfg.Parallel))
 	return e, nil

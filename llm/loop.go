@@ -16,6 +16,10 @@ import (
 // without freezing their streams for long.
 const minPromptChunk = 64
 
+// imageWait bounds the loop's sleep while every active sequence waits for the image encoder. The encoder's result
+// and a cancellation each wake the loop sooner; this only keeps a lost wake from stalling it for good.
+const imageWait = time.Minute
+
 // loop owns the llama.cpp context. It exits when Close is called.
 func (e *Engine) loop(b *batch) {
 	defer close(e.done)
@@ -29,6 +33,7 @@ func (e *Engine) loop(b *batch) {
 			return
 		}
 		e.assign(seq, tick)
+		e.watchImageCancel(seq)
 		active++
 	}
 	for {
@@ -96,15 +101,32 @@ func (e *Engine) loop(b *batch) {
 
 // collect takes the results of the grammar samplers that have one and ends
 // the sequences whose sampler is past the step budget (their sampler is
-// abandoned: it keeps its C memory until llama.cpp returns). It returns how
-// many sequences finished and, when every active sequence is waiting for
-// its sampler, how long until the first deadline (else 0).
+// abandoned: it keeps its C memory until llama.cpp returns); it takes the
+// image encoder's result and gives it its next image. It returns how many
+// sequences finished and, when every active sequence is waiting for its
+// sampler or for the encoder, how long until the first deadline (else 0).
 func (e *Engine) collect() (finished int, next time.Duration) {
 	waiting, ready := false, false
 	now := time.Now()
+	e.takeEncoded()
+	e.feedEncoder()
 	for _, s := range e.slots {
 		seq := s.seq
 		if seq == nil {
+			continue
+		}
+		if awaitsImage(seq) {
+			// Waiting for the encoder, which wakes the loop when it is done, as a cancellation does
+			// (watchImageCancel).
+			if seq.ctx.Err() != nil {
+				e.finish(seq, parley.FinishCancelled, nil)
+				finished++
+				continue
+			}
+			if !waiting || imageWait < next {
+				next = imageWait
+			}
+			waiting = true
 			continue
 		}
 		if seq.gs == nil || !seq.gs.inFlight {
@@ -509,7 +531,11 @@ func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
 		seq.popped = false
 		e.queue.done(seq)
 	}
-	freeRuns(seq.images)
+	if seq.unwatch != nil {
+		seq.unwatch()
+		seq.unwatch = nil
+	}
+	releaseRuns(seq.images)
 	seq.images = nil
 	now := time.Now()
 	seq.usage.CompletionTokens = seq.generated
@@ -544,4 +570,5 @@ func (e *Engine) shutdown() {
 		e.queued.Add(-1)
 		e.finish(seq, parley.FinishCancelled, nil)
 	}
+	e.stopEncoder()
 }

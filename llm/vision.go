@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
-	"time"
 	"unsafe"
-
-	"go.uber.org/zap"
 
 	"github.com/ebitengine/purego"
 	yz "github.com/hybridgroup/yzma/pkg/llama"
@@ -30,29 +28,39 @@ import (
 // it. Models whose projector needs M-RoPE positions are refused for now (their positions are not one per
 // embedding, which the slot's token list assumes).
 
-// vision is the projector's libmtmd context. mtmd's context is not safe for concurrent use: mu serializes
-// Generate's tokenizing (which preprocesses the image) and the loop's evaluation (which encodes it).
+// vision is the projector's libmtmd context. mtmd's context is not safe for concurrent use: mu serializes Generate's
+// tokenizing (which preprocesses an image) and the encoder's encoding (imageloop.go). The loop's decoding of an
+// encoded image into the KV cache (decode) takes no lock: mtmd_helper_decode_image_chunk reads only what the context
+// fixed when it was made (the projector type, the kind of positions, the text model's width), and the loop runs it
+// only before Shutdown frees the context.
 type vision struct {
 	mu     sync.Mutex
 	ctx    mtmd.Context
 	closed bool // under mu: ctx is freed (a Generate racing Shutdown finds it so)
-	eval   func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, nPast yz.Pos, seq yz.SeqId, nBatch int32, logitsLast bool, newNPast *yz.Pos) int32
+	nEmbd  int  // floats per embedding: the text model's input width, which libmtmd checks the projector's against
+	decode func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, embd *float32, nPast yz.Pos, seq yz.SeqId, nBatch int32, newNPast *yz.Pos, callback, userData uintptr) int32
 }
 
 // imageRun is one image of a request, tokenized: its chunk (C memory, freed by free), how many positions it
 // takes, and the text tokens the model wraps an image in (Gemma 3's <start_of_image> and <end_of_image>, Qwen-VL's
-// vision start and end; none for LLaVA), which libmtmd puts around it.
+// vision start and end; none for LLaVA), which libmtmd puts around it. The fields after post are the loop's: the
+// encoder's output and where the run is on its way through the encoder.
 type imageRun struct {
 	key       [32]byte
 	chunk     mtmd.InputChunk
 	n         int
 	pre, post []int
+
+	embd     []float32 // n embeddings of vision.nEmbd floats each, once encoded (nil: not yet)
+	err      error     // the encode failed: the sequence ends with it
+	encoding bool      // with the encoder now: only the encoder touches chunk until it comes back
+	orphaned bool      // its sequence ended while it was with the encoder: the loop frees it when it comes back
 }
 
 var (
-	mtmdOnce sync.Once
-	mtmdErr  error
-	mtmdEval func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, nPast yz.Pos, seq yz.SeqId, nBatch int32, logitsLast bool, newNPast *yz.Pos) int32
+	mtmdOnce   sync.Once
+	mtmdErr    error
+	mtmdDecode func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, embd *float32, nPast yz.Pos, seq yz.SeqId, nBatch int32, newNPast *yz.Pos, callback, userData uintptr) int32
 )
 
 // loadMtmd loads libmtmd from dir, once per process, after the current engine's libraries.
@@ -68,19 +76,20 @@ func loadMtmd(dir string) error {
 			return
 		}
 		mtmd.LogSet(yz.LogSilent())
-		// yzma binds the helper that evaluates all of a prompt's chunks; the loop evaluates one image chunk
-		// at a time, on one sequence, which this helper does.
+		// yzma binds the helper that evaluates all of a prompt's chunks; the loop decodes one encoded image at a
+		// time, on one sequence (its positions and batches, and the non-causal pass some models need), which
+		// this helper does.
 		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
 			mtmdErr = fmt.Errorf("open libmtmd.so: %w", err)
 			return
 		}
-		sym, err := purego.Dlsym(h, "mtmd_helper_eval_chunk_single")
+		sym, err := purego.Dlsym(h, "mtmd_helper_decode_image_chunk")
 		if err != nil {
-			mtmdErr = fmt.Errorf("libmtmd.so has no mtmd_helper_eval_chunk_single: %w", err)
+			mtmdErr = fmt.Errorf("libmtmd.so has no mtmd_helper_decode_image_chunk: %w", err)
 			return
 		}
-		purego.RegisterFunc(&mtmdEval, sym)
+		purego.RegisterFunc(&mtmdDecode, sym)
 	})
 	return mtmdErr
 }
@@ -98,7 +107,7 @@ func openVision(be *current, cfg Config) (*vision, error) {
 	if err != nil || ctx == 0 {
 		return nil, fmt.Errorf("load the projector %s: libmtmd could not (a projector for another model, or not one it knows)", cfg.Projector)
 	}
-	v := &vision{ctx: ctx, eval: mtmdEval}
+	v := &vision{ctx: ctx, nEmbd: int(yz.ModelNEmbdInp(be.model)), decode: mtmdDecode}
 	switch {
 	case !mtmd.SupportVision(ctx):
 		v.close()
@@ -176,24 +185,44 @@ func (v *vision) tokenize(img parley.Image) (*imageRun, error) {
 	return run, nil
 }
 
-// evalImage encodes run and decodes its embeddings into seq's KV cache from position pos. Called by the loop.
-func (v *vision) evalImage(be *current, run *imageRun, seq, pos, nBatch int) error {
+// encode runs the projector over run's image and returns its embeddings. Called by the encoder, off the loop: it
+// uses the projector's own backend, never the llama context.
+func (v *vision) encode(run *imageRun) ([]float32, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
-		return errors.New("the model is shutting down")
+		return nil, errors.New("the model is shutting down")
+	}
+	if err := mtmd.EncodeChunk(v.ctx, run.chunk); err != nil {
+		return nil, fmt.Errorf("encode an image: %w", err)
+	}
+	out, err := mtmd.GetOutputEmbd(v.ctx, int32(run.n*v.nEmbd))
+	if err != nil {
+		return nil, fmt.Errorf("encode an image: %w", err)
+	}
+	return slices.Clone(out), nil // the context's buffer is the next encode's
+}
+
+// decodeImage decodes run's embeddings into seq's KV cache from position pos, in batches of nBatch. Called by the
+// loop, with run encoded.
+func (v *vision) decodeImage(lc yz.Context, run *imageRun, seq, pos, nBatch int) error {
+	if len(run.embd) != run.n*v.nEmbd {
+		return fmt.Errorf("an image of %d floats for %d embeddings", len(run.embd), run.n)
 	}
 	var next yz.Pos
-	if r := v.eval(v.ctx, be.lc, run.chunk, yz.Pos(pos), yz.SeqId(seq), int32(nBatch), false, &next); r != 0 {
-		return fmt.Errorf("evaluate an image (%d)", r)
+	if r := v.decode(v.ctx, lc, run.chunk, &run.embd[0], yz.Pos(pos), yz.SeqId(seq), int32(nBatch), &next, 0, 0); r != 0 {
+		return fmt.Errorf("decode an image (%d)", r)
 	}
 	if int(next) != pos+run.n {
-		return fmt.Errorf("an image evaluated to position %d, not %d", next, pos+run.n)
+		return fmt.Errorf("an image decoded to position %d, not %d", next, pos+run.n)
 	}
 	return nil
 }
 
-func (r *imageRun) free() { mtmd.InputChunkFree(r.chunk) }
+func (r *imageRun) free() {
+	mtmd.InputChunkFree(r.chunk)
+	r.embd = nil
+}
 
 // imageIDs are the pseudo token ids of an image's n positions in a slot's token list: negative, below
 // parley.ImageToken, derived from the key (30 bits of it, since the KV swap's files hold ids as int32). Two
@@ -269,43 +298,6 @@ func imageBoundary(toks []int, keep int, runs map[int]*imageRun) int {
 		keep--
 	}
 	return keep
-}
-
-// stepImages evaluates, for each sequence whose pending prompt starts with an image, that image into its slot:
-// images are not tokens, so they go in llama_decode calls of their own before the step's batch. It returns how
-// many sequences it finished (on an error).
-func (e *Engine) stepImages() (finished int) {
-	if e.vision == nil {
-		return 0
-	}
-	for _, s := range e.slots {
-		seq := s.seq
-		if seq == nil || seq.generated > 0 || len(seq.pending) == 0 || seq.pending[0] >= 0 {
-			continue
-		}
-		run := seq.images[seq.pending[0]]
-		var err error
-		if run == nil || len(seq.pending) < run.n {
-			err = errors.New("a prompt resumes inside an image")
-		} else {
-			t0 := time.Now()
-			err = e.vision.evalImage(e.be.(*current), run, s.id, len(s.cached), e.batch)
-			e.stepNanos.Add(int64(time.Since(t0)))
-		}
-		if err != nil {
-			e.log.Error("image evaluation failed", zap.Error(err))
-			e.be.SeqRm(s.id, 0, -1)
-			s.cached = s.cached[:0]
-			e.finish(seq, parley.FinishError, err)
-			finished++
-			continue
-		}
-		s.cached = append(s.cached, seq.pending[:run.n]...)
-		e.promptEval.Add(int64(run.n))
-		e.imagesEvaluated.Add(1)
-		seq.pending = seq.pending[run.n:]
-	}
-	return finished
 }
 
 // TakesImages reports whether the model was loaded with a projector, so that its requests may carry images.

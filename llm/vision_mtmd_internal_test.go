@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	yz "github.com/hybridgroup/yzma/pkg/llama"
@@ -386,5 +388,132 @@ func TestEngineImageSurvivesRestart(t *testing.T) {
 	if second.Usage.CachedPromptTokens < first.Usage.PromptTokens || e.imagesEvaluated.Load() != 0 {
 		t.Errorf("after a restart: %d of %d positions cached (the first turn's prompt was %d), %d images evaluated; want the image restored",
 			second.Usage.CachedPromptTokens, second.Usage.PromptTokens, first.Usage.PromptTokens, e.imagesEvaluated.Load())
+	}
+}
+
+// visionEngine opens the test model with a synthetic projector on the current engine, with parallel slots, and
+// returns it with an image of user's.
+func visionEngine(t *testing.T, parallel int) (*Engine, func(user string) parley.Image) {
+	t.Helper()
+	dir := DefaultCurrentLibDir()
+	if !fileExists(filepath.Join(dir, "libmtmd.so")) {
+		if os.Getenv("PARLEY_REQUIRE_VISION") != "" {
+			t.Fatalf("no libmtmd.so in %s (make setup-vision; the suite requires it)", dir)
+		}
+		t.Skipf("no libmtmd.so in %s (scripts/build-current-backend.sh mtmd)", dir)
+	}
+	proj := filepath.Join(t.TempDir(), "mmproj.gguf")
+	if err := synth.WriteProjector(context.Background(), proj, synth.DefaultProjector()); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(Config{Path: testmodel.Path(t), Projector: proj, Engine: EngineCurrent, LibDir: dir,
+		Parallel: parallel, Threads: 1, ContextLength: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	rgb := make([]byte, 40*30*3)
+	for i := range rgb {
+		rgb[i] = byte(i * 7)
+	}
+	return e, func(user string) parley.Image {
+		return parley.Image{Key: media.CacheKey(user, [32]byte{1}), Width: 40, Height: 30, RGB: rgb}
+	}
+}
+
+// drain reads a reply to its end (a hang guard of minutes: the test counts events, not time) and returns its text
+// and final event.
+func drain(t *testing.T, ch <-chan parley.Event, what string) (string, parley.Event) {
+	t.Helper()
+	var text strings.Builder
+	guard := time.After(2 * time.Minute)
+	for {
+		select {
+		case ev := <-ch:
+			if ev.Done {
+				return text.String(), ev
+			}
+			text.WriteString(ev.Token.Text)
+		case <-guard:
+			t.Fatalf("%s: no end in minutes (the loop is stalled)", what)
+		}
+	}
+}
+
+// An image is encoded off the decode loop: while its encode is held, another request's whole reply streams; the
+// image's reply, once the encode goes on, is the one the engine gives the image unheld; a request cancelled while
+// its image is with the encoder ends at once, and its image is freed when the encode is done.
+func TestEngineImageEncodeOffTheLoop(t *testing.T) {
+	e, image := visionEngine(t, 2)
+	var holding atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	e.enc.hold = func() {
+		if holding.Load() {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	t.Cleanup(func() { // before the engine's Close: a failed test leaves no encode held
+		holding.Store(false)
+		close(release)
+	})
+	head, err := e.be.Tokenize("Look:", true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, err := e.be.Tokenize(" what is it?", false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := append(append(append([]int{}, head...), parley.ImageToken), tail...)
+	text, err := e.be.Tokenize("Once upon a time", true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := parley.DefaultParams()
+	p.Temperature, p.MaxTokens = 0, 16
+	gen := func(ctx context.Context, toks []int, images []parley.Image, p parley.Params) <-chan parley.Event {
+		t.Helper()
+		ch, err := e.Generate(ctx, parley.GenerateRequest{Tokens: toks, Images: images, Params: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	want, _ := drain(t, gen(context.Background(), prompt, []parley.Image{image("alice")}, p), "the image's reply")
+
+	// Another user's image (its own encode), held in the encoder.
+	holding.Store(true)
+	imageReply := gen(context.Background(), prompt, []parley.Image{image("bob")}, p)
+	<-entered
+	const n = 32
+	pt := p
+	pt.MaxTokens = n
+	got, final := drain(t, gen(context.Background(), text, nil, pt), "a text reply beside an encode")
+	if final.Err != nil || final.Usage.CompletionTokens != n || len(imageReply) != 0 {
+		t.Fatalf("while an image was encoded: a text reply of %d tokens (%q, %v), %d image events; want %d tokens and none",
+			final.Usage.CompletionTokens, got, final.Err, len(imageReply), n)
+	}
+	release <- struct{}{}
+	if got, final := drain(t, imageReply, "the image's reply after its encode"); got != want || final.Err != nil {
+		t.Errorf("the image's reply after a held encode: %q (%v), unheld %q", got, final.Err, want)
+	}
+
+	// Cancelled while its image is with the encoder, with nothing else active: the cancellation wakes the loop.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelled := gen(ctx, prompt, []parley.Image{image("carol")}, p)
+	<-entered
+	cancel()
+	if _, final := drain(t, cancelled, "a cancelled image request"); final.Finish != parley.FinishCancelled {
+		t.Errorf("cancelled while encoding: finish %v (%v)", final.Finish, final.Err)
+	}
+	release <- struct{}{}
+	holding.Store(false)
+	// The encoder is idle again and the next image goes through it.
+	if got, _ := drain(t, gen(context.Background(), prompt, []parley.Image{image("dave")}, p), "an image after a cancelled encode"); got != want {
+		t.Errorf("after a cancelled encode: %q, want %q", got, want)
+	}
+	if n := e.imagesEncoded.Load(); n != 4 {
+		t.Errorf("%d images encoded, want 4 (alice, bob, carol's cancelled one, dave)", n)
 	}
 }
