@@ -12,8 +12,8 @@ import (
 	"github.com/parley-chat/parley/media"
 )
 
-// Images in a conversation. A message's images reach the prompt as parley.ImageMarker, one line each before the
-// message's text (llama.cpp's multimodal tools use the same marker); the engine's TokenizeImages then tokenizes the
+// Images in a conversation. A message's images reach the prompt as parley.ImageMarker, one line each where the
+// client put it among the message's text (llama.cpp's multimodal tools use the same marker); the engine's TokenizeImages then tokenizes the
 // text between the markers, BOS at the start only, and puts a parley.ImageToken where each marker was. The images
 // themselves are decoded for every reply from the bytes the messages carry (a stored conversation keeps them), in
 // the sandboxed decoder's child, and keyed for the engine's caches by their content hash within the request's
@@ -104,17 +104,30 @@ func (r *Responder) checkImages(msgs []parley.Message, info parley.ModelInfo) er
 	return nil
 }
 
-// withImageMarkers returns msgs with each image as a parley.ImageMarker line before its message's text (msgs
-// itself is not changed). The text was neutralized before, the marker included, so only these markers remain.
+// withImageMarkers returns msgs with each image as a parley.ImageMarker line where the client put it among its
+// message's text (before the text when it gave no place; msgs itself is not changed). The text was neutralized
+// before, the marker included, so only these markers remain.
 func withImageMarkers(msgs []parley.Message) []parley.Message {
 	if parley.ImageCount(msgs) == 0 {
 		return msgs
 	}
 	out := append([]parley.Message(nil), msgs...)
 	for i, m := range out {
-		if len(m.Images) > 0 {
-			out[i].Content = strings.Repeat(parley.ImageMarker+"\n", len(m.Images)) + m.Content
+		if len(m.Images) == 0 {
+			continue
 		}
+		var b strings.Builder
+		for j, seg := range parley.ContentSegments(m) {
+			b.WriteString(seg)
+			if j == len(m.Images) {
+				break
+			}
+			if seg != "" && !strings.HasSuffix(seg, "\n") {
+				b.WriteString("\n") // the marker starts a line
+			}
+			b.WriteString(parley.ImageMarker + "\n")
+		}
+		out[i].Content = b.String()
 	}
 	return out
 }

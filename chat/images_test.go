@@ -170,3 +170,49 @@ func TestResponderFitsImagePositions(t *testing.T) {
 		t.Errorf("images %d (first red %v), %d places: want the newest image alone", len(req.Images), req.Images[0].RGB[0], countImageTokens(req.Tokens))
 	}
 }
+
+// Images stand where the client put them among a message's text (ImagePart.Offset), for a template that iterates
+// parts and for one that takes strings; a client's marker text before an image is neutralized without moving the
+// image; a message whose images have no place puts them before its text.
+func TestResponderImagesInterleaved(t *testing.T) {
+	m, neutral := parley.ImageMarker, "<\u200b__media__>"
+	text := "Look " + m + " here: between them, after."
+	first, second := imagePart("\x01one"), imagePart("\x02two")
+	first.Offset = len("Look " + m + " here: ")
+	second.Offset = len("Look " + m + " here: between them, ")
+	for _, tc := range []struct {
+		name, src string
+		images    []parley.ImagePart
+		want      string
+	}{
+		{"template with image parts", partsTemplate, []parley.ImagePart{first, second},
+			"<turn>user\nLook " + neutral + " here: " + m + "between them, " + m + "after.</turn>\n<turn>assistant\n"},
+		{"template with string content", stringTemplate, []parley.ImagePart{first, second},
+			"[user] Look " + neutral + " here: \n" + m + "\nbetween them, \n" + m + "\nafter.\n[assistant] "},
+		{"image at the end, parts", partsTemplate, []parley.ImagePart{{SHA256: first.SHA256, Data: first.Data, Offset: len(text)}},
+			"<turn>user\n" + strings.ReplaceAll(text, m, neutral) + m + "</turn>\n<turn>assistant\n"},
+		{"no place given, strings", stringTemplate, []parley.ImagePart{imagePart("\x01one")},
+			"[user] " + m + "\n" + strings.ReplaceAll(text, m, neutral) + "\n[assistant] "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &visionFake{fakeGen: newFake(512, tc.src, piece{text: "A"})}
+			f.info.Vision = true
+			r := chat.NewResponder(f, chat.WithImageDecoder(&fakeDecoder{}), chat.WithTemplate(chat.NewJinja(tc.src, chat.JinjaConfig{})))
+			msgs := []parley.Message{{Role: parley.RoleUser, Content: text, Images: tc.images}}
+			rep, err := r.Reply(context.Background(), parley.ReplyRequest{Messages: msgs, Params: params(4)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			collect(t, rep)
+			if got := f.prompts[len(f.prompts)-1]; got != tc.want {
+				t.Errorf("prompt\n%q, want\n%q", got, tc.want)
+			}
+			if req := f.lastRequest(t); len(req.Images) != len(tc.images) || req.Images[0].RGB[0] != 1 {
+				t.Errorf("images %+v", req.Images)
+			}
+			if msgs[0].Images[0].Offset != tc.images[0].Offset || msgs[0].Content != text {
+				t.Errorf("the request's message changed: %+v", msgs[0])
+			}
+		})
+	}
+}

@@ -62,13 +62,24 @@ func (t *Jinja) imageText() string {
 	return t.imageTextV
 }
 
-// imageParts is a message's content as parts: its images, then its text.
+// imageParts is a message's content as parts, in the client's order: its text, with each image part where the
+// client put it (ImagePart.Offset). Empty text between images makes no part; the text after the last image is a
+// part when it is not empty or is all the text there is (a message of images alone keeps its empty text part).
 func imageParts(m parley.Message) json.RawMessage {
-	parts := make([]map[string]string, 0, len(m.Images)+1)
-	for range m.Images {
+	segs := parley.ContentSegments(m)
+	parts := make([]map[string]string, 0, len(segs)+len(m.Images))
+	for i, seg := range segs {
+		if i == len(segs)-1 {
+			if seg != "" || len(parts) == len(m.Images) {
+				parts = append(parts, map[string]string{"type": "text", "text": seg})
+			}
+			break
+		}
+		if seg != "" {
+			parts = append(parts, map[string]string{"type": "text", "text": seg})
+		}
 		parts = append(parts, map[string]string{"type": "image"})
 	}
-	parts = append(parts, map[string]string{"type": "text", "text": m.Content})
 	b, _ := json.Marshal(parts) // strings cannot fail to marshal
 	return b
 }

@@ -49,7 +49,7 @@ func neutralize(msgs []parley.Message, controls []string) []parley.Message {
 }
 
 func neutralizeMessage(m parley.Message, controls []string) parley.Message {
-	m.Content = neutralizeText(m.Content, controls)
+	m.Content, m.Images = neutralizeContent(m, controls)
 	m.Reasoning = neutralizeText(m.Reasoning, controls)
 	m.Name = neutralizeText(m.Name, controls)
 	m.ToolCallID = neutralizeText(m.ToolCallID, controls)
@@ -68,6 +68,31 @@ func neutralizeMessage(m parley.Message, controls []string) parley.Message {
 		m.ToolCalls = calls
 	}
 	return m
+}
+
+// neutralizeContent returns m's content neutralized and its images with their offsets in it (m.Images itself
+// when none moved): each piece of text between images on its own, so that every image keeps its place.
+func neutralizeContent(m parley.Message, controls []string) (string, []parley.ImagePart) {
+	moved := false
+	for _, im := range m.Images {
+		moved = moved || im.Offset > 0
+	}
+	if !moved {
+		return neutralizeText(m.Content, controls), m.Images
+	}
+	segs := parley.ContentSegments(m)
+	var b strings.Builder
+	images := append([]parley.ImagePart(nil), m.Images...)
+	for i, seg := range segs {
+		b.WriteString(neutralizeText(seg, controls))
+		if i < len(images) {
+			images[i].Offset = b.Len()
+		}
+	}
+	if b.String() == m.Content {
+		return m.Content, m.Images
+	}
+	return b.String(), images
 }
 
 // sameCalls reports whether a and b are the same slice of calls (neutralize

@@ -1,7 +1,12 @@
 package anthropic
 
 import (
+	"bytes"
+	"context"
+	"encoding/base64"
 	"encoding/json"
+	"image"
+	"image/png"
 	"reflect"
 	"testing"
 
@@ -65,6 +70,28 @@ func TestParseAnthropicMessage(t *testing.T) {
 				t.Errorf("got %+v\nwant %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// An image block keeps its place among the message's text blocks.
+func TestParseAnthropicImagePlaces(t *testing.T) {
+	var b bytes.Buffer
+	if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, 2, 2))); err != nil {
+		t.Fatal(err)
+	}
+	img := `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + base64.StdEncoding.EncodeToString(b.Bytes()) + `"}}`
+	var m anthropicMessage
+	if err := json.Unmarshal([]byte(`{"role":"user","content":[{"type":"text","text":"Before "},`+img+`,{"type":"text","text":"after."},`+img+`]}`), &m); err != nil {
+		t.Fatal(err)
+	}
+	var blocks blockCounter
+	got, err := parseAnthropicMessage(m, "messages[0]", &blocks, map[string]string{}, (&apicore.Core{}).Images(context.Background()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Content != "Before after." || len(got[0].Images) != 2 ||
+		got[0].Images[0].Offset != len("Before ") || got[0].Images[1].Offset != len("Before after.") {
+		t.Errorf("got %+v", got)
 	}
 }
 

@@ -469,6 +469,7 @@ func addAnthropicBlock(msg *parley.Message, raw json.RawMessage, field string, i
 		if err != nil {
 			return nil, err
 		}
+		im.Offset = len(msg.Content) // where it stands among the message's text blocks
 		msg.Images = append(msg.Images, im)
 	case "document":
 		return nil, parley.FieldErrorf(field+".type", "document blocks are not supported: this server reads text and images")

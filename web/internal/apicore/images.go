@@ -79,7 +79,7 @@ func (b *ImageBatch) add(im *media.Image, err error) (parley.ImagePart, error) {
 
 // ParseContentParts takes a message's content: a string, or an array of parts whose types are among textTypes
 // (their text joined) or imageTypes ("image_url" as OpenAI's chat sends it, "input_image" as the Responses API
-// does). Images come back in order; the template sees them before the text.
+// does). Images come back in order, each with its place among the text (parley.ImagePart.Offset).
 func ParseContentParts(raw json.RawMessage, field string, images *ImageBatch, textTypes []string, imageTypes ...string) (string, []parley.ImagePart, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '[' || len(imageTypes) == 0 {
@@ -120,6 +120,7 @@ func ParseContentParts(raw json.RawMessage, field string, images *ImageBatch, te
 			if err != nil {
 				return "", nil, err
 			}
+			im.Offset = b.Len()
 			out = append(out, im)
 		default:
 			return "", nil, parley.FieldErrorf(f, "only text and image parts are supported, got type %q", p.Type)
