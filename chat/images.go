@@ -1,12 +1,14 @@
 package chat
 
 import (
+	"container/list"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/media"
@@ -165,14 +167,19 @@ func (r *Responder) decodeImages(ctx context.Context, msgs []parley.Message) ([]
 }
 
 // MediaDecoder is the server's ImageDecoder: each image is checked again under the limits (a stored conversation's
-// image was accepted under the limits of its day) and decoded in media's sandboxed child. The last few images
-// decoded are kept, so that the turns of a conversation do not decode its images again.
+// image was accepted under the limits of its day) and decoded in media's sandboxed child. Decoded images are kept,
+// least recently used dropped first, up to a bound on their pixels' bytes, so that the turns of conversations do
+// not decode their images again.
 type MediaDecoder struct {
-	dec    *media.Decoder
-	limits media.Limits
+	dec     *media.Decoder
+	limits  media.Limits
+	keep    int64        // the most bytes of pixels kept (<= 0: none)
+	decodes atomic.Int64 // images decoded (not found kept)
 
-	mu     sync.Mutex
-	recent []decodedImage // most recent last; at most mediaDecoderKeep
+	mu    sync.Mutex
+	held  int64                      // bytes of pixels kept now; at most keep
+	lru   *list.List                 // of *decodedImage, most recently used at the front
+	byKey map[[32]byte]*list.Element // lru's elements by their image's key
 }
 
 // decodedImage is a decoded image kept under its cache key (the request's scope and the image's hash): a scope
@@ -182,14 +189,14 @@ type decodedImage struct {
 	d   *media.Decoded
 }
 
-// mediaDecoderKeep is how many decoded images a MediaDecoder keeps (each is width*height*3 bytes, at most
-// media.DefaultMaxPixels*3, 48 MiB; a projector's input is usually far smaller).
-const mediaDecoderKeep = 8
-
-// NewMediaDecoder returns an ImageDecoder over dec under limits.
-func NewMediaDecoder(dec *media.Decoder, limits media.Limits) *MediaDecoder {
-	return &MediaDecoder{dec: dec, limits: limits}
+// NewMediaDecoder returns an ImageDecoder over dec under limits that keeps up to keepBytes of decoded pixels
+// (media.DefaultDecodedCacheBytes, usually; <= 0 keeps none).
+func NewMediaDecoder(dec *media.Decoder, limits media.Limits, keepBytes int64) *MediaDecoder {
+	return &MediaDecoder{dec: dec, limits: limits, keep: keepBytes, lru: list.New(), byKey: map[[32]byte]*list.Element{}}
 }
+
+// Decodes is how many images m has decoded: those it did not find kept.
+func (m *MediaDecoder) Decodes() int64 { return m.decodes.Load() }
 
 // DecodeImage implements ImageDecoder.
 func (m *MediaDecoder) DecodeImage(ctx context.Context, part parley.ImagePart) (int, int, []byte, error) {
@@ -199,25 +206,42 @@ func (m *MediaDecoder) DecodeImage(ctx context.Context, part parley.ImagePart) (
 	}
 	key := media.CacheKey(parley.CacheScope(ctx), im.Hash)
 	m.mu.Lock()
-	for i, e := range m.recent {
-		if e.key == key {
-			m.recent = append(append(m.recent[:i:i], m.recent[i+1:]...), e)
-			m.mu.Unlock()
-			return e.d.Width, e.d.Height, e.d.RGB, nil
-		}
+	if el, ok := m.byKey[key]; ok {
+		m.lru.MoveToFront(el)
+		d := el.Value.(*decodedImage).d
+		m.mu.Unlock()
+		return d.Width, d.Height, d.RGB, nil
 	}
 	m.mu.Unlock()
 	d, err := m.dec.Decode(ctx, im)
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	m.mu.Lock()
-	m.recent = append(m.recent, decodedImage{key, d})
-	if len(m.recent) > mediaDecoderKeep {
-		m.recent = m.recent[1:]
-	}
-	m.mu.Unlock()
+	m.decodes.Add(1)
+	m.store(key, d)
 	return d.Width, d.Height, d.RGB, nil
+}
+
+// store keeps d under key, dropping the least recently used images until what is kept fits the bound; an image
+// larger than the bound is not kept.
+func (m *MediaDecoder) store(key [32]byte, d *media.Decoded) {
+	size := int64(len(d.RGB))
+	if size > m.keep {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byKey[key]; ok { // decoded meanwhile by another request
+		m.lru.MoveToFront(el)
+		return
+	}
+	m.byKey[key] = m.lru.PushFront(&decodedImage{key, d})
+	m.held += size
+	for m.held > m.keep {
+		old := m.lru.Remove(m.lru.Back()).(*decodedImage)
+		delete(m.byKey, old.key)
+		m.held -= int64(len(old.d.RGB))
+	}
 }
 
 func countImageTokens(toks []int) int {

@@ -1,9 +1,13 @@
 package chat_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"image"
+	"image/color"
+	"image/png"
 	"strings"
 	"testing"
 
@@ -214,5 +218,70 @@ func TestResponderImagesInterleaved(t *testing.T) {
 				t.Errorf("the request's message changed: %+v", msgs[0])
 			}
 		})
+	}
+}
+
+// pngImage is an image part of a 4x4 PNG (48 bytes of pixels) whose first pixel's red is red.
+func pngImage(t *testing.T, red uint8) parley.ImagePart {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, 4, 4))
+	img.Set(0, 0, color.NRGBA{R: red, A: 255})
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return imagePart(b.String())
+}
+
+// The decoded images a MediaDecoder keeps are bounded by their bytes, least recently used dropped first: every
+// image that fits is decoded once however many there are; past the bound the least recently used one is decoded
+// again; an image larger than the bound, or another user's, is not found kept.
+func TestMediaDecoderKeepsBytes(t *testing.T) {
+	dec := media.NewDecoder(media.WithDecodeWorkers(1))
+	defer dec.Close()
+	ctx := parley.WithUser(context.Background(), "ann")
+	const px = 4 * 4 * 3
+	decode := func(m *chat.MediaDecoder, ctx context.Context, im parley.ImagePart, red uint8) {
+		t.Helper()
+		w, h, rgb, err := m.DecodeImage(ctx, im)
+		if err != nil || w != 4 || h != 4 || rgb[0] != red {
+			t.Fatalf("decode: %dx%d %v, %v", w, h, rgb[:min(3, len(rgb))], err)
+		}
+	}
+	var images []parley.ImagePart
+	for i := range 12 {
+		images = append(images, pngImage(t, uint8(i+1)))
+	}
+
+	// Room for all twelve: the second round decodes none.
+	m := chat.NewMediaDecoder(dec, media.Limits{}, 12*px)
+	for range 2 {
+		for i, im := range images {
+			decode(m, ctx, im, uint8(i+1))
+		}
+	}
+	if n := m.Decodes(); n != 12 {
+		t.Errorf("twelve images twice with room for twelve: %d decodes, want 12", n)
+	}
+	decode(m, parley.WithUser(context.Background(), "bob"), images[0], 1)
+	if n := m.Decodes(); n != 13 {
+		t.Errorf("another user's image: %d decodes, want 13 (never found among ann's)", n)
+	}
+
+	// Room for two: a, b, a (kept), c (drops b, the least recently used), a (kept), b (decoded again).
+	m = chat.NewMediaDecoder(dec, media.Limits{}, 2*px+px/2)
+	for _, i := range []int{0, 1, 0, 2, 0, 1} {
+		decode(m, ctx, images[i], uint8(i+1))
+	}
+	if n := m.Decodes(); n != 4 {
+		t.Errorf("room for two: %d decodes, want 4", n)
+	}
+
+	// Room for less than one image: nothing is kept.
+	m = chat.NewMediaDecoder(dec, media.Limits{}, px-1)
+	decode(m, ctx, images[0], 1)
+	decode(m, ctx, images[0], 1)
+	if n := m.Decodes(); n != 2 {
+		t.Errorf("no room: %d decodes, want 2", n)
 	}
 }

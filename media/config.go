@@ -15,6 +15,8 @@ type Config struct {
 	DecodeTimeout time.Duration
 	DecoderMemory int64
 	DecodeWorkers int
+	// DecodedCacheBytes bounds the decoded images kept for later turns (their pixels' bytes).
+	DecodedCacheBytes int64
 }
 
 // DefaultConfig is the defaults, spelled out (what the flags show).
@@ -25,8 +27,14 @@ func DefaultConfig() Config {
 		DecodeTimeout: DefaultDecodeTimeout,
 		DecoderMemory: DefaultDecoderMemory,
 		DecodeWorkers: DefaultDecodeWorkers,
+
+		DecodedCacheBytes: DefaultDecodedCacheBytes,
 	}
 }
+
+// DefaultDecodedCacheBytes is the default bound on decoded images kept: 256 MiB, 85 images of 1024x1024 pixels,
+// or 5 of the largest the default limits take (4096x4096, 48 MiB each).
+const DefaultDecodedCacheBytes = 256 << 20
 
 // RegisterFlags adds the --image-* flags to fs, with c's values (DefaultConfig's, usually) as their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -56,6 +64,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DecodeTimeout, "image-decode-timeout", c.DecodeTimeout, "the most one image's decode may take in its sandboxed child process")
 	fs.Int64Var(&c.DecoderMemory, "image-decode-memory", c.DecoderMemory, "the memory limit of each image-decoding child process, in bytes")
 	fs.IntVar(&c.DecodeWorkers, "image-decode-workers", c.DecodeWorkers, "image-decoding child processes that decode at once")
+	fs.Int64Var(&c.DecodedCacheBytes, "image-cache-bytes", c.DecodedCacheBytes, "the most bytes of decoded images kept, so that later turns of a conversation do not decode its images again (an image takes width x height x 3 bytes; least recently used dropped first; 0 keeps none)")
 }
 
 // ParseFormats reads a comma-separated list of format names (png, jpeg or jpg, webp, gif).

@@ -27,7 +27,7 @@ var flagTopics = []struct {
 	{"Tools on the server", []string{"mcp-config"}},
 	{"Images", []string{"image-max-bytes", "image-max-pixels", "image-max-side", "image-max-per-request", "image-max-per-conversation",
 		"image-formats", "image-url-allow", "image-url-timeout", "image-url-max-redirects", "image-decode-timeout", "image-decode-memory",
-		"image-decode-workers"}},
+		"image-decode-workers", "image-cache-bytes"}},
 	{"Limits", []string{"max-message-bytes", "max-conns", "max-conns-per-ip", "max-http-conns", "max-http-conns-per-ip",
 		"prompts-per-minute", "max-prompt-tokens", "max-queued-prompts", "max-body-bytes-inflight", "body-timeout",
 		"resume-grace", "resume-buffer", "drain-timeout"}},

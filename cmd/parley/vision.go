@@ -41,5 +41,5 @@ func (v *visionFlags) projector(modelPath string, log *zap.Logger) (path string,
 
 // imageOptions are the responder's image decoder: media's sandboxed child, started from this very binary.
 func imageOptions(v visionFlags, dec *media.Decoder) []chat.Option {
-	return []chat.Option{chat.WithImageDecoder(chat.NewMediaDecoder(dec, v.media.Limits))}
+	return []chat.Option{chat.WithImageDecoder(chat.NewMediaDecoder(dec, v.media.Limits, v.media.DecodedCacheBytes))}
 }
