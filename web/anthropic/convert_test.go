@@ -93,6 +93,17 @@ func TestParseAnthropicImagePlaces(t *testing.T) {
 		got[0].Images[0].Offset != len("Before ") || got[0].Images[1].Offset != len("Before after.") {
 		t.Errorf("got %+v", got)
 	}
+	// A tool result and an image without text: the image stays, in a user message after the result.
+	if err := json.Unmarshal([]byte(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"2"},`+img+`]}`), &m); err != nil {
+		t.Fatal(err)
+	}
+	got, err = parseAnthropicMessage(m, "messages[0]", &blocks, map[string]string{"t1": "add"}, (&apicore.Core{}).Images(context.Background()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Role != parley.RoleTool || got[1].Role != parley.RoleUser || len(got[1].Images) != 1 {
+		t.Errorf("a tool result and an image: %+v", got)
+	}
 }
 
 func TestParseAnthropicTools(t *testing.T) {

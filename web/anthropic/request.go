@@ -393,7 +393,7 @@ func parseAnthropicMessage(m anthropicMessage, field string, blocks *blockCounte
 			results = append(results, *r)
 		}
 	}
-	if len(results) > 0 && msg.Content == "" {
+	if len(results) > 0 && msg.Content == "" && len(msg.Images) == 0 {
 		return results, nil
 	}
 	if len(msg.ToolCalls) == 0 && len(msg.Images) == 0 {
