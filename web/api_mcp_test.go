@@ -7,69 +7,28 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/parley-chat/parley/internal/mcptest"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/mcp"
 	"github.com/parley-chat/parley/web"
 )
 
-// mcpToolModel is a scripted Hermes-style model that calls add(2, 40) after
-// a user's message and, after a tool's result (its template ends that
-// prompt with <|answer|>), answers in words.
-func mcpToolModel(tb testing.TB) string {
-	return testmodel.Scripted(tb, &synth.Script{
-		Template: "{% if tools %}{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
-			"{% if add_generation_prompt %}{% if messages[-1].role == 'tool' %}<|im_start|>assistant<|answer|>" +
-			"{% else %}<|im_start|>assistant\n{% endif %}{% endif %}",
-		Control: []string{"<|im_start|>", "<|im_end|>", "<|answer|>"},
-		Text:    []string{"<tool_call>", "</tool_call>"},
-		After:   "\n",
-		Reply:   `<tool_call>{"name": "add", "arguments": {"a": 2, "b": 40}}</tool_call>`,
-		End:     "<|im_end|>",
-		Then:    []synth.Branch{{After: "<|answer|>", Reply: "The server worked it out."}},
-	})
-}
-
-// mcpAddServer is an MCP server written with the Go SDK, over Streamable
-// HTTP: add sums two integers; calls counts its calls.
-type mcpAddServer struct {
-	url   string
-	calls atomic.Int32
-}
-
-func newMCPAddServer(tb testing.TB) *mcpAddServer {
-	type in struct {
-		A int `json:"a"`
-		B int `json:"b"`
-	}
-	a := &mcpAddServer{}
-	s := sdk.NewServer(&sdk.Implementation{Name: "adder", Version: "1"}, nil)
-	sdk.AddTool(s, &sdk.Tool{Name: "add", Description: "adds two integers"}, func(ctx context.Context, req *sdk.CallToolRequest, v in) (*sdk.CallToolResult, any, error) {
-		a.calls.Add(1)
-		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprint(v.A + v.B)}}}, nil, nil
-	})
-	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
-	tb.Cleanup(srv.Close)
-	a.url = srv.URL + "/mcp"
-	return a
-}
-
 // openMCPStack is the API stack on the scripted tool model with an MCP
 // manager over cfg (JSON; %q is the add server's URL). Users: alice (key
 // ka) and bob (key kb).
-func openMCPStack(tb testing.TB, cfgJSON string) (*stack, *mcpAddServer) {
-	add := newMCPAddServer(tb)
-	cfg, err := mcp.ParseConfig([]byte(fmt.Sprintf(cfgJSON, add.url)), nil)
+func openMCPStack(tb testing.TB, cfgJSON string) (*stack, *mcptest.Adder) {
+	add := mcptest.NewAdder(tb)
+	cfg, err := mcp.ParseConfig([]byte(fmt.Sprintf(cfgJSON, add.URL)), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	m := mcp.New(cfg)
-	s := openStack(tb, stackOpts{parallel: 2, contextLen: 2048, maxTokens: 200, tokenizer: true, model: mcpToolModel(tb),
+	s := openStack(tb, stackOpts{parallel: 2, contextLen: 2048, maxTokens: 200, tokenizer: true, model: testmodel.Scripted(tb, synth.ToolCaller()),
 		cfg: func(c *web.Config) {
 			c.Users = []web.UserKey{{User: "alice", Key: "ka"}, {User: "bob", Key: "kb"}}
 		},
@@ -150,7 +109,7 @@ func TestResponsesMCPCall(t *testing.T) {
 	if len(msg.Content) != 1 || strings.TrimSpace(msg.Content[0].Text) != "The server worked it out." {
 		t.Errorf("message %+v", msg)
 	}
-	if n := add.calls.Load(); n != 1 {
+	if n := add.Calls.Load(); n != 1 {
 		t.Errorf("the server saw %d calls", n)
 	}
 
@@ -309,7 +268,7 @@ func TestResponsesMCPApproval(t *testing.T) {
 		return r
 	}
 	r := ask()
-	if n := add.calls.Load(); n != 0 {
+	if n := add.Calls.Load(); n != 0 {
 		t.Fatalf("the server saw %d calls before the approval", n)
 	}
 	var next mcpResponse
@@ -327,7 +286,7 @@ func TestResponsesMCPApproval(t *testing.T) {
 	if got := strings.TrimSpace(next.Output[2].Content[0].Text); got != "The server worked it out." {
 		t.Errorf("answer %q", got)
 	}
-	if n := add.calls.Load(); n != 1 {
+	if n := add.Calls.Load(); n != 1 {
 		t.Errorf("the server saw %d calls", n)
 	}
 	// Read back, the first response still asks, and the second shows the
@@ -368,7 +327,7 @@ func TestResponsesMCPApproval(t *testing.T) {
 		*got.Output[0].Error != *next.Output[1].Error {
 		t.Errorf("stored declined call %s: %+v", got.types(), got)
 	}
-	if n := add.calls.Load(); n != 1 {
+	if n := add.Calls.Load(); n != 1 {
 		t.Errorf("the server saw %d calls after a decline", n)
 	}
 }
@@ -492,7 +451,7 @@ func TestChatCompletionsMCP(t *testing.T) {
 	if strings.TrimSpace(text.String()) != "The server worked it out." {
 		t.Errorf("streamed text %q", text.String())
 	}
-	if n := add.calls.Load(); n != 2 {
+	if n := add.Calls.Load(); n != 2 {
 		t.Errorf("the server saw %d calls", n)
 	}
 
@@ -567,7 +526,7 @@ func TestMCPHungServerIsolated(t *testing.T) {
 	<-started // alice's call hangs in her server
 	var r mcpResponse
 	decodeBody(t, post(t, s.base+"/v1/responses", ask("math"), "Authorization", "Bearer kb"), http.StatusOK, &r)
-	if r.types() != "mcp_list_tools,mcp_call,message" || *r.Output[1].Output != "42" || add.calls.Load() != 1 {
+	if r.types() != "mcp_list_tools,mcp_call,message" || *r.Output[1].Output != "42" || add.Calls.Load() != 1 {
 		t.Fatalf("bob's response while alice's call hangs: %+v", r)
 	}
 	select {
@@ -654,8 +613,8 @@ func TestJSONModeServerTools(t *testing.T) {
 	if got := strings.Join(order, " "); got != "call:math/add result:42 text done:stop" && got != "call:math/add result:42 text done:eos" {
 		t.Errorf("messages %q", got)
 	}
-	if strings.TrimSpace(text.String()) != "The server worked it out." || add.calls.Load() != 1 {
-		t.Errorf("answer %q, %d calls", text.String(), add.calls.Load())
+	if strings.TrimSpace(text.String()) != "The server worked it out." || add.Calls.Load() != 1 {
+		t.Errorf("answer %q, %d calls", text.String(), add.Calls.Load())
 	}
 	ws.Close()
 
@@ -739,7 +698,7 @@ func TestResponsesMCPBesideClientTools(t *testing.T) {
 		r.Output[1].CallID == "" {
 		t.Fatalf("output %+v", r.Output)
 	}
-	if n := add.calls.Load(); n != 0 {
+	if n := add.Calls.Load(); n != 0 {
 		t.Errorf("the server saw %d calls for the client's tool", n)
 	}
 }
