@@ -113,13 +113,18 @@ func TestResponsesMCPCall(t *testing.T) {
 		t.Errorf("the server saw %d calls", n)
 	}
 
-	// The stored response reads back with the call (the tools' list is
-	// not stored), and its input is the user's message alone.
+	// The stored response reads back as it was made: the tools' list, the
+	// call, the answer; its input is the user's message alone.
 	var got mcpResponse
 	getJSONKey(t, s.base+"/v1/responses/"+r.ID, "ka", &got)
-	if got.Status != "completed" || got.types() != "mcp_call,message" {
+	if got.Status != "completed" || got.types() != "mcp_list_tools,mcp_call,message" {
 		t.Fatalf("stored response %s: %+v", got.types(), got)
 	}
+	if g := got.Output[0]; g.ID != lt.ID || g.ServerLabel != "math" || len(g.Tools) != 1 || g.Tools[0].Name != "add" ||
+		string(g.Tools[0].InputSchema) != string(lt.Tools[0].InputSchema) {
+		t.Errorf("stored tools' list %+v, made %+v", g, lt)
+	}
+	got.Output = got.Output[1:]
 	if g := got.Output[0]; g.ID != call.ID || g.Status != "completed" || g.Name != "add" || g.ServerLabel != "math" ||
 		g.Output == nil || *g.Output != "42" || g.Error != nil || g.Arguments != call.Arguments || g.ApprovalRequestID != nil {
 		t.Errorf("stored call %+v, made %+v", g, call)
@@ -158,10 +163,18 @@ func TestConversationItemsMCP(t *testing.T) {
 	}
 	var items mcpItemList
 	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", "ka", &items)
-	if items.types() != "message,mcp_call,message" {
+	if items.types() != "message,mcp_list_tools,mcp_call,message" {
 		t.Fatalf("items %s: %+v", items.types(), items.Data)
 	}
-	if c := items.Data[1]; c.ID != r.Output[1].ID || c.Output == nil || *c.Output != "42" || c.ServerLabel != "math" || c.Name != "add" {
+	if l := items.Data[1]; l.ID != r.Output[0].ID || len(l.Tools) != 1 || l.Tools[0].Name != "add" {
+		t.Errorf("tools' list %+v, made %+v", l, r.Output[0])
+	}
+	var one mcpItem
+	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items/"+r.Output[0].ID, "ka", &one)
+	if one.Type != "mcp_list_tools" || one.ID != r.Output[0].ID {
+		t.Errorf("GET the tools' list item: %+v", one)
+	}
+	if c := items.Data[2]; c.ID != r.Output[1].ID || c.Output == nil || *c.Output != "42" || c.ServerLabel != "math" || c.Name != "add" {
 		t.Errorf("item %+v, made %+v", c, r.Output[1])
 	}
 
@@ -173,7 +186,8 @@ func TestConversationItemsMCP(t *testing.T) {
 		t.Fatalf("output %s", r.types())
 	}
 	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", "ka", &items)
-	if items.types() != "message,mcp_call,message,message,mcp_approval_request" || items.Data[4].ID != r.Output[1].ID {
+	if items.types() != "message,mcp_list_tools,mcp_call,message,message,mcp_list_tools,mcp_approval_request" ||
+		items.Data[5].ID != r.Output[0].ID || items.Data[6].ID != r.Output[1].ID {
 		t.Fatalf("items %s: %+v", items.types(), items.Data)
 	}
 	var next mcpResponse
@@ -185,10 +199,11 @@ func TestConversationItemsMCP(t *testing.T) {
 		t.Fatalf("after the approval: %s", next.types())
 	}
 	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", "ka", &items)
-	if items.types() != "message,mcp_call,message,message,mcp_approval_request,mcp_call,message" {
+	if items.types() != "message,mcp_list_tools,mcp_call,message,message,mcp_list_tools,mcp_approval_request,mcp_list_tools,mcp_call,message" ||
+		items.Data[7].ID != next.Output[0].ID {
 		t.Fatalf("items %s: %+v", items.types(), items.Data)
 	}
-	if c := items.Data[5]; c.ID != next.Output[1].ID || c.ApprovalRequestID == nil || *c.ApprovalRequestID != r.Output[1].ID ||
+	if c := items.Data[8]; c.ID != next.Output[1].ID || c.ApprovalRequestID == nil || *c.ApprovalRequestID != r.Output[1].ID ||
 		c.Output == nil || *c.Output != "42" {
 		t.Errorf("approved call %+v", c)
 	}
@@ -293,18 +308,21 @@ func TestResponsesMCPApproval(t *testing.T) {
 	// call it made (and takes the approval's result as its input).
 	var got mcpResponse
 	getJSONKey(t, s.base+"/v1/responses/"+r.ID, "ka", &got)
-	if got.types() != "mcp_approval_request" || got.Output[0].ID != r.Output[1].ID || got.Output[0].Name != "add" ||
-		got.Output[0].ServerLabel != "math" || got.Output[0].Arguments != r.Output[1].Arguments {
+	if got.types() != "mcp_list_tools,mcp_approval_request" || got.Output[0].ID != r.Output[0].ID || got.Output[1].ID != r.Output[1].ID ||
+		got.Output[1].Name != "add" || got.Output[1].ServerLabel != "math" || got.Output[1].Arguments != r.Output[1].Arguments {
 		t.Errorf("stored request %s: %+v", got.types(), got)
 	}
 	getJSONKey(t, s.base+"/v1/responses/"+next.ID, "ka", &got)
-	if got.types() != "mcp_call,message" || got.Output[0].ID != call.ID || got.Output[0].ApprovalRequestID == nil ||
-		*got.Output[0].ApprovalRequestID != r.Output[1].ID || got.Output[0].Output == nil || *got.Output[0].Output != "42" {
+	if got.types() != "mcp_list_tools,mcp_call,message" || got.Output[0].ID != next.Output[0].ID || got.Output[1].ID != call.ID ||
+		got.Output[1].ApprovalRequestID == nil || *got.Output[1].ApprovalRequestID != r.Output[1].ID || got.Output[1].Output == nil ||
+		*got.Output[1].Output != "42" {
 		t.Errorf("stored approved call %s: %+v", got.types(), got)
 	}
+	// Its input items are the call its approval made, after the tools'
+	// list, as its output showed them.
 	var items mcpItemList
-	getJSONKey(t, s.base+"/v1/responses/"+next.ID+"/input_items", "ka", &items)
-	if items.types() != "mcp_call" {
+	getJSONKey(t, s.base+"/v1/responses/"+next.ID+"/input_items?order=asc", "ka", &items)
+	if items.types() != "mcp_list_tools,mcp_call" || items.Data[0].ID != next.Output[0].ID {
 		t.Errorf("input items %s", items.types())
 	}
 	// The same approval a second time is refused.
@@ -323,8 +341,8 @@ func TestResponsesMCPApproval(t *testing.T) {
 		t.Errorf("declined: %s %+v", next.types(), next)
 	}
 	getJSONKey(t, s.base+"/v1/responses/"+next.ID, "ka", &got)
-	if got.types() != "mcp_call,message" || got.Output[0].Status != "failed" || got.Output[0].Error == nil ||
-		*got.Output[0].Error != *next.Output[1].Error {
+	if got.types() != "mcp_list_tools,mcp_call,message" || got.Output[1].Status != "failed" || got.Output[1].Error == nil ||
+		*got.Output[1].Error != *next.Output[1].Error {
 		t.Errorf("stored declined call %s: %+v", got.types(), got)
 	}
 	if n := add.Calls.Load(); n != 1 {

@@ -32,7 +32,9 @@ func conversationItems(sess *session.Session) []messageItem {
 		items = append(items, newMessageItem(session.SystemItemID(sess.ID), parley.Message{Role: parley.RoleSystem, Content: sess.System}))
 	}
 	sc := newServerCalls(sess.Messages)
+	lists := conversationLists(sess, sc)
 	for i, m := range sess.Messages {
+		items = append(items, lists[sess.Trimmed+i]...)
 		items = append(items, itemsOf(sess.ID, sess.Trimmed+i, m, sc)...)
 	}
 	return items

@@ -195,6 +195,7 @@ func (s *API) prepareMCP(ctx context.Context, pr *parsedResponse) error {
 		return err
 	}
 	m.tools = tools
+	pr.req.Listed = storedLists(tools.Tools().Servers())
 	if len(m.approvals) > 0 {
 		results, err := s.answerApprovals(ctx, pr)
 		if err != nil {
@@ -271,7 +272,7 @@ type mcpListedTool struct {
 
 type mcpListToolsItem struct {
 	Type        string          `json:"type"` // mcp_list_tools
-	ID          string          `json:"id"`
+	ID          string          `json:"id"`   // stored without it: listToolsID gives it again
 	ServerLabel string          `json:"server_label"`
 	Tools       []mcpListedTool `json:"tools"`
 	Error       *string         `json:"error"`
@@ -297,9 +298,14 @@ type mcpApprovalRequestItem struct {
 	Arguments   string `json:"arguments"`
 }
 
+// listToolsID is the id of response respID's mcp_list_tools item of its
+// i-th server.
+func listToolsID(respID string, i int) string {
+	return fmt.Sprintf("%s%s_%d", listToolsPrefix, strings.TrimPrefix(respID, session.ResponsePrefix), i)
+}
+
 func listToolsItem(respID string, i int, st toolloop.ServerTools) mcpListToolsItem {
-	it := mcpListToolsItem{Type: "mcp_list_tools", ID: fmt.Sprintf("%s%s_%d", listToolsPrefix, strings.TrimPrefix(respID, session.ResponsePrefix), i),
-		ServerLabel: st.Label, Tools: []mcpListedTool{}}
+	it := mcpListToolsItem{Type: "mcp_list_tools", ID: listToolsID(respID, i), ServerLabel: st.Label, Tools: []mcpListedTool{}}
 	for _, t := range st.Tools {
 		schema := t.Parameters
 		if !apicore.IsSet(schema) {
