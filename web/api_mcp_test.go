@@ -720,3 +720,93 @@ func TestResponsesMCPBesideClientTools(t *testing.T) {
 		t.Errorf("the server saw %d calls for the client's tool", n)
 	}
 }
+
+// TestResponsesMCPReasoning: a reasoning model's thought in a turn that
+// runs server tools shows as it does without them: a reasoning item before
+// each step's call and before the answer, streamed with its
+// reasoning_text events, in the completed response, and read back with the
+// same ids.
+func TestResponsesMCPReasoning(t *testing.T) {
+	script := synth.ToolCaller()
+	script.Template = "{% if false %}<think></think>{% endif %}" + script.Template // a <think> model's template
+	script.Text = append(script.Text, "<think>", "</think>")
+	script.Reply = "<think>Adding needed</think>" + script.Reply
+	script.Then[0].Reply = "<think>Got it</think>The server worked it out."
+	add := mcptest.NewAdder(t)
+	cfg, err := mcp.ParseConfig([]byte(fmt.Sprintf(mcpTestConfig, add.URL)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mcp.New(cfg)
+	s := openStack(t, stackOpts{contextLen: 2048, maxTokens: 200, tokenizer: true, model: testmodel.Scripted(t, script),
+		cfg: func(c *web.Config) { c.Users = []web.UserKey{{User: "alice", Key: "ka"}} },
+		options: func(s *stack) []web.Option {
+			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info), web.WithTools(m)}
+		}})
+	t.Cleanup(func() { m.Close() })
+
+	res := post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200, "stream": true,
+		"tools": []any{mathTool("never")}}, "Authorization", "Bearer ka")
+	var completed mcpResponse
+	var thoughts []string
+	var itemTypes []string
+	for _, e := range readResponseEvents(t, res.Body) {
+		b, _ := json.Marshal(e.data)
+		var ev struct {
+			Type        string          `json:"type"`
+			Delta       string          `json:"delta"`
+			ItemID      string          `json:"item_id"`
+			OutputIndex int             `json:"output_index"`
+			Item        mcpItem         `json:"item"`
+			Response    json.RawMessage `json:"response"`
+		}
+		if err := json.Unmarshal(b, &ev); err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Type {
+		case "response.output_item.added":
+			itemTypes = append(itemTypes, ev.Item.Type)
+			if ev.Item.Type == "reasoning" {
+				thoughts = append(thoughts, "")
+			}
+		case "response.reasoning_text.delta":
+			if len(thoughts) == 0 || itemTypes[ev.OutputIndex] != "reasoning" {
+				t.Fatalf("reasoning_text.delta at output_index %d of %v", ev.OutputIndex, itemTypes)
+			}
+			thoughts[len(thoughts)-1] += ev.Delta
+		case "response.completed":
+			if err := json.Unmarshal(ev.Response, &completed); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := strings.Join(itemTypes, ","); got != "mcp_list_tools,reasoning,mcp_call,reasoning,message" {
+		t.Fatalf("items streamed: %s", got)
+	}
+	if len(thoughts) != 2 || thoughts[0] != "Adding needed" || thoughts[1] != "Got it" {
+		t.Errorf("streamed thoughts %q", thoughts)
+	}
+	if completed.types() != "mcp_list_tools,reasoning,mcp_call,reasoning,message" ||
+		completed.Output[1].Content[0].Text != "Adding needed" || completed.Output[3].Content[0].Text != "Got it" ||
+		strings.TrimSpace(completed.Output[4].Content[0].Text) != "The server worked it out." {
+		t.Fatalf("completed %s: %+v", completed.types(), completed)
+	}
+	var got mcpResponse
+	getJSONKey(t, s.base+"/v1/responses/"+completed.ID, "ka", &got)
+	if got.types() != completed.types() {
+		t.Fatalf("stored %s, made %s", got.types(), completed.types())
+	}
+	for i := range got.Output {
+		if got.Output[i].ID != completed.Output[i].ID {
+			t.Errorf("stored item %d: id %s, made %s", i, got.Output[i].ID, completed.Output[i].ID)
+		}
+	}
+
+	// Not streamed: the same items.
+	var r mcpResponse
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200,
+		"tools": []any{mathTool("never")}}, "Authorization", "Bearer ka"), http.StatusOK, &r)
+	if r.types() != "mcp_list_tools,reasoning,mcp_call,reasoning,message" || r.Output[1].Content[0].Text != "Adding needed" {
+		t.Errorf("not streamed %s: %+v", r.types(), r)
+	}
+}

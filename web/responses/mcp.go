@@ -361,6 +361,11 @@ type mcpOutput struct {
 	pos   int   // the absolute position of the message the loop adds next
 	out   []any // the output items so far
 	calls map[string]int
+	// the current step's reasoning item: open from its first thought token
+	// until its answer's text, a call, or its end
+	rsOpen  bool
+	rsIdx   int
+	thought strings.Builder
 	// the open message item of the current step
 	msgOpen bool
 	msgIdx  int
@@ -470,9 +475,54 @@ func (o *mcpOutput) approval(a toolloop.ApprovalRequest) error {
 	return o.done(i)
 }
 
-// token streams a model token of the current step: its text into the
-// step's message item, a client call's delta into its function_call item.
+// thinking streams a thought token of the current step into its reasoning
+// item, which comes before the step's other items as a turn without tools
+// has it (and with the id the stored step shows: itemsOf).
+func (o *mcpOutput) thinking(text string) error {
+	if !o.rsOpen {
+		o.rsOpen = true
+		it := reasoningItem{Type: "reasoning", ID: reasoningItemID(o.sid, o.pos+1), Status: "in_progress", Summary: []struct{}{}, Content: []reasoningText{}}
+		var err error
+		if o.rsIdx, err = o.add(newReasoningItem(o.sid, o.pos+1, ""), it); err != nil {
+			return err
+		}
+	}
+	o.thought.WriteString(text)
+	return o.send("response.reasoning_text.delta", atPart(reasoningItemID(o.sid, o.pos+1), o.rsIdx, map[string]any{"delta": text}))
+}
+
+// thoughtDone ends the current step's reasoning item, if open.
+func (o *mcpOutput) thoughtDone() error {
+	if !o.rsOpen {
+		return nil
+	}
+	o.rsOpen = false
+	text := o.thought.String()
+	o.thought.Reset()
+	it := newReasoningItem(o.sid, o.pos+1, text)
+	o.out[o.rsIdx] = it
+	return steps(
+		func() error {
+			return o.send("response.reasoning_text.done", atPart(it.ID, o.rsIdx, map[string]any{"text": text}))
+		},
+		func() error { return o.done(o.rsIdx) },
+	)
+}
+
+// token streams a model token of the current step: its thought into the
+// step's reasoning item, its text into the step's message item, a client
+// call's delta into its function_call item.
 func (o *mcpOutput) token(ev parley.Event) error {
+	if r := ev.Token.Reasoning; r != "" && !o.msgOpen && len(o.fc) == 0 {
+		if err := o.thinking(r); err != nil {
+			return err
+		}
+	}
+	if ev.Token.Text != "" || ev.ToolCall != nil {
+		if err := o.thoughtDone(); err != nil {
+			return err
+		}
+	}
 	if t := ev.Token.Text; t != "" {
 		if !o.msgOpen {
 			o.msgOpen = true
@@ -523,6 +573,9 @@ func (o *mcpOutput) token(ev parley.Event) error {
 // replyDone ends the current step's items: its message and the client's
 // calls (final, from the reply's final event), with status for them all.
 func (o *mcpOutput) replyDone(final parley.Event, status string) error {
+	if err := o.thoughtDone(); err != nil {
+		return err
+	}
 	if o.msgOpen {
 		o.msgOpen = false
 		text := o.text.String()
