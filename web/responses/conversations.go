@@ -82,7 +82,7 @@ func readConversationBody(c echo.Context, allowEmpty bool) (*conversationBody, [
 	if bytes.HasPrefix(bytes.TrimSpace(req.Items), []byte(`"`)) {
 		return nil, nil, parley.FieldErrorf("items", "must be an array of message items")
 	}
-	msgs, err := parseInput(req.Items, "items", nil, nil)
+	msgs, err := parseInput(req.Items, "items", nil, nil, false)
 	if err != nil {
 		return nil, nil, err
 	}

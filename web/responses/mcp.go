@@ -196,20 +196,31 @@ func (s *API) prepareMCP(ctx context.Context, pr *parsedResponse) error {
 	}
 	m.tools = tools
 	pr.req.Listed = storedLists(tools.Tools().Servers())
+	stateless := pr.req.Previous == "" && pr.req.Conversation == ""
+	if stateless {
+		nameServerCalls(pr.req.Input, tools.Tools())
+	}
 	if len(m.approvals) > 0 {
 		results, err := s.answerApprovals(ctx, pr)
 		if err != nil {
 			return err
 		}
-		pr.req.Input = append(results, pr.req.Input...)
+		if stateless {
+			pr.req.Input = afterCalls(pr.req.Input, results)
+		} else {
+			pr.req.Input = append(results, pr.req.Input...)
+		}
 	}
 	pr.req.Responder = tools
 	return nil
 }
 
 // answerApprovals finds each answered call in the conversation the request
-// continues, makes the approved ones and returns the tool messages of all
-// of them, in the order answered.
+// continues, or, continuing none, in its input (the mcp_approval_request
+// items a client sends back, as OpenAI's store: false asks), makes the
+// approved ones and returns the tool messages of all of them, in the order
+// answered. A call to a tool that the request's mcp tools do not enable for
+// its user is refused, wherever the call came from.
 func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley.Message, error) {
 	var history []parley.Message
 	switch {
@@ -230,7 +241,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 		}
 		history = sess.Messages
 	default:
-		return nil, parley.FieldErrorf("previous_response_id", "is required with an mcp_approval_response (the response that asked for the approval)")
+		history = pr.req.Input
 	}
 	m := pr.mcp
 	ts := m.tools.Tools()
@@ -238,14 +249,24 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 	seen := map[string]bool{}
 	for _, a := range m.approvals {
 		c, answered, ok := servertools.FindCall(history, a.callID)
-		t, known := ts.Lookup(c.Name)
+		var t toolloop.Tool
+		known := false
+		if c.Server != nil {
+			// By the server and tool the call names: a name alone may be
+			// another server's tool in this request.
+			t, known = ts.Find(c.Server.Label, c.Server.Tool)
+		}
 		switch {
+		case !ok && pr.req.Previous == "" && pr.req.Conversation == "":
+			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names no mcp_approval_request of the input (without previous_response_id or conversation, the input holds the items of the response that asked)")
 		case !ok:
 			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names no mcp_approval_request of this conversation")
+		case c.Server == nil:
+			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names a call to a client's function, not an mcp_approval_request")
 		case answered || seen[a.callID]:
 			return nil, parley.FieldErrorf(a.field+".approval_request_id", "was answered already")
 		case !known:
-			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names a call to a tool this request's mcp tools do not enable (%s)", c.Name)
+			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names a call to a tool this request's mcp tools do not enable (%s of server %q)", c.Server.Tool, c.Server.Label)
 		}
 		seen[a.callID] = true
 		call := toolloop.Call{ID: c.ID, Tool: t, Arguments: c.Arguments, Output: toolloop.Declined, Error: toolloop.DeclinedError}
@@ -259,6 +280,105 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 		out = append(out, toolloop.ResultMessage(call))
 	}
 	return out, nil
+}
+
+// mcpInputMessages are the messages a session stores for an mcp_call or
+// mcp_approval_request item a client sends back in the input of a request
+// that continues no stored history (field names it; msgs are the input's
+// messages before it): the assistant's call, marked as a server's
+// (parley.ToolCall.Server, named by its remote name until nameServerCalls),
+// and, for an mcp_call with a result, the tool message of its result. An
+// mcp_call whose call an mcp_approval_request of msgs made gives the result
+// alone; one without a result (its turn ended first) gives nothing, so
+// that no call is made again unasked. Other mcp items give nothing.
+func mcpInputMessages(it inputItem, field string, msgs []parley.Message) ([]parley.Message, error) {
+	prefix := mcpCallPrefix
+	switch it.Type {
+	case "mcp_call":
+	case "mcp_approval_request":
+		prefix = approvalPrefix
+	default:
+		return nil, nil
+	}
+	id, ok := strings.CutPrefix(it.ID, prefix)
+	if !ok || id == "" {
+		return nil, parley.FieldErrorf(field+".id", "must be the id Parley gave the %s (%s...), got %q", it.Type, prefix, it.ID)
+	}
+	if it.ServerLabel == "" || it.Name == "" {
+		return nil, parley.FieldErrorf(field, "an %s needs its server_label and name", it.Type)
+	}
+	if strings.TrimSpace(it.Arguments) != "" && !json.Valid([]byte(it.Arguments)) {
+		return nil, parley.FieldErrorf(field+".arguments", "must be JSON text")
+	}
+	call := parley.ToolCall{ID: id, Name: it.Name, Arguments: it.Arguments,
+		Server: &parley.ServerCall{Label: it.ServerLabel, Tool: it.Name, Approval: it.Type == "mcp_approval_request" || it.ApprovalRequestID != ""}}
+	if it.Type == "mcp_approval_request" {
+		return []parley.Message{{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{call}}}, nil
+	}
+	var out, errText string
+	if apicore.IsSet(it.Output) && json.Unmarshal(it.Output, &out) != nil {
+		return nil, parley.FieldErrorf(field+".output", "must be a string or null")
+	}
+	if it.Error != nil {
+		errText = *it.Error
+		if out == "" {
+			out = "error: " + errText
+		}
+	}
+	if !apicore.IsSet(it.Output) && it.Error == nil {
+		return nil, nil
+	}
+	result := parley.Message{Role: parley.RoleTool, ToolCallID: id, Name: it.Name, Content: out, ToolError: errText}
+	if _, _, made := servertools.FindCall(msgs, id); made {
+		return []parley.Message{result}, nil
+	}
+	return []parley.Message{{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{call}}, result}, nil
+}
+
+// nameServerCalls names each server call of msgs (from mcp items of the
+// input) and its result as the model knows the tool in this request, when
+// the request's tools (ts) enable it.
+func nameServerCalls(msgs []parley.Message, ts *toolloop.Toolset) {
+	names := map[string]string{}
+	for i := range msgs {
+		for j, c := range msgs[i].ToolCalls {
+			if c.Server == nil {
+				continue
+			}
+			if t, ok := ts.Find(c.Server.Label, c.Server.Tool); ok {
+				msgs[i].ToolCalls[j].Name, names[c.ID] = t.Name, t.Name
+			}
+		}
+		if n, ok := names[msgs[i].ToolCallID]; ok && msgs[i].Role == parley.RoleTool {
+			msgs[i].Name = n
+		}
+	}
+}
+
+// afterCalls is msgs with each result placed after the message that made
+// its call and the tool messages that follow that message.
+func afterCalls(msgs, results []parley.Message) []parley.Message {
+	made := map[string]int{} // call id -> index of the message that made it
+	for i, m := range msgs {
+		for _, c := range m.ToolCalls {
+			made[c.ID] = i
+		}
+	}
+	at := map[int][]parley.Message{}
+	for _, r := range results {
+		i := made[r.ToolCallID] // answerApprovals found every call in msgs
+		at[i] = append(at[i], r)
+	}
+	out := make([]parley.Message, 0, len(msgs)+len(results))
+	var due []parley.Message
+	for i, m := range msgs {
+		if m.Role != parley.RoleTool {
+			out, due = append(out, due...), nil
+		}
+		out = append(out, m)
+		due = append(due, at[i]...)
+	}
+	return append(out, due...)
 }
 
 // Wire shapes of the mcp items.
