@@ -22,13 +22,18 @@ import (
 // manager over cfg (JSON; %q is the add server's URL). Users: alice (key
 // ka) and bob (key kb).
 func openMCPStack(tb testing.TB, cfgJSON string) (*stack, *mcptest.Adder) {
+	return openMCPStackOn(tb, cfgJSON, synth.ToolCaller())
+}
+
+// openMCPStackOn is openMCPStack on the model script writes.
+func openMCPStackOn(tb testing.TB, cfgJSON string, script *synth.Script) (*stack, *mcptest.Adder) {
 	add := mcptest.NewAdder(tb)
 	cfg, err := mcp.ParseConfig([]byte(fmt.Sprintf(cfgJSON, add.URL)), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	m := mcp.New(cfg)
-	s := openStack(tb, stackOpts{parallel: 2, contextLen: 2048, maxTokens: 200, tokenizer: true, model: testmodel.Scripted(tb, synth.ToolCaller()),
+	s := openStack(tb, stackOpts{parallel: 2, contextLen: 2048, maxTokens: 200, tokenizer: true, model: testmodel.Scripted(tb, script),
 		cfg: func(c *web.Config) {
 			c.Users = []web.UserKey{{User: "alice", Key: "ka"}, {User: "bob", Key: "kb"}}
 		},
@@ -732,18 +737,7 @@ func TestResponsesMCPReasoning(t *testing.T) {
 	script.Text = append(script.Text, "<think>", "</think>")
 	script.Reply = "<think>Adding needed</think>" + script.Reply
 	script.Then[0].Reply = "<think>Got it</think>The server worked it out."
-	add := mcptest.NewAdder(t)
-	cfg, err := mcp.ParseConfig([]byte(fmt.Sprintf(mcpTestConfig, add.URL)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := mcp.New(cfg)
-	s := openStack(t, stackOpts{contextLen: 2048, maxTokens: 200, tokenizer: true, model: testmodel.Scripted(t, script),
-		cfg: func(c *web.Config) { c.Users = []web.UserKey{{User: "alice", Key: "ka"}} },
-		options: func(s *stack) []web.Option {
-			return []web.Option{web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info), web.WithTools(m)}
-		}})
-	t.Cleanup(func() { m.Close() })
+	s, _ := openMCPStackOn(t, mcpTestConfig, script)
 
 	res := post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200, "stream": true,
 		"tools": []any{mathTool("never")}}, "Authorization", "Bearer ka")
