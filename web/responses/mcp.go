@@ -300,9 +300,9 @@ func mcpInputMessages(it inputItem, field string, msgs []parley.Message) ([]parl
 	default:
 		return nil, nil
 	}
-	id, ok := strings.CutPrefix(it.ID, prefix)
-	if !ok || id == "" {
-		return nil, parley.FieldErrorf(field+".id", "must be the id Parley gave the %s (%s...), got %q", it.Type, prefix, it.ID)
+	id, _ := strings.CutPrefix(it.ID, prefix) // an id Parley did not give is the call's id as it is
+	if id == "" {
+		return nil, parley.FieldErrorf(field+".id", "is required (the id of the %s as the response gave it)", it.Type)
 	}
 	if it.ServerLabel == "" || it.Name == "" {
 		return nil, parley.FieldErrorf(field, "an %s needs its server_label and name", it.Type)
