@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +107,41 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	case <-time.After(hangTimeout):
 		t.Fatalf("gave up waiting for %s", what)
 		panic("unreachable")
+	}
+}
+
+// TestStdioCallCancelledOnServer: over stdio too, a call whose client
+// leaves and one over its time cap are cancelled in the server (its wait
+// tool marks each cancellation with a file); the timed-out one before its
+// process is killed to start the session again.
+func TestStdioCallCancelledOnServer(t *testing.T) {
+	dir := t.TempDir()
+	m := newManager(t, `{"servers": {"go": `+stdioServer("good", fmt.Sprintf(`, "CANCEL_DIR": %q`, dir))+`},
+		"users": {"*": {"go": ["*"]}}, "call_timeout": "1s"}`, nil)
+	mustCall(t, m, "alice", "go", "echo", `{"text":"warm"}`)
+	marked := func(name string) bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
+
+	ctx, cancel := context.WithCancel(as("alice"))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.CallTool(ctx, "go", "wait", json.RawMessage(`{"name":"left"}`))
+		errc <- err
+	}()
+	waitFor(t, "the call to start in the server", func() bool { return marked("left.started") })
+	cancel()
+	if err := recv(t, errc, "the left call to return"); !errors.Is(err, context.Canceled) {
+		t.Errorf("left call: err = %v", err)
+	}
+	waitFor(t, "the left call's cancellation in the server", func() bool { return marked("left") })
+
+	before := status(m, "go", "alice").Starts
+	_, err := m.CallTool(parley.WithUser(context.Background(), "alice"), "go", "wait", json.RawMessage(`{"name":"late"}`))
+	if err == nil || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("timed-out call: err = %v", err)
+	}
+	waitFor(t, "the session to start again", func() bool { s := status(m, "go", "alice"); return s.Starts == before+1 && s.Connected })
+	if !marked("late") {
+		t.Errorf("the timed-out call was not cancelled in the server before it was started again (it started: %v)",
+			marked("late.started"))
 	}
 }

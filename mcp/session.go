@@ -144,6 +144,18 @@ func (s *session) serve() error {
 			s.logStderr(proc)
 		}
 	}
+	// endGently is end for a connection that still works: a stdio server
+	// gets stopGrace to act on what it read (a call's cancellation) and
+	// exit, the client still reading what it writes.
+	endGently := func() {
+		if proc != nil {
+			proc.stop(stopGrace)
+		}
+		cs.Close()
+		if proc != nil {
+			s.logStderr(proc)
+		}
+	}
 	if err := s.list(ctx, cs); err != nil {
 		cancel()
 		end()
@@ -199,7 +211,7 @@ func (s *session) serve() error {
 			case <-grace.C:
 			}
 			grace.Stop()
-			end()
+			endGently()
 			<-waitErr
 			return errors.New("a call did not end in time")
 		case <-s.refresh:
