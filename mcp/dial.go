@@ -139,6 +139,7 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	wroteHTTP(req)
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt != "text/event-stream" && t.maxBody > 0 {
 		// Event streams are capped per event by the SDK (MaxEventSize);

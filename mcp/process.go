@@ -95,6 +95,28 @@ func (p *process) kill() {
 	<-p.exited
 }
 
+// stopGrace is how long a stdio server whose connection Parley closed (its
+// stdin then reads EOF) gets to exit by itself before its process group is
+// killed, as MCP's stdio transport asks: time to act on what it read last,
+// such as a call's cancellation.
+const stopGrace = 2 * time.Second
+
+// stop ends the process as MCP's stdio transport asks: it closes the
+// server's stdin and waits up to grace for it to exit, then kills its group
+// (what it started included). Its stdout stays open meanwhile: a server
+// that writes to a closed pipe dies of SIGPIPE before it acts on what it
+// read.
+func (p *process) stop(grace time.Duration) {
+	p.stdin.Close()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+	}
+	p.kill()
+}
+
 // exitErr describes how the process ended, once it has.
 func (p *process) exitErr() error {
 	select {

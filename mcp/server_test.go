@@ -27,13 +27,18 @@ func TestMain(m *testing.M) {
 	case "liar":
 		liar()
 	default:
-		if err := testServer(os.Getenv(serverEnv)).Run(context.Background(), &sdk.StdioTransport{}); err != nil {
+		err := testServer(os.Getenv(serverEnv)).Run(context.Background(), &sdk.StdioTransport{})
+		waiting.Wait() // a wait call that saw its cancellation marks it before the process exits
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}
 	os.Exit(0)
 }
+
+// waiting counts the wait calls in progress in the test server's process.
+var waiting sync.WaitGroup
 
 // testServer is the MCP server written with the Go SDK that the tests run
 // over stdio (as the test binary, in mode) and Streamable HTTP. Its tools:
@@ -48,6 +53,8 @@ func TestMain(m *testing.M) {
 //	big {n}           returns n bytes of text
 //	crash             exits the process
 //	hang              never returns
+//	wait {name}       returns when its context ends; in $CANCEL_DIR it
+//	                  creates name.started, then name when it ends
 //	pid               returns the process id
 //	spawn             starts a child process (sleep) and returns its pid
 func testServer(mode string) *sdk.Server {
@@ -120,6 +127,23 @@ func testServer(mode string) *sdk.Server {
 			return nil, nil, ctx.Err()
 		}
 		select {} // a server that ignores cancellation
+	})
+	type nameIn struct {
+		Name string `json:"name"`
+	}
+	sdk.AddTool(s, &sdk.Tool{Name: "wait"}, func(ctx context.Context, req *sdk.CallToolRequest, in nameIn) (*sdk.CallToolResult, any, error) {
+		waiting.Add(1)
+		defer waiting.Done()
+		dir := os.Getenv("CANCEL_DIR")
+		mark := dir != "" && in.Name != "" && !strings.ContainsAny(in.Name, `/\`)
+		if mark {
+			os.WriteFile(dir+"/"+in.Name+".started", nil, 0o600)
+		}
+		<-ctx.Done()
+		if mark {
+			os.WriteFile(dir+"/"+in.Name, nil, 0o600)
+		}
+		return nil, nil, ctx.Err()
 	})
 	sdk.AddTool(s, &sdk.Tool{Name: "pid"}, func(ctx context.Context, req *sdk.CallToolRequest, in none) (*sdk.CallToolResult, any, error) {
 		return text(fmt.Sprint(os.Getpid())), nil, nil

@@ -36,8 +36,8 @@ type session struct {
 	stop chan struct{} // closed to end the session
 	done chan struct{} // closed when run has returned
 
-	refresh chan struct{} // the server's tool list changed (capacity 1)
-	restart chan struct{} // a call hung: start again (capacity 1)
+	refresh chan struct{}   // the server's tool list changed (capacity 1)
+	restart chan *callTrace // a call hung: start again once its cancellation is sent (capacity 1)
 
 	mu       sync.Mutex
 	cs       *sdk.ClientSession // nil while not connected
@@ -58,7 +58,7 @@ func newSession(m *Manager, label, user string, cfg ServerConfig) *session {
 	return &session{
 		m: m, label: label, user: user, cfg: cfg,
 		stop: make(chan struct{}), done: make(chan struct{}),
-		refresh: make(chan struct{}, 1), restart: make(chan struct{}, 1),
+		refresh: make(chan struct{}, 1), restart: make(chan *callTrace, 1),
 		changed: make(chan struct{}),
 	}
 }
@@ -144,6 +144,18 @@ func (s *session) serve() error {
 			s.logStderr(proc)
 		}
 	}
+	// endGently is end for a connection that still works: a stdio server
+	// gets stopGrace to act on what it read (a call's cancellation) and
+	// exit, the client still reading what it writes.
+	endGently := func() {
+		if proc != nil {
+			proc.stop(stopGrace)
+		}
+		cs.Close()
+		if proc != nil {
+			s.logStderr(proc)
+		}
+	}
 	if err := s.list(ctx, cs); err != nil {
 		cancel()
 		end()
@@ -187,8 +199,19 @@ func (s *session) serve() error {
 				err = errors.New("the server closed the connection")
 			}
 			return fmt.Errorf("connection lost: %w", err)
-		case <-s.restart:
-			end()
+		case tr := <-s.restart:
+			// The SDK sends the hung call's cancellation on its own
+			// goroutine: let it reach the server before the connection
+			// closes.
+			grace := time.NewTimer(cancelGrace)
+			select {
+			case <-tr.sent:
+			case <-lost:
+			case <-s.stop:
+			case <-grace.C:
+			}
+			grace.Stop()
+			endGently()
 			<-waitErr
 			return errors.New("a call did not end in time")
 		case <-s.refresh:
@@ -232,7 +255,7 @@ func (s *session) connect(ctx context.Context) (*sdk.ClientSession, *process, er
 		}
 		proc = p
 		r, w := p.pipes()
-		t = &sdk.IOTransport{Reader: r, Writer: w, MaxLineLength: s.m.cfg.MaxFrameBytes}
+		t = tracedTransport{&sdk.IOTransport{Reader: r, Writer: w, MaxLineLength: s.m.cfg.MaxFrameBytes}}
 	} else {
 		u, _ := url.Parse(s.cfg.URL) // checked when the configuration was read
 		t = &sdk.StreamableClientTransport{
@@ -335,8 +358,8 @@ func isClosed(ch chan struct{}) bool {
 }
 
 // kick asks the supervisor to start the session again (a call hung) if cs
-// is still its connection.
-func (s *session) kick(cs *sdk.ClientSession) {
+// is still its connection, once the call's cancellation (tr) is sent.
+func (s *session) kick(cs *sdk.ClientSession, tr *callTrace) {
 	s.mu.Lock()
 	current := s.cs == cs
 	s.mu.Unlock()
@@ -344,7 +367,7 @@ func (s *session) kick(cs *sdk.ClientSession) {
 		return
 	}
 	select {
-	case s.restart <- struct{}{}:
+	case s.restart <- tr:
 	default:
 	}
 }
@@ -352,7 +375,8 @@ func (s *session) kick(cs *sdk.ClientSession) {
 // call calls tool once the session is ready. The call runs on its own
 // goroutine, so that a server that stops reading (a write blocked on a full
 // pipe) cannot hold the caller past ctx: when ctx's time is up the session
-// is started again, which ends that goroutine.
+// is started again, which ends that goroutine, once the SDK has sent the
+// call's cancellation to the server (cancel.go).
 //
 // A call the SDK refused to send because the connection was closing (it
 // ended in the moment before) waits for the next connection and is sent
@@ -383,6 +407,7 @@ func (s *session) callOnce(ctx context.Context, stale *sdk.ClientSession, tool s
 		err error
 	}
 	ch := make(chan result, 1)
+	ctx, tr := withTrace(ctx)
 	go func() {
 		r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
 		ch <- result{r, err}
@@ -401,7 +426,7 @@ func (s *session) callOnce(ctx context.Context, stale *sdk.ClientSession, tool s
 	case <-ctx.Done():
 	}
 	if errors.Is(context.Cause(ctx), errCallTimeout) {
-		s.kick(cs)
+		s.kick(cs, tr)
 	}
 	return nil, cs, context.Cause(ctx)
 }

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -47,15 +48,19 @@ type ResponseRecord struct {
 	Hash  uint64 `json:"hash"`  // FNV-1a of the reply's text
 	// Steps counts the messages tools run on the server added between the
 	// input and the reply (StepsReply): the input ends at End-1-Steps.
-	Steps        int    `json:"steps,omitempty"`
-	Created      int64  `json:"created"`
-	Status       string `json:"status"`           // completed, incomplete, cancelled
-	Finish       string `json:"finish,omitempty"` // the engine's finish reason
-	Instructions string `json:"-"`                // the system prompt it ran with; not stored (the session's System is), filled in by GetResponse
-	Previous     string `json:"previous,omitempty"`
-	InputTokens  int    `json:"input_tokens,omitempty"`
-	CachedTokens int    `json:"cached_tokens,omitempty"`
-	OutputTokens int    `json:"output_tokens,omitempty"`
+	Steps int `json:"steps,omitempty"`
+	// Listed is what the wire layer showed of the turn before its steps
+	// and keeps to show it again (the Responses API's mcp_list_tools
+	// items), as it encoded them (ResponseRequest.Listed).
+	Listed       json.RawMessage `json:"listed,omitempty"`
+	Created      int64           `json:"created"`
+	Status       string          `json:"status"`           // completed, incomplete, cancelled
+	Finish       string          `json:"finish,omitempty"` // the engine's finish reason
+	Instructions string          `json:"-"`                // the system prompt it ran with; not stored (the session's System is), filled in by GetResponse
+	Previous     string          `json:"previous,omitempty"`
+	InputTokens  int             `json:"input_tokens,omitempty"`
+	CachedTokens int             `json:"cached_tokens,omitempty"`
+	OutputTokens int             `json:"output_tokens,omitempty"`
 	// ReasoningTokens are the output tokens of a reasoning model's thought.
 	ReasoningTokens int     `json:"reasoning_tokens,omitempty"`
 	MaxTokens       int     `json:"max_tokens,omitempty"`
@@ -169,6 +174,9 @@ type ResponseRequest struct {
 	// The turn runs on a copy and is not stored (NoStore is implied).
 	Local  *Session
 	Params parley.Params
+	// Listed is kept in the turn's record (ResponseRecord.Listed); the
+	// wire layer bounds its size.
+	Listed json.RawMessage
 	// Model is the model the request names ("" the default): a new
 	// session's, and the reply's unless the session holds one of its own.
 	Model string
@@ -287,7 +295,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	sess.pruneRecords()
 	sess.Responses = append(sess.Responses, ResponseRecord{
 		ID: rid, Start: start, End: sess.Next() + 2, Created: time.Now().Unix(), Status: StatusCompleted,
-		Instructions: sess.System, Previous: prev.ID,
+		Instructions: sess.System, Previous: prev.ID, Listed: req.Listed,
 		MaxTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP,
 	})
 	rec := &sess.Responses[len(sess.Responses)-1]

@@ -2,6 +2,8 @@ package session_test
 
 import (
 	"context"
+	"encoding/json"
+	"path/filepath"
 	"testing"
 
 	"github.com/parley-chat/parley"
@@ -109,5 +111,33 @@ func TestRespondCommitsSteps(t *testing.T) {
 	}
 	if n := len(stored.Messages); n != 4 || stored.Messages[2].Role != parley.RoleTool || stored.Messages[3].Content != "reply to two plus two" {
 		t.Errorf("chat turn stored %+v", stored.Messages)
+	}
+}
+
+// TestRespondKeepsListed: what the wire layer asks a response's record to
+// keep (ResponseRequest.Listed) reads back with the record, from memory and
+// from disk.
+func TestRespondKeepsListed(t *testing.T) {
+	bolt, err := session.OpenBoltStore(filepath.Join(t.TempDir(), "sessions.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, st := range map[string]session.Store{"memory": session.NewMemoryStore(), "bolt": bolt} {
+		t.Run(name, func(t *testing.T) {
+			t.Cleanup(func() { st.Close() })
+			svc, f := newService(t, st, echo)
+			listed := json.RawMessage(`[{"type":"mcp_list_tools","server_label":"math","tools":[{"name":"add"}]}]`)
+			resp, err := svc.Respond(context.Background(), session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "hi"}},
+				Params: parley.DefaultParams(), Responder: stepsResponder{f, nil}, Listed: listed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range resp.Events() {
+			}
+			got, _, err := svc.GetResponse(context.Background(), resp.Final().ID)
+			if err != nil || string(got.Listed) != string(listed) {
+				t.Errorf("record %+v, %v", got, err)
+			}
+		})
 	}
 }

@@ -3,17 +3,14 @@ package toolloop_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/internal/mcptest"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/llm"
@@ -21,44 +18,12 @@ import (
 	"github.com/parley-chat/parley/toolloop"
 )
 
-// toolModel is a scripted Hermes-style model that calls add(2, 40) after a
-// user's message and, after a tool's result (its template ends that prompt
-// with <|answer|>), answers in words.
-func toolModel(tb testing.TB) string {
-	return testmodel.Scripted(tb, &synth.Script{
-		Template: "{% if tools %}{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
-			"{% if add_generation_prompt %}{% if messages[-1].role == 'tool' %}<|im_start|>assistant<|answer|>" +
-			"{% else %}<|im_start|>assistant\n{% endif %}{% endif %}",
-		Control: []string{"<|im_start|>", "<|im_end|>", "<|answer|>"},
-		Text:    []string{"<tool_call>", "</tool_call>"},
-		After:   "\n",
-		Reply:   `<tool_call>{"name": "add", "arguments": {"a": 2, "b": 40}}</tool_call>`,
-		End:     "<|im_end|>",
-		Then:    []synth.Branch{{After: "<|answer|>", Reply: "The server worked it out."}},
-	})
-}
-
-// addServer is an MCP server written with the Go SDK, over Streamable HTTP.
-func addServer(t *testing.T) string {
-	type in struct {
-		A int `json:"a"`
-		B int `json:"b"`
-	}
-	s := sdk.NewServer(&sdk.Implementation{Name: "adder", Version: "1"}, nil)
-	sdk.AddTool(s, &sdk.Tool{Name: "add", Description: "adds two integers"}, func(ctx context.Context, req *sdk.CallToolRequest, a in) (*sdk.CallToolResult, any, error) {
-		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprint(a.A + a.B)}}}, nil, nil
-	})
-	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
 // TestLoopThroughLlama runs the whole loop: a real llama.cpp engine with a
 // scripted model that calls a server tool, the chat layer that parses the
 // call, an MCP server the Manager reaches over HTTP, and the model's answer
 // to the result.
 func TestLoopThroughLlama(t *testing.T) {
-	e, err := llm.Open(llm.Config{Path: toolModel(t), ContextLength: 2048, Parallel: 1, Threads: 1})
+	e, err := llm.Open(llm.Config{Path: testmodel.Scripted(t, synth.ToolCaller()), ContextLength: 2048, Parallel: 1, Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +31,7 @@ func TestLoopThroughLlama(t *testing.T) {
 	r := chat.NewResponder(e)
 
 	cfg, err := mcp.ParseConfig([]byte(fmt.Sprintf(`{"servers": {"math": {"url": %q, "allow_private": true}}, "users": {"alice": {"math": ["add"]}}}`,
-		addServer(t)+"/mcp")), nil)
+		mcptest.NewAdder(t).URL)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,69 +7,33 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/parley-chat/parley/internal/mcptest"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testmodel"
 	"github.com/parley-chat/parley/mcp"
 	"github.com/parley-chat/parley/web"
 )
 
-// mcpToolModel is a scripted Hermes-style model that calls add(2, 40) after
-// a user's message and, after a tool's result (its template ends that
-// prompt with <|answer|>), answers in words.
-func mcpToolModel(tb testing.TB) string {
-	return testmodel.Scripted(tb, &synth.Script{
-		Template: "{% if tools %}{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
-			"{% if add_generation_prompt %}{% if messages[-1].role == 'tool' %}<|im_start|>assistant<|answer|>" +
-			"{% else %}<|im_start|>assistant\n{% endif %}{% endif %}",
-		Control: []string{"<|im_start|>", "<|im_end|>", "<|answer|>"},
-		Text:    []string{"<tool_call>", "</tool_call>"},
-		After:   "\n",
-		Reply:   `<tool_call>{"name": "add", "arguments": {"a": 2, "b": 40}}</tool_call>`,
-		End:     "<|im_end|>",
-		Then:    []synth.Branch{{After: "<|answer|>", Reply: "The server worked it out."}},
-	})
-}
-
-// mcpAddServer is an MCP server written with the Go SDK, over Streamable
-// HTTP: add sums two integers; calls counts its calls.
-type mcpAddServer struct {
-	url   string
-	calls atomic.Int32
-}
-
-func newMCPAddServer(tb testing.TB) *mcpAddServer {
-	type in struct {
-		A int `json:"a"`
-		B int `json:"b"`
-	}
-	a := &mcpAddServer{}
-	s := sdk.NewServer(&sdk.Implementation{Name: "adder", Version: "1"}, nil)
-	sdk.AddTool(s, &sdk.Tool{Name: "add", Description: "adds two integers"}, func(ctx context.Context, req *sdk.CallToolRequest, v in) (*sdk.CallToolResult, any, error) {
-		a.calls.Add(1)
-		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprint(v.A + v.B)}}}, nil, nil
-	})
-	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
-	tb.Cleanup(srv.Close)
-	a.url = srv.URL + "/mcp"
-	return a
-}
-
 // openMCPStack is the API stack on the scripted tool model with an MCP
 // manager over cfg (JSON; %q is the add server's URL). Users: alice (key
 // ka) and bob (key kb).
-func openMCPStack(tb testing.TB, cfgJSON string) (*stack, *mcpAddServer) {
-	add := newMCPAddServer(tb)
-	cfg, err := mcp.ParseConfig([]byte(fmt.Sprintf(cfgJSON, add.url)), nil)
+func openMCPStack(tb testing.TB, cfgJSON string) (*stack, *mcptest.Adder) {
+	return openMCPStackOn(tb, cfgJSON, synth.ToolCaller())
+}
+
+// openMCPStackOn is openMCPStack on the model script writes.
+func openMCPStackOn(tb testing.TB, cfgJSON string, script *synth.Script) (*stack, *mcptest.Adder) {
+	add := mcptest.NewAdder(tb)
+	cfg, err := mcp.ParseConfig([]byte(fmt.Sprintf(cfgJSON, add.URL)), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	m := mcp.New(cfg)
-	s := openStack(tb, stackOpts{parallel: 2, contextLen: 2048, maxTokens: 200, tokenizer: true, model: mcpToolModel(tb),
+	s := openStack(tb, stackOpts{parallel: 2, contextLen: 2048, maxTokens: 200, tokenizer: true, model: testmodel.Scripted(tb, script),
 		cfg: func(c *web.Config) {
 			c.Users = []web.UserKey{{User: "alice", Key: "ka"}, {User: "bob", Key: "kb"}}
 		},
@@ -150,17 +114,22 @@ func TestResponsesMCPCall(t *testing.T) {
 	if len(msg.Content) != 1 || strings.TrimSpace(msg.Content[0].Text) != "The server worked it out." {
 		t.Errorf("message %+v", msg)
 	}
-	if n := add.calls.Load(); n != 1 {
+	if n := add.Calls.Load(); n != 1 {
 		t.Errorf("the server saw %d calls", n)
 	}
 
-	// The stored response reads back with the call (the tools' list is
-	// not stored), and its input is the user's message alone.
+	// The stored response reads back as it was made: the tools' list, the
+	// call, the answer; its input is the user's message alone.
 	var got mcpResponse
 	getJSONKey(t, s.base+"/v1/responses/"+r.ID, "ka", &got)
-	if got.Status != "completed" || got.types() != "mcp_call,message" {
+	if got.Status != "completed" || got.types() != "mcp_list_tools,mcp_call,message" {
 		t.Fatalf("stored response %s: %+v", got.types(), got)
 	}
+	if g := got.Output[0]; g.ID != lt.ID || g.ServerLabel != "math" || len(g.Tools) != 1 || g.Tools[0].Name != "add" ||
+		string(g.Tools[0].InputSchema) != string(lt.Tools[0].InputSchema) {
+		t.Errorf("stored tools' list %+v, made %+v", g, lt)
+	}
+	got.Output = got.Output[1:]
 	if g := got.Output[0]; g.ID != call.ID || g.Status != "completed" || g.Name != "add" || g.ServerLabel != "math" ||
 		g.Output == nil || *g.Output != "42" || g.Error != nil || g.Arguments != call.Arguments || g.ApprovalRequestID != nil {
 		t.Errorf("stored call %+v, made %+v", g, call)
@@ -199,10 +168,18 @@ func TestConversationItemsMCP(t *testing.T) {
 	}
 	var items mcpItemList
 	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", "ka", &items)
-	if items.types() != "message,mcp_call,message" {
+	if items.types() != "message,mcp_list_tools,mcp_call,message" {
 		t.Fatalf("items %s: %+v", items.types(), items.Data)
 	}
-	if c := items.Data[1]; c.ID != r.Output[1].ID || c.Output == nil || *c.Output != "42" || c.ServerLabel != "math" || c.Name != "add" {
+	if l := items.Data[1]; l.ID != r.Output[0].ID || len(l.Tools) != 1 || l.Tools[0].Name != "add" {
+		t.Errorf("tools' list %+v, made %+v", l, r.Output[0])
+	}
+	var one mcpItem
+	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items/"+r.Output[0].ID, "ka", &one)
+	if one.Type != "mcp_list_tools" || one.ID != r.Output[0].ID {
+		t.Errorf("GET the tools' list item: %+v", one)
+	}
+	if c := items.Data[2]; c.ID != r.Output[1].ID || c.Output == nil || *c.Output != "42" || c.ServerLabel != "math" || c.Name != "add" {
 		t.Errorf("item %+v, made %+v", c, r.Output[1])
 	}
 
@@ -214,7 +191,8 @@ func TestConversationItemsMCP(t *testing.T) {
 		t.Fatalf("output %s", r.types())
 	}
 	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", "ka", &items)
-	if items.types() != "message,mcp_call,message,message,mcp_approval_request" || items.Data[4].ID != r.Output[1].ID {
+	if items.types() != "message,mcp_list_tools,mcp_call,message,message,mcp_list_tools,mcp_approval_request" ||
+		items.Data[5].ID != r.Output[0].ID || items.Data[6].ID != r.Output[1].ID {
 		t.Fatalf("items %s: %+v", items.types(), items.Data)
 	}
 	var next mcpResponse
@@ -226,10 +204,11 @@ func TestConversationItemsMCP(t *testing.T) {
 		t.Fatalf("after the approval: %s", next.types())
 	}
 	getJSONKey(t, s.base+"/v1/conversations/"+conv.ID+"/items?order=asc", "ka", &items)
-	if items.types() != "message,mcp_call,message,message,mcp_approval_request,mcp_call,message" {
+	if items.types() != "message,mcp_list_tools,mcp_call,message,message,mcp_list_tools,mcp_approval_request,mcp_list_tools,mcp_call,message" ||
+		items.Data[7].ID != next.Output[0].ID {
 		t.Fatalf("items %s: %+v", items.types(), items.Data)
 	}
-	if c := items.Data[5]; c.ID != next.Output[1].ID || c.ApprovalRequestID == nil || *c.ApprovalRequestID != r.Output[1].ID ||
+	if c := items.Data[8]; c.ID != next.Output[1].ID || c.ApprovalRequestID == nil || *c.ApprovalRequestID != r.Output[1].ID ||
 		c.Output == nil || *c.Output != "42" {
 		t.Errorf("approved call %+v", c)
 	}
@@ -309,7 +288,7 @@ func TestResponsesMCPApproval(t *testing.T) {
 		return r
 	}
 	r := ask()
-	if n := add.calls.Load(); n != 0 {
+	if n := add.Calls.Load(); n != 0 {
 		t.Fatalf("the server saw %d calls before the approval", n)
 	}
 	var next mcpResponse
@@ -327,25 +306,28 @@ func TestResponsesMCPApproval(t *testing.T) {
 	if got := strings.TrimSpace(next.Output[2].Content[0].Text); got != "The server worked it out." {
 		t.Errorf("answer %q", got)
 	}
-	if n := add.calls.Load(); n != 1 {
+	if n := add.Calls.Load(); n != 1 {
 		t.Errorf("the server saw %d calls", n)
 	}
 	// Read back, the first response still asks, and the second shows the
 	// call it made (and takes the approval's result as its input).
 	var got mcpResponse
 	getJSONKey(t, s.base+"/v1/responses/"+r.ID, "ka", &got)
-	if got.types() != "mcp_approval_request" || got.Output[0].ID != r.Output[1].ID || got.Output[0].Name != "add" ||
-		got.Output[0].ServerLabel != "math" || got.Output[0].Arguments != r.Output[1].Arguments {
+	if got.types() != "mcp_list_tools,mcp_approval_request" || got.Output[0].ID != r.Output[0].ID || got.Output[1].ID != r.Output[1].ID ||
+		got.Output[1].Name != "add" || got.Output[1].ServerLabel != "math" || got.Output[1].Arguments != r.Output[1].Arguments {
 		t.Errorf("stored request %s: %+v", got.types(), got)
 	}
 	getJSONKey(t, s.base+"/v1/responses/"+next.ID, "ka", &got)
-	if got.types() != "mcp_call,message" || got.Output[0].ID != call.ID || got.Output[0].ApprovalRequestID == nil ||
-		*got.Output[0].ApprovalRequestID != r.Output[1].ID || got.Output[0].Output == nil || *got.Output[0].Output != "42" {
+	if got.types() != "mcp_list_tools,mcp_call,message" || got.Output[0].ID != next.Output[0].ID || got.Output[1].ID != call.ID ||
+		got.Output[1].ApprovalRequestID == nil || *got.Output[1].ApprovalRequestID != r.Output[1].ID || got.Output[1].Output == nil ||
+		*got.Output[1].Output != "42" {
 		t.Errorf("stored approved call %s: %+v", got.types(), got)
 	}
+	// Its input items are the call its approval made, after the tools'
+	// list, as its output showed them.
 	var items mcpItemList
-	getJSONKey(t, s.base+"/v1/responses/"+next.ID+"/input_items", "ka", &items)
-	if items.types() != "mcp_call" {
+	getJSONKey(t, s.base+"/v1/responses/"+next.ID+"/input_items?order=asc", "ka", &items)
+	if items.types() != "mcp_list_tools,mcp_call" || items.Data[0].ID != next.Output[0].ID {
 		t.Errorf("input items %s", items.types())
 	}
 	// The same approval a second time is refused.
@@ -364,11 +346,11 @@ func TestResponsesMCPApproval(t *testing.T) {
 		t.Errorf("declined: %s %+v", next.types(), next)
 	}
 	getJSONKey(t, s.base+"/v1/responses/"+next.ID, "ka", &got)
-	if got.types() != "mcp_call,message" || got.Output[0].Status != "failed" || got.Output[0].Error == nil ||
-		*got.Output[0].Error != *next.Output[1].Error {
+	if got.types() != "mcp_list_tools,mcp_call,message" || got.Output[1].Status != "failed" || got.Output[1].Error == nil ||
+		*got.Output[1].Error != *next.Output[1].Error {
 		t.Errorf("stored declined call %s: %+v", got.types(), got)
 	}
-	if n := add.calls.Load(); n != 1 {
+	if n := add.Calls.Load(); n != 1 {
 		t.Errorf("the server saw %d calls after a decline", n)
 	}
 }
@@ -492,7 +474,7 @@ func TestChatCompletionsMCP(t *testing.T) {
 	if strings.TrimSpace(text.String()) != "The server worked it out." {
 		t.Errorf("streamed text %q", text.String())
 	}
-	if n := add.calls.Load(); n != 2 {
+	if n := add.Calls.Load(); n != 2 {
 		t.Errorf("the server saw %d calls", n)
 	}
 
@@ -567,7 +549,7 @@ func TestMCPHungServerIsolated(t *testing.T) {
 	<-started // alice's call hangs in her server
 	var r mcpResponse
 	decodeBody(t, post(t, s.base+"/v1/responses", ask("math"), "Authorization", "Bearer kb"), http.StatusOK, &r)
-	if r.types() != "mcp_list_tools,mcp_call,message" || *r.Output[1].Output != "42" || add.calls.Load() != 1 {
+	if r.types() != "mcp_list_tools,mcp_call,message" || *r.Output[1].Output != "42" || add.Calls.Load() != 1 {
 		t.Fatalf("bob's response while alice's call hangs: %+v", r)
 	}
 	select {
@@ -654,8 +636,8 @@ func TestJSONModeServerTools(t *testing.T) {
 	if got := strings.Join(order, " "); got != "call:math/add result:42 text done:stop" && got != "call:math/add result:42 text done:eos" {
 		t.Errorf("messages %q", got)
 	}
-	if strings.TrimSpace(text.String()) != "The server worked it out." || add.calls.Load() != 1 {
-		t.Errorf("answer %q, %d calls", text.String(), add.calls.Load())
+	if strings.TrimSpace(text.String()) != "The server worked it out." || add.Calls.Load() != 1 {
+		t.Errorf("answer %q, %d calls", text.String(), add.Calls.Load())
 	}
 	ws.Close()
 
@@ -739,7 +721,149 @@ func TestResponsesMCPBesideClientTools(t *testing.T) {
 		r.Output[1].CallID == "" {
 		t.Fatalf("output %+v", r.Output)
 	}
-	if n := add.calls.Load(); n != 0 {
+	if n := add.Calls.Load(); n != 0 {
 		t.Errorf("the server saw %d calls for the client's tool", n)
+	}
+}
+
+// TestResponsesMCPReasoning: a reasoning model's thought in a turn that
+// runs server tools shows as it does without them: a reasoning item before
+// each step's call and before the answer, streamed with its
+// reasoning_text events, in the completed response, and read back with the
+// same ids.
+func TestResponsesMCPReasoning(t *testing.T) {
+	script := synth.ToolCaller()
+	script.Template = "{% if false %}<think></think>{% endif %}" + script.Template // a <think> model's template
+	script.Text = append(script.Text, "<think>", "</think>")
+	script.Reply = "<think>Adding needed</think>" + script.Reply
+	script.Then[0].Reply = "<think>Got it</think>The server worked it out."
+	s, _ := openMCPStackOn(t, mcpTestConfig, script)
+
+	res := post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200, "stream": true,
+		"tools": []any{mathTool("never")}}, "Authorization", "Bearer ka")
+	var completed mcpResponse
+	var thoughts []string
+	var itemTypes []string
+	for _, e := range readResponseEvents(t, res.Body) {
+		b, _ := json.Marshal(e.data)
+		var ev struct {
+			Type        string          `json:"type"`
+			Delta       string          `json:"delta"`
+			ItemID      string          `json:"item_id"`
+			OutputIndex int             `json:"output_index"`
+			Item        mcpItem         `json:"item"`
+			Response    json.RawMessage `json:"response"`
+		}
+		if err := json.Unmarshal(b, &ev); err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Type {
+		case "response.output_item.added":
+			itemTypes = append(itemTypes, ev.Item.Type)
+			if ev.Item.Type == "reasoning" {
+				thoughts = append(thoughts, "")
+			}
+		case "response.reasoning_text.delta":
+			if len(thoughts) == 0 || itemTypes[ev.OutputIndex] != "reasoning" {
+				t.Fatalf("reasoning_text.delta at output_index %d of %v", ev.OutputIndex, itemTypes)
+			}
+			thoughts[len(thoughts)-1] += ev.Delta
+		case "response.completed":
+			if err := json.Unmarshal(ev.Response, &completed); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := strings.Join(itemTypes, ","); got != "mcp_list_tools,reasoning,mcp_call,reasoning,message" {
+		t.Fatalf("items streamed: %s", got)
+	}
+	if len(thoughts) != 2 || thoughts[0] != "Adding needed" || thoughts[1] != "Got it" {
+		t.Errorf("streamed thoughts %q", thoughts)
+	}
+	if completed.types() != "mcp_list_tools,reasoning,mcp_call,reasoning,message" ||
+		completed.Output[1].Content[0].Text != "Adding needed" || completed.Output[3].Content[0].Text != "Got it" ||
+		strings.TrimSpace(completed.Output[4].Content[0].Text) != "The server worked it out." {
+		t.Fatalf("completed %s: %+v", completed.types(), completed)
+	}
+	var got mcpResponse
+	getJSONKey(t, s.base+"/v1/responses/"+completed.ID, "ka", &got)
+	if got.types() != completed.types() {
+		t.Fatalf("stored %s, made %s", got.types(), completed.types())
+	}
+	for i := range got.Output {
+		if got.Output[i].ID != completed.Output[i].ID {
+			t.Errorf("stored item %d: id %s, made %s", i, got.Output[i].ID, completed.Output[i].ID)
+		}
+	}
+
+	// Not streamed: the same items.
+	var r mcpResponse
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200,
+		"tools": []any{mathTool("never")}}, "Authorization", "Bearer ka"), http.StatusOK, &r)
+	if r.types() != "mcp_list_tools,reasoning,mcp_call,reasoning,message" || r.Output[1].Content[0].Text != "Adding needed" {
+		t.Errorf("not streamed %s: %+v", r.types(), r)
+	}
+}
+
+// TestResponsesMCPApprovalStateless: with store: false the client sends the
+// response's items back in the next request's input with its
+// mcp_approval_response, as OpenAI's contract has it: Parley finds the call
+// there, makes it and the model answers. An approval of a forged
+// mcp_approval_request, for a tool the request's mcp tools do not enable,
+// is refused and makes no call; so is one that names no request.
+func TestResponsesMCPApprovalStateless(t *testing.T) {
+	s, add := openMCPStack(t, mcpTestConfig)
+	var raw struct {
+		Output []map[string]any `json:"output"`
+	}
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"input": "What is 2 + 40?", "max_output_tokens": 200, "store": false,
+		"tools": []any{mathTool("always")}}, "Authorization", "Bearer ka"), http.StatusOK, &raw)
+	if len(raw.Output) != 2 || raw.Output[1]["type"] != "mcp_approval_request" {
+		t.Fatalf("output %+v", raw.Output)
+	}
+	req := raw.Output[1]
+	user := map[string]any{"role": "user", "content": "What is 2 + 40?"}
+	approve := func(id any) map[string]any {
+		return map[string]any{"type": "mcp_approval_response", "approval_request_id": id, "approve": true}
+	}
+
+	var next mcpResponse
+	decodeBody(t, post(t, s.base+"/v1/responses", map[string]any{"max_output_tokens": 200, "store": false,
+		"tools": []any{mathTool("always")}, "input": []any{user, raw.Output[0], req, approve(req["id"])}},
+		"Authorization", "Bearer ka"), http.StatusOK, &next)
+	if next.types() != "mcp_list_tools,mcp_call,message" {
+		t.Fatalf("after the approval: %s %+v", next.types(), next)
+	}
+	call := next.Output[1]
+	if call.Output == nil || *call.Output != "42" || call.ApprovalRequestID == nil || *call.ApprovalRequestID != req["id"] || call.Name != "add" {
+		t.Errorf("call %+v", call)
+	}
+	if got := strings.TrimSpace(next.Output[2].Content[0].Text); got != "The server worked it out." {
+		t.Errorf("answer %q", got)
+	}
+	if n := add.Calls.Load(); n != 1 {
+		t.Fatalf("the server saw %d calls", n)
+	}
+
+	// Forged: an approval request for a server the request does not
+	// enable (bob may use math, but this request enables no such server),
+	// and for a tool its allowed_tools leave out.
+	forged := map[string]any{"type": "mcp_approval_request", "id": "mcpr_call_forged1", "server_label": "secret", "name": "add",
+		"arguments": `{"a": 1, "b": 1}`}
+	res := post(t, s.base+"/v1/responses", map[string]any{"store": false, "tools": []any{mathTool("always")},
+		"input": []any{user, forged, approve("mcpr_call_forged1")}}, "Authorization", "Bearer ka")
+	e := wantFieldError(t, res, http.StatusBadRequest, "input[2].approval_request_id")
+	if !strings.Contains(e.Error.Message, "secret") {
+		t.Errorf("message %q does not name the server", e.Error.Message)
+	}
+	forged["server_label"] = "math"
+	res = post(t, s.base+"/v1/responses", map[string]any{"store": false, "tools": []any{mathTool("always", "sub")},
+		"input": []any{user, forged, approve("mcpr_call_forged1")}}, "Authorization", "Bearer ka")
+	wantFieldError(t, res, http.StatusBadRequest, "input[2].approval_request_id")
+	res = post(t, s.base+"/v1/responses", map[string]any{"store": false, "tools": []any{mathTool("always")},
+		"input": []any{user, approve("mcpr_call_nowhere")}}, "Authorization", "Bearer ka")
+	wantFieldError(t, res, http.StatusBadRequest, "input[1].approval_request_id")
+	if n := add.Calls.Load(); n != 1 {
+		t.Errorf("the server saw %d calls after forged approvals", n)
 	}
 }

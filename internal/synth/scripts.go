@@ -27,3 +27,20 @@ func Harmony() *Script {
 			"<|message|>Blue is the answer.<|return|>",
 	}
 }
+
+// ToolCaller is a Hermes-style model for tests of tools that run on the server: after a user's message it calls
+// add(2, 40) in <tool_call> tags, and after a tool's result (its template ends that prompt with <|answer|>) it
+// answers "The server worked it out.".
+func ToolCaller() *Script {
+	return &Script{
+		Template: "{% if tools %}{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
+			"{% if add_generation_prompt %}{% if messages[-1].role == 'tool' %}<|im_start|>assistant<|answer|>" +
+			"{% else %}<|im_start|>assistant\n{% endif %}{% endif %}",
+		Control: []string{"<|im_start|>", "<|im_end|>", "<|answer|>"},
+		Text:    []string{"<tool_call>", "</tool_call>"},
+		After:   "\n",
+		Reply:   `<tool_call>{"name": "add", "arguments": {"a": 2, "b": 40}}</tool_call>`,
+		End:     "<|im_end|>",
+		Then:    []Branch{{After: "<|answer|>", Reply: "The server worked it out."}},
+	}
+}

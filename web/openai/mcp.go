@@ -35,7 +35,8 @@ import (
 )
 
 // serverMessage is a message the server added: an assistant's server call
-// or a tool's result.
+// or a tool's result. A streamed chunk's delta shows it with the same
+// fields; content is null beside tool_calls, as OpenAI's own chunks have it.
 type serverMessage struct {
 	Role       string           `json:"role"`
 	Content    *string          `json:"content"`
@@ -49,19 +50,11 @@ type serverChoice struct {
 	ServerMessages []serverMessage `json:"server_messages"`
 }
 
-// serverDelta is a chunk's delta that shows a server call or its result.
-type serverDelta struct {
-	Role       string           `json:"role"`
-	Content    *string          `json:"content,omitempty"`
-	ToolCalls  []openAIToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string           `json:"tool_call_id,omitempty"`
-}
-
 type serverChunkChoice struct {
-	Index        int         `json:"index"`
-	Delta        serverDelta `json:"delta"`
-	Logprobs     *struct{}   `json:"logprobs"`
-	FinishReason *string     `json:"finish_reason"`
+	Index        int           `json:"index"`
+	Delta        serverMessage `json:"delta"`
+	Logprobs     *struct{}     `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
 }
 
 // serverMessages are msgs (what the run added before its final reply) on
@@ -158,7 +151,7 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 		return w.Write(append(append([]byte("data: "), b...), '\n', '\n'))
 	}
 	delta := func(d chunkDelta) error { return send([]chunkChoice{{Delta: d}}) }
-	server := func(d serverDelta) error { return send([]serverChunkChoice{{Delta: d}}) }
+	server := func(d serverMessage) error { return send([]serverChunkChoice{{Delta: d}}) }
 	empty := ""
 	err = delta(chunkDelta{Role: "assistant", Content: &empty})
 	var final parley.Event
@@ -239,7 +232,7 @@ func (ci callIndex) of(id string) int {
 // serverToolEvent streams one event of a run: model text and thought, the
 // client's call deltas, a server call (as the assistant's tool_calls, at
 // its index in its reply, idx) and its result (as a tool message).
-func serverToolEvent(ev parley.Event, idx callIndex, delta func(chunkDelta) error, server func(serverDelta) error) error {
+func serverToolEvent(ev parley.Event, idx callIndex, delta func(chunkDelta) error, server func(serverMessage) error) error {
 	le, _ := servertools.Aside(ev)
 	if le != nil {
 		switch le.Kind {
@@ -249,11 +242,11 @@ func serverToolEvent(ev parley.Event, idx callIndex, delta func(chunkDelta) erro
 		case toolloop.EventCall:
 			c := le.Call
 			i := idx.of(c.ID)
-			return server(serverDelta{Role: "assistant", ToolCalls: []openAIToolCall{{Index: &i, ID: c.ID, Type: "function",
+			return server(serverMessage{Role: "assistant", ToolCalls: []openAIToolCall{{Index: &i, ID: c.ID, Type: "function",
 				Function: openAIFunctionCall{Name: c.Tool.Name, Arguments: c.Arguments}}}})
 		case toolloop.EventResult:
 			out := le.Call.Output
-			return server(serverDelta{Role: "tool", ToolCallID: le.Call.ID, Content: &out})
+			return server(serverMessage{Role: "tool", ToolCallID: le.Call.ID, Content: &out})
 		case toolloop.EventToken:
 			if le.Server {
 				return nil

@@ -38,7 +38,7 @@ func TestServerCallIndexes(t *testing.T) {
 	var answered []string
 	for _, ev := range events {
 		err := serverToolEvent(ev, idx, func(chunkDelta) error { t.Fatal("a server event sent a model delta"); return nil },
-			func(d serverDelta) error {
+			func(d serverMessage) error {
 				for _, c := range d.ToolCalls {
 					if c.Index == nil {
 						t.Fatalf("call %s without an index", c.ID)

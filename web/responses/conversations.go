@@ -32,7 +32,9 @@ func conversationItems(sess *session.Session) []messageItem {
 		items = append(items, newMessageItem(session.SystemItemID(sess.ID), parley.Message{Role: parley.RoleSystem, Content: sess.System}))
 	}
 	sc := newServerCalls(sess.Messages)
+	lists := conversationLists(sess, sc)
 	for i, m := range sess.Messages {
+		items = append(items, lists[sess.Trimmed+i]...)
 		items = append(items, itemsOf(sess.ID, sess.Trimmed+i, m, sc)...)
 	}
 	return items
@@ -80,7 +82,7 @@ func readConversationBody(c echo.Context, allowEmpty bool) (*conversationBody, [
 	if bytes.HasPrefix(bytes.TrimSpace(req.Items), []byte(`"`)) {
 		return nil, nil, parley.FieldErrorf("items", "must be an array of message items")
 	}
-	msgs, err := parseInput(req.Items, "items", nil, nil)
+	msgs, err := parseInput(req.Items, "items", nil, nil, false)
 	if err != nil {
 		return nil, nil, err
 	}

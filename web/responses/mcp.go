@@ -195,20 +195,32 @@ func (s *API) prepareMCP(ctx context.Context, pr *parsedResponse) error {
 		return err
 	}
 	m.tools = tools
+	pr.req.Listed = storedLists(tools.Tools().Servers())
+	stateless := pr.req.Previous == "" && pr.req.Conversation == ""
+	if stateless {
+		nameServerCalls(pr.req.Input, tools.Tools())
+	}
 	if len(m.approvals) > 0 {
 		results, err := s.answerApprovals(ctx, pr)
 		if err != nil {
 			return err
 		}
-		pr.req.Input = append(results, pr.req.Input...)
+		if stateless {
+			pr.req.Input = afterCalls(pr.req.Input, results)
+		} else {
+			pr.req.Input = append(results, pr.req.Input...)
+		}
 	}
 	pr.req.Responder = tools
 	return nil
 }
 
 // answerApprovals finds each answered call in the conversation the request
-// continues, makes the approved ones and returns the tool messages of all
-// of them, in the order answered.
+// continues, or, continuing none, in its input (the mcp_approval_request
+// items a client sends back, as OpenAI's store: false asks), makes the
+// approved ones and returns the tool messages of all of them, in the order
+// answered. A call to a tool that the request's mcp tools do not enable for
+// its user is refused, wherever the call came from.
 func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley.Message, error) {
 	var history []parley.Message
 	switch {
@@ -229,7 +241,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 		}
 		history = sess.Messages
 	default:
-		return nil, parley.FieldErrorf("previous_response_id", "is required with an mcp_approval_response (the response that asked for the approval)")
+		history = pr.req.Input
 	}
 	m := pr.mcp
 	ts := m.tools.Tools()
@@ -237,14 +249,24 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 	seen := map[string]bool{}
 	for _, a := range m.approvals {
 		c, answered, ok := servertools.FindCall(history, a.callID)
-		t, known := ts.Lookup(c.Name)
+		var t toolloop.Tool
+		known := false
+		if c.Server != nil {
+			// By the server and tool the call names: a name alone may be
+			// another server's tool in this request.
+			t, known = ts.Find(c.Server.Label, c.Server.Tool)
+		}
 		switch {
+		case !ok && pr.req.Previous == "" && pr.req.Conversation == "":
+			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names no mcp_approval_request of the input (without previous_response_id or conversation, the input holds the items of the response that asked)")
 		case !ok:
 			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names no mcp_approval_request of this conversation")
+		case c.Server == nil:
+			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names a call to a client's function, not an mcp_approval_request")
 		case answered || seen[a.callID]:
 			return nil, parley.FieldErrorf(a.field+".approval_request_id", "was answered already")
 		case !known:
-			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names a call to a tool this request's mcp tools do not enable (%s)", c.Name)
+			return nil, parley.FieldErrorf(a.field+".approval_request_id", "names a call to a tool this request's mcp tools do not enable (%s of server %q)", c.Server.Tool, c.Server.Label)
 		}
 		seen[a.callID] = true
 		call := toolloop.Call{ID: c.ID, Tool: t, Arguments: c.Arguments, Output: toolloop.Declined, Error: toolloop.DeclinedError}
@@ -260,6 +282,105 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 	return out, nil
 }
 
+// mcpInputMessages are the messages a session stores for an mcp_call or
+// mcp_approval_request item a client sends back in the input of a request
+// that continues no stored history (field names it; msgs are the input's
+// messages before it): the assistant's call, marked as a server's
+// (parley.ToolCall.Server, named by its remote name until nameServerCalls),
+// and, for an mcp_call with a result, the tool message of its result. An
+// mcp_call whose call an mcp_approval_request of msgs made gives the result
+// alone; one without a result (its turn ended first) gives nothing, so
+// that no call is made again unasked. Other mcp items give nothing.
+func mcpInputMessages(it inputItem, field string, msgs []parley.Message) ([]parley.Message, error) {
+	prefix := mcpCallPrefix
+	switch it.Type {
+	case "mcp_call":
+	case "mcp_approval_request":
+		prefix = approvalPrefix
+	default:
+		return nil, nil
+	}
+	id, _ := strings.CutPrefix(it.ID, prefix) // an id Parley did not give is the call's id as it is
+	if id == "" {
+		return nil, parley.FieldErrorf(field+".id", "is required (the id of the %s as the response gave it)", it.Type)
+	}
+	if it.ServerLabel == "" || it.Name == "" {
+		return nil, parley.FieldErrorf(field, "an %s needs its server_label and name", it.Type)
+	}
+	if strings.TrimSpace(it.Arguments) != "" && !json.Valid([]byte(it.Arguments)) {
+		return nil, parley.FieldErrorf(field+".arguments", "must be JSON text")
+	}
+	call := parley.ToolCall{ID: id, Name: it.Name, Arguments: it.Arguments,
+		Server: &parley.ServerCall{Label: it.ServerLabel, Tool: it.Name, Approval: it.Type == "mcp_approval_request" || it.ApprovalRequestID != ""}}
+	if it.Type == "mcp_approval_request" {
+		return []parley.Message{{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{call}}}, nil
+	}
+	var out, errText string
+	if apicore.IsSet(it.Output) && json.Unmarshal(it.Output, &out) != nil {
+		return nil, parley.FieldErrorf(field+".output", "must be a string or null")
+	}
+	if it.Error != nil {
+		errText = *it.Error
+		if out == "" {
+			out = "error: " + errText
+		}
+	}
+	if !apicore.IsSet(it.Output) && it.Error == nil {
+		return nil, nil
+	}
+	result := parley.Message{Role: parley.RoleTool, ToolCallID: id, Name: it.Name, Content: out, ToolError: errText}
+	if _, _, made := servertools.FindCall(msgs, id); made {
+		return []parley.Message{result}, nil
+	}
+	return []parley.Message{{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{call}}, result}, nil
+}
+
+// nameServerCalls names each server call of msgs (from mcp items of the
+// input) and its result as the model knows the tool in this request, when
+// the request's tools (ts) enable it.
+func nameServerCalls(msgs []parley.Message, ts *toolloop.Toolset) {
+	names := map[string]string{}
+	for i := range msgs {
+		for j, c := range msgs[i].ToolCalls {
+			if c.Server == nil {
+				continue
+			}
+			if t, ok := ts.Find(c.Server.Label, c.Server.Tool); ok {
+				msgs[i].ToolCalls[j].Name, names[c.ID] = t.Name, t.Name
+			}
+		}
+		if n, ok := names[msgs[i].ToolCallID]; ok && msgs[i].Role == parley.RoleTool {
+			msgs[i].Name = n
+		}
+	}
+}
+
+// afterCalls is msgs with each result placed after the message that made
+// its call and the tool messages that follow that message.
+func afterCalls(msgs, results []parley.Message) []parley.Message {
+	made := map[string]int{} // call id -> index of the message that made it
+	for i, m := range msgs {
+		for _, c := range m.ToolCalls {
+			made[c.ID] = i
+		}
+	}
+	at := map[int][]parley.Message{}
+	for _, r := range results {
+		i := made[r.ToolCallID] // answerApprovals found every call in msgs
+		at[i] = append(at[i], r)
+	}
+	out := make([]parley.Message, 0, len(msgs)+len(results))
+	var due []parley.Message
+	for i, m := range msgs {
+		if m.Role != parley.RoleTool {
+			out, due = append(out, due...), nil
+		}
+		out = append(out, m)
+		due = append(due, at[i]...)
+	}
+	return append(out, due...)
+}
+
 // Wire shapes of the mcp items.
 
 type mcpListedTool struct {
@@ -271,7 +392,7 @@ type mcpListedTool struct {
 
 type mcpListToolsItem struct {
 	Type        string          `json:"type"` // mcp_list_tools
-	ID          string          `json:"id"`
+	ID          string          `json:"id"`   // stored without it: listToolsID gives it again
 	ServerLabel string          `json:"server_label"`
 	Tools       []mcpListedTool `json:"tools"`
 	Error       *string         `json:"error"`
@@ -297,9 +418,14 @@ type mcpApprovalRequestItem struct {
 	Arguments   string `json:"arguments"`
 }
 
+// listToolsID is the id of response respID's mcp_list_tools item of its
+// i-th server.
+func listToolsID(respID string, i int) string {
+	return fmt.Sprintf("%s%s_%d", listToolsPrefix, strings.TrimPrefix(respID, session.ResponsePrefix), i)
+}
+
 func listToolsItem(respID string, i int, st toolloop.ServerTools) mcpListToolsItem {
-	it := mcpListToolsItem{Type: "mcp_list_tools", ID: fmt.Sprintf("%s%s_%d", listToolsPrefix, strings.TrimPrefix(respID, session.ResponsePrefix), i),
-		ServerLabel: st.Label, Tools: []mcpListedTool{}}
+	it := mcpListToolsItem{Type: "mcp_list_tools", ID: listToolsID(respID, i), ServerLabel: st.Label, Tools: []mcpListedTool{}}
 	for _, t := range st.Tools {
 		schema := t.Parameters
 		if !apicore.IsSet(schema) {
@@ -355,6 +481,11 @@ type mcpOutput struct {
 	pos   int   // the absolute position of the message the loop adds next
 	out   []any // the output items so far
 	calls map[string]int
+	// the current step's reasoning item: open from its first thought token
+	// until its answer's text, a call, or its end
+	rsOpen  bool
+	rsIdx   int
+	thought strings.Builder
 	// the open message item of the current step
 	msgOpen bool
 	msgIdx  int
@@ -464,9 +595,54 @@ func (o *mcpOutput) approval(a toolloop.ApprovalRequest) error {
 	return o.done(i)
 }
 
-// token streams a model token of the current step: its text into the
-// step's message item, a client call's delta into its function_call item.
+// thinking streams a thought token of the current step into its reasoning
+// item, which comes before the step's other items as a turn without tools
+// has it (and with the id the stored step shows: itemsOf).
+func (o *mcpOutput) thinking(text string) error {
+	if !o.rsOpen {
+		o.rsOpen = true
+		it := reasoningItem{Type: "reasoning", ID: reasoningItemID(o.sid, o.pos+1), Status: "in_progress", Summary: []struct{}{}, Content: []reasoningText{}}
+		var err error
+		if o.rsIdx, err = o.add(newReasoningItem(o.sid, o.pos+1, ""), it); err != nil {
+			return err
+		}
+	}
+	o.thought.WriteString(text)
+	return o.send("response.reasoning_text.delta", atPart(reasoningItemID(o.sid, o.pos+1), o.rsIdx, map[string]any{"delta": text}))
+}
+
+// thoughtDone ends the current step's reasoning item, if open.
+func (o *mcpOutput) thoughtDone() error {
+	if !o.rsOpen {
+		return nil
+	}
+	o.rsOpen = false
+	text := o.thought.String()
+	o.thought.Reset()
+	it := newReasoningItem(o.sid, o.pos+1, text)
+	o.out[o.rsIdx] = it
+	return steps(
+		func() error {
+			return o.send("response.reasoning_text.done", atPart(it.ID, o.rsIdx, map[string]any{"text": text}))
+		},
+		func() error { return o.done(o.rsIdx) },
+	)
+}
+
+// token streams a model token of the current step: its thought into the
+// step's reasoning item, its text into the step's message item, a client
+// call's delta into its function_call item.
 func (o *mcpOutput) token(ev parley.Event) error {
+	if r := ev.Token.Reasoning; r != "" && !o.msgOpen && len(o.fc) == 0 {
+		if err := o.thinking(r); err != nil {
+			return err
+		}
+	}
+	if ev.Token.Text != "" || ev.ToolCall != nil {
+		if err := o.thoughtDone(); err != nil {
+			return err
+		}
+	}
 	if t := ev.Token.Text; t != "" {
 		if !o.msgOpen {
 			o.msgOpen = true
@@ -517,6 +693,9 @@ func (o *mcpOutput) token(ev parley.Event) error {
 // replyDone ends the current step's items: its message and the client's
 // calls (final, from the reply's final event), with status for them all.
 func (o *mcpOutput) replyDone(final parley.Event, status string) error {
+	if err := o.thoughtDone(); err != nil {
+		return err
+	}
 	if o.msgOpen {
 		o.msgOpen = false
 		text := o.text.String()

@@ -6,9 +6,15 @@ package responses
 // (GET /v1/responses/{id}, input_items, conversation items), they show as
 // the items the response showed when it was made: an mcp_call with its
 // output at the call, or, for a call that asked for approval, an
-// mcp_approval_request at the call and the mcp_call at its result.
+// mcp_approval_request at the call and the mcp_call at its result. A
+// response's mcp_list_tools items are kept in its record
+// (session.ResponseRecord.Listed), without their ids (the response's id
+// gives them again), and show where its output showed them: before the
+// calls its approvals made, else before its steps.
 
 import (
+	"encoding/json"
+
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/toolloop"
@@ -95,11 +101,11 @@ func mcpCallMessageItem(c toolloop.Call, status string) messageItem {
 }
 
 // storedOutput is the output of stored response rec of sess, as its
-// creation showed it: the mcp_call items of the calls its input approved,
+// creation showed it: its mcp_list_tools items, the mcp_call items of the calls its input approved,
 // the items of the steps its server tools ran (StepsReply), then its reply.
 func storedOutput(sess *session.Session, rec session.ResponseRecord) []messageItem {
 	sc := newServerCalls(sess.Messages)
-	var out []messageItem
+	out := storedListItems(rec)
 	stepsAt := rec.End - 1 - rec.Steps
 	if sc != nil {
 		for i, m := range sess.Span(rec.Start, stepsAt) {
@@ -117,6 +123,94 @@ func storedOutput(sess *session.Session, rec session.ResponseRecord) []messageIt
 	}
 	if reply := sess.Span(rec.End-1, rec.End); len(reply) == 1 {
 		out = append(out, replyItems(sess.ID, rec.End, rec.Status, reply[0], sc)...)
+	}
+	return out
+}
+
+// maxStoredListBytes bounds the mcp_list_tools items a record keeps; lists
+// over it are kept with their tools' names only.
+const maxStoredListBytes = 64 << 10
+
+// storedLists encodes the mcp_list_tools items of servers for a record
+// (session.ResponseRecord.Listed); nil without servers.
+func storedLists(servers []toolloop.ServerTools) json.RawMessage {
+	if len(servers) == 0 {
+		return nil
+	}
+	items := make([]mcpListToolsItem, len(servers))
+	for i, st := range servers {
+		items[i] = listToolsItem("", i, st)
+		items[i].ID = ""
+	}
+	b, err := json.Marshal(items)
+	if err == nil && len(b) <= maxStoredListBytes {
+		return b
+	}
+	for i := range items {
+		for j := range items[i].Tools {
+			items[i].Tools[j].Description, items[i].Tools[j].InputSchema = "", json.RawMessage(`{"type":"object"}`)
+		}
+	}
+	if b, err = json.Marshal(items); err != nil {
+		return nil
+	}
+	return b
+}
+
+// storedListItems are the mcp_list_tools items rec keeps, with the ids its
+// creation gave them.
+func storedListItems(rec session.ResponseRecord) []messageItem {
+	if len(rec.Listed) == 0 {
+		return nil
+	}
+	var items []mcpListToolsItem
+	if json.Unmarshal(rec.Listed, &items) != nil {
+		return nil
+	}
+	out := make([]messageItem, len(items))
+	for i, it := range items {
+		it.Type, it.ID = "mcp_list_tools", listToolsID(rec.ID, i)
+		if it.Tools == nil {
+			it.Tools = []mcpListedTool{}
+		}
+		out[i] = messageItem{Type: it.Type, ID: it.ID, mcp: it}
+	}
+	return out
+}
+
+// listsAt is the absolute position of sess before whose message rec's
+// mcp_list_tools items show: its first tool message that gives the result
+// of a server call (a call its approvals made), else its first step (or
+// its reply, without steps).
+func listsAt(sess *session.Session, rec session.ResponseRecord, sc *serverCalls) int {
+	stepsAt := rec.End - 1 - rec.Steps
+	if sc != nil {
+		for i, m := range sess.Span(rec.Start, stepsAt) {
+			if _, ok := sc.calls[m.ToolCallID]; ok && m.Role == parley.RoleTool {
+				return rec.Start + i
+			}
+		}
+	}
+	return stepsAt
+}
+
+// conversationLists are the mcp_list_tools items of sess's responses that
+// are still whole, by the absolute position they show before.
+func conversationLists(sess *session.Session, sc *serverCalls) map[int][]messageItem {
+	var out map[int][]messageItem
+	for _, r := range sess.Responses {
+		if len(r.Listed) == 0 {
+			continue
+		}
+		rec, ok := sess.Record(r.ID)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = map[int][]messageItem{}
+		}
+		at := listsAt(sess, rec, sc)
+		out[at] = append(out[at], storedListItems(rec)...)
 	}
 	return out
 }

@@ -71,9 +71,12 @@ type inputItem struct {
 	// ID is an item_reference's item (resolveItem); other items'
 	// ids are ignored.
 	ID string `json:"id"`
-	// mcp_approval_response items (mcp.go)
-	ApprovalRequestID string `json:"approval_request_id"`
-	Approve           *bool  `json:"approve"`
+	// mcp_approval_response items, and mcp_call and mcp_approval_request
+	// items a client sends back (mcp.go)
+	ApprovalRequestID string  `json:"approval_request_id"`
+	Approve           *bool   `json:"approve"`
+	ServerLabel       string  `json:"server_label"`
+	Error             *string `json:"error"`
 }
 
 // parsedResponse is a decoded, validated create request.
@@ -122,7 +125,11 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if ctx, err = req.CacheKeyFields.Narrow(ctx); err != nil {
 		return nil, err
 	}
-	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) }, s.core.Images(ctx))
+	// A request that continues no stored history brings it in its input,
+	// server calls included (mcp_call and mcp_approval_request items); one
+	// that continues a response or conversation has them stored.
+	stateless := req.PreviousResponseID == nil && !apicore.IsSet(req.Conversation)
+	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) }, s.core.Images(ctx), stateless)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +148,9 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if len(msgs) == 0 && !continuesWarmup && !approvals {
 		return nil, parley.FieldErrorf("input", "is required")
 	}
-	if err := session.CheckResponseInput(msgs); err != nil && !continuesWarmup && !(approvals && len(msgs) == 0) {
+	// An answer's results come after the call they answer (prepareMCP); the
+	// turn's input is checked again with them (session.Respond).
+	if err := session.CheckResponseInput(msgs); err != nil && !continuesWarmup && !approvals {
 		return nil, err
 	}
 	if err := checkMetadata(req.Metadata); err != nil {
@@ -243,8 +252,11 @@ func parseConversationField(raw json.RawMessage) (string, error) {
 	return id, nil
 }
 
-// parseInput decodes a string (one user message) or an array of message items.
-func parseInput(raw json.RawMessage, field string, refs func(id, field string) (itemRef, error), images *apicore.ImageBatch) ([]parley.Message, error) {
+// parseInput decodes a string (one user message) or an array of message
+// items. With serverCalls, mcp_call and mcp_approval_request items become
+// the messages a session stores for them (mcpInputMessages); else they are
+// skipped, as mcp_list_tools and mcp_approval_response items always are.
+func parseInput(raw json.RawMessage, field string, refs func(id, field string) (itemRef, error), images *apicore.ImageBatch, serverCalls bool) ([]parley.Message, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
@@ -279,6 +291,13 @@ func parseInput(raw json.RawMessage, field string, refs func(id, field string) (
 			continue
 		}
 		if mcpItem(it.Type) {
+			if serverCalls {
+				m, err := mcpInputMessages(it, f, msgs)
+				if err != nil {
+					return nil, err
+				}
+				msgs = append(msgs, m...)
+			}
 			continue // read by parseMCPRequest, or an output item a client sends back (mcp.go)
 		}
 		var m parley.Message

@@ -128,7 +128,7 @@ type messageItem struct {
 	Content []outputText   `json:"content"`
 	tool    toolItemFields // a function item's (see MarshalJSON)
 	thought string         // a reasoning item's text
-	mcp     any            // an mcp_call or mcp_approval_request item's wire shape (mcpitems.go)
+	mcp     any            // an mcp_list_tools, mcp_call or mcp_approval_request item's wire shape (mcpitems.go)
 }
 
 type responsesUsage struct {
@@ -366,7 +366,12 @@ func (s *API) InputItems(c echo.Context) error {
 	}
 	var items []messageItem
 	sc := newServerCalls(sess.Messages)
-	for i, m := range sess.Span(rec.Start, rec.End-1-rec.Steps) {
+	stepsAt := rec.End - 1 - rec.Steps
+	at, lists := listsAt(sess, rec, sc), storedListItems(rec)
+	for i, m := range sess.Span(rec.Start, stepsAt) {
+		if rec.Start+i == at {
+			items = append(items, lists...) // before the calls the request's approvals made, as its output showed them
+		}
 		items = append(items, itemsOf(sess.ID, rec.Start+i, m, sc)...)
 	}
 	return listItems(c, items)

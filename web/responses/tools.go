@@ -96,7 +96,7 @@ type toolItemFields struct {
 // function_call or function_call_output item with its own fields.
 func (it messageItem) MarshalJSON() ([]byte, error) {
 	switch it.Type {
-	case "mcp_call", "mcp_approval_request":
+	case "mcp_list_tools", "mcp_call", "mcp_approval_request":
 		return json.Marshal(it.mcp)
 	case "function_call":
 		return json.Marshal(struct {
