@@ -31,6 +31,7 @@ type Stats struct {
 	PromptReused     int64 // prompt tokens served from the KV cache (cumulative), copied ones included
 	PromptCopied     int64 // prompt tokens copied from another slot's KV cache instead of evaluated (cumulative)
 	PrefixCopies     int64 // copies of another slot's KV cache (cumulative)
+	Preemptions      int64 // sequences that gave their slot to a client without one (cumulative; preempt.go)
 	TokensGenerated  int64 // tokens sampled (cumulative)
 	DraftTokens      int64 // draft tokens verified (cumulative; speculative decoding)
 	DraftAccepted    int64 // draft tokens that held, each a token generated without a step of its own (cumulative)
@@ -126,6 +127,7 @@ type Engine struct {
 	promptEval, promptReused, generated, steps, stepNanos atomic.Int64
 	busyRefusals, slowDrops, deadEnds, overBudget         atomic.Int64
 	promptCopied, prefixCopies                            atomic.Int64
+	preemptions                                           atomic.Int64 // sequences that stepped out for a client without a slot (preempt.go)
 	imagesEvaluated                                       atomic.Int64 // images decoded into a slot's KV cache
 	imagesEncoded, encodeNanos                            atomic.Int64 // images through the encoder, and its time in them
 
@@ -193,6 +195,11 @@ type sequence struct {
 	firstTok  time.Time
 
 	restore *kvcache.Entry // KV swap: the key's saved state, fetched before queueing (nil: none)
+	// resume, set while a preempted sequence waits for a slot again
+	// (preempt.go), is its whole history: the prompt, what it generated, and
+	// the sampled token not yet decoded. assign evaluates what of it the
+	// slot does not hold, and the reply goes on.
+	resume []int
 
 	// scope is the request's cache scope (parley.CacheScope): it reuses,
 	// copies and restores only KV caches of its own scope. req.Key is within
@@ -382,6 +389,7 @@ func (e *Engine) Stats() Stats {
 		PromptReused:     e.promptReused.Load(),
 		PromptCopied:     e.promptCopied.Load(),
 		PrefixCopies:     e.prefixCopies.Load(),
+		Preemptions:      e.preemptions.Load(),
 		TokensGenerated:  e.generated.Load(),
 		DraftTokens:      e.drafted.Load(),
 		DraftAccepted:    e.draftHeld.Load(),

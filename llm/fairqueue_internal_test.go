@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/parley-chat/parley"
 )
@@ -44,9 +45,12 @@ func TestFairQueueRoundRobin(t *testing.T) {
 
 // TestFairQueueCaps: a client's waiting requests are capped (busy, with
 // Retry-After) while others still get in; a client holding its slots is
-// passed over while another waits, and takes them all when alone.
+// passed over while another waits or was present within clientLinger, and
+// takes them all when alone. The clock is the test's: no time passes.
 func TestFairQueueCaps(t *testing.T) {
 	q := newFairQueue(10, 3, 2)
+	now := time.Unix(1e9, 0)
+	q.now = func() time.Time { return now }
 	for i := range 3 {
 		if err := q.push(seqOf("heavy", "h")); err != nil {
 			t.Fatalf("push %d: %v", i, err)
@@ -69,8 +73,18 @@ func TestFairQueueCaps(t *testing.T) {
 		t.Fatalf("heavy took a third slot while light generates: %q", got)
 	}
 	q.done(seqOf("light", ""))
+	// light's reply ended: its next request comes a moment later, and
+	// finds the slot free, unless light has been gone for clientLinger.
+	now = now.Add(clientLinger - time.Millisecond)
+	if got := popNames(q, 1); got != "-" {
+		t.Fatalf("heavy took a third slot the moment light's reply ended: %q", got)
+	}
+	now = now.Add(time.Millisecond)
 	if got := popNames(q, 1); got != "h" {
 		t.Fatalf("heavy alone could not take a third slot: %q", got)
+	}
+	if _, ok := q.clients["light"]; ok {
+		t.Fatal("light is still remembered past clientLinger")
 	}
 	q.push(seqOf("light", "l"))
 	q.push(seqOf("heavy", "h"))
@@ -81,6 +95,7 @@ func TestFairQueueCaps(t *testing.T) {
 	for range 3 {
 		q.done(seqOf("heavy", ""))
 	}
+	q.done(seqOf("light", ""))
 	if got := popNames(q, 2); got != "h -" {
 		t.Fatalf("after heavy's slots ended: %q", got)
 	}
@@ -93,5 +108,43 @@ func TestFairQueueCaps(t *testing.T) {
 	q2.push(seqOf("b", "b"))
 	if err := q2.push(seqOf("c", "c")); parley.ErrorCode(err) != parley.EBusy {
 		t.Fatalf("over the whole queue: %v", err)
+	}
+}
+
+// TestFairQueuePreemption: a waiting client with no slot is paired with the
+// client holding the most (at least two); the one that steps out goes back
+// first in its client's queue.
+func TestFairQueuePreemption(t *testing.T) {
+	q := newFairQueue(10, 10, -1)
+	for range 3 {
+		q.push(seqOf("heavy", "h"))
+	}
+	q.push(seqOf("heavy", "h-next"))
+	if got := popNames(q, 3); got != "h h h" {
+		t.Fatalf("order %q", got)
+	}
+	if _, _, ok := q.preemption(); ok {
+		t.Fatal("a preemption with no newcomer waiting")
+	}
+	q.push(seqOf("light", "l"))
+	newcomer, victim, ok := q.preemption()
+	if !ok || newcomer != "light" || victim != "heavy" {
+		t.Fatalf("preemption: %q from %q, %v", newcomer, victim, ok)
+	}
+	q.requeue(seqOf("heavy", "h-back"))
+	if s := q.popFrom("light"); s == nil || s.req.Key != "l" {
+		t.Fatalf("popFrom light: %v", s)
+	}
+	if got := popNames(q, 3); got != "h-back h-next -" {
+		t.Fatalf("after the preemption: %q", got)
+	}
+	// A client holding one slot is not a victim.
+	q2 := newFairQueue(10, 10, -1)
+	q2.push(seqOf("a", "a"))
+	q2.push(seqOf("b", "b"))
+	popNames(q2, 2)
+	q2.push(seqOf("c", "c"))
+	if _, _, ok := q2.preemption(); ok {
+		t.Fatal("a preemption from clients holding one slot each")
 	}
 }

@@ -60,6 +60,14 @@ func (e *Engine) loop(b *batch) {
 			}
 			admit(seq)
 		}
+		if active >= e.parallel {
+			// Every slot generates: a client without one may take one
+			// from the client holding the most (preempt.go).
+			if seq := e.preempt(); seq != nil {
+				active--
+				admit(seq)
+			}
+		}
 		select {
 		case <-e.closing:
 			e.shutdown()

@@ -151,12 +151,19 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	}
 	s.seq, s.key, s.lastUsed, s.scope, s.stateless = seq, seq.req.Key, tick, seq.scope, seq.stateless
 	seq.slot = s
-	seq.started = time.Now()
+	if seq.started.IsZero() {
+		seq.started = time.Now()
+	}
 	e.busy.Add(1)
 
-	toks := seq.req.Tokens
+	toks, resumed := seq.req.Tokens, seq.resume != nil
+	if resumed {
+		toks = seq.resume // preempted (preempt.go): its history, its reply goes on
+	}
 	keep := commonPrefix(s.cached, toks)
-	keep = e.kvRestore(s, seq, keep) // KV swap: the session's saved state, when it holds more
+	if !resumed {
+		keep = e.kvRestore(s, seq, keep) // KV swap: the session's saved state, when it holds more
+	}
 	e.copyPrefix(s, toks, keep)
 	keep = commonPrefix(s.cached, toks)
 	if keep == len(toks) {
@@ -174,6 +181,11 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	seq.pending = append([]int(nil), toks[keep:]...)
 	if e.draftMode != DraftOff {
 		s.draft.reset(toks)
+	}
+	if resumed {
+		seq.resume = nil
+		e.promptReused.Add(int64(keep))
+		return // its usage counts its prompt once, as it was the first time
 	}
 	seq.usage.PromptTokens = len(toks)
 	seq.usage.CachedPromptTokens = keep

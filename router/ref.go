@@ -128,6 +128,7 @@ func (r *EngineRef) Stats() web.EngineStats {
 		PromptEvaluated:   st.PromptEvaluated,
 		PromptReused:      st.PromptReused,
 		PromptCopied:      st.PromptCopied,
+		Preemptions:       st.Preemptions,
 		TokensGenerated:   st.TokensGenerated,
 		Steps:             st.Steps,
 		StepTime:          time.Duration(st.StepNanos),

@@ -430,6 +430,7 @@ func (m *Router) Stats() web.EngineStats {
 		sum.PromptEvaluated += st.PromptEvaluated
 		sum.PromptReused += st.PromptReused
 		sum.PromptCopied += st.PromptCopied
+		sum.Preemptions += st.Preemptions
 		sum.TokensGenerated += st.TokensGenerated
 		sum.Steps += st.Steps
 		sum.StepTime += st.StepTime

@@ -27,6 +27,7 @@ type EngineStats struct {
 	PromptEvaluated   int64         // prompt tokens decoded
 	PromptReused      int64         // prompt tokens served from the KV cache instead
 	PromptCopied      int64         // of those, tokens copied from another slot's cache (a shared prefix)
+	Preemptions       int64         // replies that stepped out of their slot for a client without one
 	TokensGenerated   int64         // tokens sampled
 	Steps             int64         // decode steps
 	StepTime          time.Duration // time spent in decode steps
@@ -248,6 +249,8 @@ func engineCollectors(stats func() EngineStats) []prometheus.Collector {
 			func(s EngineStats) float64 { return float64(s.PromptReused) }),
 		counter("parley_prompt_tokens_copied_total", "Prompt tokens copied from another slot's KV cache (a shared prefix such as a system prompt) instead of being decoded.",
 			func(s EngineStats) float64 { return float64(s.PromptCopied) }),
+		counter("parley_preemptions_total", "Replies that stepped out of their slot for a client that had none, and went on later (fair sharing).",
+			func(s EngineStats) float64 { return float64(s.Preemptions) }),
 		counter("parley_generated_tokens_total", "Tokens generated (end-of-generation tokens not included).",
 			func(s EngineStats) float64 { return float64(s.TokensGenerated) }),
 		counter("parley_decode_steps_total", "llama.cpp decode steps (each one batch across all active replies).",

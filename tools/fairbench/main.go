@@ -101,12 +101,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "fairbench: %s, --parallel %d --threads %d, %d heavy streams of %d tokens, %d light users of %d tokens, %s a phase\n",
 		c.bin, c.parallel, c.threads, c.heavy, c.heavyTokens, c.light, c.lightTokens, c.duration)
 	solo := b.phase(ctx, 0, c.light)
-	fmt.Fprintf(out, "solo:  light TTFT p50 %s p95 %s (%d requests)\n", pct(solo.ttft, 50), pct(solo.ttft, 95), len(solo.ttft))
+	fmt.Fprintf(out, "solo:  light TTFT p50 %s p95 %s, slot wait p95 %s (%d requests)\n",
+		pct(solo.ttft, 50), pct(solo.ttft, 95), pct(solo.queued, 95), len(solo.ttft))
 	heavy := b.phase(ctx, c.heavy, 0)
 	fmt.Fprintf(out, "heavy: %.1f tokens/s aggregate, %d busy refusals\n", heavy.rate(c.duration), heavy.busy)
 	mixed := b.phase(ctx, c.heavy, c.light)
-	fmt.Fprintf(out, "mixed: light TTFT p50 %s p95 %s (%d requests, %d refused), %.1f tokens/s aggregate, heavy refused %d\n",
-		pct(mixed.ttft, 50), pct(mixed.ttft, 95), len(mixed.ttft), mixed.lightBusy, mixed.rate(c.duration), mixed.busy)
+	fmt.Fprintf(out, "mixed: light TTFT p50 %s p95 %s, slot wait p50 %s p95 %s (%d requests, %d refused), %.1f tokens/s aggregate, heavy refused %d\n",
+		pct(mixed.ttft, 50), pct(mixed.ttft, 95), pct(mixed.queued, 50), pct(mixed.queued, 95), len(mixed.ttft), mixed.lightBusy,
+		mixed.rate(c.duration), mixed.busy)
 	if p95 := pct(solo.ttft, 95); p95 > 0 {
 		fmt.Fprintf(out, "light p95 TTFT mixed/solo: %.2f; aggregate mixed/heavy alone: %.2f\n",
 			float64(pct(mixed.ttft, 95))/float64(p95), mixed.rate(c.duration)/heavy.rate(c.duration))
@@ -123,6 +125,7 @@ type bench struct {
 type phaseResult struct {
 	mu        sync.Mutex
 	ttft      []time.Duration // light users'
+	queued    []time.Duration // light users' wait for a slot (the reply's timings.queued_ms)
 	tokens    int             // every user's
 	busy      int             // heavy's refusals
 	lightBusy int
@@ -141,7 +144,7 @@ func (b *bench) phase(ctx context.Context, heavy, light int) *phaseResult {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				_, n, status := b.stream(ctx, "heavy-key", b.c.heavyTokens)
+				_, n, status, _ := b.stream(ctx, "heavy-key", b.c.heavyTokens)
 				r.mu.Lock()
 				r.tokens += n
 				if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
@@ -160,11 +163,12 @@ func (b *bench) phase(ctx context.Context, heavy, light int) *phaseResult {
 			defer wg.Done()
 			key := fmt.Sprintf("light-key-%d", i)
 			for ctx.Err() == nil {
-				ttft, n, status := b.stream(ctx, key, b.c.lightTokens)
+				ttft, n, status, queued := b.stream(ctx, key, b.c.lightTokens)
 				r.mu.Lock()
 				r.tokens += n
 				if status == http.StatusOK && ttft > 0 && ctx.Err() == nil {
 					r.ttft = append(r.ttft, ttft)
+					r.queued = append(r.queued, queued)
 				} else if status != http.StatusOK && status != 0 {
 					r.lightBusy++
 				}
@@ -178,27 +182,29 @@ func (b *bench) phase(ctx context.Context, heavy, light int) *phaseResult {
 }
 
 // stream sends one streamed completion and returns its time to the first
-// token, the tokens it got, and the HTTP status (0 when the request did not
-// complete).
-func (b *bench) stream(ctx context.Context, key string, n int) (time.Duration, int, int) {
+// token, the tokens it got, the HTTP status (0 when the request did not
+// complete), and how long the reply waited for a slot (the server's
+// timings.queued_ms in the final chunk: the part of the time to the first
+// token that the sharing of slots decides).
+func (b *bench) stream(ctx context.Context, key string, n int) (time.Duration, int, int, time.Duration) {
 	body, _ := json.Marshal(map[string]any{"prompt": b.c.prompt, "max_tokens": n, "stream": true, "temperature": 0.8})
 	req, err := http.NewRequestWithContext(ctx, "POST", b.base+"/v1/completions", strings.NewReader(string(body)))
 	if err != nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	res, err := b.client.Do(req)
 	if err != nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, res.Body)
-		return 0, 0, res.StatusCode
+		return 0, 0, res.StatusCode, 0
 	}
-	var ttft time.Duration
+	var ttft, queued time.Duration
 	tokens := 0
 	sc := bufio.NewScanner(res.Body)
 	for sc.Scan() {
@@ -208,8 +214,17 @@ func (b *bench) stream(ctx context.Context, key string, n int) (time.Duration, i
 		}
 		var ev struct {
 			Choices []struct{ Text string }
+			Timings *struct {
+				QueuedMS float64 `json:"queued_ms"`
+			}
 		}
-		if json.Unmarshal([]byte(line[len("data: "):]), &ev) != nil || len(ev.Choices) == 0 || ev.Choices[0].Text == "" {
+		if json.Unmarshal([]byte(line[len("data: "):]), &ev) != nil {
+			continue
+		}
+		if ev.Timings != nil {
+			queued = time.Duration(ev.Timings.QueuedMS * float64(time.Millisecond))
+		}
+		if len(ev.Choices) == 0 || ev.Choices[0].Text == "" {
 			continue
 		}
 		if tokens == 0 {
@@ -218,9 +233,9 @@ func (b *bench) stream(ctx context.Context, key string, n int) (time.Duration, i
 		tokens++
 	}
 	if sc.Err() != nil {
-		return 0, tokens, 0
+		return 0, tokens, 0, 0
 	}
-	return ttft, tokens, res.StatusCode
+	return ttft, tokens, res.StatusCode, queued
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -1,0 +1,124 @@
+package llm_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/llm"
+)
+
+// TestPreemptForNewcomer: while one client's two long replies hold both
+// slots, another client's request is served at once (one of the first
+// client's sequences steps out and comes back), not after one of those
+// replies ends; the reply that stepped out goes on exactly as the one that
+// did not (same prompt, greedy). With a spare cache slot the newcomer takes
+// it and the victim's cache stays; without one the victim evaluates its
+// history again. Everything is counted by events: the long replies end only
+// when cancelled, after the newcomer's reply has ended.
+func TestPreemptForNewcomer(t *testing.T) {
+	for _, cacheSlots := range []int{2, 3} {
+		t.Run(map[int]string{2: "recompute", 3: "spare-slot"}[cacheSlots], func(t *testing.T) {
+			e := mustOpen(t, llm.Config{ContextLength: 2048, BatchSize: 2048, Parallel: 2, CacheSlots: cacheSlots})
+			toks, _ := e.Tokenize("Once upon a time")
+			heavy := parley.WithClient(context.Background(), "heavy")
+			ctx, cancel := context.WithCancel(heavy)
+			defer cancel()
+
+			// Two replies that end only when cancelled, read as they come.
+			type stream struct {
+				mu   sync.Mutex
+				ids  []int
+				more chan struct{} // a token arrived
+				done bool
+			}
+			var hs [2]*stream
+			var wg sync.WaitGroup
+			for i := range hs {
+				ch, err := e.Generate(ctx, parley.GenerateRequest{Tokens: toks, Params: greedy(1900)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := &stream{more: make(chan struct{}, 1)}
+				hs[i] = h
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ev := range ch {
+						h.mu.Lock()
+						if ev.Done {
+							h.done = true
+						} else {
+							h.ids = append(h.ids, ev.Token.ID)
+						}
+						h.mu.Unlock()
+						select {
+						case h.more <- struct{}{}:
+						default:
+						}
+					}
+				}()
+			}
+			waitTokens := func(h *stream, n int) {
+				t.Helper()
+				for {
+					h.mu.Lock()
+					got, done := len(h.ids), h.done
+					h.mu.Unlock()
+					if got >= n {
+						return
+					}
+					if done {
+						t.Fatalf("a long reply ended after %d tokens", got)
+					}
+					<-h.more
+				}
+			}
+			for _, h := range hs {
+				waitTokens(h, 1) // both slots generate
+			}
+
+			light := parley.WithClient(context.Background(), "light")
+			lch, err := e.Generate(light, parley.GenerateRequest{Tokens: toks[:3], Params: greedy(8)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := collect(t, lch)
+			if l.final.Err != nil || len(l.ids) == 0 {
+				t.Fatalf("the newcomer's reply: %v, %d tokens", l.final.Err, len(l.ids))
+			}
+			at := make([]int, len(hs))
+			for i, h := range hs {
+				h.mu.Lock()
+				if h.done {
+					t.Fatalf("long reply %d ended before the newcomer's: the newcomer waited for it", i)
+				}
+				at[i] = len(h.ids)
+				h.mu.Unlock()
+			}
+			if n := e.Stats().Preemptions; n != 1 {
+				t.Fatalf("%d preemptions, want 1", n)
+			}
+			// Both go on past that point, then end.
+			for i, h := range hs {
+				waitTokens(h, at[i]+32)
+			}
+			cancel()
+			wg.Wait()
+			a, b := hs[0].ids, hs[1].ids
+			n := min(len(a), len(b))
+			if !slices.Equal(a[:n], b[:n]) {
+				i := 0
+				for a[i] == b[i] {
+					i++
+				}
+				t.Fatalf("the replies differ at token %d of %d (stepped out after %v tokens)", i, n, at)
+			}
+			if st := e.Stats(); st.SlotsBusy != 0 || st.Queued != 0 {
+				t.Fatalf("after: %d slots busy, %d queued", st.SlotsBusy, st.Queued)
+			}
+		})
+	}
+}
