@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/paramstest"
 )
 
 func weatherTool() parley.Tool {
@@ -119,7 +120,7 @@ func TestSetToolSyntax(t *testing.T) {
 	if err := p.SetToolSyntax(llama); err != nil {
 		t.Fatal(err)
 	}
-	if n := p.Validations(); n != 1 {
+	if n := paramstest.Validations(&p); n != 1 {
 		t.Errorf("validated %d times, want 1", n)
 	}
 	g, field, ok := p.CheckedGrammar()
@@ -132,7 +133,7 @@ func TestSetToolSyntax(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tools[1].name") {
 		t.Errorf("SetToolSyntax on changed tools = %v, want the bad name refused", err)
 	}
-	if n := p.Validations(); n != 2 {
+	if n := paramstest.Validations(&p); n != 2 {
 		t.Errorf("validated %d times, want 2", n)
 	}
 
