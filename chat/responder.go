@@ -219,10 +219,16 @@ func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message
 		cont   bool // the prompt continues the memo's
 	}
 	seen := make(map[int]rendered)
-	// Tokenizing a candidate stops once it is over both the budget and
-	// the cap on the whole prompt (when the request has one).
+	// Tokenizing a candidate stops once it is over the budget, or, when the
+	// request caps the whole prompt, over the cap: the edge does not
+	// tokenize a conversation, so this count is the one that bounds a
+	// hostile one. A prompt within the cap is within the budget too, or is
+	// fitted from candidates that are shorter than it.
 	maxPrompt := parley.MaxPromptTokensFrom(ctx)
-	limit := max(budget, maxPrompt)
+	limit := budget
+	if maxPrompt > 0 {
+		limit = maxPrompt
+	}
 	count := func(cand []parley.Message) (int, error) {
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens) + imageExtra(c.tokens, positions), nil
@@ -259,7 +265,7 @@ func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message
 			return nil, fmt.Errorf("count prompt tokens: %w", err)
 		}
 		if n > maxPrompt {
-			return nil, parley.Errorf(parley.ETooLarge, "the prompt is at least %d tokens with the template's markup; at most %d are accepted", n, maxPrompt)
+			return nil, parley.PromptTooLong(n, maxPrompt, "the prompt is at least %d tokens with the template's markup; at most %d are accepted", n, maxPrompt)
 		}
 	}
 	from := 0

@@ -52,8 +52,10 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 
 // StartChat starts a reply to a conversation rendered with the model's template.
 // The whole prompt (every message and tool, and what the template adds) is
-// held to MaxPromptTokens: counted first from the request's strings
-// (StartCall), then, rendered, by the responder.
+// held to MaxPromptTokens by the responder, which tokenizes the rendered
+// prompt once, stopping as soon as it is over the cap, and decodes those
+// tokens. Here only the messages are counted (each is at least its role
+// marker), which needs no tokenizer: a conversation's text is tokenized once.
 //
 // The reply names the conversation's affinity key in X-Parley-Session: the
 // client's own (SentAffinityKey), or one derived from its user and the
@@ -61,22 +63,21 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // the header keeps a resent conversation on the replica that holds its cache.
 func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*Call, error) {
 	SetAffinity(c, parley.AffinityKey(parley.UserFrom(c.Request().Context()), SentAffinityKey(c), msgs))
-	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
+	return k.StartCall(c, route, "", len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
 		}
 		req.Key, req.Messages = key, msgs
-		req.PromptTokens = nil // the counted text's, not a prompt's
 		return r.Reply(ctx, req)
 	})
 }
 
 // StartCall starts a reply for route once the server takes work and the
-// request's text (the prompt, or every string of a conversation: a
-// stateless request's whole prompt) plus extra tokens (one per message) is
-// within MaxPromptTokens. start is given the request with its model,
-// keep-alive and p, and in PromptTokens text's tokens when counting it
-// tokenized the whole text (nil otherwise); it adds what it answers.
+// request's text (a raw prompt; "" when the responder counts the prompt
+// itself) plus extra tokens (one per message) is within MaxPromptTokens.
+// start is given the request with its model, keep-alive and p, and in
+// PromptTokens text's tokens when counting it tokenized the whole text (nil
+// otherwise); it adds what it answers.
 func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, parley.Responder, parley.ReplyRequest) (parley.Reply, error)) (*Call, error) {
 	if err := k.Available(); err != nil {
 		return nil, err
