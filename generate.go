@@ -148,38 +148,7 @@ func UserFrom(ctx context.Context) string {
 	return u
 }
 
-// loadProgressKey is the context key of WithLoadProgress.
-type loadProgressKey struct{}
-
 // LoadProgress is told how a model load a request waits for goes: the
-// model's name and the fraction loaded, 0 to 1. It is called from the
-// loading goroutine and must not block.
+// model's name and the fraction loaded, 0 to 1 (ReplyRequest.LoadProgress).
+// It is called from the loading goroutine and must not block.
 type LoadProgress func(model string, fraction float64)
-
-// WithLoadProgress returns a context whose request shows f the progress of
-// the model load it waits for, if it waits for one.
-func WithLoadProgress(ctx context.Context, f LoadProgress) context.Context {
-	return context.WithValue(ctx, loadProgressKey{}, f)
-}
-
-// LoadProgressFrom returns the function WithLoadProgress put in ctx, or nil.
-func LoadProgressFrom(ctx context.Context) LoadProgress {
-	f, _ := ctx.Value(loadProgressKey{}).(LoadProgress)
-	return f
-}
-
-type continueKey struct{}
-
-// WithContinue returns a context that asks the chat layer to continue the
-// conversation's last message, an assistant reply cut short (its length
-// limit, a stop), instead of starting a new reply after it: the reply's text
-// is the prompt's end, and the new tokens carry it on.
-func WithContinue(ctx context.Context) context.Context {
-	return context.WithValue(ctx, continueKey{}, true)
-}
-
-// ContinueFrom reports whether WithContinue marked ctx.
-func ContinueFrom(ctx context.Context) bool {
-	c, _ := ctx.Value(continueKey{}).(bool)
-	return c
-}

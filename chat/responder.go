@@ -126,15 +126,15 @@ func (r *Responder) Template() Template {
 // saved KV state and the slot of one user's conversation are never another
 // user's, whatever key the other sends.
 func (r *Responder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
-	rep, err := r.reply(ctx, req.Key, req.Messages, req.Params)
+	rep, err := r.reply(ctx, req.Key, req.Messages, req.Params, req.Continue)
 	if err != nil {
 		return nil, err // never a nil *Reply in a non-nil parley.Reply
 	}
 	return rep, nil
 }
 
-// reply is Reply's work, on the request's parts.
-func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*Reply, error) {
+// reply is Reply's work, on the request's parts (prefill: req.Continue).
+func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params, prefill bool) (*Reply, error) {
 	key = parley.ScopedKey(ctx, key)
 	if len(msgs) == 0 {
 		return nil, parley.FieldErrorf("messages", "at least one message is needed")
@@ -162,10 +162,9 @@ func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message
 			controls = append(controls, j.imageText()) // what the template writes for an image
 		}
 	}
-	// A continuation (parley.WithContinue) renders the messages before the
-	// last one, an assistant reply, with the generation prompt, and ends the
-	// prompt with that reply's text: the model carries it on.
-	prefill := parley.ContinueFrom(ctx)
+	// A continuation (parley.ReplyRequest.Continue) renders the messages
+	// before the last one, an assistant reply, with the generation prompt,
+	// and ends the prompt with that reply's text: the model carries it on.
 	if prefill && msgs[len(msgs)-1].Role != parley.RoleAssistant {
 		return nil, parley.Errorf(parley.EInvalid, "there is no reply to continue: the conversation does not end with one")
 	}

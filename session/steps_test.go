@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/parley-chat/parley"
@@ -40,7 +41,7 @@ func (s stepsResponder) Complete(ctx context.Context, req parley.ReplyRequest) (
 // server call and its result) and the reply in order; its record counts the
 // steps, so the response's reply and input items stay where they are, and
 // a later turn continues after the reply. A chat turn given the Responder
-// through WithTurnResponder stores them the same way.
+// through ReplyWith stores them the same way.
 func TestRespondCommitsSteps(t *testing.T) {
 	st := session.NewMemoryStore()
 	t.Cleanup(func() { st.Close() })
@@ -95,9 +96,9 @@ func TestRespondCommitsSteps(t *testing.T) {
 		t.Errorf("next record %+v after %+v", n, rec)
 	}
 
-	// A chat turn through WithTurnResponder.
+	// A chat turn through ReplyWith.
 	s := mustOpenSession(t, svc)
-	turn, err := svc.Turn(session.WithTurnResponder(ctx, loop), s.ID, "two plus two", parley.DefaultParams())
+	turn, err := svc.Turn(ctx, s.ID, "two plus two", parley.DefaultParams(), session.ReplyWith(loop))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +110,55 @@ func TestRespondCommitsSteps(t *testing.T) {
 	}
 	if n := len(stored.Messages); n != 4 || stored.Messages[2].Role != parley.RoleTool || stored.Messages[3].Content != "reply to two plus two" {
 		t.Errorf("chat turn stored %+v", stored.Messages)
+	}
+}
+
+// progressResponder answers through f, and shows each request's load
+// progress (when it has one) a load of model "m" half done.
+type progressResponder struct{ f *fakeResponder }
+
+func (p progressResponder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	if req.LoadProgress != nil {
+		req.LoadProgress("m", 0.5)
+	}
+	return p.f.Reply(ctx, req)
+}
+
+func (p progressResponder) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	return p.f.Complete(ctx, req)
+}
+
+// TestTurnOptionsReachTheReply: a turn's options are facts of its reply's
+// request, given as arguments: ShowLoadProgress is the request's
+// LoadProgress and ReplyWith its responder, on a Turn and on a Regenerate;
+// a turn without them has neither.
+func TestTurnOptionsReachTheReply(t *testing.T) {
+	st := session.NewMemoryStore()
+	t.Cleanup(func() { st.Close() })
+	svc, f := newService(t, st, echo)
+	s := mustOpenSession(t, svc)
+	ctx := context.Background()
+	var shown []string
+	show := session.ShowLoadProgress(func(model string, frac float64) {
+		shown = append(shown, fmt.Sprintf("%s %.1f", model, frac))
+	})
+	via := session.ReplyWith(progressResponder{f})
+	for i, start := range []func() (*session.Turn, error){
+		func() (*session.Turn, error) { return svc.Turn(ctx, s.ID, "hello", parley.DefaultParams(), show, via) },
+		func() (*session.Turn, error) { return svc.Regenerate(ctx, s.ID, parley.DefaultParams(), via, show) },
+		func() (*session.Turn, error) { return svc.Turn(ctx, s.ID, "again", parley.DefaultParams(), via) },
+	} {
+		turn, err := start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range turn.Events() {
+		}
+		if want := min(i+1, 2); len(shown) != want {
+			t.Errorf("turn %d: progress shown %v, want %d times", i+1, shown, want)
+		}
+	}
+	if len(shown) == 2 && (shown[0] != "m 0.5" || shown[1] != "m 0.5") {
+		t.Errorf("progress shown %v", shown)
 	}
 }

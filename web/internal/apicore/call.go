@@ -90,12 +90,13 @@ func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley
 	// beyond the slot (a conversation key only leads a resent conversation
 	// back to its slot).
 	ctx, cancel := context.WithCancel(parley.WithStateless(c.Request().Context()))
-	if k.Models != nil && strings.HasSuffix(route, "-stream") {
-		ctx = parley.WithLoadProgress(ctx, k.SSEProgress(c))
-	}
 	model := ModelFrom(ctx)
+	req := parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Params: p, PromptTokens: counted}
+	if k.Models != nil && strings.HasSuffix(route, "-stream") {
+		req.LoadProgress = k.SSEProgress(c)
+	}
 	call := &Call{core: k, Route: route, Cancel: cancel, Params: p, meter: k.Meter(model)}
-	rep, err := start(ctx, k.Responder, parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Params: p, PromptTokens: counted})
+	rep, err := start(ctx, k.Responder, req)
 	if err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled) {
 		// The client left while its prompt was rendered or tokenized:
 		// not a failure of the server's.
