@@ -92,10 +92,11 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 		return parley.FieldErrorf("logprobs", "is not supported with tools that run on the server")
 	}
 	rctx := c.Request().Context()
-	// Only the messages are counted here: each step's responder holds its
-	// rendered prompt to the cap (parley.WithMaxPromptTokens below) as it
-	// tokenizes it, so the conversation is tokenized once a step.
-	if err := s.core.CountPromptTokens(rctx, "", len(cc.msgs), true); err != nil {
+	// Only the messages are counted here (see apicore.CountedText): each
+	// step's responder holds its rendered prompt to the cap
+	// (parley.WithMaxPromptTokens below) as it tokenizes it, so the
+	// conversation is tokenized once a step.
+	if err := s.core.CountPromptTokens(rctx, apicore.CountedText(cc.msgs, cc.params.Tools), len(cc.msgs), true); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(parley.WithStateless(rctx))

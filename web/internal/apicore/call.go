@@ -55,7 +55,8 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // held to MaxPromptTokens by the responder, which tokenizes the rendered
 // prompt once, stopping as soon as it is over the cap, and decodes those
 // tokens. Here only the messages are counted (each is at least its role
-// marker), which needs no tokenizer: a conversation's text is tokenized once.
+// marker), which needs no tokenizer: a conversation's text is tokenized once
+// (see CountedText for a conversation with images).
 //
 // The reply names the conversation's affinity key in X-Parley-Session: the
 // client's own (SentAffinityKey), or one derived from its user and the
@@ -63,13 +64,28 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // the header keeps a resent conversation on the replica that holds its cache.
 func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*Call, error) {
 	SetAffinity(c, parley.AffinityKey(parley.UserFrom(c.Request().Context()), SentAffinityKey(c), msgs))
-	return k.StartCall(c, route, "", len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
+	return k.StartCall(c, route, CountedText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
 		}
 		req.Key, req.Messages = key, msgs
+		req.PromptTokens = nil // the counted text's, not a prompt's
 		return r.Reply(ctx, req)
 	})
+}
+
+// CountedText is the text of a conversation that the edge counts against
+// MaxPromptTokens before the responder renders it: none ("", only the
+// messages are counted), as the responder counts the rendered prompt itself
+// and stops at the cap, except for a conversation with images, whose prompt
+// the responder tokenizes whole (images and text together, with no early
+// stop): its text (PromptText) is counted here first, so a huge one is
+// refused after at most the cap's tokens.
+func CountedText(msgs []parley.Message, tools []parley.Tool) string {
+	if parley.ImageCount(msgs) == 0 {
+		return ""
+	}
+	return PromptText(msgs, tools)
 }
 
 // StartCall starts a reply for route once the server takes work and the
