@@ -114,23 +114,6 @@ func ClientFrom(ctx context.Context) string {
 // running, or still waiting for the engine, when the server shut down.
 var ErrShuttingDown = errors.New("the server shut down")
 
-// maxPromptKey is the context key of WithMaxPromptTokens.
-type maxPromptKey struct{}
-
-// WithMaxPromptTokens returns a context that caps the tokens of the whole
-// prompt a reply renders (every message and tool, and what the template
-// writes around them, before older turns are dropped to fit the context):
-// over it the reply is refused with ETooLarge. n <= 0 means no cap.
-func WithMaxPromptTokens(ctx context.Context, n int) context.Context {
-	return context.WithValue(ctx, maxPromptKey{}, n)
-}
-
-// MaxPromptTokensFrom returns the cap WithMaxPromptTokens put in ctx, or 0.
-func MaxPromptTokensFrom(ctx context.Context) int {
-	n, _ := ctx.Value(maxPromptKey{}).(int)
-	return n
-}
-
 // userKey is the context key of WithUser.
 type userKey struct{}
 

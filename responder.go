@@ -31,6 +31,11 @@ type ReplyRequest struct {
 	// (when there is one) first, ending with the user's message (or a tool
 	// result). Complete ignores it.
 	Messages []Message
+	// MaxPromptTokens caps the tokens of the whole prompt Reply renders
+	// (every message and tool, and what the template writes around them,
+	// before older turns are dropped to fit the context): over it the reply
+	// is refused with ETooLarge (PromptTooLong). <= 0 means no cap.
+	MaxPromptTokens int
 	// Continue asks Reply to carry on the conversation's last message, an
 	// assistant reply cut short (its length limit, a stop), instead of
 	// starting a new reply after it: the reply's text is the prompt's end,

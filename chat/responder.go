@@ -126,16 +126,16 @@ func (r *Responder) Template() Template {
 // saved KV state and the slot of one user's conversation are never another
 // user's, whatever key the other sends.
 func (r *Responder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
-	rep, err := r.reply(ctx, req.Key, req.Messages, req.Params, req.Continue)
+	rep, err := r.reply(ctx, req)
 	if err != nil {
 		return nil, err // never a nil *Reply in a non-nil parley.Reply
 	}
 	return rep, nil
 }
 
-// reply is Reply's work, on the request's parts (prefill: req.Continue).
-func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params, prefill bool) (*Reply, error) {
-	key = parley.ScopedKey(ctx, key)
+// reply is Reply's work.
+func (r *Responder) reply(ctx context.Context, req parley.ReplyRequest) (*Reply, error) {
+	key, msgs, p, prefill := parley.ScopedKey(ctx, req.Key), req.Messages, req.Params, req.Continue
 	if len(msgs) == 0 {
 		return nil, parley.FieldErrorf("messages", "at least one message is needed")
 	}
@@ -223,7 +223,7 @@ func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message
 	// tokenize a conversation, so this count is the one that bounds a
 	// hostile one. A prompt within the cap is within the budget too, or is
 	// fitted from candidates that are shorter than it.
-	maxPrompt := parley.MaxPromptTokensFrom(ctx)
+	maxPrompt := req.MaxPromptTokens
 	limit := budget
 	if maxPrompt > 0 {
 		limit = maxPrompt

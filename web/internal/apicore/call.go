@@ -66,7 +66,7 @@ func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Messag
 	SetAffinity(c, parley.AffinityKey(parley.UserFrom(c.Request().Context()), SentAffinityKey(c), msgs))
 	return k.StartCall(c, route, CountedText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
-			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
+			req.MaxPromptTokens = k.MaxPromptTokens
 		}
 		req.Key, req.Messages = key, msgs
 		req.PromptTokens = nil // the counted text's, not a prompt's

@@ -244,7 +244,7 @@ type limitTokenizer interface {
 // per message: the role marker every template writes) over
 // MaxPromptTokens; with text "" it counts only the messages, without a
 // tokenizer (for a conversation whose rendered prompt the responder holds
-// to the cap: parley.WithMaxPromptTokens). Without load, a prompt for a model that is not loaded
+// to the cap: parley.ReplyRequest.MaxPromptTokens). Without load, a prompt for a model that is not loaded
 // is not counted (the WebSocket's reader must not wait for a load: the
 // engine still refuses a prompt over the context). Tokenizing stops as
 // soon as the text is over the limit, and when ctx ends (the client left).
