@@ -55,7 +55,8 @@ func bigTool(name string, n int) map[string]any {
 // tools is refused; the same message alone is answered), every message
 // counts (6,000 empty assistant messages are refused, and cheaply: the
 // rendered prompt is tokenized only until it is over the cap), and a tools
-// array of about 4 MB is refused without being tokenized in full.
+// array of about 4 MB is refused before it is rendered, without being
+// tokenized in full.
 func TestPromptLimitCountsEverything(t *testing.T) {
 	s := openQwenStack(t, 1000)
 	msgs := []map[string]any{{"role": "user", "content": "Hi"}}
@@ -109,6 +110,8 @@ func TestPromptLimitCountsEverything(t *testing.T) {
 	start = time.Now()
 	if code, msg := status(map[string]any{"messages": msgs, "max_tokens": 4, "tools": tools}); !tooLong(code) {
 		t.Errorf("3.9 MB of tools: %d %s, want 400 or 413", code, msg)
+	} else if strings.Contains(msg, "template's markup") {
+		t.Errorf("3.9 MB of tools were rendered before they were refused: %s", msg)
 	}
 	t.Logf("3.9 MB of tools refused in %v", time.Since(start))
 }

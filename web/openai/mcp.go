@@ -92,11 +92,12 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 		return parley.FieldErrorf("logprobs", "is not supported with tools that run on the server")
 	}
 	rctx := c.Request().Context()
-	// Only the messages are counted here (see apicore.CountedText): each
+	// Only the messages are counted here, as a rule (see
+	// apicore.CountedText): each
 	// step's responder holds its rendered prompt to the cap
 	// (parley.ReplyRequest.MaxPromptTokens below) as it tokenizes it, so the
 	// conversation is tokenized once a step.
-	if err := s.core.CountPromptTokens(rctx, apicore.CountedText(cc.msgs, cc.params.Tools), len(cc.msgs), true); err != nil {
+	if err := s.core.CountPromptTokens(rctx, apicore.CountedText(cc.msgs, cc.params.Tools, s.core.MaxPromptTokens), len(cc.msgs), true); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(parley.WithStateless(rctx))

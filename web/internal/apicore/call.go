@@ -55,8 +55,9 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // held to MaxPromptTokens by the responder, which tokenizes the rendered
 // prompt once, stopping as soon as it is over the cap, and decodes those
 // tokens. Here only the messages are counted (each is at least its role
-// marker), which needs no tokenizer: a conversation's text is tokenized once
-// (see CountedText for a conversation with images).
+// marker), which needs no tokenizer, unless the conversation's text is
+// counted first (see CountedText): a conversation within the cap is
+// tokenized once.
 //
 // The reply names the conversation's affinity key in X-Parley-Session: the
 // client's own (SentAffinityKey), or one derived from its user and the
@@ -64,7 +65,7 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // the header keeps a resent conversation on the replica that holds its cache.
 func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*Call, error) {
 	SetAffinity(c, parley.AffinityKey(parley.UserFrom(c.Request().Context()), SentAffinityKey(c), msgs))
-	return k.StartCall(c, route, CountedText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
+	return k.StartCall(c, route, CountedText(msgs, p.Tools, k.MaxPromptTokens), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			req.MaxPromptTokens = k.MaxPromptTokens
 		}
@@ -74,18 +75,31 @@ func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Messag
 	})
 }
 
+// countedBytesPerToken is the bytes per token of the cap past which the
+// edge counts a conversation's text before the responder renders it. Real
+// text averages 2 to 5 bytes a token; a text longer than this many bytes
+// per token of the cap is almost surely over it, and counting it here, up
+// to the cap's tokens, refuses a huge one (megabytes of tools) without
+// rendering it. Only a text within the cap whose tokens average more bytes
+// than this (long runs of spaces) is then tokenized twice.
+const countedBytesPerToken = 8
+
 // CountedText is the text of a conversation that the edge counts against
-// MaxPromptTokens before the responder renders it: none ("", only the
-// messages are counted), as the responder counts the rendered prompt itself
-// and stops at the cap, except for a conversation with images, whose prompt
-// the responder tokenizes whole (images and text together, with no early
-// stop): its text (PromptText) is counted here first, so a huge one is
-// refused after at most the cap's tokens.
-func CountedText(msgs []parley.Message, tools []parley.Tool) string {
-	if parley.ImageCount(msgs) == 0 {
+// the cap maxPrompt (<= 0: none) before the responder renders it: "" (only
+// the messages are counted; the responder counts the rendered prompt and
+// stops at the cap) unless the text (PromptText) is longer than
+// countedBytesPerToken bytes per token of the cap, or the conversation has
+// images, whose prompt the responder tokenizes whole (images and text
+// together, with no early stop).
+func CountedText(msgs []parley.Message, tools []parley.Tool, maxPrompt int) string {
+	if maxPrompt <= 0 {
 		return ""
 	}
-	return PromptText(msgs, tools)
+	text := PromptText(msgs, tools)
+	if parley.ImageCount(msgs) > 0 || len(text) > maxPrompt*countedBytesPerToken {
+		return text
+	}
+	return ""
 }
 
 // StartCall starts a reply for route once the server takes work and the
