@@ -23,6 +23,12 @@ type GenerateRequest struct {
 	// (as many positions as the model's projector makes of it). Only a model
 	// loaded with a projector takes them.
 	Images []Image
+	// Client names the client the request comes from (its address, or its
+	// named user: the web edge's WithClient): the engine queues requests
+	// fairly between clients and caps per client what one client's requests
+	// may hold (grammar samplers that overran their step budget). "" is one
+	// client of its own.
+	Client string
 }
 
 // ImageToken stands in GenerateRequest.Tokens for one of its Images.
@@ -97,8 +103,10 @@ type ModelInfo struct {
 type clientKey struct{}
 
 // WithClient returns a context that names the client a request comes from
-// (its address, say): the engine caps per client what one client's
-// requests may hold (grammar samplers that overran their step budget).
+// (its address, say), for the web edge and the session layer: sessions
+// count their creation rate and their store's share per client. Below them
+// the client is a field of the request (ReplyRequest.Client,
+// GenerateRequest.Client).
 func WithClient(ctx context.Context, client string) context.Context {
 	return context.WithValue(ctx, clientKey{}, client)
 }

@@ -24,6 +24,9 @@ type ReplyRequest struct {
 	// negative duration keeps it until it is unloaded by hand. nil leaves
 	// the model's own. What a request may change is the server's policy.
 	KeepAlive *time.Duration
+	// Client names the client the request comes from (see
+	// GenerateRequest.Client): the engine queues and caps per client.
+	Client string
 	// LoadProgress, when set, is shown the progress of the model load the
 	// request waits for, if it waits for one (a router loading req.Model).
 	LoadProgress LoadProgress

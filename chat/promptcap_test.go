@@ -57,3 +57,29 @@ func TestMaxPromptTokensOfTheRequest(t *testing.T) {
 		t.Errorf("within the cap: %d counts, %d tokens generated from", len(gen.limits), len(gen.lastRequest(t).Tokens))
 	}
 }
+
+// TestClientReachesTheEngine: the request's client is the engine request's,
+// for a reply and for a raw completion, so the engine queues and caps per
+// client with no context value.
+func TestClientReachesTheEngine(t *testing.T) {
+	gen := newFake(4096, chat.NameChatML, piece{text: "hi"})
+	r := chat.NewResponder(gen)
+	rep, err := r.Reply(context.Background(), parley.ReplyRequest{Messages: []parley.Message{user("hello")}, Params: params(4), Client: "10.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, rep)
+	gen.wait(t)
+	if c := gen.lastRequest(t).Client; c != "10.0.0.1" {
+		t.Errorf("Reply: the engine's request names client %q, want 10.0.0.1", c)
+	}
+	rep, err = r.Complete(context.Background(), parley.ReplyRequest{Prompt: "once upon", Params: params(4), Client: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, rep)
+	gen.wait(t)
+	if c := gen.lastRequest(t).Client; c != "alice" {
+		t.Errorf("Complete: the engine's request names client %q, want alice", c)
+	}
+}

@@ -321,7 +321,8 @@ func (r *Responder) reply(ctx context.Context, req parley.ReplyRequest) (*Reply,
 		images = allImages[len(allImages)-n:]
 	}
 	think := ThinkFormatOf(tmpl)
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, images, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
+	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: chosen.tokens, Params: p, Images: images, Client: req.Client}, chosen.prompt,
+		stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
 }
 
 // memoFor returns key's memo when msgs may continue its conversation (it
@@ -378,17 +379,17 @@ func dropTurns(msgs []parley.Message, k int) []parley.Message {
 // strings from p.Stop only. For clients that send the whole prompt (TGI inputs, plain
 // ?prompt=). The same reading rule as Reply applies.
 func (r *Responder) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
-	rep, err := r.complete(ctx, req.Key, req.Prompt, req.PromptTokens, req.Params)
+	rep, err := r.complete(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	return rep, nil
 }
 
-// complete is Complete's work, on the request's parts: prompt is
-// tokenized unless tokens, its tokens, are given.
-func (r *Responder) complete(ctx context.Context, key string, prompt string, tokens []int, p parley.Params) (*Reply, error) {
-	key = parley.ScopedKey(ctx, key)
+// complete is Complete's work: req.Prompt is tokenized unless
+// req.PromptTokens, its tokens, are given.
+func (r *Responder) complete(ctx context.Context, req parley.ReplyRequest) (*Reply, error) {
+	key, prompt, tokens, p := parley.ScopedKey(ctx, req.Key), req.Prompt, req.PromptTokens, req.Params
 	info := r.gen.Info()
 	if len(tokens) == 0 {
 		var err error
@@ -399,12 +400,14 @@ func (r *Responder) complete(ctx context.Context, key string, prompt string, tok
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs at least %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, nil, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
+	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: tokens, Params: p, Client: req.Client}, prompt, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }
 
-// start calls Generate and starts the goroutine that cleans its stream.
-func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, images []parley.Image, p parley.Params, stops []string, dropped, contextLength int,
+// start calls Generate with req (its Tokens are prompt's) and starts the
+// goroutine that cleans its stream.
+func (r *Responder) start(ctx context.Context, req parley.GenerateRequest, prompt string, stops []string, dropped, contextLength int,
 	remember func(gen []int, pieces []string, special []bool), think ThinkFormat, plan *phasePlan, ts *toolStream) (*Reply, error) {
+	tokens, p := req.Tokens, req.Params
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
 	}
@@ -419,7 +422,6 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 	// genCtx lets the reply stop generation on a stop string without
 	// cancelling the caller's ctx.
 	genCtx, cancel := context.WithCancel(ctx)
-	req := parley.GenerateRequest{Key: key, Tokens: tokens, Params: p, Images: images}
 	var events <-chan parley.Event
 	var err error
 	if plan != nil {

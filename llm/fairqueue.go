@@ -12,7 +12,7 @@ import (
 const busyRetryAfter = 2 * time.Second
 
 // fairQueue is the wait for a slot, shared fairly between clients
-// (parley.WithClient: an address, or a named user). Each client has a FIFO
+// (GenerateRequest.Client: an address, or a named user). Each client has a FIFO
 // of its own and the clients are served round robin, so one client's many
 // requests never stand before another's one: a newcomer waits for the next
 // free slot, not behind the whole queue. Two caps keep one client from
@@ -60,7 +60,7 @@ func newFairQueue(max, maxPer, slotsPer int) *fairQueue {
 // push queues seq for its client, or returns an EBusy error (with
 // Retry-After) when the queue, or the client's share of it, is full.
 func (q *fairQueue) push(seq *sequence) error {
-	name := parley.ClientFrom(seq.ctx)
+	name := seq.client
 	q.mu.Lock()
 	c := q.clients[name]
 	switch {
@@ -131,7 +131,7 @@ func (q *fairQueue) pop() *sequence {
 
 // done ends the slot a popped sequence held.
 func (q *fairQueue) done(seq *sequence) {
-	name := parley.ClientFrom(seq.ctx)
+	name := seq.client
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c := q.clients[name]

@@ -701,7 +701,8 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	if ts.r != nil {
 		r = ts.r
 	}
-	reply, err := r.Reply(ctx, parley.ReplyRequest{Key: sess.ID, Model: model, Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont})
+	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: parley.ClientFrom(ctx), Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont}
+	reply, err := r.Reply(ctx, req)
 	if err != nil {
 		s.undoPending(ctx, t, sess)
 		ts.unlock()

@@ -114,13 +114,18 @@ func TestRespondCommitsSteps(t *testing.T) {
 }
 
 // progressResponder answers through f, and shows each request's load
-// progress (when it has one) a load of model "m" half done.
-type progressResponder struct{ f *fakeResponder }
+// progress (when it has one) a load of model "m" half done; clients are the
+// requests' clients.
+type progressResponder struct {
+	f       *fakeResponder
+	clients *[]string
+}
 
 func (p progressResponder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
 	if req.LoadProgress != nil {
 		req.LoadProgress("m", 0.5)
 	}
+	*p.clients = append(*p.clients, req.Client)
 	return p.f.Reply(ctx, req)
 }
 
@@ -131,18 +136,18 @@ func (p progressResponder) Complete(ctx context.Context, req parley.ReplyRequest
 // TestTurnOptionsReachTheReply: a turn's options are facts of its reply's
 // request, given as arguments: ShowLoadProgress is the request's
 // LoadProgress and ReplyWith its responder, on a Turn and on a Regenerate;
-// a turn without them has neither.
+// a turn without them has neither. The request names the turn's client.
 func TestTurnOptionsReachTheReply(t *testing.T) {
 	st := session.NewMemoryStore()
 	t.Cleanup(func() { st.Close() })
 	svc, f := newService(t, st, echo)
 	s := mustOpenSession(t, svc)
-	ctx := context.Background()
-	var shown []string
+	ctx := parley.WithClient(context.Background(), "10.0.0.1")
+	var shown, clients []string
 	show := session.ShowLoadProgress(func(model string, frac float64) {
 		shown = append(shown, fmt.Sprintf("%s %.1f", model, frac))
 	})
-	via := session.ReplyWith(progressResponder{f})
+	via := session.ReplyWith(progressResponder{f, &clients})
 	for i, start := range []func() (*session.Turn, error){
 		func() (*session.Turn, error) { return svc.Turn(ctx, s.ID, "hello", parley.DefaultParams(), show, via) },
 		func() (*session.Turn, error) { return svc.Regenerate(ctx, s.ID, parley.DefaultParams(), via, show) },
@@ -160,5 +165,8 @@ func TestTurnOptionsReachTheReply(t *testing.T) {
 	}
 	if len(shown) == 2 && (shown[0] != "m 0.5" || shown[1] != "m 0.5") {
 		t.Errorf("progress shown %v", shown)
+	}
+	if len(clients) != 3 || clients[0] != "10.0.0.1" || clients[2] != "10.0.0.1" {
+		t.Errorf("the replies' requests name clients %v, want 10.0.0.1 each", clients)
 	}
 }
