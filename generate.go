@@ -23,6 +23,12 @@ type GenerateRequest struct {
 	// (as many positions as the model's projector makes of it). Only a model
 	// loaded with a projector takes them.
 	Images []Image
+	// Client names the client the request comes from (its address, or its
+	// named user: the web edge's WithClient): the engine queues requests
+	// fairly between clients and caps per client what one client's requests
+	// may hold (grammar samplers that overran their step budget). "" is one
+	// client of its own.
+	Client string
 }
 
 // ImageToken stands in GenerateRequest.Tokens for one of its Images.
@@ -97,8 +103,10 @@ type ModelInfo struct {
 type clientKey struct{}
 
 // WithClient returns a context that names the client a request comes from
-// (its address, say): the engine caps per client what one client's
-// requests may hold (grammar samplers that overran their step budget).
+// (its address, say), for the web edge and the session layer: sessions
+// count their creation rate and their store's share per client. Below them
+// the client is a field of the request (ReplyRequest.Client,
+// GenerateRequest.Client).
 func WithClient(ctx context.Context, client string) context.Context {
 	return context.WithValue(ctx, clientKey{}, client)
 }
@@ -113,23 +121,6 @@ func ClientFrom(ctx context.Context) string {
 // requests and turns a server cancels when its drain ends: what was still
 // running, or still waiting for the engine, when the server shut down.
 var ErrShuttingDown = errors.New("the server shut down")
-
-// maxPromptKey is the context key of WithMaxPromptTokens.
-type maxPromptKey struct{}
-
-// WithMaxPromptTokens returns a context that caps the tokens of the whole
-// prompt a reply renders (every message and tool, and what the template
-// writes around them, before older turns are dropped to fit the context):
-// over it the reply is refused with ETooLarge. n <= 0 means no cap.
-func WithMaxPromptTokens(ctx context.Context, n int) context.Context {
-	return context.WithValue(ctx, maxPromptKey{}, n)
-}
-
-// MaxPromptTokensFrom returns the cap WithMaxPromptTokens put in ctx, or 0.
-func MaxPromptTokensFrom(ctx context.Context) int {
-	n, _ := ctx.Value(maxPromptKey{}).(int)
-	return n
-}
 
 // userKey is the context key of WithUser.
 type userKey struct{}
@@ -148,38 +139,7 @@ func UserFrom(ctx context.Context) string {
 	return u
 }
 
-// loadProgressKey is the context key of WithLoadProgress.
-type loadProgressKey struct{}
-
 // LoadProgress is told how a model load a request waits for goes: the
-// model's name and the fraction loaded, 0 to 1. It is called from the
-// loading goroutine and must not block.
+// model's name and the fraction loaded, 0 to 1 (ReplyRequest.LoadProgress).
+// It is called from the loading goroutine and must not block.
 type LoadProgress func(model string, fraction float64)
-
-// WithLoadProgress returns a context whose request shows f the progress of
-// the model load it waits for, if it waits for one.
-func WithLoadProgress(ctx context.Context, f LoadProgress) context.Context {
-	return context.WithValue(ctx, loadProgressKey{}, f)
-}
-
-// LoadProgressFrom returns the function WithLoadProgress put in ctx, or nil.
-func LoadProgressFrom(ctx context.Context) LoadProgress {
-	f, _ := ctx.Value(loadProgressKey{}).(LoadProgress)
-	return f
-}
-
-type continueKey struct{}
-
-// WithContinue returns a context that asks the chat layer to continue the
-// conversation's last message, an assistant reply cut short (its length
-// limit, a stop), instead of starting a new reply after it: the reply's text
-// is the prompt's end, and the new tokens carry it on.
-func WithContinue(ctx context.Context) context.Context {
-	return context.WithValue(ctx, continueKey{}, true)
-}
-
-// ContinueFrom reports whether WithContinue marked ctx.
-func ContinueFrom(ctx context.Context) bool {
-	c, _ := ctx.Value(continueKey{}).(bool)
-	return c
-}

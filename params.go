@@ -82,15 +82,10 @@ type Params struct {
 	checked checkedGrammar
 	// validations counts the Validate calls on this value and on the values
 	// it was copied from: a request is validated at the edge and at the
-	// engine's door only, and tests hold that with Validations.
+	// engine's door only, and tests hold that through package
+	// internal/paramstest, which reads this field by name.
 	validations int
 }
-
-// Validations returns how many times Validate ran on p and on the values p
-// was copied from (a Params travels by value from the edge to the engine).
-// Tests use it to hold that a request is validated at the edge and at the
-// engine's door only.
-func (p *Params) Validations() int { return p.validations }
 
 // DefaultParams returns Parley's defaults: a short, mildly creative reply.
 func DefaultParams() Params {

@@ -3,10 +3,12 @@ package parley_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/paramstest"
 )
 
 // TestValidateNesting: grammars and schemas nested deeper than llama.cpp can
@@ -147,5 +149,23 @@ func TestValidateRecordsGrammar(t *testing.T) {
 	p.Grammar = `root ::= "no"`
 	if _, _, ok := p.CheckedGrammar(); ok {
 		t.Fatal("a grammar changed after Validate reads as checked")
+	}
+}
+
+// TestParamsHaveNoTestMethods: the validation counter tests read is reachable
+// through internal/paramstest only, not through a method of the public type;
+// and it counts every Validate.
+func TestParamsHaveNoTestMethods(t *testing.T) {
+	if _, ok := reflect.TypeOf(&parley.Params{}).MethodByName("Validations"); ok {
+		t.Error("parley.Params has a Validations method: the counter is for tests only (internal/paramstest)")
+	}
+	p := parley.DefaultParams()
+	for i := 1; i <= 3; i++ {
+		if err := p.Validate(0); err != nil {
+			t.Fatal(err)
+		}
+		if n := paramstest.Validations(&p); n != i {
+			t.Fatalf("after %d Validate calls paramstest.Validations = %d", i, n)
+		}
 	}
 }

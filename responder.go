@@ -24,10 +24,26 @@ type ReplyRequest struct {
 	// negative duration keeps it until it is unloaded by hand. nil leaves
 	// the model's own. What a request may change is the server's policy.
 	KeepAlive *time.Duration
+	// Client names the client the request comes from (see
+	// GenerateRequest.Client): the engine queues and caps per client.
+	Client string
+	// LoadProgress, when set, is shown the progress of the model load the
+	// request waits for, if it waits for one (a router loading req.Model).
+	LoadProgress LoadProgress
 	// Messages is the conversation a Reply answers: the system prompt
 	// (when there is one) first, ending with the user's message (or a tool
 	// result). Complete ignores it.
 	Messages []Message
+	// MaxPromptTokens caps the tokens of the whole prompt Reply renders
+	// (every message and tool, and what the template writes around them,
+	// before older turns are dropped to fit the context): over it the reply
+	// is refused with ETooLarge (PromptTooLong). <= 0 means no cap.
+	MaxPromptTokens int
+	// Continue asks Reply to carry on the conversation's last message, an
+	// assistant reply cut short (its length limit, a stop), instead of
+	// starting a new reply after it: the reply's text is the prompt's end,
+	// and the new tokens carry it on. Complete ignores it.
+	Continue bool
 	// Prompt is the raw prompt a Complete carries on: no template, no
 	// history. Reply ignores it.
 	Prompt string

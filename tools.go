@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,23 +86,14 @@ var toolNameRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // checkTools checks Tools and ToolChoice (not the schemas: checkToolGrammar
 // converts them).
 func (p *Params) checkTools() error {
-	switch p.ToolChoice.Mode {
-	case "", ToolAuto, ToolNone, ToolRequired:
-		if p.ToolChoice.Name != "" {
-			return FieldErrorf("tool_choice", "names a function only with type \"function\"")
-		}
-	case ToolFunction:
-	default:
-		return FieldErrorf("tool_choice", "must be auto, none, required or a function, got %q", p.ToolChoice.Mode)
+	if err := p.checkChoiceMode(); err != nil {
+		return err
 	}
 	if len(p.Tools) > MaxTools {
 		return FieldErrorf("tools", "at most %d tools, got %d", MaxTools, len(p.Tools))
 	}
 	if len(p.Tools) == 0 {
-		if p.ToolChoice.Mode == ToolRequired || p.ToolChoice.Mode == ToolFunction {
-			return FieldErrorf("tool_choice", "%s needs tools", p.ToolChoice.Mode)
-		}
-		return nil
+		return p.checkChoiceFits()
 	}
 	seen := make(map[string]bool, len(p.Tools))
 	for i, t := range p.Tools {
@@ -120,7 +112,33 @@ func (p *Params) checkTools() error {
 			return err
 		}
 	}
-	if p.ToolChoice.Mode == ToolFunction && !seen[p.ToolChoice.Name] {
+	return p.checkChoiceFits()
+}
+
+// checkChoiceMode checks ToolChoice on its own: a known mode, and a name
+// with ToolFunction only.
+func (p *Params) checkChoiceMode() error {
+	switch p.ToolChoice.Mode {
+	case "", ToolAuto, ToolNone, ToolRequired:
+		if p.ToolChoice.Name != "" {
+			return FieldErrorf("tool_choice", "names a function only with type \"function\"")
+		}
+	case ToolFunction:
+	default:
+		return FieldErrorf("tool_choice", "must be auto, none, required or a function, got %q", p.ToolChoice.Mode)
+	}
+	return nil
+}
+
+// checkChoiceFits checks ToolChoice against the rest of p: a forced call
+// needs tools, a function choice names one of them, and active tools
+// exclude a grammar.
+func (p *Params) checkChoiceFits() error {
+	forced := p.ToolChoice.Mode == ToolRequired || p.ToolChoice.Mode == ToolFunction
+	if len(p.Tools) == 0 && forced {
+		return FieldErrorf("tool_choice", "%s needs tools", p.ToolChoice.Mode)
+	}
+	if p.ToolChoice.Mode == ToolFunction && !slices.ContainsFunc(p.Tools, func(t Tool) bool { return t.Name == p.ToolChoice.Name }) {
 		return FieldErrorf("tool_choice", "names %q, which is not one of the tools", p.ToolChoice.Name)
 	}
 	if p.ToolsActive() && (p.Grammar != "" || len(p.JSONSchema) > 0) {
@@ -395,6 +413,56 @@ func (p *Params) SetToolSyntax(syn ToolSyntax) error {
 	}
 	p.checked = c
 	return nil
+}
+
+// SetToolChoice sets the tool choice. On params Validate has succeeded on it
+// checks the choice against them and rebuilds only what the choice changes
+// (the call grammar, when the choice narrows it to another function or
+// turns tools on), without validating p again: a tool loop's later steps
+// turn a forced call into a free choice. On params never validated, or
+// changed since, it runs Validate without a token cap, as SetToolSyntax does.
+func (p *Params) SetToolChoice(c ToolChoice) error {
+	validated := p.checked.of(p)
+	was := p.ToolChoice
+	p.ToolChoice = c
+	if !validated {
+		return p.Validate(0)
+	}
+	if p.checked.of(p) {
+		return nil // the same choice
+	}
+	if err := p.checkChoiceMode(); err != nil {
+		p.checked = checkedGrammar{}
+		return err
+	}
+	if err := p.checkChoiceFits(); err != nil {
+		p.checked = checkedGrammar{}
+		return err
+	}
+	ch := p.checked
+	ch.tools = p.toolsKey()
+	switch {
+	case !p.ToolsActive():
+		ch.toolRules = ""
+	case ch.toolRules == "" || functionOf(was) != functionOf(c):
+		rules, err := p.toolGrammar()
+		if err != nil {
+			p.checked = checkedGrammar{}
+			return err
+		}
+		ch.toolRules = rules
+	}
+	p.checked = ch
+	return nil
+}
+
+// functionOf is the one tool a choice narrows the call grammar to ("" for
+// every tool).
+func functionOf(c ToolChoice) string {
+	if c.Mode == ToolFunction {
+		return c.Name
+	}
+	return ""
 }
 
 // LazyToolGrammar returns, for a reply that may call a tool as it chooses

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/paramstest"
 )
 
 func weatherTool() parley.Tool {
@@ -119,7 +120,7 @@ func TestSetToolSyntax(t *testing.T) {
 	if err := p.SetToolSyntax(llama); err != nil {
 		t.Fatal(err)
 	}
-	if n := p.Validations(); n != 1 {
+	if n := paramstest.Validations(&p); n != 1 {
 		t.Errorf("validated %d times, want 1", n)
 	}
 	g, field, ok := p.CheckedGrammar()
@@ -132,7 +133,7 @@ func TestSetToolSyntax(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tools[1].name") {
 		t.Errorf("SetToolSyntax on changed tools = %v, want the bad name refused", err)
 	}
-	if n := p.Validations(); n != 2 {
+	if n := paramstest.Validations(&p); n != 2 {
 		t.Errorf("validated %d times, want 2", n)
 	}
 
@@ -140,5 +141,88 @@ func TestSetToolSyntax(t *testing.T) {
 	never.Tools = []parley.Tool{weatherTool()}
 	if err := never.SetToolSyntax(llama); err == nil || !strings.Contains(err.Error(), "max_tokens") {
 		t.Errorf("SetToolSyntax on unvalidated params = %v, want max_tokens refused", err)
+	}
+}
+
+// TestSetToolChoice: on validated params SetToolChoice changes the choice
+// without validating again, and the call grammar follows it (every tool
+// after a function choice, none with ToolNone); a choice that does not fit
+// the tools is refused; on params never validated it validates.
+func TestSetToolChoice(t *testing.T) {
+	clock := parley.Tool{Name: "get_time", Parameters: json.RawMessage(`{"type":"object","properties":{"zone":{"type":"string"}}}`)}
+	p := parley.DefaultParams()
+	p.Tools = []parley.Tool{weatherTool(), clock}
+	p.ToolChoice = parley.ToolChoice{Mode: parley.ToolFunction, Name: "get_weather"}
+	if err := p.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	g, _, _ := p.CheckedGrammar()
+	if strings.Contains(g, "get_time") {
+		t.Fatalf("the function choice's grammar offers the other tool:\n%s", g)
+	}
+
+	free := p
+	if err := free.SetToolChoice(parley.ToolChoice{Mode: parley.ToolAuto}); err != nil {
+		t.Fatal(err)
+	}
+	if n := paramstest.Validations(&free); n != 1 {
+		t.Errorf("validated %d times, want 1 (the edge's)", n)
+	}
+	_, lazy, ok := free.LazyToolGrammar()
+	if ok {
+		t.Error("a lazy grammar without a syntax trigger")
+	}
+	if err := free.SetToolSyntax(parley.ToolSyntax{Trigger: "<tool_call>", Open: "<tool_call>\n", Close: "\n</tool_call>"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, lazy, ok = free.LazyToolGrammar(); !ok || !strings.Contains(lazy, "get_weather") || !strings.Contains(lazy, "get_time") {
+		t.Errorf("LazyToolGrammar after the choice turned auto = %v:\n%s\nwant both tools", ok, lazy)
+	}
+	if n := paramstest.Validations(&free); n != 1 {
+		t.Errorf("validated %d times, want 1", n)
+	}
+
+	// The same as a full validation gives.
+	want := p
+	want.ToolChoice = parley.ToolChoice{Mode: parley.ToolAuto}
+	want.ToolSyntax = free.ToolSyntax
+	if err := want.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, wantLazy, _ := want.LazyToolGrammar(); wantLazy != lazy {
+		t.Errorf("SetToolChoice's grammar differs from Validate's:\n%s\nwant\n%s", lazy, wantLazy)
+	}
+
+	none := p
+	if err := none.SetToolChoice(parley.ToolChoice{Mode: parley.ToolNone}); err != nil {
+		t.Fatal(err)
+	}
+	if g, field, ok := none.CheckedGrammar(); !ok || g != "" || field != "" {
+		t.Errorf("CheckedGrammar with ToolNone = %q, %q, %v", g, field, ok)
+	}
+	if err := none.SetToolChoice(parley.ToolChoice{Mode: parley.ToolFunction, Name: "get_time"}); err != nil {
+		t.Fatal(err)
+	}
+	if g, _, ok := none.CheckedGrammar(); !ok || !strings.Contains(g, "get_time") || strings.Contains(g, "get_weather") {
+		t.Errorf("CheckedGrammar after none -> get_time = %v:\n%s", ok, g)
+	}
+	if n := paramstest.Validations(&none); n != 1 {
+		t.Errorf("validated %d times, want 1", n)
+	}
+
+	for _, bad := range []parley.ToolChoice{{Mode: parley.ToolFunction, Name: "nope"}, {Mode: "sometimes"}, {Mode: parley.ToolAuto, Name: "get_time"}} {
+		q := p
+		if err := q.SetToolChoice(bad); err == nil || !strings.Contains(err.Error(), "tool_choice") {
+			t.Errorf("SetToolChoice(%+v) = %v, want tool_choice refused", bad, err)
+		}
+		if _, _, ok := q.CheckedGrammar(); ok {
+			t.Errorf("SetToolChoice(%+v) refused, but the params still count as checked", bad)
+		}
+	}
+
+	var never parley.Params // never validated: max_tokens 0 is refused
+	never.Tools = []parley.Tool{weatherTool()}
+	if err := never.SetToolChoice(parley.ToolChoice{Mode: parley.ToolRequired}); err == nil || !strings.Contains(err.Error(), "max_tokens") {
+		t.Errorf("SetToolChoice on unvalidated params = %v, want max_tokens refused", err)
 	}
 }

@@ -126,16 +126,16 @@ func (r *Responder) Template() Template {
 // saved KV state and the slot of one user's conversation are never another
 // user's, whatever key the other sends.
 func (r *Responder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
-	rep, err := r.reply(ctx, req.Key, req.Messages, req.Params)
+	rep, err := r.reply(ctx, req)
 	if err != nil {
 		return nil, err // never a nil *Reply in a non-nil parley.Reply
 	}
 	return rep, nil
 }
 
-// reply is Reply's work, on the request's parts.
-func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (*Reply, error) {
-	key = parley.ScopedKey(ctx, key)
+// reply is Reply's work.
+func (r *Responder) reply(ctx context.Context, req parley.ReplyRequest) (*Reply, error) {
+	key, msgs, p, prefill := parley.ScopedKey(ctx, req.Key), req.Messages, req.Params, req.Continue
 	if len(msgs) == 0 {
 		return nil, parley.FieldErrorf("messages", "at least one message is needed")
 	}
@@ -162,10 +162,9 @@ func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message
 			controls = append(controls, j.imageText()) // what the template writes for an image
 		}
 	}
-	// A continuation (parley.WithContinue) renders the messages before the
-	// last one, an assistant reply, with the generation prompt, and ends the
-	// prompt with that reply's text: the model carries it on.
-	prefill := parley.ContinueFrom(ctx)
+	// A continuation (parley.ReplyRequest.Continue) renders the messages
+	// before the last one, an assistant reply, with the generation prompt,
+	// and ends the prompt with that reply's text: the model carries it on.
 	if prefill && msgs[len(msgs)-1].Role != parley.RoleAssistant {
 		return nil, parley.Errorf(parley.EInvalid, "there is no reply to continue: the conversation does not end with one")
 	}
@@ -219,10 +218,16 @@ func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message
 		cont   bool // the prompt continues the memo's
 	}
 	seen := make(map[int]rendered)
-	// Tokenizing a candidate stops once it is over both the budget and
-	// the cap on the whole prompt (when the request has one).
-	maxPrompt := parley.MaxPromptTokensFrom(ctx)
-	limit := max(budget, maxPrompt)
+	// Tokenizing a candidate stops once it is over the budget, or, when the
+	// request caps the whole prompt, over the cap: the edge does not
+	// tokenize a conversation, so this count is the one that bounds a
+	// hostile one. A prompt within the cap is within the budget too, or is
+	// fitted from candidates that are shorter than it.
+	maxPrompt := req.MaxPromptTokens
+	limit := budget
+	if maxPrompt > 0 {
+		limit = maxPrompt
+	}
 	count := func(cand []parley.Message) (int, error) {
 		if c, ok := seen[len(cand)]; ok {
 			return len(c.tokens) + imageExtra(c.tokens, positions), nil
@@ -259,7 +264,7 @@ func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message
 			return nil, fmt.Errorf("count prompt tokens: %w", err)
 		}
 		if n > maxPrompt {
-			return nil, parley.Errorf(parley.ETooLarge, "the prompt is at least %d tokens with the template's markup; at most %d are accepted", n, maxPrompt)
+			return nil, parley.PromptTooLong(n, maxPrompt, "the prompt is at least %d tokens with the template's markup; at most %d are accepted", n, maxPrompt)
 		}
 	}
 	from := 0
@@ -316,7 +321,8 @@ func (r *Responder) reply(ctx context.Context, key string, msgs []parley.Message
 		images = allImages[len(allImages)-n:]
 	}
 	think := ThinkFormatOf(tmpl)
-	return r.start(ctx, key, chosen.prompt, chosen.tokens, images, p, stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
+	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: chosen.tokens, Params: p, Images: images, Client: req.Client}, chosen.prompt,
+		stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
 }
 
 // memoFor returns key's memo when msgs may continue its conversation (it
@@ -373,17 +379,17 @@ func dropTurns(msgs []parley.Message, k int) []parley.Message {
 // strings from p.Stop only. For clients that send the whole prompt (TGI inputs, plain
 // ?prompt=). The same reading rule as Reply applies.
 func (r *Responder) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
-	rep, err := r.complete(ctx, req.Key, req.Prompt, req.PromptTokens, req.Params)
+	rep, err := r.complete(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	return rep, nil
 }
 
-// complete is Complete's work, on the request's parts: prompt is
-// tokenized unless tokens, its tokens, are given.
-func (r *Responder) complete(ctx context.Context, key string, prompt string, tokens []int, p parley.Params) (*Reply, error) {
-	key = parley.ScopedKey(ctx, key)
+// complete is Complete's work: req.Prompt is tokenized unless
+// req.PromptTokens, its tokens, are given.
+func (r *Responder) complete(ctx context.Context, req parley.ReplyRequest) (*Reply, error) {
+	key, prompt, tokens, p := parley.ScopedKey(ctx, req.Key), req.Prompt, req.PromptTokens, req.Params
 	info := r.gen.Info()
 	if len(tokens) == 0 {
 		var err error
@@ -394,12 +400,14 @@ func (r *Responder) complete(ctx context.Context, key string, prompt string, tok
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs at least %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, key, prompt, tokens, nil, p, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
+	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: tokens, Params: p, Client: req.Client}, prompt, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }
 
-// start calls Generate and starts the goroutine that cleans its stream.
-func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int, images []parley.Image, p parley.Params, stops []string, dropped, contextLength int,
+// start calls Generate with req (its Tokens are prompt's) and starts the
+// goroutine that cleans its stream.
+func (r *Responder) start(ctx context.Context, req parley.GenerateRequest, prompt string, stops []string, dropped, contextLength int,
 	remember func(gen []int, pieces []string, special []bool), think ThinkFormat, plan *phasePlan, ts *toolStream) (*Reply, error) {
+	tokens, p := req.Tokens, req.Params
 	if len(tokens) == 0 {
 		return nil, parley.Errorf(parley.EInvalid, "the prompt is empty")
 	}
@@ -414,7 +422,6 @@ func (r *Responder) start(ctx context.Context, key, prompt string, tokens []int,
 	// genCtx lets the reply stop generation on a stop string without
 	// cancelling the caller's ctx.
 	genCtx, cancel := context.WithCancel(ctx)
-	req := parley.GenerateRequest{Key: key, Tokens: tokens, Params: p, Images: images}
 	var events <-chan parley.Event
 	var err error
 	if plan != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/internal/paramstest"
 )
 
 // TestToolsNotValidatedAgain: a request with tools that the edge validated
@@ -44,7 +45,7 @@ func TestToolsNotValidatedAgain(t *testing.T) {
 			collect(t, rep)
 			gen.wait(t)
 			got := gen.lastRequest(t).Params
-			if n := got.Validations(); n != 1 {
+			if n := paramstest.Validations(&got); n != 1 {
 				t.Errorf("the params reached the engine validated %d times, want 1 (the edge's)", n)
 			}
 			g, _, ok := got.CheckedGrammar()

@@ -34,7 +34,7 @@ type Config struct {
 	Threads       int    // CPU threads for decoding; default runtime.NumCPU()
 	BatchSize     int    // tokens per llama.cpp micro-batch
 	QueueSize     int    // requests that may wait for a free slot before Generate returns EBusy; < 0 means none
-	// MaxQueuedPerClient is how many of those one client (parley.WithClient)
+	// MaxQueuedPerClient is how many of those one client (GenerateRequest.Client)
 	// may have waiting; past it its requests are refused with busy while
 	// other clients still get in. 0 means QueueSize/2 + Parallel.
 	MaxQueuedPerClient int
@@ -95,7 +95,7 @@ type Config struct {
 	// MaxOverrunsPerClient and MaxOverruns cap the grammar samplers that
 	// overran the step budget and are still inside llama.cpp (a C call
 	// cannot be interrupted: each holds a CPU thread until it returns), per
-	// client (parley.WithClient) and in all. While a cap is reached, new
+	// client (GenerateRequest.Client) and in all. While a cap is reached, new
 	// grammar-constrained requests are refused. Zero means the defaults
 	// (DefaultMaxOverrunsPerClient, DefaultMaxOverruns).
 	MaxOverrunsPerClient int

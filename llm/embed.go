@@ -284,13 +284,14 @@ type embedResult struct {
 // requests, in the same fair queue as chat requests (fairqueue.go): one
 // call is one queued request, and the loop serves the calls it holds round
 // robin, an input at a time, so a call of many inputs does not hold back
-// another client's call of one.
+// another client's call of one. client is the call's client, as
+// GenerateRequest.Client is a reply's.
 //
 // Errors (as *parley.Error): EInvalid for an empty input, a token outside
 // the vocabulary, or a chat model; ETooLarge for an input over
 // EmbedInfo().MaxTokens; EBusy when the queue is full; EUnavailable after
 // Close. Cancelling ctx ends the call within one batch.
-func (e *Engine) Embed(ctx context.Context, inputs [][]int) ([][]float32, error) {
+func (e *Engine) Embed(ctx context.Context, client string, inputs [][]int) ([][]float32, error) {
 	if e.emb == nil {
 		return nil, e.errNotEmbedding()
 	}
@@ -312,7 +313,7 @@ func (e *Engine) Embed(ctx context.Context, inputs [][]int) ([][]float32, error)
 		}
 	}
 	job := &embedJob{inputs: inputs, out: make([][]float32, len(inputs)), res: make(chan embedResult, 1)}
-	seq := &sequence{ctx: ctx, embed: job, iBatch: -1, submitted: time.Now()}
+	seq := &sequence{ctx: ctx, client: client, embed: job, iBatch: -1, submitted: time.Now()}
 	res := job.res // the loop owns job from the push on
 
 	e.closeMu.RLock()

@@ -128,7 +128,7 @@ func embedAll(t *testing.T, e *llm.Engine, texts []string) [][]float32 {
 		}
 		inputs = append(inputs, toks)
 	}
-	out, err := e.Embed(ctx, inputs)
+	out, err := e.Embed(ctx, "", inputs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestRerankMatchesLlamaCpp(t *testing.T) {
 			}
 			inputs = append(inputs, toks)
 		}
-		out, err := e.Embed(context.Background(), inputs)
+		out, err := e.Embed(context.Background(), "", inputs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func TestEmbedBatches(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ctx := parley.WithClient(context.Background(), fmt.Sprintf("client-%d", c%2))
+				ctx, client := context.Background(), fmt.Sprintf("client-%d", c%2)
 				var inputs [][]int
 				for _, s := range many {
 					toks, err := e.EmbedTokenize(ctx, s)
@@ -231,7 +231,7 @@ func TestEmbedBatches(t *testing.T) {
 					}
 					inputs = append(inputs, toks)
 				}
-				out, err := e.Embed(ctx, inputs)
+				out, err := e.Embed(ctx, client, inputs)
 				if err != nil {
 					errs <- err
 					return
@@ -269,12 +269,12 @@ func TestEmbedRefusals(t *testing.T) {
 		for i := range long {
 			long[i] = 100 + i
 		}
-		_, err := e.Embed(context.Background(), [][]int{{1, 2}, long})
+		_, err := e.Embed(context.Background(), "", [][]int{{1, 2}, long})
 		if _, limit, ok := parley.PromptLimit(err); !ok || limit != 32 {
 			t.Fatalf("%s: an input of 33 tokens through a micro-batch of 32: %v", eng, err)
 		}
 		for _, bad := range [][][]int{nil, {{}}, {{-1}}, {{1 << 30}}} {
-			if _, err := e.Embed(context.Background(), bad); parley.ErrorCode(err) != parley.EInvalid {
+			if _, err := e.Embed(context.Background(), "", bad); parley.ErrorCode(err) != parley.EInvalid {
 				t.Fatalf("%s: Embed(%v): %v, want invalid", eng, bad, err)
 			}
 		}
@@ -290,7 +290,7 @@ func TestEmbedRefusals(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := e.Embed(ctx, [][]int{{1, 2, 3}}); !errors.Is(err, context.Canceled) {
+		if _, err := e.Embed(ctx, "", [][]int{{1, 2, 3}}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("%s: a cancelled call: %v", eng, err)
 		}
 	}
@@ -298,7 +298,7 @@ func TestEmbedRefusals(t *testing.T) {
 		if info := e.EmbedInfo(); info.Pooling != "" {
 			t.Fatalf("%s: a chat model's EmbedInfo: %+v", eng, info)
 		}
-		_, err := e.Embed(context.Background(), [][]int{{1, 2}})
+		_, err := e.Embed(context.Background(), "", [][]int{{1, 2}})
 		if parley.ErrorCode(err) != parley.EInvalid || !strings.Contains(parley.ErrorMessage(err), "not an embedding model") {
 			t.Fatalf("%s: Embed on a chat model: %v", eng, err)
 		}
@@ -356,7 +356,7 @@ func TestEmbedContextIsTheBatch(t *testing.T) {
 				for i := range atLimit {
 					atLimit[i] = 100 + i%200
 				}
-				out, err := e.Embed(context.Background(), [][]int{atLimit, {1, 2}})
+				out, err := e.Embed(context.Background(), "", [][]int{atLimit, {1, 2}})
 				if err != nil || len(out) != 2 || len(out[0]) != spec.Dim {
 					t.Fatalf("%s: an input of exactly %d tokens: %d outputs, %v", eng, tc.batch, len(out), err)
 				}
@@ -370,7 +370,7 @@ func TestEmbedContextIsTheBatch(t *testing.T) {
 				if !nonzero {
 					t.Fatalf("%s: the input at the limit embeds to zeros", eng)
 				}
-				_, err = e.Embed(context.Background(), [][]int{append(atLimit, 100)})
+				_, err = e.Embed(context.Background(), "", [][]int{append(atLimit, 100)})
 				if _, limit, ok := parley.PromptLimit(err); !ok || limit != tc.batch {
 					t.Fatalf("%s: an input of %d tokens: %v, want refused at %d", eng, tc.batch+1, err, tc.batch)
 				}

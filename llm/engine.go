@@ -160,7 +160,10 @@ type Engine struct {
 type sequence struct {
 	ctx context.Context
 	req parley.GenerateRequest
-	out chan parley.Event
+	// client is the request's client (GenerateRequest.Client, or Embed's):
+	// the fair queue's share and the overrun cap are per client.
+	client string
+	out    chan parley.Event
 	// sampler samples an unconstrained sequence inline, on the loop; gs a
 	// grammar-constrained one off it (exactly one is set).
 	sampler tokenSampler
@@ -462,7 +465,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	if err := req.Params.Validate(0); err != nil {
 		return nil, err
 	}
-	client := parley.ClientFrom(ctx)
+	client := req.Client
 	if req.Params.Grammar != "" || len(req.Params.JSONSchema) > 0 || req.Params.ToolsActive() {
 		if err := e.overruns.admit(client); err != nil {
 			return nil, err
@@ -492,6 +495,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	seq := &sequence{
 		ctx:       ctx,
 		req:       req,
+		client:    client,
 		scope:     parley.CacheScope(ctx),
 		stateless: parley.IsStateless(ctx),
 		out:       make(chan parley.Event, min(req.Params.MaxTokens, maxEventBuffer)+1),

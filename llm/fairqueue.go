@@ -24,7 +24,7 @@ const busyRetryAfter = 2 * time.Second
 const clientLinger = busyRetryAfter
 
 // fairQueue is the wait for a slot, shared fairly between clients
-// (parley.WithClient: an address, or a named user). Each client has a FIFO
+// (GenerateRequest.Client: an address, or a named user). Each client has a FIFO
 // of its own and the clients are served round robin, so one client's many
 // requests never stand before another's one: a newcomer waits for the next
 // free slot, not behind the whole queue. Two caps keep one client from
@@ -83,7 +83,7 @@ func newFairQueue(max, maxPer, slotsPer int) *fairQueue {
 // push queues seq for its client, or returns an EBusy error (with
 // Retry-After) when the queue, or the client's share of it, is full.
 func (q *fairQueue) push(seq *sequence) error {
-	name := parley.ClientFrom(seq.ctx)
+	name := seq.client
 	q.mu.Lock()
 	c := q.clients[name]
 	switch {
@@ -169,7 +169,7 @@ func (q *fairQueue) takeLocked(k int) *sequence {
 
 // done ends the slot a popped sequence held.
 func (q *fairQueue) done(seq *sequence) {
-	name := parley.ClientFrom(seq.ctx)
+	name := seq.client
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c := q.clients[name]
@@ -251,7 +251,7 @@ func (q *fairQueue) popFrom(name string) *sequence {
 // whatever the caps, and ends the slot it held: preempted, it goes on first
 // when its client's turn comes.
 func (q *fairQueue) requeue(seq *sequence) {
-	name := parley.ClientFrom(seq.ctx)
+	name := seq.client
 	q.mu.Lock()
 	c := q.clients[name]
 	if c == nil {

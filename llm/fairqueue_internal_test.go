@@ -10,7 +10,7 @@ import (
 )
 
 func seqOf(client, name string) *sequence {
-	return &sequence{ctx: parley.WithClient(context.Background(), client), req: parley.GenerateRequest{Key: name}}
+	return &sequence{ctx: context.Background(), client: client, req: parley.GenerateRequest{Key: name, Client: client}}
 }
 
 func popNames(q *fairQueue, n int) string {

@@ -17,13 +17,12 @@ import (
 func TestFairShareBetweenClients(t *testing.T) {
 	e := mustOpen(t, llm.Config{ContextLength: 2048, Parallel: 1, QueueSize: 8})
 	toks, _ := e.Tokenize("Once upon a time")
-	heavy := parley.WithClient(context.Background(), "heavy")
-	light := parley.WithClient(context.Background(), "light")
+	bg := context.Background()
 
 	// heavy holds the slot with a reply that ends only when cancelled.
-	ctx, cancel := context.WithCancel(heavy)
+	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	holder, err := e.Generate(ctx, parley.GenerateRequest{Tokens: toks, Params: greedy(1900)})
+	holder, err := e.Generate(ctx, parley.GenerateRequest{Tokens: toks, Params: greedy(1900), Client: "heavy"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,17 +32,17 @@ func TestFairShareBetweenClients(t *testing.T) {
 	// gets in.
 	var waiting []<-chan parley.Event
 	for i := range 5 {
-		ch, err := e.Generate(heavy, parley.GenerateRequest{Tokens: toks, Params: greedy(48)})
+		ch, err := e.Generate(bg, parley.GenerateRequest{Tokens: toks, Params: greedy(48), Client: "heavy"})
 		if err != nil {
 			t.Fatalf("heavy's waiting request %d refused: %v", i+1, err)
 		}
 		waiting = append(waiting, ch)
 	}
-	_, err = e.Generate(heavy, parley.GenerateRequest{Tokens: toks, Params: greedy(4)})
+	_, err = e.Generate(bg, parley.GenerateRequest{Tokens: toks, Params: greedy(4), Client: "heavy"})
 	if parley.ErrorCode(err) != parley.EBusy || parley.RetryAfter(err) <= 0 {
 		t.Fatalf("heavy past its share of the queue: %v, want busy with Retry-After", err)
 	}
-	lch, err := e.Generate(light, parley.GenerateRequest{Tokens: toks, Params: greedy(48)})
+	lch, err := e.Generate(bg, parley.GenerateRequest{Tokens: toks, Params: greedy(48), Client: "light"})
 	if err != nil {
 		t.Fatalf("light refused while heavy fills its share: %v", err)
 	}

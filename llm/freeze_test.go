@@ -228,26 +228,26 @@ func TestOverrunningSamplersAreCapped(t *testing.T) {
 	p := greedy(4)
 	// Admitted by the static bound, but no grammar is matched in a microsecond.
 	p.Grammar = `root ::= ([a-z]+ " "){0,50}`
-	a := parley.WithClient(context.Background(), "a")
+	a := context.Background()
 	for range 20 { // until the probe's C call is caught still running
-		_, err := e.Generate(a, parley.GenerateRequest{Tokens: toks, Params: p})
+		_, err := e.Generate(a, parley.GenerateRequest{Tokens: toks, Params: p, Client: "a"})
 		var pe *parley.Error
 		if !errors.As(err, &pe) || pe.Code != parley.EInvalid || !strings.Contains(pe.Message, "too costly") {
 			t.Fatalf("want a too-costly refusal, got %v", err)
 		}
-		_, err = e.Generate(a, parley.GenerateRequest{Tokens: toks, Params: p})
+		_, err = e.Generate(a, parley.GenerateRequest{Tokens: toks, Params: p, Client: "a"})
 		if errors.As(err, &pe) && pe.Code == parley.ERateLimited {
 			if !strings.Contains(pe.Message, "past the step budget") {
 				t.Fatalf("the refusal does not say why: %v", err)
 			}
 			// Another client is not held by a's overruns.
-			_, err = e.Generate(parley.WithClient(context.Background(), "b"), parley.GenerateRequest{Tokens: toks, Params: p})
+			_, err = e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Params: p, Client: "b"})
 			if errors.As(err, &pe) && pe.Code == parley.ERateLimited {
 				t.Fatalf("client b refused for client a's overruns: %v", err)
 			}
 			// An unconstrained request is never refused for them (it
 			// ends over this engine's budget, but it is admitted).
-			ch, err := e.Generate(a, parley.GenerateRequest{Tokens: toks, Params: greedy(4)})
+			ch, err := e.Generate(a, parley.GenerateRequest{Tokens: toks, Params: greedy(4), Client: "a"})
 			if err != nil {
 				t.Fatalf("unconstrained request refused: %v", err)
 			}

@@ -4,8 +4,6 @@ import (
 	"slices"
 
 	"go.uber.org/zap"
-
-	"github.com/parley-chat/parley"
 )
 
 // preempt gives a waiting client with no slot one of the slots of the client
@@ -38,7 +36,7 @@ func (e *Engine) preempt() *sequence {
 	var out *sequence
 	for _, s := range e.slots {
 		seq := s.seq
-		if seq == nil || parley.ClientFrom(seq.ctx) != victim || !e.preemptible(seq) {
+		if seq == nil || seq.client != victim || !e.preemptible(seq) {
 			continue
 		}
 		if !spare && len(s.cached)+len(seq.pending) > e.batch {

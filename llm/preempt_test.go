@@ -23,8 +23,7 @@ func TestPreemptForNewcomer(t *testing.T) {
 		t.Run(map[int]string{2: "recompute", 3: "spare-slot"}[cacheSlots], func(t *testing.T) {
 			e := mustOpen(t, llm.Config{ContextLength: 2048, BatchSize: 2048, Parallel: 2, CacheSlots: cacheSlots})
 			toks, _ := e.Tokenize("Once upon a time")
-			heavy := parley.WithClient(context.Background(), "heavy")
-			ctx, cancel := context.WithCancel(heavy)
+			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 
 			// Two replies that end only when cancelled, read as they come.
@@ -37,7 +36,7 @@ func TestPreemptForNewcomer(t *testing.T) {
 			var hs [2]*stream
 			var wg sync.WaitGroup
 			for i := range hs {
-				ch, err := e.Generate(ctx, parley.GenerateRequest{Tokens: toks, Params: greedy(1900)})
+				ch, err := e.Generate(ctx, parley.GenerateRequest{Tokens: toks, Params: greedy(1900), Client: "heavy"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -80,8 +79,7 @@ func TestPreemptForNewcomer(t *testing.T) {
 				waitTokens(h, 1) // both slots generate
 			}
 
-			light := parley.WithClient(context.Background(), "light")
-			lch, err := e.Generate(light, parley.GenerateRequest{Tokens: toks[:3], Params: greedy(8)})
+			lch, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks[:3], Params: greedy(8), Client: "light"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -44,7 +44,7 @@ func (m *Router) EmbedModel(ctx context.Context, name string, keepAlive *time.Du
 	if err := s.check(); err != nil {
 		return embed.Target{}, err
 	}
-	l, err := m.reg.Acquire(ctx, n, keepAlive)
+	l, err := m.reg.Acquire(ctx, n, keepAlive, nil)
 	if err != nil {
 		return embed.Target{}, err
 	}

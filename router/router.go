@@ -312,8 +312,8 @@ func (m *Router) Start(ctx context.Context) {
 func (m *Router) Close(ctx context.Context) error { return m.reg.Close(ctx) }
 
 // acquire resolves model ("" the default) and holds it; keepAlive is the
-// request's (nil: none).
-func (m *Router) acquire(ctx context.Context, model string, keepAlive *time.Duration) (*served, *registry.Lease, error) {
+// request's (nil: none), progress is shown a load it waits for (nil: none).
+func (m *Router) acquire(ctx context.Context, model string, keepAlive *time.Duration, progress parley.LoadProgress) (*served, *registry.Lease, error) {
 	name, err := m.reg.Resolve(model)
 	if err != nil {
 		return nil, nil, err
@@ -322,7 +322,7 @@ func (m *Router) acquire(ctx context.Context, model string, keepAlive *time.Dura
 	if err := s.check(); err != nil {
 		return nil, nil, err
 	}
-	l, err := m.reg.Acquire(ctx, name, keepAlive)
+	l, err := m.reg.Acquire(ctx, name, keepAlive, progress)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -340,7 +340,7 @@ func hold(rep parley.Reply, l *registry.Lease) {
 // Reply is the reply of req.Model's responder, the model held until the
 // reply has ended.
 func (m *Router) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
-	s, l, err := m.acquire(ctx, req.Model, req.KeepAlive)
+	s, l, err := m.acquire(ctx, req.Model, req.KeepAlive, req.LoadProgress)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +355,7 @@ func (m *Router) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Rep
 
 // Complete is Reply for a raw prompt.
 func (m *Router) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
-	s, l, err := m.acquire(ctx, req.Model, req.KeepAlive)
+	s, l, err := m.acquire(ctx, req.Model, req.KeepAlive, req.LoadProgress)
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +382,7 @@ func (m *Router) TemplateFor(model string) chat.Template {
 
 // CountTokensFor counts req's prompt tokens with req.Model's responder.
 func (m *Router) CountTokensFor(ctx context.Context, req parley.ReplyRequest) (int, error) {
-	s, l, err := m.acquire(ctx, req.Model, req.KeepAlive)
+	s, l, err := m.acquire(ctx, req.Model, req.KeepAlive, req.LoadProgress)
 	if err != nil {
 		return 0, err
 	}
@@ -411,7 +411,7 @@ func (m *Router) TokenizerFor(ctx context.Context, model string, load bool) (web
 		}
 		return l.Model().(*resident).eng, l.Release, nil
 	}
-	_, l, err := m.acquire(ctx, model, nil)
+	_, l, err := m.acquire(ctx, model, nil, nil)
 	if err != nil {
 		return nil, func() {}, err
 	}
@@ -449,7 +449,7 @@ type view struct{ r *Router }
 func (v *view) Resolve(name string) (string, error) { return v.r.reg.Resolve(name) }
 
 func (v *view) Load(ctx context.Context, name string) error {
-	_, l, err := v.r.acquire(ctx, name, nil)
+	_, l, err := v.r.acquire(ctx, name, nil, nil)
 	if err != nil {
 		return err
 	}

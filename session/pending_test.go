@@ -116,7 +116,7 @@ func TestChatTurnCheckpointsItsReply(t *testing.T) {
 }
 
 // TestContinueCarriesOnTheLastReply: Continue asks the responder to carry
-// on the last reply (the conversation ends with it, the context says so),
+// on the last reply (the conversation ends with it, the request says so),
 // and stores the reply whole, its text then the new, in place of the old:
 // one prompt, one reply. A conversation without a reply cannot continue.
 func TestContinueCarriesOnTheLastReply(t *testing.T) {
@@ -125,8 +125,8 @@ func TestContinueCarriesOnTheLastReply(t *testing.T) {
 			st := mustOpen(t, k)
 			var continued []bool
 			play := func(ctx context.Context, c call, r *fakeReply) {
-				continued = append(continued, parley.ContinueFrom(ctx))
-				if parley.ContinueFrom(ctx) {
+				continued = append(continued, c.cont)
+				if c.cont {
 					r.token(ctx, " and then")
 				} else {
 					r.token(ctx, "Once upon")

@@ -14,14 +14,33 @@ import (
 	"github.com/parley-chat/parley"
 )
 
-type turnResponderKey struct{}
+// TurnOption is a fact of one turn's request that the session does not
+// keep (Turn, ToolTurn, Regenerate, Continue, ImageTurn take them).
+type TurnOption func(*turnOptions)
 
-// WithTurnResponder makes r reply to the turns started with the returned
-// context (Turn, ToolTurn) instead of the Service's Responder: a chat that
-// runs tools on the server, whose reply (a StepsReply) adds their calls and
-// results before the reply.
-func WithTurnResponder(ctx context.Context, r parley.Responder) context.Context {
-	return context.WithValue(ctx, turnResponderKey{}, r)
+// turnOptions are a turn's TurnOptions, applied.
+type turnOptions struct {
+	r        parley.Responder
+	progress parley.LoadProgress
+}
+
+// ReplyWith makes r reply to the turn instead of the Service's Responder: a
+// chat that runs tools on the server, whose reply (a StepsReply) adds their
+// calls and results before the reply.
+func ReplyWith(r parley.Responder) TurnOption { return func(o *turnOptions) { o.r = r } }
+
+// ShowLoadProgress shows f the progress of the model load the turn's reply
+// waits for, if it waits for one (parley.ReplyRequest.LoadProgress).
+func ShowLoadProgress(f parley.LoadProgress) TurnOption {
+	return func(o *turnOptions) { o.progress = f }
+}
+
+func applyTurnOptions(opts []TurnOption) turnOptions {
+	var o turnOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
 }
 
 // StepsReply is a Reply that ran tools on the server before its final
@@ -474,21 +493,21 @@ func (t *Turn) Committed() bool { return t.committed }
 // checkpoints while it runs (pending.go), so a crash never loses what the
 // user typed; the turn's commit replaces that when the reply ends (see
 // Turn.Events). A failed reply leaves the history as it was.
-func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params) (*Turn, error) {
+func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params, opts ...TurnOption) (*Turn, error) {
 	if prompt == "" {
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
 	}
-	return s.turn(ctx, id, parley.Message{Role: parley.RoleUser, Content: prompt}, p)
+	return s.turn(ctx, id, parley.Message{Role: parley.RoleUser, Content: prompt}, p, opts)
 }
 
 // ToolTurn is Turn for a tool's result: content answers the call callID of
 // the session's last reply (an EInvalid error naming tool_call_id when no
 // message of the history made that call), and the reply continues from it.
-func (s *Service) ToolTurn(ctx context.Context, id, callID, content string, p parley.Params) (*Turn, error) {
+func (s *Service) ToolTurn(ctx context.Context, id, callID, content string, p parley.Params, opts ...TurnOption) (*Turn, error) {
 	if callID == "" {
 		return nil, parley.FieldErrorf("tool_call_id", "is required")
 	}
-	return s.turn(ctx, id, parley.Message{Role: parley.RoleTool, Content: content, ToolCallID: callID}, p)
+	return s.turn(ctx, id, parley.Message{Role: parley.RoleTool, Content: content, ToolCallID: callID}, p, opts)
 }
 
 // Regenerate replaces the last reply of session id: it drops the
@@ -496,8 +515,8 @@ func (s *Service) ToolTurn(ctx context.Context, id, callID, content string, p pa
 // tool calls and results), then runs that prompt again as a new turn, so
 // the stored session holds the new reply in place of the old one. A
 // conversation without a prompt is a parley EInvalid error.
-func (s *Service) Regenerate(ctx context.Context, id string, p parley.Params) (*Turn, error) {
-	return s.turn(ctx, id, parley.Message{}, p)
+func (s *Service) Regenerate(ctx context.Context, id string, p parley.Params, opts ...TurnOption) (*Turn, error) {
+	return s.turn(ctx, id, parley.Message{}, p, opts)
 }
 
 // roleContinue marks Continue's turn inside the Service (never stored).
@@ -505,13 +524,13 @@ const roleContinue parley.Role = "continue"
 
 // Continue carries on the session's last reply, one cut short by its length
 // limit, a stop string or a cancel: the model continues its text (the chat
-// layer's parley.WithContinue), and the stored session holds the reply
+// request's parley.ReplyRequest.Continue), and the stored session holds the reply
 // whole, its text then the new, in place of the old. Turn.Text is the whole
 // reply; the token events are the new text. A conversation that does not
 // end with a reply (or ends with one that called tools) is a parley
 // EInvalid error.
-func (s *Service) Continue(ctx context.Context, id string, p parley.Params) (*Turn, error) {
-	return s.turn(ctx, id, parley.Message{Role: roleContinue}, p)
+func (s *Service) Continue(ctx context.Context, id string, p parley.Params, opts ...TurnOption) (*Turn, error) {
+	return s.turn(ctx, id, parley.Message{Role: roleContinue}, p, opts)
 }
 
 // dropLastReplyToContinue removes the last reply and the message it
@@ -542,7 +561,7 @@ func (s *Session) dropLastReply() (parley.Message, int, error) {
 
 // turn adds input, a user's prompt or a tool's result, to the session's
 // conversation and starts the reply (see Turn).
-func (s *Service) turn(ctx context.Context, id string, input parley.Message, p parley.Params) (*Turn, error) {
+func (s *Service) turn(ctx context.Context, id string, input parley.Message, p parley.Params, opts []TurnOption) (*Turn, error) {
 	if !ValidID(id) {
 		return nil, errNotFound()
 	}
@@ -580,7 +599,6 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		}
 		prefix = &parley.Message{Role: parley.RoleAssistant, Content: reply.Content, Reasoning: reply.Reasoning}
 		reapply = func(fresh *Session) { fresh.removeSpan(from, fresh.Next()) }
-		ctx = parley.WithContinue(ctx)
 	}
 	if err := s.checkImages(sess, input); err != nil {
 		unlock()
@@ -608,7 +626,8 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		t.kv = KVNew
 	}
 	need := messageBytes(input)
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need}); err != nil {
+	o := applyTurnOptions(opts)
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need, r: o.r, progress: o.progress, cont: prefix != nil}); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -623,6 +642,11 @@ type turnStart struct {
 	// r, when set, replies instead of the Service's Responder (a turn that
 	// runs tools on the server).
 	r parley.Responder
+	// progress, when set, is shown the load of the model the reply waits for.
+	progress parley.LoadProgress
+	// cont asks the reply to carry on the conversation's last message (a
+	// Continue turn: parley.ReplyRequest.Continue).
+	cont bool
 	// model is the model the request named ("" the default); a session
 	// that holds a model of its own answers with that one.
 	model string
@@ -674,13 +698,11 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	// The conversation's model, whatever the request named.
 	model := cmp.Or(sess.Model, ts.model)
 	r := s.r
-	if tr, ok := ctx.Value(turnResponderKey{}).(parley.Responder); ok {
-		r = tr
-	}
 	if ts.r != nil {
 		r = ts.r
 	}
-	reply, err := r.Reply(ctx, parley.ReplyRequest{Key: sess.ID, Model: model, Messages: msgs, Params: ts.p})
+	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: parley.ClientFrom(ctx), Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont}
+	reply, err := r.Reply(ctx, req)
 	if err != nil {
 		s.undoPending(ctx, t, sess)
 		ts.unlock()

@@ -60,6 +60,7 @@ type call struct {
 	key    string
 	msgs   []parley.Message
 	params parley.Params
+	cont   bool // the request's Continue
 }
 
 // fakeResponder records calls and plays each reply on a goroutine it owns
@@ -78,7 +79,7 @@ func (f *fakeResponder) Reply(ctx context.Context, req parley.ReplyRequest) (par
 		return nil, f.err
 	}
 	msgs := req.Messages
-	c := call{key: req.Key, msgs: append([]parley.Message(nil), msgs...), params: req.Params}
+	c := call{key: req.Key, msgs: append([]parley.Message(nil), msgs...), params: req.Params, cont: req.Continue}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()

@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -42,7 +43,7 @@ func (s stepsResponder) Complete(ctx context.Context, req parley.ReplyRequest) (
 // server call and its result) and the reply in order; its record counts the
 // steps, so the response's reply and input items stay where they are, and
 // a later turn continues after the reply. A chat turn given the Responder
-// through WithTurnResponder stores them the same way.
+// through ReplyWith stores them the same way.
 func TestRespondCommitsSteps(t *testing.T) {
 	st := session.NewMemoryStore()
 	t.Cleanup(func() { st.Close() })
@@ -97,9 +98,9 @@ func TestRespondCommitsSteps(t *testing.T) {
 		t.Errorf("next record %+v after %+v", n, rec)
 	}
 
-	// A chat turn through WithTurnResponder.
+	// A chat turn through ReplyWith.
 	s := mustOpenSession(t, svc)
-	turn, err := svc.Turn(session.WithTurnResponder(ctx, loop), s.ID, "two plus two", parley.DefaultParams())
+	turn, err := svc.Turn(ctx, s.ID, "two plus two", parley.DefaultParams(), session.ReplyWith(loop))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,5 +140,63 @@ func TestRespondKeepsListed(t *testing.T) {
 				t.Errorf("record %+v, %v", got, err)
 			}
 		})
+	}
+}
+
+// progressResponder answers through f, and shows each request's load
+// progress (when it has one) a load of model "m" half done; clients are the
+// requests' clients.
+type progressResponder struct {
+	f       *fakeResponder
+	clients *[]string
+}
+
+func (p progressResponder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	if req.LoadProgress != nil {
+		req.LoadProgress("m", 0.5)
+	}
+	*p.clients = append(*p.clients, req.Client)
+	return p.f.Reply(ctx, req)
+}
+
+func (p progressResponder) Complete(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
+	return p.f.Complete(ctx, req)
+}
+
+// TestTurnOptionsReachTheReply: a turn's options are facts of its reply's
+// request, given as arguments: ShowLoadProgress is the request's
+// LoadProgress and ReplyWith its responder, on a Turn and on a Regenerate;
+// a turn without them has neither. The request names the turn's client.
+func TestTurnOptionsReachTheReply(t *testing.T) {
+	st := session.NewMemoryStore()
+	t.Cleanup(func() { st.Close() })
+	svc, f := newService(t, st, echo)
+	s := mustOpenSession(t, svc)
+	ctx := parley.WithClient(context.Background(), "10.0.0.1")
+	var shown, clients []string
+	show := session.ShowLoadProgress(func(model string, frac float64) {
+		shown = append(shown, fmt.Sprintf("%s %.1f", model, frac))
+	})
+	via := session.ReplyWith(progressResponder{f, &clients})
+	for i, start := range []func() (*session.Turn, error){
+		func() (*session.Turn, error) { return svc.Turn(ctx, s.ID, "hello", parley.DefaultParams(), show, via) },
+		func() (*session.Turn, error) { return svc.Regenerate(ctx, s.ID, parley.DefaultParams(), via, show) },
+		func() (*session.Turn, error) { return svc.Turn(ctx, s.ID, "again", parley.DefaultParams(), via) },
+	} {
+		turn, err := start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range turn.Events() {
+		}
+		if want := min(i+1, 2); len(shown) != want {
+			t.Errorf("turn %d: progress shown %v, want %d times", i+1, shown, want)
+		}
+	}
+	if len(shown) == 2 && (shown[0] != "m 0.5" || shown[1] != "m 0.5") {
+		t.Errorf("progress shown %v", shown)
+	}
+	if len(clients) != 3 || clients[0] != "10.0.0.1" || clients[2] != "10.0.0.1" {
+		t.Errorf("the replies' requests name clients %v, want 10.0.0.1 each", clients)
 	}
 }

@@ -249,6 +249,7 @@ type state struct {
 	run     *Run
 	full    parley.Params     // the client's params with the server tools
 	last    parley.Params     // the client's tools only: the last step's
+	free    *parley.Params    // full with ToolAuto: the later steps' of a forced call; made by the first of them
 	msgs    []parley.Message  // the conversation so far
 	added   []parley.Message  // what the run appended
 	pending []parley.ToolCall // server calls of the last assistant turn yet to make
@@ -260,11 +261,17 @@ type state struct {
 func (s *state) startReply(step int) (Reply, error) {
 	p := s.full
 	if step > 1 && p.ToolsForced() {
-		// A forced call is the first reply's: later ones choose freely.
-		p.ToolChoice = parley.ToolChoice{Mode: parley.ToolAuto}
-		if err := p.Validate(0); err != nil {
-			return nil, err
+		// A forced call is the first reply's: later ones choose freely. The
+		// choice changes on params validated at Start, so only the call
+		// grammar follows it (once a run); they are not validated again.
+		if s.free == nil {
+			free := s.full
+			if err := free.SetToolChoice(parley.ToolChoice{Mode: parley.ToolAuto}); err != nil {
+				return nil, err
+			}
+			s.free = &free
 		}
+		p = *s.free
 	}
 	if step >= s.req.MaxSteps {
 		p = s.last

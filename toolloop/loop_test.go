@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/internal/paramstest"
 	"github.com/parley-chat/parley/toolloop"
 )
 
@@ -382,5 +383,43 @@ func TestLoopReaderLeaves(t *testing.T) {
 	<-run.Events()
 	cancel()
 	for range run.Events() { // closes: the run's goroutine ends (goleak checks)
+	}
+}
+
+// TestLoopForcedCallValidatedOnce: a forced call is the first step's; the
+// later steps choose freely with the params validated at Start, not
+// validated again, and with the call grammar of every tool.
+func TestLoopForcedCallValidatedOnce(t *testing.T) {
+	ctx := context.Background()
+	host := &fakeHost{}
+	ts, err := toolloop.Build(ctx, host, toolloop.Selection{All: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &script{replies: []string{`call:add {"a":2,"b":3}`, `call:add {"a":5,"b":1}`, "The sum is 6."}}
+	p := params()
+	p.ToolChoice = parley.ToolChoice{Mode: parley.ToolFunction, Name: "add"}
+	evs := collect(t, toolloop.New(sc.reply, host), ctx, toolloop.Request{Messages: userMsg("2+3+1?"), Params: p, Tools: ts})
+	if done := evs[len(evs)-1].Done; done.Steps != 3 || done.Final.Finish != parley.FinishStop {
+		t.Fatalf("done = %+v", done)
+	}
+	first := paramstest.Validations(&sc.params[0])
+	if g, _, ok := sc.params[0].CheckedGrammar(); !ok || !sc.params[0].ToolsForced() || strings.Contains(g, "fetch") {
+		t.Errorf("the first step's params: forced %v, checked %v, grammar offers other tools: %v", sc.params[0].ToolsForced(), ok, strings.Contains(g, "fetch"))
+	}
+	for i, sp := range sc.params[1:] {
+		if sp.ToolChoice.Mode != parley.ToolAuto {
+			t.Errorf("step %d: tool choice %+v, want auto", i+2, sp.ToolChoice)
+		}
+		if n := paramstest.Validations(&sp); n != first {
+			t.Errorf("step %d: params validated %d times, want %d (the first step's): a changed choice is no new validation", i+2, n, first)
+		}
+		sp.ToolSyntax = parley.ToolSyntax{Trigger: "<tool_call>", Open: "<tool_call>"}
+		if err := sp.SetToolSyntax(sp.ToolSyntax); err != nil {
+			t.Fatal(err)
+		}
+		if _, g, ok := sp.LazyToolGrammar(); !ok || !strings.Contains(g, "fetch") || !strings.Contains(g, "add") {
+			t.Errorf("step %d: lazy grammar %v does not offer every tool:\n%s", i+2, ok, g)
+		}
 	}
 }

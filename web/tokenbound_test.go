@@ -1,15 +1,20 @@
 package web_test
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/parley-chat/parley/chat"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testmodel"
+	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/web"
 )
 
@@ -50,7 +55,8 @@ func bigTool(name string, n int) map[string]any {
 // tools is refused; the same message alone is answered), every message
 // counts (6,000 empty assistant messages are refused, and cheaply: the
 // rendered prompt is tokenized only until it is over the cap), and a tools
-// array of about 4 MB is refused without being tokenized in full.
+// array of about 4 MB is refused before it is rendered, without being
+// tokenized in full.
 func TestPromptLimitCountsEverything(t *testing.T) {
 	s := openQwenStack(t, 1000)
 	msgs := []map[string]any{{"role": "user", "content": "Hi"}}
@@ -104,6 +110,8 @@ func TestPromptLimitCountsEverything(t *testing.T) {
 	start = time.Now()
 	if code, msg := status(map[string]any{"messages": msgs, "max_tokens": 4, "tools": tools}); !tooLong(code) {
 		t.Errorf("3.9 MB of tools: %d %s, want 400 or 413", code, msg)
+	} else if strings.Contains(msg, "template's markup") {
+		t.Errorf("3.9 MB of tools were rendered before they were refused: %s", msg)
 	}
 	t.Logf("3.9 MB of tools refused in %v", time.Since(start))
 }
@@ -186,5 +194,96 @@ func TestControlTokensAreTextOnEveryAPI(t *testing.T) {
 		if typed != pre || typed == 0 {
 			t.Errorf("%s: %d prompt tokens with the markers typed, %d with them typed broken up: want the same", api.name, typed, pre)
 		}
+	}
+}
+
+// countingEngine is the engine with its prompt tokenizers counted: the
+// server's tokenizer (the edge's count) and the responder's generator (the
+// rendered prompt's) both go through it.
+type countingEngine struct {
+	*llm.Engine
+	calls *atomic.Int64
+}
+
+func (c countingEngine) Tokenize(text string) ([]int, error) {
+	c.calls.Add(1)
+	return c.Engine.Tokenize(text)
+}
+
+func (c countingEngine) TokenizeLimit(ctx context.Context, text string, limit int) ([]int, error) {
+	c.calls.Add(1)
+	return c.Engine.TokenizeLimit(ctx, text, limit)
+}
+
+func (c countingEngine) TokenizeContinuation(text string) ([]int, error) {
+	c.calls.Add(1)
+	return c.Engine.TokenizeContinuation(text)
+}
+
+// openCountingStack is the stack whose server and responder tokenize
+// through one countingEngine, with --max-prompt-tokens maxPrompt.
+func openCountingStack(tb testing.TB, maxPrompt int) (*stack, *atomic.Int64) {
+	calls := new(atomic.Int64)
+	var counted countingEngine
+	s := openStack(tb, stackOpts{maxTokens: 4, cfg: func(c *web.Config) { c.MaxPromptTokens = maxPrompt },
+		generator: func(e *llm.Engine) chat.Generator {
+			counted = countingEngine{Engine: e, calls: calls}
+			return counted
+		},
+		options: func(s *stack) []web.Option {
+			return []web.Option{web.WithTokenizer(counted), web.WithResponder(s.responder), web.WithModelInfo(s.engine.Info)}
+		}})
+	return s, calls
+}
+
+// TestChatPromptTokenizedOnce: a chat completion's prompt is tokenized once
+// per request, whether it is within --max-prompt-tokens (the tokens the
+// count made are the ones decoded) or over it only with the template's
+// markup (refused by that one count, with OpenAI's context_length_exceeded).
+// Its text is longer than the cap in bytes, so a count at the edge could not
+// skip it.
+func TestChatPromptTokenizedOnce(t *testing.T) {
+	long := strings.Repeat("Lily went to the park. ", 12) // 276 bytes
+	msgs := userMsgs(long)
+	// The prompt's size with and without the template's markup.
+	probe, _ := openCountingStack(t, -1)
+	textTokens, err := probe.engine.Tokenize(long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := post(t, probe.base+"/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 2})
+	res.Body.Close()
+	rendered := int(probe.engine.Stats().PromptEvaluated)
+	if res.StatusCode != http.StatusOK || len(textTokens)+1 >= rendered || rendered >= len(long) {
+		t.Fatalf("status %d; text %d tokens, rendered %d, %d bytes: the test needs markup of 2 tokens or more and more bytes than tokens",
+			res.StatusCode, len(textTokens), rendered, len(long))
+	}
+
+	under, calls := openCountingStack(t, rendered+8)
+	res = post(t, under.base+"/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 2})
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("within the cap: %d %s", res.StatusCode, body)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("a prompt within the cap was tokenized %d times, want 1", n)
+	}
+	if n := under.engine.Stats().PromptEvaluated; n != int64(rendered) {
+		t.Errorf("the engine evaluated %d prompt tokens, want the %d counted", n, rendered)
+	}
+
+	// Over the cap with the markup only: the text and one token per message
+	// are within it.
+	over, calls := openCountingStack(t, rendered-1)
+	e := wantFieldError(t, post(t, over.base+"/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 2}), http.StatusBadRequest, "")
+	if e.Error.Code != "context_length_exceeded" {
+		t.Errorf("over the cap: %+v, want context_length_exceeded", e)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("a prompt over the cap was tokenized %d times, want 1", n)
+	}
+	if n := over.engine.Stats().PromptEvaluated; n != 0 {
+		t.Errorf("a refused prompt reached the engine: %d tokens evaluated", n)
 	}
 }

@@ -312,18 +312,17 @@ func (l *Lease) Release() { l.once.Do(func() { l.r.release(l) }) }
 
 // Acquire returns the named model (see Resolve), loading it first when it
 // is not loaded: the request waits in the model's bounded queue (busy
-// past Config.MaxWaiting), and ctx's parley.LoadProgress is shown the load's
+// past Config.MaxWaiting), and progress (nil: none) is shown the load's
 // progress. keepAlive, the request's (nil: none), applies to the model as
 // Config.ClientKeepAlive allows. A model that cannot be loaded is an error for this model
 // alone: too large for the budget (too_large, with the figures), no room
 // because every other model is in use or pinned (busy), or the loader's
 // error (unavailable, naming the model).
-func (r *Registry) Acquire(ctx context.Context, name string, keepAlive *time.Duration) (*Lease, error) {
+func (r *Registry) Acquire(ctx context.Context, name string, keepAlive *time.Duration, progress parley.LoadProgress) (*Lease, error) {
 	name, err := r.Resolve(name)
 	if err != nil {
 		return nil, err
 	}
-	progress := parley.LoadProgressFrom(ctx)
 	r.mu.Lock()
 	e := r.entries[name]
 	waitedGen := -1 // the load this request waited for
@@ -758,7 +757,7 @@ func (r *Registry) reap() {
 // startup), and waits until it is loaded; its keep-alive then runs as
 // after a reply (a pinned model stays).
 func (r *Registry) Load(ctx context.Context, name string) error {
-	l, err := r.Acquire(ctx, name, nil)
+	l, err := r.Acquire(ctx, name, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func keep(d time.Duration) *time.Duration { return &d }
 
 func acquire(t *testing.T, r *registry.Registry, name string) *registry.Lease {
 	t.Helper()
-	l, err := r.Acquire(context.Background(), name, nil)
+	l, err := r.Acquire(context.Background(), name, nil, nil)
 	if err != nil {
 		t.Fatalf("acquire %s: %v", name, err)
 	}
@@ -159,7 +159,7 @@ func TestReplyInFlightIsNeverUnloaded(t *testing.T) {
 	// b waits for the room a's reply holds, in b's queue.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, err := r.Acquire(ctx, "b", nil)
+	_, err := r.Acquire(ctx, "b", nil, nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("b while a is in use: %v; want it to wait", err)
 	}
@@ -168,7 +168,7 @@ func TestReplyInFlightIsNeverUnloaded(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() {
-		l, err := r.Acquire(context.Background(), "b", nil)
+		l, err := r.Acquire(context.Background(), "b", nil, nil)
 		if err == nil {
 			l.Release()
 		}
@@ -226,7 +226,7 @@ func TestPinnedModelStays(t *testing.T) {
 	r2, _ := open(t, sp2, registry.Config{MaxLoaded: 2})
 	acquire(t, r2, "p1").Release()
 	acquire(t, r2, "p2").Release()
-	if _, err := r2.Acquire(context.Background(), "x", nil); parley.ErrorCode(err) != parley.EBusy || !strings.Contains(err.Error(), "pinned") {
+	if _, err := r2.Acquire(context.Background(), "x", nil, nil); parley.ErrorCode(err) != parley.EBusy || !strings.Contains(err.Error(), "pinned") {
 		t.Fatalf("x with two pinned models at the cap: %v", err)
 	}
 }
@@ -234,7 +234,7 @@ func TestPinnedModelStays(t *testing.T) {
 func TestBudgetRefusesTooLargeAndMakesRoom(t *testing.T) {
 	sp := []registry.Spec{{Name: "a", Estimate: 60 << 20}, {Name: "b", Estimate: 50 << 20}, {Name: "huge", Estimate: 200 << 20, EstimateDetail: "file 190 MiB + KV cache 10 MiB"}}
 	r, f := open(t, sp, registry.Config{MemoryBudget: 100 << 20, KeepAlive: -1})
-	_, err := r.Acquire(context.Background(), "huge", nil)
+	_, err := r.Acquire(context.Background(), "huge", nil, nil)
 	if parley.ErrorCode(err) != parley.ETooLarge || !strings.Contains(err.Error(), "200.0 MiB") || !strings.Contains(err.Error(), "100.0 MiB") || !strings.Contains(err.Error(), "file 190 MiB") {
 		t.Fatalf("too large: %v; want too_large with the figures", err)
 	}
@@ -255,14 +255,14 @@ func TestKeepAlive(t *testing.T) {
 	r, f := open(t, specs("a", "b"), registry.Config{KeepAlive: time.Hour, ClientKeepAlive: registry.KeepAliveObey})
 	// keep_alive 0 on the request (obeyed, as Ollama does): unloaded when
 	// the reply ends.
-	l, err := r.Acquire(context.Background(), "a", keep(0))
+	l, err := r.Acquire(context.Background(), "a", keep(0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Release()
 	eventually(t, "a unloads at once", func() bool { return !f.isOpen("a") })
 	// A short keep-alive: unloaded by the reaper.
-	l, err = r.Acquire(context.Background(), "b", keep(300*time.Millisecond))
+	l, err = r.Acquire(context.Background(), "b", keep(300*time.Millisecond), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func expiry(r *registry.Registry, name string) time.Time {
 func TestKeepAliveExtend(t *testing.T) {
 	r, f := open(t, specs("a", "b"), registry.Config{KeepAlive: time.Hour})
 	for _, ka := range []time.Duration{0, time.Millisecond} {
-		l, err := r.Acquire(context.Background(), "a", keep(ka))
+		l, err := r.Acquire(context.Background(), "a", keep(ka), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +307,7 @@ func TestKeepAliveExtend(t *testing.T) {
 		}
 	}
 	// Longer than the server's: honoured, for this request's reply.
-	l, err := r.Acquire(context.Background(), "a", keep(3*time.Hour))
+	l, err := r.Acquire(context.Background(), "a", keep(3*time.Hour), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestKeepAliveExtend(t *testing.T) {
 		t.Fatalf("after a request without keep_alive: expires in %v, want the 3h asked before", left)
 	}
 	// Forever (negative): until it must make room, shown as such.
-	l, err = r.Acquire(context.Background(), "b", keep(-1))
+	l, err = r.Acquire(context.Background(), "b", keep(-1), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestKeepAliveExtend(t *testing.T) {
 
 	// KeepAliveIgnore: nothing a request says changes the expiry.
 	r2, _ := open(t, specs("c"), registry.Config{KeepAlive: time.Hour, ClientKeepAlive: registry.KeepAliveIgnore})
-	l, err = r2.Acquire(context.Background(), "c", keep(5*time.Hour))
+	l, err = r2.Acquire(context.Background(), "c", keep(5*time.Hour), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestMinResidency(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		l, err := r.Acquire(ctx, "b", nil)
+		l, err := r.Acquire(ctx, "b", nil, nil)
 		if err == nil {
 			l.Release()
 		}
@@ -401,7 +401,7 @@ func TestMinResidency(t *testing.T) {
 func TestLoadFailureIsThatModelsAlone(t *testing.T) {
 	r, f := open(t, specs("good", "bad"), registry.Config{})
 	f.fail["bad"] = errors.New("model file bad.gguf: damaged GGUF header")
-	_, err := r.Acquire(context.Background(), "bad", nil)
+	_, err := r.Acquire(context.Background(), "bad", nil, nil)
 	if parley.ErrorCode(err) != parley.EUnavailable || !strings.Contains(err.Error(), `"bad"`) || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("bad model: %v", err)
 	}
@@ -423,18 +423,19 @@ func TestWaitersShareOneLoadAndQueueIsBounded(t *testing.T) {
 	}
 	defer r.Close(context.Background())
 	var seen atomic.Int32
-	ctx := parley.WithLoadProgress(context.Background(), func(name string, frac float64) {
+	ctx := context.Background()
+	progress := func(name string, frac float64) {
 		if name == "a" && frac == 0.5 {
 			seen.Add(1)
 		}
-	})
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	for i := 0; i < 3; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := r.Acquire(ctx, "a", nil)
+			l, err := r.Acquire(ctx, "a", nil, progress)
 			if err == nil {
 				l.Release()
 			}
@@ -442,7 +443,7 @@ func TestWaitersShareOneLoadAndQueueIsBounded(t *testing.T) {
 		}()
 	}
 	eventually(t, "three waiters", func() bool { return r.Status()[0].Waiting == 3 })
-	if _, err := r.Acquire(context.Background(), "a", nil); parley.ErrorCode(err) != parley.EBusy {
+	if _, err := r.Acquire(context.Background(), "a", nil, nil); parley.ErrorCode(err) != parley.EBusy {
 		t.Fatalf("a fourth waiter: %v; want busy", err)
 	}
 	eventually(t, "progress shown", func() bool { return seen.Load() > 0 })
@@ -468,7 +469,7 @@ func TestConcurrentLeasesWithEviction(t *testing.T) {
 			defer wg.Done()
 			name := []string{"a", "b", "c"}[i%3]
 			for {
-				l, err := r.Acquire(context.Background(), name, nil)
+				l, err := r.Acquire(context.Background(), name, nil, nil)
 				if parley.ErrorCode(err) == parley.EBusy {
 					time.Sleep(time.Millisecond)
 					continue

@@ -168,7 +168,7 @@ func (l local) embed(ctx context.Context, text string, n, maxTokens int) (int, e
 	for i := range inputs {
 		inputs[i] = toks
 	}
-	_, err = l.e.Embed(ctx, inputs)
+	_, err = l.e.Embed(ctx, parley.ClientFrom(ctx), inputs)
 	return n * len(toks), err
 }
 

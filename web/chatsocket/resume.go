@@ -75,14 +75,14 @@ func (c *conn) runTurn(j job) {
 	defer c.clearTurn()
 
 	p.SkipLogprobs = !c.json // text mode sends only the pieces
-	ctx := r.ctx
+	var opts []session.TurnOption
 	if c.json && c.srv.models != nil {
 		// A prompt that waits for its model to load sees the load's progress.
-		ctx = parley.WithLoadProgress(ctx, func(model string, frac float64) {
+		opts = append(opts, session.ShowLoadProgress(func(model string, frac float64) {
 			c.SendJSON(loadingMessage{Type: "loading", Model: model, Progress: frac})
-		})
+		}))
 	}
-	turn, err := c.startTurn(ctx, j, p)
+	turn, err := c.startTurn(r.ctx, j, p, opts...)
 	if err != nil {
 		r.fail()
 		c.Log.Info("reply refused", zap.String("code", parley.ErrorCode(err)), zap.String("reason", parley.ErrorMessage(err)))

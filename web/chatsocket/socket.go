@@ -19,7 +19,7 @@ type Sessions interface {
 	// Snapshot reads a turn's session ordered against its commit (see
 	// session.Service.Snapshot): a resume never shows a stale history.
 	Snapshot(ctx context.Context, t *session.Turn) (*session.Session, bool, error)
-	Turn(ctx context.Context, id, prompt string, p parley.Params) (*session.Turn, error)
+	Turn(ctx context.Context, id, prompt string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
 	Reset(ctx context.Context, id string) error
 	SetSystem(ctx context.Context, id, text string) error
 }

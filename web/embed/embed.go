@@ -34,8 +34,9 @@ type Model interface {
 	// RerankTokens is a reranker's input for a query and a document.
 	RerankTokens(ctx context.Context, query, doc string) ([]int, error)
 	// Embed returns each input's pooled output, raw (not normalized): a
-	// vector, or a reranker's score(s).
-	Embed(ctx context.Context, inputs [][]int) ([][]float32, error)
+	// vector, or a reranker's score(s). client is the request's client
+	// (parley.GenerateRequest.Client): the engine queues fairly between them.
+	Embed(ctx context.Context, client string, inputs [][]int) ([][]float32, error)
 }
 
 // Pooling types (Info.Pooling), as llm names them.
@@ -261,7 +262,7 @@ func evaluate(ctx context.Context, t Target, in Input, truncate bool) ([][]float
 	if err != nil {
 		return nil, 0, err
 	}
-	raw, err := t.Model.Embed(ctx, inputs)
+	raw, err := t.Model.Embed(ctx, parley.ClientFrom(ctx), inputs)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -85,7 +85,12 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 		return parley.FieldErrorf("logprobs", "is not supported with tools that run on the server")
 	}
 	rctx := c.Request().Context()
-	if err := s.core.CountPromptTokens(rctx, apicore.PromptText(cc.msgs, cc.params.Tools), len(cc.msgs), true); err != nil {
+	// Only the messages are counted here, as a rule (see
+	// apicore.CountedText): each
+	// step's responder holds its rendered prompt to the cap
+	// (parley.ReplyRequest.MaxPromptTokens below) as it tokenizes it, so the
+	// conversation is tokenized once a step.
+	if err := s.core.CountPromptTokens(rctx, apicore.CountedText(cc.msgs, cc.params.Tools, s.core.MaxPromptTokens), len(cc.msgs), true); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(parley.WithStateless(rctx))
@@ -94,10 +99,11 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	if err != nil {
 		return err
 	}
+	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: apicore.ModelFrom(rctx), Client: parley.ClientFrom(rctx), Messages: cc.msgs, Params: cc.params}
 	if s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
-		ctx = parley.WithMaxPromptTokens(ctx, s.core.MaxPromptTokens)
+		req.MaxPromptTokens = s.core.MaxPromptTokens
 	}
-	rep, err := tools.Run(ctx, parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: apicore.ModelFrom(rctx), Messages: cc.msgs, Params: cc.params})
+	rep, err := tools.Run(ctx, req)
 	if err != nil {
 		return cc.renameSent(err)
 	}

@@ -52,8 +52,12 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 
 // StartChat starts a reply to a conversation rendered with the model's template.
 // The whole prompt (every message and tool, and what the template adds) is
-// held to MaxPromptTokens: counted first from the request's strings
-// (StartCall), then, rendered, by the responder.
+// held to MaxPromptTokens by the responder, which tokenizes the rendered
+// prompt once, stopping as soon as it is over the cap, and decodes those
+// tokens. Here only the messages are counted (each is at least its role
+// marker), which needs no tokenizer, unless the conversation's text is
+// counted first (see CountedText): a conversation within the cap is
+// tokenized once.
 //
 // The reply names the conversation's affinity key in X-Parley-Session: the
 // client's own (SentAffinityKey), or one derived from its user and the
@@ -61,9 +65,9 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // the header keeps a resent conversation on the replica that holds its cache.
 func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*Call, error) {
 	SetAffinity(c, parley.AffinityKey(parley.UserFrom(c.Request().Context()), SentAffinityKey(c), msgs))
-	return k.StartCall(c, route, PromptText(msgs, p.Tools), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
+	return k.StartCall(c, route, CountedText(msgs, p.Tools, k.MaxPromptTokens), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
-			ctx = parley.WithMaxPromptTokens(ctx, k.MaxPromptTokens)
+			req.MaxPromptTokens = k.MaxPromptTokens
 		}
 		req.Key, req.Messages = key, msgs
 		req.PromptTokens = nil // the counted text's, not a prompt's
@@ -71,12 +75,39 @@ func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Messag
 	})
 }
 
+// countedBytesPerToken is the bytes per token of the cap past which the
+// edge counts a conversation's text before the responder renders it. Real
+// text averages 2 to 5 bytes a token; a text longer than this many bytes
+// per token of the cap is almost surely over it, and counting it here, up
+// to the cap's tokens, refuses a huge one (megabytes of tools) without
+// rendering it. Only a text within the cap whose tokens average more bytes
+// than this (long runs of spaces) is then tokenized twice.
+const countedBytesPerToken = 8
+
+// CountedText is the text of a conversation that the edge counts against
+// the cap maxPrompt (<= 0: none) before the responder renders it: "" (only
+// the messages are counted; the responder counts the rendered prompt and
+// stops at the cap) unless the text (PromptText) is longer than
+// countedBytesPerToken bytes per token of the cap, or the conversation has
+// images, whose prompt the responder tokenizes whole (images and text
+// together, with no early stop).
+func CountedText(msgs []parley.Message, tools []parley.Tool, maxPrompt int) string {
+	if maxPrompt <= 0 {
+		return ""
+	}
+	text := PromptText(msgs, tools)
+	if parley.ImageCount(msgs) > 0 || len(text) > maxPrompt*countedBytesPerToken {
+		return text
+	}
+	return ""
+}
+
 // StartCall starts a reply for route once the server takes work and the
-// request's text (the prompt, or every string of a conversation: a
-// stateless request's whole prompt) plus extra tokens (one per message) is
-// within MaxPromptTokens. start is given the request with its model,
-// keep-alive and p, and in PromptTokens text's tokens when counting it
-// tokenized the whole text (nil otherwise); it adds what it answers.
+// request's text (a raw prompt; "" when the responder counts the prompt
+// itself) plus extra tokens (one per message) is within MaxPromptTokens.
+// start is given the request with its model, keep-alive and p, and in
+// PromptTokens text's tokens when counting it tokenized the whole text (nil
+// otherwise); it adds what it answers.
 func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, parley.Responder, parley.ReplyRequest) (parley.Reply, error)) (*Call, error) {
 	if err := k.Available(); err != nil {
 		return nil, err
@@ -89,12 +120,13 @@ func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley
 	// beyond the slot (a conversation key only leads a resent conversation
 	// back to its slot).
 	ctx, cancel := context.WithCancel(parley.WithStateless(c.Request().Context()))
-	if k.Models != nil && strings.HasSuffix(route, "-stream") {
-		ctx = parley.WithLoadProgress(ctx, k.SSEProgress(c))
-	}
 	model := ModelFrom(ctx)
+	req := parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Client: parley.ClientFrom(ctx), Params: p, PromptTokens: counted}
+	if k.Models != nil && strings.HasSuffix(route, "-stream") {
+		req.LoadProgress = k.SSEProgress(c)
+	}
 	call := &Call{core: k, Route: route, Cancel: cancel, Params: p, meter: k.Meter(model)}
-	rep, err := start(ctx, k.Responder, parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Params: p, PromptTokens: counted})
+	rep, err := start(ctx, k.Responder, req)
 	if err != nil && c.Request().Context().Err() != nil && errors.Is(err, context.Canceled) {
 		// The client left while its prompt was rendered or tokenized:
 		// not a failure of the server's.

@@ -242,7 +242,9 @@ type limitTokenizer interface {
 
 // CountPromptTokens refuses, with too_large, text plus extra tokens (one
 // per message: the role marker every template writes) over
-// MaxPromptTokens; without load, a prompt for a model that is not loaded
+// MaxPromptTokens; with text "" it counts only the messages, without a
+// tokenizer (for a conversation whose rendered prompt the responder holds
+// to the cap: parley.ReplyRequest.MaxPromptTokens). Without load, a prompt for a model that is not loaded
 // is not counted (the WebSocket's reader must not wait for a load: the
 // engine still refuses a prompt over the context). Tokenizing stops as
 // soon as the text is over the limit, and when ctx ends (the client left).
@@ -261,6 +263,9 @@ func (k *Core) countPromptTokens(ctx context.Context, text string, extra int, lo
 	}
 	if extra > limit {
 		return nil, parley.Errorf(parley.ETooLarge, "the prompt has %d messages, each at least one token; at most %d tokens are accepted", extra, limit)
+	}
+	if text == "" {
+		return nil, nil // a conversation, counted where it is rendered
 	}
 	// A token spans at least one byte of text, apart from the few a
 	// tokenizer adds (BOS, EOS, SentencePiece's leading space): shorter

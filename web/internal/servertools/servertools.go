@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -83,19 +84,27 @@ func (lr *Responder) Run(ctx context.Context, req parley.ReplyRequest) (*Reply, 
 }
 
 func (lr *Responder) run(ctx context.Context, req parley.ReplyRequest) (*Reply, error) {
+	rep := &Reply{events: make(chan parley.Event, eventBuffer), ended: make(chan struct{})}
 	loop := toolloop.New(func(ctx context.Context, msgs []parley.Message, p parley.Params) (toolloop.Reply, error) {
 		step := req
 		step.Messages, step.Params = msgs, p
-		return lr.r.Reply(ctx, step)
+		r, err := lr.r.Reply(ctx, step)
+		if err != nil {
+			return nil, err
+		}
+		rep.step.Store(&stepReply{r})
+		return r, nil
 	}, lr.host, toolloop.WithLogger(lr.log))
 	run, err := loop.Start(ctx, toolloop.Request{Messages: req.Messages, Params: req.Params, Tools: lr.tools, MaxSteps: lr.MaxSteps})
 	if err != nil {
 		return nil, err
 	}
-	rep := &Reply{events: make(chan parley.Event, eventBuffer), ended: make(chan struct{})}
 	go rep.pump(ctx, run)
 	return rep, nil
 }
+
+// stepReply holds the model reply of a run's latest step.
+type stepReply struct{ parley.Reply }
 
 // Reply is one run of the loop as a model reply (session.StepsReply): Text
 // and Reasoning are its last assistant message's, Steps the messages before it.
@@ -106,6 +115,10 @@ type Reply struct {
 	steps []parley.Message
 	last  parley.Message
 	ended chan struct{} // closed once the run has ended (its last model reply included)
+	// step is the model reply of the run's latest step (nil before the
+	// first): the loop's goroutine stores it as each step starts, and the
+	// prompt methods read it from any goroutine.
+	step atomic.Pointer[stepReply]
 }
 
 // Events yields the run's events: tokens and Aside events, then exactly one
@@ -118,15 +131,36 @@ func (r *Reply) Text() string { return r.last.Content }
 // Reasoning is the final reply's thought; valid after the final event.
 func (r *Reply) Reasoning() string { return r.last.Reasoning }
 
-// Prompt is empty: a run renders one prompt per step.
-func (r *Reply) Prompt() string { return "" }
+// Prompt is the rendered prompt of the run's latest step (a run renders
+// one prompt per step, each the one before with the step's calls and
+// results added): the first step's until the next starts, the last step's
+// once the final event has been read. "" for a run that started with
+// pending calls and has not asked the model yet.
+func (r *Reply) Prompt() string {
+	if s := r.step.Load(); s != nil {
+		return s.Prompt()
+	}
+	return ""
+}
 
-// PromptTokens is 0: a run renders one prompt per step (the final event's
-// usage counts them).
-func (r *Reply) PromptTokens() int { return 0 }
+// PromptTokens is the tokens of the latest step's prompt (see Prompt): the
+// size of the prompt the run's final reply answered, once the final event
+// has been read. The final event's usage sums the prompts of every step.
+func (r *Reply) PromptTokens() int {
+	if s := r.step.Load(); s != nil {
+		return s.PromptTokens()
+	}
+	return 0
+}
 
-// Dropped is 0: each step's reply fits its own prompt.
-func (r *Reply) Dropped() int { return 0 }
+// Dropped is how many of the oldest messages the latest step's prompt left
+// out to fit the context (see Prompt).
+func (r *Reply) Dropped() int {
+	if s := r.step.Load(); s != nil {
+		return s.Dropped()
+	}
+	return 0
+}
 
 // StopSequence is the final reply's stop string; a run ends on its
 // model's end of turn or a tool call, so it is "".
