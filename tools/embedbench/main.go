@@ -34,6 +34,7 @@ import (
 	"math"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,7 @@ type config struct {
 	model       string // the model name sent with -url
 	rerank      bool   // -url serves a reranker: post to /v1/rerank
 	llamaServer string // a llama-server binary to measure beside Parley
+	rounds      int    // measurements of each workload (with llama-server: pairs, in alternating order)
 	long        int
 	batch       int
 	longN       int // -n for long inputs
@@ -82,6 +84,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.longN, "long-n", 16, "long inputs per measurement at most")
 	fs.IntVar(&c.longB, "long-batch", 2, "long inputs per call")
 	fs.DurationVar(&c.limit, "time", 30*time.Second, "time per measurement at most")
+	fs.IntVar(&c.rounds, "rounds", 1, "measurements of each workload; with -llama-server, pairs in alternating order, and the median ratio")
 	fs.StringVar(&c.key, "key", "", "API key for -url and -chat")
 	var chat chatter
 	fs.StringVar(&chat.url, "chat", "", "also stream chat replies from this server's /v1/chat/completions: its rate alone, then beside each measurement")
@@ -171,43 +174,77 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		text string
 		c    config
 	}{{"short", short, c}, {fmt.Sprintf("%d-token", c.long), long, longC}} {
-		var r result
-		run := func() (err error) {
-			r, err = measure(ctx, emb, tc.text, tc.c)
-			return err
+		var ratios []float64
+		for round := range max(1, c.rounds) {
+			var r, pr result
+			parley := func() (err error) {
+				run := func() (err error) {
+					r, err = measure(ctx, emb, tc.text, tc.c)
+					return err
+				}
+				var chatRate float64
+				if chat.url != "" {
+					chatRate, err = chat.beside(ctx, run)
+				} else {
+					err = run()
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", tc.name, err)
+				}
+				name := "parley"
+				if c.url != "" && c.llamaServer == "" {
+					name = "server"
+				}
+				printRow(stdout, tc.name, name, unit, r)
+				if chat.url != "" {
+					fmt.Fprintf(stdout, "; chat beside: %.1f tokens/s", chatRate)
+				}
+				fmt.Fprintln(stdout)
+				return nil
+			}
+			llamaServer := func() (err error) {
+				if pr, err = measure(ctx, peer, tc.text, tc.c); err != nil {
+					return fmt.Errorf("%s on llama-server: %w", tc.name, err)
+				}
+				printRow(stdout, tc.name, "llama-server", unit, pr)
+				fmt.Fprintln(stdout)
+				return nil
+			}
+			// Parley first in even rounds, llama-server first in odd ones: a
+			// load that drifts during the run weighs on both alike.
+			order := []func() error{parley, llamaServer}
+			if peer == nil {
+				order = order[:1]
+			} else if round%2 == 1 {
+				order[0], order[1] = order[1], order[0]
+			}
+			for _, f := range order {
+				if err := f(); err != nil {
+					return err
+				}
+			}
+			if peer != nil {
+				ratios = append(ratios, r.rate()/pr.rate())
+				fmt.Fprintf(stdout, "%-10s parley/llama-server: %.2fx\n", tc.name, ratios[len(ratios)-1])
+			}
 		}
-		var chatRate float64
-		var err error
-		if chat.url != "" {
-			chatRate, err = chat.beside(ctx, run)
-		} else {
-			err = run()
+		if len(ratios) > 1 {
+			slices.Sort(ratios)
+			fmt.Fprintf(stdout, "%-10s parley/llama-server over %d rounds: median %.2fx, %.2f-%.2fx\n", tc.name, len(ratios),
+				median(ratios), ratios[0], ratios[len(ratios)-1])
 		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", tc.name, err)
-		}
-		name := "parley"
-		if c.url != "" && c.llamaServer == "" {
-			name = "server"
-		}
-		printRow(stdout, tc.name, name, unit, r)
-		if chat.url != "" {
-			fmt.Fprintf(stdout, "; chat beside: %.1f tokens/s", chatRate)
-		}
-		fmt.Fprintln(stdout)
-		if peer == nil {
-			continue
-		}
-		pr, err := measure(ctx, peer, tc.text, tc.c)
-		if err != nil {
-			return fmt.Errorf("%s on llama-server: %w", tc.name, err)
-		}
-		printRow(stdout, tc.name, "llama-server", unit, pr)
-		fmt.Fprintln(stdout)
-		fmt.Fprintf(stdout, "%-10s parley/llama-server: %.2fx %s, %.2fx tokens/s\n", tc.name,
-			r.rate()/pr.rate(), unit, r.tokenRate()/pr.tokenRate())
 	}
 	return nil
+}
+
+// median is the middle of sorted values (the mean of the two middle ones
+// for an even number).
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 // rerankQuery is the query a reranker's documents are scored against.

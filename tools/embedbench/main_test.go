@@ -77,7 +77,7 @@ func TestLlamaServerPeer(t *testing.T) {
 			defer cancel()
 			var out bytes.Buffer
 			err := run(ctx, []string{"-model", model, "-threads", "1", "-llama-server", bin,
-				"-n", "4", "-batch", "2", "-clients", "1", "-long-n", "1", "-long-batch", "1", "-time", "1m"}, &out)
+				"-n", "4", "-batch", "2", "-clients", "1", "-long-n", "1", "-long-batch", "1", "-time", "1m", "-rounds", "2"}, &out)
 			t.Log("\n" + out.String())
 			if err != nil {
 				t.Fatal(err)
@@ -85,11 +85,22 @@ func TestLlamaServerPeer(t *testing.T) {
 			if !strings.Contains(out.String(), "largest difference") || strings.Contains(out.String(), "NOT within") {
 				t.Error("llama-server's outputs are not within the tolerance of Parley's")
 			}
-			for _, row := range []string{"short      parley", "short      llama-server", "512-token  parley", "512-token  llama-server", "parley/llama-server"} {
+			for _, row := range []string{"short      parley", "short      llama-server", "512-token  parley", "512-token  llama-server", "parley/llama-server over 2 rounds"} {
 				if !strings.Contains(out.String(), row) {
 					t.Errorf("no %q row", row)
 				}
 			}
 		})
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{[]float64{2}, 2}, {[]float64{1, 2, 9}, 2}, {[]float64{1, 2, 4, 9}, 3}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
 	}
 }
