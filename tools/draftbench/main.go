@@ -12,6 +12,16 @@
 //	go run ./tools/draftbench -synth 30x576 ...   # a SmolLM2-135M-shaped synthetic model (F16) with the model's vocabulary
 //	go run ./tools/draftbench -draft-model small.gguf ...   # drafts from a draft model of the same vocabulary
 //	go run ./tools/draftbench -synth 30x576 -draft-synth 2x64 ...   # and a synthetic draft model with the same vocabulary
+//	go run ./tools/draftbench -engine current -llama-server ~/.cache/parley/llama-server/bin/llama-server ...
+//
+// With -llama-server BIN it also runs the same prompts (as token ids), the
+// same greedy settings and the same numbers of conversations on llama.cpp's
+// llama-server, started on the same model files and threads once for each
+// of its speculative settings (-llama-modes: off, its n-gram lookups, its
+// draft model), and adds a row for each: tokens per second measured the
+// same way, draft tokens and the share that held from its timings, and
+// whether its tokens are Parley's without drafts. Its "vs off" is against
+// llama-server's own off row.
 //
 // Figures on a shared machine are indicative: each row is one run (-rounds
 // takes the best of several).
@@ -59,6 +69,8 @@ type config struct {
 	tokens, rounds int
 	draftMax       int
 	draftModel     string // drafts from this model in every mode but off
+	llamaServer    string // a llama-server binary to measure beside Parley
+	llamaModes     []string
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -75,6 +87,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.draftMax, "draft-max", llm.DefaultDraftMax, "longest draft")
 	fs.StringVar(&c.draftModel, "draft-model", "", "a draft model of the model's vocabulary (llm.Config.DraftModel) for the modes but off")
 	draftSynth := fs.String("draft-synth", "", "LAYERSxDIM: a synthetic F16 draft model of this shape with -model's vocabulary")
+	fs.StringVar(&c.llamaServer, "llama-server", "", "also run the prompts on this llama-server binary, once for each of -llama-modes")
+	llamaModes := fs.String("llama-modes", "", "llama-server's speculative settings: off, ngram-simple, ngram-mod, draft (default: off,ngram-simple,ngram-mod; with a draft model off,draft)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,6 +102,18 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	c.modes = strings.Split(*modes, ",")
 	if c.model == "" {
 		return errors.New("-model is required")
+	}
+	if *llamaModes == "" {
+		*llamaModes = "off,ngram-simple,ngram-mod"
+		if c.draftModel != "" || *draftSynth != "" {
+			*llamaModes = "off,draft"
+		}
+	}
+	c.llamaModes = strings.Split(*llamaModes, ",")
+	for _, m := range c.llamaModes {
+		if _, err := llamaModeArgs(m, &config{draftModel: "checked when used"}, 1); err != nil {
+			return fmt.Errorf("-llama-modes: %w", err)
+		}
 	}
 	llm.SetNativeLog(io.Discard, false)
 	model := c.model
@@ -185,10 +211,9 @@ func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n
 		}
 		repeat[i] = slices.Concat(toks, r.ids[0], toks[1:])
 	}
-	for _, w := range []struct {
-		name    string
-		prompts [][]int
-	}{{"repeat", repeat}, {"fresh", fresh}} {
+	workloads := []workload{{"repeat", repeat}, {"fresh", fresh}}
+	refs := map[string][][]int{} // each workload's replies in the first mode (off)
+	for _, w := range workloads {
 		var base float64
 		var ref [][]int
 		for _, m := range c.modes {
@@ -209,23 +234,76 @@ func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n
 			}
 			if ref == nil {
 				base, ref = best.rate(), best.ids
-			}
-			same := "yes"
-			for i := range ref {
-				if !slices.Equal(ref[i], best.ids[i]) {
-					same = "NO"
-				}
-			}
-			held := "-"
-			if best.drafted > 0 {
-				held = fmt.Sprintf("%.0f%%", 100*float64(best.held)/float64(best.drafted))
+				refs[w.name] = ref
 			}
 			fmt.Fprintf(out, "| %d | %d | %s | %s | %.1f | %.2f | %.2f | %s | %.2f | %s |\n", th, n, w.name, m, best.rate(),
-				best.rate()/base, float64(best.drafted)/float64(max(1, best.tokens)), held,
-				float64(best.stepNanos)/1e6/float64(max(1, best.steps)), same)
+				best.rate()/base, float64(best.drafted)/float64(max(1, best.tokens)), best.heldShare(),
+				float64(best.stepNanos)/1e6/float64(max(1, best.steps)), sameTokens(ref, best.ids))
+		}
+	}
+	if c.llamaServer == "" {
+		return nil
+	}
+	return c.measureLlama(ctx, out, model, th, n, workloads, refs)
+}
+
+// workload is a set of prompts run at once, one a conversation.
+type workload struct {
+	name    string
+	prompts [][]int
+}
+
+// measureLlama prints llama-server's rows of th threads and n streams:
+// each of c.llamaModes on every workload. "vs off" is against its off row;
+// "same tokens" against Parley's first mode. Each run has a server of its
+// own, started for it: llama-server's ngram-mod keeps one n-gram pool for
+// all its requests, so a second run of the same prompts would draft from
+// the first run's replies, and a workload from another's; Parley's
+// engines draft from each conversation's own history alone.
+func (c *config) measureLlama(ctx context.Context, out io.Writer, model string, th, n int, workloads []workload, refs map[string][][]int) error {
+	bases := map[string]float64{} // workload -> llama-server's rate without drafts
+	for _, m := range c.llamaModes {
+		for _, w := range workloads {
+			var best result
+			for round := range max(1, c.rounds) {
+				srv, err := c.startLlamaServer(ctx, model, m, th, n)
+				if err != nil {
+					return err
+				}
+				r, err := llamaGenerate(ctx, srv.URL(), w.prompts, c.tokens)
+				srv.Stop(10 * time.Second)
+				if err != nil {
+					return fmt.Errorf("llama-server %s, %s: %w", m, w.name, err)
+				}
+				if round == 0 || r.rate() > best.rate() {
+					best = r
+				}
+			}
+			if m == "off" {
+				bases[w.name] = best.rate()
+			}
+			vsOff := "-"
+			if b, ok := bases[w.name]; ok {
+				vsOff = fmt.Sprintf("%.2f", best.rate()/b)
+			}
+			fmt.Fprintf(out, "| %d | %d | %s | llama-server %s | %.1f | %s | %.2f | %s | - | %s |\n", th, n, w.name, m, best.rate(),
+				vsOff, float64(best.drafted)/float64(max(1, best.tokens)), best.heldShare(), sameTokens(refs[w.name], best.ids))
 		}
 	}
 	return nil
+}
+
+// sameTokens says whether every reply of got is ref's.
+func sameTokens(ref, got [][]int) string {
+	if len(ref) != len(got) {
+		return "NO"
+	}
+	for i := range ref {
+		if !slices.Equal(ref[i], got[i]) {
+			return "NO"
+		}
+	}
+	return "yes"
 }
 
 type result struct {
@@ -234,6 +312,15 @@ type result struct {
 	took             time.Duration
 	drafted, held    int64
 	steps, stepNanos int64
+}
+
+// heldShare is the share of the draft tokens that held, or "-" when none
+// was drafted.
+func (r result) heldShare() string {
+	if r.drafted == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(r.held)/float64(r.drafted))
 }
 
 func (r result) rate() float64 {
