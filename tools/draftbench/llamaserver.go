@@ -18,6 +18,9 @@ import (
 	"github.com/parley-chat/parley/tools/internal/harness"
 )
 
+// llamaServerName names llama-server's rows.
+const llamaServerName = "llama-server"
+
 // llamaModes are the speculative settings of llama-server that -llama-modes
 // names, as its flags.
 //
@@ -57,8 +60,27 @@ func llamaServerArgs(model string, th, n int) []string {
 		"--parallel", strconv.Itoa(n), "--ctx-size", strconv.Itoa(1024 * n), "--flash-attn", "off", "--no-webui"}
 }
 
+// llamaRun runs prompts on a llama-server started for the run on model with
+// mode's settings, th threads and n slots. A server a run: llama-server's
+// ngram-mod keeps one n-gram pool for all its requests, so a second run of
+// the same prompts would draft from the first run's replies, and a
+// workload from another's; Parley's engines draft from each
+// conversation's own history alone.
+func (c *config) llamaRun(ctx context.Context, model, mode string, th, n int, prompts [][]int) (result, error) {
+	srv, err := c.startLlamaServer(ctx, model, mode, th, n)
+	if err != nil {
+		return result{}, err
+	}
+	defer srv.Stop(10 * time.Second)
+	r, err := llamaGenerate(ctx, srv.URL(), prompts, c.tokens)
+	if err != nil {
+		return r, fmt.Errorf("llama-server %s: %w", mode, err)
+	}
+	return r, nil
+}
+
 // startLlamaServer starts c.llamaServer on model with mode's settings, its
-// log in a temporary file that it names on out when it fails to start.
+// log in a temporary file that its error names.
 func (c *config) startLlamaServer(ctx context.Context, model, mode string, th, n int) (*harness.Server, error) {
 	spec, err := llamaModeArgs(mode, c, th)
 	if err != nil {

@@ -211,40 +211,58 @@ func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n
 		}
 		repeat[i] = slices.Concat(toks, r.ids[0], toks[1:])
 	}
-	workloads := []workload{{"repeat", repeat}, {"fresh", fresh}}
-	refs := map[string][][]int{} // each workload's replies in the first mode (off)
-	for _, w := range workloads {
-		var base float64
-		var ref [][]int
-		for _, m := range c.modes {
-			e := engines[m]
-			var best result
-			for round := range max(1, c.rounds) {
-				before := e.Stats()
-				r, err := generate(ctx, e, w.prompts, c.tokens)
+	for _, w := range []workload{{"repeat", repeat}, {"fresh", fresh}} {
+		// Each round runs every mode of Parley and then of llama-server, so
+		// that a load that drifts during the run weighs on all of them; a
+		// row shows its best round.
+		best := map[string]result{}
+		keep := func(key string, r result) {
+			if b, ok := best[key]; !ok || r.rate() > b.rate() {
+				best[key] = r
+			}
+		}
+		for range max(1, c.rounds) {
+			for _, m := range c.modes {
+				r, err := engineRun(ctx, engines[m], w.prompts, c.tokens)
 				if err != nil {
 					return err
 				}
-				after := e.Stats()
-				r.drafted, r.held = after.DraftTokens-before.DraftTokens, after.DraftAccepted-before.DraftAccepted
-				r.steps, r.stepNanos = after.Steps-before.Steps, after.StepNanos-before.StepNanos
-				if round == 0 || r.rate() > best.rate() {
-					best = r
+				keep(m, r)
+			}
+			if c.llamaServer == "" {
+				continue
+			}
+			for _, m := range c.llamaModes {
+				r, err := c.llamaRun(ctx, model, m, th, n, w.prompts)
+				if err != nil {
+					return err
 				}
+				keep(llamaServerName+" "+m, r)
 			}
-			if ref == nil {
-				base, ref = best.rate(), best.ids
-				refs[w.name] = ref
+		}
+		ref := best[c.modes[0]]
+		for _, m := range c.modes {
+			b := best[m]
+			fmt.Fprintf(out, "| %d | %d | %s | %s | %.1f | %.2f | %.2f | %s | %.2f | %s |\n", th, n, w.name, m, b.rate(),
+				b.rate()/ref.rate(), float64(b.drafted)/float64(max(1, b.tokens)), b.heldShare(),
+				float64(b.stepNanos)/1e6/float64(max(1, b.steps)), sameTokens(ref.ids, b.ids))
+		}
+		if c.llamaServer == "" {
+			continue
+		}
+		// llama-server's "vs off" is against its own off row, when measured.
+		off, hasOff := best[llamaServerName+" off"]
+		for _, m := range c.llamaModes {
+			b := best[llamaServerName+" "+m]
+			vsOff := "-"
+			if hasOff {
+				vsOff = fmt.Sprintf("%.2f", b.rate()/off.rate())
 			}
-			fmt.Fprintf(out, "| %d | %d | %s | %s | %.1f | %.2f | %.2f | %s | %.2f | %s |\n", th, n, w.name, m, best.rate(),
-				best.rate()/base, float64(best.drafted)/float64(max(1, best.tokens)), best.heldShare(),
-				float64(best.stepNanos)/1e6/float64(max(1, best.steps)), sameTokens(ref, best.ids))
+			fmt.Fprintf(out, "| %d | %d | %s | %s %s | %.1f | %s | %.2f | %s | - | %s |\n", th, n, w.name, llamaServerName, m, b.rate(),
+				vsOff, float64(b.drafted)/float64(max(1, b.tokens)), b.heldShare(), sameTokens(ref.ids, b.ids))
 		}
 	}
-	if c.llamaServer == "" {
-		return nil
-	}
-	return c.measureLlama(ctx, out, model, th, n, workloads, refs)
+	return nil
 }
 
 // workload is a set of prompts run at once, one a conversation.
@@ -253,44 +271,18 @@ type workload struct {
 	prompts [][]int
 }
 
-// measureLlama prints llama-server's rows of th threads and n streams:
-// each of c.llamaModes on every workload. "vs off" is against its off row;
-// "same tokens" against Parley's first mode. Each run has a server of its
-// own, started for it: llama-server's ngram-mod keeps one n-gram pool for
-// all its requests, so a second run of the same prompts would draft from
-// the first run's replies, and a workload from another's; Parley's
-// engines draft from each conversation's own history alone.
-func (c *config) measureLlama(ctx context.Context, out io.Writer, model string, th, n int, workloads []workload, refs map[string][][]int) error {
-	bases := map[string]float64{} // workload -> llama-server's rate without drafts
-	for _, m := range c.llamaModes {
-		for _, w := range workloads {
-			var best result
-			for round := range max(1, c.rounds) {
-				srv, err := c.startLlamaServer(ctx, model, m, th, n)
-				if err != nil {
-					return err
-				}
-				r, err := llamaGenerate(ctx, srv.URL(), w.prompts, c.tokens)
-				srv.Stop(10 * time.Second)
-				if err != nil {
-					return fmt.Errorf("llama-server %s, %s: %w", m, w.name, err)
-				}
-				if round == 0 || r.rate() > best.rate() {
-					best = r
-				}
-			}
-			if m == "off" {
-				bases[w.name] = best.rate()
-			}
-			vsOff := "-"
-			if b, ok := bases[w.name]; ok {
-				vsOff = fmt.Sprintf("%.2f", best.rate()/b)
-			}
-			fmt.Fprintf(out, "| %d | %d | %s | llama-server %s | %.1f | %s | %.2f | %s | - | %s |\n", th, n, w.name, m, best.rate(),
-				vsOff, float64(best.drafted)/float64(max(1, best.tokens)), best.heldShare(), sameTokens(refs[w.name], best.ids))
-		}
+// engineRun is generate on e with the engine's counts of draft tokens,
+// those that held, and decode steps over the run.
+func engineRun(ctx context.Context, e *llm.Engine, prompts [][]int, maxTokens int) (result, error) {
+	before := e.Stats()
+	r, err := generate(ctx, e, prompts, maxTokens)
+	if err != nil {
+		return r, err
 	}
-	return nil
+	after := e.Stats()
+	r.drafted, r.held = after.DraftTokens-before.DraftTokens, after.DraftAccepted-before.DraftAccepted
+	r.steps, r.stepNanos = after.Steps-before.Steps, after.StepNanos-before.StepNanos
+	return r, nil
 }
 
 // sameTokens says whether every reply of got is ref's.
