@@ -24,7 +24,8 @@
 // llama-server's own off row.
 //
 // Figures on a shared machine are indicative: each row is one run (-rounds
-// takes the best of several).
+// takes the best of several; each round runs every mode of Parley, then of
+// llama-server, on each workload in turn).
 package main
 
 import (
