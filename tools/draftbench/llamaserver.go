@@ -67,37 +67,38 @@ func llamaServerArgs(model string, th, n int) []string {
 // workload from another's; Parley's engines draft from each
 // conversation's own history alone.
 func (c *config) llamaRun(ctx context.Context, model, mode string, th, n int, prompts [][]int) (result, error) {
-	srv, err := c.startLlamaServer(ctx, model, mode, th, n)
+	srv, log, err := c.startLlamaServer(ctx, model, mode, th, n)
 	if err != nil {
 		return result{}, err
 	}
-	defer srv.Stop(10 * time.Second)
 	r, err := llamaGenerate(ctx, srv.URL(), prompts, c.tokens)
+	srv.Stop(10 * time.Second)
 	if err != nil {
-		return r, fmt.Errorf("llama-server %s: %w", mode, err)
+		return r, fmt.Errorf("llama-server %s (log %s): %w", mode, log, err)
 	}
+	os.Remove(log) // a run that went well leaves no log behind
 	return r, nil
 }
 
-// startLlamaServer starts c.llamaServer on model with mode's settings, its
-// log in a temporary file that its error names.
-func (c *config) startLlamaServer(ctx context.Context, model, mode string, th, n int) (*harness.Server, error) {
+// startLlamaServer starts c.llamaServer on model with mode's settings and
+// returns it and the path of its log, a temporary file that an error names.
+func (c *config) startLlamaServer(ctx context.Context, model, mode string, th, n int) (*harness.Server, string, error) {
 	spec, err := llamaModeArgs(mode, c, th)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	log, err := os.CreateTemp("", "draftbench-llama-server-*.log")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer log.Close() // the child holds its own copy of the descriptor
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	s, err := harness.StartLlamaServer(sctx, c.llamaServer, append(llamaServerArgs(model, th, n), spec...), log)
 	if err != nil {
-		return nil, fmt.Errorf("llama-server %s (log %s): %w", mode, log.Name(), err)
+		return nil, "", fmt.Errorf("llama-server %s (log %s): %w", mode, log.Name(), err)
 	}
-	return s, nil
+	return s, log.Name(), nil
 }
 
 // llamaGenerate runs every prompt at once on llama-server's /completion,
