@@ -137,3 +137,60 @@ func TestDraftModelBacksOff(t *testing.T) {
 		t.Errorf("auto drafted %d tokens, ngram %d: auto should back off from drafts that miss", drafted[llm.DraftAuto], drafted[llm.DraftNgram])
 	}
 }
+
+// TestDraftModelToolCall: the scripted Hermes model writes the same text
+// and tool call with a draft model as without, through the lazy call
+// grammar, on both engines. The draft models: the target itself (its
+// drafts hold, but for those past the reply's end) and a smaller scripted
+// model whose reply has the same words in another order ("Let me look up
+// that." against "Let me look that up.": the same vocabulary), so that its
+// drafts miss where the two part and hold again from the call's trigger
+// on, under the call grammar.
+func TestDraftModelToolCall(t *testing.T) {
+	model := testmodel.Scripted(t, hermesScript())
+	other := hermesScript()
+	other.Reply = strings.Replace(other.Reply, "Let me look that up.", "Let me look up that.", 1)
+	spec := synth.DefaultSpec()
+	spec.VocabFrom, spec.Script, spec.Seed = testmodel.Path(t), other, 7
+	spec.Layers, spec.Dim, spec.Heads, spec.KVHeads, spec.FFN, spec.Context = 2, 64, 4, 2, 128, 2048
+	otherPath := filepath.Join(t.TempDir(), "other.gguf")
+	if _, err := synth.Write(context.Background(), otherPath, spec); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []parley.Message{{Role: parley.RoleUser, Content: "Weather in Paris?"}}
+	p := greedy(100)
+	p.Tools = toolSchemas
+	for _, engine := range []string{llm.EngineEmbedded, llm.EngineCurrent} {
+		cfg := llm.Config{Path: model, ContextLength: 2048, Parallel: 1, Threads: 1, Engine: engine, LibDir: currentLibDir(t)}
+		want := replyWithTools(t, chat.NewResponder(mustOpen(t, cfg)), msgs, p)
+		if want.final.Finish != parley.FinishToolCalls || len(want.final.ToolCalls) != 1 {
+			t.Fatalf("%s without a draft model: finish %s (%v), calls %+v, content %q", engine, want.final.Finish, want.final.Err, want.final.ToolCalls, want.content)
+		}
+		for name, dm := range map[string]string{"self": model, "other": otherPath} {
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				on := cfg
+				on.Draft, on.DraftModel = llm.DraftNgram, dm
+				e := mustOpen(t, on)
+				got := replyWithTools(t, chat.NewResponder(e), msgs, p)
+				if got.final.Finish != parley.FinishToolCalls || len(got.final.ToolCalls) != 1 {
+					t.Fatalf("finish %s (%v), calls %+v, content %q", got.final.Finish, got.final.Err, got.final.ToolCalls, got.content)
+				}
+				validateCall(t, toolSchemas, got.final.ToolCalls[0])
+				if got.content != want.content || got.final.ToolCalls[0].Name != want.final.ToolCalls[0].Name ||
+					got.final.ToolCalls[0].Arguments != want.final.ToolCalls[0].Arguments {
+					t.Errorf("with the draft model %q %+v, without %q %+v", got.content, got.final.ToolCalls[0], want.content, want.final.ToolCalls[0])
+				}
+				st := e.Stats()
+				t.Logf("drafted %d, held %d of %d tokens", st.DraftTokens, st.DraftAccepted, st.TokensGenerated)
+				switch {
+				case st.DraftTokens == 0:
+					t.Error("the draft model drafted nothing")
+				case name == "self" && st.DraftAccepted*5 < st.DraftTokens*4:
+					t.Errorf("the target as its own draft model: %d of %d draft tokens held, want at least 4 in 5", st.DraftAccepted, st.DraftTokens)
+				case name == "other" && st.DraftAccepted == st.DraftTokens:
+					t.Errorf("every one of %d draft tokens held, though the draft model's reply differs", st.DraftTokens)
+				}
+			})
+		}
+	}
+}

@@ -12,9 +12,20 @@
 //	go run ./tools/draftbench -synth 30x576 ...   # a SmolLM2-135M-shaped synthetic model (F16) with the model's vocabulary
 //	go run ./tools/draftbench -draft-model small.gguf ...   # drafts from a draft model of the same vocabulary
 //	go run ./tools/draftbench -synth 30x576 -draft-synth 2x64 ...   # and a synthetic draft model with the same vocabulary
+//	go run ./tools/draftbench -engine current -llama-server ~/.cache/parley/llama-server/bin/llama-server ...
+//
+// With -llama-server BIN it also runs the same prompts (as token ids), the
+// same greedy settings and the same numbers of conversations on llama.cpp's
+// llama-server, started on the same model files and threads once for each
+// of its speculative settings (-llama-modes: off, its n-gram lookups, its
+// draft model), and adds a row for each: tokens per second measured the
+// same way, draft tokens and the share that held from its timings, and
+// whether its tokens are Parley's without drafts. Its "vs off" is against
+// llama-server's own off row.
 //
 // Figures on a shared machine are indicative: each row is one run (-rounds
-// takes the best of several).
+// takes the best of several; each round runs every mode of Parley, then of
+// llama-server, on each workload in turn).
 package main
 
 import (
@@ -59,6 +70,8 @@ type config struct {
 	tokens, rounds int
 	draftMax       int
 	draftModel     string // drafts from this model in every mode but off
+	llamaServer    string // a llama-server binary to measure beside Parley
+	llamaModes     []string
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -75,6 +88,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&c.draftMax, "draft-max", llm.DefaultDraftMax, "longest draft")
 	fs.StringVar(&c.draftModel, "draft-model", "", "a draft model of the model's vocabulary (llm.Config.DraftModel) for the modes but off")
 	draftSynth := fs.String("draft-synth", "", "LAYERSxDIM: a synthetic F16 draft model of this shape with -model's vocabulary")
+	fs.StringVar(&c.llamaServer, "llama-server", "", "also run the prompts on this llama-server binary, once for each of -llama-modes")
+	llamaModes := fs.String("llama-modes", "", "llama-server's speculative settings: off, ngram-simple, ngram-mod, draft (default: off,ngram-simple,ngram-mod; with a draft model off,draft)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,6 +103,18 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	c.modes = strings.Split(*modes, ",")
 	if c.model == "" {
 		return errors.New("-model is required")
+	}
+	if *llamaModes == "" {
+		*llamaModes = "off,ngram-simple,ngram-mod"
+		if c.draftModel != "" || *draftSynth != "" {
+			*llamaModes = "off,draft"
+		}
+	}
+	c.llamaModes = strings.Split(*llamaModes, ",")
+	for _, m := range c.llamaModes {
+		if _, err := llamaModeArgs(m, &config{draftModel: "checked when used"}, 1); err != nil {
+			return fmt.Errorf("-llama-modes: %w", err)
+		}
 	}
 	llm.SetNativeLog(io.Discard, false)
 	model := c.model
@@ -185,47 +212,91 @@ func (c *config) measure(ctx context.Context, out io.Writer, model string, th, n
 		}
 		repeat[i] = slices.Concat(toks, r.ids[0], toks[1:])
 	}
-	for _, w := range []struct {
-		name    string
-		prompts [][]int
-	}{{"repeat", repeat}, {"fresh", fresh}} {
-		var base float64
-		var ref [][]int
-		for _, m := range c.modes {
-			e := engines[m]
-			var best result
-			for round := range max(1, c.rounds) {
-				before := e.Stats()
-				r, err := generate(ctx, e, w.prompts, c.tokens)
+	for _, w := range []workload{{"repeat", repeat}, {"fresh", fresh}} {
+		// Each round runs every mode of Parley and then of llama-server, so
+		// that a load that drifts during the run weighs on all of them; a
+		// row shows its best round.
+		best := map[string]result{}
+		keep := func(key string, r result) {
+			if b, ok := best[key]; !ok || r.rate() > b.rate() {
+				best[key] = r
+			}
+		}
+		for range max(1, c.rounds) {
+			for _, m := range c.modes {
+				r, err := engineRun(ctx, engines[m], w.prompts, c.tokens)
 				if err != nil {
 					return err
 				}
-				after := e.Stats()
-				r.drafted, r.held = after.DraftTokens-before.DraftTokens, after.DraftAccepted-before.DraftAccepted
-				r.steps, r.stepNanos = after.Steps-before.Steps, after.StepNanos-before.StepNanos
-				if round == 0 || r.rate() > best.rate() {
-					best = r
+				keep(m, r)
+			}
+			if c.llamaServer == "" {
+				continue
+			}
+			for _, m := range c.llamaModes {
+				r, err := c.llamaRun(ctx, model, m, th, n, w.prompts)
+				if err != nil {
+					return err
 				}
+				keep(llamaServerName+" "+m, r)
 			}
-			if ref == nil {
-				base, ref = best.rate(), best.ids
+		}
+		ref := best[c.modes[0]]
+		for _, m := range c.modes {
+			b := best[m]
+			fmt.Fprintf(out, "| %d | %d | %s | %s | %.1f | %.2f | %.2f | %s | %.2f | %s |\n", th, n, w.name, m, b.rate(),
+				b.rate()/ref.rate(), float64(b.drafted)/float64(max(1, b.tokens)), b.heldShare(),
+				float64(b.stepNanos)/1e6/float64(max(1, b.steps)), sameTokens(ref.ids, b.ids))
+		}
+		if c.llamaServer == "" {
+			continue
+		}
+		// llama-server's "vs off" is against its own off row, when measured.
+		off, hasOff := best[llamaServerName+" off"]
+		for _, m := range c.llamaModes {
+			b := best[llamaServerName+" "+m]
+			vsOff := "-"
+			if hasOff {
+				vsOff = fmt.Sprintf("%.2f", b.rate()/off.rate())
 			}
-			same := "yes"
-			for i := range ref {
-				if !slices.Equal(ref[i], best.ids[i]) {
-					same = "NO"
-				}
-			}
-			held := "-"
-			if best.drafted > 0 {
-				held = fmt.Sprintf("%.0f%%", 100*float64(best.held)/float64(best.drafted))
-			}
-			fmt.Fprintf(out, "| %d | %d | %s | %s | %.1f | %.2f | %.2f | %s | %.2f | %s |\n", th, n, w.name, m, best.rate(),
-				best.rate()/base, float64(best.drafted)/float64(max(1, best.tokens)), held,
-				float64(best.stepNanos)/1e6/float64(max(1, best.steps)), same)
+			fmt.Fprintf(out, "| %d | %d | %s | %s %s | %.1f | %s | %.2f | %s | - | %s |\n", th, n, w.name, llamaServerName, m, b.rate(),
+				vsOff, float64(b.drafted)/float64(max(1, b.tokens)), b.heldShare(), sameTokens(ref.ids, b.ids))
 		}
 	}
 	return nil
+}
+
+// workload is a set of prompts run at once, one a conversation.
+type workload struct {
+	name    string
+	prompts [][]int
+}
+
+// engineRun is generate on e with the engine's counts of draft tokens,
+// those that held, and decode steps over the run.
+func engineRun(ctx context.Context, e *llm.Engine, prompts [][]int, maxTokens int) (result, error) {
+	before := e.Stats()
+	r, err := generate(ctx, e, prompts, maxTokens)
+	if err != nil {
+		return r, err
+	}
+	after := e.Stats()
+	r.drafted, r.held = after.DraftTokens-before.DraftTokens, after.DraftAccepted-before.DraftAccepted
+	r.steps, r.stepNanos = after.Steps-before.Steps, after.StepNanos-before.StepNanos
+	return r, nil
+}
+
+// sameTokens says whether every reply of got is ref's.
+func sameTokens(ref, got [][]int) string {
+	if len(ref) != len(got) {
+		return "NO"
+	}
+	for i := range ref {
+		if !slices.Equal(ref[i], got[i]) {
+			return "NO"
+		}
+	}
+	return "yes"
 }
 
 type result struct {
@@ -234,6 +305,15 @@ type result struct {
 	took             time.Duration
 	drafted, held    int64
 	steps, stepNanos int64
+}
+
+// heldShare is the share of the draft tokens that held, or "-" when none
+// was drafted.
+func (r result) heldShare() string {
+	if r.drafted == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(r.held)/float64(r.drafted))
 }
 
 func (r result) rate() float64 {

@@ -1,6 +1,6 @@
 // Package harness is what the developer tools under tools/ share: a main
-// that turns run's error into an exit status, a bin/parley started on a
-// free loopback port and waited for until healthy, the flags that let one
+// that turns run's error into an exit status, a bin/parley or a
+// llama-server started on a free loopback port and waited for until healthy, the flags that let one
 // client address put a server under load, lists of numbers in flags, and
 // percentiles.
 package harness
@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -84,6 +85,36 @@ func Start(ctx context.Context, bin string, args []string, env []string, stderr 
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	return start(ctx, "parley", cmd, addr, stderr)
+}
+
+// StartLlamaServer runs llama.cpp's llama-server (bin) with --host and
+// --port on a free loopback port and args, its output to out (nil:
+// discarded), and waits until /health answers 200 (it answers 503 while
+// the model loads) or ctx ends. LLAMA_ARG_* variables are left out of its
+// environment: they would change its settings behind the flags.
+func StartLlamaServer(ctx context.Context, bin string, args []string, out io.Writer) (*Server, error) {
+	addr, err := proc.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, append([]string{"--host", host, "--port", port}, args...)...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LLAMA_ARG_") && !strings.HasPrefix(kv, "LLAMA_API_KEY=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Stdout = out
+	return start(ctx, "llama-server", cmd, addr, out)
+}
+
+// start runs cmd, its stderr to stderr (nil: discarded), and waits for
+// addr's /health; name is the program's name in errors.
+func start(ctx context.Context, name string, cmd *exec.Cmd, addr string, stderr io.Writer) (*Server, error) {
 	if stderr == nil {
 		stderr = io.Discard
 	}
@@ -95,10 +126,10 @@ func Start(ctx context.Context, bin string, args []string, env []string, stderr 
 	s := &Server{Proc: p, Addr: addr}
 	switch err := p.WaitHTTP(ctx, "http://"+addr+"/health"); {
 	case errors.Is(err, proc.ErrExited):
-		return nil, fmt.Errorf("parley exited while starting: %v", p.Err())
+		return nil, fmt.Errorf("%s exited while starting: %v", name, p.Err())
 	case err != nil:
 		p.Kill()
-		return nil, fmt.Errorf("parley did not become healthy: %w", err)
+		return nil, fmt.Errorf("%s did not become healthy: %w", name, err)
 	}
 	return s, nil
 }

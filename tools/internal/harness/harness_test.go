@@ -60,3 +60,12 @@ func TestInts(t *testing.T) {
 		}
 	}
 }
+
+// TestStartLlamaServerRefusesAProgramThatExits: as Start, for llama-server.
+func TestStartLlamaServerRefusesAProgramThatExits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := harness.StartLlamaServer(ctx, "/bin/false", nil, nil); err == nil || !strings.Contains(err.Error(), "llama-server exited") {
+		t.Fatalf("want an exit error, got %v", err)
+	}
+}
