@@ -303,7 +303,7 @@ func (l local) outputs(ctx context.Context, texts []string) ([][]float32, error)
 		}
 		inputs[i] = toks
 	}
-	out, err := l.e.Embed(ctx, inputs)
+	out, err := l.e.Embed(ctx, parley.ClientFrom(ctx), inputs)
 	if err != nil {
 		return nil, err
 	}
