@@ -361,15 +361,7 @@ func TestEngineImageSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	head, err := e.be.Tokenize("Look:", true, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tail, err := e.be.Tokenize(" what is it?", false, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := append(append(append([]int{}, head...), parley.ImageToken), tail...)
+	prompt, tail := lookPrompt(t, e)
 	ids, first := turn(e, prompt)
 	if err := e.Close(); err != nil { // saves the slot's state
 		t.Fatal(err)
@@ -457,15 +449,7 @@ func TestEngineImageEncodeOffTheLoop(t *testing.T) {
 		holding.Store(false)
 		close(release)
 	})
-	head, err := e.be.Tokenize("Look:", true, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tail, err := e.be.Tokenize(" what is it?", false, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := append(append(append([]int{}, head...), parley.ImageToken), tail...)
+	prompt, _ := lookPrompt(t, e)
 	text, err := e.be.Tokenize("Once upon a time", true, true)
 	if err != nil {
 		t.Fatal(err)
@@ -516,4 +500,19 @@ func TestEngineImageEncodeOffTheLoop(t *testing.T) {
 	if n := e.imagesEncoded.Load(); n != 4 {
 		t.Errorf("%d images encoded, want 4 (alice, bob, carol's cancelled one, dave)", n)
 	}
+}
+
+// lookPrompt is the tests' image prompt: "Look:", the image, " what is it?";
+// and the tokens of its text after the image.
+func lookPrompt(t *testing.T, e *Engine) (prompt, tail []int) {
+	t.Helper()
+	head, err := e.be.Tokenize("Look:", true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, err = e.be.Tokenize(" what is it?", false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(append(append([]int{}, head...), parley.ImageToken), tail...), tail
 }
