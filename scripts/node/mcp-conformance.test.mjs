@@ -25,8 +25,8 @@ const SUITE = path.join(ROOT, 'scripts', 'node_modules', '@modelcontextprotocol'
 
 // The client scenarios Parley's client takes part in, with what each one checks.
 const APPLICABLE = {
-  initialize: 'the initialize request: a protocol version the suite knows (Parley asks for the newest, probes with ' +
-    'server/discover and falls back to initialize at 2025-11-25), the client name and version',
+  initialize: 'the initialize request: a protocol version the suite knows (the SDK of Parley first tries ' +
+    'server/discover of 2026-07-28, then falls back to initialize at 2025-11-25), the client name and version',
   tools_call: 'tools/list, then tools/call of add_numbers with numbers; the result is their sum',
   'sse-retry': 'a call whose SSE stream the server closes after a priming event with retry: 500: the client opens ' +
     'it again with GET, no sooner than the retry field asks, with Last-Event-ID, and reads the result there (SEP-1699)',
