@@ -19,6 +19,14 @@ import (
 // or the session was idle).
 var errClosed = errors.New("the session is closed")
 
+// sseRetries is how many times in a row an HTTP server's event stream is
+// opened again, with GET and Last-Event-ID after the delay the server's
+// retry field asks for, when it ends before its last message without
+// progress in between: a server may close a call's stream on purpose and
+// deliver the result on the resumed one (SEP-1699). Past that the
+// connection fails and the supervisor starts the session again.
+const sseRetries = 2
+
 // errCallTimeout is the cause of a call's context when its time is up.
 var errCallTimeout = errors.New("call timeout")
 
@@ -261,7 +269,7 @@ func (s *session) connect(ctx context.Context) (*sdk.ClientSession, *process, er
 		t = &sdk.StreamableClientTransport{
 			Endpoint:     s.cfg.URL,
 			HTTPClient:   httpClient(u, s.cfg.Headers, s.cfg.AllowPrivate, int64(s.m.cfg.MaxFrameBytes)),
-			MaxRetries:   -1, // the supervisor reconnects
+			MaxRetries:   sseRetries,
 			MaxEventSize: s.m.cfg.MaxFrameBytes,
 		}
 	}

@@ -4,7 +4,7 @@
 #   gofmt check, go vet, build bin/parley, go test -race (every package, real model), a short fuzz run of every
 #   Fuzz target, the Python websockets client, wscat, the SageMaker-style Python client and curl -N on the HTTP
 #   streams, the node tests (browser; the openai and ollama npm clients; the AI SDK and LangChain; Claude Code, Codex and
-#   opencode as coding agents), the Dockerfile check.
+#   opencode as coding agents; the MCP conformance suite's client scenarios against package mcp), the Dockerfile check.
 #
 # Needs what `make setup` installs. Environment:
 #   PARLEY_TEST_MODEL  GGUF for every test (default ../shared/models/stories260K.gguf beside the repo); exported as
