@@ -75,7 +75,15 @@ func TestDraftSameTokens(t *testing.T) {
 					want := replies(t, eOff, prompts, p)
 					got := replies(t, eOn, prompts, p)
 					for i := range prompts {
-						sameReply(t, prompts[i], got[i], want[i])
+						if p.Temperature > 0 {
+							// Seeded sampling over llama.cpp's logits is left out, as in
+							// TestDraftConstrained: a draw near the boundary between two
+							// tokens may take the other when a draft's rows round
+							// otherwise. TestDraftSampledExact asks for the same tokens
+							// over logits that depend on each row alone.
+							continue
+						}
+						sameGreedyReply(t, prompts[i], got[i], want[i])
 					}
 				}
 				st := eOn.Stats()
@@ -105,6 +113,45 @@ func sampled(n int) parley.Params {
 // by 1.25; plain continuous batching moves them by about 1e-6). The tokens
 // are the same.
 const logprobTolerance = 1e-2
+
+// sameGreedyReply is sameReply for greedy replies over llama.cpp's own
+// logits, where the steps' arithmetic depends on what else was in the batch
+// (when the engine admitted each request, how long a draft was): the replies
+// may part only at a near tie, a token whose top two choices were within the
+// rounding (logprobTolerance) of each other. There both runs chose with a
+// probability of at most about one half, and with the same probability
+// within the rounding; the tokens before it must be the same, with the same
+// logprobs. A draft that broke the output parts at a token the reference was
+// sure of.
+func sameGreedyReply(t *testing.T, name string, got, want result) {
+	t.Helper()
+	n := min(len(got.ids), len(want.ids))
+	i := 0
+	for i < n && got.ids[i] == want.ids[i] {
+		i++
+	}
+	if i == n && len(got.ids) == len(want.ids) {
+		sameReply(t, name, got, want)
+		return
+	}
+	if i == n {
+		t.Errorf("%q: %d tokens with drafts, %d without (the same up to there)", name, len(got.ids), len(want.ids))
+		return
+	}
+	half := math.Log(0.5) + logprobTolerance
+	if lw, lg := want.lps[i], got.lps[i]; !(lw <= half && lg <= half && math.Abs(lw-lg) <= 2*logprobTolerance) {
+		t.Errorf("%q: tokens differ with drafts at token %d of %d, not at a near tie (logprob %.4f without, %.4f with):\n got %v\nwant %v",
+			name, i, n, lw, lg, got.ids, want.ids)
+		return
+	}
+	for j := range i {
+		if math.Abs(got.lps[j]-want.lps[j]) > logprobTolerance {
+			t.Errorf("%q: token %d logprob %v with drafts, %v without", name, j, got.lps[j], want.lps[j])
+			return
+		}
+	}
+	t.Logf("%q: the replies part at token %d of %d, a near tie (logprob %.4f without, %.4f with)", name, i, n, want.lps[i], got.lps[i])
+}
 
 // sameReply checks that got has want's tokens, logprobs and finish.
 func sameReply(t *testing.T, name string, got, want result) {
