@@ -184,8 +184,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	}
 	if resumed {
 		seq.resume = nil
-		e.promptReused.Add(int64(keep))
-		return // its usage counts its prompt once, as it was the first time
+		return // its usage and the prompt counters count its prompt once, as it was the first time
 	}
 	seq.usage.PromptTokens = len(toks)
 	seq.usage.CachedPromptTokens = keep
