@@ -15,7 +15,9 @@ package llm
 // bracketed: the anonymous memory that appears while the model loads, in
 // mappings large enough to be weights, is advised (MADV_HUGEPAGE) and
 // collapsed onto huge pages in the background (MADV_COLLAPSE, Linux 6.1).
-// The Go heap's mapping is left out. The context's creation (its KV cache
+// glibc's malloc thresholds are fixed first (malloc.go), so that blocks
+// that large always come as new mappings. The Go heap's mapping is left
+// out. The context's creation (its KV cache
 // and compute buffers) is bracketed the same way, advised but not
 // collapsed. Brackets take turns (hugeMu), so one load's mappings are not
 // another's.
@@ -217,6 +219,7 @@ func madvise(lo, hi uintptr, advice int) error {
 // advises the mappings that appeared meanwhile onto huge pages. It returns
 // load's error, the ranges advised and, when there are none, why.
 func loadOnHugePages(load func() error) (loadErr error, advised []mapping, err error) {
+	mallocForWeights()
 	hugeMu.Lock()
 	defer hugeMu.Unlock()
 	before, err := os.ReadFile("/proc/self/maps")

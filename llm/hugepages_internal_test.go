@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/synth"
@@ -62,6 +63,32 @@ func TestNewWeightMappings(t *testing.T) {
 	}
 }
 
+// TestBigBlocksArriveInNewMappings: once the malloc thresholds are fixed
+// for weights, a block of weights' size is a new mapping even right after
+// the process freed as much in smaller blocks (which glibc's own thresholds
+// would keep at the top of an arena and carve the block from).
+func TestBigBlocksArriveInNewMappings(t *testing.T) {
+	mallocForWeights()
+	probe := new([64]byte)
+	for i := range 3 {
+		freeBlocks(cBlocks(48, 1<<20))
+		before, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := cBlocks(1, 3*minWeightMapping/2)
+		after, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := bytesIn(newWeightMappings(anonMappings(before), anonMappings(after), uintptr(unsafe.Pointer(probe))))
+		freeBlocks(big)
+		if got < 3*minWeightMapping/2 {
+			t.Errorf("round %d: %d bytes in new mappings, want the block's %d", i, got, 3*minWeightMapping/2)
+		}
+	}
+}
+
 // TestPlanHugePages: off, a GPU, and a kernel without the feature (or with
 // it set to never) keep the file mapped, each saying why but off.
 func TestPlanHugePages(t *testing.T) {
@@ -100,11 +127,10 @@ func TestPlanHugePages(t *testing.T) {
 // with and without huge pages: the same greedy reply either way, and with
 // them the context's KV cache is advised too and the weights' mappings end
 // up on 2 MiB pages (where the kernel has
-// transparent huge pages and MADV_COLLAPSE). Its weights are one buffer of
-// more than 32 MiB, which glibc always maps anew: a smaller one may come
-// from the heap once a freed buffer of its size has raised glibc's mmap
-// threshold (as the other engine's, freed before, does), and then no new
-// mapping appears (a real model's buffers are larger).
+// transparent huge pages and MADV_COLLAPSE). It runs after other tests
+// have loaded and freed models in the same process, which is what left the
+// weights without a new mapping before the malloc thresholds were fixed
+// (TestBigBlocksArriveInNewMappings).
 func TestWeightsOnHugePages(t *testing.T) {
 	spec := synth.DefaultSpec()
 	spec.VocabFrom = testmodel.Path(t)

@@ -1,0 +1,49 @@
+package llm
+
+/*
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// mallocForWeights fixes glibc's malloc thresholds at minWeightMapping, once
+// per process, before the first load onto huge pages.
+//
+// By default glibc raises its mmap threshold (up to 32 MiB) each time a
+// mapped block is freed, and its trim threshold to twice that: a freed
+// model's buffers can then leave up to 64 MiB of free memory at the top of a
+// malloc arena, and the next model's weights are carved from it, inside a
+// mapping that existed before the load, where the bracket of
+// loadOnHugePages cannot tell them from the heap. With both thresholds
+// fixed, a block of minWeightMapping or more is always a mapping of its own
+// (returned to the kernel when freed), and no arena keeps that much free at
+// its top, so a model's weights always arrive in new mappings. Blocks
+// smaller than that are served as before.
+var mallocForWeights = sync.OnceFunc(func() {
+	C.mallopt(C.M_MMAP_THRESHOLD, C.int(minWeightMapping))
+	C.mallopt(C.M_TRIM_THRESHOLD, C.int(minWeightMapping))
+})
+
+// cBlocks allocates n blocks of size bytes with C's malloc and writes to
+// every page of each (tests use it to see where glibc puts them).
+func cBlocks(n, size int) []unsafe.Pointer {
+	out := make([]unsafe.Pointer, n)
+	for i := range out {
+		out[i] = C.malloc(C.size_t(size))
+		C.memset(out[i], 1, C.size_t(size))
+	}
+	return out
+}
+
+// freeBlocks frees what cBlocks allocated.
+func freeBlocks(ps []unsafe.Pointer) {
+	for _, p := range ps {
+		C.free(p)
+	}
+}
