@@ -7,7 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/parley-chat/parley/internal/proc"
 )
 
 // waitDelay bounds how long, after a server's process has exited, Parley
@@ -38,7 +41,7 @@ func startProcess(cfg ServerConfig) (*process, error) {
 	cmd := exec.Command(cfg.Command, cfg.Args...)
 	cmd.Dir = cfg.Dir
 	cmd.Env = serverEnv(cfg.Env)
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = proc.OwnGroup()
 	cmd.WaitDelay = waitDelay
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -88,7 +91,7 @@ func serverEnv(extra map[string]string) []string {
 // reaped. Safe to call more than once and after the process exited.
 func (p *process) kill() {
 	p.once.Do(func() {
-		killGroup(p.cmd.Process.Pid)
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		p.stdin.Close()
 		p.stdout.Close()
 	})

@@ -37,7 +37,7 @@ func startServer(name, bin string, args, env []string, logPath string) (*server,
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = proc.OwnGroup() // killed with the benchmark, even a killed one
 	p, err := proc.Start(cmd)
 	if err != nil {
 		f.Close()
