@@ -208,7 +208,7 @@ func (r *report) mdPeers(w mdWriter) {
 		return
 	}
 	maxC := r.maxSessions()
-	w("\n### Engines and peers (issue 32)\n\n")
+	w("\n### Engines and peers\n\n")
 	w("Raw loop = the engine's decode loop in-process (`llm` package, one sequence, no server); Parley's engines run with their default thread pool settings. ")
 	if slices.Contains(r.Cfg.servers, llamaServerName) {
 		w("llama-server (version %s, scripts/build-llama-server.sh): "+
@@ -250,7 +250,7 @@ func (r *report) mdPeers(w mdWriter) {
 		}
 	}
 	if lines := r.peerTargets(); len(lines) > 0 {
-		w("\n#### Targets (issue 32)\n\n")
+		w("\n#### Targets beside the peers\n\n")
 		for _, line := range lines {
 			w("- %s\n", line)
 		}

@@ -155,7 +155,7 @@ func TestPeersTable(t *testing.T) {
 	rep.mdPeers(func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) })
 	md := b.String()
 	for _, want := range []string{
-		"### Engines and peers (issue 32)",
+		"### Engines and peers",
 		"`--threads 2 --threads-batch 2 --parallel 8 --ctx-size 16384 --flash-attn off`",
 		"| m | raw loop, embedded engine | 100.0 |",
 		"| m | raw loop, current engine | 200.0 |",

@@ -513,9 +513,9 @@ func (r *report) mdTTFTByTurn(w mdWriter) {
 // mdTargets writes the targets, met or not.
 func (r *report) mdTargets(w mdWriter) {
 	if r.Cfg.section == "gpu" {
-		w("\n### Targets (issues 3 and 18)\n\n")
+		w("\n### Targets (CPU and GPU)\n\n")
 	} else {
-		w("\n### Targets (issue 3)\n\n")
+		w("\n### Targets\n\n")
 	}
 	for _, line := range r.targets() {
 		w("- %s\n", line)

@@ -62,7 +62,7 @@ func (r convResult) summary() string {
 func (res results) markdown() string {
 	c := res.cfg
 	var b strings.Builder
-	fmt.Fprintf(&b, "## KV swap (issue 20): measured\n\n")
+	fmt.Fprintf(&b, "## KV swap: measured\n\n")
 	fmt.Fprintf(&b, "- Date: %s (the whole run took %s)\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), res.took.Round(time.Second))
 	fmt.Fprintf(&b, "- Machine: %d CPUs, shared with other work (figures are noisy: compare the two columns, taken minutes apart)\n", runtime.NumCPU())
 	fmt.Fprintf(&b, "- Server: `bin/parley --parallel %d --threads %d --ctx %d --max-tokens %d --temperature 0 --store bolt`, swap on: `%s`, off: `%s`\n",

@@ -145,7 +145,7 @@ func median(ds []time.Duration) time.Duration {
 func (r results) markdown(c config) string {
 	load, _ := os.ReadFile("/proc/loadavg")
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Several models: cold and warm time to first token, and the cost of a switch (issue 21)\n\n")
+	fmt.Fprintf(&b, "## Several models: cold and warm time to first token, and the cost of a switch\n\n")
 	fmt.Fprintf(&b, "`go run ./tools/modelbench` on %s (a) and %s (b), `--threads %d --ctx %d --parallel %d`, streamed chat "+
 		"completions of 8 tokens, time to the first content chunk at the client, median of %d (load average at the end: %s).\n\n",
 		filepath.Base(c.a), filepath.Base(c.b), c.threads, c.ctx, c.parallel, c.runs, strings.Join(strings.Fields(string(load))[:3], " "))
