@@ -401,18 +401,7 @@ func (p *Params) SetToolSyntax(syn ToolSyntax) error {
 	if p.checked.of(p) {
 		return nil // the same argument key: the converted call grammar stands
 	}
-	c := p.checked
-	c.tools, c.toolRules = p.toolsKey(), ""
-	if p.ToolsActive() {
-		rules, err := p.toolGrammar()
-		if err != nil {
-			p.checked = checkedGrammar{}
-			return err
-		}
-		c.toolRules = rules
-	}
-	p.checked = c
-	return nil
+	return p.recheckTools(true)
 }
 
 // SetToolChoice sets the tool choice. On params Validate has succeeded on it
@@ -439,12 +428,20 @@ func (p *Params) SetToolChoice(c ToolChoice) error {
 		p.checked = checkedGrammar{}
 		return err
 	}
+	return p.recheckTools(functionOf(was) != functionOf(c))
+}
+
+// recheckTools brings a validated p's record of its tools up to date after
+// a change of tool syntax or choice: no call grammar when tools are off,
+// else the one recorded, built again when rebuild says it changed (or none
+// was built).
+func (p *Params) recheckTools(rebuild bool) error {
 	ch := p.checked
 	ch.tools = p.toolsKey()
 	switch {
 	case !p.ToolsActive():
 		ch.toolRules = ""
-	case ch.toolRules == "" || functionOf(was) != functionOf(c):
+	case rebuild || ch.toolRules == "":
 		rules, err := p.toolGrammar()
 		if err != nil {
 			p.checked = checkedGrammar{}
