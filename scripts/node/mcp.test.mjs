@@ -6,19 +6,15 @@
 // PARLEY_MCP_EVERYTHING).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { ROOT, MODEL, startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
+import { startAPIServer, stopAPIServer } from '../lib/parley-server.mjs';
+import { ANSWER, EVERYTHING, writeEverythingConfig, writeToolCallingModel } from '../lib/mcp-fixture.mjs';
 
 const API_KEY = 'node-mcp-key';
-const ANSWER = 'The server worked it out.';
-// PARLEY_MCP_EVERYTHING names the package's folder elsewhere (as for the Go tests in mcp/).
-const EVERYTHING = path.join(process.env.PARLEY_MCP_EVERYTHING ||
-  path.join(ROOT, 'scripts', 'node_modules', '@modelcontextprotocol', 'server-everything'), 'dist', 'index.js');
 
 describe('openai npm client: the hosted mcp tool', { timeout: 600_000 }, () => {
   let dir;
@@ -29,23 +25,8 @@ describe('openai npm client: the hosted mcp tool', { timeout: 600_000 }, () => {
   before(async () => {
     assert.ok(existsSync(EVERYTHING), `no ${EVERYTHING}: npm ci in scripts/, or set PARLEY_MCP_EVERYTHING`);
     dir = await mkdtemp(path.join(os.tmpdir(), 'parley-mcp-'));
-    const script = path.join(dir, 'script.json');
-    await writeFile(script, JSON.stringify({
-      template: "{% if tools %}{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
-        "{% if add_generation_prompt %}{% if messages[-1].role == 'tool' %}<|im_start|>assistant<|answer|>" +
-        '{% else %}<|im_start|>assistant\n{% endif %}{% endif %}',
-      control: ['<|im_start|>', '<|im_end|>', '<|answer|>'], text: ['<tool_call>', '</tool_call>'], after: '\n',
-      reply: '<tool_call>{"name": "get-sum", "arguments": {"a": 19, "b": 23}}</tool_call>', end: '<|im_end|>',
-      then: [{ after: '<|answer|>', reply: ANSWER }],
-    }));
-    const model = path.join(dir, 'tools-scripted.gguf');
-    execFileSync('go', ['run', './tools/mkgguf', '-script', script, '-o', model, '-vocab', MODEL, '-layers', '3', '-dim', '128',
-      '-heads', '4', '-kv-heads', '2', '-ffn', '256', '-ctx', '2048'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
-    const config = path.join(dir, 'mcp.json');
-    await writeFile(config, JSON.stringify({
-      servers: { everything: { command: 'node', args: [EVERYTHING, 'stdio'] } },
-      users: { '*': { everything: ['get-sum', 'echo'] } },
-    }));
+    const model = await writeToolCallingModel(dir);
+    const config = await writeEverythingConfig(dir, ['get-sum', 'echo']);
     ({ server, dataDir } = await startAPIServer('mcp', {
       apiKey: API_KEY, args: ['--model', model, '--temperature', '0', '--mcp-config', config],
     }));
