@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-chat/parley/internal/jsonmode"
 	"github.com/parley-chat/parley/internal/redistest"
 	"github.com/parley-chat/parley/internal/testbin"
 )
@@ -17,6 +18,8 @@ import (
 // streams, started again on the same store, and the conversation holds
 // the prompt and the reply up to at least the last checkpoint the client
 // had seen (32 tokens of 40), marked interrupted; Regenerate replaces it.
+// A try in which the server finished the reply before the kill is made
+// again.
 // On bbolt and on Redis.
 
 func TestChatTurnSurvivesKill9Bolt(t *testing.T) {
@@ -35,36 +38,58 @@ func testChatTurnSurvivesKill9(t *testing.T, bin string, args []string) {
 		seen       = 40 // tokens the client reads before the kill
 		checkpoint = 32 // the last checkpoint at or before them (session/pending.go)
 		prompt     = "Tell me everything"
+		full       = 400 // the reply's tokens, each at least one letter or space
+		tries      = 5
 	)
+	// The kill lands after the client read its tokens, but the server may
+	// have generated the whole reply by then (it is not held back by a
+	// slow reader): such a try shows the reply complete after the restart,
+	// and the test tries again in a new conversation, until a kill lands
+	// mid-reply.
 	s := start(t, bin, args...)
-	ws := s.dial(t, "")
-	id := read(t, ws).SessionID()
-	// A grammar that keeps the tiny model going well past what is read.
-	ws.WriteJSON(map[string]any{"type": "prompt", "content": prompt,
-		"params": map[string]any{"max_tokens": 400, "grammar": "root ::= [a-z ]{400,}"}})
+	var id string
 	var texts []string
-	for len(texts) < seen {
-		m := read(t, ws)
-		if m.Type != "token" {
-			t.Fatalf("token %d of the reply: %+v", len(texts)+1, m)
+	var open jsonmode.Message
+	for try := 1; ; try++ {
+		ws := s.dial(t, "")
+		id = read(t, ws).SessionID()
+		// A grammar that keeps the tiny model going well past what is read.
+		ws.WriteJSON(map[string]any{"type": "prompt", "content": prompt,
+			"params": map[string]any{"max_tokens": full, "grammar": "root ::= [a-z ]{400,}"}})
+		texts = texts[:0]
+		for len(texts) < seen {
+			m := read(t, ws)
+			if m.Type != "token" {
+				t.Fatalf("token %d of the reply: %+v", len(texts)+1, m)
+			}
+			texts = append(texts, m.Text)
 		}
-		texts = append(texts, m.Text)
-	}
-	if err := s.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var ee *exec.ExitError
-	if err := s.wait(t, time.Minute); !errors.As(err, &ee) {
-		t.Fatalf("want death by SIGKILL, got %v", err)
-	}
-	ws.Close()
+		if err := s.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		var ee *exec.ExitError
+		if err := s.wait(t, time.Minute); !errors.As(err, &ee) {
+			t.Fatalf("want death by SIGKILL, got %v", err)
+		}
+		ws.Close()
 
-	s = start(t, bin, args...)
-	ws = s.dial(t, "&session="+id)
-	open := read(t, ws)
-	if !open.Resumed || open.Reply != nil || len(open.Messages) != 2 {
-		t.Fatalf("after kill -9 and a restart: %+v", open)
+		s = start(t, bin, args...)
+		ws = s.dial(t, "&session="+id)
+		open = read(t, ws)
+		ws.Close()
+		if !open.Resumed || open.Reply != nil || len(open.Messages) != 2 {
+			t.Fatalf("after kill -9 and a restart: %+v", open)
+		}
+		if r := open.Messages[1]; r.Interrupted || len(r.Content) < full {
+			break
+		}
+		if try == tries {
+			t.Fatalf("in %d tries the server finished the reply before the kill each time", tries)
+		}
+		t.Logf("try %d: the reply was complete before the kill; again", try)
 	}
+	ws := s.dial(t, "&session="+id)
+	read(t, ws)
 	user, reply := open.Messages[0], open.Messages[1]
 	atCheckpoint := strings.Join(texts[:checkpoint], "")
 	if user.Role != "user" || user.Content != prompt {
