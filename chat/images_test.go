@@ -254,7 +254,7 @@ func TestMediaDecoderKeepsBytes(t *testing.T) {
 	}
 
 	// Room for all twelve: the second round decodes none.
-	m := chat.NewMediaDecoder(dec, media.Limits{}, 12*px)
+	m := chat.NewMediaDecoder(dec, media.Limits{}, 12*px, nil)
 	for range 2 {
 		for i, im := range images {
 			decode(m, ctx, im, uint8(i+1))
@@ -269,7 +269,7 @@ func TestMediaDecoderKeepsBytes(t *testing.T) {
 	}
 
 	// Room for two: a, b, a (kept), c (drops b, the least recently used), a (kept), b (decoded again).
-	m = chat.NewMediaDecoder(dec, media.Limits{}, 2*px+px/2)
+	m = chat.NewMediaDecoder(dec, media.Limits{}, 2*px+px/2, nil)
 	for _, i := range []int{0, 1, 0, 2, 0, 1} {
 		decode(m, ctx, images[i], uint8(i+1))
 	}
@@ -278,7 +278,7 @@ func TestMediaDecoderKeepsBytes(t *testing.T) {
 	}
 
 	// Room for less than one image: nothing is kept.
-	m = chat.NewMediaDecoder(dec, media.Limits{}, px-1)
+	m = chat.NewMediaDecoder(dec, media.Limits{}, px-1, nil)
 	decode(m, ctx, images[0], 1)
 	decode(m, ctx, images[0], 1)
 	if n := m.Decodes(); n != 2 {

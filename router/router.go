@@ -437,6 +437,9 @@ func (m *Router) Stats() web.EngineStats {
 		sum.SlowConsumerDrops += st.SlowConsumerDrops
 		sum.GrammarDeadEnds += st.GrammarDeadEnds
 		sum.OverStepBudget += st.OverStepBudget
+		sum.Images.Encoded += st.Images.Encoded
+		sum.Images.EncodeTime += st.Images.EncodeTime
+		sum.Images.Reused += st.Images.Reused
 		sum.DeviceMemoryUsed = max(sum.DeviceMemoryUsed, st.DeviceMemoryUsed)
 		sum.DeviceMemoryTotal = max(sum.DeviceMemoryTotal, st.DeviceMemoryTotal)
 	}

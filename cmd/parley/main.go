@@ -358,6 +358,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// Images decode in child processes too (media), started on the first image.
 	imageDecoder := cfg.vision.media.NewDecoder()
 	defer imageDecoder.Close()
+	cfg.vision.stats = &media.Stats{}
 	ropts := []chat.Option{chat.WithLogger(log.Named("chat")), chat.WithJinjaRenderer(sandbox)}
 	ropts = append(ropts, imageOptions(cfg.vision, imageDecoder)...)
 	if cfg.template != "" {

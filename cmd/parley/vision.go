@@ -17,6 +17,8 @@ import (
 type visionFlags struct {
 	mmproj string
 	media  media.Config
+	// stats counts the images refused and decoded, by the chat layer and the APIs alike, for /metrics (set by run).
+	stats *media.Stats
 }
 
 func (v *visionFlags) register(fs *flag.FlagSet) {
@@ -39,7 +41,9 @@ func (v *visionFlags) projector(modelPath string, log *zap.Logger) (path string,
 	return p, false
 }
 
-// imageOptions are the responder's image decoder: media's sandboxed child, started from this very binary.
+// imageOptions are the responder's image decoder (media's sandboxed child, started from this very binary) and the
+// counters of its images.
 func imageOptions(v visionFlags, dec *media.Decoder) []chat.Option {
-	return []chat.Option{chat.WithImageDecoder(chat.NewMediaDecoder(dec, v.media.Limits, v.media.DecodedCacheBytes))}
+	return []chat.Option{chat.WithImageDecoder(chat.NewMediaDecoder(dec, v.media.Limits, v.media.DecodedCacheBytes, v.stats)),
+		chat.WithImageStats(v.stats)}
 }

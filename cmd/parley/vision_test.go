@@ -197,6 +197,19 @@ func TestVisionBinary(t *testing.T) {
 		if other := out["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string); other == first {
 			t.Errorf("two images gave the same reply %q", first)
 		}
+		// /metrics counted it: pngA encoded, found in the KV cache on the second turn and its pixels kept; pngB
+		// encoded.
+		for sample, want := range map[string]float64{
+			"parley_image_encodes_total": 2, "parley_images_reused_total": 1,
+			"parley_image_decodes_total": 2, "parley_image_decodes_kept_total": 1,
+		} {
+			if got := metric(t, s.addr, sample); got != want {
+				t.Errorf("%s = %v, want %v", sample, got, want)
+			}
+		}
+		if secs := metric(t, s.addr, "parley_image_encode_seconds_total"); secs <= 0 {
+			t.Errorf("parley_image_encode_seconds_total = %v", secs)
+		}
 	})
 
 	b64 := base64.StdEncoding.EncodeToString(pngA)
@@ -311,6 +324,16 @@ func TestVisionBinary(t *testing.T) {
 	if status, out := postJSON(t, s, "/v1/chat/completions", openAIImageChat(dataURL(pngA), "Once upon a time")); status != 200 {
 		t.Fatalf("after the hostile images: %d %v", status, out)
 	}
+	// Each refusal counted once under its reason: the socket's truncated image and the two truncated ones above
+	// pass the header check and fail in the decoder.
+	for reason, want := range map[string]float64{
+		"too_large": 3, "decode": 3, "format": 3, "encoding": 1, "remote_off": 3, "no_vision": 0, "other": 0,
+	} {
+		sample := `parley_image_refusals_total{reason="` + reason + `"}`
+		if got := metric(t, s.addr, sample); got != want {
+			t.Errorf("%s = %v, want %v", sample, got, want)
+		}
+	}
 }
 
 // A model without a projector refuses an image part with a 400 that names it and says why.
@@ -324,6 +347,9 @@ func TestVisionRefusedWithoutProjector(t *testing.T) {
 	}
 	if info := getJSON(t, s, "/info"); info["vision"] != false {
 		t.Errorf("/info vision = %v", info["vision"])
+	}
+	if n := metric(t, s.addr, `parley_image_refusals_total{reason="no_vision"}`); n != 1 {
+		t.Errorf("no_vision refusals = %v, want 1", n)
 	}
 }
 
