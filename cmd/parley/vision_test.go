@@ -257,6 +257,13 @@ func TestVisionBinary(t *testing.T) {
 			second.Usage.PromptTokens-second.Usage.CachedPromptTokens >= first.Usage.PromptTokens {
 			t.Errorf("first turn %+v, second %+v: want the second to reuse the first's prompt, image included", first.Usage, second.Usage)
 		}
+		// Content parts keep an image where it stands among the text, and the stored conversation says where.
+		ws.WriteJSON(map[string]any{"type": "prompt", "params": map[string]any{"max_tokens": 4}, "content": []any{
+			map[string]any{"type": "text", "text": "Once upon"},
+			map[string]any{"type": "image_url", "image_url": map[string]any{"url": dataURL(pngB)}},
+			map[string]any{"type": "text", "text": " a time"},
+		}})
+		readDone(t, ws)
 		// A hostile image on the socket: an error naming it, and the connection serves on.
 		ws.WriteJSON(map[string]any{"type": "prompt", "content": "x", "images": []string{dataURL(pngA[:40])}})
 		if m := read(t, ws); m.Type != "error" || m.Field != "images[0]" {
@@ -269,6 +276,10 @@ func TestVisionBinary(t *testing.T) {
 		if len(sess.Messages) < 1 || len(sess.Messages[0].Images) != 1 || sess.Messages[0].Images[0].SHA256 != hex.EncodeToString(want[:]) ||
 			!bytes.Equal(sess.Messages[0].Images[0].Data, pngA) {
 			t.Errorf("resumed session: %+v", sess.Messages)
+		}
+		if len(sess.Messages) < 5 || sess.Messages[4].Content != "Once upon a time" || len(sess.Messages[4].Images) != 1 ||
+			sess.Messages[4].Images[0].Offset != len("Once upon") {
+			t.Errorf("resumed session: the parts prompt is %+v", sess.Messages[min(4, len(sess.Messages)-1)])
 		}
 	})
 

@@ -114,7 +114,7 @@ func ParseContentParts(raw json.RawMessage, field string, images *ImageBatch, te
 			}
 			b.WriteString(*p.Text)
 		case slices.Contains(imageTypes, p.Type):
-			url, err := imageURL(p.ImageURL, f)
+			url, err := ImageURL(p.ImageURL, f)
 			if err != nil {
 				return "", nil, err
 			}
@@ -137,8 +137,8 @@ func ParseContentParts(raw json.RawMessage, field string, images *ImageBatch, te
 	return b.String(), out, nil
 }
 
-// imageURL reads an image_url field: a string (the Responses API) or {"url": ..., "detail": ...} (chat).
-func imageURL(raw json.RawMessage, field string) (string, error) {
+// ImageURL reads an image_url field: a string (the Responses API) or {"url": ..., "detail": ...} (chat).
+func ImageURL(raw json.RawMessage, field string) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil
