@@ -12,6 +12,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -392,5 +393,72 @@ func TestVisionRemoteURLsNeverReachLoopback(t *testing.T) {
 	case <-fetched:
 		t.Error("the server fetched from a loopback address")
 	default:
+	}
+}
+
+// noisePNG is a w x h PNG of noise, which does not compress: about 3*w*h bytes.
+func noisePNG(t *testing.T, w, h int) []byte {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for i := range img.Pix {
+		img.Pix[i] = byte(rng.Uint32())
+		if i%4 == 3 {
+			img.Pix[i] = 255
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// A socket message that carries images may be as large as the image limits allow, past --max-message-bytes: a
+// pasted ~200 KiB PNG is taken. One over that cap, or whose text alone is over --max-message-bytes, is answered
+// with an error that says so, and the connection and its conversation go on.
+func TestVisionSocketMessageSize(t *testing.T) {
+	bin := testbin.Parley(t)
+	visionLibDir(t, bin)
+	s := start(t, bin, "--store", "memory", "--engine", "current", "--mmproj", visionProjector(t),
+		"--image-max-bytes", "300000", "--image-max-per-request", "1")
+	big := noisePNG(t, 300, 240)
+	if len(big) < 200<<10 || len(big) > 300000 {
+		t.Fatalf("the test image is %d bytes", len(big))
+	}
+	ws := s.dial(t, "")
+	id := read(t, ws).SessionID()
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "Once upon a time", "images": []string{dataURL(big)},
+		"params": map[string]any{"max_tokens": 4}})
+	first := readDone(t, ws)
+	if first.Usage.PromptTokens < 16 {
+		t.Fatalf("the reply to a %d-byte image: %+v", len(big), first.Usage)
+	}
+	tooBig := strings.Repeat("A", 500_000) // over 64 KiB and the one image's 400 KB of base64
+	for _, tc := range []struct {
+		name string
+		msg  map[string]any
+		want string
+	}{
+		{"over the cap of a message with images", map[string]any{"type": "prompt", "content": "x", "images": []string{"data:image/png;base64," + tooBig}}, "bytes"},
+		{"text over the cap beside a small image", map[string]any{"type": "prompt", "content": strings.Repeat("a", 70<<10), "images": []string{dataURL(testPNG(t, 8, 8, 1))}}, "without its images"},
+	} {
+		ws.WriteJSON(tc.msg)
+		if m := read(t, ws); m.Type != "error" || m.Code != "too_large" || !strings.Contains(m.Message, tc.want) {
+			t.Errorf("%s: %+v", tc.name, m)
+		}
+	}
+	// The connection serves on, and the conversation holds its first turn.
+	second := turn(t, ws, "And then?", map[string]any{"max_tokens": 4})
+	if second.Usage.PromptTokens <= first.Usage.PromptTokens {
+		t.Errorf("the next turn: %+v; the first %+v", second.Usage, first.Usage)
+	}
+	if n := metric(t, s.addr, `parley_refusals_total{cause="message_too_large"}`); n != 2 {
+		t.Errorf("message_too_large refusals = %v, want 2", n)
+	}
+	ws.Close()
+	ws = s.dial(t, "&session="+id)
+	if sess := read(t, ws); len(sess.Messages) != 4 || len(sess.Messages[0].Images) != 1 || !bytes.Equal(sess.Messages[0].Images[0].Data, big) {
+		t.Errorf("resumed: %d messages", len(sess.Messages))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -115,7 +116,14 @@ func (s *Chat) Handle(c echo.Context) error {
 	if sess != nil {
 		hdr.Set("X-Parley-Session", sess.ID)
 	}
-	ws, ok := s.sockets.Upgrade(w, r, hdr, s.cfg.MaxMessageBytes)
+	readLimit := s.cfg.MaxMessageBytes
+	if jsonMode && s.cfg.MaxImageMessageBytes > readLimit {
+		// Past its cap a message is read to its end and dropped (readJSON);
+		// one twice as long closes the connection, as a text one past its
+		// cap does.
+		readLimit = 2 * s.cfg.MaxImageMessageBytes
+	}
+	ws, ok := s.sockets.Upgrade(w, r, hdr, readLimit)
 	if !ok {
 		return nil // the upgrader has written the response
 	}
@@ -232,9 +240,12 @@ func (c *conn) cancelTurn() {
 func (c *conn) reader() {
 	c.StartReadDeadline()
 	for {
-		mt, data, ok := c.Read()
+		mt, data, held, ok := c.read()
 		if !ok {
 			return
+		}
+		if data == nil && held < 0 {
+			continue // dropped and answered
 		}
 		if mt != websocket.TextMessage {
 			c.Close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
@@ -249,9 +260,56 @@ func (c *conn) reader() {
 		} else {
 			c.enqueuePrompt(job{kind: jobPrompt, content: string(data), params: c.srv.cfg.Defaults})
 		}
+		c.giveBody(held)
 		if c.Ctx.Err() != nil {
 			return
 		}
+	}
+}
+
+// read reads the next message. In JSON mode a message may pass
+// MaxMessageBytes when images make up the difference (handleJSON checks
+// that they do), up to MaxImageMessageBytes, its bytes past
+// MaxMessageBytes held from the server's body budget (held: the caller
+// gives them back once the message is taken in); a message over its cap,
+// or refused by the budget, is dropped and answered with an error, and
+// read reports it with nil data and held -1. ok is false when the
+// connection ended.
+func (c *conn) read() (mt int, data []byte, held int64, ok bool) {
+	limit := c.srv.cfg.MaxImageMessageBytes
+	if !c.json || limit <= c.srv.cfg.MaxMessageBytes {
+		mt, data, ok = c.Read()
+		return mt, data, 0, ok
+	}
+	var take func(int64) error
+	if c.srv.hooks.TakeBody != nil {
+		client := parley.ClientFrom(c.Ctx)
+		take = func(n int64) error { return c.srv.hooks.TakeBody(client, n) }
+	}
+	mt, data, held, dropped, ok := c.ReadCapped(limit, c.srv.cfg.MaxMessageBytes, take)
+	switch {
+	case !ok:
+		c.giveBody(held)
+		return 0, nil, 0, false
+	case errors.Is(dropped, wsock.ErrMessageTooLarge):
+		c.giveBody(held)
+		c.refuse(wsock.RefusedMessageSize, parley.Errorf(parley.ETooLarge,
+			"the message is over %d bytes, the most one with images may be (%d without; --max-message-bytes, --image-max-bytes, --image-max-per-request)",
+			limit, c.srv.cfg.MaxMessageBytes))
+		return mt, nil, -1, true
+	case dropped != nil:
+		c.giveBody(held)
+		c.srv.countRefusal(dropped)
+		c.answer(dropped)
+		return mt, nil, -1, true
+	}
+	return mt, data, held, true
+}
+
+// giveBody gives back n bytes read() held of the body budget.
+func (c *conn) giveBody(n int64) {
+	if n > 0 && c.srv.hooks.GiveBody != nil {
+		c.srv.hooks.GiveBody(parley.ClientFrom(c.Ctx), n)
 	}
 }
 
@@ -259,6 +317,13 @@ func (c *conn) handleJSON(data []byte) {
 	m, err := parseClientMessage(data)
 	if err != nil {
 		c.answer(err)
+		return
+	}
+	if rest := int64(len(data)) - m.imageBytes(); rest > c.srv.cfg.MaxMessageBytes {
+		// Past MaxMessageBytes only by its images: the rest of it keeps
+		// the cap of a message without them.
+		c.refuse(wsock.RefusedMessageSize, parley.Errorf(parley.ETooLarge,
+			"the message is over %d bytes without its images (%d bytes)", c.srv.cfg.MaxMessageBytes, rest))
 		return
 	}
 	switch m.Type {

@@ -115,6 +115,19 @@ type clientMessage struct {
 	Placed []placedImage `json:"-"`
 }
 
+// imageBytes is the bytes of m's images as it carried them (their data:
+// URLs or base64).
+func (m *clientMessage) imageBytes() int64 {
+	var n int64
+	for _, src := range m.Images {
+		n += int64(len(src))
+	}
+	for _, p := range m.Placed {
+		n += int64(len(p.src))
+	}
+	return n
+}
+
 // placedImage is an image part of a prompt's content: its source (a data:
 // URL, or base64), the part that carried it, and the byte offset in the
 // prompt's text before which it stands (parley.ImagePart.Offset).
