@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/media"
@@ -63,6 +64,12 @@ func WithImageDecoder(d ImageDecoder) Option {
 	return func(r *Responder) { r.images = d }
 }
 
+// WithImageStats makes the responder count the images it refuses into st (a model without a projector, an image
+// that does not decode), for /metrics. The web layer counts those it refuses at the edge into the same Stats.
+func WithImageStats(st *media.Stats) Option {
+	return func(r *Responder) { r.imageStats = st }
+}
+
 // ImageError is err, a refusal of the image part names, as the client hears it: a 400 naming the part for an
 // image at fault, a 503 when the decoder could not run.
 func ImageError(part string, err error) error {
@@ -94,11 +101,14 @@ func (r *Responder) checkImages(msgs []parley.Message, info parley.ModelInfo) er
 		for j, im := range m.Images {
 			switch {
 			case !info.Vision:
+				r.imageStats.RefusedFor(media.ReasonNoVision)
 				return parley.FieldErrorf(imagePart(im, i, j), "this model does not see images (it was loaded without a vision projector, --mmproj)")
 			case r.images == nil:
+				r.imageStats.RefusedFor(media.ReasonNoVision)
 				return parley.FieldErrorf(imagePart(im, i, j), "this server decodes no images")
 			}
 			if _, ok := r.gen.(ImageTokenizer); !ok {
+				r.imageStats.RefusedFor(media.ReasonNoVision)
 				return parley.FieldErrorf(imagePart(im, i, j), "this engine takes no images")
 			}
 		}
@@ -150,6 +160,7 @@ func (r *Responder) decodeImages(ctx context.Context, msgs []parley.Message) ([]
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
+				r.imageStats.Refused(err)
 				return nil, ImageError(imagePart(im, i, j), err)
 			}
 			var hash [32]byte
@@ -175,6 +186,7 @@ type MediaDecoder struct {
 	limits  media.Limits
 	keep    int64        // the most bytes of pixels kept (<= 0: none)
 	decodes atomic.Int64 // images decoded (not found kept)
+	stats   *media.Stats // counts decodes and images found kept (nil: none)
 
 	mu    sync.Mutex
 	held  int64                      // bytes of pixels kept now; at most keep
@@ -190,9 +202,10 @@ type decodedImage struct {
 }
 
 // NewMediaDecoder returns an ImageDecoder over dec under limits that keeps up to keepBytes of decoded pixels
-// (media.DefaultDecodedCacheBytes, usually; <= 0 keeps none).
-func NewMediaDecoder(dec *media.Decoder, limits media.Limits, keepBytes int64) *MediaDecoder {
-	return &MediaDecoder{dec: dec, limits: limits, keep: keepBytes, lru: list.New(), byKey: map[[32]byte]*list.Element{}}
+// (media.DefaultDecodedCacheBytes, usually; <= 0 keeps none), and counts its decodes and the images it finds kept
+// into stats (nil: nowhere).
+func NewMediaDecoder(dec *media.Decoder, limits media.Limits, keepBytes int64, stats *media.Stats) *MediaDecoder {
+	return &MediaDecoder{dec: dec, limits: limits, keep: keepBytes, stats: stats, lru: list.New(), byKey: map[[32]byte]*list.Element{}}
 }
 
 // Decodes is how many images m has decoded: those it did not find kept.
@@ -210,14 +223,17 @@ func (m *MediaDecoder) DecodeImage(ctx context.Context, part parley.ImagePart) (
 		m.lru.MoveToFront(el)
 		d := el.Value.(*decodedImage).d
 		m.mu.Unlock()
+		m.stats.FoundKept()
 		return d.Width, d.Height, d.RGB, nil
 	}
 	m.mu.Unlock()
+	t0 := time.Now()
 	d, err := m.dec.Decode(ctx, im)
 	if err != nil {
 		return 0, 0, nil, err
 	}
 	m.decodes.Add(1)
+	m.stats.Decoded(time.Since(t0))
 	m.store(key, d)
 	return d.Width, d.Height, d.RGB, nil
 }

@@ -123,7 +123,8 @@ func countImageTokens(toks []int) int {
 func TestResponderImageRefusals(t *testing.T) {
 	f := &visionFake{fakeGen: newFake(512, "", piece{text: "A"})}
 	f.info.Vision = true
-	r := chat.NewResponder(f, chat.WithImageDecoder(&fakeDecoder{}))
+	var st media.Stats
+	r := chat.NewResponder(f, chat.WithImageDecoder(&fakeDecoder{}), chat.WithImageStats(&st))
 	msgs := []parley.Message{{Role: parley.RoleUser, Content: "say " + parley.ImageMarker, Images: []parley.ImagePart{imagePart("\x01")}}}
 	rep, err := r.Reply(context.Background(), parley.ReplyRequest{Messages: msgs, Params: params(4)})
 	if err != nil {
@@ -145,6 +146,17 @@ func TestResponderImageRefusals(t *testing.T) {
 	_, err = r.Reply(context.Background(), parley.ReplyRequest{Messages: msgs, Params: params(4)})
 	if pe, ok := err.(*parley.Error); !ok || pe.Field != "messages[0].images[0]" || !strings.Contains(pe.Message, "does not see images") {
 		t.Errorf("no projector: %v", err)
+	}
+	// Each refusal counted once, under its reason.
+	snap := st.Snapshot()
+	for r, n := range snap.Refused {
+		want := int64(0)
+		if r == media.ReasonNoVision || r == media.ReasonDecode {
+			want = 1
+		}
+		if n != want {
+			t.Errorf("%s: %d refusals, want %d", r, n, want)
+		}
 	}
 }
 
@@ -254,7 +266,7 @@ func TestMediaDecoderKeepsBytes(t *testing.T) {
 	}
 
 	// Room for all twelve: the second round decodes none.
-	m := chat.NewMediaDecoder(dec, media.Limits{}, 12*px)
+	m := chat.NewMediaDecoder(dec, media.Limits{}, 12*px, nil)
 	for range 2 {
 		for i, im := range images {
 			decode(m, ctx, im, uint8(i+1))
@@ -269,16 +281,20 @@ func TestMediaDecoderKeepsBytes(t *testing.T) {
 	}
 
 	// Room for two: a, b, a (kept), c (drops b, the least recently used), a (kept), b (decoded again).
-	m = chat.NewMediaDecoder(dec, media.Limits{}, 2*px+px/2)
+	var st media.Stats
+	m = chat.NewMediaDecoder(dec, media.Limits{}, 2*px+px/2, &st)
 	for _, i := range []int{0, 1, 0, 2, 0, 1} {
 		decode(m, ctx, images[i], uint8(i+1))
 	}
 	if n := m.Decodes(); n != 4 {
 		t.Errorf("room for two: %d decodes, want 4", n)
 	}
+	if snap := st.Snapshot(); snap.Decodes != 4 || snap.Kept != 2 || snap.DecodeTime <= 0 {
+		t.Errorf("room for two: the stats count %d decodes in %v and %d found kept, want 4 and 2", snap.Decodes, snap.DecodeTime, snap.Kept)
+	}
 
 	// Room for less than one image: nothing is kept.
-	m = chat.NewMediaDecoder(dec, media.Limits{}, px-1)
+	m = chat.NewMediaDecoder(dec, media.Limits{}, px-1, nil)
 	decode(m, ctx, images[0], 1)
 	decode(m, ctx, images[0], 1)
 	if n := m.Decodes(); n != 2 {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/media"
 )
 
 // Generator is what chat needs from the engine (llm.Engine satisfies it).
@@ -81,14 +82,15 @@ func WithLogger(l *zap.Logger) Option {
 // so replies for one key must not run concurrently when the key is to be
 // reused well (the session layer runs one turn at a time).
 type Responder struct {
-	gen      Generator
-	tmpl     Template // nil: the model's own template (auto)
-	jinjaSrc string   // a Jinja template that replaces the model's ("": the model's)
-	renderer JinjaRenderer
-	images   ImageDecoder // nil: conversations with images are refused
-	auto     autoTemplate
-	log      *zap.Logger
-	memos    memos // the last turn of each conversation, by key (see memo)
+	gen        Generator
+	tmpl       Template // nil: the model's own template (auto)
+	jinjaSrc   string   // a Jinja template that replaces the model's ("": the model's)
+	renderer   JinjaRenderer
+	images     ImageDecoder // nil: conversations with images are refused
+	imageStats *media.Stats // counts the images refused here (nil: none)
+	auto       autoTemplate
+	log        *zap.Logger
+	memos      memos // the last turn of each conversation, by key (see memo)
 }
 
 // NewResponder returns a Responder over gen.

@@ -51,6 +51,9 @@ type Stats struct {
 	DeviceMemoryUsed, DeviceMemoryTotal uint64
 	// KVCache counts the swap of sessions' KV state (zero when it is off).
 	KVCache KVCacheStats
+	// ImagesEncoded and ImageEncodeNanos count the images the projector encoded and its time in them; ImagesReused
+	// the image places of prompts found in a slot's KV cache, which are not encoded again (cumulative).
+	ImagesEncoded, ImageEncodeNanos, ImagesReused int64
 }
 
 // Engine is a loaded model with its decode loop. It is safe for concurrent use.
@@ -130,6 +133,7 @@ type Engine struct {
 	preemptions                                           atomic.Int64 // sequences that stepped out for a client without a slot (preempt.go)
 	imagesEvaluated                                       atomic.Int64 // images decoded into a slot's KV cache
 	imagesEncoded, encodeNanos                            atomic.Int64 // images through the encoder, and its time in them
+	imagesReused                                          atomic.Int64 // image places of prompts found in a slot's KV cache
 
 	kv *kvSwap // KV swap: sessions' states saved and restored (nil: off)
 
@@ -405,6 +409,9 @@ func (e *Engine) Stats() Stats {
 
 		SamplersOverrunning: e.overruns.count(),
 		KVCache:             e.kvStats(),
+		ImagesEncoded:       e.imagesEncoded.Load(),
+		ImageEncodeNanos:    e.encodeNanos.Load(),
+		ImagesReused:        e.imagesReused.Load(),
 	}
 	if free, total := e.dev.memory(); e.dev.gpu && total >= free {
 		st.DeviceMemoryUsed, st.DeviceMemoryTotal = total-free, total

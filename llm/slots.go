@@ -189,6 +189,20 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	seq.usage.PromptTokens = len(toks)
 	seq.usage.CachedPromptTokens = keep
 	e.promptReused.Add(int64(keep))
+	if len(seq.images) > 0 {
+		e.imagesReused.Add(int64(imagesIn(toks[:keep], seq.images)))
+	}
+}
+
+// imagesIn counts the image places in toks: the first pseudo id of each of runs' images (imageIDs).
+func imagesIn(toks []int, runs map[int]*imageRun) int {
+	n := 0
+	for _, t := range toks {
+		if t < 0 && runs[t] != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // copyPrefix replaces the KV cache of s with another slot's when that slot

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -302,31 +301,6 @@ func imageBoundary(toks []int, keep int, runs map[int]*imageRun) int {
 
 // TakesImages reports whether the model was loaded with a projector, so that its requests may carry images.
 func (e *Engine) TakesImages() bool { return e.vision != nil }
-
-// FindProjector returns the projector beside a model file, as llama.cpp's converters and the model hubs name it:
-// the one file in the model's folder whose name starts with "mmproj" and ends in ".gguf" (any case). It returns ""
-// when there is none, and an error when there are several (then --mmproj must say which).
-func FindProjector(modelPath string) (string, error) {
-	dir := filepath.Dir(modelPath)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return "", fmt.Errorf("find a projector beside %s: %w", modelPath, err)
-	}
-	var found []string
-	for _, en := range entries {
-		name := strings.ToLower(en.Name())
-		if en.Type().IsRegular() && strings.HasPrefix(name, "mmproj") && strings.HasSuffix(name, ".gguf") {
-			found = append(found, filepath.Join(dir, en.Name()))
-		}
-	}
-	switch len(found) {
-	case 0:
-		return "", nil
-	case 1:
-		return found[0], nil
-	}
-	return "", fmt.Errorf("several projectors beside %s (%s): name one", modelPath, strings.Join(found, ", "))
-}
 
 // TokenizeImages turns a rendered prompt that holds parley.ImageMarker where its images go into tokens with a
 // parley.ImageToken in each such place, as llama.cpp's multimodal tools tokenize one: each piece of text on its

@@ -294,10 +294,16 @@ func TestEngineImageMatchesLlamaMtmdCLI(t *testing.T) {
 	}
 	t.Logf("first turn: %d prompt positions (16 of them the image), time to first token %v; second: %d, %d cached, %v",
 		expanded, first.Timings.TimeToFirstToken, second.Usage.PromptTokens, second.Usage.CachedPromptTokens, second.Timings.TimeToFirstToken)
+	if st := e.Stats(); st.ImagesReused != 1 || st.ImagesEncoded != 1 || st.ImageEncodeNanos <= 0 {
+		t.Errorf("after the second turn: %d images reused, %d encoded in %dns; want 1 and 1", st.ImagesReused, st.ImagesEncoded, st.ImageEncodeNanos)
+	}
 	// Another user, the same image, the same slot (one): its own evaluation.
 	run("bob-1", "bob", prompt)
 	if n := e.imagesEvaluated.Load(); n != 2 {
 		t.Errorf("%d images evaluated after another user's turn, want 2", n)
+	}
+	if st := e.Stats(); st.ImagesReused != 1 || st.ImagesEncoded != 2 {
+		t.Errorf("after another user's turn: %d images reused, %d encoded; want 1 and 2", st.ImagesReused, st.ImagesEncoded)
 	}
 	// Refusals.
 	if _, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: prompt, Params: p}); err == nil {
@@ -380,6 +386,9 @@ func TestEngineImageSurvivesRestart(t *testing.T) {
 	if second.Usage.CachedPromptTokens < first.Usage.PromptTokens || e.imagesEvaluated.Load() != 0 {
 		t.Errorf("after a restart: %d of %d positions cached (the first turn's prompt was %d), %d images evaluated; want the image restored",
 			second.Usage.CachedPromptTokens, second.Usage.PromptTokens, first.Usage.PromptTokens, e.imagesEvaluated.Load())
+	}
+	if st := e.Stats(); st.ImagesReused != 1 || st.ImagesEncoded != 0 {
+		t.Errorf("after a restart: %d images reused, %d encoded; want the restored one counted as reused", st.ImagesReused, st.ImagesEncoded)
 	}
 }
 

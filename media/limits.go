@@ -47,6 +47,18 @@ type Limits struct {
 	Formats               []Format // accepted formats (default AllFormats)
 }
 
+// dataURLHeader is room for a data: URL's header ("data:image/jpeg;base64,", parameters included) and the JSON
+// around one image, in bytes.
+const dataURLHeader = 128
+
+// MaxSourceBytes is the most bytes the images of one request may take as the request carries them: MaxImages
+// images of MaxBytes each, as base64 data: URLs (4 characters for every 3 bytes). A socket message may take this
+// much more than a message without images.
+func (l Limits) MaxSourceBytes() int64 {
+	l = l.WithDefaults()
+	return int64(l.MaxImages) * ((l.MaxBytes+2)/3*4 + dataURLHeader)
+}
+
 // WithDefaults returns l with each zero field set to its default.
 func (l Limits) WithDefaults() Limits {
 	if l.MaxBytes <= 0 {

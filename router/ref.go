@@ -138,6 +138,7 @@ func (r *EngineRef) Stats() web.EngineStats {
 		DeviceMemoryUsed:  st.DeviceMemoryUsed,
 		DeviceMemoryTotal: st.DeviceMemoryTotal,
 		KVCache:           kvCacheStats(st.KVCache),
+		Images:            web.ImageStats{Encoded: st.ImagesEncoded, EncodeTime: time.Duration(st.ImageEncodeNanos), Reused: st.ImagesReused},
 	}
 }
 

@@ -42,6 +42,12 @@ type Config struct {
 	// Resolve turns a model reference (a path, hf://, ollama://) into a
 	// local GGUF file, fetching it when needed.
 	Resolve func(ctx context.Context, ref string) (string, error)
+	// ResolveProjector finds the projector of a model fetched from an
+	// hf:// or ollama:// reference (ref; mmproj the entry's own, "" for
+	// the one that comes with the model), or fetches the one an entry
+	// names by such a reference. explicit says mmproj named it. nil: such
+	// models load without a projector unless their entry names a file.
+	ResolveProjector func(ctx context.Context, ref, mmproj string) (path string, explicit bool, err error)
 
 	MaxLoaded       int                      // models loaded at once at most (0: no cap)
 	MemoryBudget    int64                    // bytes the loaded models may take together (0: no budget)
@@ -250,6 +256,17 @@ func (m *Router) load(ctx context.Context, s *served, progress func(float64)) (r
 	}
 	lcfg := s.lcfg
 	lcfg.Path = path
+	found := false // a projector that came with the model, not one the entry named
+	if e := s.entry; m.cfg.ResolveProjector != nil && (strings.Contains(e.Path, "://") || strings.Contains(e.Mmproj, "://")) {
+		proj, explicit, err := m.cfg.ResolveProjector(ctx, e.Path, e.Mmproj)
+		switch {
+		case err != nil && explicit:
+			return nil, fmt.Errorf("mmproj: %w", err)
+		case err != nil:
+			m.cfg.Logger.Warn("no projector loaded: name one with mmproj", zap.String("model", e.Name), zap.Error(err))
+		}
+		lcfg.Projector, found = proj, !explicit && proj != ""
+	}
 	if budget := m.cfg.MemoryBudget; budget > 0 && strings.Contains(s.entry.Path, "://") {
 		// A downloaded model's size is known only now: one over the whole
 		// budget is refused before it loads, as a local one is earlier.
@@ -259,8 +276,15 @@ func (m *Router) load(ctx context.Context, s *served, progress func(float64)) (r
 		}
 	}
 	lcfg.Progress = func(f float32) { progress(float64(f)) }
-	m.cfg.Logger.Info("loading model", zap.String("model", s.entry.Name), zap.String("path", path))
+	m.cfg.Logger.Info("loading model", zap.String("model", s.entry.Name), zap.String("path", path), zap.String("projector", lcfg.Projector))
 	eng, err := llm.Open(lcfg)
+	if err != nil && found {
+		// A projector that came with the model is a convenience: one that does not load leaves a text model.
+		m.cfg.Logger.Warn("the projector that came with the model did not load; serving without images",
+			zap.String("model", s.entry.Name), zap.String("projector", lcfg.Projector), zap.Error(err))
+		lcfg.Projector = ""
+		eng, err = llm.Open(lcfg)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -437,6 +461,9 @@ func (m *Router) Stats() web.EngineStats {
 		sum.SlowConsumerDrops += st.SlowConsumerDrops
 		sum.GrammarDeadEnds += st.GrammarDeadEnds
 		sum.OverStepBudget += st.OverStepBudget
+		sum.Images.Encoded += st.Images.Encoded
+		sum.Images.EncodeTime += st.Images.EncodeTime
+		sum.Images.Reused += st.Images.Reused
 		sum.DeviceMemoryUsed = max(sum.DeviceMemoryUsed, st.DeviceMemoryUsed)
 		sum.DeviceMemoryTotal = max(sum.DeviceMemoryTotal, st.DeviceMemoryTotal)
 	}

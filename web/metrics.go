@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/media"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web/internal/apicore"
 )
@@ -37,6 +38,7 @@ type EngineStats struct {
 	DeviceMemoryUsed  uint64        // bytes in use on the device the model runs on (total less free: other processes count too)
 	DeviceMemoryTotal uint64        // bytes of memory of that device
 	KVCache           KVCacheStats  // the swap of sessions' KV state (metrics_kv.go)
+	Images            ImageStats    // images encoded and reused (metrics_images.go)
 }
 
 // WithEngineStats makes /metrics report the engine's counters; stats is
@@ -75,6 +77,7 @@ func refusalCodes() []string {
 type ops struct {
 	stats           func() EngineStats   // nil: no engine metrics
 	storeUsage      func() session.Usage // nil: no store byte metrics (budgetmetrics.go)
+	imageStats      *media.Stats         // images refused and decoded (nil: zeros; metrics_images.go)
 	info            func() Info          // nil: /info answers 404
 	version, engine string               // from the build, for /info
 
@@ -216,6 +219,7 @@ func (s *Server) initOps() {
 		cs = append(cs, engineCollectors(o.stats)...)
 		cs = append(cs, kvCollectors(o.stats)...)
 	}
+	cs = append(cs, imageCollectors(o.stats, o.imageStats)...)
 	cs = append(cs, s.budgetCollectors()...)
 	// The names are distinct constants, so registration fails only on a
 	// programming error, which the package's tests catch.

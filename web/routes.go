@@ -97,7 +97,8 @@ const (
 func (s *Server) initChat() {
 	s.chat = chatsocket.New(s.core, sockets{s}, s.sessions, chatsocket.Settings{
 		Defaults: s.cfg.Defaults, MaxTokensCap: s.cfg.MaxTokensCap, MaxMessageBytes: s.cfg.MaxMessageBytes,
-		PromptsPerMinute: s.cfg.PromptsPerMinute, MaxQueuedPrompts: s.cfg.MaxQueuedPrompts,
+		MaxImageMessageBytes: s.cfg.MaxMessageBytes + s.core.ImagePolicy.Limits.MaxSourceBytes(),
+		PromptsPerMinute:     s.cfg.PromptsPerMinute, MaxQueuedPrompts: s.cfg.MaxQueuedPrompts,
 		ResumeGrace: s.cfg.ResumeGrace, ResumeBuffer: s.cfg.ResumeBuffer,
 	}, chatsocket.Hooks{
 		Refused:      s.refused,
@@ -107,6 +108,8 @@ func (s *Server) initChat() {
 			return s.meterReply(cancelCause).forModel(model)
 		},
 		CountTurn: func(kv string) { s.ops().kvTurns.WithLabelValues(kv).Inc() },
+		TakeBody:  s.bodies.take,
+		GiveBody:  s.bodies.give,
 	}, s.stop, &s.draining)
 }
 

@@ -358,6 +358,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// Images decode in child processes too (media), started on the first image.
 	imageDecoder := cfg.vision.media.NewDecoder()
 	defer imageDecoder.Close()
+	cfg.vision.stats = &media.Stats{}
 	ropts := []chat.Option{chat.WithLogger(log.Named("chat")), chat.WithJinjaRenderer(sandbox)}
 	ropts = append(ropts, imageOptions(cfg.vision, imageDecoder)...)
 	if cfg.template != "" {
@@ -472,12 +473,18 @@ func loadEngine(ctx context.Context, cfg config, log *zap.Logger, stderr io.Writ
 	progress := newLoadProgress(stderr)
 	lcfg := engineConfig(cfg, modelPath, log.Named("llm"))
 	lcfg.Progress = progress.update
-	proj, explicit := cfg.vision.projector(modelPath, log)
+	proj, explicit, err := resolveProjector(ctx, cfg, cfg.model, cfg.vision.mmproj, stderr)
+	switch {
+	case err != nil && explicit:
+		return nil, fmt.Errorf("--mmproj: %w", err)
+	case err != nil:
+		log.Warn("no projector loaded: name one with --mmproj", zap.Error(err))
+	}
 	lcfg.Projector = proj
 	eng, err := llm.Open(lcfg)
 	if err != nil && proj != "" && !explicit {
 		// A projector found beside the model is a convenience: one that does not load leaves a text model.
-		log.Warn("the projector beside the model did not load; serving without images", zap.String("projector", proj), zap.Error(err))
+		log.Warn("the projector that came with the model did not load; serving without images", zap.String("projector", proj), zap.Error(err))
 		lcfg.Projector = ""
 		eng, err = llm.Open(lcfg)
 	}
@@ -539,15 +546,9 @@ func engineConfig(cfg config, path string, log *zap.Logger) llm.Config {
 // resolveModel turns --model into a local GGUF path, downloading hf://
 // references (with a progress bar) and finding ollama:// ones in the store.
 func resolveModel(ctx context.Context, cfg config, stderr io.Writer) (string, error) {
-	opts := []source.Option{}
+	opts := sourceOptions(cfg)
 	if cfg.modelSHA256 != "" {
 		opts = append(opts, source.WithSHA256(cfg.modelSHA256))
-	}
-	if cfg.modelCache != "" {
-		opts = append(opts, source.WithCacheDir(cfg.modelCache))
-	}
-	if cfg.ollamaModels != "" {
-		opts = append(opts, source.WithOllamaDir(cfg.ollamaModels))
 	}
 	bar := source.NewProgressBar(stderr)
 	path, err := source.Resolve(ctx, cfg.model, append(opts, source.WithProgress(bar.Update))...)
@@ -556,6 +557,18 @@ func resolveModel(ctx context.Context, cfg config, stderr io.Writer) (string, er
 		return "", fmt.Errorf("model: %w", err)
 	}
 	return path, nil
+}
+
+// sourceOptions are where models are fetched to and found: --model-cache, --ollama-models.
+func sourceOptions(cfg config) []source.Option {
+	var opts []source.Option
+	if cfg.modelCache != "" {
+		opts = append(opts, source.WithCacheDir(cfg.modelCache))
+	}
+	if cfg.ollamaModels != "" {
+		opts = append(opts, source.WithOllamaDir(cfg.ollamaModels))
+	}
+	return opts
 }
 
 func openStore(cfg config, log *zap.Logger) (session.Store, error) {

@@ -147,6 +147,9 @@ func newRouter(cfg config, log *zap.Logger, stderr io.Writer, ropts []chat.Optio
 			mc.model = ref
 			return resolveModel(ctx, mc, stderr)
 		},
+		ResolveProjector: func(ctx context.Context, ref, mmproj string) (string, bool, error) {
+			return resolveProjector(ctx, cfg, ref, mmproj, stderr)
+		},
 		MaxLoaded:       cfg.models.maxLoaded,
 		MemoryBudget:    cfg.models.memory.bytes(),
 		KeepAlive:       cfg.models.keepAlive,

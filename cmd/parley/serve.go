@@ -42,7 +42,7 @@ type models interface {
 // answer 503, so nothing reaches an engine before it exists.
 func serve(ctx context.Context, cfg config, log *zap.Logger, store session.Store, defaults parley.Params, m models) error {
 	sessions := newSessions(cfg, store, defaults, m.responder(), log)
-	opts := append([]web.Option{web.WithLogger(log.Named("web")), web.WithStoreUsage(storeUsage(store)), web.WithImages(cfg.vision.media)}, m.serverOptions()...)
+	opts := append([]web.Option{web.WithLogger(log.Named("web")), web.WithStoreUsage(storeUsage(store)), web.WithImages(cfg.vision.media), web.WithImageStats(cfg.vision.stats)}, m.serverOptions()...)
 	if cfg.tools != nil {
 		opts = append(opts, web.WithTools(cfg.tools))
 	}

@@ -12,6 +12,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -197,6 +198,19 @@ func TestVisionBinary(t *testing.T) {
 		if other := out["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string); other == first {
 			t.Errorf("two images gave the same reply %q", first)
 		}
+		// /metrics counted it: pngA encoded, found in the KV cache on the second turn and its pixels kept; pngB
+		// encoded.
+		for sample, want := range map[string]float64{
+			"parley_image_encodes_total": 2, "parley_images_reused_total": 1,
+			"parley_image_decodes_total": 2, "parley_image_decodes_kept_total": 1,
+		} {
+			if got := metric(t, s.addr, sample); got != want {
+				t.Errorf("%s = %v, want %v", sample, got, want)
+			}
+		}
+		if secs := metric(t, s.addr, "parley_image_encode_seconds_total"); secs <= 0 {
+			t.Errorf("parley_image_encode_seconds_total = %v", secs)
+		}
 	})
 
 	b64 := base64.StdEncoding.EncodeToString(pngA)
@@ -244,6 +258,13 @@ func TestVisionBinary(t *testing.T) {
 			second.Usage.PromptTokens-second.Usage.CachedPromptTokens >= first.Usage.PromptTokens {
 			t.Errorf("first turn %+v, second %+v: want the second to reuse the first's prompt, image included", first.Usage, second.Usage)
 		}
+		// Content parts keep an image where it stands among the text, and the stored conversation says where.
+		ws.WriteJSON(map[string]any{"type": "prompt", "params": map[string]any{"max_tokens": 4}, "content": []any{
+			map[string]any{"type": "text", "text": "Once upon"},
+			map[string]any{"type": "image_url", "image_url": map[string]any{"url": dataURL(pngB)}},
+			map[string]any{"type": "text", "text": " a time"},
+		}})
+		readDone(t, ws)
 		// A hostile image on the socket: an error naming it, and the connection serves on.
 		ws.WriteJSON(map[string]any{"type": "prompt", "content": "x", "images": []string{dataURL(pngA[:40])}})
 		if m := read(t, ws); m.Type != "error" || m.Field != "images[0]" {
@@ -256,6 +277,10 @@ func TestVisionBinary(t *testing.T) {
 		if len(sess.Messages) < 1 || len(sess.Messages[0].Images) != 1 || sess.Messages[0].Images[0].SHA256 != hex.EncodeToString(want[:]) ||
 			!bytes.Equal(sess.Messages[0].Images[0].Data, pngA) {
 			t.Errorf("resumed session: %+v", sess.Messages)
+		}
+		if len(sess.Messages) < 5 || sess.Messages[4].Content != "Once upon a time" || len(sess.Messages[4].Images) != 1 ||
+			sess.Messages[4].Images[0].Offset != len("Once upon") {
+			t.Errorf("resumed session: the parts prompt is %+v", sess.Messages[min(4, len(sess.Messages)-1)])
 		}
 	})
 
@@ -311,6 +336,16 @@ func TestVisionBinary(t *testing.T) {
 	if status, out := postJSON(t, s, "/v1/chat/completions", openAIImageChat(dataURL(pngA), "Once upon a time")); status != 200 {
 		t.Fatalf("after the hostile images: %d %v", status, out)
 	}
+	// Each refusal counted once under its reason: the socket's truncated image and the two truncated ones above
+	// pass the header check and fail in the decoder.
+	for reason, want := range map[string]float64{
+		"too_large": 3, "decode": 3, "format": 3, "encoding": 1, "remote_off": 3, "no_vision": 0, "other": 0,
+	} {
+		sample := `parley_image_refusals_total{reason="` + reason + `"}`
+		if got := metric(t, s.addr, sample); got != want {
+			t.Errorf("%s = %v, want %v", sample, got, want)
+		}
+	}
 }
 
 // A model without a projector refuses an image part with a 400 that names it and says why.
@@ -324,6 +359,9 @@ func TestVisionRefusedWithoutProjector(t *testing.T) {
 	}
 	if info := getJSON(t, s, "/info"); info["vision"] != false {
 		t.Errorf("/info vision = %v", info["vision"])
+	}
+	if n := metric(t, s.addr, `parley_image_refusals_total{reason="no_vision"}`); n != 1 {
+		t.Errorf("no_vision refusals = %v, want 1", n)
 	}
 }
 
@@ -355,5 +393,72 @@ func TestVisionRemoteURLsNeverReachLoopback(t *testing.T) {
 	case <-fetched:
 		t.Error("the server fetched from a loopback address")
 	default:
+	}
+}
+
+// noisePNG is a w x h PNG of noise, which does not compress: about 3*w*h bytes.
+func noisePNG(t *testing.T, w, h int) []byte {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for i := range img.Pix {
+		img.Pix[i] = byte(rng.Uint32())
+		if i%4 == 3 {
+			img.Pix[i] = 255
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// A socket message that carries images may be as large as the image limits allow, past --max-message-bytes: a
+// pasted ~200 KiB PNG is taken. One over that cap, or whose text alone is over --max-message-bytes, is answered
+// with an error that says so, and the connection and its conversation go on.
+func TestVisionSocketMessageSize(t *testing.T) {
+	bin := testbin.Parley(t)
+	visionLibDir(t, bin)
+	s := start(t, bin, "--store", "memory", "--engine", "current", "--mmproj", visionProjector(t),
+		"--image-max-bytes", "300000", "--image-max-per-request", "1")
+	big := noisePNG(t, 300, 240)
+	if len(big) < 200<<10 || len(big) > 300000 {
+		t.Fatalf("the test image is %d bytes", len(big))
+	}
+	ws := s.dial(t, "")
+	id := read(t, ws).SessionID()
+	ws.WriteJSON(map[string]any{"type": "prompt", "content": "Once upon a time", "images": []string{dataURL(big)},
+		"params": map[string]any{"max_tokens": 4}})
+	first := readDone(t, ws)
+	if first.Usage.PromptTokens < 16 {
+		t.Fatalf("the reply to a %d-byte image: %+v", len(big), first.Usage)
+	}
+	tooBig := strings.Repeat("A", 500_000) // over 64 KiB and the one image's 400 KB of base64
+	for _, tc := range []struct {
+		name string
+		msg  map[string]any
+		want string
+	}{
+		{"over the cap of a message with images", map[string]any{"type": "prompt", "content": "x", "images": []string{"data:image/png;base64," + tooBig}}, "bytes"},
+		{"text over the cap beside a small image", map[string]any{"type": "prompt", "content": strings.Repeat("a", 70<<10), "images": []string{dataURL(testPNG(t, 8, 8, 1))}}, "without its images"},
+	} {
+		ws.WriteJSON(tc.msg)
+		if m := read(t, ws); m.Type != "error" || m.Code != "too_large" || !strings.Contains(m.Message, tc.want) {
+			t.Errorf("%s: %+v", tc.name, m)
+		}
+	}
+	// The connection serves on, and the conversation holds its first turn.
+	second := turn(t, ws, "And then?", map[string]any{"max_tokens": 4})
+	if second.Usage.PromptTokens <= first.Usage.PromptTokens {
+		t.Errorf("the next turn: %+v; the first %+v", second.Usage, first.Usage)
+	}
+	if n := metric(t, s.addr, `parley_refusals_total{cause="message_too_large"}`); n != 2 {
+		t.Errorf("message_too_large refusals = %v, want 2", n)
+	}
+	ws.Close()
+	ws = s.dial(t, "&session="+id)
+	if sess := read(t, ws); len(sess.Messages) != 4 || len(sess.Messages[0].Images) != 1 || !bytes.Equal(sess.Messages[0].Images[0].Data, big) {
+		t.Errorf("resumed: %d messages", len(sess.Messages))
 	}
 }

@@ -19,9 +19,11 @@ import (
 // ollamaModelMediaType whose blob is the GGUF file byte for byte.
 const (
 	ollamaModelMediaType = "application/vnd.ollama.image.model"
-	ollamaDefaultHost    = "registry.ollama.ai"
-	ollamaDefaultNS      = "library"
-	ollamaDefaultTag     = "latest"
+	// ollamaProjectorMediaType is the layer of a vision model's projector (an mmproj GGUF).
+	ollamaProjectorMediaType = "application/vnd.ollama.image.projector"
+	ollamaDefaultHost        = "registry.ollama.ai"
+	ollamaDefaultNS          = "library"
+	ollamaDefaultTag         = "latest"
 	// maxSuggestions caps the model names listed in a not-found error.
 	maxSuggestions = 5
 )
@@ -113,21 +115,54 @@ func (o *options) ollamaStore() (string, error) {
 // resolveOllama returns the blob path of the GGUF model layer of a model in a
 // local Ollama store. Nothing is copied: llama.cpp maps the blob in place.
 func resolveOllama(s string, o *options) (string, error) {
-	name, err := parseOllama(s)
+	name, store, m, err := readOllama(s, o)
 	if err != nil {
 		return "", err
+	}
+	i := slices.IndexFunc(m.Layers, func(l ollamaLayer) bool { return l.MediaType == ollamaModelMediaType })
+	if i < 0 {
+		types := make([]string, 0, len(m.Layers))
+		for _, l := range m.Layers {
+			types = append(types, l.MediaType)
+		}
+		return "", fmt.Errorf("ollama model %s: no %s layer (has %s; a safetensors or cloud model has no GGUF to load): %w",
+			name, ollamaModelMediaType, strings.Join(types, ", "), ErrNoModelLayer)
+	}
+	return ollamaBlob(name, store, m.Layers[i], "model", o.sha256)
+}
+
+// ollamaProjector returns the blob path of the vision projector layer of a model in a local Ollama store ("" when
+// its manifest has none), as Ollama stores a vision model pulled or created from GGUF: the projector GGUF is a
+// layer of its own beside the model's.
+func ollamaProjector(s string, o *options) (string, error) {
+	name, store, m, err := readOllama(s, o)
+	if err != nil {
+		return "", err
+	}
+	i := slices.IndexFunc(m.Layers, func(l ollamaLayer) bool { return l.MediaType == ollamaProjectorMediaType })
+	if i < 0 {
+		return "", nil
+	}
+	return ollamaBlob(name, store, m.Layers[i], "projector", "")
+}
+
+// readOllama finds the manifest of the model s names in the local Ollama store, and reads it.
+func readOllama(s string, o *options) (ollamaName, string, ollamaManifest, error) {
+	name, err := parseOllama(s)
+	if err != nil {
+		return name, "", ollamaManifest{}, err
 	}
 	store, err := o.ollamaStore()
 	if err != nil {
-		return "", err
+		return name, "", ollamaManifest{}, err
 	}
 	manifests := filepath.Join(store, "manifests")
 	if fi, err := os.Stat(manifests); errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("ollama store %s not found (no manifests directory; set OLLAMA_MODELS to Ollama's models directory): %w", store, ErrNotFound)
+		return name, "", ollamaManifest{}, fmt.Errorf("ollama store %s not found (no manifests directory; set OLLAMA_MODELS to Ollama's models directory): %w", store, ErrNotFound)
 	} else if err != nil {
-		return "", fmt.Errorf("ollama store %s: %w", store, err)
+		return name, "", ollamaManifest{}, fmt.Errorf("ollama store %s: %w", store, err)
 	} else if !fi.IsDir() {
-		return "", fmt.Errorf("ollama store %s: manifests is not a directory: %w", store, ErrNotFound)
+		return name, "", ollamaManifest{}, fmt.Errorf("ollama store %s: manifests is not a directory: %w", store, ErrNotFound)
 	}
 
 	data, err := os.ReadFile(name.path(manifests))
@@ -139,46 +174,42 @@ func resolveOllama(s string, o *options) (string, error) {
 				strings.EqualFold(m.model, name.model) && strings.EqualFold(m.tag, name.tag)
 		})
 		if i < 0 {
-			return "", fmt.Errorf("ollama model %s not found in %s%s: %w", name, store, suggest(name, all), ErrNotFound)
+			return name, "", ollamaManifest{}, fmt.Errorf("ollama model %s not found in %s%s: %w", name, store, suggest(name, all), ErrNotFound)
 		}
 		name = all[i]
 		data, err = os.ReadFile(name.path(manifests))
 	}
 	if err != nil {
-		return "", fmt.Errorf("ollama model %s: read manifest: %w", name, err)
+		return name, "", ollamaManifest{}, fmt.Errorf("ollama model %s: read manifest: %w", name, err)
 	}
 	var m ollamaManifest
 	if err := json.Unmarshal(data, &m); err != nil {
-		return "", fmt.Errorf("ollama model %s: manifest %s: %w", name, name.path(manifests), err)
+		return name, "", ollamaManifest{}, fmt.Errorf("ollama model %s: manifest %s: %w", name, name.path(manifests), err)
 	}
-	i := slices.IndexFunc(m.Layers, func(l ollamaLayer) bool { return l.MediaType == ollamaModelMediaType })
-	if i < 0 {
-		types := make([]string, 0, len(m.Layers))
-		for _, l := range m.Layers {
-			types = append(types, l.MediaType)
-		}
-		return "", fmt.Errorf("ollama model %s: no %s layer (has %s; a safetensors or cloud model has no GGUF to load): %w",
-			name, ollamaModelMediaType, strings.Join(types, ", "), ErrNoModelLayer)
-	}
-	layer := m.Layers[i]
+	return name, store, m, nil
+}
+
+// ollamaBlob returns the path of layer's blob (what names the layer in errors), checked: present, of the size the
+// manifest says, with the sha256 wantSHA when one is given, and GGUF.
+func ollamaBlob(name ollamaName, store string, layer ollamaLayer, what, wantSHA string) (string, error) {
 	dm := ollamaDigest.FindStringSubmatch(layer.Digest)
 	if dm == nil {
-		return "", fmt.Errorf("ollama model %s: model layer digest %q is not sha256: %w", name, layer.Digest, ErrInvalidRef)
+		return "", fmt.Errorf("ollama model %s: %s layer digest %q is not sha256: %w", name, what, layer.Digest, ErrInvalidRef)
 	}
 	blob := filepath.Join(store, "blobs", "sha256-"+dm[1])
 	fi, err := os.Stat(blob)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("ollama model %s: blob %s missing (incomplete store; pull the model again): %w", name, blob, ErrNotFound)
+		return "", fmt.Errorf("ollama model %s: %s blob %s missing (incomplete store; pull the model again): %w", name, what, blob, ErrNotFound)
 	} else if err != nil {
 		return "", fmt.Errorf("ollama model %s: %w", name, err)
 	}
 	if layer.Size > 0 && fi.Size() != layer.Size {
-		return "", fmt.Errorf("ollama model %s: blob %s is %d bytes, manifest says %d (incomplete pull?)", name, blob, fi.Size(), layer.Size)
+		return "", fmt.Errorf("ollama model %s: %s blob %s is %d bytes, manifest says %d (incomplete pull?)", name, what, blob, fi.Size(), layer.Size)
 	}
 	// The blob is named by its content's sha256 (Ollama verifies it on pull
 	// and create), so comparing names is enough and costs no read.
-	if o.sha256 != "" && !strings.EqualFold(dm[1], o.sha256) {
-		return "", fmt.Errorf("ollama model %s: sha256 is %s, want %s: %w", name, strings.ToLower(dm[1]), o.sha256, ErrChecksum)
+	if wantSHA != "" && !strings.EqualFold(dm[1], wantSHA) {
+		return "", fmt.Errorf("ollama model %s: sha256 is %s, want %s: %w", name, strings.ToLower(dm[1]), wantSHA, ErrChecksum)
 	}
 	if err := CheckGGUF(blob); err != nil {
 		return "", fmt.Errorf("ollama model %s: %w", name, err)

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -115,7 +116,14 @@ func (s *Chat) Handle(c echo.Context) error {
 	if sess != nil {
 		hdr.Set("X-Parley-Session", sess.ID)
 	}
-	ws, ok := s.sockets.Upgrade(w, r, hdr, s.cfg.MaxMessageBytes)
+	readLimit := s.cfg.MaxMessageBytes
+	if jsonMode && s.cfg.MaxImageMessageBytes > readLimit {
+		// Past its cap a message is read to its end and dropped (conn.read);
+		// one twice as long closes the connection, as a text one past its
+		// cap does.
+		readLimit = 2 * s.cfg.MaxImageMessageBytes
+	}
+	ws, ok := s.sockets.Upgrade(w, r, hdr, readLimit)
 	if !ok {
 		return nil // the upgrader has written the response
 	}
@@ -232,22 +240,12 @@ func (c *conn) cancelTurn() {
 func (c *conn) reader() {
 	c.StartReadDeadline()
 	for {
-		mt, data, ok := c.Read()
+		mt, data, held, dropped, ok := c.read()
 		if !ok {
 			return
 		}
-		if mt != websocket.TextMessage {
-			c.Close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
+		if !dropped && !c.take(mt, data, held) {
 			return
-		}
-		if !utf8.Valid(data) {
-			c.Close(websocket.CloseInvalidFramePayloadData, "text message is not valid UTF-8")
-			return
-		}
-		if c.json {
-			c.handleJSON(data)
-		} else {
-			c.enqueuePrompt(job{kind: jobPrompt, content: string(data), params: c.srv.cfg.Defaults})
 		}
 		if c.Ctx.Err() != nil {
 			return
@@ -255,10 +253,84 @@ func (c *conn) reader() {
 	}
 }
 
+// take takes in one message the reader read, and gives back the bytes of
+// the body budget it held (held) once it is taken in. It reports false
+// when the message closed the connection.
+func (c *conn) take(mt int, data []byte, held int64) bool {
+	defer c.giveBody(held)
+	if mt != websocket.TextMessage {
+		c.Close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
+		return false
+	}
+	if !utf8.Valid(data) {
+		c.Close(websocket.CloseInvalidFramePayloadData, "text message is not valid UTF-8")
+		return false
+	}
+	if c.json {
+		c.handleJSON(data)
+	} else {
+		c.enqueuePrompt(job{kind: jobPrompt, content: string(data), params: c.srv.cfg.Defaults})
+	}
+	return true
+}
+
+// read reads the next message. In JSON mode a message may pass
+// MaxMessageBytes when images make up the difference (handleJSON checks
+// that they do), up to MaxImageMessageBytes, its bytes past
+// MaxMessageBytes held from the server's body budget (held: the caller
+// gives them back once the message is taken in); a message over its cap,
+// or refused by the budget, is read to its end, dropped and answered with
+// an error (dropped). ok is false when the connection ended.
+func (c *conn) read() (mt int, data []byte, held int64, dropped, ok bool) {
+	limit := c.srv.cfg.MaxImageMessageBytes
+	if !c.json || limit <= c.srv.cfg.MaxMessageBytes {
+		mt, data, ok = c.Read()
+		return mt, data, 0, false, ok
+	}
+	var take func(int64) error
+	if c.srv.hooks.TakeBody != nil {
+		client := parley.ClientFrom(c.Ctx)
+		take = func(n int64) error { return c.srv.hooks.TakeBody(client, n) }
+	}
+	mt, data, held, refusal, ok := c.ReadCapped(limit, c.srv.cfg.MaxMessageBytes, take)
+	if !ok || refusal != nil {
+		c.giveBody(held)
+		held = 0
+	}
+	switch {
+	case !ok:
+		return 0, nil, 0, false, false
+	case errors.Is(refusal, wsock.ErrMessageTooLarge):
+		c.refuse(wsock.RefusedMessageSize, parley.Errorf(parley.ETooLarge,
+			"the message is over %d bytes, the most one with images may be (%d without; --max-message-bytes, --image-max-bytes, --image-max-per-request)",
+			limit, c.srv.cfg.MaxMessageBytes))
+		return mt, nil, 0, true, true
+	case refusal != nil:
+		c.srv.countRefusal(refusal) // the body budget's cause
+		c.answer(refusal)
+		return mt, nil, 0, true, true
+	}
+	return mt, data, held, false, true
+}
+
+// giveBody gives back n bytes read() held of the body budget.
+func (c *conn) giveBody(n int64) {
+	if n > 0 && c.srv.hooks.GiveBody != nil {
+		c.srv.hooks.GiveBody(parley.ClientFrom(c.Ctx), n)
+	}
+}
+
 func (c *conn) handleJSON(data []byte) {
 	m, err := parseClientMessage(data)
 	if err != nil {
 		c.answer(err)
+		return
+	}
+	if rest := int64(len(data)) - m.imageBytes(); rest > c.srv.cfg.MaxMessageBytes {
+		// Past MaxMessageBytes only by its images: the rest of it keeps
+		// the cap of a message without them.
+		c.refuse(wsock.RefusedMessageSize, parley.Errorf(parley.ETooLarge,
+			"the message is over %d bytes without its images (%d bytes)", c.srv.cfg.MaxMessageBytes, rest))
 		return
 	}
 	switch m.Type {

@@ -38,6 +38,8 @@ func FuzzClientMessage(f *testing.F) {
 		`{"type":"system","content":"You are a pirate."}`,
 		`{"type":"cancel"}`,
 		`{"type":"reset"}`,
+		`{"type":"prompt","content":[{"type":"text","text":"see "},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"text","text":"?"}]}`,
+		`{"type":"prompt","content":[{"type":"image_url","image_url":"AAAA"}],"images":["AAAA"]}`,
 		`{"type":"dance"}`,
 		`{"type":7}`,
 		`{"type":"reset"} {"type":"reset"}`,

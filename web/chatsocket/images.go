@@ -13,23 +13,32 @@ type imageTurner interface {
 	ImageTurn(ctx context.Context, id, prompt string, images []parley.ImagePart, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
 }
 
-// promptImages takes the images of a JSON-mode prompt ({"type":"prompt","images":["data:image/png;base64,..."]}),
-// each checked from its header under the server's image limits; a refusal names images[i]. A tool result carries
-// none. The reader takes them, so a remote URL (where the server allows any) is fetched under its own time cap.
+// promptImages takes the images of a JSON-mode prompt, each checked from its header under the server's image
+// limits: those of {"type":"prompt","images":["data:image/png;base64,..."]}, placed before the text (a refusal
+// names images[i]), or the image_url parts of its content, each where it stands among the text parts (a refusal
+// names content[i]). A tool result carries none. The reader takes them, so a remote URL (where the server allows
+// any) is fetched under its own time cap.
 func (s *Chat) promptImages(ctx context.Context, m clientMessage) ([]parley.ImagePart, error) {
-	if len(m.Images) == 0 {
+	if len(m.Images) == 0 && len(m.Placed) == 0 {
 		return nil, nil
 	}
 	if m.Type != "prompt" {
 		return nil, parley.FieldErrorf("images", "only a prompt carries images")
 	}
 	batch := s.core.Images(ctx)
-	out := make([]parley.ImagePart, 0, len(m.Images))
-	for i, src := range m.Images {
-		im, err := batch.URL(fmt.Sprintf("images[%d]", i), src)
+	placed := m.Placed
+	if len(placed) == 0 {
+		for i, src := range m.Images {
+			placed = append(placed, placedImage{src: src, part: fmt.Sprintf("images[%d]", i)})
+		}
+	}
+	out := make([]parley.ImagePart, 0, len(placed))
+	for _, p := range placed {
+		im, err := batch.URL(p.part, p.src)
 		if err != nil {
 			return nil, err
 		}
+		im.Offset = p.offset
 		out = append(out, im)
 	}
 	return out, nil

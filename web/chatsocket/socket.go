@@ -29,11 +29,17 @@ const Sentinel = "<<Response Finished>>"
 
 // Settings are the chat socket's bounds, from the server's configuration.
 type Settings struct {
-	Defaults         parley.Params // sampling defaults
-	MaxTokensCap     int           // the largest max_tokens a client may ask for
-	MaxMessageBytes  int64         // per message; over it the connection closes with 1009
-	PromptsPerMinute int           // per connection; over it prompts are refused with rate_limited
-	MaxQueuedPrompts int           // prompts and control messages waiting behind the running reply
+	Defaults        parley.Params // sampling defaults
+	MaxTokensCap    int           // the largest max_tokens a client may ask for
+	MaxMessageBytes int64         // per message; over it the connection closes with 1009
+	// MaxImageMessageBytes is the most a JSON-mode message that carries
+	// images may be (MaxMessageBytes for the rest of it, plus the most
+	// bytes the image limits let a prompt's images take as data: URLs);
+	// <= MaxMessageBytes: images get no more room than text. A message
+	// over its cap is answered with an error and the connection lives on.
+	MaxImageMessageBytes int64
+	PromptsPerMinute     int // per connection; over it prompts are refused with rate_limited
+	MaxQueuedPrompts     int // prompts and control messages waiting behind the running reply
 	// ResumeGrace is how long a reply goes on after its socket drops, its
 	// tokens kept for a client that resumes the session (resume.go).
 	ResumeGrace time.Duration
@@ -53,6 +59,12 @@ type Hooks struct {
 	Meter func(cancelCause func() string, model string) apicore.Meter
 	// CountTurn counts a committed turn under its KV cache state.
 	CountTurn func(kvState string)
+	// TakeBody reserves n bytes of the server's budget of request bodies
+	// in flight for client (its error is the refusal), and GiveBody gives
+	// them back: a message past MaxMessageBytes holds its bytes of that
+	// budget while it is read and taken in. nil: no budget.
+	TakeBody func(client string, n int64) error
+	GiveBody func(client string, n int64)
 }
 
 // Chat is the chat WebSocket: the page's and any client's conversation

@@ -15,10 +15,12 @@ import (
 )
 
 // ImagePolicy is how the APIs take a request's images: under Limits (format, bytes, pixels, images per request),
-// from data: URLs and base64, and from http(s) URLs only through Fetcher when it allows any host.
+// from data: URLs and base64, and from http(s) URLs only through Fetcher when it allows any host. Stats counts the
+// images refused.
 type ImagePolicy struct {
 	Limits  media.Limits
 	Fetcher *media.Fetcher // nil or allowing no host: remote URLs are refused
+	Stats   *media.Stats   // nil: refusals are not counted
 }
 
 // ImageBatch takes the images of one request in order, each checked from its header (never decoded here: the chat
@@ -28,12 +30,13 @@ type ImageBatch struct {
 	batch *media.Batch
 	fetch *media.Fetcher
 	lim   media.Limits
+	stats *media.Stats
 }
 
 // Images starts a request's images under the server's policy.
 func (k *Core) Images(ctx context.Context) *ImageBatch {
 	lim := k.ImagePolicy.Limits.WithDefaults()
-	return &ImageBatch{ctx: ctx, batch: lim.NewBatch(), fetch: k.ImagePolicy.Fetcher, lim: lim}
+	return &ImageBatch{ctx: ctx, batch: lim.NewBatch(), fetch: k.ImagePolicy.Fetcher, lim: lim, stats: k.ImagePolicy.Stats}
 }
 
 // URL takes an image given by URL (OpenAI's image_url, the Responses API's input_image): a data: URL, or an
@@ -42,10 +45,14 @@ func (b *ImageBatch) URL(part, src string) (parley.ImagePart, error) {
 	s := strings.TrimSpace(src)
 	if len(s) > 8 && (strings.EqualFold(s[:7], "http://") || strings.EqualFold(s[:8], "https://")) {
 		if !b.fetch.Enabled() {
+			b.stats.RefusedFor(media.ReasonRemoteOff)
 			return parley.ImagePart{}, chat.ImageError(part, fmt.Errorf("%w: only data: URLs are accepted (the server's --image-url-allow names no host)", media.ErrRemoteOff))
 		}
 		data, err := b.fetch.Fetch(b.ctx, s)
 		if err != nil {
+			if b.ctx.Err() == nil {
+				b.stats.Refused(err)
+			}
 			return parley.ImagePart{}, chat.ImageError(part, err)
 		}
 		im, err := b.add(b.batch.AddBytes(part, data))
@@ -67,6 +74,7 @@ func (b *ImageBatch) Base64(part, data string) (parley.ImagePart, error) {
 
 func (b *ImageBatch) add(im *media.Image, err error) (parley.ImagePart, error) {
 	if err != nil {
+		b.stats.Refused(err)
 		var pe *media.PartError
 		part := ""
 		if errors.As(err, &pe) {
@@ -106,7 +114,7 @@ func ParseContentParts(raw json.RawMessage, field string, images *ImageBatch, te
 			}
 			b.WriteString(*p.Text)
 		case slices.Contains(imageTypes, p.Type):
-			url, err := imageURL(p.ImageURL, f)
+			url, err := ImageURL(p.ImageURL, f)
 			if err != nil {
 				return "", nil, err
 			}
@@ -129,8 +137,8 @@ func ParseContentParts(raw json.RawMessage, field string, images *ImageBatch, te
 	return b.String(), out, nil
 }
 
-// imageURL reads an image_url field: a string (the Responses API) or {"url": ..., "detail": ...} (chat).
-func imageURL(raw json.RawMessage, field string) (string, error) {
+// ImageURL reads an image_url field: a string (the Responses API) or {"url": ..., "detail": ...} (chat).
+func ImageURL(raw json.RawMessage, field string) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil

@@ -101,6 +101,64 @@ func (c *Pump) Read() (mt int, data []byte, ok bool) {
 	return mt, data, true
 }
 
+// ErrMessageTooLarge is a message over ReadCapped's limit, read to its end
+// and dropped.
+var ErrMessageTooLarge = errors.New("message too large")
+
+// readStep is how much ReadCapped reads at a time, and the least it asks
+// take for.
+const readStep = 64 << 10
+
+// ReadCapped reads the next message as Read does, holding at most limit
+// bytes of it: a longer message is read to its end and dropped, reported
+// as dropped with ErrMessageTooLarge, and the connection lives on (the
+// read limit set at the upgrade still closes it with 1009 past that). The
+// bytes past free are asked of take before they are held (a budget of
+// memory; nil asks none), in steps of readStep or more; its refusal drops
+// the message too, reported as dropped with take's error. held is what
+// take granted, dropped or not: the caller gives it back when done with
+// the message. ok is false when the read failed (as Read's).
+func (c *Pump) ReadCapped(limit, free int64, take func(n int64) error) (mt int, data []byte, held int64, dropped error, ok bool) {
+	mt, r, err := c.ws.NextReader()
+	if err != nil {
+		c.readFailed(err)
+		return 0, nil, 0, nil, false
+	}
+	var buf []byte
+	chunk := make([]byte, readStep)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 && dropped == nil {
+			size := int64(len(buf) + n)
+			switch {
+			case size > limit:
+				dropped = ErrMessageTooLarge
+			case size > free+held && take != nil:
+				step := max(readStep, size-free-held)
+				if terr := take(step); terr != nil {
+					dropped = terr
+				} else {
+					held += step
+				}
+			}
+			if dropped == nil {
+				buf = append(buf, chunk[:n]...)
+			} else {
+				buf = nil // what is read from here on is dropped as it comes
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			c.readFailed(err)
+			return 0, nil, held, nil, false
+		}
+	}
+	c.rd.extend()
+	return mt, buf, held, dropped, true
+}
+
 // readFailed is the reader's verdict on a failed read.
 func (c *Pump) readFailed(err error) {
 	var ne net.Error
