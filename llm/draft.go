@@ -173,9 +173,14 @@ func equalInts(a, b []int) bool {
 // outcome is a run of kept tokens ended by at most one miss, so the estimate
 // of that geometric chance is kept/(kept+misses), over counts that decay
 // with every token tried (the last few weigh most, so a reply that stops
-// repeating its prompt backs off within a few steps), from a prior of half
-// a token of each. Counts decay a little at every step without a draft as
-// well, so a sequence whose drafts stopped for missing tries again later.
+// repeating its prompt backs off within a few steps), from a prior of
+// draftPrior of a token of each. The counts hold about 1/(1-draftDecay)
+// tokens, so the prior's weight bounds the estimate after drafts that all
+// held: a light prior lets it reach the 0.97 at which a draft of 8 tokens
+// is worth its length (a prior of half a token each held it at 0.885,
+// where the 8th token's chance is 0.38). Counts decay a little at every
+// step without a draft as well, so a sequence whose drafts stopped for
+// missing tries again later.
 type draftState struct {
 	kept, missed float64
 	// drafted and accepted count this sequence's draft tokens and those that held.
@@ -185,11 +190,14 @@ type draftState struct {
 const (
 	draftDecay     = 0.7  // weight of the earlier counts at each draft token tried
 	draftIdleDecay = 0.97 // and at each step without a draft
+	draftPrior     = 0.1  // the prior's kept and missed tokens: a chance of one half
 )
 
 // chance is the estimated probability that a draft token holds, given the
 // ones before it did.
-func (d *draftState) chance() float64 { return (d.kept + 0.5) / (d.kept + d.missed + 1) }
+func (d *draftState) chance() float64 {
+	return (d.kept + draftPrior) / (d.kept + d.missed + 2*draftPrior)
+}
 
 // record updates the estimate with a draft of n tokens of which kept held.
 func (d *draftState) record(n, kept int) {
