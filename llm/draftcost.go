@@ -21,8 +21,8 @@ import (
 // on stories260K at 8 streams a draft's pass doubles a step that the
 // weights' reading bounds, and drafts that hold a quarter of the time do
 // not pay for it; on a 135M model at one thread the tokens' arithmetic
-// bounds a step, a pass of 64 tokens costs little more per token than one
-// of 8, and drafts that hold double the replies' rate. So no fixed rule
+// bounds a step, a pass of 64 tokens costs less per token than one of 8,
+// and drafts that hold double the replies' rate. So no fixed rule
 // fits both: the loop keeps a cost model of each shape, fitted to the
 // steps of that shape it timed, and a step whose drafts would split it
 // drafts when the split step's expected tokens per second beat the even
@@ -39,12 +39,12 @@ const (
 	numShapes
 )
 
-// Probes of split steps while the plan declines them: the first after
-// draftProbeFirst declined steps, then at doubling intervals up to
-// draftProbeMax, back to the first once a plan wins. A probe costs about one
-// step's time (a model whose split steps lose: one step in 256 once
-// settled); the cap bounds how long a split cost measured in a moment of
-// load keeps drafts off.
+// Probes of split steps while the plan declines them: the first at once
+// while no split step was timed, else after draftProbeFirst declined
+// plans, then at doubling intervals up to draftProbeMax, back to the first
+// once a plan wins. A probe costs about one step's time (a model whose
+// split steps lose: one step in 256 once settled); the cap bounds how long
+// a split cost measured in a moment of load keeps drafts off.
 const (
 	draftProbeFirst = 16
 	draftProbeMax   = 256
