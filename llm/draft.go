@@ -1,10 +1,6 @@
 package llm
 
-import (
-	"fmt"
-	"math"
-	"time"
-)
+import "fmt"
 
 // Speculative decoding from the conversation itself: a generating sequence
 // whose last tokens occurred earlier in its slot's history (the prompt, which
@@ -39,10 +35,10 @@ import (
 // about 1e-6).
 //
 // Draft tokens cost a decode step time; what they return depends on how
-// often they hold. draftCost decides, from step times the loop measures,
-// whether another draft token is worth its place in the step; each
-// sequence's acceptance estimate (draftState) backs its drafts off when
-// they miss.
+// often they hold. In auto mode the step times the loop measures, kept by
+// the step's shape (draftcost.go), decide whether a draft is worth its
+// place in the step; each sequence's acceptance estimate (draftState)
+// backs its drafts off when they miss.
 
 // Draft modes (Config.Draft).
 const (
@@ -177,9 +173,14 @@ func equalInts(a, b []int) bool {
 // outcome is a run of kept tokens ended by at most one miss, so the estimate
 // of that geometric chance is kept/(kept+misses), over counts that decay
 // with every token tried (the last few weigh most, so a reply that stops
-// repeating its prompt backs off within a few steps), from a prior of half
-// a token of each. Counts decay a little at every step without a draft as
-// well, so a sequence whose drafts stopped for missing tries again later.
+// repeating its prompt backs off within a few steps), from a prior of
+// draftPrior of a token of each. The counts hold about 1/(1-draftDecay)
+// tokens, so the prior's weight bounds the estimate after drafts that all
+// held: a light prior lets it reach the 0.97 at which a draft of 8 tokens
+// is worth its length (a prior of half a token each held it at 0.885,
+// where the 8th token's chance is 0.38). Counts decay a little at every
+// step without a draft as well, so a sequence whose drafts stopped for
+// missing tries again later.
 type draftState struct {
 	kept, missed float64
 	// drafted and accepted count this sequence's draft tokens and those that held.
@@ -189,11 +190,14 @@ type draftState struct {
 const (
 	draftDecay     = 0.7  // weight of the earlier counts at each draft token tried
 	draftIdleDecay = 0.97 // and at each step without a draft
+	draftPrior     = 0.1  // the prior's kept and missed tokens: a chance of one half
 )
 
 // chance is the estimated probability that a draft token holds, given the
 // ones before it did.
-func (d *draftState) chance() float64 { return (d.kept + 0.5) / (d.kept + d.missed + 1) }
+func (d *draftState) chance() float64 {
+	return (d.kept + draftPrior) / (d.kept + d.missed + 2*draftPrior)
+}
 
 // record updates the estimate with a draft of n tokens of which kept held.
 func (d *draftState) record(n, kept int) {
@@ -212,81 +216,6 @@ func (d *draftState) record(n, kept int) {
 		d.kept *= draftDecay
 		d.missed = d.missed*draftDecay + 1
 	}
-}
-
-// draftCost models a decode step's time as fixed + perToken x tokens,
-// fitted by least squares over the recent steps (exponentially forgotten),
-// from a prior until the steps have told it apart.
-//
-// A draft token is worth its place when, with g sequences generating in a
-// step of T (estimated) seconds, its chance p of holding gives more tokens
-// per second than the step without it: (g + p) / (T + perToken) > g / T,
-// that is p > g x perToken / T. Where the fixed cost dominates (a model
-// whose weights' reading bounds a step, a GPU, one stream) the bar is low;
-// where the tokens' own cost dominates (many sequences in the step on the
-// CPU) it is high, and drafts back off. A prompt chunk in the step
-// lengthens T without adding to g: it lowers the bar a little.
-type draftCost struct {
-	w, sn, st, snn, snt float64 // forgotten sums: weight, n, t, n*n, n*t
-	fixed, perToken     float64 // the fit, seconds
-}
-
-const (
-	draftCostForget = 0.98 // weight of the earlier steps at each step (a memory of about 50 steps)
-	// draftCostPrior is perToken/fixed until the steps tell them apart: on
-	// the CPU a 135M F16 model's decode step of one token takes about 5
-	// times what each further token in the batch adds (BENCHMARKS.md).
-	draftCostPrior = 0.2
-)
-
-// observe adds a step of n tokens that took d.
-func (c *draftCost) observe(n int, d time.Duration) {
-	x, t := float64(n), d.Seconds()
-	c.w = c.w*draftCostForget + 1
-	c.sn = c.sn*draftCostForget + x
-	c.st = c.st*draftCostForget + t
-	c.snn = c.snn*draftCostForget + x*x
-	c.snt = c.snt*draftCostForget + x*t
-	mean := c.st / c.w
-	varN := c.snn/c.w - (c.sn/c.w)*(c.sn/c.w)
-	if varN > 0.25 { // the token counts differ enough to tell the costs apart
-		b := (c.snt/c.w - (c.sn/c.w)*mean) / varN
-		a := mean - b*c.sn/c.w
-		if b >= 0 && a >= 0 && !math.IsNaN(a+b) {
-			c.fixed, c.perToken = a, b
-			return
-		}
-	}
-	// From the prior: the mean step as fixed + prior x fixed x mean n.
-	c.fixed = mean / (1 + draftCostPrior*c.sn/c.w)
-	c.perToken = draftCostPrior * c.fixed
-}
-
-// bar is the least chance of holding for which a draft token pays, in a
-// step of n tokens of which g are generating sequences' inputs.
-func (c *draftCost) bar(g, n int) float64 {
-	if c.w == 0 {
-		return float64(g) * draftCostPrior / (1 + draftCostPrior*float64(n))
-	}
-	t := c.fixed + c.perToken*float64(n)
-	if t <= 0 {
-		return 0
-	}
-	return float64(g) * c.perToken / t
-}
-
-// barWith is bar for draft tokens that cost extra each besides their
-// place in the step (a draft model's decode of each): the chance of
-// holding for which (g + p) / (T + perToken + extra) > g / T.
-func (c *draftCost) barWith(g, n int, extra time.Duration) float64 {
-	if extra <= 0 || c.w == 0 {
-		return c.bar(g, n)
-	}
-	t := c.fixed + c.perToken*float64(n)
-	if t <= 0 {
-		return 0
-	}
-	return float64(g) * (c.perToken + extra.Seconds()) / t
 }
 
 // checkDraft checks Config's draft settings.

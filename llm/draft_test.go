@@ -99,6 +99,34 @@ func TestDraftSameTokens(t *testing.T) {
 	}
 }
 
+// TestDraftAutoParallel: auto mode with several sequences in a step, each
+// slot its own KV stream, where a step's drafts are planned together
+// against the measured cost of a split step: greedy replies are the same
+// as without drafts, and it drafts (a probe, if the costs say no: the
+// first step whose drafts would split it, or one after draftProbeFirst
+// declined ones).
+func TestDraftAutoParallel(t *testing.T) {
+	for _, engine := range []string{llm.EngineEmbedded, llm.EngineCurrent} {
+		t.Run(engine, func(t *testing.T) {
+			cfg := llm.Config{Path: testmodel.Path(t), Threads: 1, Parallel: 3, ContextLength: 512, Engine: engine, LibDir: currentLibDir(t)}
+			off, auto := cfg, cfg
+			off.Draft, auto.Draft = llm.DraftOff, llm.DraftAuto
+			eOff, eAuto := mustOpen(t, off), mustOpen(t, auto)
+			p := greedy(120)
+			want := replies(t, eOff, draftPrompts, p)
+			got := replies(t, eAuto, draftPrompts, p)
+			for i := range draftPrompts {
+				sameGreedyReply(t, draftPrompts[i], got[i], want[i])
+			}
+			st := eAuto.Stats()
+			t.Logf("drafted %d, held %d, generated %d, steps %d", st.DraftTokens, st.DraftAccepted, st.TokensGenerated, st.Steps)
+			if st.DraftTokens == 0 {
+				t.Error("auto drafted nothing beside other sequences, not even a probe")
+			}
+		})
+	}
+}
+
 func sampled(n int) parley.Params {
 	p := parley.DefaultParams()
 	p.Temperature, p.TopK, p.TopP, p.MaxTokens, p.Seed = 0.8, 40, 0.95, n, 7

@@ -141,15 +141,19 @@ type Engine struct {
 	// engine then runs embedLoop and serves Embed, not Generate.
 	emb *embedState
 	// Speculative decoding (draft.go), owned by the loop: the mode, the
-	// longest draft, the step cost model; noDraft is set when the KV cache
-	// cannot drop a rejected draft (a recurrent model's memory).
-	draftMode string
-	draftMax  int
-	kvStreams bool // each slot is its own KV stream (not one unified buffer)
-	cost      draftCost
-	noDraft   bool
-	draftBuf  []int
-	dm        *draftModel // the draft model (Config.DraftModel); nil: drafts from the conversation
+	// longest draft, the step cost model by shape (draftcost.go) and the
+	// buffers of a step's plan; noDraft is set when the KV cache cannot
+	// drop a rejected draft (a recurrent model's memory).
+	draftMode  string
+	draftMax   int
+	kvStreams  bool // each slot is its own KV stream (not one unified buffer)
+	costs      stepCosts
+	noDraft    bool
+	draftBuf   []int
+	draftCands []draftCand
+	draftLens  []int
+	draftSeqs  []*sequence
+	dm         *draftModel // the draft model (Config.DraftModel); nil: drafts from the conversation
 	// onDrafted, set by tests before the first Generate, is called on the
 	// loop after each decode with the context of every sequence that
 	// drafted in it, before the draft is verified.
@@ -187,6 +191,9 @@ type sequence struct {
 	// iBatch's); ds estimates how well this sequence's drafts hold.
 	draft []int
 	ds    draftState
+	// plan is the longest draft this step's plan gives the sequence, or
+	// -1 when the step has no plan (auto mode decides token by token).
+	plan int
 	// unverified: draft is in the KV cache and s.cached, not yet verified
 	// (the step decoded it; its rows are not drawn yet).
 	unverified bool

@@ -218,14 +218,24 @@ func (e *Engine) step(b *batch) (finished int) {
 	}()
 	// Drafts take what the inputs and the prompts leave of the batch.
 	planned, left := generating, promptBudget
+	seqs, minN, maxN := generating, 1, 1 // sequences in the step and their token counts, drafts aside
 	for _, s := range e.slots {
 		if seq := s.seq; seq != nil && !(len(seq.pending) == 1 && seq.generated > 0) {
-			n := min(len(seq.pending), left)
+			n := min(promptTokens(seq.pending), left)
 			left -= n
 			planned += n
+			if n > 0 {
+				if seqs == 0 {
+					minN, maxN = n, n
+				}
+				seqs++
+				minN, maxN = min(minN, n), max(maxN, n)
+			}
 		}
 	}
 	draftBudget := capacity - planned
+	e.planDrafts(generating, planned, draftBudget, e.shape(seqs, minN, maxN), seqs)
+	shapeSeqs, shapeMin, shapeMax := seqs, minN, maxN // and with drafts, as the batch is built
 	for _, s := range e.slots {
 		seq := s.seq
 		if seq == nil {
@@ -234,10 +244,7 @@ func (e *Engine) step(b *batch) (finished int) {
 		n := len(seq.pending)
 		gen := n == 1 && seq.generated > 0
 		if !gen {
-			if i := slices.IndexFunc(seq.pending, func(t int) bool { return t < 0 }); i >= 0 {
-				n = i // up to the next image, which the next step's stepImages evaluates
-			}
-			n = min(n, promptBudget)
+			n = min(promptTokens(seq.pending), promptBudget)
 			promptBudget -= n
 		}
 		if n == 0 {
@@ -258,7 +265,9 @@ func (e *Engine) step(b *batch) (finished int) {
 		seq.pending = seq.pending[n:]
 		seq.draft = seq.draft[:0]
 		if gen {
-			draftBudget -= e.addDraft(b, seq, generating, capacity-draftBudget, draftBudget)
+			d := e.addDraft(b, seq, generating, capacity-draftBudget, draftBudget)
+			draftBudget -= d
+			shapeMin, shapeMax = min(shapeMin, 1+d), max(shapeMax, 1+d)
 		}
 		inBatch = append(inBatch, seq)
 	}
@@ -283,7 +292,7 @@ func (e *Engine) step(b *batch) (finished int) {
 		return finished
 	}
 	if e.draftMode == DraftAuto {
-		e.cost.observe(b.numTokens(), took)
+		e.costs.observe(e.shape(shapeSeqs, shapeMin, shapeMax), b.numTokens(), took)
 	}
 	if e.onDrafted != nil {
 		for _, seq := range inBatch {
@@ -321,25 +330,19 @@ func (e *Engine) step(b *batch) (finished int) {
 // just added, and returns its length. A draft is what followed the latest
 // earlier occurrence of the history's end (draft.go), at most the longest
 // draft, what is left of the batch (budget), what the reply may still
-// generate and what the slot's context holds; in auto mode each token must
-// also be likely enough to hold that the step's time it costs pays
-// (draftCost.bar, for a step of n tokens of which g generate).
+// generate and what the slot's context holds; in auto mode it is also at
+// most the step's plan for seq (planDrafts), or, in a step without one,
+// each token must be likely enough to hold that the step's time it costs
+// pays (draftCost.bar, for an even step of n tokens of which g generate).
 func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 	if e.draftMode == DraftOff || e.noDraft {
 		return 0
 	}
 	s := seq.slot
-	if e.draftMode == DraftAuto && g > 1 && e.kvStreams {
-		// With a KV stream per slot llama.cpp splits a step into
-		// micro-batches of as many tokens from each sequence: a draft
-		// beside other sequences' single tokens costs a second pass over
-		// the weights (stories260K, 8 streams: 6.3 ms a step without
-		// drafts, 12.7 with), more than the drafts return on the CPU.
-		seq.ds.record(0, 0)
-		return 0
-	}
 	k := min(e.draftMax, budget, seq.req.Params.MaxTokens-seq.generated-1, e.nCtx-2-len(s.cached))
-	if e.draftMode == DraftAuto && k > 0 {
+	if e.draftMode == DraftAuto && seq.plan >= 0 {
+		k = min(k, seq.plan)
+	} else if e.draftMode == DraftAuto && k > 0 {
 		// The i-th token holds with chance^i (all before it must); it
 		// goes in while that clears the bar of the step it lengthens.
 		p, c := seq.ds.chance(), 1.0
@@ -350,7 +353,7 @@ func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 		}
 		for limit < k {
 			c *= p
-			if c <= e.cost.barWith(g, n+limit+1, extra) {
+			if c <= e.costs.by[shapeEven].barWith(g, n+limit+1, extra) {
 				break
 			}
 			limit++
