@@ -122,20 +122,3 @@ func ScopedKey(ctx context.Context, key string) string {
 	}
 	return scope + ":" + key
 }
-
-// statelessKey is the context key of WithStateless.
-type statelessKey struct{}
-
-// WithStateless returns a context whose request belongs to no stored
-// conversation (a stateless API's chat): its key, if any, only leads it to
-// the slot that holds its prefix, and the engine keeps no copy of its KV
-// state once the slot goes to another request (no KV swap, no disk).
-func WithStateless(ctx context.Context) context.Context {
-	return context.WithValue(ctx, statelessKey{}, true)
-}
-
-// IsStateless reports whether WithStateless marked ctx's request.
-func IsStateless(ctx context.Context) bool {
-	b, _ := ctx.Value(statelessKey{}).(bool)
-	return b
-}

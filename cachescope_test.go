@@ -59,7 +59,4 @@ func TestCacheScopes(t *testing.T) {
 			t.Fatalf("key %q has owner %q", k, o)
 		}
 	}
-	if parley.IsStateless(alice) || !parley.IsStateless(parley.WithStateless(alice)) {
-		t.Fatal("stateless mark")
-	}
 }

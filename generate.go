@@ -29,6 +29,10 @@ type GenerateRequest struct {
 	// may hold (grammar samplers that overran their step budget). "" is one
 	// client of its own.
 	Client string
+	// Stateless: the request belongs to no stored conversation (see
+	// ReplyRequest.Stateless): the engine keeps its slot's KV state in RAM
+	// only once the slot goes to another request (no KV swap to disk).
+	Stateless bool
 }
 
 // ImageToken stands in GenerateRequest.Tokens for one of its Images.

@@ -27,6 +27,12 @@ type ReplyRequest struct {
 	// Client names the client the request comes from (see
 	// GenerateRequest.Client): the engine queues and caps per client.
 	Client string
+	// Stateless marks a request that belongs to no stored conversation (a
+	// stateless API's chat, an unstored Responses turn): its key, if any,
+	// only leads it to the slot that holds its prefix, and the engine keeps
+	// no copy of its KV state once the slot goes to another request (no KV
+	// swap, no disk).
+	Stateless bool
 	// LoadProgress, when set, is shown the progress of the model load the
 	// request waits for, if it waits for one (a router loading req.Model).
 	LoadProgress LoadProgress

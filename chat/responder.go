@@ -321,7 +321,7 @@ func (r *Responder) reply(ctx context.Context, req parley.ReplyRequest) (*Reply,
 		images = allImages[len(allImages)-n:]
 	}
 	think := ThinkFormatOf(tmpl)
-	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: chosen.tokens, Params: p, Images: images, Client: req.Client}, chosen.prompt,
+	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: chosen.tokens, Params: p, Images: images, Client: req.Client, Stateless: req.Stateless}, chosen.prompt,
 		stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
 }
 
@@ -400,7 +400,7 @@ func (r *Responder) complete(ctx context.Context, req parley.ReplyRequest) (*Rep
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs at least %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: tokens, Params: p, Client: req.Client}, prompt, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
+	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: tokens, Params: p, Client: req.Client, Stateless: req.Stateless}, prompt, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }
 
 // start calls Generate with req (its Tokens are prompt's) and starts the

@@ -209,7 +209,7 @@ type sequence struct {
 	// it (parley.ScopedKey).
 	scope string
 	// stateless: the request belongs to no stored conversation
-	// (parley.IsStateless); its slot's state is kept in RAM only (KV swap).
+	// (parley.GenerateRequest.Stateless); its slot's state is kept in RAM only (KV swap).
 	stateless bool
 	popped    bool // taken from the queue: its client's share of the slots counts it until finish
 
@@ -497,7 +497,7 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 		req:       req,
 		client:    client,
 		scope:     parley.CacheScope(ctx),
-		stateless: parley.IsStateless(ctx),
+		stateless: req.Stateless,
 		out:       make(chan parley.Event, min(req.Params.MaxTokens, maxEventBuffer)+1),
 		sampler:   sampler,
 		gs:        gs,

@@ -166,7 +166,8 @@ type ResponseRequest struct {
 	Input []parley.Message
 	// Instructions, when set, replaces the session's system prompt.
 	Instructions *string
-	// NoStore runs the turn on a copy that is never stored.
+	// NoStore runs the turn on a copy that is never stored: its reply is
+	// a stateless request (parley.ReplyRequest.Stateless).
 	NoStore bool
 	// Local, when set, is where Previous is looked up instead of the store:
 	// a session a connection keeps for itself (Response.Local of an earlier
@@ -335,7 +336,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			need = sess.Bytes() + messageBytes(last)
 		}
 	}
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder, stateless: req.NoStore}); err != nil {
 		return nil, err
 	}
 	out.Turn = t

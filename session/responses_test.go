@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,6 +26,36 @@ func respond(t *testing.T, svc *session.Service, req session.ResponseRequest) se
 
 func user(text string) []parley.Message {
 	return []parley.Message{{Role: parley.RoleUser, Content: text}}
+}
+
+// TestRespondStatelessReply: an unstored turn (store: false, or one chained
+// on a connection's local session) asks for a stateless reply, so the
+// engine keeps no copy of its KV state past its slot; a stored turn, and a
+// session turn, do not.
+func TestRespondStatelessReply(t *testing.T) {
+	st := session.NewMemoryStore()
+	t.Cleanup(func() { st.Close() })
+	svc, f := newService(t, st, echo)
+	stored := respond(t, svc, session.ResponseRequest{Input: user("kept")})
+	r, err := svc.Respond(context.Background(), session.ResponseRequest{Previous: stored.ID, Input: user("not kept"), NoStore: true, Params: parley.DefaultParams()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, r.Turn)
+	respond(t, svc, session.ResponseRequest{Previous: r.Final().ID, Local: r.Local(), Input: user("chained")})
+	sess := mustOpenSession(t, svc)
+	turn, err := svc.Turn(context.Background(), sess.ID, "a session turn", parley.DefaultParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, turn)
+	var got []bool
+	for _, c := range f.callList() {
+		got = append(got, c.stateless)
+	}
+	if want := []bool{false, true, true, false}; !slices.Equal(got, want) {
+		t.Fatalf("stateless replies %v, want %v", got, want)
+	}
 }
 
 // TestRespondRecordsSurviveTrimming: records point at absolute positions,

@@ -653,6 +653,9 @@ type turnStart struct {
 	// need is the bytes the store must have room for before the reply
 	// starts (see room); < 0 for a turn that is not stored.
 	need int
+	// stateless: the turn is never stored (an unstored Responses turn), so
+	// its reply is a stateless request (parley.ReplyRequest.Stateless).
+	stateless bool
 }
 
 // start is what every turn shares once its session is locked and ready:
@@ -701,7 +704,7 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	if ts.r != nil {
 		r = ts.r
 	}
-	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: parley.ClientFrom(ctx), Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont}
+	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: parley.ClientFrom(ctx), Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont, Stateless: ts.stateless}
 	reply, err := r.Reply(ctx, req)
 	if err != nil {
 		s.undoPending(ctx, t, sess)

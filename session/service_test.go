@@ -61,6 +61,8 @@ type call struct {
 	msgs   []parley.Message
 	params parley.Params
 	cont   bool // the request's Continue
+	// stateless is the request's Stateless: a turn that is never stored.
+	stateless bool
 }
 
 // fakeResponder records calls and plays each reply on a goroutine it owns
@@ -79,7 +81,7 @@ func (f *fakeResponder) Reply(ctx context.Context, req parley.ReplyRequest) (par
 		return nil, f.err
 	}
 	msgs := req.Messages
-	c := call{key: req.Key, msgs: append([]parley.Message(nil), msgs...), params: req.Params, cont: req.Continue}
+	c := call{key: req.Key, msgs: append([]parley.Message(nil), msgs...), params: req.Params, cont: req.Continue, stateless: req.Stateless}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()

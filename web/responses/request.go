@@ -101,15 +101,11 @@ type parsedResponse struct {
 	cacheKey string
 }
 
-// turnContext is ctx for the turn pr asks for: its cache scope, and an
-// unstored turn's KV state kept no longer than its slot (it belongs to no
-// stored session).
+// turnContext is ctx for the turn pr asks for: its cache scope. An
+// unstored turn's KV state is kept no longer than its slot: the session
+// layer marks its reply stateless (session.ResponseRequest.NoStore).
 func (pr *parsedResponse) turnContext(ctx context.Context) context.Context {
-	ctx = parley.WithCacheScope(ctx, pr.scope)
-	if pr.req.NoStore || pr.req.Local != nil {
-		ctx = parley.WithStateless(ctx)
-	}
-	return ctx
+	return parley.WithCacheScope(ctx, pr.scope)
 }
 
 func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {

@@ -119,9 +119,9 @@ func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley
 	// These APIs store nothing: the engine keeps no copy of their KV state
 	// beyond the slot (a conversation key only leads a resent conversation
 	// back to its slot).
-	ctx, cancel := context.WithCancel(parley.WithStateless(c.Request().Context()))
+	ctx, cancel := context.WithCancel(c.Request().Context())
 	model := ModelFrom(ctx)
-	req := parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Client: parley.ClientFrom(ctx), Params: p, PromptTokens: counted}
+	req := parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Client: parley.ClientFrom(ctx), Stateless: true, Params: p, PromptTokens: counted}
 	if k.Models != nil && strings.HasSuffix(route, "-stream") {
 		req.LoadProgress = k.SSEProgress(c)
 	}
