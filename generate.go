@@ -11,7 +11,12 @@ type GenerateRequest struct {
 	// Key ties the request to a KV-cache slot across requests (a session id).
 	// Requests with the same key reuse the longest common prefix of the tokens
 	// that slot already holds. "" means a stateless request: any free slot.
+	// The engine takes it within Scope (ScopedKey).
 	Key string
+	// Scope is the request's cache scope (ReplyRequest.CacheScope's): it
+	// reuses, copies and restores only KV caches of its own scope. "" is
+	// the anonymous user's.
+	Scope string
 	// Tokens is the whole prompt, as returned by Tokenize (BOS included when
 	// the model wants one). Never empty.
 	Tokens []int

@@ -204,7 +204,7 @@ type sequence struct {
 	// slot does not hold, and the reply goes on.
 	resume []int
 
-	// scope is the request's cache scope (parley.CacheScope): it reuses,
+	// scope is the request's cache scope (req.Scope): it reuses,
 	// copies and restores only KV caches of its own scope. req.Key is within
 	// it (parley.ScopedKey).
 	scope string
@@ -491,12 +491,12 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	// Every key the caches keep is within the request's scope, whatever
 	// the caller passed: a key of another user never reaches this one's
 	// slot or saved state.
-	req.Key = parley.ScopedKey(ctx, req.Key)
+	req.Key = parley.ScopedKey(req.Scope, req.Key)
 	seq := &sequence{
 		ctx:       ctx,
 		req:       req,
 		client:    client,
-		scope:     parley.CacheScope(ctx),
+		scope:     req.Scope,
 		stateless: req.Stateless,
 		out:       make(chan parley.Event, min(req.Params.MaxTokens, maxEventBuffer)+1),
 		sampler:   sampler,

@@ -185,6 +185,9 @@ type ResponseRequest struct {
 	// (see Turn.durable), so a response that a crash cuts short is still
 	// there, incomplete, after a restart. A background response is.
 	Durable bool
+	// Scope is the reply's cache scope (parley.ReplyRequest.Scope): the
+	// caller's, narrowed by its prompt_cache_key. "" is its user's.
+	Scope string
 	// Responder, when set, replies to this turn instead of the Service's
 	// own: a turn that runs tools on the server, whose reply (a StepsReply)
 	// adds its calls and their results before the final reply. Not with
@@ -336,7 +339,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			need = sess.Bytes() + messageBytes(last)
 		}
 	}
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder, stateless: req.NoStore}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder, stateless: req.NoStore, scope: req.Scope}); err != nil {
 		return nil, err
 	}
 	out.Turn = t

@@ -22,6 +22,7 @@ type TurnOption func(*turnOptions)
 type turnOptions struct {
 	r        parley.Responder
 	progress parley.LoadProgress
+	scope    string
 }
 
 // ReplyWith makes r reply to the turn instead of the Service's Responder: a
@@ -34,6 +35,11 @@ func ReplyWith(r parley.Responder) TurnOption { return func(o *turnOptions) { o.
 func ShowLoadProgress(f parley.LoadProgress) TurnOption {
 	return func(o *turnOptions) { o.progress = f }
 }
+
+// InCacheScope runs the turn's reply in the cache scope scope
+// (parley.ReplyRequest.Scope): the caller's, as its edge names it. Without
+// it the reply uses its user's scope.
+func InCacheScope(scope string) TurnOption { return func(o *turnOptions) { o.scope = scope } }
 
 func applyTurnOptions(opts []TurnOption) turnOptions {
 	var o turnOptions
@@ -627,7 +633,7 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 	}
 	need := messageBytes(input)
 	o := applyTurnOptions(opts)
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need, r: o.r, progress: o.progress, cont: prefix != nil}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need, r: o.r, progress: o.progress, cont: prefix != nil, scope: o.scope}); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -653,6 +659,9 @@ type turnStart struct {
 	// need is the bytes the store must have room for before the reply
 	// starts (see room); < 0 for a turn that is not stored.
 	need int
+	// scope is the reply's cache scope ("" its user's: see
+	// parley.ReplyRequest.Scope).
+	scope string
 	// stateless: the turn is never stored (an unstored Responses turn), so
 	// its reply is a stateless request (parley.ReplyRequest.Stateless).
 	stateless bool
@@ -704,7 +713,7 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	if ts.r != nil {
 		r = ts.r
 	}
-	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: parley.ClientFrom(ctx), Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont, Stateless: ts.stateless}
+	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Scope: ts.scope, Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont, Stateless: ts.stateless}
 	reply, err := r.Reply(ctx, req)
 	if err != nil {
 		s.undoPending(ctx, t, sess)

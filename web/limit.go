@@ -46,7 +46,7 @@ func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 			ctx = parley.WithUser(ctx, user)
 		}
 		ctx = parley.WithClient(ctx, apicore.UserClient(addr, user))
-		ctx = parley.WithCacheScope(ctx, s.cacheScope(user, addr))
+		ctx = apicore.WithCacheScope(ctx, s.cacheScope(user, addr))
 		c.SetRequest(r.WithContext(ctx))
 		return next(c)
 	}

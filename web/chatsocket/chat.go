@@ -125,7 +125,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	// (a session the connection writes first is the client's).
 	cn := &conn{
 		srv:      s,
-		Pump:     wsock.NewPump(s.sockets.Settings(), parley.WithCacheScope(parley.WithUser(parley.WithClient(s.stop, apicore.UserClient(ip, user)), user), s.cacheScope(user, ip)), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		Pump:     wsock.NewPump(s.sockets.Settings(), parley.WithUser(parley.WithClient(s.stop, apicore.UserClient(ip, user)), user), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
 		ip:       ip,
 		user:     user,
 		json:     jsonMode,

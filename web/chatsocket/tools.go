@@ -87,6 +87,7 @@ func (c *conn) startTurn(ctx context.Context, j job, p parley.Params, opts ...se
 		}
 		opts = append(opts, session.ReplyWith(tools))
 	}
+	opts = append(opts, session.InCacheScope(c.srv.cacheScope(c.user, c.ip)))
 	switch {
 	case j.cont:
 		ct, ok := c.srv.sessions.(continuer)

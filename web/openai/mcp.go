@@ -99,7 +99,7 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	if err != nil {
 		return err
 	}
-	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: apicore.ModelFrom(rctx), Client: parley.ClientFrom(rctx), Stateless: true, Messages: cc.msgs, Params: cc.params}
+	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: apicore.ModelFrom(rctx), Client: parley.ClientFrom(rctx), User: parley.UserFrom(rctx), Scope: apicore.CacheScope(rctx), Stateless: true, Messages: cc.msgs, Params: cc.params}
 	if s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
 		req.MaxPromptTokens = s.core.MaxPromptTokens
 	}

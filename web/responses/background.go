@@ -117,7 +117,7 @@ func (s *API) startBackground(c echo.Context, pr *parsedResponse) error {
 		return err
 	}
 	user := parley.UserFrom(c.Request().Context())
-	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(parley.WithUser(parley.WithClient(s.stop, client), user)), pr.model))
+	ctx, cancel := context.WithCancel(apicore.WithModel(parley.WithUser(parley.WithClient(s.stop, client), user), pr.model))
 	pr.req.Durable = true // a crash leaves it stored, interrupted
 	resp, err := s.respond(ctx, pr.req)
 	if err != nil {

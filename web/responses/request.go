@@ -92,20 +92,10 @@ type parsedResponse struct {
 	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
 	// renameSent names the field the client sent in an error from the engine.
 	renameSent func(error) error
-	// scope is the request's cache scope, narrowed by its prompt_cache_key
-	// or cache_salt (see turnContext).
-	scope string
 	// mcp is the request's server tools and approvals (mcp.go); nil without.
 	mcp *mcpRequest
 	// cacheKey is the request's prompt_cache_key (affinity.go).
 	cacheKey string
-}
-
-// turnContext is ctx for the turn pr asks for: its cache scope. An
-// unstored turn's KV state is kept no longer than its slot: the session
-// layer marks its reply stateless (session.ResponseRequest.NoStore).
-func (pr *parsedResponse) turnContext(ctx context.Context) context.Context {
-	return parley.WithCacheScope(ctx, pr.scope)
 }
 
 func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
@@ -203,9 +193,9 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	apicore.ResolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
-		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx), mcp: mreq, cacheKey: req.PromptCacheKey,
+		renameSent: req.ParamsPatch.RenameSent, mcp: mreq, cacheKey: req.PromptCacheKey,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p, Model: model,
-			NoStore: req.Store != nil && !*req.Store}}
+			NoStore: req.Store != nil && !*req.Store, Scope: apicore.CacheScope(ctx)}}
 	if req.PreviousResponseID != nil {
 		out.req.Previous = *req.PreviousResponseID
 		if out.req.Previous == "" {

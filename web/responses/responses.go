@@ -258,7 +258,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 	if pr.bg {
 		return s.startBackground(c, pr)
 	}
-	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(c.Request().Context()), pr.model))
+	ctx, cancel := context.WithCancel(apicore.WithModel(c.Request().Context(), pr.model))
 	defer cancel()
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return err

@@ -202,7 +202,7 @@ func (s *API) wsResponse(ctx context.Context, data []byte, write func([]byte) er
 			pr.req.Local = l
 		}
 	}
-	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(ctx), pr.model))
+	ctx, cancel := context.WithCancel(apicore.WithModel(ctx, pr.model))
 	defer cancel()
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return refuse(err)

@@ -121,7 +121,7 @@ func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley
 	// back to its slot).
 	ctx, cancel := context.WithCancel(c.Request().Context())
 	model := ModelFrom(ctx)
-	req := parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Client: parley.ClientFrom(ctx), Stateless: true, Params: p, PromptTokens: counted}
+	req := parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Client: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Scope: CacheScope(ctx), Stateless: true, Params: p, PromptTokens: counted}
 	if k.Models != nil && strings.HasSuffix(route, "-stream") {
 		req.LoadProgress = k.SSEProgress(c)
 	}
