@@ -185,6 +185,11 @@ type ResponseRequest struct {
 	// (see Turn.durable), so a response that a crash cuts short is still
 	// there, incomplete, after a restart. A background response is.
 	Durable bool
+	// MaxPromptTokens caps the tokens of the turn's whole prompt
+	// (parley.ReplyRequest.MaxPromptTokens): a request that brings its whole
+	// conversation (it continues none) is held to the cap as the responder
+	// tokenizes it. <= 0: no cap.
+	MaxPromptTokens int
 	// Scope is the reply's cache scope (parley.ReplyRequest.Scope): the
 	// caller's, narrowed by its prompt_cache_key. "" is its user's.
 	Scope string
@@ -339,7 +344,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			need = sess.Bytes() + messageBytes(last)
 		}
 	}
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder, stateless: req.NoStore, scope: req.Scope}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder, stateless: req.NoStore, scope: req.Scope, maxPrompt: req.MaxPromptTokens}); err != nil {
 		return nil, err
 	}
 	out.Turn = t

@@ -659,6 +659,9 @@ type turnStart struct {
 	// need is the bytes the store must have room for before the reply
 	// starts (see room); < 0 for a turn that is not stored.
 	need int
+	// maxPrompt caps the tokens of the reply's whole prompt
+	// (parley.ReplyRequest.MaxPromptTokens; <= 0: none).
+	maxPrompt int
 	// scope is the reply's cache scope ("" its user's: see
 	// parley.ReplyRequest.Scope).
 	scope string
@@ -713,7 +716,7 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	if ts.r != nil {
 		r = ts.r
 	}
-	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Scope: ts.scope, Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont, Stateless: ts.stateless}
+	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Scope: ts.scope, Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont, Stateless: ts.stateless, MaxPromptTokens: ts.maxPrompt}
 	reply, err := r.Reply(ctx, req)
 	if err != nil {
 		s.undoPending(ctx, t, sess)

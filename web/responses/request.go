@@ -148,6 +148,18 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if req.Instructions != nil {
 		text += *req.Instructions
 	}
+	// A request that continues no conversation brings its whole prompt:
+	// as a chat completion's, the responder holds the rendered prompt to
+	// the cap as it tokenizes it (session.ResponseRequest.MaxPromptTokens),
+	// so it is tokenized once; here only its messages are counted, and its
+	// text only when it is far over the cap (apicore.CountedPromptText). A
+	// turn of a conversation counts its new input here: the history is not
+	// the request's. One with server tools counts here too, as the tools'
+	// definitions are the servers', not the request's.
+	whole := req.PreviousResponseID == nil && !apicore.IsSet(req.Conversation) && mreq == nil
+	if whole {
+		text = apicore.CountedPromptText(text, parley.ImageCount(msgs) > 0, s.core.MaxPromptTokens)
+	}
 	if err := s.core.CountPromptTokens(ctx, text, len(msgs), true); err != nil {
 		return nil, err
 	}
@@ -196,6 +208,9 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 		renameSent: req.ParamsPatch.RenameSent, mcp: mreq, cacheKey: req.PromptCacheKey,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p, Model: model,
 			NoStore: req.Store != nil && !*req.Store, Scope: apicore.CacheScope(ctx)}}
+	if whole && s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
+		out.req.MaxPromptTokens = s.core.MaxPromptTokens
+	}
 	if req.PreviousResponseID != nil {
 		out.req.Previous = *req.PreviousResponseID
 		if out.req.Previous == "" {

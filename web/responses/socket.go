@@ -102,12 +102,14 @@ const warmupPrefix = "resp_warmup_"
 
 // chain makes a request that continues the warm-up into one that carries
 // the warm-up's input before its own (and its instructions, when it sends
-// none).
+// none), held to the warm-up's cap on the whole prompt, if it had one (a
+// warm-up is answered without a count: see parseResponsesRequest).
 func (w *warmup) chain(req *session.ResponseRequest) {
 	if w == nil || req.Previous != w.id {
 		return
 	}
 	req.Previous = ""
+	req.MaxPromptTokens = max(req.MaxPromptTokens, w.req.MaxPromptTokens)
 	req.Input = append(append([]parley.Message(nil), w.req.Input...), req.Input...)
 	if req.Instructions == nil {
 		req.Instructions = w.req.Instructions

@@ -95,8 +95,14 @@ func CountedText(msgs []parley.Message, tools []parley.Tool, maxPrompt int) stri
 	if maxPrompt <= 0 {
 		return ""
 	}
-	text := PromptText(msgs, tools)
-	if parley.ImageCount(msgs) > 0 || len(text) > maxPrompt*countedBytesPerToken {
+	return CountedPromptText(PromptText(msgs, tools), parley.ImageCount(msgs) > 0, maxPrompt)
+}
+
+// CountedPromptText is CountedText for a conversation whose text (every
+// string that reaches its prompt) is text: text when it has images or is
+// longer than countedBytesPerToken bytes per token of the cap, else "".
+func CountedPromptText(text string, images bool, maxPrompt int) string {
+	if maxPrompt > 0 && (images || len(text) > maxPrompt*countedBytesPerToken) {
 		return text
 	}
 	return ""
