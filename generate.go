@@ -108,6 +108,22 @@ type ModelInfo struct {
 	Pooling string `json:"pooling,omitempty"`
 }
 
+// Caller is who a request comes from: the user it acts for and the client
+// that sent it. The web edge names it once per request; every layer that
+// acts per user or per client (sessions, their stores' shares, the
+// engine's fair queue) takes it as an argument or a field.
+type Caller struct {
+	// User is the user the request acts for: the name its API key maps to;
+	// "" is the one anonymous user of a server without named users.
+	// Sessions record the user that created them, and a user reaches only
+	// its own.
+	User string
+	// Client names the client the request comes from (its user's name, or
+	// its address): sessions count their creation rate and their store's
+	// share per client, and the engine queues fairly between clients.
+	Client string
+}
+
 // clientKey is the context key of WithClient.
 type clientKey struct{}
 

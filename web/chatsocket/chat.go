@@ -107,7 +107,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, resumed, err := s.sessions.OpenModel(r.Context(), r.URL.Query().Get("session"), model)
+	sess, resumed, err := s.sessions.OpenModel(r.Context(), apicore.CallerOf(r.Context()), r.URL.Query().Get("session"), model)
 	if err != nil && !answerOnSocket(err) {
 		return err
 	}
@@ -205,6 +205,12 @@ func socketMode(r *http.Request) (jsonMode bool, resumeFrom int, err error) {
 }
 
 func (c *conn) Replying() bool { return c.busy.Load() }
+
+// who is the caller the connection's session requests are for: its user,
+// and its client (the user, or its address).
+func (c *conn) who() parley.Caller {
+	return parley.Caller{User: c.user, Client: apicore.UserClient(c.ip, c.user)}
+}
 
 // answerOnSocket reports whether an error of Open is told over the
 // upgraded socket (a readable message, then a close) rather than as an
@@ -399,14 +405,14 @@ func (c *conn) worker() {
 			}
 			c.runTurn(j)
 		case jobReset:
-			if err := c.srv.sessions.Reset(c.Ctx, c.id); err != nil {
+			if err := c.srv.sessions.Reset(c.Ctx, c.who(), c.id); err != nil {
 				c.sendError(err)
 				continue
 			}
 			c.Log.Info("session reset")
 			c.sendSession(c.id, false, nil)
 		case jobSystem:
-			if err := c.srv.sessions.SetSystem(c.Ctx, c.id, j.content); err != nil {
+			if err := c.srv.sessions.SetSystem(c.Ctx, c.who(), c.id, j.content); err != nil {
 				c.sendError(err)
 			}
 		}
@@ -423,7 +429,7 @@ func (c *conn) getModel() string {
 
 // modelSetter is the session layer's SetModel (*session.Service has it).
 type modelSetter interface {
-	SetModel(ctx context.Context, id, model string) error
+	SetModel(ctx context.Context, who parley.Caller, id, model string) error
 }
 
 // setModel makes model the session's, before its first turn (see
@@ -433,7 +439,7 @@ func (c *conn) setModel(model string) error {
 	if !ok {
 		return parley.FieldErrorf("model", "is not supported by this server's sessions")
 	}
-	if err := ms.SetModel(c.Ctx, c.id, model); err != nil {
+	if err := ms.SetModel(c.Ctx, c.who(), c.id, model); err != nil {
 		return err
 	}
 	c.model.Store(&model)

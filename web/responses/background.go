@@ -240,7 +240,7 @@ func (s *API) CancelResponse(c echo.Context) error {
 	id := c.Param("id")
 	b := s.bg.get(c.Request().Context(), id)
 	if b == nil {
-		if _, _, err := s.convs.GetResponse(c.Request().Context(), id); err != nil {
+		if _, _, err := s.convs.GetResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), id); err != nil {
 			return err
 		}
 		return parley.Errorf(parley.EInvalid, "only a background response can be cancelled")

@@ -225,7 +225,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 	var history []parley.Message
 	switch {
 	case pr.req.Previous != "":
-		_, sess, err := s.convs.GetResponse(ctx, pr.req.Previous)
+		_, sess, err := s.convs.GetResponse(ctx, apicore.CallerOf(ctx), pr.req.Previous)
 		if err != nil {
 			return nil, err
 		}
@@ -235,7 +235,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 		if !ok {
 			return nil, parley.Errorf(parley.ENotFound, "no such conversation")
 		}
-		sess, err := s.convs.Conversation(ctx, sid)
+		sess, err := s.convs.Conversation(ctx, apicore.CallerOf(ctx), sid)
 		if err != nil {
 			return nil, err
 		}

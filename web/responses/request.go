@@ -435,7 +435,7 @@ func (s *API) respond(ctx context.Context, req session.ResponseRequest) (*sessio
 		// A warm-up is kept by its socket alone (warmup.chain took those it knows).
 		return nil, parley.Errorf(parley.ENotFound, "no such response: a warm-up (generate: false) continues only on its own WebSocket")
 	}
-	resp, err := s.convs.Respond(ctx, req)
+	resp, err := s.convs.Respond(ctx, apicore.CallerOf(ctx), req)
 	if err == nil && resp.Stored {
 		s.items.remember(resp.SessionID())
 	}
@@ -479,7 +479,7 @@ func (s *API) resolveItem(ctx context.Context, id, field string) (itemRef, error
 	if err != nil || abs < 0 || strconv.Itoa(abs) != tail {
 		return itemRef{}, notFound
 	}
-	sess, err := s.convs.Conversation(ctx, sid)
+	sess, err := s.convs.Conversation(ctx, apicore.CallerOf(ctx), sid)
 	if err != nil {
 		return itemRef{}, notFound
 	}
