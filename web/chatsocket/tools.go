@@ -81,7 +81,7 @@ func (c *conn) startTurn(ctx context.Context, j job, p parley.Params, opts ...se
 	if j.server != nil {
 		// The prompt enables tools that run on the server: the turn
 		// replies through the tool loop (servertools.go).
-		tools, err := servertools.Build(ctx, c.srv.core, *j.server, p.Tools)
+		tools, err := servertools.Build(ctx, c.srv.core, c.user, *j.server, p.Tools)
 		if err != nil {
 			return nil, err
 		}

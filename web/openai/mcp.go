@@ -95,7 +95,7 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	}
 	ctx, cancel := context.WithCancel(rctx)
 	defer cancel()
-	tools, err := servertools.Build(ctx, s.core, *cc.server, cc.params.Tools)
+	tools, err := servertools.Build(ctx, s.core, parley.UserFrom(rctx), *cc.server, cc.params.Tools)
 	if err != nil {
 		return err
 	}

@@ -190,7 +190,7 @@ func (s *API) prepareMCP(ctx context.Context, pr *parsedResponse) error {
 	if pr.warmup {
 		return parley.FieldErrorf("generate", "a warm-up cannot have mcp tools")
 	}
-	tools, err := servertools.Build(ctx, s.core, toolloop.Selection{Servers: m.specs}, pr.req.Params.Tools)
+	tools, err := servertools.Build(ctx, s.core, parley.UserFrom(ctx), toolloop.Selection{Servers: m.specs}, pr.req.Params.Tools)
 	if err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 		seen[a.callID] = true
 		call := toolloop.Call{ID: c.ID, Tool: t, Arguments: c.Arguments, Output: toolloop.Declined, Error: toolloop.DeclinedError}
 		if a.approve {
-			call = toolloop.Invoke(ctx, m.tools.Host(), t, c, m.tools.Log())
+			call = toolloop.Invoke(ctx, m.tools.Host(), m.tools.Tools().User(), t, c, m.tools.Log())
 			if err := ctx.Err(); err != nil {
 				return nil, context.Cause(ctx)
 			}
