@@ -1,7 +1,6 @@
 package parley
 
 import (
-	"context"
 	"errors"
 	"time"
 )
@@ -29,7 +28,7 @@ type GenerateRequest struct {
 	// loaded with a projector takes them.
 	Images []Image
 	// Client names the client the request comes from (its address, or its
-	// named user: the web edge's WithClient): the engine queues requests
+	// named user: Caller.Client): the engine queues requests
 	// fairly between clients and caps per client what one client's requests
 	// may hold (grammar samplers that overran their step budget). "" is one
 	// client of its own.
@@ -124,45 +123,10 @@ type Caller struct {
 	Client string
 }
 
-// clientKey is the context key of WithClient.
-type clientKey struct{}
-
-// WithClient returns a context that names the client a request comes from
-// (its address, say), for the web edge and the session layer: sessions
-// count their creation rate and their store's share per client. Below them
-// the client is a field of the request (ReplyRequest.Client,
-// GenerateRequest.Client).
-func WithClient(ctx context.Context, client string) context.Context {
-	return context.WithValue(ctx, clientKey{}, client)
-}
-
-// ClientFrom returns the client WithClient put in ctx, or "".
-func ClientFrom(ctx context.Context) string {
-	c, _ := ctx.Value(clientKey{}).(string)
-	return c
-}
-
 // ErrShuttingDown is the cause (context.Cause) of the cancellation of the
 // requests and turns a server cancels when its drain ends: what was still
 // running, or still waiting for the engine, when the server shut down.
 var ErrShuttingDown = errors.New("the server shut down")
-
-// userKey is the context key of WithUser.
-type userKey struct{}
-
-// WithUser returns a context that names the user a request acts for (the
-// name its API key maps to; "" is the one anonymous user of a server
-// without named users). Sessions record the user that created them, and a
-// user reaches only its own.
-func WithUser(ctx context.Context, user string) context.Context {
-	return context.WithValue(ctx, userKey{}, user)
-}
-
-// UserFrom returns the user WithUser put in ctx, or "" (the anonymous user).
-func UserFrom(ctx context.Context) string {
-	u, _ := ctx.Value(userKey{}).(string)
-	return u
-}
 
 // LoadProgress is told how a model load a request waits for goes: the
 // model's name and the fraction loaded, 0 to 1 (ReplyRequest.LoadProgress).

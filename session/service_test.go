@@ -63,6 +63,9 @@ type call struct {
 	cont   bool // the request's Continue
 	// stateless is the request's Stateless: a turn that is never stored.
 	stateless bool
+	// who and scope are the request's caller and cache scope.
+	who   parley.Caller
+	scope string
 }
 
 // fakeResponder records calls and plays each reply on a goroutine it owns
@@ -81,7 +84,8 @@ func (f *fakeResponder) Reply(ctx context.Context, req parley.ReplyRequest) (par
 		return nil, f.err
 	}
 	msgs := req.Messages
-	c := call{key: req.Key, msgs: append([]parley.Message(nil), msgs...), params: req.Params, cont: req.Continue, stateless: req.Stateless}
+	c := call{key: req.Key, msgs: append([]parley.Message(nil), msgs...), params: req.Params, cont: req.Continue, stateless: req.Stateless,
+		who: parley.Caller{User: req.User, Client: req.Client}, scope: req.CacheScope()}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()

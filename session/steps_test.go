@@ -206,3 +206,35 @@ func TestTurnOptionsReachTheReply(t *testing.T) {
 		t.Errorf("the replies' requests name clients %v, want 10.0.0.1 each", clients)
 	}
 }
+
+// TestTurnCallerReachesTheReply: a turn's reply is asked for as its caller
+// (the user and client given to Turn), in the cache scope InCacheScope
+// names, and without one in the user's own scope.
+func TestTurnCallerReachesTheReply(t *testing.T) {
+	st := session.NewMemoryStore()
+	t.Cleanup(func() { st.Close() })
+	svc, f := newService(t, st, echo)
+	ctx, alice := context.Background(), parley.Caller{User: "alice", Client: "10.0.0.1"}
+	s, _, err := svc.Open(ctx, alice, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	perClient := parley.ClientCacheScope("alice", "10.0.0.1")
+	for _, opts := range [][]session.TurnOption{{session.InCacheScope(perClient)}, nil} {
+		turn, err := svc.Turn(ctx, alice, s.ID, "hello", parley.DefaultParams(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(t, turn)
+	}
+	calls := f.callList()
+	if len(calls) != 2 || calls[0].who != alice || calls[1].who != alice {
+		t.Fatalf("replies asked for as %+v, want alice from 10.0.0.1 each", calls)
+	}
+	if calls[0].scope != perClient || calls[1].scope != parley.UserCacheScope("alice") {
+		t.Errorf("scopes %q and %q, want the client's then the user's", calls[0].scope, calls[1].scope)
+	}
+	if _, err := svc.Turn(ctx, parley.Caller{User: "bob", Client: "10.0.0.1"}, s.ID, "mine", parley.DefaultParams()); !isNotFound(err) {
+		t.Errorf("bob's turn on alice's session: %v", err)
+	}
+}

@@ -41,7 +41,7 @@ type conn struct {
 	srv         *Chat
 
 	ip   string
-	user string // the user the socket acts for (parley.UserFrom): only its sessions are reached
+	user string // the user the socket acts for (apicore.CallerOf): only its sessions are reached
 	json bool
 	// thinking: text mode shows a reasoning model's thought (?thinking=show), marked; JSON mode always sends it
 	// as thinking messages.
@@ -99,7 +99,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	user := parley.UserFrom(r.Context())
+	user := apicore.CallerOf(r.Context()).User
 	// ?model= picks a new session's model (with several models; an
 	// unknown one is a 404 before the upgrade). A resumed session keeps
 	// the model it was started with.
@@ -125,7 +125,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	// (a session the connection writes first is the client's).
 	cn := &conn{
 		srv:      s,
-		Pump:     wsock.NewPump(s.sockets.Settings(), parley.WithUser(parley.WithClient(s.stop, apicore.UserClient(ip, user)), user), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		Pump:     wsock.NewPump(s.sockets.Settings(), s.stop, ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
 		ip:       ip,
 		user:     user,
 		json:     jsonMode,
@@ -282,7 +282,7 @@ func (c *conn) handleJSON(data []byte) {
 		if m.Model == "" {
 			model = ""
 		}
-		images, err := c.srv.promptImages(parley.WithUser(context.Background(), c.user), m)
+		images, err := c.srv.promptImages(context.Background(), m)
 		if err != nil {
 			c.answer(err)
 			return

@@ -245,7 +245,7 @@ func (s *API) DeleteItem(c echo.Context) error {
 // The caller's conversations, beyond OpenAI's Conversations API: the list
 // the chat page's sidebar shows (and any client may read), renaming, and
 // forking (the page's edit-and-resend). Every route reaches only the
-// caller's own conversations (parley.UserFrom): another user's id is
+// caller's own conversations (apicore.CallerOf): another user's id is
 // answered 404, the same as an unknown one.
 //
 //	GET  /v1/conversations?limit=&after=&q=   newest first, paged, filtered by title

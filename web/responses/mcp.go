@@ -190,7 +190,7 @@ func (s *API) prepareMCP(ctx context.Context, pr *parsedResponse) error {
 	if pr.warmup {
 		return parley.FieldErrorf("generate", "a warm-up cannot have mcp tools")
 	}
-	tools, err := servertools.Build(ctx, s.core, parley.UserFrom(ctx), toolloop.Selection{Servers: m.specs}, pr.req.Params.Tools)
+	tools, err := servertools.Build(ctx, s.core, apicore.CallerOf(ctx).User, toolloop.Selection{Servers: m.specs}, pr.req.Params.Tools)
 	if err != nil {
 		return err
 	}

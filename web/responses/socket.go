@@ -67,7 +67,7 @@ func (s *API) ResponsesWS(c echo.Context) error {
 	// upgrade names only a key the client sent, for its next connection.
 	var hdr http.Header
 	if sent := r.Header.Get(parley.AffinityHeader); sent != "" {
-		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(parley.UserFrom(r.Context()), sent, nil)}}
+		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(apicore.CallerOf(r.Context()).User, sent, nil)}}
 	}
 	ws, ok := s.sockets.Upgrade(w, r, hdr, apicore.MaxBodyBytes)
 	if !ok {

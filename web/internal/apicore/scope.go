@@ -19,13 +19,13 @@ func WithCacheScope(ctx context.Context, scope string) context.Context {
 }
 
 // CacheScope returns the scope WithCacheScope put in ctx, else its user's
-// (parley.UserFrom), so that a context that names no scope never shares
+// (CallerOf), so that a context that names no scope never shares
 // another user's caches.
 func CacheScope(ctx context.Context) string {
 	if s, ok := ctx.Value(scopeKey{}).(string); ok {
 		return s
 	}
-	return parley.UserCacheScope(parley.UserFrom(ctx))
+	return parley.UserCacheScope(CallerOf(ctx).User)
 }
 
 // NarrowCacheScope returns ctx with its scope narrowed by key
