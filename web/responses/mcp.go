@@ -177,7 +177,7 @@ func parseMCPSpec(t mcpToolSpec, field string) (toolloop.MCPSpec, error) {
 	return sp, nil
 }
 
-// prepareMCP lists the request's server tools for ctx's user, makes the
+// prepareMCP lists the request's server tools for its caller's user, makes the
 // calls its approval answers approve (their results, and a declined call's
 // refusal, become the turn's first input messages), and sets the turn to
 // reply through the tool loop. A server the user may not use is refused

@@ -247,7 +247,7 @@ func FindCall(msgs []parley.Message, id string) (call parley.ToolCall, answered,
 	return parley.ToolCall{}, false, false
 }
 
-// Build lists the server tools sel enables for ctx's user beside client
+// Build lists the server tools sel enables for user beside client
 // (the request's own tools) and returns the Responder that runs them. A
 // server without tools for the user, or a server the user may not use, is
 // an EInvalid error naming it (field names the request's field).
