@@ -1,7 +1,6 @@
 package parley
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -13,9 +12,11 @@ import (
 // in RAM and on disk) and the chat layer's memo of a conversation's tokens.
 // A request is never served from, nor told about (cached-token counts,
 // timing), tokens cached for another scope. Every user has a scope of its
-// own (and, where the server says so, every client of a user: WithCacheScope);
-// a request may narrow its scope (OpenAI's prompt_cache_key, vLLM's
-// cache_salt: NarrowCacheScope), never widen it.
+// own (and, where the server says so, every client of a user:
+// ClientCacheScope); a request may narrow its scope (OpenAI's
+// prompt_cache_key, vLLM's cache_salt: NarrowCacheScope), never widen it.
+// A request carries its scope in a field (ReplyRequest.Scope,
+// GenerateRequest.Scope).
 //
 // A scope is an opaque string, a hash of what it was derived from, so a key
 // prefixed with it (ScopedKey) carries no user name and no client text and
@@ -23,9 +24,6 @@ import (
 // client's, a narrowing) starts with the user's scope and a dot, so the
 // user a key belongs to is read off the key (ScopeOwner): the shared KV
 // tier keeps each user's states within a fair share by it.
-
-// cacheScopeKey is the context key of WithCacheScope.
-type cacheScopeKey struct{}
 
 // scopeLen is the length of a scope in hex digits (96 bits).
 const scopeLen = 24
@@ -81,61 +79,23 @@ func ScopeOwner(key string) string {
 	return owner
 }
 
-// WithCacheScope returns a context whose request uses scope (one of
-// UserCacheScope, ClientCacheScope or a narrowing of them).
-func WithCacheScope(ctx context.Context, scope string) context.Context {
-	return context.WithValue(ctx, cacheScopeKey{}, scope)
-}
-
-// CacheScope returns the request's scope: the one WithCacheScope put in ctx,
-// else its user's (UserFrom), so that a context that names no scope never
-// shares another user's caches.
-func CacheScope(ctx context.Context) string {
-	if s, ok := ctx.Value(cacheScopeKey{}).(string); ok {
-		return s
-	}
-	return UserCacheScope(UserFrom(ctx))
-}
-
-// NarrowCacheScope returns a context whose scope is ctx's split by key (a
-// client's prompt_cache_key or cache_salt): requests that give the same key
-// share caches, others of the same user no longer do with them. An empty
-// key changes nothing.
-func NarrowCacheScope(ctx context.Context, key string) context.Context {
+// NarrowCacheScope returns scope split by key (a client's prompt_cache_key
+// or cache_salt): requests that give the same key share caches, others of
+// the same user no longer do with them. An empty key changes nothing.
+func NarrowCacheScope(scope, key string) string {
 	if key == "" {
-		return ctx
+		return scope
 	}
-	return WithCacheScope(ctx, within(CacheScope(ctx), "key", key))
+	return within(scope, "key", key)
 }
 
 // ScopedKey returns key (a session id, a stateless conversation's key)
-// within ctx's scope: the key the engine's caches keep its state under. It
-// is idempotent: a key already within ctx's scope is returned as it is.
-// "" (no key) stays "".
-func ScopedKey(ctx context.Context, key string) string {
-	if key == "" {
-		return ""
-	}
-	scope := CacheScope(ctx)
-	if scope == "" || strings.HasPrefix(key, scope+":") {
+// within scope: the key the engine's caches keep its state under. It is
+// idempotent: a key already within scope is returned as it is. "" (no key)
+// stays "".
+func ScopedKey(scope, key string) string {
+	if key == "" || scope == "" || strings.HasPrefix(key, scope+":") {
 		return key
 	}
 	return scope + ":" + key
-}
-
-// statelessKey is the context key of WithStateless.
-type statelessKey struct{}
-
-// WithStateless returns a context whose request belongs to no stored
-// conversation (a stateless API's chat): its key, if any, only leads it to
-// the slot that holds its prefix, and the engine keeps no copy of its KV
-// state once the slot goes to another request (no KV swap, no disk).
-func WithStateless(ctx context.Context) context.Context {
-	return context.WithValue(ctx, statelessKey{}, true)
-}
-
-// IsStateless reports whether WithStateless marked ctx's request.
-func IsStateless(ctx context.Context) bool {
-	b, _ := ctx.Value(statelessKey{}).(bool)
-	return b
 }

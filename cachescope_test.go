@@ -1,7 +1,6 @@
 package parley_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/parley-chat/parley"
@@ -11,12 +10,12 @@ import (
 // a client's within its user's, a narrowing within its parent; ScopedKey
 // is idempotent and never maps two scopes' keys to one.
 func TestCacheScopes(t *testing.T) {
-	bg := context.Background()
-	alice, bob := parley.WithUser(bg, "alice"), parley.WithUser(bg, "bob")
-	if parley.CacheScope(bg) != "" || parley.ScopedKey(bg, "s1") != "s1" {
-		t.Fatalf("anonymous: scope %q, key %q", parley.CacheScope(bg), parley.ScopedKey(bg, "s1"))
+	anon := parley.ReplyRequest{}.CacheScope()
+	alice, bob := parley.ReplyRequest{User: "alice"}.CacheScope(), parley.ReplyRequest{User: "bob"}.CacheScope()
+	if anon != "" || parley.ScopedKey(anon, "s1") != "s1" {
+		t.Fatalf("anonymous: scope %q, key %q", anon, parley.ScopedKey(anon, "s1"))
 	}
-	if parley.CacheScope(alice) == parley.CacheScope(bob) || parley.CacheScope(alice) == "" {
+	if alice == bob || alice == "" || alice != parley.UserCacheScope("alice") {
 		t.Fatal("alice and bob share a scope")
 	}
 	ka := parley.ScopedKey(alice, "s1")
@@ -27,20 +26,20 @@ func TestCacheScopes(t *testing.T) {
 		t.Fatal("bob's scope kept alice's key as it was")
 	}
 	narrow := parley.NarrowCacheScope(alice, "prompt_cache_key=x")
-	for _, other := range []context.Context{alice, bob, parley.NarrowCacheScope(bob, "prompt_cache_key=x"), parley.NarrowCacheScope(alice, "prompt_cache_key=y")} {
-		if parley.CacheScope(narrow) == parley.CacheScope(other) {
+	for _, other := range []string{alice, bob, parley.NarrowCacheScope(bob, "prompt_cache_key=x"), parley.NarrowCacheScope(alice, "prompt_cache_key=y")} {
+		if narrow == other {
 			t.Fatal("a narrowed scope equals another")
 		}
 	}
-	if parley.CacheScope(parley.NarrowCacheScope(alice, "")) != parley.CacheScope(alice) {
+	if parley.NarrowCacheScope(alice, "") != alice {
 		t.Fatal("an empty key narrowed the scope")
 	}
 	if parley.ClientCacheScope("alice", "10.0.0.1") == parley.ClientCacheScope("alice", "10.0.0.2") ||
 		parley.ClientCacheScope("alice", "10.0.0.1") == parley.ClientCacheScope("bob", "10.0.0.1") {
 		t.Fatal("client scopes collide")
 	}
-	if parley.CacheScope(parley.WithCacheScope(alice, parley.ClientCacheScope("alice", "10.0.0.1"))) != parley.ClientCacheScope("alice", "10.0.0.1") {
-		t.Fatal("WithCacheScope not used")
+	if s := (parley.ReplyRequest{User: "alice", Scope: parley.ClientCacheScope("alice", "10.0.0.1")}).CacheScope(); s != parley.ClientCacheScope("alice", "10.0.0.1") {
+		t.Fatal("ReplyRequest.Scope not used")
 	}
 	// Every key of alice's, whatever its client or narrowing, has her as
 	// its owner; bob's and the anonymous user's do not.
@@ -54,12 +53,9 @@ func TestCacheScopes(t *testing.T) {
 			t.Fatalf("alice's key %q has owner %q, want %q", k, parley.ScopeOwner(k), owner)
 		}
 	}
-	for _, k := range []string{parley.ScopedKey(bob, "s1"), "s1", "openai:0123", parley.ScopedKey(parley.NarrowCacheScope(bg, "prompt_cache_key=x"), "s1")} {
+	for _, k := range []string{parley.ScopedKey(bob, "s1"), "s1", "openai:0123", parley.ScopedKey(parley.NarrowCacheScope(anon, "prompt_cache_key=x"), "s1")} {
 		if o := parley.ScopeOwner(k); o == owner || (o != "" && k != parley.ScopedKey(bob, "s1")) {
 			t.Fatalf("key %q has owner %q", k, o)
 		}
-	}
-	if parley.IsStateless(alice) || !parley.IsStateless(parley.WithStateless(alice)) {
-		t.Fatal("stateless mark")
 	}
 }

@@ -1,7 +1,6 @@
 package parley
 
 import (
-	"context"
 	"errors"
 	"time"
 )
@@ -11,7 +10,12 @@ type GenerateRequest struct {
 	// Key ties the request to a KV-cache slot across requests (a session id).
 	// Requests with the same key reuse the longest common prefix of the tokens
 	// that slot already holds. "" means a stateless request: any free slot.
+	// The engine takes it within Scope (ScopedKey).
 	Key string
+	// Scope is the request's cache scope (ReplyRequest.CacheScope's): it
+	// reuses, copies and restores only KV caches of its own scope. "" is
+	// the anonymous user's.
+	Scope string
 	// Tokens is the whole prompt, as returned by Tokenize (BOS included when
 	// the model wants one). Never empty.
 	Tokens []int
@@ -24,11 +28,15 @@ type GenerateRequest struct {
 	// loaded with a projector takes them.
 	Images []Image
 	// Client names the client the request comes from (its address, or its
-	// named user: the web edge's WithClient): the engine queues requests
+	// named user: Caller.Client): the engine queues requests
 	// fairly between clients and caps per client what one client's requests
 	// may hold (grammar samplers that overran their step budget). "" is one
 	// client of its own.
 	Client string
+	// Stateless: the request belongs to no stored conversation (see
+	// ReplyRequest.Stateless): the engine keeps its slot's KV state in RAM
+	// only once the slot goes to another request (no KV swap to disk).
+	Stateless bool
 }
 
 // ImageToken stands in GenerateRequest.Tokens for one of its Images.
@@ -99,45 +107,26 @@ type ModelInfo struct {
 	Pooling string `json:"pooling,omitempty"`
 }
 
-// clientKey is the context key of WithClient.
-type clientKey struct{}
-
-// WithClient returns a context that names the client a request comes from
-// (its address, say), for the web edge and the session layer: sessions
-// count their creation rate and their store's share per client. Below them
-// the client is a field of the request (ReplyRequest.Client,
-// GenerateRequest.Client).
-func WithClient(ctx context.Context, client string) context.Context {
-	return context.WithValue(ctx, clientKey{}, client)
-}
-
-// ClientFrom returns the client WithClient put in ctx, or "".
-func ClientFrom(ctx context.Context) string {
-	c, _ := ctx.Value(clientKey{}).(string)
-	return c
+// Caller is who a request comes from: the user it acts for and the client
+// that sent it. The web edge names it once per request; every layer that
+// acts per user or per client (sessions, their stores' shares, the
+// engine's fair queue) takes it as an argument or a field.
+type Caller struct {
+	// User is the user the request acts for: the name its API key maps to;
+	// "" is the one anonymous user of a server without named users.
+	// Sessions record the user that created them, and a user reaches only
+	// its own.
+	User string
+	// Client names the client the request comes from (its user's name, or
+	// its address): sessions count their creation rate and their store's
+	// share per client, and the engine queues fairly between clients.
+	Client string
 }
 
 // ErrShuttingDown is the cause (context.Cause) of the cancellation of the
 // requests and turns a server cancels when its drain ends: what was still
 // running, or still waiting for the engine, when the server shut down.
 var ErrShuttingDown = errors.New("the server shut down")
-
-// userKey is the context key of WithUser.
-type userKey struct{}
-
-// WithUser returns a context that names the user a request acts for (the
-// name its API key maps to; "" is the one anonymous user of a server
-// without named users). Sessions record the user that created them, and a
-// user reaches only its own.
-func WithUser(ctx context.Context, user string) context.Context {
-	return context.WithValue(ctx, userKey{}, user)
-}
-
-// UserFrom returns the user WithUser put in ctx, or "" (the anonymous user).
-func UserFrom(ctx context.Context) string {
-	u, _ := ctx.Value(userKey{}).(string)
-	return u
-}
 
 // LoadProgress is told how a model load a request waits for goes: the
 // model's name and the fraction loaded, 0 to 1 (ReplyRequest.LoadProgress).

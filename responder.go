@@ -12,9 +12,16 @@ import (
 // one place.
 type ReplyRequest struct {
 	// Key ties the request to a KV-cache slot across requests (a session
-	// id); "" is a stateless request. It is taken within the context's
-	// cache scope (ScopedKey).
+	// id); "" is a stateless request. It is taken within the request's
+	// cache scope (ScopedKey of CacheScope).
 	Key string
+	// User is the user the request acts for (the name its API key maps
+	// to; "" is the one anonymous user of a server without named users).
+	User string
+	// Scope is the request's cache scope (see UserCacheScope): the part of
+	// the engine's caches it may use. "" is User's own (CacheScope), so a
+	// request that names no scope never shares another user's caches.
+	Scope string
 	// Model names the model to answer with, when a server serves several:
 	// a router picks the model by it. "" is the default model; a
 	// Responder over one model ignores it.
@@ -27,6 +34,12 @@ type ReplyRequest struct {
 	// Client names the client the request comes from (see
 	// GenerateRequest.Client): the engine queues and caps per client.
 	Client string
+	// Stateless marks a request that belongs to no stored conversation (a
+	// stateless API's chat, an unstored Responses turn): its key, if any,
+	// only leads it to the slot that holds its prefix, and the engine keeps
+	// no copy of its KV state once the slot goes to another request (no KV
+	// swap, no disk).
+	Stateless bool
 	// LoadProgress, when set, is shown the progress of the model load the
 	// request waits for, if it waits for one (a router loading req.Model).
 	LoadProgress LoadProgress
@@ -54,6 +67,14 @@ type ReplyRequest struct {
 	// Params are the reply's sampling parameters, validated by the caller
 	// (the wire's edge, or the session's stored ones).
 	Params Params
+}
+
+// CacheScope is the request's cache scope: Scope, else its User's.
+func (r ReplyRequest) CacheScope() string {
+	if r.Scope != "" {
+		return r.Scope
+	}
+	return UserCacheScope(r.User)
 }
 
 // Reply is one reply being generated. Events yields token events, then

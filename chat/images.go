@@ -24,8 +24,9 @@ import (
 // ever does.
 
 // ImageDecoder turns an image's bytes into pixels. MediaDecoder is the server's, over media's sandboxed child.
+// scope is the request's cache scope: a decoder that keeps decoded images keeps them within it.
 type ImageDecoder interface {
-	DecodeImage(ctx context.Context, im parley.ImagePart) (width, height int, rgb []byte, err error)
+	DecodeImage(ctx context.Context, scope string, im parley.ImagePart) (width, height int, rgb []byte, err error)
 }
 
 // ImageTokenizer is a Generator that tokenizes a prompt holding images (llm.Engine is one).
@@ -145,8 +146,8 @@ func withImageMarkers(msgs []parley.Message) []parley.Message {
 }
 
 // decodeImages decodes the images of msgs in order, one decode per distinct image, and keys each for the engine.
-func (r *Responder) decodeImages(ctx context.Context, msgs []parley.Message) ([]parley.Image, error) {
-	scope := parley.CacheScope(ctx)
+// scope is the request's cache scope.
+func (r *Responder) decodeImages(ctx context.Context, scope string, msgs []parley.Message) ([]parley.Image, error) {
 	byHash := map[string]parley.Image{}
 	var out []parley.Image
 	for i, m := range msgs {
@@ -155,7 +156,7 @@ func (r *Responder) decodeImages(ctx context.Context, msgs []parley.Message) ([]
 				out = append(out, d)
 				continue
 			}
-			w, h, rgb, err := r.images.DecodeImage(ctx, im)
+			w, h, rgb, err := r.images.DecodeImage(ctx, scope, im)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
@@ -212,12 +213,12 @@ func NewMediaDecoder(dec *media.Decoder, limits media.Limits, keepBytes int64, s
 func (m *MediaDecoder) Decodes() int64 { return m.decodes.Load() }
 
 // DecodeImage implements ImageDecoder.
-func (m *MediaDecoder) DecodeImage(ctx context.Context, part parley.ImagePart) (int, int, []byte, error) {
+func (m *MediaDecoder) DecodeImage(ctx context.Context, scope string, part parley.ImagePart) (int, int, []byte, error) {
 	im, err := m.limits.Check(part.Data)
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	key := media.CacheKey(parley.CacheScope(ctx), im.Hash)
+	key := media.CacheKey(scope, im.Hash)
 	m.mu.Lock()
 	if el, ok := m.byKey[key]; ok {
 		m.lru.MoveToFront(el)

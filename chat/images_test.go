@@ -42,7 +42,7 @@ func (f *visionFake) TokenizeImages(text string) ([]int, error) {
 // fakeDecoder "decodes" an image to one pixel whose red is its first byte, and counts its decodes.
 type fakeDecoder struct{ decodes int }
 
-func (d *fakeDecoder) DecodeImage(_ context.Context, im parley.ImagePart) (int, int, []byte, error) {
+func (d *fakeDecoder) DecodeImage(_ context.Context, _ string, im parley.ImagePart) (int, int, []byte, error) {
 	d.decodes++
 	if len(im.Data) == 0 {
 		return 0, 0, nil, media.ErrDecode
@@ -80,8 +80,7 @@ func TestResponderImages(t *testing.T) {
 			dec := &fakeDecoder{}
 			r := chat.NewResponder(f, chat.WithImageDecoder(dec), chat.WithTemplate(chat.NewJinja(tc.src, chat.JinjaConfig{})))
 			msgs := []parley.Message{{Role: parley.RoleUser, Content: "What is it?", Images: []parley.ImagePart{imagePart("\x01one"), imagePart("\x02two")}}}
-			ctx := parley.WithUser(context.Background(), "ann")
-			rep, err := r.Reply(ctx, parley.ReplyRequest{Key: "k", Messages: msgs, Params: params(4)})
+			rep, err := r.Reply(context.Background(), parley.ReplyRequest{Key: "k", User: "ann", Messages: msgs, Params: params(4)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +94,7 @@ func TestResponderImages(t *testing.T) {
 			}
 			// Keys are the content hash within the user's scope: another user's are others.
 			h := sha256.Sum256([]byte("\x01one"))
-			if req.Images[0].Key != media.CacheKey(parley.CacheScope(ctx), h) {
+			if req.Images[0].Key != media.CacheKey(parley.UserCacheScope("ann"), h) {
 				t.Errorf("key %x", req.Images[0].Key)
 			}
 			if req.Images[0].Key == media.CacheKey(parley.UserCacheScope("bob"), h) {
@@ -251,11 +250,11 @@ func pngImage(t *testing.T, red uint8) parley.ImagePart {
 func TestMediaDecoderKeepsBytes(t *testing.T) {
 	dec := media.NewDecoder(media.WithDecodeWorkers(1))
 	defer dec.Close()
-	ctx := parley.WithUser(context.Background(), "ann")
+	ann := parley.UserCacheScope("ann")
 	const px = 4 * 4 * 3
-	decode := func(m *chat.MediaDecoder, ctx context.Context, im parley.ImagePart, red uint8) {
+	decode := func(m *chat.MediaDecoder, scope string, im parley.ImagePart, red uint8) {
 		t.Helper()
-		w, h, rgb, err := m.DecodeImage(ctx, im)
+		w, h, rgb, err := m.DecodeImage(context.Background(), scope, im)
 		if err != nil || w != 4 || h != 4 || rgb[0] != red {
 			t.Fatalf("decode: %dx%d %v, %v", w, h, rgb[:min(3, len(rgb))], err)
 		}
@@ -269,13 +268,13 @@ func TestMediaDecoderKeepsBytes(t *testing.T) {
 	m := chat.NewMediaDecoder(dec, media.Limits{}, 12*px, nil)
 	for range 2 {
 		for i, im := range images {
-			decode(m, ctx, im, uint8(i+1))
+			decode(m, ann, im, uint8(i+1))
 		}
 	}
 	if n := m.Decodes(); n != 12 {
 		t.Errorf("twelve images twice with room for twelve: %d decodes, want 12", n)
 	}
-	decode(m, parley.WithUser(context.Background(), "bob"), images[0], 1)
+	decode(m, parley.UserCacheScope("bob"), images[0], 1)
 	if n := m.Decodes(); n != 13 {
 		t.Errorf("another user's image: %d decodes, want 13 (never found among ann's)", n)
 	}
@@ -284,7 +283,7 @@ func TestMediaDecoderKeepsBytes(t *testing.T) {
 	var st media.Stats
 	m = chat.NewMediaDecoder(dec, media.Limits{}, 2*px+px/2, &st)
 	for _, i := range []int{0, 1, 0, 2, 0, 1} {
-		decode(m, ctx, images[i], uint8(i+1))
+		decode(m, ann, images[i], uint8(i+1))
 	}
 	if n := m.Decodes(); n != 4 {
 		t.Errorf("room for two: %d decodes, want 4", n)
@@ -295,8 +294,8 @@ func TestMediaDecoderKeepsBytes(t *testing.T) {
 
 	// Room for less than one image: nothing is kept.
 	m = chat.NewMediaDecoder(dec, media.Limits{}, px-1, nil)
-	decode(m, ctx, images[0], 1)
-	decode(m, ctx, images[0], 1)
+	decode(m, ann, images[0], 1)
+	decode(m, ann, images[0], 1)
 	if n := m.Decodes(); n != 2 {
 		t.Errorf("no room: %d decodes, want 2", n)
 	}

@@ -79,7 +79,7 @@ func (r *Responder) generatePhased(ctx context.Context, req parley.GenerateReque
 		p1.MaxTokens = plan.budget
 	}
 	ctx1, cancel1 := context.WithCancel(ctx)
-	ev1, err := r.gen.Generate(ctx1, parley.GenerateRequest{Key: req.Key, Tokens: req.Tokens, Params: p1, Images: req.Images, Client: req.Client})
+	ev1, err := r.gen.Generate(ctx1, parley.GenerateRequest{Key: req.Key, Scope: req.Scope, Tokens: req.Tokens, Params: p1, Images: req.Images, Client: req.Client, Stateless: req.Stateless})
 	if err != nil {
 		cancel1()
 		return nil, err
@@ -223,7 +223,7 @@ func (ph *phases) answer(ctx context.Context, final1 parley.Event) {
 		return
 	}
 	tokens := append(append([]int(nil), ph.req.Tokens...), ph.gen...)
-	ev2, err := ph.r.gen.Generate(ctx, parley.GenerateRequest{Key: ph.req.Key, Tokens: tokens, Params: p2, Images: ph.req.Images, Client: ph.req.Client})
+	ev2, err := ph.r.gen.Generate(ctx, parley.GenerateRequest{Key: ph.req.Key, Scope: ph.req.Scope, Tokens: tokens, Params: p2, Images: ph.req.Images, Client: ph.req.Client, Stateless: ph.req.Stateless})
 	if err != nil {
 		ph.finish(final1, parley.Event{Finish: parley.FinishError, Err: err})
 		return

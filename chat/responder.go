@@ -124,7 +124,7 @@ func (r *Responder) Template() Template {
 // request is at fault: EInvalid (bad role, max_tokens too large for the
 // context), ETooLarge (the newest turn alone does not fit), or the engine's.
 //
-// key is taken within ctx's cache scope (parley.ScopedKey): the memo, the
+// key is taken within req's cache scope (parley.ScopedKey): the memo, the
 // saved KV state and the slot of one user's conversation are never another
 // user's, whatever key the other sends.
 func (r *Responder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.Reply, error) {
@@ -137,7 +137,8 @@ func (r *Responder) Reply(ctx context.Context, req parley.ReplyRequest) (parley.
 
 // reply is Reply's work.
 func (r *Responder) reply(ctx context.Context, req parley.ReplyRequest) (*Reply, error) {
-	key, msgs, p, prefill := parley.ScopedKey(ctx, req.Key), req.Messages, req.Params, req.Continue
+	scope := req.CacheScope()
+	key, msgs, p, prefill := parley.ScopedKey(scope, req.Key), req.Messages, req.Params, req.Continue
 	if len(msgs) == 0 {
 		return nil, parley.FieldErrorf("messages", "at least one message is needed")
 	}
@@ -189,7 +190,7 @@ func (r *Responder) reply(ctx context.Context, req parley.ReplyRequest) (*Reply,
 	var positions []int
 	if hasImages {
 		var err error
-		if allImages, err = r.decodeImages(ctx, msgs); err != nil {
+		if allImages, err = r.decodeImages(ctx, scope, msgs); err != nil {
 			return nil, err
 		}
 		if positions, err = r.imagePositions(allImages); err != nil {
@@ -323,7 +324,7 @@ func (r *Responder) reply(ctx context.Context, req parley.ReplyRequest) (*Reply,
 		images = allImages[len(allImages)-n:]
 	}
 	think := ThinkFormatOf(tmpl)
-	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: chosen.tokens, Params: p, Images: images, Client: req.Client}, chosen.prompt,
+	return r.start(ctx, parley.GenerateRequest{Key: key, Scope: scope, Tokens: chosen.tokens, Params: p, Images: images, Client: req.Client, Stateless: req.Stateless}, chosen.prompt,
 		stops, dropped, info.ContextLength, remember, think, planPhases(think, chosen.prompt, p, r.gen), ts)
 }
 
@@ -391,7 +392,8 @@ func (r *Responder) Complete(ctx context.Context, req parley.ReplyRequest) (parl
 // complete is Complete's work: req.Prompt is tokenized unless
 // req.PromptTokens, its tokens, are given.
 func (r *Responder) complete(ctx context.Context, req parley.ReplyRequest) (*Reply, error) {
-	key, prompt, tokens, p := parley.ScopedKey(ctx, req.Key), req.Prompt, req.PromptTokens, req.Params
+	scope := req.CacheScope()
+	key, prompt, tokens, p := parley.ScopedKey(scope, req.Key), req.Prompt, req.PromptTokens, req.Params
 	info := r.gen.Info()
 	if len(tokens) == 0 {
 		var err error
@@ -402,7 +404,7 @@ func (r *Responder) complete(ctx context.Context, req parley.ReplyRequest) (*Rep
 	if len(tokens)+1 > info.ContextLength {
 		return nil, parley.PromptTooLong(len(tokens), info.ContextLength-1, "the prompt needs at least %d tokens, but the context holds %d including the reply", len(tokens), info.ContextLength)
 	}
-	return r.start(ctx, parley.GenerateRequest{Key: key, Tokens: tokens, Params: p, Client: req.Client}, prompt, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
+	return r.start(ctx, parley.GenerateRequest{Key: key, Scope: scope, Tokens: tokens, Params: p, Client: req.Client, Stateless: req.Stateless}, prompt, p.Stop, 0, info.ContextLength, nil, ThinkNone, nil, nil)
 }
 
 // start calls Generate with req (its Tokens are prompt's) and starts the

@@ -18,11 +18,10 @@ func TestCacheScopesShareNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	more := append(append([]int(nil), toks...), toks[1:9]...)
-	bg := context.Background()
-	alice, bob, carol := parley.WithUser(bg, "alice"), parley.WithUser(bg, "bob"), parley.WithUser(bg, "carol")
-	run := func(ctx context.Context, key string, toks []int) parley.Usage {
+	alice, bob, carol := parley.UserCacheScope("alice"), parley.UserCacheScope("bob"), parley.UserCacheScope("carol")
+	run := func(scope, key string, toks []int) parley.Usage {
 		t.Helper()
-		ch, err := e.Generate(ctx, parley.GenerateRequest{Key: key, Tokens: toks, Params: greedy(4)})
+		ch, err := e.Generate(context.Background(), parley.GenerateRequest{Key: key, Scope: scope, Tokens: toks, Params: greedy(4)})
 		if err != nil {
 			t.Fatal(err)
 		}

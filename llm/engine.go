@@ -215,12 +215,12 @@ type sequence struct {
 	// slot does not hold, and the reply goes on.
 	resume []int
 
-	// scope is the request's cache scope (parley.CacheScope): it reuses,
+	// scope is the request's cache scope (req.Scope): it reuses,
 	// copies and restores only KV caches of its own scope. req.Key is within
 	// it (parley.ScopedKey).
 	scope string
 	// stateless: the request belongs to no stored conversation
-	// (parley.IsStateless); its slot's state is kept in RAM only (KV swap).
+	// (parley.GenerateRequest.Stateless); its slot's state is kept in RAM only (KV swap).
 	stateless bool
 	popped    bool // taken from the queue: its client's share of the slots counts it until finish
 
@@ -505,13 +505,13 @@ func (e *Engine) Generate(ctx context.Context, req parley.GenerateRequest) (<-ch
 	// Every key the caches keep is within the request's scope, whatever
 	// the caller passed: a key of another user never reaches this one's
 	// slot or saved state.
-	req.Key = parley.ScopedKey(ctx, req.Key)
+	req.Key = parley.ScopedKey(req.Scope, req.Key)
 	seq := &sequence{
 		ctx:       ctx,
 		req:       req,
 		client:    client,
-		scope:     parley.CacheScope(ctx),
-		stateless: parley.IsStateless(ctx),
+		scope:     req.Scope,
+		stateless: req.Stateless,
 		out:       make(chan parley.Event, min(req.Params.MaxTokens, maxEventBuffer)+1),
 		sampler:   sampler,
 		gs:        gs,

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/parley-chat/parley"
 )
 
 // waitServer is an MCP server over Streamable HTTP whose tool wait blocks
@@ -72,10 +70,10 @@ func TestCallCancelledOnServer(t *testing.T) {
 		"users": {"*": {"w": ["*"]}}, "start_timeout": "30s"}`, url), nil)
 
 	// The client leaves.
-	ctx, cancel := context.WithCancel(as("alice"))
+	ctx, cancel := context.WithCancel(hang())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := m.CallTool(ctx, "w", "wait", json.RawMessage(`{}`))
+		_, err := m.CallTool(ctx, "alice", "w", "wait", json.RawMessage(`{}`))
 		errc <- err
 	}()
 	recv(t, started, "the call to start")
@@ -88,7 +86,7 @@ func TestCallCancelledOnServer(t *testing.T) {
 
 	// The call's time is up: the cancellation reaches the server before
 	// the session starts again.
-	_, err := m.CallTool(parley.WithUser(context.Background(), "alice"), "w", "wait", json.RawMessage(`{}`))
+	_, err := m.CallTool(context.Background(), "alice", "w", "wait", json.RawMessage(`{}`))
 	if err == nil || !strings.Contains(err.Error(), "did not answer") {
 		t.Fatalf("timed-out call: err = %v", err)
 	}
@@ -121,10 +119,10 @@ func TestStdioCallCancelledOnServer(t *testing.T) {
 	mustCall(t, m, "alice", "go", "echo", `{"text":"warm"}`)
 	marked := func(name string) bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
 
-	ctx, cancel := context.WithCancel(as("alice"))
+	ctx, cancel := context.WithCancel(hang())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := m.CallTool(ctx, "go", "wait", json.RawMessage(`{"name":"left"}`))
+		_, err := m.CallTool(ctx, "alice", "go", "wait", json.RawMessage(`{"name":"left"}`))
 		errc <- err
 	}()
 	waitFor(t, "the call to start in the server", func() bool { return marked("left.started") })
@@ -135,7 +133,7 @@ func TestStdioCallCancelledOnServer(t *testing.T) {
 	waitFor(t, "the left call's cancellation in the server", func() bool { return marked("left") })
 
 	before := status(m, "go", "alice").Starts
-	_, err := m.CallTool(parley.WithUser(context.Background(), "alice"), "go", "wait", json.RawMessage(`{"name":"late"}`))
+	_, err := m.CallTool(context.Background(), "alice", "go", "wait", json.RawMessage(`{"name":"late"}`))
 	if err == nil || !strings.Contains(err.Error(), "did not answer") {
 		t.Fatalf("timed-out call: err = %v", err)
 	}

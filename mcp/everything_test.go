@@ -45,7 +45,7 @@ func everything(t *testing.T) string {
 // checkEverything lists and calls the reference server's tools.
 func checkEverything(t *testing.T, m *mcp.Manager, label string) {
 	t.Helper()
-	tools, err := m.ListTools(as("alice"), label)
+	tools, err := m.ListTools(hang(), "alice", label)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func checkEverything(t *testing.T, m *mcp.Manager, label string) {
 		}
 	}
 	// Every tool it lists is one a request can offer the model.
-	ts, err := toolloop.Build(as("alice"), m, toolloop.Selection{All: true}, nil)
+	ts, err := toolloop.Build(hang(), m, "alice", toolloop.Selection{All: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,20 +66,20 @@ func checkEverything(t *testing.T, m *mcp.Manager, label string) {
 	if _, ok := ts.Lookup("get-sum"); !ok {
 		t.Errorf("get-sum is not offered under its own name: %s", ts)
 	}
-	res, err := m.CallTool(as("alice"), label, "echo", []byte(`{"message":"hello from parley"}`))
+	res, err := m.CallTool(hang(), "alice", label, "echo", []byte(`{"message":"hello from parley"}`))
 	if err != nil || !strings.Contains(res.Content, "hello from parley") {
 		t.Errorf("echo = %+v, %v", res, err)
 	}
-	res, err = m.CallTool(as("alice"), label, "get-sum", []byte(`{"a":19,"b":23}`))
+	res, err = m.CallTool(hang(), "alice", label, "get-sum", []byte(`{"a":19,"b":23}`))
 	if err != nil || !strings.Contains(res.Content, "42") {
 		t.Errorf("get-sum = %+v, %v", res, err)
 	}
-	res, err = m.CallTool(as("alice"), label, "get-tiny-image", []byte(`{}`))
+	res, err = m.CallTool(hang(), "alice", label, "get-tiny-image", []byte(`{}`))
 	if err != nil || !strings.Contains(res.Content, "[image: image/png") {
 		t.Errorf("get-tiny-image = %+v, %v", res, err)
 	}
 	// A tool that is not in the policy is refused before the server sees it.
-	if _, err := m.CallTool(as("bob"), label, "get-env", []byte(`{}`)); err == nil {
+	if _, err := m.CallTool(hang(), "bob", label, "get-env", []byte(`{}`)); err == nil {
 		t.Error("bob called get-env, which his policy leaves out")
 	}
 }
@@ -94,7 +94,7 @@ func TestEverythingStdio(t *testing.T) {
 	checkEverything(t, m, "everything")
 	// get-env returns the server's whole environment: the secret the
 	// operator gave it is there, masked.
-	res, err := m.CallTool(as("alice"), "everything", "get-env", []byte(`{}`))
+	res, err := m.CallTool(hang(), "alice", "everything", "get-env", []byte(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestEverythingStreamableHTTP(t *testing.T) {
 	}`, addr), nil)
 	checkEverything(t, m, "everything")
 	// Alice and bob have sessions of their own.
-	if _, err := m.CallTool(as("bob"), "everything", "echo", []byte(`{"message":"b"}`)); err != nil {
+	if _, err := m.CallTool(hang(), "bob", "everything", "echo", []byte(`{"message":"b"}`)); err != nil {
 		t.Fatal(err)
 	}
 	if s := status(m, "everything", "bob"); !s.Connected || s.Starts != 1 {
@@ -145,7 +145,7 @@ func TestEverythingStreamableHTTP(t *testing.T) {
 
 	// Without allow_private the same URL is refused at dial time.
 	m2 := newManager(t, fmt.Sprintf(`{"servers": {"everything": {"url": "http://localhost:%d/mcp"}}, "users": {"*": {"everything": ["*"]}}}`, port), nil)
-	if _, err := m2.ListTools(as(""), "everything"); err == nil || !strings.Contains(err.Error(), "address not allowed") {
+	if _, err := m2.ListTools(hang(), "", "everything"); err == nil || !strings.Contains(err.Error(), "address not allowed") {
 		t.Errorf("localhost without allow_private: err = %v", err)
 	}
 }

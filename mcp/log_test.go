@@ -26,10 +26,10 @@ func TestSecretsNeverLogged(t *testing.T) {
 	m := mcp.New(c, mcp.WithLogger(zap.New(core)), mcp.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
 	defer m.Close()
 	// The server prints its environment to stderr, then crashes.
-	if _, err := m.CallTool(as(""), "go", "stderr-env", json.RawMessage(`{}`)); err != nil {
+	if _, err := m.CallTool(hang(), "", "go", "stderr-env", json.RawMessage(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	m.CallTool(as(""), "go", "crash", json.RawMessage(`{}`))
+	m.CallTool(hang(), "", "go", "crash", json.RawMessage(`{}`))
 	waitFor(t, "the stderr log", func() bool { return logs.FilterMessageSnippet("stderr").Len() > 0 })
 	sawMask := false
 	for _, e := range logs.All() {

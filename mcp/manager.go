@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/toolloop"
 )
 
@@ -116,16 +115,15 @@ func (m *Manager) redact(s string) string {
 	return s
 }
 
-// Servers returns the labels of the servers ctx's user may use, sorted.
-func (m *Manager) Servers(ctx context.Context) []string {
-	return m.cfg.allowedServers(parley.UserFrom(ctx))
+// Servers returns the labels of the servers user may use, sorted.
+func (m *Manager) Servers(user string) []string {
+	return m.cfg.allowedServers(user)
 }
 
-// ListTools returns the tools of server that ctx's user may call, starting
+// ListTools returns the tools of server that user may call, starting
 // the user's session when it is not running (and waiting for it within
 // ctx and the start timeout).
-func (m *Manager) ListTools(ctx context.Context, server string) ([]toolloop.RemoteTool, error) {
-	user := parley.UserFrom(ctx)
+func (m *Manager) ListTools(ctx context.Context, user, server string) ([]toolloop.RemoteTool, error) {
 	if !slices.Contains(m.cfg.allowedServers(user), server) {
 		return nil, fmt.Errorf("mcp server %q: %w", server, ErrNotAllowed)
 	}
@@ -149,13 +147,12 @@ func (m *Manager) ListTools(ctx context.Context, server string) ([]toolloop.Remo
 	return out, nil
 }
 
-// CallTool calls tool on server for ctx's user with args (a JSON object),
+// CallTool calls tool on server for user with args (a JSON object),
 // within the server's call timeout. The result's text is capped at
 // max_result_bytes and has the operator's secrets masked; so has an
 // error's. A server that hangs fails the call when its time is up and is
 // started again; one that crashes fails the calls in progress.
-func (m *Manager) CallTool(ctx context.Context, server, tool string, args json.RawMessage) (toolloop.Result, error) {
-	user := parley.UserFrom(ctx)
+func (m *Manager) CallTool(ctx context.Context, user, server, tool string, args json.RawMessage) (toolloop.Result, error) {
 	if !m.cfg.allowed(user, server, tool) {
 		return toolloop.Result{}, fmt.Errorf("tool %q of mcp server %q: %w", tool, server, ErrNotAllowed)
 	}

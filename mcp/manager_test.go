@@ -40,15 +40,16 @@ func newManager(t *testing.T, cfg string, env map[string]string) *mcp.Manager {
 	return m
 }
 
-func as(user string) context.Context {
-	ctx, cancel := context.WithTimeout(parley.WithUser(context.Background(), user), hangTimeout)
+// hang is a context that ends the calls made on it after hangTimeout.
+func hang() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), hangTimeout)
 	_ = cancel // ends with the test process; a hang fails by timeout
 	return ctx
 }
 
 func call(t *testing.T, m *mcp.Manager, user, server, tool, args string) (toolloop.Result, error) {
 	t.Helper()
-	return m.CallTool(as(user), server, tool, json.RawMessage(args))
+	return m.CallTool(hang(), user, server, tool, json.RawMessage(args))
 }
 
 func mustCall(t *testing.T, m *mcp.Manager, user, server, tool, args string) string {
@@ -95,14 +96,14 @@ func TestStdioPolicyAndIsolation(t *testing.T) {
 		"servers": {"go": `+stdioServer("good", "")+`},
 		"users": {"alice": {"go": ["*"]}, "bob": {"go": ["echo", "remember", "recall"]}}
 	}`, nil)
-	tools, err := m.ListTools(as("alice"), "go")
+	tools, err := m.ListTools(hang(), "alice", "go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(toolNames(tools), ","); !strings.Contains(got, "echo") || !strings.Contains(got, "add") {
 		t.Fatalf("alice's tools = %s", got)
 	}
-	bobs, err := m.ListTools(as("bob"), "go")
+	bobs, err := m.ListTools(hang(), "bob", "go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +116,10 @@ func TestStdioPolicyAndIsolation(t *testing.T) {
 	if _, err := call(t, m, "bob", "go", "add", `{"a":1,"b":1}`); !errors.Is(err, mcp.ErrNotAllowed) {
 		t.Errorf("bob calling add: err = %v, want ErrNotAllowed", err)
 	}
-	if _, err := m.ListTools(as("carol"), "go"); !errors.Is(err, mcp.ErrNotAllowed) {
+	if _, err := m.ListTools(hang(), "carol", "go"); !errors.Is(err, mcp.ErrNotAllowed) {
 		t.Errorf("carol (no policy) listing: err = %v", err)
 	}
-	if got := m.Servers(as("carol")); len(got) != 0 {
+	if got := m.Servers("carol"); len(got) != 0 {
 		t.Errorf("carol's servers = %v", got)
 	}
 	// Each user has a session (a process) of their own: bob does not see
@@ -242,7 +243,7 @@ func TestStdioToolListChanged(t *testing.T) {
 	m := newManager(t, `{"servers": {"go": `+stdioServer("good", "")+`}, "users": {"*": {"go": ["*"]}}}`, nil)
 	mustCall(t, m, "", "go", "grow", `{}`)
 	waitFor(t, "the tool list to be fetched again", func() bool { return status(m, "go", "").Refreshes >= 1 })
-	tools, err := m.ListTools(as(""), "go")
+	tools, err := m.ListTools(hang(), "", "go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,12 +263,12 @@ func TestStdioKilledWithManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := mcp.New(c)
-	r, err := m.CallTool(as(""), "go", "pid", json.RawMessage(`{}`))
+	r, err := m.CallTool(hang(), "", "go", "pid", json.RawMessage(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	server, _ := strconv.Atoi(r.Content)
-	r, err = m.CallTool(as(""), "go", "spawn", json.RawMessage(`{}`))
+	r, err = m.CallTool(hang(), "", "go", "spawn", json.RawMessage(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestStdioKilledWithManager(t *testing.T) {
 
 func TestLiarServer(t *testing.T) {
 	m := newManager(t, `{"servers": {"liar": `+stdioServer("liar", "")+`}, "users": {"*": {"liar": ["*"]}}}`, nil)
-	ts, err := toolloop.Build(as(""), m, toolloop.Selection{All: true}, nil)
+	ts, err := toolloop.Build(hang(), m, "", toolloop.Selection{All: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestHTTPServer(t *testing.T) {
 
 	// Loopback is refused unless the operator allows it.
 	m := newManager(t, cfg(false), env)
-	_, err := m.ListTools(as(""), "h")
+	_, err := m.ListTools(hang(), "", "h")
 	if err == nil || !strings.Contains(err.Error(), "address not allowed") {
 		t.Fatalf("a loopback URL without allow_private: err = %v", err)
 	}
@@ -352,7 +353,7 @@ func TestHTTPRedirectElsewhereRefused(t *testing.T) {
 	t.Cleanup(redir.Close)
 	m := newManager(t, fmt.Sprintf(`{"servers": {"h": {"url": %q, "headers": {"Authorization": "Bearer abcdefgh"}, "allow_private": true}}, "users": {"*": {"h": ["*"]}}, "start_timeout": "30s"}`,
 		redir.URL+"/mcp"), nil)
-	_, err := m.ListTools(as(""), "h")
+	_, err := m.ListTools(hang(), "", "h")
 	if err == nil || !strings.Contains(err.Error(), "another origin") {
 		t.Fatalf("a redirect to another origin: err = %v", err)
 	}

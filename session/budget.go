@@ -19,7 +19,7 @@ import (
 // its budget (a budget lowered at restart) still lets clients shrink it.
 //
 // A session's bytes count against its owner (Session.Owner: the client that
-// created it, fixed at creation; see WithClient); later writes, whoever
+// created it, fixed at creation: parley.Caller.Client); later writes, whoever
 // makes them, count against that owner. A session forked from another
 // (previous_response_id naming an older turn) is a new session with its own
 // full copy of the history, owned by the client that forked it, so the

@@ -107,7 +107,7 @@ func TestStoreClientShare(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			st := mustOpen(t, k, session.WithMaxStoreBytes(1_000_000), session.WithClientShare(0.1))
 			ctx := context.Background()
-			bob := parley.WithClient(ctx, "192.0.2.2") // the store reads owners from records, not the context
+			bob := ctx // another client writes: the store reads owners from records, not from the writer
 			n := 0
 			var err error
 			var first *session.Session
@@ -157,16 +157,16 @@ func TestForkAmplification(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			st := mustOpen(t, k, session.WithMaxStoreBytes(10<<20), session.WithClientShare(0.05))
 			svc, _ := newService(t, st, echo)
-			owner := parley.WithClient(context.Background(), "198.51.100.7")
-			attacker := parley.WithClient(context.Background(), "203.0.113.9")
+			owner := parley.Caller{Client: "198.51.100.7"}
+			attacker := parley.Caller{Client: "203.0.113.9"}
 			big := strings.Repeat("Lily had a red ball. ", 5000) // about 100 kB
-			r, err := svc.Respond(owner, session.ResponseRequest{Input: user(big), Params: parley.DefaultParams()})
+			r, err := svc.Respond(context.Background(), owner, session.ResponseRequest{Input: user(big), Params: parley.DefaultParams()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			drain(t, r.Turn)
 			older := r.Final()
-			r, err = svc.Respond(owner, session.ResponseRequest{Previous: older.ID, Input: user("and then?"), Params: parley.DefaultParams()})
+			r, err = svc.Respond(context.Background(), owner, session.ResponseRequest{Previous: older.ID, Input: user("and then?"), Params: parley.DefaultParams()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +175,7 @@ func TestForkAmplification(t *testing.T) {
 			forks := 0
 			var last error
 			for range 30 {
-				f, err := svc.Respond(attacker, session.ResponseRequest{Previous: older.ID, Input: user("fork"), Params: parley.DefaultParams()})
+				f, err := svc.Respond(context.Background(), attacker, session.ResponseRequest{Previous: older.ID, Input: user("fork"), Params: parley.DefaultParams()})
 				if err != nil {
 					last = err
 					break
@@ -201,7 +201,7 @@ func TestForkAmplification(t *testing.T) {
 				t.Fatalf("the fork past the share was not refused by it: %v, %+v", last, u)
 			}
 			// The owner's conversation is untouched and still growable.
-			r, err = svc.Respond(owner, session.ResponseRequest{Previous: r.Final().ID, Input: user("more"), Params: parley.DefaultParams()})
+			r, err = svc.Respond(context.Background(), owner, session.ResponseRequest{Previous: r.Final().ID, Input: user("more"), Params: parley.DefaultParams()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -378,27 +378,27 @@ func TestTurnRefusedUpFront(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			st := mustOpen(t, k, session.WithMaxStoreBytes(1_000_000), session.WithClientShare(0.05))
 			svc, f := newService(t, st, echo)
-			alice := parley.WithClient(context.Background(), "192.0.2.1")
+			alice := parley.Caller{Client: "192.0.2.1"}
 			var err error
 			var last *session.Session
 			for range 10 {
 				var c *session.Session
-				if c, err = svc.CreateConversation(alice, "", turnMsgs(strings.Repeat("x", 20_000)), nil); err != nil {
+				if c, err = svc.CreateConversation(context.Background(), alice, "", turnMsgs(strings.Repeat("x", 20_000)), nil); err != nil {
 					break
 				}
 				last = c
 			}
 			wantCode(t, err, parley.EStoreFull)
 			calls := len(f.callList())
-			_, err = svc.Turn(alice, last.ID, strings.Repeat("y", 15_000), parley.Params{})
+			_, err = svc.Turn(context.Background(), alice, last.ID, strings.Repeat("y", 15_000), parley.Params{})
 			wantCode(t, err, parley.EStoreFull)
-			_, err = svc.Respond(alice, session.ResponseRequest{Conversation: last.ID, Input: user(strings.Repeat("y", 15_000)), Params: parley.DefaultParams()})
+			_, err = svc.Respond(context.Background(), alice, session.ResponseRequest{Conversation: last.ID, Input: user(strings.Repeat("y", 15_000)), Params: parley.DefaultParams()})
 			wantCode(t, err, parley.EStoreFull)
 			if n := len(f.callList()); n != calls {
 				t.Fatalf("the responder was called %d times for refused turns", n-calls)
 			}
-			bob := parley.WithClient(context.Background(), "192.0.2.2")
-			r, err := svc.Respond(bob, session.ResponseRequest{Input: user("hello"), Params: parley.DefaultParams()})
+			bob := parley.Caller{Client: "192.0.2.2"}
+			r, err := svc.Respond(context.Background(), bob, session.ResponseRequest{Input: user("hello"), Params: parley.DefaultParams()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,8 +11,8 @@ import (
 
 // A client is whoever creates sessions, named by an opaque key the wire
 // derives (an address, grouped per /64 for IPv6, or a user once users
-// exist; never a secret such as an API key). The key arrives in the
-// request's context (parley.WithClient), and the Service stamps it on
+// exist; never a secret such as an API key). The key arrives as the
+// request's parley.Caller (its Client), and the Service stamps it on
 // every session the request creates (Session.Owner), so the store can
 // bound what one client holds and the Service what one client creates per
 // minute.

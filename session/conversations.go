@@ -21,13 +21,13 @@ func ConversationSession(id string) (string, bool) {
 
 // CreateConversation stores a new session holding msgs (system messages
 // set its system prompt; without one it gets the service's default),
-// model ("" the default) and metadata, owned by ctx's client; it counts against the client's creation
+// model ("" the default) and metadata, owned by who; it counts against the client's creation
 // rate and the store's per-client cap.
-func (s *Service) CreateConversation(ctx context.Context, model string, msgs []parley.Message, metadata map[string]string) (*Session, error) {
-	if err := s.creates.allow(parley.ClientFrom(ctx)); err != nil {
+func (s *Service) CreateConversation(ctx context.Context, who parley.Caller, model string, msgs []parley.Message, metadata map[string]string) (*Session, error) {
+	if err := s.creates.allow(who.Client); err != nil {
 		return nil, err
 	}
-	sess, err := s.newSession(ctx, model)
+	sess, err := s.newSession(who, model)
 	if err != nil {
 		return nil, err
 	}
@@ -40,17 +40,17 @@ func (s *Service) CreateConversation(ctx context.Context, model string, msgs []p
 }
 
 // Conversation returns the stored session sid.
-func (s *Service) Conversation(ctx context.Context, sid string) (*Session, error) {
+func (s *Service) Conversation(ctx context.Context, who parley.Caller, sid string) (*Session, error) {
 	if !ValidID(sid) {
 		return nil, errNotFound()
 	}
-	return s.get(ctx, sid)
+	return s.get(ctx, who, sid)
 }
 
 // SetMetadata replaces a conversation's metadata.
-func (s *Service) SetMetadata(ctx context.Context, sid string, metadata map[string]string) (*Session, error) {
+func (s *Service) SetMetadata(ctx context.Context, who parley.Caller, sid string, metadata map[string]string) (*Session, error) {
 	var out *Session
-	err := s.edit(ctx, sid, func(sess *Session) error {
+	err := s.edit(ctx, who, sid, func(sess *Session) error {
 		sess.Metadata = maps.Clone(metadata)
 		out = sess
 		return nil
@@ -59,13 +59,13 @@ func (s *Service) SetMetadata(ctx context.Context, sid string, metadata map[stri
 }
 
 // DeleteConversation deletes the session sid; it must exist.
-func (s *Service) DeleteConversation(ctx context.Context, sid string) error {
+func (s *Service) DeleteConversation(ctx context.Context, who parley.Caller, sid string) error {
 	unlock, err := s.lockSession(ctx, sid)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if _, err := s.get(ctx, sid); err != nil {
+	if _, err := s.get(ctx, who, sid); err != nil {
 		return err
 	}
 	return s.store.Delete(ctx, sid)
@@ -74,10 +74,10 @@ func (s *Service) DeleteConversation(ctx context.Context, sid string) error {
 // AddItems appends msgs to conversation sid without a reply and returns
 // the absolute position of the first one (system messages replace the
 // system prompt and take no position).
-func (s *Service) AddItems(ctx context.Context, sid string, msgs []parley.Message) (*Session, int, error) {
+func (s *Service) AddItems(ctx context.Context, who parley.Caller, sid string, msgs []parley.Message) (*Session, int, error) {
 	var out *Session
 	first := 0
-	err := s.edit(ctx, sid, func(sess *Session) error {
+	err := s.edit(ctx, who, sid, func(sess *Session) error {
 		first = sess.Next()
 		sess.addItems(msgs)
 		out = sess
@@ -88,9 +88,9 @@ func (s *Service) AddItems(ctx context.Context, sid string, msgs []parley.Messag
 
 // DeleteItem removes the message at absolute position abs from
 // conversation sid; the responses it belonged to are forgotten.
-func (s *Service) DeleteItem(ctx context.Context, sid string, abs int) (*Session, error) {
+func (s *Service) DeleteItem(ctx context.Context, who parley.Caller, sid string, abs int) (*Session, error) {
 	var out *Session
-	err := s.edit(ctx, sid, func(sess *Session) error {
+	err := s.edit(ctx, who, sid, func(sess *Session) error {
 		if sess.pos(abs) < 0 {
 			return parley.Errorf(parley.ENotFound, "no such item")
 		}

@@ -17,11 +17,11 @@ import (
 func WithMaxConversationImages(n int) Option { return func(s *Service) { s.maxImages = n } }
 
 // ImageTurn is Turn for a prompt that carries images (text may then be empty).
-func (s *Service) ImageTurn(ctx context.Context, id, prompt string, images []parley.ImagePart, p parley.Params, opts ...TurnOption) (*Turn, error) {
+func (s *Service) ImageTurn(ctx context.Context, who parley.Caller, id, prompt string, images []parley.ImagePart, p parley.Params, opts ...TurnOption) (*Turn, error) {
 	if prompt == "" && len(images) == 0 {
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
 	}
-	return s.turn(ctx, id, parley.Message{Role: parley.RoleUser, Content: prompt, Images: images}, p, opts)
+	return s.turn(ctx, who, id, parley.Message{Role: parley.RoleUser, Content: prompt, Images: images}, p, opts)
 }
 
 // checkImages refuses input when the conversation would hold more than the cap's images.

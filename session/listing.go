@@ -72,12 +72,12 @@ const (
 	MaxListLimit     = 100
 )
 
-// ListConversations returns a page of ctx's user's conversations, the most
+// ListConversations returns a page of who's user's conversations, the most
 // recently updated first, and whether more follow. A conversation is a
 // session that holds a message or metadata: a chat socket opened and never
 // used is not one. After naming a conversation that is not in the list
 // (someone else's, or deleted) is a parley ENotFound error.
-func (s *Service) ListConversations(ctx context.Context, q ListQuery) (page []Listing, more bool, err error) {
+func (s *Service) ListConversations(ctx context.Context, who parley.Caller, q ListQuery) (page []Listing, more bool, err error) {
 	lister, ok := s.store.(Lister)
 	if !ok {
 		return nil, false, parley.Errorf(parley.EUnavailable, "this session store cannot list conversations")
@@ -86,7 +86,7 @@ func (s *Service) ListConversations(ctx context.Context, q ListQuery) (page []Li
 		q.Limit = DefaultListLimit
 	}
 	q.Limit = min(q.Limit, MaxListLimit)
-	ids, err := lister.UserSessions(ctx, parley.UserFrom(ctx))
+	ids, err := lister.UserSessions(ctx, who.User)
 	if err != nil {
 		return nil, false, err
 	}
@@ -102,7 +102,7 @@ func (s *Service) ListConversations(ctx context.Context, q ListQuery) (page []Li
 	}
 	needle := strings.ToLower(q.Query)
 	for _, id := range ids {
-		sess, err := s.get(ctx, id)
+		sess, err := s.get(ctx, who, id)
 		if parley.ErrorCode(err) == parley.ENotFound {
 			continue // expired, or deleted since the index was read
 		} else if err != nil {
@@ -132,12 +132,12 @@ const MaxMetadataKeys = 16
 // prompt), keeping its other metadata. A conversation untitled so far whose
 // metadata holds MaxMetadataKeys keys is refused: the title would be one
 // more, and which other key to drop is the client's to say.
-func (s *Service) Rename(ctx context.Context, sid, title string) (*Session, error) {
+func (s *Service) Rename(ctx context.Context, who parley.Caller, sid, title string) (*Session, error) {
 	if err := checkTitle(title); err != nil {
 		return nil, err
 	}
 	var out *Session
-	err := s.edit(ctx, sid, func(sess *Session) error {
+	err := s.edit(ctx, who, sid, func(sess *Session) error {
 		_, titled := sess.Metadata[TitleKey]
 		switch {
 		case title == "":
@@ -168,22 +168,22 @@ func checkTitle(t string) error {
 }
 
 // Fork stores a copy of conversation sid holding its first keep messages
-// (its system prompt, settings and metadata, but not its title) under a new id of ctx's
+// (its system prompt, settings and metadata, but not its title) under a new id of who's
 // user: the chat page's edit-and-resend, which keeps the original as it
 // was. keep must be at most the messages the conversation holds. It counts
 // against the client's creation limits like any new session.
-func (s *Service) Fork(ctx context.Context, sid string, keep int) (*Session, error) {
-	sess, err := s.Conversation(ctx, sid)
+func (s *Service) Fork(ctx context.Context, who parley.Caller, sid string, keep int) (*Session, error) {
+	sess, err := s.Conversation(ctx, who, sid)
 	if err != nil {
 		return nil, err
 	}
 	if keep < 0 || keep > len(sess.Messages) {
 		return nil, parley.FieldErrorf("messages", "must be between 0 and %d, the messages the conversation holds", len(sess.Messages))
 	}
-	if err := s.mayCreate(ctx); err != nil {
+	if err := s.mayCreate(ctx, who); err != nil {
 		return nil, err
 	}
-	f, err := s.fork(ctx, sess, sess.Trimmed+keep)
+	f, err := s.fork(who, sess, sess.Trimmed+keep)
 	if err != nil {
 		return nil, err
 	}

@@ -68,7 +68,7 @@ func (s *Service) storePendingTurn(ctx context.Context, t *Turn, sess *Session) 
 			return err
 		}
 		backoff(ctx, attempt)
-		fresh, err := s.load(ctx, sess.ID, sess.Model)
+		fresh, err := s.load(ctx, t.who, sess.ID, sess.Model)
 		if err != nil {
 			return err
 		}

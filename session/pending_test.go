@@ -26,7 +26,7 @@ func TestDurableTurnIsStoredBeforeItsReply(t *testing.T) {
 				r.finish(parley.FinishEOS, nil)
 			}
 			svc, _ := newService(t, st, play)
-			resp, err := svc.Respond(context.Background(), session.ResponseRequest{
+			resp, err := svc.Respond(context.Background(), parley.Caller{}, session.ResponseRequest{
 				Input: []parley.Message{{Role: parley.RoleUser, Content: "hi"}}, Params: parley.DefaultParams(), Durable: true})
 			if err != nil {
 				t.Fatal(err)
@@ -77,7 +77,7 @@ func TestChatTurnCheckpointsItsReply(t *testing.T) {
 			}
 			svc, _ := newService(t, st, play)
 			s := mustOpenSession(t, svc)
-			tr, err := svc.Turn(context.Background(), s.ID, "Tell me a story", parley.Params{})
+			tr, err := svc.Turn(context.Background(), parley.Caller{}, s.ID, "Tell me a story", parley.Params{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +104,7 @@ func TestChatTurnCheckpointsItsReply(t *testing.T) {
 					t.Fatalf("with %d tokens read the store holds %+v, want %+v", seen, got.Messages, want)
 				}
 				if seen == 20 {
-					snap, pending, err := svc.Snapshot(context.Background(), tr)
+					snap, pending, err := svc.Snapshot(context.Background(), parley.Caller{}, tr)
 					if err != nil || !pending || len(snap.Messages) != 0 {
 						t.Fatalf("snapshot while the reply runs: %+v pending %v, %v", snap, pending, err)
 					}
@@ -136,15 +136,15 @@ func TestContinueCarriesOnTheLastReply(t *testing.T) {
 			svc, f := newService(t, st, play)
 			ctx := context.Background()
 			s := mustOpenSession(t, svc)
-			if _, err := svc.Continue(ctx, s.ID, parley.Params{}); parley.ErrorCode(err) != parley.EInvalid {
+			if _, err := svc.Continue(ctx, parley.Caller{}, s.ID, parley.Params{}); parley.ErrorCode(err) != parley.EInvalid {
 				t.Fatalf("continue with no reply: %v, want invalid", err)
 			}
-			tr, err := svc.Turn(ctx, s.ID, "Tell me", parley.Params{})
+			tr, err := svc.Turn(ctx, parley.Caller{}, s.ID, "Tell me", parley.Params{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			drain(t, tr)
-			tr, err = svc.Continue(ctx, s.ID, parley.Params{})
+			tr, err = svc.Continue(ctx, parley.Caller{}, s.ID, parley.Params{})
 			if err != nil {
 				t.Fatal(err)
 			}

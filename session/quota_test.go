@@ -129,69 +129,69 @@ func TestServiceCreationRate(t *testing.T) {
 	st := session.NewMemoryStore()
 	t.Cleanup(func() { st.Close() })
 	svc, _ := newService(t, st, echo, session.WithClientLimits(6, 0), session.WithServiceClock(clk.Now))
-	a := parley.WithClient(context.Background(), "10.0.0.1")
-	b := parley.WithClient(context.Background(), "10.0.0.2")
+	a := parley.Caller{Client: "10.0.0.1"}
+	b := parley.Caller{Client: "10.0.0.2"}
 	p := parley.DefaultParams()
 	first := func() session.ResponseRecord {
-		r, err := svc.Respond(a, session.ResponseRequest{Input: user("one"), Params: p})
+		r, err := svc.Respond(context.Background(), a, session.ResponseRequest{Input: user("one"), Params: p})
 		if err != nil {
 			t.Fatal(err)
 		}
 		drain(t, r.Turn)
 		return r.Final()
 	}()
-	second, err := svc.Respond(a, session.ResponseRequest{Previous: first.ID, Input: user("two"), Params: p})
+	second, err := svc.Respond(context.Background(), a, session.ResponseRequest{Previous: first.ID, Input: user("two"), Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	drain(t, second.Turn) // continues the session: not a creation
-	fork, err := svc.Respond(a, session.ResponseRequest{Previous: first.ID, Input: user("three"), Params: p})
+	fork, err := svc.Respond(context.Background(), a, session.ResponseRequest{Previous: first.ID, Input: user("three"), Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	drain(t, fork.Turn) // an older response: a fork, a creation
-	if _, err := svc.CreateConversation(a, "", nil, nil); err != nil {
+	if _, err := svc.CreateConversation(context.Background(), a, "", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if _, _, err := svc.Open(a, ""); err != nil {
+		if _, _, err := svc.Open(context.Background(), a, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
-	d := wantRetry(t, func() error { _, _, err := svc.Open(a, ""); return err }(), parley.ERateLimited)
+	d := wantRetry(t, func() error { _, _, err := svc.Open(context.Background(), a, ""); return err }(), parley.ERateLimited)
 	if d > 10*time.Second+time.Millisecond {
 		t.Errorf("RetryAfter %v, want at most a tenth of a minute", d)
 	}
-	_, err = svc.CreateConversation(a, "", nil, nil)
+	_, err = svc.CreateConversation(context.Background(), a, "", nil, nil)
 	wantRetry(t, err, parley.ERateLimited)
-	_, err = svc.Respond(a, session.ResponseRequest{Input: user("four"), Params: p})
+	_, err = svc.Respond(context.Background(), a, session.ResponseRequest{Input: user("four"), Params: p})
 	wantRetry(t, err, parley.ERateLimited)
-	_, err = svc.Respond(a, session.ResponseRequest{Previous: first.ID, Input: user("five"), Params: p})
+	_, err = svc.Respond(context.Background(), a, session.ResponseRequest{Previous: first.ID, Input: user("five"), Params: p})
 	wantRetry(t, err, parley.ERateLimited)
 	// Continuing its newest response creates nothing, so it still works.
-	cont, err := svc.Respond(a, session.ResponseRequest{Previous: second.Final().ID, Input: user("six"), Params: p})
+	cont, err := svc.Respond(context.Background(), a, session.ResponseRequest{Previous: second.Final().ID, Input: user("six"), Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	drain(t, cont.Turn)
-	if _, _, err := svc.Open(b, ""); err != nil {
+	if _, _, err := svc.Open(context.Background(), b, ""); err != nil {
 		t.Fatalf("another client: %v", err)
 	}
 	clk.Advance(d)
-	if _, _, err := svc.Open(a, ""); err != nil {
+	if _, _, err := svc.Open(context.Background(), a, ""); err != nil {
 		t.Fatalf("after RetryAfter: %v", err)
 	}
 	// Every session records its creator; a fork by another client is that client's.
-	bfork, err := svc.Respond(b, session.ResponseRequest{Previous: first.ID, Input: user("seven"), Params: p})
+	bfork, err := svc.Respond(context.Background(), b, session.ResponseRequest{Previous: first.ID, Input: user("seven"), Params: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	drain(t, bfork.Turn)
-	_, fsess, err := svc.GetResponse(a, bfork.Final().ID)
+	_, fsess, err := svc.GetResponse(context.Background(), a, bfork.Final().ID)
 	if err != nil || fsess.Owner != "10.0.0.2" {
 		t.Fatalf("fork by another client: owner %q, %v", fsess.Owner, err)
 	}
-	_, osess, err := svc.GetResponse(a, first.ID)
+	_, osess, err := svc.GetResponse(context.Background(), a, first.ID)
 	if err != nil || osess.Owner != "10.0.0.1" {
 		t.Fatalf("first session: owner %q, %v", osess.Owner, err)
 	}
@@ -206,36 +206,36 @@ func TestUnusedSessionsPerClient(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			st := mustOpen(t, k)
 			svc, _ := newService(t, st, echo, session.WithClientLimits(0, 4))
-			a := parley.WithClient(context.Background(), "10.0.0.1")
-			b := parley.WithClient(context.Background(), "10.0.0.2")
-			other, _, err := svc.Open(b, "")
+			a := parley.Caller{Client: "10.0.0.1"}
+			b := parley.Caller{Client: "10.0.0.2"}
+			other, _, err := svc.Open(context.Background(), b, "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := svc.SetSystem(b, other.ID, "the other client's prompt"); err != nil {
+			if err := svc.SetSystem(context.Background(), b, other.ID, "the other client's prompt"); err != nil {
 				t.Fatal(err)
 			}
-			talked, _, err := svc.Open(a, "")
+			talked, _, err := svc.Open(context.Background(), a, "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr, err := svc.Turn(a, talked.ID, "hello", parley.Params{})
+			tr, err := svc.Turn(context.Background(), a, talked.ID, "hello", parley.Params{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			drain(t, tr)
 			var silent []string
 			for i := range 20 {
-				s, _, err := svc.Open(a, "")
+				s, _, err := svc.Open(context.Background(), a, "")
 				if err != nil {
 					t.Fatal(err)
 				}
 				silent = append(silent, s.ID)
 				switch i % 3 { // edits that are not turns
 				case 0:
-					err = svc.Reset(a, s.ID)
+					err = svc.Reset(context.Background(), a, s.ID)
 				case 1:
-					err = svc.SetSystem(a, s.ID, "system only")
+					err = svc.SetSystem(context.Background(), a, s.ID, "system only")
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -245,15 +245,15 @@ func TestUnusedSessionsPerClient(t *testing.T) {
 				t.Fatalf("store holds %d sessions, want the client's 4 unused, its used one and the other client's", n)
 			}
 			for i, id := range silent {
-				_, _, err := svc.Open(a, id)
+				_, _, err := svc.Open(context.Background(), a, id)
 				if kept := i >= len(silent)-4; kept != (err == nil) {
 					t.Fatalf("unused session %d: kept %v, err %v", i, kept, err)
 				}
 			}
-			if got, _, err := svc.Open(b, other.ID); err != nil || got.System != "the other client's prompt" {
+			if got, _, err := svc.Open(context.Background(), b, other.ID); err != nil || got.System != "the other client's prompt" {
 				t.Fatalf("the other client's session: %+v, %v", got, err)
 			}
-			if got, _, err := svc.Open(a, talked.ID); err != nil || len(got.Messages) != 2 {
+			if got, _, err := svc.Open(context.Background(), a, talked.ID); err != nil || len(got.Messages) != 2 {
 				t.Fatalf("the session with a turn: %+v, %v", got, err)
 			}
 		})
@@ -273,7 +273,7 @@ func TestResponseIDsHideTheirSession(t *testing.T) {
 			svc, _ := newService(t, st, echo)
 			ctx := context.Background()
 			first := respond(t, svc, session.ResponseRequest{Input: user("one")})
-			_, sess, err := svc.GetResponse(ctx, first.ID)
+			_, sess, err := svc.GetResponse(ctx, parley.Caller{}, first.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,24 +290,24 @@ func TestResponseIDsHideTheirSession(t *testing.T) {
 			if first.ID[len(session.ResponsePrefix):][:11] == second.ID[len(session.ResponsePrefix):][:11] {
 				t.Fatalf("two ids of one session share a prefix: %s %s", first.ID, second.ID)
 			}
-			_, s2, err := svc.GetResponse(ctx, second.ID)
+			_, s2, err := svc.GetResponse(ctx, parley.Caller{}, second.ID)
 			if err != nil || s2.ID != sid {
 				t.Fatalf("the newest response continued session %v, want %s (%v)", s2, sid, err)
 			}
 			fork := respond(t, svc, session.ResponseRequest{Previous: first.ID, Input: user("three")})
-			if _, f, err := svc.GetResponse(ctx, fork.ID); err != nil || f.ID == sid {
+			if _, f, err := svc.GetResponse(ctx, parley.Caller{}, fork.ID); err != nil || f.ID == sid {
 				t.Fatalf("an older response did not fork: %v", err)
 			}
 			// Tampering with an id finds nothing.
 			raw := []byte(second.ID)
 			raw[len(raw)-3] ^= 1
-			if _, _, err := svc.GetResponse(ctx, string(raw)); parley.ErrorCode(err) != parley.ENotFound {
+			if _, _, err := svc.GetResponse(ctx, parley.Caller{}, string(raw)); parley.ErrorCode(err) != parley.ENotFound {
 				t.Fatalf("an altered id: %v", err)
 			}
 			// An id of the earlier form, as a session stored before the
 			// change holds it.
 			old := session.ResponsePrefix + sid + "0123456789ab"
-			cur, err := svc.Conversation(ctx, sid)
+			cur, err := svc.Conversation(ctx, parley.Caller{}, sid)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -316,12 +316,12 @@ func TestResponseIDsHideTheirSession(t *testing.T) {
 			if err := st.Put(ctx, cur); err != nil {
 				t.Fatal(err)
 			}
-			got, s3, err := svc.GetResponse(ctx, old)
+			got, s3, err := svc.GetResponse(ctx, parley.Caller{}, old)
 			if err != nil || s3.ID != sid || got.End != rec.End {
 				t.Fatalf("old-format id: %+v, %v", got, err)
 			}
 			cont := respond(t, svc, session.ResponseRequest{Previous: old, Input: user("four")})
-			if _, s4, err := svc.GetResponse(ctx, cont.ID); err != nil || s4.ID != sid {
+			if _, s4, err := svc.GetResponse(ctx, parley.Caller{}, cont.ID); err != nil || s4.ID != sid {
 				t.Fatalf("chaining from an old-format id did not continue its session: %v", err)
 			}
 			if k.name == "bolt" { // the key is in the file: ids resolve after a restart
@@ -331,7 +331,7 @@ func TestResponseIDsHideTheirSession(t *testing.T) {
 				st2 := k.open(t, dir)
 				t.Cleanup(func() { st2.Close() })
 				svc2, _ := newService(t, st2, echo)
-				if _, s5, err := svc2.GetResponse(ctx, cont.ID); err != nil || s5.ID != sid {
+				if _, s5, err := svc2.GetResponse(ctx, parley.Caller{}, cont.ID); err != nil || s5.ID != sid {
 					t.Fatalf("after reopening %s: %v", filepath.Base(dir), err)
 				}
 			} else {
@@ -350,32 +350,32 @@ func TestRespondRefusedBeforeTheTurn(t *testing.T) {
 			st := mustOpen(t, k, session.WithMaxPerOwner(1), session.WithMaxSessions(2), session.WithEvictFloor(time.Hour))
 			svc, fake := newService(t, st, echo)
 			calls := func() int { fake.mu.Lock(); defer fake.mu.Unlock(); return len(fake.calls) }
-			a := parley.WithClient(context.Background(), "10.0.0.1")
-			b := parley.WithClient(context.Background(), "10.0.0.2")
-			c := parley.WithClient(context.Background(), "10.0.0.3")
+			a := parley.Caller{Client: "10.0.0.1"}
+			b := parley.Caller{Client: "10.0.0.2"}
+			c := parley.Caller{Client: "10.0.0.3"}
 			p := parley.DefaultParams()
-			r, err := svc.Respond(a, session.ResponseRequest{Input: user("one"), Params: p})
+			r, err := svc.Respond(context.Background(), a, session.ResponseRequest{Input: user("one"), Params: p})
 			if err != nil {
 				t.Fatal(err)
 			}
 			drain(t, r.Turn)
-			r2, err := svc.Respond(a, session.ResponseRequest{Previous: r.Final().ID, Input: user("on"), Params: p})
+			r2, err := svc.Respond(context.Background(), a, session.ResponseRequest{Previous: r.Final().ID, Input: user("on"), Params: p})
 			if err != nil { // continuing its own session creates nothing
 				t.Fatal(err)
 			}
 			drain(t, r2.Turn)
 			n := calls()
-			_, err = svc.Respond(a, session.ResponseRequest{Input: user("two"), Params: p})
+			_, err = svc.Respond(context.Background(), a, session.ResponseRequest{Input: user("two"), Params: p})
 			wantRetry(t, err, parley.ERateLimited)
-			_, err = svc.Respond(a, session.ResponseRequest{Previous: r.Final().ID, Input: user("fork"), Params: p})
+			_, err = svc.Respond(context.Background(), a, session.ResponseRequest{Previous: r.Final().ID, Input: user("fork"), Params: p})
 			wantRetry(t, err, parley.ERateLimited) // a fork of the older response
 			if calls() != n {
 				t.Fatalf("the engine was asked %d times for refused sessions", calls()-n)
 			}
-			if _, err := svc.CreateConversation(b, "", nil, nil); err != nil {
+			if _, err := svc.CreateConversation(context.Background(), b, "", nil, nil); err != nil {
 				t.Fatal(err)
 			}
-			_, err = svc.Respond(c, session.ResponseRequest{Input: user("three"), Params: p})
+			_, err = svc.Respond(context.Background(), c, session.ResponseRequest{Input: user("three"), Params: p})
 			wantRetry(t, err, parley.EStoreFull)
 			if calls() != n {
 				t.Fatalf("the engine was asked for a session of a full store")

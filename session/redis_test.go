@@ -44,7 +44,7 @@ func TestRedisReplicasShareSession(t *testing.T) {
 	for name, svc := range map[string]*session.Service{"a": svcA, "b": svcB} {
 		wg.Go(func() {
 			for i := range turns {
-				tr, err := svc.Turn(context.Background(), id, fmt.Sprintf("%s%d", name, i), parley.Params{})
+				tr, err := svc.Turn(context.Background(), parley.Caller{}, id, fmt.Sprintf("%s%d", name, i), parley.Params{})
 				if err != nil {
 					errs <- err
 					return
@@ -62,7 +62,7 @@ func TestRedisReplicasShareSession(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	got, _, err := svcB.Open(context.Background(), id)
+	got, _, err := svcB.Open(context.Background(), parley.Caller{}, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestRedisKVCacheState(t *testing.T) {
 	id := mustOpenSession(t, svcA).ID
 	turn := func(svc *session.Service) string {
 		t.Helper()
-		tr, err := svc.Turn(context.Background(), id, "hi", parley.Params{})
+		tr, err := svc.Turn(context.Background(), parley.Caller{}, id, "hi", parley.Params{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,12 +179,12 @@ func TestRedisResponseSurvivesConflict(t *testing.T) {
 	ctx := context.Background()
 	id := mustOpenSession(t, svcA).ID
 
-	resp, err := svcA.Respond(ctx, session.ResponseRequest{Conversation: id, Params: parley.DefaultParams(),
+	resp, err := svcA.Respond(ctx, parley.Caller{}, session.ResponseRequest{Conversation: id, Params: parley.DefaultParams(),
 		Input: []parley.Message{{Role: parley.RoleUser, Content: "context item"}, {Role: parley.RoleUser, Content: "from a"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := svcB.Turn(ctx, id, "from b", parley.Params{})
+	tr, err := svcB.Turn(ctx, parley.Caller{}, id, "from b", parley.Params{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestRedisResponseSurvivesConflict(t *testing.T) {
 		t.Fatalf("response ended %s: %v", final.Finish, final.Err)
 	}
 
-	rec, sess, err := svcB.GetResponse(ctx, resp.Record.ID)
+	rec, sess, err := svcB.GetResponse(ctx, parley.Caller{}, resp.Record.ID)
 	if err != nil {
 		t.Fatalf("the response is gone after the conflict: %v", err)
 	}

@@ -50,7 +50,7 @@ func (t *Turn) KVCache() string { return t.kv }
 // wrote since the turn began), it re-reads the session and appends the turn
 // to what is stored now, so neither replica's turn is lost or stored twice;
 // reapply (when not nil) first redoes the turn's other changes on that copy.
-func (s *Service) commit(ctx context.Context, put func(context.Context, *Session) error, sess *Session, turn []parley.Message, reapply func(*Session)) error {
+func (s *Service) commit(ctx context.Context, who parley.Caller, put func(context.Context, *Session) error, sess *Session, turn []parley.Message, reapply func(*Session)) error {
 	sess.Messages = append(sess.Messages, turn...)
 	for attempt := 0; ; attempt++ {
 		err := put(ctx, sess)
@@ -58,7 +58,7 @@ func (s *Service) commit(ctx context.Context, put func(context.Context, *Session
 			return err
 		}
 		backoff(ctx, attempt)
-		fresh, err := s.load(ctx, sess.ID, sess.Model)
+		fresh, err := s.load(ctx, who, sess.ID, sess.Model)
 		if err != nil {
 			return err
 		}

@@ -166,7 +166,8 @@ type ResponseRequest struct {
 	Input []parley.Message
 	// Instructions, when set, replaces the session's system prompt.
 	Instructions *string
-	// NoStore runs the turn on a copy that is never stored.
+	// NoStore runs the turn on a copy that is never stored: its reply is
+	// a stateless request (parley.ReplyRequest.Stateless).
 	NoStore bool
 	// Local, when set, is where Previous is looked up instead of the store:
 	// a session a connection keeps for itself (Response.Local of an earlier
@@ -184,6 +185,14 @@ type ResponseRequest struct {
 	// (see Turn.durable), so a response that a crash cuts short is still
 	// there, incomplete, after a restart. A background response is.
 	Durable bool
+	// MaxPromptTokens caps the tokens of the turn's whole prompt
+	// (parley.ReplyRequest.MaxPromptTokens): a request that brings its whole
+	// conversation (it continues none) is held to the cap as the responder
+	// tokenizes it. <= 0: no cap.
+	MaxPromptTokens int
+	// Scope is the reply's cache scope (parley.ReplyRequest.Scope): the
+	// caller's, narrowed by its prompt_cache_key. "" is its user's.
+	Scope string
 	// Responder, when set, replies to this turn instead of the Service's
 	// own: a turn that runs tools on the server, whose reply (a StepsReply)
 	// adds its calls and their results before the final reply. Not with
@@ -260,7 +269,7 @@ func CheckResponseContinuation(previous, conversation string) error {
 // Respond starts a turn of the Responses API (see ResponseRequest). The
 // returned Response's Turn behaves as Service.Turn's: the turn, and its
 // record, are stored when the reply ends.
-func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, error) {
+func (s *Service) Respond(ctx context.Context, who parley.Caller, req ResponseRequest) (*Response, error) {
 	if err := CheckResponseInput(req.Input); err != nil {
 		return nil, err
 	}
@@ -270,7 +279,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 	if req.Local != nil {
 		req.NoStore = true
 	}
-	sess, unlock, prev, err := s.responseSession(ctx, req)
+	sess, unlock, prev, err := s.responseSession(ctx, who, req)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +344,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 			need = sess.Bytes() + messageBytes(last)
 		}
 	}
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder, stateless: req.NoStore, scope: req.Scope, maxPrompt: req.MaxPromptTokens, who: who}); err != nil {
 		return nil, err
 	}
 	out.Turn = t
@@ -347,7 +356,7 @@ func (s *Service) Respond(ctx context.Context, req ResponseRequest) (*Response, 
 // itself under its lock (the caller owns unlock), or a new, unlocked copy
 // (a new session, a fork of an older response, or any unstored turn's),
 // whose unlock does nothing. req.Local implies req.NoStore.
-func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (sess *Session, unlock func(), prev ResponseRecord, err error) {
+func (s *Service) responseSession(ctx context.Context, who parley.Caller, req ResponseRequest) (sess *Session, unlock func(), prev ResponseRecord, err error) {
 	unlock = func() {}
 	switch {
 	case req.Previous != "" && req.Local != nil:
@@ -367,7 +376,7 @@ func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (ses
 		} else if !ok {
 			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such response")
 		}
-		sess, u, err := s.getLocked(ctx, sid, "previous response")
+		sess, u, err := s.getLocked(ctx, who, sid, "previous response")
 		if err != nil {
 			return nil, nil, prev, err
 		}
@@ -384,11 +393,11 @@ func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (ses
 		// of the requesting client.
 		u()
 		if !req.NoStore {
-			if err := s.mayCreate(ctx); err != nil {
+			if err := s.mayCreate(ctx, who); err != nil {
 				return nil, nil, prev, err
 			}
 		}
-		fork, err := s.fork(ctx, sess, rec.End)
+		fork, err := s.fork(who, sess, rec.End)
 		if err != nil {
 			return nil, nil, prev, err
 		}
@@ -398,7 +407,7 @@ func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (ses
 		if !ok {
 			return nil, nil, prev, parley.Errorf(parley.ENotFound, "no such conversation")
 		}
-		sess, u, err := s.getLocked(ctx, sid, "conversation")
+		sess, u, err := s.getLocked(ctx, who, sid, "conversation")
 		if err != nil {
 			return nil, nil, prev, err
 		}
@@ -406,17 +415,17 @@ func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (ses
 			return sess, u, prev, nil
 		}
 		u()
-		if sess, err = s.fork(ctx, sess, sess.Next()); err != nil {
+		if sess, err = s.fork(who, sess, sess.Next()); err != nil {
 			return nil, nil, prev, err
 		}
 		return sess, unlock, prev, nil
 	default:
 		if !req.NoStore {
-			if err := s.mayCreate(ctx); err != nil {
+			if err := s.mayCreate(ctx, who); err != nil {
 				return nil, nil, prev, err
 			}
 		}
-		if sess, err = s.newSession(ctx, req.Model); err != nil {
+		if sess, err = s.newSession(who, req.Model); err != nil {
 			return nil, nil, prev, err
 		}
 		return sess, unlock, prev, nil
@@ -425,10 +434,10 @@ func (s *Service) responseSession(ctx context.Context, req ResponseRequest) (ses
 
 // fork returns a new, unstored session with sess's system prompt and
 // history up to absolute position end. Positions are kept, so records of
-// the copied turns stay valid in the fork. Its owner is ctx's client (it
-// counts against whoever forks), or sess's when ctx has none.
-func (s *Service) fork(ctx context.Context, sess *Session, end int) (*Session, error) {
-	n, err := s.newSession(ctx, sess.Model)
+// the copied turns stay valid in the fork. Its owner is who's client (it
+// counts against whoever forks), or sess's when who names none.
+func (s *Service) fork(who parley.Caller, sess *Session, end int) (*Session, error) {
+	n, err := s.newSession(who, sess.Model)
 	if err != nil {
 		return nil, err
 	}
@@ -491,14 +500,14 @@ func (c *captureStore) Put(_ context.Context, s *Session) error {
 }
 
 // GetResponse returns the record of response id and the session it is in.
-func (s *Service) GetResponse(ctx context.Context, id string) (ResponseRecord, *Session, error) {
+func (s *Service) GetResponse(ctx context.Context, who parley.Caller, id string) (ResponseRecord, *Session, error) {
 	sid, ok, err := s.ids.responseSession(ctx, id)
 	if err != nil {
 		return ResponseRecord{}, nil, err
 	} else if !ok {
 		return ResponseRecord{}, nil, parley.Errorf(parley.ENotFound, "no such response")
 	}
-	sess, err := s.get(ctx, sid)
+	sess, err := s.get(ctx, who, sid)
 	if err != nil {
 		return ResponseRecord{}, nil, err
 	}
@@ -512,14 +521,14 @@ func (s *Service) GetResponse(ctx context.Context, id string) (ResponseRecord, *
 
 // DeleteResponse removes response id's record and its messages from its
 // session. Later turns stay (their positions shift down).
-func (s *Service) DeleteResponse(ctx context.Context, id string) error {
+func (s *Service) DeleteResponse(ctx context.Context, who parley.Caller, id string) error {
 	sid, ok, err := s.ids.responseSession(ctx, id)
 	if err != nil {
 		return err
 	} else if !ok {
 		return parley.Errorf(parley.ENotFound, "no such response")
 	}
-	return s.edit(ctx, sid, func(sess *Session) error {
+	return s.edit(ctx, who, sid, func(sess *Session) error {
 		rec, ok := sess.Record(id)
 		if !ok {
 			return parley.Errorf(parley.ENotFound, "no such response")
@@ -550,12 +559,12 @@ func (s *Session) removeSpan(start, end int) {
 	}
 }
 
-// mayCreate refuses a new session of ctx's client that the store would
+// mayCreate refuses a new session of who's client that the store would
 // refuse (Admitter) or that is over the client's creation rate, before a
 // turn runs for a session stored only when it ends. A refusal by the store
 // spends none of the client's rate.
-func (s *Service) mayCreate(ctx context.Context) error {
-	client := parley.ClientFrom(ctx)
+func (s *Service) mayCreate(ctx context.Context, who parley.Caller) error {
+	client := who.Client
 	if a, ok := s.store.(Admitter); ok {
 		if err := a.Admit(ctx, client); err != nil {
 			return err

@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ func respond(t *testing.T, svc *session.Service, req session.ResponseRequest) se
 	if req.Params.MaxTokens == 0 {
 		req.Params = parley.DefaultParams()
 	}
-	r, err := svc.Respond(context.Background(), req)
+	r, err := svc.Respond(context.Background(), parley.Caller{}, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,6 +26,36 @@ func respond(t *testing.T, svc *session.Service, req session.ResponseRequest) se
 
 func user(text string) []parley.Message {
 	return []parley.Message{{Role: parley.RoleUser, Content: text}}
+}
+
+// TestRespondStatelessReply: an unstored turn (store: false, or one chained
+// on a connection's local session) asks for a stateless reply, so the
+// engine keeps no copy of its KV state past its slot; a stored turn, and a
+// session turn, do not.
+func TestRespondStatelessReply(t *testing.T) {
+	st := session.NewMemoryStore()
+	t.Cleanup(func() { st.Close() })
+	svc, f := newService(t, st, echo)
+	stored := respond(t, svc, session.ResponseRequest{Input: user("kept")})
+	r, err := svc.Respond(context.Background(), parley.Caller{}, session.ResponseRequest{Previous: stored.ID, Input: user("not kept"), NoStore: true, Params: parley.DefaultParams()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, r.Turn)
+	respond(t, svc, session.ResponseRequest{Previous: r.Final().ID, Local: r.Local(), Input: user("chained")})
+	sess := mustOpenSession(t, svc)
+	turn, err := svc.Turn(context.Background(), parley.Caller{}, sess.ID, "a session turn", parley.DefaultParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, turn)
+	var got []bool
+	for _, c := range f.callList() {
+		got = append(got, c.stateless)
+	}
+	if want := []bool{false, true, true, false}; !slices.Equal(got, want) {
+		t.Fatalf("stateless replies %v, want %v", got, want)
+	}
 }
 
 // TestRespondRecordsSurviveTrimming: records point at absolute positions,
@@ -40,17 +71,17 @@ func TestRespondRecordsSurviveTrimming(t *testing.T) {
 	for i := range 4 {
 		last = respond(t, svc, session.ResponseRequest{Previous: last.ID, Input: user(strings.Repeat("b", 10+i))})
 	}
-	_, sess, err := svc.GetResponse(ctx, last.ID)
+	_, sess, err := svc.GetResponse(ctx, parley.Caller{}, last.ID)
 	if err != nil {
 		t.Fatalf("response id %q names no session: %v", last.ID, err)
 	}
 	if sess.Trimmed == 0 {
 		t.Fatalf("nothing trimmed: %d bytes", sess.Bytes())
 	}
-	if _, _, err := svc.GetResponse(ctx, first.ID); parley.ErrorCode(err) != parley.ENotFound {
+	if _, _, err := svc.GetResponse(ctx, parley.Caller{}, first.ID); parley.ErrorCode(err) != parley.ENotFound {
 		t.Fatalf("a trimmed response: %v", err)
 	}
-	rec, got, err := svc.GetResponse(ctx, last.ID)
+	rec, got, err := svc.GetResponse(ctx, parley.Caller{}, last.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +118,7 @@ func TestRespondRefusals(t *testing.T) {
 		"unknown conv":     {Params: p, Input: user("x"), Conversation: "conv_AAAAAAAAAAAAAAAAAAAAAA"},
 		"both":             {Params: p, Input: user("x"), Previous: "resp_x", Conversation: "conv_x"},
 	} {
-		if _, err := svc.Respond(ctx, req); err == nil {
+		if _, err := svc.Respond(ctx, parley.Caller{}, req); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

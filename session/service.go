@@ -22,6 +22,7 @@ type TurnOption func(*turnOptions)
 type turnOptions struct {
 	r        parley.Responder
 	progress parley.LoadProgress
+	scope    string
 }
 
 // ReplyWith makes r reply to the turn instead of the Service's Responder: a
@@ -34,6 +35,11 @@ func ReplyWith(r parley.Responder) TurnOption { return func(o *turnOptions) { o.
 func ShowLoadProgress(f parley.LoadProgress) TurnOption {
 	return func(o *turnOptions) { o.progress = f }
 }
+
+// InCacheScope runs the turn's reply in the cache scope scope
+// (parley.ReplyRequest.Scope): the caller's, as its edge names it. Without
+// it the reply uses its user's scope.
+func InCacheScope(scope string) TurnOption { return func(o *turnOptions) { o.scope = scope } }
 
 func applyTurnOptions(opts []TurnOption) turnOptions {
 	var o turnOptions
@@ -95,7 +101,7 @@ func WithSystemPrompt(text string) Option { return func(s *Service) { s.system =
 // (parley.DefaultParams by default).
 func WithDefaultParams(p parley.Params) Option { return func(s *Service) { s.params = p } }
 
-// WithClientLimits bounds what one client (see WithClient) may do:
+// WithClientLimits bounds what one client (parley.Caller.Client) may do:
 // createsPerMinute sessions created per minute (a burst of as many; over
 // it, ERateLimited with RetryAfter; <= 0: no limit), and maxUnused
 // WebSocket sessions held that never ran a turn (past it, the client's
@@ -132,13 +138,13 @@ func NewService(store Store, r parley.Responder, opts ...Option) *Service {
 }
 
 // Open starts or resumes a session: OpenModel with the default model.
-func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
-	return s.OpenModel(ctx, id, "")
+func (s *Service) Open(ctx context.Context, who parley.Caller, id string) (*Session, bool, error) {
+	return s.OpenModel(ctx, who, id, "")
 }
 
 // OpenModel starts or resumes a session. id "" starts a new session with
 // the default system prompt, held with model ("" the default; see
-// Session.Model) (resumed false), owned by ctx's client, and stores it, so a client that reconnects with its id (after a server restart, say)
+// Session.Model) (resumed false), owned by who, its user and client, and stores it, so a client that reconnects with its id (after a server restart, say)
 // resumes it. It counts against the client's creation rate and the store's
 // per-client cap (ERateLimited past either, EStoreFull when the store is
 // full). Per client, at most maxUnused sessions stored this way that never
@@ -147,12 +153,12 @@ func (s *Service) Open(ctx context.Context, id string) (*Session, bool, error) {
 // never talk hold little and push out only their own. A known id
 // returns its session (resumed true). An unknown, expired or malformed id
 // is a parley ENotFound error: a client cannot pick its own id.
-func (s *Service) OpenModel(ctx context.Context, id, model string) (*Session, bool, error) {
+func (s *Service) OpenModel(ctx context.Context, who parley.Caller, id, model string) (*Session, bool, error) {
 	if id == "" {
-		if err := s.creates.allow(parley.ClientFrom(ctx)); err != nil {
+		if err := s.creates.allow(who.Client); err != nil {
 			return nil, false, err
 		}
-		sess, err := s.newSession(ctx, model)
+		sess, err := s.newSession(who, model)
 		if err != nil {
 			return nil, false, err
 		}
@@ -171,7 +177,7 @@ func (s *Service) OpenModel(ctx context.Context, id, model string) (*Session, bo
 	if !ValidID(id) {
 		return nil, false, errNotFound()
 	}
-	sess, err := s.get(ctx, id)
+	sess, err := s.get(ctx, who, id)
 	if err != nil {
 		return nil, false, fmt.Errorf("resume session: %w", err)
 	}
@@ -192,8 +198,8 @@ func (s *Service) Params(sess *Session) parley.Params {
 
 // Reset clears the session's history and keeps its system prompt and
 // settings. It waits for a running turn of the session to end.
-func (s *Service) Reset(ctx context.Context, id string) error {
-	return s.update(ctx, id, func(sess *Session) error {
+func (s *Service) Reset(ctx context.Context, who parley.Caller, id string) error {
+	return s.update(ctx, who, id, func(sess *Session) error {
 		sess.Messages = nil
 		return nil
 	})
@@ -201,8 +207,8 @@ func (s *Service) Reset(ctx context.Context, id string) error {
 
 // SetSystem replaces the session's system prompt ("" removes it). It waits
 // for a running turn of the session to end.
-func (s *Service) SetSystem(ctx context.Context, id, text string) error {
-	return s.update(ctx, id, func(sess *Session) error {
+func (s *Service) SetSystem(ctx context.Context, who parley.Caller, id, text string) error {
+	return s.update(ctx, who, id, func(sess *Session) error {
 		sess.System = text
 		return nil
 	})
@@ -211,8 +217,8 @@ func (s *Service) SetSystem(ctx context.Context, id, text string) error {
 // SetModel picks the model of a session that has not run a turn yet (see
 // Session.Model). A session with a history keeps the model it was held
 // with: naming another is an EInvalid error on field model.
-func (s *Service) SetModel(ctx context.Context, id, model string) error {
-	return s.update(ctx, id, func(sess *Session) error {
+func (s *Service) SetModel(ctx context.Context, who parley.Caller, id, model string) error {
+	return s.update(ctx, who, id, func(sess *Session) error {
 		if len(sess.Messages) > 0 && sess.Model != model {
 			return parley.FieldErrorf("model", "this conversation is held with model %q; open a new session with ?model=%s to talk to %s", sess.Model, model, model)
 		}
@@ -224,70 +230,70 @@ func (s *Service) SetModel(ctx context.Context, id, model string) error {
 // SetParams stores per-session parameters (nil returns the session to the
 // defaults). They are validated here, so a bad value is refused when set,
 // not at the next turn. It waits for a running turn of the session to end.
-func (s *Service) SetParams(ctx context.Context, id string, p *parley.Params) error {
+func (s *Service) SetParams(ctx context.Context, who parley.Caller, id string, p *parley.Params) error {
 	if p != nil {
 		if err := p.Validate(0); err != nil {
 			return err
 		}
 	}
-	return s.update(ctx, id, func(sess *Session) error {
+	return s.update(ctx, who, id, func(sess *Session) error {
 		sess.Params = (&Session{Params: p}).Clone().Params
 		return nil
 	})
 }
 
-// load returns the stored session, or a new one (owned by ctx's client,
-// with model) for an id that Open issued and nothing has written yet (or
+// load returns the stored session of who's user, or a new one (owned by
+// who, with model) for an id that Open issued and nothing has written yet (or
 // that expired while its connection stayed open: it starts over). Callers
 // only pass ids that Open returned, so a client still cannot pick its own.
-func (s *Service) load(ctx context.Context, id, model string) (*Session, error) {
+func (s *Service) load(ctx context.Context, who parley.Caller, id, model string) (*Session, error) {
 	sess, err := s.store.Get(ctx, id)
 	if parley.ErrorCode(err) == parley.ENotFound {
-		return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: model}, nil
+		return &Session{ID: id, System: s.system, Owner: who.Client, User: who.User, Model: model}, nil
 	}
-	if err == nil && !ownedBy(ctx, sess) {
+	if err == nil && !ownedBy(who, sess) {
 		return nil, errNotFound()
 	}
 	return sess, err
 }
 
-// get reads session id as ctx's user may see it: another user's session is
+// get reads session id as who's user may see it: another user's session is
 // a parley ENotFound error, the same as an unknown id, so an id tells
 // nobody else even that it exists. Every read on behalf of a request goes
 // through it.
-func (s *Service) get(ctx context.Context, id string) (*Session, error) {
+func (s *Service) get(ctx context.Context, who parley.Caller, id string) (*Session, error) {
 	sess, err := s.store.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if !ownedBy(ctx, sess) {
+	if !ownedBy(who, sess) {
 		return nil, errNotFound()
 	}
 	return sess, nil
 }
 
-// ownedBy reports whether sess belongs to ctx's user. User names are not
+// ownedBy reports whether sess belongs to who's user. User names are not
 // secrets (the keys that map to them are), so a plain comparison will do.
-func ownedBy(ctx context.Context, sess *Session) bool {
-	return sess.User == parley.UserFrom(ctx)
+func ownedBy(who parley.Caller, sess *Session) bool {
+	return sess.User == who.User
 }
 
-// newSession returns a new, unstored session owned by ctx's client, with
+// newSession returns a new, unstored session owned by who, with
 // the service's system prompt and model. It is the one place the Service mints
 // session ids (Open, CreateConversation, a new or forked Responses turn);
 // the caller checks the client's creation limits first.
-func (s *Service) newSession(ctx context.Context, model string) (*Session, error) {
+func (s *Service) newSession(who parley.Caller, model string) (*Session, error) {
 	id, err := NewID()
 	if err != nil {
 		return nil, err
 	}
-	return &Session{ID: id, System: s.system, Owner: parley.ClientFrom(ctx), User: parley.UserFrom(ctx), Model: model}, nil
+	return &Session{ID: id, System: s.system, Owner: who.Client, User: who.User, Model: model}, nil
 }
 
 // update applies f to the stored session under the session's lock (an id
 // Open issued and nothing wrote yet starts from a new session).
-func (s *Service) update(ctx context.Context, id string, f func(*Session) error) error {
-	return s.modify(ctx, id, func(ctx context.Context, id string) (*Session, error) { return s.load(ctx, id, "") }, f)
+func (s *Service) update(ctx context.Context, who parley.Caller, id string, f func(*Session) error) error {
+	return s.modify(ctx, id, func(ctx context.Context, id string) (*Session, error) { return s.load(ctx, who, id, "") }, f)
 }
 
 // lockSession takes session id's lock; on success the caller owns it and
@@ -305,11 +311,11 @@ func (s *Service) lockSession(ctx context.Context, id string) (unlock func(), er
 // getLocked takes session sid's lock and reads the stored session; on
 // success the caller owns the lock and must call unlock. what names the
 // session in errors.
-func (s *Service) getLocked(ctx context.Context, sid, what string) (sess *Session, unlock func(), err error) {
+func (s *Service) getLocked(ctx context.Context, who parley.Caller, sid, what string) (sess *Session, unlock func(), err error) {
 	if unlock, err = s.lockSession(ctx, sid); err != nil {
 		return nil, nil, err
 	}
-	if sess, err = s.get(ctx, sid); err != nil {
+	if sess, err = s.get(ctx, who, sid); err != nil {
 		unlock()
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -318,8 +324,8 @@ func (s *Service) getLocked(ctx context.Context, sid, what string) (sess *Sessio
 
 // edit applies f to the stored session sid under its lock; unlike update,
 // the session must exist.
-func (s *Service) edit(ctx context.Context, sid string, f func(*Session) error) error {
-	return s.modify(ctx, sid, s.get, f)
+func (s *Service) edit(ctx context.Context, who parley.Caller, sid string, f func(*Session) error) error {
+	return s.modify(ctx, sid, func(ctx context.Context, id string) (*Session, error) { return s.get(ctx, who, id) }, f)
 }
 
 // modify reads the session with get, applies f and stores it, all under
@@ -377,6 +383,7 @@ func (s *Service) dropUnused(ctx context.Context, id string) {
 // any point: nothing blocks on an abandoned Turn).
 type Turn struct {
 	id     string
+	who    parley.Caller // whom it is for (see Service.Turn); set before it starts
 	reply  parley.Reply
 	events chan parley.Event
 
@@ -493,21 +500,21 @@ func (t *Turn) Committed() bool { return t.committed }
 // checkpoints while it runs (pending.go), so a crash never loses what the
 // user typed; the turn's commit replaces that when the reply ends (see
 // Turn.Events). A failed reply leaves the history as it was.
-func (s *Service) Turn(ctx context.Context, id, prompt string, p parley.Params, opts ...TurnOption) (*Turn, error) {
+func (s *Service) Turn(ctx context.Context, who parley.Caller, id, prompt string, p parley.Params, opts ...TurnOption) (*Turn, error) {
 	if prompt == "" {
 		return nil, parley.FieldErrorf("prompt", "must not be empty")
 	}
-	return s.turn(ctx, id, parley.Message{Role: parley.RoleUser, Content: prompt}, p, opts)
+	return s.turn(ctx, who, id, parley.Message{Role: parley.RoleUser, Content: prompt}, p, opts)
 }
 
 // ToolTurn is Turn for a tool's result: content answers the call callID of
 // the session's last reply (an EInvalid error naming tool_call_id when no
 // message of the history made that call), and the reply continues from it.
-func (s *Service) ToolTurn(ctx context.Context, id, callID, content string, p parley.Params, opts ...TurnOption) (*Turn, error) {
+func (s *Service) ToolTurn(ctx context.Context, who parley.Caller, id, callID, content string, p parley.Params, opts ...TurnOption) (*Turn, error) {
 	if callID == "" {
 		return nil, parley.FieldErrorf("tool_call_id", "is required")
 	}
-	return s.turn(ctx, id, parley.Message{Role: parley.RoleTool, Content: content, ToolCallID: callID}, p, opts)
+	return s.turn(ctx, who, id, parley.Message{Role: parley.RoleTool, Content: content, ToolCallID: callID}, p, opts)
 }
 
 // Regenerate replaces the last reply of session id: it drops the
@@ -515,8 +522,8 @@ func (s *Service) ToolTurn(ctx context.Context, id, callID, content string, p pa
 // tool calls and results), then runs that prompt again as a new turn, so
 // the stored session holds the new reply in place of the old one. A
 // conversation without a prompt is a parley EInvalid error.
-func (s *Service) Regenerate(ctx context.Context, id string, p parley.Params, opts ...TurnOption) (*Turn, error) {
-	return s.turn(ctx, id, parley.Message{}, p, opts)
+func (s *Service) Regenerate(ctx context.Context, who parley.Caller, id string, p parley.Params, opts ...TurnOption) (*Turn, error) {
+	return s.turn(ctx, who, id, parley.Message{}, p, opts)
 }
 
 // roleContinue marks Continue's turn inside the Service (never stored).
@@ -529,8 +536,8 @@ const roleContinue parley.Role = "continue"
 // reply; the token events are the new text. A conversation that does not
 // end with a reply (or ends with one that called tools) is a parley
 // EInvalid error.
-func (s *Service) Continue(ctx context.Context, id string, p parley.Params, opts ...TurnOption) (*Turn, error) {
-	return s.turn(ctx, id, parley.Message{Role: roleContinue}, p, opts)
+func (s *Service) Continue(ctx context.Context, who parley.Caller, id string, p parley.Params, opts ...TurnOption) (*Turn, error) {
+	return s.turn(ctx, who, id, parley.Message{Role: roleContinue}, p, opts)
 }
 
 // dropLastReplyToContinue removes the last reply and the message it
@@ -561,7 +568,7 @@ func (s *Session) dropLastReply() (parley.Message, int, error) {
 
 // turn adds input, a user's prompt or a tool's result, to the session's
 // conversation and starts the reply (see Turn).
-func (s *Service) turn(ctx context.Context, id string, input parley.Message, p parley.Params, opts []TurnOption) (*Turn, error) {
+func (s *Service) turn(ctx context.Context, who parley.Caller, id string, input parley.Message, p parley.Params, opts []TurnOption) (*Turn, error) {
 	if !ValidID(id) {
 		return nil, errNotFound()
 	}
@@ -570,7 +577,7 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 		return nil, fmt.Errorf("wait for turn: %w", err)
 	}
 	// From here the lock is released on every error path, or handed to start.
-	sess, err := s.load(ctx, id, "")
+	sess, err := s.load(ctx, who, id, "")
 	if err != nil {
 		unlock()
 		return nil, err
@@ -627,7 +634,7 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 	}
 	need := messageBytes(input)
 	o := applyTurnOptions(opts)
-	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need, r: o.r, progress: o.progress, cont: prefix != nil}); err != nil {
+	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need, r: o.r, progress: o.progress, cont: prefix != nil, scope: o.scope, who: who}); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -635,6 +642,7 @@ func (s *Service) turn(ctx context.Context, id string, input parley.Message, p p
 
 // turnStart is a turn ready to start, as Turn and Respond prepare it.
 type turnStart struct {
+	who    parley.Caller  // whom the turn is for: its reply's user and client
 	sess   *Session       // the session the turn continues, its other changes (a Responses turn's input items, record) made
 	unlock func()         // releases sess's lock (a no-op for an unlocked copy); start owns it
 	input  parley.Message // the new message: the user's prompt, or a tool's result (a Responses turn)
@@ -653,6 +661,15 @@ type turnStart struct {
 	// need is the bytes the store must have room for before the reply
 	// starts (see room); < 0 for a turn that is not stored.
 	need int
+	// maxPrompt caps the tokens of the reply's whole prompt
+	// (parley.ReplyRequest.MaxPromptTokens; <= 0: none).
+	maxPrompt int
+	// scope is the reply's cache scope ("" its user's: see
+	// parley.ReplyRequest.Scope).
+	scope string
+	// stateless: the turn is never stored (an unstored Responses turn), so
+	// its reply is a stateless request (parley.ReplyRequest.Stateless).
+	stateless bool
 }
 
 // start is what every turn shares once its session is locked and ready:
@@ -669,7 +686,7 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 			return err
 		}
 	}
-	t.input = ts.input
+	t.input, t.who = ts.input, ts.who
 	if t.durable {
 		if err := s.storePendingTurn(ctx, t, sess); err != nil {
 			ts.unlock()
@@ -701,7 +718,7 @@ func (s *Service) start(ctx context.Context, t *Turn, ts turnStart) error {
 	if ts.r != nil {
 		r = ts.r
 	}
-	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: parley.ClientFrom(ctx), Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont}
+	req := parley.ReplyRequest{Key: sess.ID, Model: model, Client: ts.who.Client, User: ts.who.User, Scope: ts.scope, Messages: msgs, Params: ts.p, LoadProgress: ts.progress, Continue: ts.cont, Stateless: ts.stateless, MaxPromptTokens: ts.maxPrompt}
 	reply, err := r.Reply(ctx, req)
 	if err != nil {
 		s.undoPending(ctx, t, sess)
@@ -792,7 +809,7 @@ func (s *Service) settle(ctx context.Context, t *Turn, sess *Session, input parl
 	reply := parley.Message{Role: parley.RoleAssistant, Content: text, Reasoning: t.Reasoning(), ToolCalls: final.ToolCalls,
 		Interrupted: final.Finish == parley.FinishCancelled}
 	turn := append(append([]parley.Message{input}, t.steps...), reply) // reply keeps its tool calls
-	if err := s.commit(cctx, put, sess, turn, t.reapply); err != nil {
+	if err := s.commit(cctx, t.who, put, sess, turn, t.reapply); err != nil {
 		// The reply was streamed but not stored: say so in the final
 		// event (the wire shows it before the sentinel) instead of
 		// logging here; the final event is where this error ends.

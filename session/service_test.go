@@ -61,6 +61,11 @@ type call struct {
 	msgs   []parley.Message
 	params parley.Params
 	cont   bool // the request's Continue
+	// stateless is the request's Stateless: a turn that is never stored.
+	stateless bool
+	// who and scope are the request's caller and cache scope.
+	who   parley.Caller
+	scope string
 }
 
 // fakeResponder records calls and plays each reply on a goroutine it owns
@@ -79,7 +84,8 @@ func (f *fakeResponder) Reply(ctx context.Context, req parley.ReplyRequest) (par
 		return nil, f.err
 	}
 	msgs := req.Messages
-	c := call{key: req.Key, msgs: append([]parley.Message(nil), msgs...), params: req.Params, cont: req.Continue}
+	c := call{key: req.Key, msgs: append([]parley.Message(nil), msgs...), params: req.Params, cont: req.Continue, stateless: req.Stateless,
+		who: parley.Caller{User: req.User, Client: req.Client}, scope: req.CacheScope()}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()
@@ -122,15 +128,15 @@ func newService(t *testing.T, st session.Store, play func(context.Context, call,
 func mustOpenSession(t *testing.T, svc *session.Service) *session.Session {
 	t.Helper()
 	ctx := context.Background()
-	s, resumed, err := svc.Open(ctx, "")
+	s, resumed, err := svc.Open(ctx, parley.Caller{}, "")
 	if err != nil || resumed {
 		t.Fatalf("Open(\"\") = %v, resumed %v", err, resumed)
 	}
 	// A new session is stored at its first write; most tests want one that is.
-	if err := svc.SetSystem(ctx, s.ID, s.System); err != nil {
+	if err := svc.SetSystem(ctx, parley.Caller{}, s.ID, s.System); err != nil {
 		t.Fatal(err)
 	}
-	stored, _, err := svc.Open(ctx, s.ID)
+	stored, _, err := svc.Open(ctx, parley.Caller{}, s.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +170,7 @@ func TestServiceOpen(t *testing.T) {
 	st := mustOpen(t, storeKinds()[0])
 	svc, _ := newService(t, st, echo, session.WithSystemPrompt("Be kind."))
 	ctx := context.Background()
-	fresh, resumed, err := svc.Open(ctx, "")
+	fresh, resumed, err := svc.Open(ctx, parley.Caller{}, "")
 	if err != nil || resumed || !session.ValidID(fresh.ID) || fresh.System != "Be kind." || len(fresh.Messages) != 0 {
 		t.Fatalf("new session = %+v, %v, %v", fresh, resumed, err)
 	}
@@ -172,19 +178,19 @@ func TestServiceOpen(t *testing.T) {
 	if st.Len() != 1 {
 		t.Fatalf("a new session is not stored: Len = %d", st.Len())
 	}
-	if got, resumed, err := svc.Open(ctx, fresh.ID); err != nil || !resumed || got.ID != fresh.ID || len(got.Messages) != 0 {
+	if got, resumed, err := svc.Open(ctx, parley.Caller{}, fresh.ID); err != nil || !resumed || got.ID != fresh.ID || len(got.Messages) != 0 {
 		t.Fatalf("resuming a new session: %+v, %v, %v", got, resumed, err)
 	}
 	s := mustOpenSession(t, svc)
 	if st.Len() != 2 || s.Created.IsZero() || s.System != "Be kind." {
 		t.Fatalf("after the first write: Len = %d, session %+v", st.Len(), s)
 	}
-	again, resumed, err := svc.Open(ctx, s.ID)
+	again, resumed, err := svc.Open(ctx, parley.Caller{}, s.ID)
 	if err != nil || !resumed || !reflect.DeepEqual(again, s) {
 		t.Fatalf("Open(%s) = %+v, %v, %v; want the stored session, resumed", s.ID, again, resumed, err)
 	}
 	for _, id := range []string{mustID(t), "nope", "../../x", strings.Repeat("A", 1000)} {
-		_, _, err := svc.Open(ctx, id)
+		_, _, err := svc.Open(ctx, parley.Caller{}, id)
 		wantCode(t, err, parley.ENotFound)
 	}
 }
@@ -197,7 +203,7 @@ func TestUnusedSessionsAreBounded(t *testing.T) {
 	svc, _ := newService(t, st, echo)
 	ctx := context.Background()
 	talked := mustOpenSession(t, svc)
-	tr, err := svc.Turn(ctx, talked.ID, "hello", parley.Params{})
+	tr, err := svc.Turn(ctx, parley.Caller{}, talked.ID, "hello", parley.Params{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,22 +211,22 @@ func TestUnusedSessionsAreBounded(t *testing.T) {
 	if final.Err != nil || len(texts) == 0 {
 		t.Fatalf("turn: %v", final.Err)
 	}
-	first, _, err := svc.Open(ctx, "")
+	first, _, err := svc.Open(ctx, parley.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 1100 {
-		if _, _, err := svc.Open(ctx, ""); err != nil {
+		if _, _, err := svc.Open(ctx, parley.Caller{}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := st.Len(); n > 1024+2 {
 		t.Fatalf("store holds %d sessions after 1100 silent connections", n)
 	}
-	if _, _, err := svc.Open(ctx, first.ID); parley.ErrorCode(err) != parley.ENotFound {
+	if _, _, err := svc.Open(ctx, parley.Caller{}, first.ID); parley.ErrorCode(err) != parley.ENotFound {
 		t.Fatalf("the oldest unused session was kept: %v", err)
 	}
-	if got, _, err := svc.Open(ctx, talked.ID); err != nil || len(got.Messages) != 2 {
+	if got, _, err := svc.Open(ctx, parley.Caller{}, talked.ID); err != nil || len(got.Messages) != 2 {
 		t.Fatalf("the session with a turn: %+v, %v", got, err)
 	}
 }
@@ -246,7 +252,7 @@ func TestTurnCommitsBeforeFinalEvent(t *testing.T) {
 			}
 			svc, f := newService(t, st, play, session.WithSystemPrompt("sys"))
 			s := mustOpenSession(t, svc)
-			tr, err := svc.Turn(context.Background(), s.ID, "Tell me a story", parley.Params{})
+			tr, err := svc.Turn(context.Background(), parley.Caller{}, s.ID, "Tell me a story", parley.Params{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +307,7 @@ func TestTurnCarriesHistoryAndParams(t *testing.T) {
 	s := mustOpenSession(t, svc)
 	run := func(prompt string, p parley.Params) {
 		t.Helper()
-		tr, err := svc.Turn(ctx, s.ID, prompt, p)
+		tr, err := svc.Turn(ctx, parley.Caller{}, s.ID, prompt, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +322,7 @@ func TestTurnCarriesHistoryAndParams(t *testing.T) {
 	perSession := parley.DefaultParams()
 	perSession.MaxTokens = 9
 	perSession.Stop = []string{"\nUser:"}
-	if err := svc.SetParams(ctx, s.ID, &perSession); err != nil {
+	if err := svc.SetParams(ctx, parley.Caller{}, s.ID, &perSession); err != nil {
 		t.Fatal(err)
 	}
 	perSession.Stop[0] = "changed after SetParams"
@@ -364,11 +370,11 @@ func TestTurnRefusals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := svc.Turn(ctx, tc.id, tc.prompt, tc.p)
+			_, err := svc.Turn(ctx, parley.Caller{}, tc.id, tc.prompt, tc.p)
 			wantCode(t, err, tc.code)
 		})
 	}
-	wantCode(t, svc.SetParams(ctx, s.ID, &bad), parley.EInvalid)
+	wantCode(t, svc.SetParams(ctx, parley.Caller{}, s.ID, &bad), parley.EInvalid)
 	if len(f.callList()) != 0 {
 		t.Fatal("a refused turn reached the responder")
 	}
@@ -376,12 +382,12 @@ func TestTurnRefusals(t *testing.T) {
 	// An engine refusal (busy) is returned as is, stores nothing, and frees
 	// the session for the next turn.
 	f.err = parley.Errorf(parley.EBusy, "all slots busy")
-	_, err := svc.Turn(ctx, s.ID, "hi", parley.Params{})
+	_, err := svc.Turn(ctx, parley.Caller{}, s.ID, "hi", parley.Params{})
 	wantCode(t, err, parley.EBusy)
 	f.err = nil
 	tctx, cancel := context.WithTimeout(ctx, time.Minute) // catches a session left locked
 	defer cancel()
-	tr, err := svc.Turn(tctx, s.ID, "hi", parley.Params{})
+	tr, err := svc.Turn(tctx, parley.Caller{}, s.ID, "hi", parley.Params{})
 	if err != nil {
 		t.Fatalf("turn after a refused one: %v", err)
 	}
@@ -419,7 +425,7 @@ func TestTurnCancelledCommitsPartialReply(t *testing.T) {
 			s := mustOpenSession(t, svc)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			tr, err := svc.Turn(ctx, s.ID, "hi", parley.Params{})
+			tr, err := svc.Turn(ctx, parley.Caller{}, s.ID, "hi", parley.Params{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -461,7 +467,7 @@ func TestTurnErrorCommitsNothing(t *testing.T) {
 			svc, _ := newService(t, st, tc.play)
 			s := mustOpenSession(t, svc)
 			before := mustGet(t, st, s.ID)
-			tr, err := svc.Turn(context.Background(), s.ID, "hi", parley.Params{})
+			tr, err := svc.Turn(context.Background(), parley.Caller{}, s.ID, "hi", parley.Params{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -498,7 +504,7 @@ func TestTurnCommitFailureIsAnError(t *testing.T) {
 	}
 	svc, _ := newService(t, st, play)
 	s := mustOpenSession(t, svc)
-	tr, err := svc.Turn(context.Background(), s.ID, "hi", parley.Params{})
+	tr, err := svc.Turn(context.Background(), parley.Caller{}, s.ID, "hi", parley.Params{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +539,7 @@ func TestTurnAbandoned(t *testing.T) {
 	svc, _ := newService(t, st, play)
 	s := mustOpenSession(t, svc)
 	ctx, cancel := context.WithCancel(context.Background())
-	tr, err := svc.Turn(ctx, s.ID, "hi", parley.Params{})
+	tr, err := svc.Turn(ctx, parley.Caller{}, s.ID, "hi", parley.Params{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +548,7 @@ func TestTurnAbandoned(t *testing.T) {
 
 	next, cancelNext := context.WithTimeout(context.Background(), time.Minute) // catches a session left locked
 	defer cancelNext()
-	tr2, err := svc.Turn(next, s.ID, "again", parley.Params{})
+	tr2, err := svc.Turn(next, parley.Caller{}, s.ID, "again", parley.Params{})
 	if err != nil {
 		t.Fatalf("the session stayed locked after an abandoned turn: %v", err)
 	}
@@ -582,7 +588,7 @@ func TestTurnsQueuePerSession(t *testing.T) {
 	errs := make(chan error, turns)
 	for i := range turns {
 		wg.Go(func() {
-			tr, err := svc.Turn(ctx, s.ID, fmt.Sprintf("prompt %d", i), parley.Params{})
+			tr, err := svc.Turn(ctx, parley.Caller{}, s.ID, fmt.Sprintf("prompt %d", i), parley.Params{})
 			if err != nil {
 				errs <- err
 				return
@@ -639,7 +645,7 @@ func TestTurnWaitHonoursContextAndSessionsAreIndependent(t *testing.T) {
 	svc, _ := newService(t, st, play)
 	a, b := mustOpenSession(t, svc), mustOpenSession(t, svc)
 	ctx := context.Background()
-	held, err := svc.Turn(ctx, a.ID, "hold", parley.Params{})
+	held, err := svc.Turn(ctx, parley.Caller{}, a.ID, "hold", parley.Params{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,17 +653,17 @@ func TestTurnWaitHonoursContextAndSessionsAreIndependent(t *testing.T) {
 	// A second turn on a waits, and gives up with its context.
 	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := svc.Turn(wctx, a.ID, "queued", parley.Params{}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := svc.Turn(wctx, parley.Caller{}, a.ID, "queued", parley.Params{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("queued turn: err = %v, want the context's deadline", err)
 	}
 	// So do edits of a.
-	if err := svc.Reset(wctx, a.ID); !errors.Is(err, context.DeadlineExceeded) {
+	if err := svc.Reset(wctx, parley.Caller{}, a.ID); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("reset during a turn: err = %v, want the context's deadline", err)
 	}
 	// Session b is not held up by a.
 	bctx, cancelB := context.WithTimeout(ctx, time.Minute) // a is held until release: waiting for it would hit this
 	defer cancelB()
-	tb, err := svc.Turn(bctx, b.ID, "other", parley.Params{})
+	tb, err := svc.Turn(bctx, parley.Caller{}, b.ID, "other", parley.Params{})
 	if err != nil {
 		t.Fatalf("another session waited for a: %v", err)
 	}
@@ -677,25 +683,25 @@ func TestResetAndSetSystem(t *testing.T) {
 	s := mustOpenSession(t, svc)
 	turn := func(prompt string) {
 		t.Helper()
-		tr, err := svc.Turn(ctx, s.ID, prompt, parley.Params{})
+		tr, err := svc.Turn(ctx, parley.Caller{}, s.ID, prompt, parley.Params{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		drain(t, tr)
 	}
 	turn("one")
-	if err := svc.SetSystem(ctx, s.ID, "second system"); err != nil {
+	if err := svc.SetSystem(ctx, parley.Caller{}, s.ID, "second system"); err != nil {
 		t.Fatal(err)
 	}
 	turn("two")
-	if err := svc.Reset(ctx, s.ID); err != nil {
+	if err := svc.Reset(ctx, parley.Caller{}, s.ID); err != nil {
 		t.Fatal(err)
 	}
 	got := mustGet(t, st, s.ID)
 	if len(got.Messages) != 0 || got.System != "second system" {
 		t.Fatalf("after Reset: %+v", got)
 	}
-	if err := svc.SetSystem(ctx, s.ID, ""); err != nil {
+	if err := svc.SetSystem(ctx, parley.Caller{}, s.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	turn("three")
@@ -711,8 +717,8 @@ func TestResetAndSetSystem(t *testing.T) {
 			t.Errorf("call %d saw %v, want %v", i, calls[i].msgs, want)
 		}
 	}
-	wantCode(t, svc.Reset(ctx, "bad"), parley.ENotFound)
-	wantCode(t, svc.SetSystem(ctx, "bad", "x"), parley.ENotFound)
+	wantCode(t, svc.Reset(ctx, parley.Caller{}, "bad"), parley.ENotFound)
+	wantCode(t, svc.SetSystem(ctx, parley.Caller{}, "bad", "x"), parley.ENotFound)
 }
 
 // A session nobody has written to is stored by its first committed turn,
@@ -721,11 +727,11 @@ func TestFirstTurnStoresANewSession(t *testing.T) {
 	st := mustOpen(t, storeKinds()[0])
 	svc, _ := newService(t, st, echo, session.WithSystemPrompt("Be kind."))
 	ctx := context.Background()
-	s, _, err := svc.Open(ctx, "")
+	s, _, err := svc.Open(ctx, parley.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := svc.Turn(ctx, s.ID, "hello", parley.Params{})
+	tr, err := svc.Turn(ctx, parley.Caller{}, s.ID, "hello", parley.Params{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -734,7 +740,7 @@ func TestFirstTurnStoresANewSession(t *testing.T) {
 	if got.System != "Be kind." || len(got.Messages) != 2 || got.Messages[0].Content != "hello" {
 		t.Fatalf("stored %+v, want the system prompt and the first turn", got)
 	}
-	if _, resumed, err := svc.Open(ctx, s.ID); err != nil || !resumed {
+	if _, resumed, err := svc.Open(ctx, parley.Caller{}, s.ID); err != nil || !resumed {
 		t.Fatalf("resume after the first turn: %v, %v", resumed, err)
 	}
 }
@@ -747,7 +753,7 @@ func TestNewSessionResumesAfterRestart(t *testing.T) {
 	st := openBolt(t, path)
 	svc, _ := newService(t, st, echo)
 	ctx := context.Background()
-	fresh, _, err := svc.Open(ctx, "")
+	fresh, _, err := svc.Open(ctx, parley.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -755,7 +761,7 @@ func TestNewSessionResumesAfterRestart(t *testing.T) {
 	st = openBolt(t, path)
 	defer st.Close()
 	svc, _ = newService(t, st, echo)
-	got, resumed, err := svc.Open(ctx, fresh.ID)
+	got, resumed, err := svc.Open(ctx, parley.Caller{}, fresh.ID)
 	if err != nil || !resumed || got.ID != fresh.ID {
 		t.Fatalf("after a restart: %+v, %v, %v", got, resumed, err)
 	}

@@ -48,12 +48,12 @@ type Session struct {
 	Responses []ResponseRecord  `json:"responses,omitempty"` // the turns run through the Responses API, oldest first
 	Metadata  map[string]string `json:"metadata,omitempty"`  // a conversation's metadata
 
-	// Owner is the key of the client that created the session (see
-	// WithClient; never a secret), fixed at creation: the store counts a
+	// Owner is the key of the client that created the session
+	// (parley.Caller.Client; never a secret), fixed at creation: the store counts a
 	// client's sessions by it. "" for sessions created without a client,
 	// and for those stored before owners were recorded.
 	Owner string `json:"owner,omitempty"`
-	// User is the user the session belongs to (parley.WithUser: the name
+	// User is the user the session belongs to (parley.Caller.User: the name
 	// an API key maps to; "" is the anonymous user), fixed at creation.
 	// Only that user reaches the session: anyone else's request for it is
 	// answered as for an unknown id (Service.get).

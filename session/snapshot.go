@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"fmt"
+
+	"github.com/parley-chat/parley"
 )
 
 // Snapshot reads turn t's session as stored now, and reports whether t is
@@ -13,10 +15,10 @@ import (
 // is ordered against the turn's commit (settle), so a session never shows
 // a turn half way, and a resuming client never misses a turn that is
 // committed behind its back.
-func (s *Service) Snapshot(ctx context.Context, t *Turn) (sess *Session, pending bool, err error) {
+func (s *Service) Snapshot(ctx context.Context, who parley.Caller, t *Turn) (sess *Session, pending bool, err error) {
 	t.settleMu.Lock()
 	defer t.settleMu.Unlock()
-	sess, err = s.get(ctx, t.id)
+	sess, err = s.get(ctx, who, t.id)
 	if err != nil {
 		return nil, false, fmt.Errorf("snapshot session: %w", err)
 	}

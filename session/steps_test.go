@@ -54,7 +54,7 @@ func TestRespondCommitsSteps(t *testing.T) {
 	}
 	loop := stepsResponder{f, steps}
 	ctx := context.Background()
-	resp, err := svc.Respond(ctx, session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "one plus one"}},
+	resp, err := svc.Respond(ctx, parley.Caller{}, session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "one plus one"}},
 		Params: parley.DefaultParams(), Responder: loop})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestRespondCommitsSteps(t *testing.T) {
 	if rec.Steps != 2 || rec.End-rec.Start != 4 {
 		t.Fatalf("record %+v", rec)
 	}
-	got, sess, err := svc.GetResponse(ctx, rec.ID)
+	got, sess, err := svc.GetResponse(ctx, parley.Caller{}, rec.ID)
 	if err != nil || got.ID != rec.ID {
 		t.Fatalf("get response: %+v, %v", got, err)
 	}
@@ -87,7 +87,7 @@ func TestRespondCommitsSteps(t *testing.T) {
 	}
 
 	// The next turn continues after the reply, through the Service's own Responder.
-	next, err := svc.Respond(ctx, session.ResponseRequest{Previous: rec.ID, Input: []parley.Message{{Role: parley.RoleUser, Content: "thanks"}},
+	next, err := svc.Respond(ctx, parley.Caller{}, session.ResponseRequest{Previous: rec.ID, Input: []parley.Message{{Role: parley.RoleUser, Content: "thanks"}},
 		Params: parley.DefaultParams()})
 	if err != nil {
 		t.Fatal(err)
@@ -100,13 +100,13 @@ func TestRespondCommitsSteps(t *testing.T) {
 
 	// A chat turn through ReplyWith.
 	s := mustOpenSession(t, svc)
-	turn, err := svc.Turn(ctx, s.ID, "two plus two", parley.DefaultParams(), session.ReplyWith(loop))
+	turn, err := svc.Turn(ctx, parley.Caller{}, s.ID, "two plus two", parley.DefaultParams(), session.ReplyWith(loop))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range turn.Events() {
 	}
-	stored, err := svc.Conversation(ctx, s.ID)
+	stored, err := svc.Conversation(ctx, parley.Caller{}, s.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +128,14 @@ func TestRespondKeepsListed(t *testing.T) {
 			t.Cleanup(func() { st.Close() })
 			svc, f := newService(t, st, echo)
 			listed := json.RawMessage(`[{"type":"mcp_list_tools","server_label":"math","tools":[{"name":"add"}]}]`)
-			resp, err := svc.Respond(context.Background(), session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "hi"}},
+			resp, err := svc.Respond(context.Background(), parley.Caller{}, session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "hi"}},
 				Params: parley.DefaultParams(), Responder: stepsResponder{f, nil}, Listed: listed})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for range resp.Events() {
 			}
-			got, _, err := svc.GetResponse(context.Background(), resp.Final().ID)
+			got, _, err := svc.GetResponse(context.Background(), parley.Caller{}, resp.Final().ID)
 			if err != nil || string(got.Listed) != string(listed) {
 				t.Errorf("record %+v, %v", got, err)
 			}
@@ -172,16 +172,22 @@ func TestTurnOptionsReachTheReply(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	svc, f := newService(t, st, echo)
 	s := mustOpenSession(t, svc)
-	ctx := parley.WithClient(context.Background(), "10.0.0.1")
+	who := parley.Caller{Client: "10.0.0.1"}
 	var shown, clients []string
 	show := session.ShowLoadProgress(func(model string, frac float64) {
 		shown = append(shown, fmt.Sprintf("%s %.1f", model, frac))
 	})
 	via := session.ReplyWith(progressResponder{f, &clients})
 	for i, start := range []func() (*session.Turn, error){
-		func() (*session.Turn, error) { return svc.Turn(ctx, s.ID, "hello", parley.DefaultParams(), show, via) },
-		func() (*session.Turn, error) { return svc.Regenerate(ctx, s.ID, parley.DefaultParams(), via, show) },
-		func() (*session.Turn, error) { return svc.Turn(ctx, s.ID, "again", parley.DefaultParams(), via) },
+		func() (*session.Turn, error) {
+			return svc.Turn(context.Background(), who, s.ID, "hello", parley.DefaultParams(), show, via)
+		},
+		func() (*session.Turn, error) {
+			return svc.Regenerate(context.Background(), who, s.ID, parley.DefaultParams(), via, show)
+		},
+		func() (*session.Turn, error) {
+			return svc.Turn(context.Background(), who, s.ID, "again", parley.DefaultParams(), via)
+		},
 	} {
 		turn, err := start()
 		if err != nil {
@@ -198,5 +204,37 @@ func TestTurnOptionsReachTheReply(t *testing.T) {
 	}
 	if len(clients) != 3 || clients[0] != "10.0.0.1" || clients[2] != "10.0.0.1" {
 		t.Errorf("the replies' requests name clients %v, want 10.0.0.1 each", clients)
+	}
+}
+
+// TestTurnCallerReachesTheReply: a turn's reply is asked for as its caller
+// (the user and client given to Turn), in the cache scope InCacheScope
+// names, and without one in the user's own scope.
+func TestTurnCallerReachesTheReply(t *testing.T) {
+	st := session.NewMemoryStore()
+	t.Cleanup(func() { st.Close() })
+	svc, f := newService(t, st, echo)
+	ctx, alice := context.Background(), parley.Caller{User: "alice", Client: "10.0.0.1"}
+	s, _, err := svc.Open(ctx, alice, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	perClient := parley.ClientCacheScope("alice", "10.0.0.1")
+	for _, opts := range [][]session.TurnOption{{session.InCacheScope(perClient)}, nil} {
+		turn, err := svc.Turn(ctx, alice, s.ID, "hello", parley.DefaultParams(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(t, turn)
+	}
+	calls := f.callList()
+	if len(calls) != 2 || calls[0].who != alice || calls[1].who != alice {
+		t.Fatalf("replies asked for as %+v, want alice from 10.0.0.1 each", calls)
+	}
+	if calls[0].scope != perClient || calls[1].scope != parley.UserCacheScope("alice") {
+		t.Errorf("scopes %q and %q, want the client's then the user's", calls[0].scope, calls[1].scope)
+	}
+	if _, err := svc.Turn(ctx, parley.Caller{User: "bob", Client: "10.0.0.1"}, s.ID, "mine", parley.DefaultParams()); !isNotFound(err) {
+		t.Errorf("bob's turn on alice's session: %v", err)
 	}
 }

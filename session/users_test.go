@@ -89,20 +89,20 @@ func TestStoreListsUserSessions(t *testing.T) {
 func TestUsersReachOnlyTheirOwn(t *testing.T) {
 	st := mustOpen(t, storeKinds()[0])
 	svc, _ := newService(t, st, echo)
-	alice := parley.WithUser(context.Background(), "alice")
-	bob := parley.WithUser(context.Background(), "bob")
-	anon := context.Background()
+	alice := parley.Caller{User: "alice"}
+	bob := parley.Caller{User: "bob"}
+	anon := parley.Caller{}
 
-	sess, _, err := svc.Open(alice, "")
+	sess, _, err := svc.Open(context.Background(), alice, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := svc.Turn(alice, sess.ID, "Once", parley.Params{})
+	tr, err := svc.Turn(context.Background(), alice, sess.ID, "Once", parley.Params{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	drain(t, tr)
-	resp, err := svc.Respond(alice, session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "A story"}}, Params: parley.DefaultParams()})
+	resp, err := svc.Respond(context.Background(), alice, session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "A story"}}, Params: parley.DefaultParams()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,47 +110,47 @@ func TestUsersReachOnlyTheirOwn(t *testing.T) {
 	}
 	rid := resp.Record.ID
 
-	for name, ctx := range map[string]context.Context{"bob": bob, "anonymous": anon} {
-		if _, _, err := svc.Open(ctx, sess.ID); !isNotFound(err) {
+	for name, who := range map[string]parley.Caller{"bob": bob, "anonymous": anon} {
+		if _, _, err := svc.Open(context.Background(), who, sess.ID); !isNotFound(err) {
 			t.Errorf("%s resumed alice's session: %v", name, err)
 		}
-		if _, err := svc.Conversation(ctx, sess.ID); !isNotFound(err) {
+		if _, err := svc.Conversation(context.Background(), who, sess.ID); !isNotFound(err) {
 			t.Errorf("%s read alice's conversation: %v", name, err)
 		}
-		if _, err := svc.Turn(ctx, sess.ID, "mine now", parley.Params{}); !isNotFound(err) {
+		if _, err := svc.Turn(context.Background(), who, sess.ID, "mine now", parley.Params{}); !isNotFound(err) {
 			t.Errorf("%s ran a turn on alice's session: %v", name, err)
 		}
-		if _, err := svc.Rename(ctx, sess.ID, "x"); !isNotFound(err) {
+		if _, err := svc.Rename(context.Background(), who, sess.ID, "x"); !isNotFound(err) {
 			t.Errorf("%s renamed alice's conversation: %v", name, err)
 		}
-		if _, err := svc.Fork(ctx, sess.ID, 0); !isNotFound(err) {
+		if _, err := svc.Fork(context.Background(), who, sess.ID, 0); !isNotFound(err) {
 			t.Errorf("%s forked alice's conversation: %v", name, err)
 		}
-		if err := svc.DeleteConversation(ctx, sess.ID); !isNotFound(err) {
+		if err := svc.DeleteConversation(context.Background(), who, sess.ID); !isNotFound(err) {
 			t.Errorf("%s deleted alice's conversation: %v", name, err)
 		}
-		if _, _, err := svc.GetResponse(ctx, rid); !isNotFound(err) {
+		if _, _, err := svc.GetResponse(context.Background(), who, rid); !isNotFound(err) {
 			t.Errorf("%s read alice's response: %v", name, err)
 		}
-		if err := svc.DeleteResponse(ctx, rid); !isNotFound(err) {
+		if err := svc.DeleteResponse(context.Background(), who, rid); !isNotFound(err) {
 			t.Errorf("%s deleted alice's response: %v", name, err)
 		}
-		if _, err := svc.Respond(ctx, session.ResponseRequest{Previous: rid, Input: []parley.Message{{Role: parley.RoleUser, Content: "x"}}, Params: parley.DefaultParams()}); !isNotFound(err) {
+		if _, err := svc.Respond(context.Background(), who, session.ResponseRequest{Previous: rid, Input: []parley.Message{{Role: parley.RoleUser, Content: "x"}}, Params: parley.DefaultParams()}); !isNotFound(err) {
 			t.Errorf("%s chained from alice's response: %v", name, err)
 		}
-		if _, err := svc.Respond(ctx, session.ResponseRequest{Conversation: sess.ID, Input: []parley.Message{{Role: parley.RoleUser, Content: "x"}}, Params: parley.DefaultParams()}); !isNotFound(err) {
+		if _, err := svc.Respond(context.Background(), who, session.ResponseRequest{Conversation: sess.ID, Input: []parley.Message{{Role: parley.RoleUser, Content: "x"}}, Params: parley.DefaultParams()}); !isNotFound(err) {
 			t.Errorf("%s continued alice's conversation: %v", name, err)
 		}
-		if page, _, err := svc.ListConversations(ctx, session.ListQuery{}); err != nil || len(page) != 0 {
+		if page, _, err := svc.ListConversations(context.Background(), who, session.ListQuery{}); err != nil || len(page) != 0 {
 			t.Errorf("%s lists %+v (%v)", name, page, err)
 		}
 	}
 	// Alice's are untouched, and hers to list.
-	got, err := svc.Conversation(alice, sess.ID)
+	got, err := svc.Conversation(context.Background(), alice, sess.ID)
 	if err != nil || len(got.Messages) != 2 || got.User != "alice" {
 		t.Fatalf("alice's session after the others tried: %+v, %v", got, err)
 	}
-	page, more, err := svc.ListConversations(alice, session.ListQuery{})
+	page, more, err := svc.ListConversations(context.Background(), alice, session.ListQuery{})
 	if err != nil || more || len(page) != 2 || page[0].Title != "A story" || page[1].Title != "Once" {
 		t.Fatalf("alice's list %+v more %v: %v", page, more, err)
 	}
@@ -162,68 +162,68 @@ func TestUsersReachOnlyTheirOwn(t *testing.T) {
 func TestListRenameForkRegenerate(t *testing.T) {
 	st := mustOpen(t, storeKinds()[0])
 	svc, f := newService(t, st, echo)
-	ctx := parley.WithUser(context.Background(), "alice")
+	ctx, alice := context.Background(), parley.Caller{User: "alice"}
 	var ids []string
 	for i := range 5 {
-		s, _, err := svc.Open(ctx, "")
+		s, _, err := svc.Open(ctx, alice, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, err := svc.Turn(ctx, s.ID, fmt.Sprintf("Topic %d\nmore text", i), parley.Params{})
+		tr, err := svc.Turn(ctx, alice, s.ID, fmt.Sprintf("Topic %d\nmore text", i), parley.Params{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		drain(t, tr)
 		ids = append(ids, s.ID)
 	}
-	if _, _, err := svc.Open(ctx, ""); err != nil { // never used: not listed
+	if _, _, err := svc.Open(ctx, alice, ""); err != nil { // never used: not listed
 		t.Fatal(err)
 	}
-	page, more, err := svc.ListConversations(ctx, session.ListQuery{Limit: 2})
+	page, more, err := svc.ListConversations(ctx, alice, session.ListQuery{Limit: 2})
 	if err != nil || !more || len(page) != 2 || page[0].ID != ids[4] || page[1].ID != ids[3] || page[0].Title != "Topic 4" {
 		t.Fatalf("first page %+v more %v: %v", page, more, err)
 	}
-	page, more, err = svc.ListConversations(ctx, session.ListQuery{Limit: 2, After: page[1].ID})
+	page, more, err = svc.ListConversations(ctx, alice, session.ListQuery{Limit: 2, After: page[1].ID})
 	if err != nil || !more || len(page) != 2 || page[0].ID != ids[2] {
 		t.Fatalf("second page %+v more %v: %v", page, more, err)
 	}
-	page, more, err = svc.ListConversations(ctx, session.ListQuery{Limit: 2, After: page[1].ID})
+	page, more, err = svc.ListConversations(ctx, alice, session.ListQuery{Limit: 2, After: page[1].ID})
 	if err != nil || more || len(page) != 1 || page[0].ID != ids[0] {
 		t.Fatalf("last page %+v more %v: %v", page, more, err)
 	}
 
-	if _, err := svc.Rename(ctx, ids[1], "Cats and dogs"); err != nil {
+	if _, err := svc.Rename(ctx, alice, ids[1], "Cats and dogs"); err != nil {
 		t.Fatal(err)
 	}
-	page, _, err = svc.ListConversations(ctx, session.ListQuery{Query: "DOGS"})
+	page, _, err = svc.ListConversations(ctx, alice, session.ListQuery{Query: "DOGS"})
 	if err != nil || len(page) != 1 || page[0].ID != ids[1] || page[0].Title != "Cats and dogs" {
 		t.Fatalf("search %+v: %v", page, err)
 	}
 
 	// Fork keeps the first message only; the original keeps both.
-	fork, err := svc.Fork(ctx, ids[0], 0)
+	fork, err := svc.Fork(ctx, alice, ids[0], 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fork.ID == ids[0] || len(fork.Messages) != 0 || fork.User != "alice" {
 		t.Fatalf("fork %+v", fork)
 	}
-	if _, err := svc.Fork(ctx, ids[0], 3); parley.ErrorCode(err) != parley.EInvalid {
+	if _, err := svc.Fork(ctx, alice, ids[0], 3); parley.ErrorCode(err) != parley.EInvalid {
 		t.Fatalf("fork past the end: %v", err)
 	}
-	orig, _ := svc.Conversation(ctx, ids[0])
+	orig, _ := svc.Conversation(ctx, alice, ids[0])
 	if len(orig.Messages) != 2 {
 		t.Fatalf("the original after a fork: %+v", orig.Messages)
 	}
 
 	// Regenerate: the stored session holds the prompt once, and the new reply.
 	before := len(f.callList())
-	tr, err := svc.Regenerate(ctx, ids[0], parley.Params{})
+	tr, err := svc.Regenerate(ctx, alice, ids[0], parley.Params{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	drain(t, tr)
-	again, _ := svc.Conversation(ctx, ids[0])
+	again, _ := svc.Conversation(ctx, alice, ids[0])
 	if len(again.Messages) != 2 || again.Messages[0].Content != "Topic 0\nmore text" || again.Messages[1].Content != "reply to Topic 0\nmore text" {
 		t.Fatalf("after regenerate: %+v", again.Messages)
 	}
@@ -231,8 +231,8 @@ func TestListRenameForkRegenerate(t *testing.T) {
 	if len(calls) != before+1 || len(calls[before].msgs) != 1 {
 		t.Fatalf("regenerate sent %d messages, want the prompt alone", len(calls[before].msgs))
 	}
-	empty, _, _ := svc.Open(ctx, "")
-	if _, err := svc.Regenerate(ctx, empty.ID, parley.Params{}); parley.ErrorCode(err) != parley.EInvalid {
+	empty, _, _ := svc.Open(ctx, alice, "")
+	if _, err := svc.Regenerate(ctx, alice, empty.ID, parley.Params{}); parley.ErrorCode(err) != parley.EInvalid {
 		t.Fatalf("regenerate with no prompt: %v", err)
 	}
 }
@@ -318,13 +318,13 @@ func TestRegenerateAfterConflict(t *testing.T) {
 			svc, _ := newService(t, st, echo)
 			ctx := context.Background()
 			sess := mustOpenSession(t, svc)
-			tr, err := svc.Turn(ctx, sess.ID, "Once", parley.Params{})
+			tr, err := svc.Turn(ctx, parley.Caller{}, sess.ID, "Once", parley.Params{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			drain(t, tr)
 			st.armed, st.skip = true, tc.skip
-			tr, err = svc.Regenerate(ctx, sess.ID, parley.Params{})
+			tr, err = svc.Regenerate(ctx, parley.Caller{}, sess.ID, parley.Params{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -334,7 +334,7 @@ func TestRegenerateAfterConflict(t *testing.T) {
 			if st.armed {
 				t.Fatal("the conflict was never met")
 			}
-			got, err := svc.Conversation(ctx, sess.ID)
+			got, err := svc.Conversation(ctx, parley.Caller{}, sess.ID)
 			if err != nil || len(got.Messages) != 2 || got.Messages[0].Content != "Once" || got.Messages[1].Interrupted {
 				t.Fatalf("after a conflicted regenerate: %+v, %v", got, err)
 			}
@@ -352,26 +352,26 @@ func TestRenameMetadataLimit(t *testing.T) {
 	for i := range session.MaxMetadataKeys {
 		full[fmt.Sprintf("k%d", i)] = "v"
 	}
-	c, err := svc.CreateConversation(ctx, "", nil, full)
+	c, err := svc.CreateConversation(ctx, parley.Caller{}, "", nil, full)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Rename(ctx, c.ID, "One more"); parley.ErrorCode(err) != parley.EInvalid {
+	if _, err := svc.Rename(ctx, parley.Caller{}, c.ID, "One more"); parley.ErrorCode(err) != parley.EInvalid {
 		t.Fatalf("a 17th key: %v", err)
 	}
-	got, err := svc.Conversation(ctx, c.ID)
+	got, err := svc.Conversation(ctx, parley.Caller{}, c.ID)
 	if err != nil || len(got.Metadata) != session.MaxMetadataKeys || got.Metadata[session.TitleKey] != "" {
 		t.Fatalf("stored after the refusal: %v, %v", got.Metadata, err)
 	}
 	delete(full, "k0")
 	full[session.TitleKey] = "Old"
-	if _, err := svc.SetMetadata(ctx, c.ID, full); err != nil {
+	if _, err := svc.SetMetadata(ctx, parley.Caller{}, c.ID, full); err != nil {
 		t.Fatal(err)
 	}
-	if got, err = svc.Rename(ctx, c.ID, "New"); err != nil || len(got.Metadata) != session.MaxMetadataKeys || got.Title() != "New" {
+	if got, err = svc.Rename(ctx, parley.Caller{}, c.ID, "New"); err != nil || len(got.Metadata) != session.MaxMetadataKeys || got.Title() != "New" {
 		t.Fatalf("renamed in place: %v, %v", got.Metadata, err)
 	}
-	if got, err = svc.Rename(ctx, c.ID, ""); err != nil || len(got.Metadata) != session.MaxMetadataKeys-1 {
+	if got, err = svc.Rename(ctx, parley.Caller{}, c.ID, ""); err != nil || len(got.Metadata) != session.MaxMetadataKeys-1 {
 		t.Fatalf("title removed: %v, %v", got.Metadata, err)
 	}
 }

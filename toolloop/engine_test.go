@@ -50,9 +50,9 @@ func TestLoopThroughLlama(t *testing.T) {
 		mu.Unlock()
 		return rep, nil
 	}
-	ctx, cancel := context.WithTimeout(parley.WithUser(context.Background(), "alice"), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ts, err := toolloop.Build(ctx, m, toolloop.Selection{All: true}, nil)
+	ts, err := toolloop.Build(ctx, m, "alice", toolloop.Selection{All: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -453,7 +453,7 @@ func (s *state) call(c parley.ToolCall, t Tool) bool {
 	if !s.emit(Event{Kind: EventCall, Step: s.steps, Call: call}) {
 		return false
 	}
-	out := Invoke(s.ctx, s.l.host, t, c, s.l.log)
+	out := Invoke(s.ctx, s.l.host, s.req.Tools.User(), t, c, s.l.log)
 	if s.ctx.Err() != nil {
 		return false
 	}
@@ -465,13 +465,13 @@ func (s *state) call(c parley.ToolCall, t Tool) bool {
 // layer makes before the run that carries on after it) or inside one: the
 // Call with its Output, or its Error when the call failed or the tool
 // reported one. log may be nil.
-func Invoke(ctx context.Context, host Host, t Tool, c parley.ToolCall, log *zap.Logger) Call {
+func Invoke(ctx context.Context, host Host, user string, t Tool, c parley.ToolCall, log *zap.Logger) Call {
 	out := Call{ID: c.ID, Tool: t, Arguments: c.Arguments}
 	args := json.RawMessage(c.Arguments)
 	if len(strings.TrimSpace(c.Arguments)) == 0 {
 		args = json.RawMessage("{}")
 	}
-	res, err := host.CallTool(ctx, t.Server, t.Remote, args)
+	res, err := host.CallTool(ctx, user, t.Server, t.Remote, args)
 	switch {
 	case err != nil:
 		out.Error = err.Error()

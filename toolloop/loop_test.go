@@ -26,14 +26,14 @@ type fakeHost struct {
 	down  bool // "web" cannot list its tools
 }
 
-func (h *fakeHost) Servers(ctx context.Context) []string {
-	if parley.UserFrom(ctx) == "guest" {
+func (h *fakeHost) Servers(user string) []string {
+	if user == "guest" {
 		return []string{"calc"}
 	}
 	return []string{"calc", "web"}
 }
 
-func (h *fakeHost) ListTools(ctx context.Context, server string) ([]toolloop.RemoteTool, error) {
+func (h *fakeHost) ListTools(ctx context.Context, _, server string) ([]toolloop.RemoteTool, error) {
 	obj := json.RawMessage(`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}}}`)
 	switch server {
 	case "calc":
@@ -52,7 +52,7 @@ func (h *fakeHost) ListTools(ctx context.Context, server string) ([]toolloop.Rem
 	return nil, errors.New("no such server")
 }
 
-func (h *fakeHost) CallTool(ctx context.Context, server, tool string, args json.RawMessage) (toolloop.Result, error) {
+func (h *fakeHost) CallTool(ctx context.Context, _, server, tool string, args json.RawMessage) (toolloop.Result, error) {
 	h.mu.Lock()
 	h.calls = append(h.calls, server+"/"+tool+" "+string(args))
 	h.mu.Unlock()
@@ -150,7 +150,7 @@ func userMsg(text string) []parley.Message {
 func TestLoopCallsServerToolAndContinues(t *testing.T) {
 	ctx := context.Background()
 	host := &fakeHost{}
-	ts, err := toolloop.Build(ctx, host, toolloop.Selection{All: true}, nil)
+	ts, err := toolloop.Build(ctx, host, "", toolloop.Selection{All: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestLoopClientToolsPassThrough(t *testing.T) {
 	ctx := context.Background()
 	host := &fakeHost{}
 	client := parley.Tool{Name: "fetch", Parameters: json.RawMessage(`{"type":"object"}`)}
-	ts, err := toolloop.Build(ctx, host, toolloop.Selection{All: true}, []parley.Tool{client})
+	ts, err := toolloop.Build(ctx, host, "", toolloop.Selection{All: true}, []parley.Tool{client})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestLoopClientToolsPassThrough(t *testing.T) {
 func TestLoopStepLimitEndsWithAnswer(t *testing.T) {
 	ctx := context.Background()
 	host := &fakeHost{}
-	ts, _ := toolloop.Build(ctx, host, toolloop.Selection{All: true}, nil)
+	ts, _ := toolloop.Build(ctx, host, "", toolloop.Selection{All: true}, nil)
 	sc := &script{replies: []string{`call:add {"a":1,"b":1}`, `call:add {"a":1,"b":2}`, "done"}}
 	evs := collect(t, toolloop.New(sc.reply, host), ctx, toolloop.Request{Messages: userMsg("go"), Params: params(), Tools: ts, MaxSteps: 3})
 	done := evs[len(evs)-1].Done
@@ -255,7 +255,7 @@ func TestLoopStepLimitEndsWithAnswer(t *testing.T) {
 func TestLoopFailedCallReachesModel(t *testing.T) {
 	ctx := context.Background()
 	host := &fakeHost{}
-	ts, _ := toolloop.Build(ctx, host, toolloop.Selection{All: true}, nil)
+	ts, _ := toolloop.Build(ctx, host, "", toolloop.Selection{All: true}, nil)
 	sc := &script{replies: []string{`call:fail {}`, "sorry"}}
 	evs := collect(t, toolloop.New(sc.reply, host), ctx, toolloop.Request{Messages: userMsg("go"), Params: params(), Tools: ts})
 	res := evs[3].Call
@@ -275,7 +275,7 @@ func TestLoopApprovalRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	host := &fakeHost{}
 	sel := toolloop.Selection{Servers: []toolloop.MCPSpec{{ServerLabel: "calc", AllowedTools: []string{"add"}}}} // approval: always (the zero value)
-	ts, err := toolloop.Build(ctx, host, sel, nil)
+	ts, err := toolloop.Build(ctx, host, "", sel, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,12 +321,11 @@ func TestLoopApprovalRoundTrip(t *testing.T) {
 
 func TestBuildPolicyAndErrors(t *testing.T) {
 	host := &fakeHost{down: true}
-	guest := parley.WithUser(context.Background(), "guest")
-	_, err := toolloop.Build(guest, host, toolloop.Selection{Servers: []toolloop.MCPSpec{{ServerLabel: "web"}}}, nil)
+	_, err := toolloop.Build(context.Background(), host, "guest", toolloop.Selection{Servers: []toolloop.MCPSpec{{ServerLabel: "web"}}}, nil)
 	if parley.ErrorCode(err) != parley.EInvalid {
 		t.Fatalf("a server the user may not use: err = %v", err)
 	}
-	ts, err := toolloop.Build(context.Background(), host, toolloop.Selection{All: true}, nil)
+	ts, err := toolloop.Build(context.Background(), host, "", toolloop.Selection{All: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +346,7 @@ func TestBuildPolicyAndErrors(t *testing.T) {
 	for i := range parley.MaxTools {
 		many = append(many, parley.Tool{Name: fmt.Sprintf("t%d", i)})
 	}
-	if _, err := toolloop.Build(context.Background(), host, toolloop.Selection{All: true}, many); parley.ErrorCode(err) != parley.EInvalid {
+	if _, err := toolloop.Build(context.Background(), host, "", toolloop.Selection{All: true}, many); parley.ErrorCode(err) != parley.EInvalid {
 		t.Errorf("over MaxTools: err = %v", err)
 	}
 }
@@ -374,7 +373,7 @@ func TestApprovalRequires(t *testing.T) {
 func TestLoopReaderLeaves(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	host := &fakeHost{}
-	ts, _ := toolloop.Build(ctx, host, toolloop.Selection{All: true}, nil)
+	ts, _ := toolloop.Build(ctx, host, "", toolloop.Selection{All: true}, nil)
 	sc := &script{replies: []string{`call:add {"a":1,"b":1}`, "x"}}
 	run, err := toolloop.New(sc.reply, host).Start(ctx, toolloop.Request{Messages: userMsg("go"), Params: params(), Tools: ts})
 	if err != nil {
@@ -392,7 +391,7 @@ func TestLoopReaderLeaves(t *testing.T) {
 func TestLoopForcedCallValidatedOnce(t *testing.T) {
 	ctx := context.Background()
 	host := &fakeHost{}
-	ts, err := toolloop.Build(ctx, host, toolloop.Selection{All: true}, nil)
+	ts, err := toolloop.Build(ctx, host, "", toolloop.Selection{All: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,19 +27,19 @@ type Result struct {
 	IsError bool
 }
 
-// Host lists and calls the server tools of the user that a context names
-// (parley.UserFrom). It enforces that user's policy: a tool the user may not
-// use is neither listed nor called. mcp.Manager is one.
+// Host lists and calls the server tools of a user (parley.Caller.User: ""
+// is the anonymous user). It enforces that user's policy: a tool the user
+// may not use is neither listed nor called. mcp.Manager is one.
 type Host interface {
-	// Servers returns the labels of the servers ctx's user may use, sorted.
-	Servers(ctx context.Context) []string
-	// ListTools returns the tools of server that ctx's user may call.
-	ListTools(ctx context.Context, server string) ([]RemoteTool, error)
-	// CallTool calls tool on server with args (a JSON object) for ctx's
-	// user. An error means the call itself failed (refused, timed out, the
-	// server crashed); its text is written for the user and the model and
-	// holds no secret.
-	CallTool(ctx context.Context, server, tool string, args json.RawMessage) (Result, error)
+	// Servers returns the labels of the servers user may use, sorted.
+	Servers(user string) []string
+	// ListTools returns the tools of server that user may call.
+	ListTools(ctx context.Context, user, server string) ([]RemoteTool, error)
+	// CallTool calls tool on server with args (a JSON object) for user. An
+	// error means the call itself failed (refused, timed out, the server
+	// crashed); its text is written for the user and the model and holds
+	// no secret.
+	CallTool(ctx context.Context, user, server, tool string, args json.RawMessage) (Result, error)
 }
 
 // Approval modes (Approval.Mode), as the Responses API names them.
@@ -110,6 +110,7 @@ type ServerTools struct {
 // Toolset is the server tools of one request beside its client tools. It is
 // immutable once built and safe for concurrent use.
 type Toolset struct {
+	user    string // whose server tools they are: every call is made for this user
 	servers []ServerTools
 	byName  map[string]Tool
 	byCall  map[[2]string]Tool // by server label and remote name
@@ -122,14 +123,14 @@ type Toolset struct {
 // nameRe is the rule for the names the model calls tools by (OpenAI's).
 var nameRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// Build lists the tools sel enables for ctx's user and names them beside
+// Build lists the tools sel enables for user and names them beside
 // client (the request's own tools). A server named in sel that the user
 // may not use is an EInvalid error; a server that cannot list its tools
 // only leaves its tools out (ServerTools.Err). A tool whose description
 // breaks the rules a request's tools follow is left out too.
-func Build(ctx context.Context, host Host, sel Selection, client []parley.Tool) (*Toolset, error) {
-	ts := &Toolset{byName: map[string]Tool{}, byCall: map[[2]string]Tool{}, client: client}
-	available := host.Servers(ctx)
+func Build(ctx context.Context, host Host, user string, sel Selection, client []parley.Tool) (*Toolset, error) {
+	ts := &Toolset{user: user, byName: map[string]Tool{}, byCall: map[[2]string]Tool{}, client: client}
+	available := host.Servers(user)
 	specs := sel.Servers
 	if sel.All {
 		specs = nil
@@ -148,7 +149,7 @@ func Build(ctx context.Context, host Host, sel Selection, client []parley.Tool) 
 		}
 		seen[sp.ServerLabel] = true
 		st := ServerTools{Label: sp.ServerLabel}
-		remote, err := host.ListTools(ctx, sp.ServerLabel)
+		remote, err := host.ListTools(ctx, user, sp.ServerLabel)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)
@@ -271,6 +272,9 @@ func (ts *Toolset) Tools() []Tool {
 // Servers returns the tools of each server the request enables, with the
 // error of those that could not list theirs.
 func (ts *Toolset) Servers() []ServerTools { return slices.Clone(ts.servers) }
+
+// User is the user the tools were listed for, whose calls they make.
+func (ts *Toolset) User() string { return ts.user }
 
 // Skipped returns how many tools were left out because their servers
 // described them in ways no request's tool may be.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/parley-chat/parley"
+	"github.com/parley-chat/parley/web/internal/apicore"
 )
 
 // WithModels makes the server serve several models (see Models); r must
@@ -73,7 +74,7 @@ func (s *Server) adminAllowed(c echo.Context) error {
 	if s.cfg.APIKey == "" {
 		return parley.Errorf(parley.EForbidden, "the admin endpoints need an API key: start the server with --api-key")
 	}
-	if parley.UserFrom(c.Request().Context()) != "" {
+	if apicore.CallerOf(c.Request().Context()).User != "" {
 		return parley.Errorf(parley.EForbidden, "the admin endpoints need the server's --api-key, not a user's key")
 	}
 	return s.core.Available()

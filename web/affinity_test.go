@@ -74,7 +74,7 @@ func TestAffinityHeaderFamilies(t *testing.T) {
 	// A stored chain: its session's id, turn after turn.
 	k1, r1 := call("/v1/responses", map[string]any{"input": "Tell me about a cat.", "max_output_tokens": 4}, "alice-key")
 	k2, _ := call("/v1/responses", map[string]any{"input": "And then?", "max_output_tokens": 4, "previous_response_id": r1["id"]}, "alice-key")
-	_, sess, err := s.sessions.GetResponse(parley.WithUser(context.Background(), "alice"), r1["id"].(string))
+	_, sess, err := s.sessions.GetResponse(context.Background(), parley.Caller{User: "alice"}, r1["id"].(string))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/web"
 )
 
@@ -90,7 +91,7 @@ func createResponse(tb testing.TB, s *stack, body map[string]any) respObject {
 // id itself does not show it).
 func sessionOf(tb testing.TB, s *stack, id string) string {
 	tb.Helper()
-	_, sess, err := s.sessions.GetResponse(context.Background(), id)
+	_, sess, err := s.sessions.GetResponse(context.Background(), parley.Caller{}, id)
 	if err != nil {
 		tb.Fatalf("response %s: %v", id, err)
 	}

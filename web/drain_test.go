@@ -144,7 +144,7 @@ func TestCloseBoundedWhenAStepNeverReturns(t *testing.T) {
 		t.Fatal("the HTTP stream is still open after Close")
 	}
 
-	sess, _, err := h.sessions.Open(context.Background(), id)
+	sess, _, err := h.sessions.Open(context.Background(), parley.Caller{}, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestPromptQueuedAtShutdownIsKept(t *testing.T) {
 	if err := h.srv.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	sess, err := h.sessions.Conversation(context.Background(), id)
+	sess, err := h.sessions.Conversation(context.Background(), parley.Caller{}, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,9 @@ func (s *Server) embedLookup(r *http.Request, model string, keepAlive *time.Dura
 		}
 		name = n
 	}
-	return s.embeds.EmbedModel(apicore.WithModel(r.Context(), name), name, keepAlive)
+	t, err := s.embeds.EmbedModel(apicore.WithModel(r.Context(), name), name, keepAlive)
+	t.Client = apicore.CallerOf(r.Context()).Client
+	return t, err
 }
 
 // writeEmbedError answers err as the API's family does: OpenAI's body and

@@ -28,25 +28,24 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// tagClient names the request's client (userClient: its user, or its
-// address, IPv6 per /64) in its context, for every per-client limit: the session layer
-// stamps it on the sessions the request creates (parley.ClientFrom), the
-// engine caps the grammar samplers one client's requests hold. It names
-// the user its API key maps to too (parley.WithUser), whose sessions are
-// the only ones the request reaches; a request without an accepted key
-// is refused later by RequireKey (or the socket's accept), where a route
-// needs one.
+// tagClient names the request's caller in its context (apicore.WithCaller):
+// its client (userClient: its user, or its address, IPv6 per /64), for
+// every per-client limit (the session layer stamps it on the sessions the
+// request creates, the engine caps the grammar samplers one client's
+// requests hold), and the user its API key maps to, whose sessions are the
+// only ones the request reaches; and its cache scope. A request without an
+// accepted key is refused later by RequireKey (or the socket's accept),
+// where a route needs one. Handlers pass these on as arguments and fields.
 func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		addr := clientKey(r)
-		ctx, user := r.Context(), ""
+		user := ""
 		if u, ok := s.identify(r); ok {
 			user = u
-			ctx = parley.WithUser(ctx, user)
 		}
-		ctx = parley.WithClient(ctx, apicore.UserClient(addr, user))
-		ctx = parley.WithCacheScope(ctx, s.cacheScope(user, addr))
+		ctx := apicore.WithCaller(r.Context(), parley.Caller{User: user, Client: apicore.UserClient(addr, user)})
+		ctx = apicore.WithCacheScope(ctx, s.cacheScope(user, addr))
 		c.SetRequest(r.WithContext(ctx))
 		return next(c)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/internal/redistest"
 	"github.com/parley-chat/parley/session"
 	"github.com/parley-chat/parley/web"
@@ -390,7 +391,7 @@ func TestIPv6ClientsGroupedBy64(t *testing.T) {
 		ID string `json:"id"`
 	}
 	json.Unmarshal(b, &c)
-	sess, err := s.sessions.Conversation(context.Background(), strings.TrimPrefix(c.ID, session.ConversationPrefix))
+	sess, err := s.sessions.Conversation(context.Background(), parley.Caller{}, strings.TrimPrefix(c.ID, session.ConversationPrefix))
 	if err != nil || sess.Owner != "::/64" {
 		t.Fatalf("owner %q, %v; want ::/64", sess.Owner, err)
 	}

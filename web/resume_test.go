@@ -156,7 +156,7 @@ func sameMessages(a, b []parley.Message) bool {
 
 func stored(tb testing.TB, s *stack, id string) []parley.Message {
 	tb.Helper()
-	sess, _, err := s.sessions.Open(context.Background(), id)
+	sess, _, err := s.sessions.Open(context.Background(), parley.Caller{}, id)
 	if err != nil {
 		tb.Fatal(err)
 	}

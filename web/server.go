@@ -101,9 +101,12 @@ type Config struct {
 	DrainTimeout     time.Duration // how long Close lets running replies finish before closing sockets with 1001
 	Defaults         parley.Params // sampling defaults
 	MaxTokensCap     int           // the largest max_tokens a client may ask for
-	// MaxPromptTokens caps the tokens of one prompt (the new message; BOS
-	// included); over it the prompt is refused with too_large. It needs
-	// WithTokenizer; without one nothing is counted. < 0 means no cap.
+	// MaxPromptTokens caps the tokens of one prompt: a stateless request's
+	// whole prompt (a Responses request that starts a conversation's
+	// included); a chat socket's message or a Responses turn's new input
+	// (its items, tools and instructions) on its own, BOS included. Over it
+	// the prompt is refused with too_large. It needs WithTokenizer; without
+	// one nothing is counted. < 0 means no cap.
 	MaxPromptTokens int
 	// MaxQueuedPrompts bounds the prompts and control messages waiting on
 	// one connection behind the reply that is streaming; past it prompts

@@ -38,8 +38,8 @@ type recorder struct {
 	prompts []string
 }
 
-func (r *recorder) Turn(ctx context.Context, id, prompt string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error) {
-	t, err := r.Service.Turn(ctx, id, prompt, p, opts...)
+func (r *recorder) Turn(ctx context.Context, who parley.Caller, id, prompt string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error) {
+	t, err := r.Service.Turn(ctx, who, id, prompt, p, opts...)
 	if err == nil {
 		r.mu.Lock()
 		r.prompts = append(r.prompts, t.Prompt())

@@ -287,3 +287,56 @@ func TestChatPromptTokenizedOnce(t *testing.T) {
 		t.Errorf("a refused prompt reached the engine: %d tokens evaluated", n)
 	}
 }
+
+// TestResponsesPromptTokenizedOnce: a Responses request that starts a
+// conversation brings its whole prompt, which is tokenized once, as a chat
+// completion's (TestChatPromptTokenizedOnce): within --max-prompt-tokens the
+// tokens the count made are the ones decoded; over it only with the
+// template's markup it is refused by that one count. A stored response and
+// an unstored one alike. Its text is longer than the cap in bytes, so a
+// count at the edge could not skip it.
+func TestResponsesPromptTokenizedOnce(t *testing.T) {
+	long := strings.Repeat("Lily went to the park. ", 12) // 276 bytes
+	body := func(store bool) map[string]any {
+		return map[string]any{"input": long, "max_output_tokens": 2, "store": store}
+	}
+	probe, _ := openCountingStack(t, -1)
+	res := post(t, probe.base+"/v1/responses", body(false))
+	res.Body.Close()
+	rendered := int(probe.engine.Stats().PromptEvaluated)
+	textTokens, err := probe.engine.Tokenize(long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusOK || len(textTokens)+1 >= rendered || rendered+8 >= len(long) {
+		t.Fatalf("status %d; text %d tokens, rendered %d, %d bytes: the test needs markup of 2 tokens or more and more bytes than tokens",
+			res.StatusCode, len(textTokens), rendered, len(long))
+	}
+	for _, store := range []bool{false, true} {
+		under, calls := openCountingStack(t, rendered+8)
+		res := post(t, under.base+"/v1/responses", body(store))
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("store %t, within the cap: %d %s", store, res.StatusCode, b)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("store %t: a prompt within the cap was tokenized %d times, want 1", store, n)
+		}
+		if n := under.engine.Stats().PromptEvaluated; n != int64(rendered) {
+			t.Errorf("store %t: the engine evaluated %d prompt tokens, want the %d counted", store, n, rendered)
+		}
+
+		over, calls := openCountingStack(t, rendered-1)
+		e := wantFieldError(t, post(t, over.base+"/v1/responses", body(store)), http.StatusBadRequest, "")
+		if e.Error.Code != "context_length_exceeded" {
+			t.Errorf("store %t, over the cap: %+v, want context_length_exceeded", store, e)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("store %t: a prompt over the cap was tokenized %d times, want 1", store, n)
+		}
+		if n := over.engine.Stats().PromptEvaluated; n != 0 {
+			t.Errorf("store %t: a refused prompt reached the engine: %d tokens evaluated", store, n)
+		}
+	}
+}

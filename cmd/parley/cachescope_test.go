@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/parley-chat/parley/internal/testbin"
 )
 
@@ -231,6 +233,43 @@ func TestCacheScopeNarrowing(t *testing.T) {
 	}
 	if code, _ := postFrom(t, "127.0.0.1", s.addr, "/v1/completions", req(map[string]any{"prompt_cache_key": strings.Repeat("k", 2000)})); code != http.StatusBadRequest {
 		t.Fatalf("an over-long prompt_cache_key: %d, want 400", code)
+	}
+}
+
+// With --cache-scope client a chat socket's turns run in its client's
+// scope: a client that resumes another client's session (of the one
+// anonymous user) reads its history, not its KV cache, and then reuses its
+// own.
+func TestCacheScopeClientSocket(t *testing.T) {
+	bin := testbin.Parley(t)
+	s := start(t, bin, "--cache-scope", "client", "--store", "memory")
+	dialFrom := func(local, query string) *websocket.Conn {
+		t.Helper()
+		d := websocket.Dialer{NetDialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}).DialContext}
+		ws, _, err := d.Dial("ws://"+s.addr+"/ws?format=json"+query, nil)
+		if err != nil {
+			t.Fatalf("dial from %s: %v", local, err)
+		}
+		t.Cleanup(func() { ws.Close() })
+		return ws
+	}
+	params := map[string]any{"max_tokens": 4}
+	a := dialFrom("127.0.0.1", "")
+	id := read(t, a).SessionID()
+	turn(t, a, "Lily found a red ball.", params)
+	if m := turn(t, a, "What did she do next?", params); m.Usage.CachedPromptTokens == 0 {
+		t.Fatalf("the client's second turn reused none of its first: %+v", m.Usage)
+	}
+	a.Close()
+	b := dialFrom("127.0.0.2", "&session="+id)
+	if m := read(t, b); !m.Resumed {
+		t.Fatalf("session %s not resumed from another address: %+v", id, m)
+	}
+	if m := turn(t, b, "Who came to play?", params); m.Usage.CachedPromptTokens != 0 {
+		t.Fatalf("another client's turn reused %d cached tokens of the first client's", m.Usage.CachedPromptTokens)
+	}
+	if m := turn(t, b, "Was she happy?", params); m.Usage.CachedPromptTokens == 0 {
+		t.Fatalf("the other client's second turn reused none of its own first: %+v", m.Usage)
 	}
 }
 

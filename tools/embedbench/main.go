@@ -40,7 +40,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/tools/internal/harness"
 )
@@ -257,7 +256,7 @@ const rerankQuery = "What did the girl like to play?"
 // computes for each of texts: the Euclidean-normalized embedding (as
 // /v1/embeddings answers it), or a reranker's score as a vector of one.
 type embedder interface {
-	embed(ctx context.Context, text string, n int) (int, error)
+	embed(ctx context.Context, client, text string, n int) (int, error)
 	count(ctx context.Context, text string) (int, error)
 	outputs(ctx context.Context, texts []string) ([][]float32, error)
 }
@@ -281,7 +280,7 @@ func (l local) count(ctx context.Context, text string) (int, error) {
 	return len(toks), err
 }
 
-func (l local) embed(ctx context.Context, text string, n int) (int, error) {
+func (l local) embed(ctx context.Context, client, text string, n int) (int, error) {
 	toks, err := l.tokens(ctx, text)
 	if err != nil {
 		return 0, err
@@ -290,7 +289,7 @@ func (l local) embed(ctx context.Context, text string, n int) (int, error) {
 	for i := range inputs {
 		inputs[i] = toks
 	}
-	_, err = l.e.Embed(ctx, parley.ClientFrom(ctx), inputs)
+	_, err = l.e.Embed(ctx, client, inputs)
 	return n * len(toks), err
 }
 
@@ -303,7 +302,7 @@ func (l local) outputs(ctx context.Context, texts []string) ([][]float32, error)
 		}
 		inputs[i] = toks
 	}
-	out, err := l.e.Embed(ctx, parley.ClientFrom(ctx), inputs)
+	out, err := l.e.Embed(ctx, "", inputs)
 	if err != nil {
 		return nil, err
 	}
@@ -379,7 +378,7 @@ func printRow(w io.Writer, workload, who, unit string, r result) {
 // measure runs c.clients callers, each sending calls of c.batch copies of
 // text, until c.n inputs are done or c.limit passes; one warm-up call first.
 func measure(ctx context.Context, emb embedder, text string, c config) (result, error) {
-	if _, err := emb.embed(ctx, text, 1); err != nil {
+	if _, err := emb.embed(ctx, "", text, 1); err != nil {
 		return result{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.limit)
@@ -396,13 +395,13 @@ func measure(ctx context.Context, emb embedder, text string, c config) (result, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx := parley.WithClient(ctx, fmt.Sprintf("bench-%d", i))
+			client := fmt.Sprintf("bench-%d", i)
 			for ctx.Err() == nil {
 				n := int(min(int64(c.batch), int64(c.n)-claimed.Add(int64(c.batch))+int64(c.batch)))
 				if n <= 0 {
 					return
 				}
-				t, err := emb.embed(cctx, text, n)
+				t, err := emb.embed(ctx, client, text, n)
 				if err != nil {
 					if ctx.Err() == nil {
 						once.Do(func() { firstErr = err })

@@ -29,7 +29,7 @@ func newRemote(base, model, key string, rerank bool, client *http.Client) *remot
 	return &remote{url: strings.TrimRight(base, "/") + path, model: model, key: key, rerank: rerank, client: client}
 }
 
-func (r *remote) embed(ctx context.Context, text string, n int) (int, error) {
+func (r *remote) embed(ctx context.Context, _, text string, n int) (int, error) {
 	inputs := make([]string, n)
 	for i := range inputs {
 		inputs[i] = text

@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	tools, err := m.ListTools(ctx, server)
+	tools, err := m.ListTools(ctx, "", server)
 	if err != nil {
 		return fmt.Errorf("list tools: %w", err)
 	}
@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if steps == nil {
 		return nil
 	}
-	r, err := m.CallTool(ctx, server, steps.tool, json.RawMessage(steps.args))
+	r, err := m.CallTool(ctx, "", server, steps.tool, json.RawMessage(steps.args))
 	if err != nil {
 		return fmt.Errorf("call %s: %w", steps.tool, err)
 	}

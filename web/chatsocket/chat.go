@@ -42,7 +42,7 @@ type conn struct {
 	srv         *Chat
 
 	ip   string
-	user string // the user the socket acts for (parley.UserFrom): only its sessions are reached
+	user string // the user the socket acts for (apicore.CallerOf): only its sessions are reached
 	json bool
 	// thinking: text mode shows a reasoning model's thought (?thinking=show), marked; JSON mode always sends it
 	// as thinking messages.
@@ -100,7 +100,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	user := parley.UserFrom(r.Context())
+	user := apicore.CallerOf(r.Context()).User
 	// ?model= picks a new session's model (with several models; an
 	// unknown one is a 404 before the upgrade). A resumed session keeps
 	// the model it was started with.
@@ -108,7 +108,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, resumed, err := s.sessions.OpenModel(r.Context(), r.URL.Query().Get("session"), model)
+	sess, resumed, err := s.sessions.OpenModel(r.Context(), apicore.CallerOf(r.Context()), r.URL.Query().Get("session"), model)
 	if err != nil && !answerOnSocket(err) {
 		return err
 	}
@@ -133,7 +133,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	// (a session the connection writes first is the client's).
 	cn := &conn{
 		srv:      s,
-		Pump:     wsock.NewPump(s.sockets.Settings(), parley.WithCacheScope(parley.WithUser(parley.WithClient(s.stop, apicore.UserClient(ip, user)), user), s.cacheScope(user, ip)), ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		Pump:     wsock.NewPump(s.sockets.Settings(), s.stop, ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
 		ip:       ip,
 		user:     user,
 		json:     jsonMode,
@@ -214,6 +214,12 @@ func socketMode(r *http.Request) (jsonMode bool, resumeFrom int, err error) {
 
 func (c *conn) Replying() bool { return c.busy.Load() }
 
+// who is the caller the connection's session requests are for: its user,
+// and its client (the user, or its address).
+func (c *conn) who() parley.Caller {
+	return parley.Caller{User: c.user, Client: apicore.UserClient(c.ip, c.user)}
+}
+
 // answerOnSocket reports whether an error of Open is told over the
 // upgraded socket (a readable message, then a close) rather than as an
 // HTTP error before the upgrade: an unknown session, and a new session
@@ -289,7 +295,7 @@ func (c *conn) read() (mt int, data []byte, held int64, dropped, ok bool) {
 	}
 	var take func(int64) error
 	if c.srv.hooks.TakeBody != nil {
-		client := parley.ClientFrom(c.Ctx)
+		client := c.who().Client
 		take = func(n int64) error { return c.srv.hooks.TakeBody(client, n) }
 	}
 	mt, data, held, refusal, ok := c.ReadCapped(limit, c.srv.cfg.MaxMessageBytes, take)
@@ -316,7 +322,7 @@ func (c *conn) read() (mt int, data []byte, held int64, dropped, ok bool) {
 // giveBody gives back n bytes read() held of the body budget.
 func (c *conn) giveBody(n int64) {
 	if n > 0 && c.srv.hooks.GiveBody != nil {
-		c.srv.hooks.GiveBody(parley.ClientFrom(c.Ctx), n)
+		c.srv.hooks.GiveBody(c.who().Client, n)
 	}
 }
 
@@ -348,7 +354,7 @@ func (c *conn) handleJSON(data []byte) {
 		if m.Model == "" {
 			model = ""
 		}
-		images, err := c.srv.promptImages(parley.WithUser(context.Background(), c.user), m)
+		images, err := c.srv.promptImages(context.Background(), m)
 		if err != nil {
 			c.answer(err)
 			return
@@ -471,14 +477,14 @@ func (c *conn) worker() {
 			}
 			c.runTurn(j)
 		case jobReset:
-			if err := c.srv.sessions.Reset(c.Ctx, c.id); err != nil {
+			if err := c.srv.sessions.Reset(c.Ctx, c.who(), c.id); err != nil {
 				c.sendError(err)
 				continue
 			}
 			c.Log.Info("session reset")
 			c.sendSession(c.id, false, nil)
 		case jobSystem:
-			if err := c.srv.sessions.SetSystem(c.Ctx, c.id, j.content); err != nil {
+			if err := c.srv.sessions.SetSystem(c.Ctx, c.who(), c.id, j.content); err != nil {
 				c.sendError(err)
 			}
 		}
@@ -495,7 +501,7 @@ func (c *conn) getModel() string {
 
 // modelSetter is the session layer's SetModel (*session.Service has it).
 type modelSetter interface {
-	SetModel(ctx context.Context, id, model string) error
+	SetModel(ctx context.Context, who parley.Caller, id, model string) error
 }
 
 // setModel makes model the session's, before its first turn (see
@@ -505,7 +511,7 @@ func (c *conn) setModel(model string) error {
 	if !ok {
 		return parley.FieldErrorf("model", "is not supported by this server's sessions")
 	}
-	if err := ms.SetModel(c.Ctx, c.id, model); err != nil {
+	if err := ms.SetModel(c.Ctx, c.who(), c.id, model); err != nil {
 		return err
 	}
 	c.model.Store(&model)

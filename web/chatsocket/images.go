@@ -10,7 +10,7 @@ import (
 
 // imageTurner is the session layer's turn for a prompt with images (*session.Service has it).
 type imageTurner interface {
-	ImageTurn(ctx context.Context, id, prompt string, images []parley.ImagePart, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
+	ImageTurn(ctx context.Context, who parley.Caller, id, prompt string, images []parley.ImagePart, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
 }
 
 // promptImages takes the images of a JSON-mode prompt, each checked from its header under the server's image

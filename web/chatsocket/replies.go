@@ -65,7 +65,7 @@ type liveReply struct {
 // context (not c's), holding c's admission until it ends. The caller
 // follows it (see follow) and ends it with fail or through its pump.
 func (g *replyRegistry) open(c *conn, prompt string) *liveReply {
-	ctx, cancel := context.WithCancel(parley.WithCacheScope(parley.WithUser(parley.WithClient(c.srv.stop, apicore.UserClient(c.ip, c.user)), c.user), c.srv.cacheScope(c.user, c.ip)))
+	ctx, cancel := context.WithCancel(c.srv.stop)
 	r := &liveReply{srv: c.srv, sid: c.id, prompt: prompt, log: c.Log, ctx: ctx, cancel: cancel, hold: c.hold,
 		wake: make(chan struct{}), ended: make(chan struct{})}
 	r.hold.add()

@@ -246,7 +246,7 @@ func (c *conn) resume(ctx context.Context, resumeFrom int) ([]historyMessage, *l
 			return hist, live, rp, err
 		}
 	}
-	sess, _, err := c.srv.sessions.OpenModel(ctx, c.id, "")
+	sess, _, err := c.srv.sessions.OpenModel(ctx, c.who(), c.id, "")
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -285,7 +285,7 @@ func (c *conn) snapshot(ctx context.Context, r *liveReply, resumeFrom int) ([]hi
 	if r.turn == nil || r.final != nil || r.cause != "" {
 		return nil, nil, nil, nil
 	}
-	sess, pending, err := c.srv.sessions.Snapshot(ctx, r.turn)
+	sess, pending, err := c.srv.sessions.Snapshot(ctx, c.who(), r.turn)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -15,13 +15,13 @@ import (
 // Sessions is what the chat socket needs from the session layer.
 type Sessions interface {
 	// OpenModel starts a session held with model, or resumes session id.
-	OpenModel(ctx context.Context, id, model string) (*session.Session, bool, error)
+	OpenModel(ctx context.Context, who parley.Caller, id, model string) (*session.Session, bool, error)
 	// Snapshot reads a turn's session ordered against its commit (see
 	// session.Service.Snapshot): a resume never shows a stale history.
-	Snapshot(ctx context.Context, t *session.Turn) (*session.Session, bool, error)
-	Turn(ctx context.Context, id, prompt string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
-	Reset(ctx context.Context, id string) error
-	SetSystem(ctx context.Context, id, text string) error
+	Snapshot(ctx context.Context, who parley.Caller, t *session.Turn) (*session.Session, bool, error)
+	Turn(ctx context.Context, who parley.Caller, id, prompt string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
+	Reset(ctx context.Context, who parley.Caller, id string) error
+	SetSystem(ctx context.Context, who parley.Caller, id, text string) error
 }
 
 // Sentinel is the text-mode end-of-reply message.

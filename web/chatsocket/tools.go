@@ -62,17 +62,17 @@ func (s *Chat) resolveWSParams(wp *wsParams) (parley.Params, *toolloop.Selection
 
 // toolTurner is the session layer's tool-result turn (*session.Service has it).
 type toolTurner interface {
-	ToolTurn(ctx context.Context, id, callID, content string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
+	ToolTurn(ctx context.Context, who parley.Caller, id, callID, content string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
 }
 
 // regenerator is the session layer's regenerate turn (*session.Service has it).
 type regenerator interface {
-	Regenerate(ctx context.Context, id string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
+	Regenerate(ctx context.Context, who parley.Caller, id string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
 }
 
 // continuer is the session layer's continue turn (*session.Service has it).
 type continuer interface {
-	Continue(ctx context.Context, id string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
+	Continue(ctx context.Context, who parley.Caller, id string, p parley.Params, opts ...session.TurnOption) (*session.Turn, error)
 }
 
 // startTurn starts the turn of j: a prompt, a tool result (j.callID), a
@@ -81,39 +81,40 @@ func (c *conn) startTurn(ctx context.Context, j job, p parley.Params, opts ...se
 	if j.server != nil {
 		// The prompt enables tools that run on the server: the turn
 		// replies through the tool loop (servertools.go).
-		tools, err := servertools.Build(ctx, c.srv.core, *j.server, p.Tools)
+		tools, err := servertools.Build(ctx, c.srv.core, c.user, *j.server, p.Tools)
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, session.ReplyWith(tools))
 	}
+	opts = append(opts, session.InCacheScope(c.srv.cacheScope(c.user, c.ip)))
 	switch {
 	case j.cont:
 		ct, ok := c.srv.sessions.(continuer)
 		if !ok {
 			return nil, parley.FieldErrorf("type", "continue is not supported by this server's sessions")
 		}
-		return ct.Continue(ctx, c.id, p, opts...)
+		return ct.Continue(ctx, c.who(), c.id, p, opts...)
 	case j.regen:
 		rg, ok := c.srv.sessions.(regenerator)
 		if !ok {
 			return nil, parley.FieldErrorf("type", "regenerate is not supported by this server's sessions")
 		}
-		return rg.Regenerate(ctx, c.id, p, opts...)
+		return rg.Regenerate(ctx, c.who(), c.id, p, opts...)
 	case j.callID != "":
 		tt, ok := c.srv.sessions.(toolTurner)
 		if !ok {
 			return nil, parley.FieldErrorf("type", "tool results are not supported by this server's sessions")
 		}
-		return tt.ToolTurn(ctx, c.id, j.callID, j.content, p, opts...)
+		return tt.ToolTurn(ctx, c.who(), c.id, j.callID, j.content, p, opts...)
 	case len(j.images) > 0:
 		it, ok := c.srv.sessions.(imageTurner)
 		if !ok {
 			return nil, parley.FieldErrorf("images", "images are not supported by this server's sessions")
 		}
-		return it.ImageTurn(ctx, c.id, j.content, j.images, p, opts...)
+		return it.ImageTurn(ctx, c.who(), c.id, j.content, j.images, p, opts...)
 	}
-	return c.srv.sessions.Turn(ctx, c.id, j.content, p, opts...)
+	return c.srv.sessions.Turn(ctx, c.who(), c.id, j.content, p, opts...)
 }
 
 func newToolCallMessage(d parley.ToolCallDelta) toolCallMessage {

@@ -66,6 +66,9 @@ type Target struct {
 	// Release, when set, is called once the request is done with Model
 	// (a residency pin, say).
 	Release func()
+	// Client names the client the request comes from: the engine queues
+	// fairly between clients (parley.Caller.Client).
+	Client string
 }
 
 // Lookup finds the model named in a request ("" when the request named
@@ -262,7 +265,7 @@ func evaluate(ctx context.Context, t Target, in Input, truncate bool) ([][]float
 	if err != nil {
 		return nil, 0, err
 	}
-	raw, err := t.Model.Embed(ctx, parley.ClientFrom(ctx), inputs)
+	raw, err := t.Model.Embed(ctx, t.Client, inputs)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -93,13 +93,13 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	if err := s.core.CountPromptTokens(rctx, apicore.CountedText(cc.msgs, cc.params.Tools, s.core.MaxPromptTokens), len(cc.msgs), true); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(parley.WithStateless(rctx))
+	ctx, cancel := context.WithCancel(rctx)
 	defer cancel()
-	tools, err := servertools.Build(ctx, s.core, *cc.server, cc.params.Tools)
+	tools, err := servertools.Build(ctx, s.core, apicore.CallerOf(rctx).User, *cc.server, cc.params.Tools)
 	if err != nil {
 		return err
 	}
-	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: apicore.ModelFrom(rctx), Client: parley.ClientFrom(rctx), Messages: cc.msgs, Params: cc.params}
+	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: apicore.ModelFrom(rctx), Client: apicore.CallerOf(rctx).Client, User: apicore.CallerOf(rctx).User, Scope: apicore.CacheScope(rctx), Stateless: true, Messages: cc.msgs, Params: cc.params}
 	if s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
 		req.MaxPromptTokens = s.core.MaxPromptTokens
 	}

@@ -43,7 +43,7 @@ type bgEvent struct {
 // sequence_number i) and its state.
 type bgResponse struct {
 	id     string
-	user   string // whose it is: only that user finds it (parley.UserFrom)
+	user   string // whose it is: only that user finds it (apicore.CallerOf)
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
@@ -71,7 +71,7 @@ func (g *bgRegistry) running() int { return int(g.live.Load()) }
 func (g *bgRegistry) get(ctx context.Context, id string) *bgResponse {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if b := g.m[id]; b != nil && b.user == parley.UserFrom(ctx) {
+	if b := g.m[id]; b != nil && b.user == apicore.CallerOf(ctx).User {
 		return b
 	}
 	return nil
@@ -112,12 +112,13 @@ func (s *API) startBackground(c echo.Context, pr *parsedResponse) error {
 	if pr.req.NoStore {
 		return parley.FieldErrorf("store", "must not be false with background: a background response is fetched by its id later")
 	}
-	client := parley.ClientFrom(c.Request().Context())
+	who := apicore.CallerOf(c.Request().Context())
+	client := who.Client
 	if err := s.sockets.Admit(client); err != nil {
 		return err
 	}
-	user := parley.UserFrom(c.Request().Context())
-	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(parley.WithUser(parley.WithClient(s.stop, client), user)), pr.model))
+	user := who.User
+	ctx, cancel := context.WithCancel(apicore.WithModel(apicore.WithCaller(s.stop, who), pr.model))
 	pr.req.Durable = true // a crash leaves it stored, interrupted
 	resp, err := s.respond(ctx, pr.req)
 	if err != nil {
@@ -240,7 +241,7 @@ func (s *API) CancelResponse(c echo.Context) error {
 	id := c.Param("id")
 	b := s.bg.get(c.Request().Context(), id)
 	if b == nil {
-		if _, _, err := s.convs.GetResponse(c.Request().Context(), id); err != nil {
+		if _, _, err := s.convs.GetResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), id); err != nil {
 			return err
 		}
 		return parley.Errorf(parley.EInvalid, "only a background response can be cancelled")

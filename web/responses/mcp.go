@@ -177,7 +177,7 @@ func parseMCPSpec(t mcpToolSpec, field string) (toolloop.MCPSpec, error) {
 	return sp, nil
 }
 
-// prepareMCP lists the request's server tools for ctx's user, makes the
+// prepareMCP lists the request's server tools for its caller's user, makes the
 // calls its approval answers approve (their results, and a declined call's
 // refusal, become the turn's first input messages), and sets the turn to
 // reply through the tool loop. A server the user may not use is refused
@@ -190,7 +190,7 @@ func (s *API) prepareMCP(ctx context.Context, pr *parsedResponse) error {
 	if pr.warmup {
 		return parley.FieldErrorf("generate", "a warm-up cannot have mcp tools")
 	}
-	tools, err := servertools.Build(ctx, s.core, toolloop.Selection{Servers: m.specs}, pr.req.Params.Tools)
+	tools, err := servertools.Build(ctx, s.core, apicore.CallerOf(ctx).User, toolloop.Selection{Servers: m.specs}, pr.req.Params.Tools)
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 	var history []parley.Message
 	switch {
 	case pr.req.Previous != "":
-		_, sess, err := s.convs.GetResponse(ctx, pr.req.Previous)
+		_, sess, err := s.convs.GetResponse(ctx, apicore.CallerOf(ctx), pr.req.Previous)
 		if err != nil {
 			return nil, err
 		}
@@ -235,7 +235,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 		if !ok {
 			return nil, parley.Errorf(parley.ENotFound, "no such conversation")
 		}
-		sess, err := s.convs.Conversation(ctx, sid)
+		sess, err := s.convs.Conversation(ctx, apicore.CallerOf(ctx), sid)
 		if err != nil {
 			return nil, err
 		}
@@ -271,7 +271,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 		seen[a.callID] = true
 		call := toolloop.Call{ID: c.ID, Tool: t, Arguments: c.Arguments, Output: toolloop.Declined, Error: toolloop.DeclinedError}
 		if a.approve {
-			call = toolloop.Invoke(ctx, m.tools.Host(), t, c, m.tools.Log())
+			call = toolloop.Invoke(ctx, m.tools.Host(), m.tools.Tools().User(), t, c, m.tools.Log())
 			if err := ctx.Err(); err != nil {
 				return nil, context.Cause(ctx)
 			}

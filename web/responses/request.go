@@ -92,24 +92,10 @@ type parsedResponse struct {
 	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
 	// renameSent names the field the client sent in an error from the engine.
 	renameSent func(error) error
-	// scope is the request's cache scope, narrowed by its prompt_cache_key
-	// or cache_salt (see turnContext).
-	scope string
 	// mcp is the request's server tools and approvals (mcp.go); nil without.
 	mcp *mcpRequest
 	// cacheKey is the request's prompt_cache_key (affinity.go).
 	cacheKey string
-}
-
-// turnContext is ctx for the turn pr asks for: its cache scope, and an
-// unstored turn's KV state kept no longer than its slot (it belongs to no
-// stored session).
-func (pr *parsedResponse) turnContext(ctx context.Context) context.Context {
-	ctx = parley.WithCacheScope(ctx, pr.scope)
-	if pr.req.NoStore || pr.req.Local != nil {
-		ctx = parley.WithStateless(ctx)
-	}
-	return ctx
 }
 
 func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
@@ -162,6 +148,18 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if req.Instructions != nil {
 		text += *req.Instructions
 	}
+	// A request that continues no conversation brings its whole prompt:
+	// as a chat completion's, the responder holds the rendered prompt to
+	// the cap as it tokenizes it (session.ResponseRequest.MaxPromptTokens),
+	// so it is tokenized once; here only its messages are counted, and its
+	// text only when it is far over the cap (apicore.CountedPromptText). A
+	// turn of a conversation counts its new input here: the history is not
+	// the request's. One with server tools counts here too, as the tools'
+	// definitions are the servers', not the request's.
+	whole := req.PreviousResponseID == nil && !apicore.IsSet(req.Conversation) && mreq == nil
+	if whole {
+		text = apicore.CountedPromptText(text, parley.ImageCount(msgs) > 0, s.core.MaxPromptTokens)
+	}
 	if err := s.core.CountPromptTokens(ctx, text, len(msgs), true); err != nil {
 		return nil, err
 	}
@@ -207,9 +205,12 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	apicore.ResolveSeed(&p)
 	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
-		renameSent: req.ParamsPatch.RenameSent, scope: parley.CacheScope(ctx), mcp: mreq, cacheKey: req.PromptCacheKey,
+		renameSent: req.ParamsPatch.RenameSent, mcp: mreq, cacheKey: req.PromptCacheKey,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p, Model: model,
-			NoStore: req.Store != nil && !*req.Store}}
+			NoStore: req.Store != nil && !*req.Store, Scope: apicore.CacheScope(ctx)}}
+	if whole && s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
+		out.req.MaxPromptTokens = s.core.MaxPromptTokens
+	}
 	if req.PreviousResponseID != nil {
 		out.req.Previous = *req.PreviousResponseID
 		if out.req.Previous == "" {
@@ -434,7 +435,7 @@ func (s *API) respond(ctx context.Context, req session.ResponseRequest) (*sessio
 		// A warm-up is kept by its socket alone (warmup.chain took those it knows).
 		return nil, parley.Errorf(parley.ENotFound, "no such response: a warm-up (generate: false) continues only on its own WebSocket")
 	}
-	resp, err := s.convs.Respond(ctx, req)
+	resp, err := s.convs.Respond(ctx, apicore.CallerOf(ctx), req)
 	if err == nil && resp.Stored {
 		s.items.remember(resp.SessionID())
 	}
@@ -478,7 +479,7 @@ func (s *API) resolveItem(ctx context.Context, id, field string) (itemRef, error
 	if err != nil || abs < 0 || strconv.Itoa(abs) != tail {
 		return itemRef{}, notFound
 	}
-	sess, err := s.convs.Conversation(ctx, sid)
+	sess, err := s.convs.Conversation(ctx, apicore.CallerOf(ctx), sid)
 	if err != nil {
 		return itemRef{}, notFound
 	}

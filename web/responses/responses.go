@@ -47,18 +47,18 @@ import (
 // session layer (*session.Service satisfies it). The APIs are mounted when
 // the server's Sessions implements it.
 type Conversations interface {
-	Respond(ctx context.Context, req session.ResponseRequest) (*session.Response, error)
-	GetResponse(ctx context.Context, id string) (session.ResponseRecord, *session.Session, error)
-	DeleteResponse(ctx context.Context, id string) error
-	CreateConversation(ctx context.Context, model string, msgs []parley.Message, metadata map[string]string) (*session.Session, error)
-	Conversation(ctx context.Context, sid string) (*session.Session, error)
-	SetMetadata(ctx context.Context, sid string, metadata map[string]string) (*session.Session, error)
-	DeleteConversation(ctx context.Context, sid string) error
-	AddItems(ctx context.Context, sid string, msgs []parley.Message) (*session.Session, int, error)
-	DeleteItem(ctx context.Context, sid string, abs int) (*session.Session, error)
-	ListConversations(ctx context.Context, q session.ListQuery) ([]session.Listing, bool, error)
-	Rename(ctx context.Context, sid, title string) (*session.Session, error)
-	Fork(ctx context.Context, sid string, keep int) (*session.Session, error)
+	Respond(ctx context.Context, who parley.Caller, req session.ResponseRequest) (*session.Response, error)
+	GetResponse(ctx context.Context, who parley.Caller, id string) (session.ResponseRecord, *session.Session, error)
+	DeleteResponse(ctx context.Context, who parley.Caller, id string) error
+	CreateConversation(ctx context.Context, who parley.Caller, model string, msgs []parley.Message, metadata map[string]string) (*session.Session, error)
+	Conversation(ctx context.Context, who parley.Caller, sid string) (*session.Session, error)
+	SetMetadata(ctx context.Context, who parley.Caller, sid string, metadata map[string]string) (*session.Session, error)
+	DeleteConversation(ctx context.Context, who parley.Caller, sid string) error
+	AddItems(ctx context.Context, who parley.Caller, sid string, msgs []parley.Message) (*session.Session, int, error)
+	DeleteItem(ctx context.Context, who parley.Caller, sid string, abs int) (*session.Session, error)
+	ListConversations(ctx context.Context, who parley.Caller, q session.ListQuery) ([]session.Listing, bool, error)
+	Rename(ctx context.Context, who parley.Caller, sid, title string) (*session.Session, error)
+	Fork(ctx context.Context, who parley.Caller, sid string, keep int) (*session.Session, error)
 }
 
 // API serves the Responses and Conversations APIs over the shared core,
@@ -258,7 +258,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 	if pr.bg {
 		return s.startBackground(c, pr)
 	}
-	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(c.Request().Context()), pr.model))
+	ctx, cancel := context.WithCancel(apicore.WithModel(c.Request().Context(), pr.model))
 	defer cancel()
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return err
@@ -337,7 +337,7 @@ func (s *API) GetResponse(c echo.Context) error {
 	if ok, err := s.getBackground(c); ok {
 		return err
 	}
-	rec, sess, err := s.convs.GetResponse(c.Request().Context(), c.Param("id"))
+	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -352,7 +352,7 @@ func (s *API) GetResponse(c echo.Context) error {
 // DeleteResponse is DELETE /v1/responses/:id.
 func (s *API) DeleteResponse(c echo.Context) error {
 	id := c.Param("id")
-	if err := s.convs.DeleteResponse(c.Request().Context(), id); err != nil {
+	if err := s.convs.DeleteResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), id); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, deletedObject{ID: id, Object: "response.deleted", Deleted: true})
@@ -360,7 +360,7 @@ func (s *API) DeleteResponse(c echo.Context) error {
 
 // InputItems is GET /v1/responses/:id/input_items.
 func (s *API) InputItems(c echo.Context) error {
-	rec, sess, err := s.convs.GetResponse(c.Request().Context(), c.Param("id"))
+	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), c.Param("id"))
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func (s *API) ResponsesWS(c echo.Context) error {
 	// upgrade names only a key the client sent, for its next connection.
 	var hdr http.Header
 	if sent := r.Header.Get(parley.AffinityHeader); sent != "" {
-		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(parley.UserFrom(r.Context()), sent, nil)}}
+		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(apicore.CallerOf(r.Context()).User, sent, nil)}}
 	}
 	ws, ok := s.sockets.Upgrade(w, r, hdr, apicore.MaxBodyBytes)
 	if !ok {
@@ -102,12 +102,14 @@ const warmupPrefix = "resp_warmup_"
 
 // chain makes a request that continues the warm-up into one that carries
 // the warm-up's input before its own (and its instructions, when it sends
-// none).
+// none), held to the warm-up's cap on the whole prompt, if it had one (a
+// warm-up is answered without a count: see parseResponsesRequest).
 func (w *warmup) chain(req *session.ResponseRequest) {
 	if w == nil || req.Previous != w.id {
 		return
 	}
 	req.Previous = ""
+	req.MaxPromptTokens = max(req.MaxPromptTokens, w.req.MaxPromptTokens)
 	req.Input = append(append([]parley.Message(nil), w.req.Input...), req.Input...)
 	if req.Instructions == nil {
 		req.Instructions = w.req.Instructions
@@ -202,7 +204,7 @@ func (s *API) wsResponse(ctx context.Context, data []byte, write func([]byte) er
 			pr.req.Local = l
 		}
 	}
-	ctx, cancel := context.WithCancel(apicore.WithModel(pr.turnContext(ctx), pr.model))
+	ctx, cancel := context.WithCancel(apicore.WithModel(ctx, pr.model))
 	defer cancel()
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return refuse(err)

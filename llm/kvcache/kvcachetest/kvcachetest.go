@@ -148,7 +148,7 @@ func TestTier(t *testing.T, open Open) {
 		}
 		held(map[string]bool{alice + ":a0": true, alice + ":a1": true, bob + ":b0": false, bob + ":b1": false,
 			bob + ":b2": false, bob + ":b3": true, bob + ":b4": true})
-		narrowed := parley.ScopedKey(parley.NarrowCacheScope(parley.WithUser(ctx, "alice"), "prompt_cache_key=x"), "a2")
+		narrowed := parley.ScopedKey(parley.NarrowCacheScope(alice, "prompt_cache_key=x"), "a2")
 		put(narrowed, 3)
 		// Now alice holds the most: her own oldest goes.
 		held(map[string]bool{alice + ":a0": false, alice + ":a1": true, narrowed: true, bob + ":b3": true, bob + ":b4": true})

@@ -12,7 +12,7 @@ import (
 const maxCacheKeyBytes = 1024
 
 // CacheKeyFields are the fields with which an OpenAI-style request narrows
-// its cache scope (parley.NarrowCacheScope): OpenAI's prompt_cache_key and
+// its cache scope (NarrowCacheScope): OpenAI's prompt_cache_key and
 // vLLM's cache_salt. Requests of one user that give the same value share
 // cached prefixes; with another value (or none) they share nothing. They
 // never reach another user's caches: the narrowing is within the user's own
@@ -30,7 +30,7 @@ func (f *CacheKeyFields) Narrow(ctx context.Context) (context.Context, error) {
 			return nil, parley.FieldErrorf(v.field, "must be at most %d bytes, got %d", maxCacheKeyBytes, len(v.value))
 		}
 		if v.value != "" {
-			ctx = parley.NarrowCacheScope(ctx, v.field+"="+v.value)
+			ctx = NarrowCacheScope(ctx, v.field+"="+v.value)
 		}
 	}
 	return withPromptCacheKey(ctx, f.PromptCacheKey), nil

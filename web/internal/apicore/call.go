@@ -41,7 +41,7 @@ type Call struct {
 //
 // The reply names its affinity key in X-Parley-Session (CompletionAffinity).
 func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Params) (*Call, error) {
-	SetAffinity(c, CompletionAffinity(parley.UserFrom(c.Request().Context()), SentAffinityKey(c), prompt))
+	SetAffinity(c, CompletionAffinity(CallerOf(c.Request().Context()).User, SentAffinityKey(c), prompt))
 	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		// req.PromptTokens, when StartCall counted them, are the prompt's:
 		// the responder takes them rather than tokenizing it again.
@@ -64,7 +64,7 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // conversation's opening (parley.AffinityKey), so a balancer that hashes on
 // the header keeps a resent conversation on the replica that holds its cache.
 func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*Call, error) {
-	SetAffinity(c, parley.AffinityKey(parley.UserFrom(c.Request().Context()), SentAffinityKey(c), msgs))
+	SetAffinity(c, parley.AffinityKey(CallerOf(c.Request().Context()).User, SentAffinityKey(c), msgs))
 	return k.StartCall(c, route, CountedText(msgs, p.Tools, k.MaxPromptTokens), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			req.MaxPromptTokens = k.MaxPromptTokens
@@ -95,8 +95,14 @@ func CountedText(msgs []parley.Message, tools []parley.Tool, maxPrompt int) stri
 	if maxPrompt <= 0 {
 		return ""
 	}
-	text := PromptText(msgs, tools)
-	if parley.ImageCount(msgs) > 0 || len(text) > maxPrompt*countedBytesPerToken {
+	return CountedPromptText(PromptText(msgs, tools), parley.ImageCount(msgs) > 0, maxPrompt)
+}
+
+// CountedPromptText is CountedText for a conversation whose text (every
+// string that reaches its prompt) is text: text when it has images or is
+// longer than countedBytesPerToken bytes per token of the cap, else "".
+func CountedPromptText(text string, images bool, maxPrompt int) string {
+	if maxPrompt > 0 && (images || len(text) > maxPrompt*countedBytesPerToken) {
 		return text
 	}
 	return ""
@@ -119,9 +125,9 @@ func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley
 	// These APIs store nothing: the engine keeps no copy of their KV state
 	// beyond the slot (a conversation key only leads a resent conversation
 	// back to its slot).
-	ctx, cancel := context.WithCancel(parley.WithStateless(c.Request().Context()))
-	model := ModelFrom(ctx)
-	req := parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Client: parley.ClientFrom(ctx), Params: p, PromptTokens: counted}
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	model, who := ModelFrom(ctx), CallerOf(ctx)
+	req := parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Client: who.Client, User: who.User, Scope: CacheScope(ctx), Stateless: true, Params: p, PromptTokens: counted}
 	if k.Models != nil && strings.HasSuffix(route, "-stream") {
 		req.LoadProgress = k.SSEProgress(c)
 	}

@@ -220,7 +220,7 @@ func (k *Core) TemplateFor(ctx context.Context) (chat.Template, bool) {
 // CountTokens counts the prompt tokens of msgs for ctx's model; false when
 // the responder cannot count.
 func (k *Core) CountTokens(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, bool, error) {
-	key = parley.ScopedKey(ctx, key) // the memo Reply keeps under the caller's scope
+	key = parley.ScopedKey(CacheScope(ctx), key) // the memo Reply keeps under the caller's scope
 	if mc, ok := k.Responder.(modelCounters); ok && k.Models != nil {
 		n, err := mc.CountTokensFor(ctx, parley.ReplyRequest{Key: key, Model: ModelFrom(ctx), Messages: msgs, Params: p})
 		return n, true, err

@@ -15,11 +15,11 @@ import (
 // echoHost is one MCP server, "calc", whose one tool echoes its arguments.
 type echoHost struct{}
 
-func (echoHost) Servers(context.Context) []string { return []string{"calc"} }
-func (echoHost) ListTools(context.Context, string) ([]toolloop.RemoteTool, error) {
+func (echoHost) Servers(string) []string { return []string{"calc"} }
+func (echoHost) ListTools(context.Context, string, string) ([]toolloop.RemoteTool, error) {
 	return []toolloop.RemoteTool{{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)}}, nil
 }
-func (echoHost) CallTool(_ context.Context, _, _ string, args json.RawMessage) (toolloop.Result, error) {
+func (echoHost) CallTool(_ context.Context, _, _, _ string, args json.RawMessage) (toolloop.Result, error) {
 	return toolloop.Result{Content: string(args)}, nil
 }
 
@@ -77,7 +77,7 @@ func (r *stepReply) StopSequence() string        { return "" }
 // every step.
 func TestReplyReportsLastStepPrompt(t *testing.T) {
 	ctx := context.Background()
-	ts, err := toolloop.Build(ctx, echoHost{}, toolloop.Selection{All: true}, nil)
+	ts, err := toolloop.Build(ctx, echoHost{}, "", toolloop.Selection{All: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -247,12 +247,12 @@ func FindCall(msgs []parley.Message, id string) (call parley.ToolCall, answered,
 	return parley.ToolCall{}, false, false
 }
 
-// Build lists the server tools sel enables for ctx's user beside client
+// Build lists the server tools sel enables for user beside client
 // (the request's own tools) and returns the Responder that runs them. A
 // server without tools for the user, or a server the user may not use, is
 // an EInvalid error naming it (field names the request's field).
-func Build(ctx context.Context, core *apicore.Core, sel toolloop.Selection, client []parley.Tool) (*Responder, error) {
-	if core.Tools == nil || len(core.Tools.Servers(ctx)) == 0 {
+func Build(ctx context.Context, core *apicore.Core, user string, sel toolloop.Selection, client []parley.Tool) (*Responder, error) {
+	if core.Tools == nil || len(core.Tools.Servers(user)) == 0 {
 		if sel.All {
 			return nil, parley.Errorf(parley.EInvalid, "no MCP server is configured for you on this server (the operator configures them with --mcp-config)")
 		}
@@ -261,7 +261,7 @@ func Build(ctx context.Context, core *apicore.Core, sel toolloop.Selection, clie
 	if host == nil {
 		host = noHost{}
 	}
-	ts, err := toolloop.Build(ctx, host, sel, client)
+	ts, err := toolloop.Build(ctx, host, user, sel, client)
 	if err != nil {
 		return nil, err
 	}
@@ -272,11 +272,11 @@ func Build(ctx context.Context, core *apicore.Core, sel toolloop.Selection, clie
 // request names is refused.
 type noHost struct{}
 
-func (noHost) Servers(context.Context) []string { return nil }
-func (noHost) ListTools(context.Context, string) ([]toolloop.RemoteTool, error) {
+func (noHost) Servers(string) []string { return nil }
+func (noHost) ListTools(context.Context, string, string) ([]toolloop.RemoteTool, error) {
 	return nil, parley.Errorf(parley.ENotFound, "no such MCP server")
 }
-func (noHost) CallTool(context.Context, string, string, json.RawMessage) (toolloop.Result, error) {
+func (noHost) CallTool(context.Context, string, string, string, json.RawMessage) (toolloop.Result, error) {
 	return toolloop.Result{}, parley.Errorf(parley.ENotFound, "no such MCP server")
 }
 
