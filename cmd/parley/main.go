@@ -210,7 +210,7 @@ func declareFlags(c *config, getenv func(string) string, stderr io.Writer) *flag
 	fs.Float64Var(&c.clientStoreShare, "client-store-share", session.DefaultClientShare, "fraction of --max-store-bytes the sessions created by one client (an IPv4 address or an IPv6 /64) may hold (over it: 507; 1 = no share limit)")
 	fs.Int64Var(&c.maxBodyBytesInflight, "max-body-bytes-inflight", web.DefaultMaxBodyBytesInflight, "bytes of request bodies held at once by the requests being handled (one address: a quarter); over it: 503 (429), Retry-After")
 	fs.IntVar(&c.maxHTTPConnsPerIP, "max-http-conns-per-ip", web.DefaultMaxHTTPConnsPerIP, "open TCP connections per client address at most, WebSockets included (over it: 429)")
-	fs.StringVar(&c.draft, "draft", llm.DraftOff, "speculative decoding from the conversation's own text (greedy replies are the same tokens): auto drafts where the step times it measures say drafts pay, ngram whenever the conversation offers a continuation, off never")
+	fs.StringVar(&c.draft, "draft", llm.DraftAuto, "speculative decoding from the conversation's own text (greedy replies are the same tokens): auto drafts where the step times it measures say drafts pay, ngram whenever the conversation offers a continuation, off never")
 	fs.IntVar(&c.draftMax, "draft-max", llm.DefaultDraftMax, "longest draft per reply and decode step, in tokens")
 	fs.StringVar(&c.draftModel, "draft-model", "", "a small GGUF model of the same vocabulary whose greedy continuation is the draft, instead of the conversation's text (one model only; --draft off then means auto)")
 	fs.DurationVar(&c.stepBudget, "step-budget", llm.DefaultStepBudget, "longest one reply may take to sample one token (grammar matching included); a reply over it is ended with an error")
