@@ -137,7 +137,8 @@ func (x *ngramIndex) catchUp() {
 
 // lookup returns up to k tokens that followed the latest earlier
 // occurrence of the history's longest matching suffix (draftMinN tokens at
-// least), appended to dst[:0]; none when there is none.
+// least), up to the first image position, appended to dst[:0]; none when
+// there is none.
 func (x *ngramIndex) lookup(dst []int, k int) []int {
 	dst = dst[:0]
 	if k <= 0 || len(x.toks) < draftMinN+1 {
@@ -151,7 +152,15 @@ func (x *ngramIndex) lookup(dst []int, k int) []int {
 		if e < n || e >= l || !equalInts(x.toks[e-n:e], suffix) {
 			continue
 		}
-		return append(dst, x.toks[e:min(e+k, l)]...)
+		// A draft ends before an image's positions (negative pseudo ids):
+		// they are no tokens a step can decode.
+		for _, t := range x.toks[e:min(e+k, l)] {
+			if t < 0 {
+				break
+			}
+			dst = append(dst, t)
+		}
+		return dst
 	}
 	return dst
 }

@@ -44,6 +44,17 @@ func TestNgramLookup(t *testing.T) {
 	if got := x.lookup(nil, 2); !slices.Equal(got, []int{1, 9}) {
 		t.Errorf("draft %v after truncate and push, want [1 9]", got)
 	}
+	// An image's positions (negative pseudo ids) end a draft: "4 5" last
+	// came before "6" and an image; an image right after the match drafts
+	// nothing.
+	x.reset([]int{4, 5, 6, -7, -8, 1, 4, 5})
+	if got := x.lookup(nil, 4); !slices.Equal(got, []int{6}) {
+		t.Errorf("draft %v, want [6] (up to the image)", got)
+	}
+	x.reset([]int{4, 5, -7, -8, 1, 4, 5})
+	if got := x.lookup(nil, 4); len(got) != 0 {
+		t.Errorf("draft %v, want none (an image follows the match)", got)
+	}
 	// No match, a history too short, no room.
 	x.reset([]int{1, 2, 3, 4})
 	if got := x.lookup(nil, 4); len(got) != 0 {

@@ -283,9 +283,12 @@ func (e *Engine) step(b *batch) (finished int) {
 	if err != nil {
 		e.log.Error("decode failed", zap.Error(err), zap.Int("batch_tokens", b.numTokens()))
 		for _, seq := range inBatch {
-			// The cache state of these slots is unknown now: forget it.
+			// The cache state of these slots is unknown now: forget it,
+			// the draft's tokens with the rest.
 			e.be.SeqRm(seq.slot.id, 0, -1)
 			seq.slot.cached = seq.slot.cached[:0]
+			seq.slot.draft.truncate(0)
+			seq.draft, seq.unverified = seq.draft[:0], false
 			e.finish(seq, parley.FinishError, fmt.Errorf("decode: %w", err))
 			finished++
 		}
@@ -410,7 +413,7 @@ func (e *Engine) emitRow(seq *sequence, i, tok int, logits []float32) (more, fin
 // dropDraft removes seq's unverified draft from its slot s.
 func (e *Engine) dropDraft(seq *sequence, s *slot) {
 	seq.unverified = false
-	keep := len(s.cached) - len(seq.draft)
+	keep := max(0, len(s.cached)-len(seq.draft))
 	seq.draft = seq.draft[:0]
 	if !e.be.SeqRm(s.id, keep, -1) {
 		e.be.SeqRm(s.id, 0, -1)

@@ -396,6 +396,12 @@ func TestEngineImageSurvivesRestart(t *testing.T) {
 // returns it with an image of user's.
 func visionEngine(t *testing.T, parallel int) (*Engine, func(user string) parley.Image) {
 	t.Helper()
+	return visionEngineDraft(t, parallel, DraftOff)
+}
+
+// visionEngineDraft is visionEngine with speculative decoding in draft mode.
+func visionEngineDraft(t *testing.T, parallel int, draft string) (*Engine, func(user string) parley.Image) {
+	t.Helper()
 	dir := DefaultCurrentLibDir()
 	if !fileExists(filepath.Join(dir, "libmtmd.so")) {
 		if os.Getenv("PARLEY_REQUIRE_VISION") != "" {
@@ -408,7 +414,7 @@ func visionEngine(t *testing.T, parallel int) (*Engine, func(user string) parley
 		t.Fatal(err)
 	}
 	e, err := Open(Config{Path: testmodel.Path(t), Projector: proj, Engine: EngineCurrent, LibDir: dir,
-		Parallel: parallel, Threads: 1, ContextLength: 512})
+		Parallel: parallel, Threads: 1, ContextLength: 512, Draft: draft})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,6 +514,49 @@ func TestEngineImageEncodeOffTheLoop(t *testing.T) {
 	}
 	if n := e.imagesEncoded.Load(); n != 4 {
 		t.Errorf("%d images encoded, want 4 (alice, bob, carol's cancelled one, dave)", n)
+	}
+}
+
+// TestEngineImageDrafts: a conversation whose second turn repeats its
+// first (the image's question, its reply, then the question again) drafts
+// from its history (ngram) up to an image's positions, never into them:
+// the reply is the one without drafts and the engine goes on serving.
+func TestEngineImageDrafts(t *testing.T) {
+	off, image := visionEngine(t, 1)
+	ngram, _ := visionEngineDraft(t, 1, DraftNgram)
+	prompt, _ := lookPrompt(t, off)
+	im := image("alice")
+	p := parley.DefaultParams()
+	p.Temperature, p.MaxTokens = 0, 8
+	gen := func(e *Engine, toks []int, images []parley.Image, p parley.Params) (string, parley.Event) {
+		t.Helper()
+		ch, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks, Images: images, Params: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return drain(t, ch, "a reply")
+	}
+	first, _ := gen(off, prompt, []parley.Image{im}, p)
+	reply, err := off.be.Tokenize(first, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "Look:" IMG " what is it?" REPLY "Look:" IMG " what is it?": the
+	// second reply repeats the first, whose continuation in the history is
+	// "Look:" and the image.
+	again := append(append(append([]int{}, prompt...), reply...), prompt[1:]...)
+	p.MaxTokens = 24
+	want, plain := gen(off, again, []parley.Image{im, im}, p)
+	got, final := gen(ngram, again, []parley.Image{im, im}, p)
+	if plain.Err != nil || final.Err != nil || got != want {
+		t.Fatalf("with drafts %q (%v), without %q (%v)", got, final.Err, want, plain.Err)
+	}
+	if ngram.drafted.Load() == 0 {
+		t.Errorf("no draft tokens: the repeated turn should draft")
+	}
+	// The engine still serves.
+	if got2, final := gen(ngram, again, []parley.Image{im, im}, p); got2 != want || final.Err != nil {
+		t.Errorf("the next reply: %q (%v), want %q", got2, final.Err, want)
 	}
 }
 
