@@ -4,6 +4,10 @@ package llm
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+
+// parley_is_mapped reports whether glibc's malloc gave p a mapping of its
+// own: the IS_MMAPPED bit (0x2) of its chunk's size field, the word before p.
+static int parley_is_mapped(void *p) { return (((size_t *)p)[-1] & 2) != 0; }
 */
 import "C"
 
@@ -40,6 +44,10 @@ func cBlocks(n, size int) []unsafe.Pointer {
 	}
 	return out
 }
+
+// isMapped reports whether glibc made p, a block cBlocks allocated, a
+// mapping of its own.
+func isMapped(p unsafe.Pointer) bool { return C.parley_is_mapped(p) != 0 }
 
 // freeBlocks frees what cBlocks allocated.
 func freeBlocks(ps []unsafe.Pointer) {
