@@ -1,7 +1,7 @@
 package web
 
 // Several models in one server (WithModels): the request's model field (or
-// a WebSocket's ?model=) picks the model (apicore.Core.PickModel), and the
+// a WebSocket's ?model=) picks the model (apicore.Core.ResolveModel), and the
 // operator lists, loads and unloads them here.
 //
 //	GET  /v1/models                       every model, its state, size and settings

@@ -77,7 +77,7 @@ func (s *Server) embedLookup(r *http.Request, model string, keepAlive *time.Dura
 		}
 		name = n
 	}
-	t, err := s.embeds.EmbedModel(apicore.WithModel(r.Context(), name), name, keepAlive)
+	t, err := s.embeds.EmbedModel(r.Context(), name, keepAlive)
 	t.Client = apicore.CallerOf(r.Context()).Client
 	return t, err
 }

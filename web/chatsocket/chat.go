@@ -401,7 +401,7 @@ func (c *conn) enqueuePrompt(j job) {
 		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
 		return
 	}
-	if err := c.srv.core.CountPromptTokens(apicore.WithModel(c.Ctx, cmp.Or(j.model, c.getModel())), j.content, 0, false); err != nil {
+	if err := c.srv.core.CountPromptTokens(c.Ctx, cmp.Or(j.model, c.getModel()), j.content, 0, false); err != nil {
 		c.refuse("prompt_tokens", err)
 		return
 	}

@@ -118,7 +118,7 @@ func (s *API) startBackground(c echo.Context, pr *parsedResponse) error {
 		return err
 	}
 	user := who.User
-	ctx, cancel := context.WithCancel(apicore.WithModel(apicore.WithCaller(s.stop, who), pr.model))
+	ctx, cancel := context.WithCancel(apicore.WithCaller(s.stop, who))
 	pr.req.Durable = true // a crash leaves it stored, interrupted
 	resp, err := s.respond(ctx, pr.req)
 	if err != nil {

@@ -107,7 +107,6 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if err != nil {
 		return nil, err
 	}
-	ctx = apicore.WithModel(ctx, model)
 	if ctx, err = req.CacheKeyFields.Narrow(ctx); err != nil {
 		return nil, err
 	}
@@ -160,7 +159,7 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if whole {
 		text = apicore.CountedPromptText(text, parley.ImageCount(msgs) > 0, s.core.MaxPromptTokens)
 	}
-	if err := s.core.CountPromptTokens(ctx, text, len(msgs), true); err != nil {
+	if err := s.core.CountPromptTokens(ctx, model, text, len(msgs), true); err != nil {
 		return nil, err
 	}
 	if req.Reasoning != nil && req.Reasoning.Effort != nil {

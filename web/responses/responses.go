@@ -209,7 +209,7 @@ func newMessageItem(id string, m parley.Message) messageItem {
 // as with one model.
 func (s *API) newResponseObject(rec session.ResponseRecord, sid string, stored bool, model string) *responseObject {
 	if model == "" {
-		model = s.core.ModelName(context.Background())
+		model = s.core.ModelName("")
 	}
 	o := &responseObject{
 		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: model,
@@ -258,7 +258,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 	if pr.bg {
 		return s.startBackground(c, pr)
 	}
-	ctx, cancel := context.WithCancel(apicore.WithModel(c.Request().Context(), pr.model))
+	ctx, cancel := context.WithCancel(c.Request().Context())
 	defer cancel()
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return err
@@ -272,7 +272,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 		return s.answerMCP(c, ctx, cancel, resp, pr)
 	}
 	if !pr.stream {
-		meter := s.core.Meter(apicore.ModelFrom(ctx))
+		meter := s.core.Meter(pr.model)
 		for ev := range resp.Events() {
 			meter.Observe(ev)
 			if ev.Done {

@@ -204,7 +204,7 @@ func (s *API) wsResponse(ctx context.Context, data []byte, write func([]byte) er
 			pr.req.Local = l
 		}
 	}
-	ctx, cancel := context.WithCancel(apicore.WithModel(ctx, pr.model))
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return refuse(err)
