@@ -144,8 +144,8 @@ func (s *API) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, er
 	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
-	model, err := s.core.ResolveModel(req.Model)
-	if err != nil {
+	facts := apicore.FactsOf(c)
+	if facts.Model, err = s.core.ResolveModel(req.Model); err != nil {
 		return nil, err
 	}
 	if !count && req.MaxTokens == nil {
@@ -189,7 +189,7 @@ func (s *API) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, er
 	if err := req.OutputFormat.apply(&req.ParamsPatch, "output_format"); err != nil {
 		return nil, err
 	}
-	call := &anthropicCall{facts: apicore.Facts{Model: model}, key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.ParamsPatch}
+	call := &anthropicCall{facts: facts, key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.ParamsPatch}
 	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
 	patch := &req.ParamsPatch
 	if count {

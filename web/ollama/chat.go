@@ -102,6 +102,7 @@ func (s *API) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *ollamaC
 	if err != nil {
 		return nil, err
 	}
+	call.facts = apicore.FactsOf(c)
 	call.facts.Model = model
 	call.stream = req.Stream == nil || *req.Stream
 	keep, err := checkKeepAlive(req.KeepAlive)

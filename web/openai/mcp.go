@@ -99,7 +99,7 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	if err != nil {
 		return err
 	}
-	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: cc.facts.Model, Client: apicore.CallerOf(rctx).Client, User: apicore.CallerOf(rctx).User, Scope: apicore.CacheScope(rctx), Stateless: true, Messages: cc.msgs, Params: cc.params}
+	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: cc.facts.Model, Client: apicore.CallerOf(rctx).Client, User: apicore.CallerOf(rctx).User, Scope: cc.facts.Scope, Stateless: true, Messages: cc.msgs, Params: cc.params}
 	if s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
 		req.MaxPromptTokens = s.core.MaxPromptTokens
 	}

@@ -41,11 +41,14 @@ func (s *API) decodeRequest(c echo.Context, req any, common *openAIRequest) (api
 		}
 		return apicore.Facts{}, err
 	}
-	model, err := s.core.ResolveModel(common.Model)
-	if err != nil {
+	facts := apicore.FactsOf(c)
+	if facts.Model, err = s.core.ResolveModel(common.Model); err != nil {
 		return apicore.Facts{}, err
 	}
-	return apicore.Facts{Model: model}, apicore.NarrowRequest(c, &common.CacheKeyFields)
+	if err := common.CacheKeyFields.Narrow(&facts); err != nil {
+		return apicore.Facts{}, err
+	}
+	return facts, nil
 }
 
 // unsupported refuses n other than 1 and a logit_bias: Parley makes one

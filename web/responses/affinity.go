@@ -29,5 +29,5 @@ func setAffinity(c echo.Context, pr *parsedResponse, resp *session.Response) {
 	if pr.req.Instructions != nil && *pr.req.Instructions != "" {
 		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: *pr.req.Instructions})
 	}
-	apicore.SetAffinity(c, parley.AffinityKey(user, pr.cacheKey, append(msgs, pr.req.Input...)))
+	apicore.SetAffinity(c, parley.AffinityKey(user, pr.facts.CacheKey, append(msgs, pr.req.Input...)))
 }

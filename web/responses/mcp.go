@@ -795,7 +795,7 @@ func (s *API) respondMCP(ctx context.Context, cancel context.CancelFunc, resp *s
 	if emit != nil {
 		es = &eventStream{emit: emit}
 	}
-	meter := s.core.Meter(pr.model)
+	meter := s.core.Meter(pr.facts.Model)
 	drain := func(err error) (*responseObject, error) {
 		cancel()
 		for ev := range resp.Events() {

@@ -87,18 +87,21 @@ type parsedResponse struct {
 	bg     bool   // background: true (background.go)
 	warmup bool   // generate: false (the WebSocket mode's warm-up)
 	conv   string // the conversation id as given, "" without one
-	model  string // the model the request picked ("" with one model); a stored conversation keeps its own
 	meta   map[string]string
 	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
 	// renameSent names the field the client sent in an error from the engine.
 	renameSent func(error) error
 	// mcp is the request's server tools and approvals (mcp.go); nil without.
 	mcp *mcpRequest
-	// cacheKey is the request's prompt_cache_key (affinity.go).
-	cacheKey string
+	// facts are the request's: its scope, its prompt_cache_key
+	// (affinity.go) and the model it picked ("" with one model; a stored
+	// conversation keeps its own).
+	facts apicore.Facts
 }
 
-func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
+// parseResponsesRequest decodes a create request whose edge facts (the
+// caller's scope: apicore.FactsOf) are facts.
+func (s *API) parseResponsesRequest(ctx context.Context, facts apicore.Facts, body []byte) (*parsedResponse, error) {
 	var req responsesRequest
 	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
@@ -107,7 +110,8 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if err != nil {
 		return nil, err
 	}
-	if ctx, err = req.CacheKeyFields.Narrow(ctx); err != nil {
+	facts.Model = model
+	if err := req.CacheKeyFields.Narrow(&facts); err != nil {
 		return nil, err
 	}
 	// A request that continues no stored history brings it in its input,
@@ -202,11 +206,11 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 		return nil, err
 	}
 	apicore.ResolveSeed(&p)
-	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
+	out := &parsedResponse{facts: facts, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
-		renameSent: req.ParamsPatch.RenameSent, mcp: mreq, cacheKey: req.PromptCacheKey,
+		renameSent: req.ParamsPatch.RenameSent, mcp: mreq,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p, Model: model,
-			NoStore: req.Store != nil && !*req.Store, Scope: apicore.CacheScope(ctx)}}
+			NoStore: req.Store != nil && !*req.Store, Scope: facts.Scope}}
 	if whole && s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
 		out.req.MaxPromptTokens = s.core.MaxPromptTokens
 	}

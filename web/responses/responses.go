@@ -251,7 +251,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pr, err := s.parseResponsesRequest(c.Request().Context(), body)
+	pr, err := s.parseResponsesRequest(c.Request().Context(), apicore.FactsOf(c), body)
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 		return s.answerMCP(c, ctx, cancel, resp, pr)
 	}
 	if !pr.stream {
-		meter := s.core.Meter(pr.model)
+		meter := s.core.Meter(pr.facts.Model)
 		for ev := range resp.Events() {
 			meter.Observe(ev)
 			if ev.Done {

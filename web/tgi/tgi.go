@@ -169,8 +169,8 @@ func (s *API) parseTGI(c echo.Context) (*tgiCall, error) {
 	if model == "" {
 		model = c.QueryParam("model")
 	}
-	served, err := s.core.ResolveModel(model)
-	if err != nil {
+	facts := apicore.FactsOf(c)
+	if facts.Model, err = s.core.ResolveModel(model); err != nil {
 		return nil, err
 	}
 	if req.Inputs == nil {
@@ -179,7 +179,7 @@ func (s *API) parseTGI(c echo.Context) (*tgiCall, error) {
 	if strings.TrimSpace(*req.Inputs) == "" {
 		return nil, parley.FieldErrorf("inputs", "must not be empty")
 	}
-	call := &tgiCall{facts: apicore.Facts{Model: served}, inputs: *req.Inputs, stream: req.Stream}
+	call := &tgiCall{facts: facts, inputs: *req.Inputs, stream: req.Stream}
 	var patch *apicore.ParamsPatch
 	if tp := req.Parameters; tp != nil {
 		patch = &tp.ParamsPatch

@@ -169,7 +169,7 @@ func (k *Core) TemplateFor(model string) (chat.Template, bool) {
 // CountTokens counts the prompt tokens of msgs for f's model; false when
 // the responder cannot count.
 func (k *Core) CountTokens(ctx context.Context, f Facts, key string, msgs []parley.Message, p parley.Params) (int, bool, error) {
-	key = parley.ScopedKey(CacheScope(ctx), key) // the memo Reply keeps under the caller's scope
+	key = parley.ScopedKey(f.Scope, key) // the memo Reply keeps under the caller's scope
 	if mc, ok := k.Responder.(modelCounters); ok && k.Models != nil {
 		n, err := mc.CountTokensFor(ctx, parley.ReplyRequest{Key: key, Model: f.Model, Messages: msgs, Params: p})
 		return n, true, err

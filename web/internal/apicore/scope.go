@@ -12,8 +12,8 @@ type scopeKey struct{}
 // WithCacheScope returns a context whose request uses the cache scope
 // scope (parley.UserCacheScope's, parley.ClientCacheScope's or a narrowing
 // of them). The edge keeps the scope here from its middleware to the
-// handler, which passes it on as a field (parley.ReplyRequest.Scope); no
-// layer below the web reads it from a context.
+// handler, which takes it once (FactsOf) and passes it on as an argument
+// (Facts.Scope) or a field (parley.ReplyRequest.Scope).
 func WithCacheScope(ctx context.Context, scope string) context.Context {
 	return context.WithValue(ctx, scopeKey{}, scope)
 }
@@ -26,13 +26,4 @@ func CacheScope(ctx context.Context) string {
 		return s
 	}
 	return parley.UserCacheScope(CallerOf(ctx).User)
-}
-
-// NarrowCacheScope returns ctx with its scope narrowed by key
-// (parley.NarrowCacheScope); an empty key changes nothing.
-func NarrowCacheScope(ctx context.Context, key string) context.Context {
-	if key == "" {
-		return ctx
-	}
-	return WithCacheScope(ctx, parley.NarrowCacheScope(CacheScope(ctx), key))
 }
