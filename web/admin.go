@@ -74,7 +74,7 @@ func (s *Server) adminAllowed(c echo.Context) error {
 	if s.cfg.APIKey == "" {
 		return parley.Errorf(parley.EForbidden, "the admin endpoints need an API key: start the server with --api-key")
 	}
-	if apicore.CallerOf(c.Request().Context()).User != "" {
+	if apicore.FactsOf(c).Caller.User != "" {
 		return parley.Errorf(parley.EForbidden, "the admin endpoints need the server's --api-key, not a user's key")
 	}
 	return s.core.Available()

@@ -78,7 +78,7 @@ func (s *Server) embedLookup(r *http.Request, model string, keepAlive *time.Dura
 		name = n
 	}
 	t, err := s.embeds.EmbedModel(r.Context(), name, keepAlive)
-	t.Client = apicore.CallerOf(r.Context()).Client
+	t.Client = apicore.FactsOfRequest(r).Caller.Client
 	return t, err
 }
 

@@ -95,11 +95,11 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	}
 	ctx, cancel := context.WithCancel(rctx)
 	defer cancel()
-	tools, err := servertools.Build(ctx, s.core, apicore.CallerOf(rctx).User, *cc.server, cc.params.Tools)
+	tools, err := servertools.Build(ctx, s.core, cc.facts.Caller.User, *cc.server, cc.params.Tools)
 	if err != nil {
 		return err
 	}
-	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: cc.facts.Model, Client: apicore.CallerOf(rctx).Client, User: apicore.CallerOf(rctx).User, Scope: cc.facts.Scope, Stateless: true, Messages: cc.msgs, Params: cc.params}
+	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: cc.facts.Model, Client: cc.facts.Caller.Client, User: cc.facts.Caller.User, Scope: cc.facts.Scope, Stateless: true, Messages: cc.msgs, Params: cc.params}
 	if s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
 		req.MaxPromptTokens = s.core.MaxPromptTokens
 	}

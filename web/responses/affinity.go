@@ -16,7 +16,7 @@ import (
 // else the request's prompt_cache_key; else, for a response not stored, one
 // derived from its user, instructions and input (parley.AffinityKey).
 func setAffinity(c echo.Context, pr *parsedResponse, resp *session.Response) {
-	user := apicore.CallerOf(c.Request().Context()).User
+	user := pr.facts.Caller.User
 	if sent := c.Request().Header.Get(parley.AffinityHeader); sent != "" {
 		apicore.SetAffinity(c, parley.AffinityKey(user, sent, nil))
 		return

@@ -99,8 +99,8 @@ type parsedResponse struct {
 	facts apicore.Facts
 }
 
-// parseResponsesRequest decodes a create request whose edge facts (the
-// caller's scope: apicore.FactsOf) are facts.
+// parseResponsesRequest decodes a create request whose edge facts (its
+// caller and scope: apicore.FactsOf) are facts.
 func (s *API) parseResponsesRequest(ctx context.Context, facts apicore.Facts, body []byte) (*parsedResponse, error) {
 	var req responsesRequest
 	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
@@ -118,7 +118,7 @@ func (s *API) parseResponsesRequest(ctx context.Context, facts apicore.Facts, bo
 	// server calls included (mcp_call and mcp_approval_request items); one
 	// that continues a response or conversation has them stored.
 	stateless := req.PreviousResponseID == nil && !apicore.IsSet(req.Conversation)
-	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) }, s.core.Images(ctx), stateless)
+	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, facts.Caller, id, field) }, s.core.Images(ctx), stateless)
 	if err != nil {
 		return nil, err
 	}
@@ -433,12 +433,12 @@ func (r *itemSessions) find(rest string) (sid, tail string, ok bool) {
 // respond runs a Responses turn and remembers its session for later
 // item_reference inputs when the response is stored. Every Responses turn
 // (HTTP, background, WebSocket) starts here.
-func (s *API) respond(ctx context.Context, req session.ResponseRequest) (*session.Response, error) {
+func (s *API) respond(ctx context.Context, who parley.Caller, req session.ResponseRequest) (*session.Response, error) {
 	if strings.HasPrefix(req.Previous, warmupPrefix) {
 		// A warm-up is kept by its socket alone (warmup.chain took those it knows).
 		return nil, parley.Errorf(parley.ENotFound, "no such response: a warm-up (generate: false) continues only on its own WebSocket")
 	}
-	resp, err := s.convs.Respond(ctx, apicore.CallerOf(ctx), req)
+	resp, err := s.convs.Respond(ctx, who, req)
 	if err == nil && resp.Stored {
 		s.items.remember(resp.SessionID())
 	}
@@ -456,7 +456,7 @@ type itemRef struct {
 // resolveItem reads the item an item_reference names (field names the
 // reference): a message item (msg_), a function call (fc_) or a reasoning
 // item (rs_) of a stored response.
-func (s *API) resolveItem(ctx context.Context, id, field string) (itemRef, error) {
+func (s *API) resolveItem(ctx context.Context, who parley.Caller, id, field string) (itemRef, error) {
 	notFound := parley.FieldErrorf(field+".id", "no stored item %q (an item_reference names an output item of a stored response this server still keeps)", id)
 	if s.convs == nil {
 		return itemRef{}, notFound
@@ -482,7 +482,7 @@ func (s *API) resolveItem(ctx context.Context, id, field string) (itemRef, error
 	if err != nil || abs < 0 || strconv.Itoa(abs) != tail {
 		return itemRef{}, notFound
 	}
-	sess, err := s.convs.Conversation(ctx, apicore.CallerOf(ctx), sid)
+	sess, err := s.convs.Conversation(ctx, who, sid)
 	if err != nil {
 		return itemRef{}, notFound
 	}

@@ -263,7 +263,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return err
 	}
-	resp, err := s.respond(ctx, pr.req)
+	resp, err := s.respond(ctx, pr.facts.Caller, pr.req)
 	if err != nil {
 		return pr.renameSent(err)
 	}
@@ -337,7 +337,7 @@ func (s *API) GetResponse(c echo.Context) error {
 	if ok, err := s.getBackground(c); ok {
 		return err
 	}
-	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), c.Param("id"))
+	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.FactsOf(c).Caller, c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -352,7 +352,7 @@ func (s *API) GetResponse(c echo.Context) error {
 // DeleteResponse is DELETE /v1/responses/:id.
 func (s *API) DeleteResponse(c echo.Context) error {
 	id := c.Param("id")
-	if err := s.convs.DeleteResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), id); err != nil {
+	if err := s.convs.DeleteResponse(c.Request().Context(), apicore.FactsOf(c).Caller, id); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, deletedObject{ID: id, Object: "response.deleted", Deleted: true})
@@ -360,7 +360,7 @@ func (s *API) DeleteResponse(c echo.Context) error {
 
 // InputItems is GET /v1/responses/:id/input_items.
 func (s *API) InputItems(c echo.Context) error {
-	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), c.Param("id"))
+	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.FactsOf(c).Caller, c.Param("id"))
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,7 @@ var errSocketClosed = errors.New("responses websocket closed")
 // ResponsesWS is GET /v1/responses.
 func (s *API) ResponsesWS(c echo.Context) error {
 	r, w := c.Request(), c.Response()
+	facts := apicore.FactsOf(c)
 	if !websocket.IsWebSocketUpgrade(r) {
 		return parley.Errorf(parley.EInvalid, "GET /v1/responses is the WebSocket mode: upgrade, or POST to create a response")
 	}
@@ -68,13 +69,13 @@ func (s *API) ResponsesWS(c echo.Context) error {
 	// upgrade names only a key the client sent, for its next connection.
 	var hdr http.Header
 	if sent := r.Header.Get(parley.AffinityHeader); sent != "" {
-		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(apicore.CallerOf(r.Context()).User, sent, nil)}}
+		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(facts.Caller.User, sent, nil)}}
 	}
 	ws, ok := s.sockets.Upgrade(w, r, hdr, apicore.MaxBodyBytes)
 	if !ok {
 		return nil // the upgrader has answered
 	}
-	sock := &respSocket{srv: s, facts: apicore.FactsOf(c), Pump: wsock.NewPump(s.sockets.Settings(), r.Context(), ws, apicore.MaxBodyBytes, s.core.Log.With(zap.String("remote", ip)))}
+	sock := &respSocket{srv: s, facts: facts, Pump: wsock.NewPump(s.sockets.Settings(), r.Context(), ws, apicore.MaxBodyBytes, s.core.Log.With(zap.String("remote", ip)))}
 	if !s.sockets.TrackOrRefuse(sock, ws) {
 		sock.Cancel()
 		return nil
@@ -210,7 +211,7 @@ func (s *API) wsResponse(ctx context.Context, facts apicore.Facts, data []byte, 
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return refuse(err)
 	}
-	resp, err := s.respond(ctx, pr.req)
+	resp, err := s.respond(ctx, pr.facts.Caller, pr.req)
 	if err != nil {
 		return refuse(pr.renameSent(err))
 	}
