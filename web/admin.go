@@ -1,7 +1,7 @@
 package web
 
 // Several models in one server (WithModels): the request's model field (or
-// a WebSocket's ?model=) picks the model (apicore.Core.PickModel), and the
+// a WebSocket's ?model=) picks the model (apicore.Core.ResolveModel), and the
 // operator lists, loads and unloads them here.
 //
 //	GET  /v1/models                       every model, its state, size and settings
@@ -74,7 +74,7 @@ func (s *Server) adminAllowed(c echo.Context) error {
 	if s.cfg.APIKey == "" {
 		return parley.Errorf(parley.EForbidden, "the admin endpoints need an API key: start the server with --api-key")
 	}
-	if apicore.CallerOf(c.Request().Context()).User != "" {
+	if apicore.FactsOf(c).Caller.User != "" {
 		return parley.Errorf(parley.EForbidden, "the admin endpoints need the server's --api-key, not a user's key")
 	}
 	return s.core.Available()

@@ -123,7 +123,7 @@ func (b *bodyBudget) inUse() int64 {
 func (s *Server) limitBodies(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		client := apicore.CallerOf(r.Context()).Client
+		client := apicore.FactsOfRequest(r).Caller.Client
 		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 			return next(c)
 		}

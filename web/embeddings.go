@@ -77,8 +77,8 @@ func (s *Server) embedLookup(r *http.Request, model string, keepAlive *time.Dura
 		}
 		name = n
 	}
-	t, err := s.embeds.EmbedModel(apicore.WithModel(r.Context(), name), name, keepAlive)
-	t.Client = apicore.CallerOf(r.Context()).Client
+	t, err := s.embeds.EmbedModel(r.Context(), name, keepAlive)
+	t.Client = apicore.FactsOfRequest(r).Caller.Client
 	return t, err
 }
 

@@ -28,14 +28,15 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// tagClient names the request's caller in its context (apicore.WithCaller):
+// tagClient names the request's caller in its context (apicore.WithFacts):
 // its client (userClient: its user, or its address, IPv6 per /64), for
 // every per-client limit (the session layer stamps it on the sessions the
 // request creates, the engine caps the grammar samplers one client's
 // requests hold), and the user its API key maps to, whose sessions are the
 // only ones the request reaches; and its cache scope. A request without an
 // accepted key is refused later by RequireKey (or the socket's accept),
-// where a route needs one. Handlers pass these on as arguments and fields.
+// where a route needs one. Handlers take these once (apicore.FactsOf) and
+// pass them on as arguments and fields.
 func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
@@ -44,17 +45,18 @@ func (s *Server) tagClient(next echo.HandlerFunc) echo.HandlerFunc {
 		if u, ok := s.identify(r); ok {
 			user = u
 		}
-		ctx := apicore.WithCaller(r.Context(), parley.Caller{User: user, Client: apicore.UserClient(addr, user)})
-		ctx = apicore.WithCacheScope(ctx, s.cacheScope(user, addr))
-		c.SetRequest(r.WithContext(ctx))
+		c.SetRequest(r.WithContext(apicore.WithFacts(r.Context(), apicore.Facts{
+			Caller: parley.Caller{User: user, Client: apicore.UserClient(addr, user)},
+			Scope:  s.cacheScope(user, addr),
+		})))
 		return next(c)
 	}
 }
 
 // cacheScope is the cache scope of user's requests from client
-// (Config.CachePerClient): every context that runs a reply carries it, the
-// ones made for work that outlives its request (a chat socket's, a
-// background response's) included.
+// (Config.CachePerClient): every reply's request carries it
+// (parley.ReplyRequest.Scope), those of work that outlives its HTTP
+// request (a chat socket's, a background response's) included.
 func (s *Server) cacheScope(user, client string) string {
 	if s.cfg.CachePerClient {
 		return parley.ClientCacheScope(user, client)

@@ -134,11 +134,11 @@ func (s *API) Messages(c echo.Context) error {
 	if ac.stream {
 		route = "anthropic-stream"
 	}
-	call, err := s.core.StartChat(c, route, ac.key, ac.msgs, ac.params)
+	call, err := s.core.StartChat(c, ac.facts, route, ac.key, ac.msgs, ac.params)
 	if err != nil {
 		return ac.patch.RenameSent(err)
 	}
-	id, model := anthropicMessageID(), s.core.ModelName(c.Request().Context())
+	id, model := anthropicMessageID(), s.core.ModelName(ac.facts.Model)
 	if ac.stream {
 		s.streamAnthropic(c, call, ac, id, model)
 		return nil
@@ -176,7 +176,7 @@ func (s *API) CountTokens(c echo.Context) error {
 	if err := s.core.Available(); err != nil {
 		return err
 	}
-	n, ok, err := s.core.CountTokens(c.Request().Context(), ac.key, ac.msgs, ac.params)
+	n, ok, err := s.core.CountTokens(c.Request().Context(), ac.facts, ac.key, ac.msgs, ac.params)
 	if !ok {
 		return parley.Errorf(parley.ENotFound, "this server cannot count tokens")
 	}

@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -26,7 +25,7 @@ func (s *API) anthropicModels() []anthropicModel {
 		return anthropicModel{Type: "model", ID: name, DisplayName: name, CreatedAt: created}
 	}
 	if s.core.Models == nil {
-		return []anthropicModel{one(s.core.ModelName(context.Background()))}
+		return []anthropicModel{one(s.core.ModelName(""))}
 	}
 	var out []anthropicModel
 	for _, m := range s.core.Models.Models() {

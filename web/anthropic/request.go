@@ -113,6 +113,7 @@ func (t *anthropicThinking) apply(p *parley.Params) error {
 
 // anthropicCall is a decoded, validated Messages request.
 type anthropicCall struct {
+	facts  apicore.Facts
 	key    string // the conversation's KV-cache key (anthropicKey)
 	msgs   []parley.Message
 	params parley.Params
@@ -143,7 +144,8 @@ func (s *API) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, er
 	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
 	}
-	if err := s.core.PickModel(c, req.Model); err != nil {
+	facts := apicore.FactsOf(c)
+	if facts.Model, err = s.core.ResolveModel(req.Model); err != nil {
 		return nil, err
 	}
 	if !count && req.MaxTokens == nil {
@@ -187,7 +189,7 @@ func (s *API) parseAnthropicBody(c echo.Context, count bool) (*anthropicCall, er
 	if err := req.OutputFormat.apply(&req.ParamsPatch, "output_format"); err != nil {
 		return nil, err
 	}
-	call := &anthropicCall{key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.ParamsPatch}
+	call := &anthropicCall{facts: facts, key: anthropicKey(msgs), msgs: msgs, stream: req.Stream, patch: &req.ParamsPatch}
 	call.stops = append(append([]string(nil), req.Stop...), req.StopSequences...)
 	patch := &req.ParamsPatch
 	if count {

@@ -42,7 +42,7 @@ type conn struct {
 	srv         *Chat
 
 	ip   string
-	user string // the user the socket acts for (apicore.CallerOf): only its sessions are reached
+	user string // the user the socket acts for (apicore.Facts.Caller): only its sessions are reached
 	json bool
 	// thinking: text mode shows a reasoning model's thought (?thinking=show), marked; JSON mode always sends it
 	// as thinking messages.
@@ -100,7 +100,8 @@ func (s *Chat) Handle(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	user := apicore.CallerOf(r.Context()).User
+	who := apicore.FactsOf(c).Caller
+	user := who.User
 	// ?model= picks a new session's model (with several models; an
 	// unknown one is a 404 before the upgrade). A resumed session keeps
 	// the model it was started with.
@@ -108,7 +109,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, resumed, err := s.sessions.OpenModel(r.Context(), apicore.CallerOf(r.Context()), r.URL.Query().Get("session"), model)
+	sess, resumed, err := s.sessions.OpenModel(r.Context(), who, r.URL.Query().Get("session"), model)
 	if err != nil && !answerOnSocket(err) {
 		return err
 	}
@@ -401,7 +402,7 @@ func (c *conn) enqueuePrompt(j job) {
 		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
 		return
 	}
-	if err := c.srv.core.CountPromptTokens(apicore.WithModel(c.Ctx, cmp.Or(j.model, c.getModel())), j.content, 0, false); err != nil {
+	if err := c.srv.core.CountPromptTokens(c.Ctx, cmp.Or(j.model, c.getModel()), j.content, 0, false); err != nil {
 		c.refuse("prompt_tokens", err)
 		return
 	}

@@ -2,7 +2,6 @@ package ollama
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -78,7 +77,8 @@ type ollamaChunk struct {
 
 // ollamaCall is a validated /api/chat or /api/generate request.
 type ollamaCall struct {
-	start  time.Time // when the request arrived: total_duration counts from it
+	facts  apicore.Facts // the request's model and keep-alive
+	start  time.Time     // when the request arrived: total_duration counts from it
 	params parley.Params
 	stream bool
 	// unload: keep_alive was 0, so a request with nothing to generate
@@ -98,10 +98,12 @@ func ollamaNow() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 
 // parseOllamaCommon validates the shared fields into params and stream.
 func (s *API) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *ollamaCall) (*apicore.ParamsPatch, error) {
-	if err := s.checkOllamaModel(c, req.Model, "model"); err != nil {
+	model, err := s.checkOllamaModel(req.Model, "model")
+	if err != nil {
 		return nil, err
 	}
-	ctx := c.Request().Context()
+	call.facts = apicore.FactsOf(c)
+	call.facts.Model = model
 	call.stream = req.Stream == nil || *req.Stream
 	keep, err := checkKeepAlive(req.KeepAlive)
 	if err != nil {
@@ -109,14 +111,13 @@ func (s *API) parseOllamaCommon(c echo.Context, req *ollamaCommon, call *ollamaC
 	}
 	call.unload = apicore.IsSet(req.KeepAlive) && keep == 0
 	if apicore.IsSet(req.KeepAlive) && s.core.Models != nil {
-		apicore.WithKeepAlive(c, keep)
-		ctx = c.Request().Context()
+		call.facts.KeepAlive = &keep
 	}
 	var patch apicore.ParamsPatch
-	if patch.Think, err = s.ollamaThink(ctx, req.Think); err != nil {
+	if patch.Think, err = s.ollamaThink(model, req.Think); err != nil {
 		return nil, err
 	}
-	info := s.loadedModel(ctx)
+	info := s.loadedModel(model)
 	if err := applyOllamaOptions(req.Options, &patch, ollamaLimits{contextLength: info.ContextLength, maxTokensCap: s.core.MaxTokensCap}); err != nil {
 		return nil, err
 	}
@@ -142,7 +143,7 @@ func (s *API) resolveOllama(patch *apicore.ParamsPatch, call *ollamaCall, adds .
 // ollamaThink reads think: true or false, or an effort ("low", "medium",
 // "high": gpt-oss's), which turns thinking on. Asking a model that has no
 // thought to think is a 400, as Ollama answers it; false is always fine.
-func (s *API) ollamaThink(ctx context.Context, raw json.RawMessage) (*bool, error) {
+func (s *API) ollamaThink(model string, raw json.RawMessage) (*bool, error) {
 	if !apicore.IsSet(raw) {
 		return nil, nil
 	}
@@ -159,17 +160,17 @@ func (s *API) ollamaThink(ctx context.Context, raw json.RawMessage) (*bool, erro
 			return nil, parley.FieldErrorf("think", "must be true, false, or low, medium or high, got %q", effort)
 		}
 	}
-	if on && !s.ollamaThinks(ctx) {
-		return nil, parley.FieldErrorf("think", "%s does not support thinking", s.ollamaModelName(ctx))
+	if on && !s.ollamaThinks(model) {
+		return nil, parley.FieldErrorf("think", "%s does not support thinking", s.ollamaModelName(model))
 	}
 	return &on, nil
 }
 
-// ollamaThinks reports whether the model marks a thought Parley can split
-// from its answer.
-func (s *API) ollamaThinks(ctx context.Context) bool {
+// ollamaThinks reports whether model (a request's, "" the default) marks a
+// thought Parley can split from its answer.
+func (s *API) ollamaThinks(model string) bool {
 	if s.core.Models != nil {
-		t, ok := s.core.TemplateFor(ctx)
+		t, ok := s.core.TemplateFor(model)
 		return ok && chat.ThinkFormatOf(t) != chat.ThinkNone
 	}
 	if s.core.ThinkFormat == nil {
@@ -249,7 +250,7 @@ func (s *API) Chat(c echo.Context) error {
 	if err := s.resolveOllama(patch, call, apicore.AddTools(req.Tools, nil, "")); err != nil {
 		return err
 	}
-	model := s.ollamaModelName(c.Request().Context())
+	model := s.ollamaModelName(call.facts.Model)
 	call.text = func(piece string) ollamaChunk {
 		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Message: &ollamaMessage{Role: "assistant", Content: piece}}
 	}
@@ -262,7 +263,7 @@ func (s *API) Chat(c echo.Context) error {
 		return s.ollamaLoaded(c, call)
 	}
 	route := "ollama-chat"
-	a, err := s.core.StartChat(c, route, apicore.ConversationKey(msgs), msgs, call.params)
+	a, err := s.core.StartChat(c, call.facts, route, apicore.ConversationKey(msgs), msgs, call.params)
 	if err != nil {
 		return renameOllama(err)
 	}

@@ -59,7 +59,7 @@ func (s *API) Generate(c echo.Context) error {
 	if err := s.resolveOllama(patch, call); err != nil {
 		return err
 	}
-	model := s.ollamaModelName(c.Request().Context())
+	model := s.ollamaModelName(call.facts.Model)
 	call.text = func(piece string) ollamaChunk {
 		return ollamaChunk{Model: model, CreatedAt: ollamaNow(), Response: &piece}
 	}
@@ -71,7 +71,7 @@ func (s *API) Generate(c echo.Context) error {
 		// Ollama's way to load a model: a generate with no prompt.
 		return s.ollamaLoaded(c, call)
 	}
-	prefix, err := s.contextText(c.Request().Context(), req.Context)
+	prefix, err := s.contextText(c.Request().Context(), call.facts.Model, req.Context)
 	if err != nil {
 		return err
 	}
@@ -87,9 +87,9 @@ func (s *API) Generate(c echo.Context) error {
 	var a *apicore.Call
 	switch {
 	case req.Raw:
-		a, err = s.core.StartCompletion(c, "ollama-generate", prefix+req.Prompt, call.params)
+		a, err = s.core.StartCompletion(c, call.facts, "ollama-generate", prefix+req.Prompt, call.params)
 	case prefix == "":
-		a, err = s.core.StartChat(c, "ollama-generate", "", generateMessages(&req, images), call.params)
+		a, err = s.core.StartChat(c, call.facts, "ollama-generate", "", generateMessages(&req, images), call.params)
 	default:
 		a, err = s.startContinued(c, prefix, generateMessages(&req, nil), call)
 	}
@@ -97,7 +97,7 @@ func (s *API) Generate(c echo.Context) error {
 		return renameOllama(err)
 	}
 	call.finish = func(last *ollamaChunk, reply string) {
-		last.Context = s.contextOf(c.Request().Context(), a.Rep.Prompt()+reply)
+		last.Context = s.contextOf(c.Request().Context(), call.facts.Model, a.Rep.Prompt()+reply)
 	}
 	return s.ollamaRespond(c, a, call)
 }
@@ -130,7 +130,7 @@ func generateMessages(req *ollamaGenerateRequest, images []parley.ImagePart) []p
 // exchange's text (the context array's): the prompt is the template's
 // rendering of msgs after prefix, with the template's end-of-turn stops.
 func (s *API) startContinued(c echo.Context, prefix string, msgs []parley.Message, call *ollamaCall) (*apicore.Call, error) {
-	t, ok := s.core.TemplateFor(c.Request().Context())
+	t, ok := s.core.TemplateFor(call.facts.Model)
 	if !ok {
 		return nil, parley.FieldErrorf("context", "is not supported by this server")
 	}
@@ -138,7 +138,7 @@ func (s *API) startContinued(c echo.Context, prefix string, msgs []parley.Messag
 	// must not spell out a control token (a role marker would forge a
 	// turn); Reply, used without context, neutralizes them instead.
 	for _, m := range msgs {
-		for _, ct := range s.loadedModel(c.Request().Context()).ControlTokens {
+		for _, ct := range s.loadedModel(call.facts.Model).ControlTokens {
 			if ct != "" && strings.Contains(m.Content, ct) {
 				field := "prompt"
 				if m.Role == parley.RoleSystem {
@@ -154,18 +154,18 @@ func (s *API) startContinued(c echo.Context, prefix string, msgs []parley.Messag
 	}
 	p := call.params
 	p.Stop = append(append([]string(nil), p.Stop...), t.Stops()...)
-	return s.core.StartCompletion(c, "ollama-generate", prefix+rendered, p)
+	return s.core.StartCompletion(c, call.facts, "ollama-generate", prefix+rendered, p)
 }
 
 // contextText is the text of a context array, checked: every id is in the
 // vocabulary and the whole fits the context window. A leading BOS is
-// dropped (the tokenizer adds its own).
-func (s *API) contextText(ctx context.Context, ids []int) (string, error) {
+// dropped (the tokenizer adds its own). model is the request's.
+func (s *API) contextText(ctx context.Context, model string, ids []int) (string, error) {
 	if len(ids) == 0 {
 		return "", nil
 	}
-	info := s.loadedModel(ctx)
-	tok, release, err := s.core.TokenizerFor(ctx)
+	info := s.loadedModel(model)
+	tok, release, err := s.core.TokenizerFor(ctx, model)
 	if err != nil {
 		return "", err
 	}
@@ -193,9 +193,9 @@ func (s *API) contextText(ctx context.Context, ids []int) (string, error) {
 
 // contextOf is the context array a reply returns: the token ids of its
 // prompt (the context it continued included) and its text. nil when there
-// is no tokenizer or the text does not tokenize.
-func (s *API) contextOf(ctx context.Context, text string) []int {
-	tok, release, err := s.core.TokenizerFor(ctx)
+// is no tokenizer or the text does not tokenize. model is the request's.
+func (s *API) contextOf(ctx context.Context, model, text string) []int {
+	tok, release, err := s.core.TokenizerFor(ctx, model)
 	if err != nil || tok == nil {
 		return nil
 	}

@@ -21,7 +21,6 @@
 package ollama
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -94,10 +93,10 @@ func unsupportedOllama(instead string) echo.HandlerFunc {
 	}
 }
 
-// ollamaModelName is the Ollama-style name of the request's model (ctx;
-// see apicore.Core.PickModel), or of the loaded model with one model.
-func (s *API) ollamaModelName(ctx context.Context) string {
-	return Name(s.core.ModelName(ctx))
+// ollamaModelName is the Ollama-style name of model (a request's, see
+// checkOllamaModel; "" the default), or of the loaded model with one model.
+func (s *API) ollamaModelName(model string) string {
+	return Name(s.core.ModelName(model))
 }
 
 // Name is a model's Ollama-style name: the model name in lower case,
@@ -126,26 +125,26 @@ func Name(model string) string {
 
 // checkOllamaModel accepts the served model's names (name:latest, the name
 // without its tag, and the name /v1/models lists), case-insensitively; any
-// other name is a 404, an empty one a 400 naming field.
+// other name is a 404, an empty one a 400 naming field. It returns the
+// request's model (apicore.Facts.Model): "" with one model.
 //
-// With several models the name picks the model (apicore.Core.PickModel): any served
-// model's name, or its Ollama-style name with or without its tag.
-func (s *API) checkOllamaModel(c echo.Context, name, field string) error {
+// With several models the name picks the model (apicore.Core.ResolveModel):
+// any served model's name, or its Ollama-style name with or without its tag.
+func (s *API) checkOllamaModel(name, field string) (string, error) {
 	name = strings.TrimSpace(name)
 	if name == "" {
-		return parley.FieldErrorf(field, "is required")
+		return "", parley.FieldErrorf(field, "is required")
 	}
 	if s.core.Models != nil {
-		return s.core.PickModel(c, name)
+		return s.core.ResolveModel(name)
 	}
-	ctx := c.Request().Context()
-	full := s.ollamaModelName(ctx)
-	for _, n := range []string{full, strings.TrimSuffix(full, ":latest"), s.core.ModelName(ctx)} {
+	full := s.ollamaModelName("")
+	for _, n := range []string{full, strings.TrimSuffix(full, ":latest"), s.core.ModelName("")} {
 		if strings.EqualFold(name, n) {
-			return nil
+			return "", nil
 		}
 	}
-	return parley.Errorf(parley.ENotFound, "model %q not found: this server serves %q", name, full)
+	return "", parley.Errorf(parley.ENotFound, "model %q not found: this server serves %q", name, full)
 }
 
 // ollamaDetails is Ollama's ModelDetails.
@@ -171,10 +170,10 @@ type ollamaListModel struct {
 	ContextLength int           `json:"context_length,omitempty"` // /api/ps
 }
 
-// loadedModel is the facts of the request's model (ctx), or of the loaded
-// model with one model.
-func (s *API) loadedModel(ctx context.Context) parley.ModelInfo {
-	_, info := s.core.ModelFor(ctx)
+// loadedModel is the facts of model (a request's, "" the default), or of
+// the loaded model with one model.
+func (s *API) loadedModel(model string) parley.ModelInfo {
+	_, info := s.core.ModelFor(model)
 	return info
 }
 
@@ -190,10 +189,10 @@ func ollamaFileFacts(info parley.ModelInfo) (time.Time, string) {
 	return mod, hex.EncodeToString(h[:])
 }
 
-func (s *API) ollamaListEntry(ctx context.Context) ollamaListModel {
-	info := s.loadedModel(ctx)
+func (s *API) ollamaListEntry(model string) ollamaListModel {
+	info := s.loadedModel(model)
 	mod, digest := ollamaFileFacts(info)
-	name := s.ollamaModelName(ctx)
+	name := s.ollamaModelName(model)
 	return ollamaListModel{Name: name, Model: name, ModifiedAt: &mod, Size: info.SizeBytes, Digest: digest, Details: ollamaDetailsOf(info)}
 }
 
@@ -233,11 +232,11 @@ func (s *API) Tags(c echo.Context) error {
 	if s.core.Models != nil {
 		var list []ollamaListModel
 		for _, m := range s.core.Models.Models() {
-			list = append(list, s.ollamaListEntry(apicore.WithModel(c.Request().Context(), m.Name)))
+			list = append(list, s.ollamaListEntry(m.Name))
 		}
 		return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": list})
 	}
-	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaListEntry(c.Request().Context())}})
+	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaListEntry("")}})
 }
 
 // PS is GET /api/ps: the loaded model. It stays loaded while
@@ -251,7 +250,7 @@ func (s *API) Tags(c echo.Context) error {
 func (s *API) PS(c echo.Context) error {
 	forever := time.Now().AddDate(100, 0, 0).UTC()
 	if s.core.Models == nil {
-		return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaPSEntry(c.Request().Context(), 0, forever)}})
+		return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": {s.ollamaPSEntry("", 0, forever)}})
 	}
 	list := []ollamaListModel{}
 	for _, m := range s.core.Models.Models() {
@@ -262,16 +261,16 @@ func (s *API) PS(c echo.Context) error {
 		if m.ExpiresAt != nil {
 			exp = m.ExpiresAt.UTC()
 		}
-		list = append(list, s.ollamaPSEntry(apicore.WithModel(c.Request().Context(), m.Name), m.SizeBytes, exp))
+		list = append(list, s.ollamaPSEntry(m.Name, m.SizeBytes, exp))
 	}
 	return c.JSON(http.StatusOK, map[string][]ollamaListModel{"models": list})
 }
 
-// ollamaPSEntry is the /api/ps entry of ctx's model; size is its memory
-// (0: the file's size).
-func (s *API) ollamaPSEntry(ctx context.Context, size int64, expires time.Time) ollamaListModel {
-	info := s.loadedModel(ctx)
-	m := s.ollamaListEntry(ctx)
+// ollamaPSEntry is the /api/ps entry of model ("" the loaded one); size is
+// its memory (0: the file's size).
+func (s *API) ollamaPSEntry(model string, size int64, expires time.Time) ollamaListModel {
+	info := s.loadedModel(model)
+	m := s.ollamaListEntry(model)
 	m.ModifiedAt = nil
 	m.ExpiresAt = &expires
 	if size > 0 {

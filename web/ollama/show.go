@@ -1,7 +1,6 @@
 package ollama
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -51,24 +50,24 @@ func (s *API) Show(c echo.Context) error {
 	if req.Model == "" && req.Name != "" {
 		req.Model, field = req.Name, "name"
 	}
-	if err := s.checkOllamaModel(c, req.Model, field); err != nil {
+	model, err := s.checkOllamaModel(req.Model, field)
+	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	info := s.loadedModel(ctx)
+	info := s.loadedModel(model)
 	mod, _ := ollamaFileFacts(info)
-	name := s.ollamaModelName(ctx)
+	name := s.ollamaModelName(model)
 	from := info.Path
 	if !s.core.Operator(c.Request()) {
 		from = baseName(from) // where the model lives is the operator's business
 	}
 	return c.JSON(http.StatusOK, ollamaShowResponse{
 		Modelfile:    fmt.Sprintf("# Served by Parley from %s\nFROM %s\n", name, from),
-		Parameters:   s.ollamaParameters(ctx),
+		Parameters:   s.ollamaParameters(model),
 		Template:     info.ChatTemplate,
 		Details:      ollamaDetailsOf(info),
 		ModelInfo:    ollamaModelInfo(info),
-		Capabilities: s.ollamaCapabilities(ctx),
+		Capabilities: s.ollamaCapabilities(model),
 		ModifiedAt:   mod.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"),
 		Tensors:      []struct{}{},
 	})
@@ -94,12 +93,12 @@ func ollamaModelInfo(info parley.ModelInfo) map[string]any {
 // ollamaParameters are the server's sampling defaults in a Modelfile's
 // PARAMETER syntax, under Ollama's option names, with the context a
 // conversation gets (num_ctx).
-func (s *API) ollamaParameters(ctx context.Context) string {
+func (s *API) ollamaParameters(model string) string {
 	d := s.core.Defaults
 	var b strings.Builder
 	line := func(k, v string) { fmt.Fprintf(&b, "%-30s %s\n", k, v) }
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	line("num_ctx", strconv.Itoa(s.loadedModel(ctx).ContextLength))
+	line("num_ctx", strconv.Itoa(s.loadedModel(model).ContextLength))
 	line("num_predict", strconv.Itoa(d.MaxTokens))
 	line("temperature", f(d.Temperature))
 	line("top_k", strconv.Itoa(d.TopK))
@@ -121,18 +120,18 @@ func (s *API) ollamaParameters(ctx context.Context) string {
 // splits from the answer, vision when it was loaded with a projector. An
 // embedding model or reranker (a pooling type in its GGUF) has embedding
 // alone, as Ollama reports one.
-func (s *API) ollamaCapabilities(ctx context.Context) []string {
-	if s.loadedModel(ctx).Pooling != "" {
+func (s *API) ollamaCapabilities(model string) []string {
+	if s.loadedModel(model).Pooling != "" {
 		return []string{"embedding"}
 	}
 	caps := []string{"completion"}
-	if strings.Contains(s.loadedModel(ctx).ChatTemplate, "tools") {
+	if strings.Contains(s.loadedModel(model).ChatTemplate, "tools") {
 		caps = append(caps, "tools")
 	}
-	if s.ollamaThinks(ctx) {
+	if s.ollamaThinks(model) {
 		caps = append(caps, "thinking")
 	}
-	if s.loadedModel(ctx).Vision {
+	if s.loadedModel(model).Vision {
 		caps = append(caps, "vision")
 	}
 	return caps

@@ -31,6 +31,7 @@ import (
 
 // chatCall is a decoded, validated chat completion request.
 type chatCall struct {
+	facts        apicore.Facts
 	msgs         []parley.Message
 	params       parley.Params
 	stream       bool
@@ -43,13 +44,14 @@ type chatCall struct {
 
 func (s *API) parseChat(c echo.Context) (*chatCall, error) {
 	var req chatRequest
-	if err := s.decodeRequest(c, &req, &req.openAIRequest); err != nil {
+	facts, err := s.decodeRequest(c, &req, &req.openAIRequest)
+	if err != nil {
 		return nil, err
 	}
 	if len(req.Messages) == 0 {
 		return nil, parley.FieldErrorf("messages", "at least one message is required")
 	}
-	call := &chatCall{stream: req.Stream, logprobs: req.Logprobs}
+	call := &chatCall{facts: facts, stream: req.Stream, logprobs: req.Logprobs}
 	images := s.core.Images(c.Request().Context())
 	for i, m := range req.Messages {
 		msg, err := parseChatMessage(m, i, images)
@@ -119,12 +121,12 @@ func (s *API) ChatCompletions(c echo.Context) error {
 	if cc.server != nil {
 		return s.chatWithServerTools(c, cc, route)
 	}
-	call, err := s.core.StartChat(c, route, apicore.ConversationKey(cc.msgs), cc.msgs, cc.params)
+	call, err := s.core.StartChat(c, cc.facts, route, apicore.ConversationKey(cc.msgs), cc.msgs, cc.params)
 	if err != nil {
 		return cc.renameSent(err)
 	}
 	call.TopLogprobs = cc.topLogprobs
-	id, created, model := completionID(), time.Now().Unix(), s.core.ModelName(c.Request().Context())
+	id, created, model := completionID(), time.Now().Unix(), s.core.ModelName(cc.facts.Model)
 	if !cc.stream {
 		toks, ev := call.Collect()
 		if rerr := apicore.ReplyError(ev); rerr != nil {

@@ -66,6 +66,7 @@ type textCompletion struct {
 }
 
 type completionCall struct {
+	facts        apicore.Facts
 	prompt       string
 	params       parley.Params
 	stream       bool
@@ -75,10 +76,11 @@ type completionCall struct {
 
 func (s *API) parseCompletion(c echo.Context) (*completionCall, error) {
 	var req completionRequest
-	if err := s.decodeRequest(c, &req, &req.openAIRequest); err != nil {
+	facts, err := s.decodeRequest(c, &req, &req.openAIRequest)
+	if err != nil {
 		return nil, err
 	}
-	call := &completionCall{stream: req.Stream, logprobs: -1}
+	call := &completionCall{facts: facts, stream: req.Stream, logprobs: -1}
 	raw := bytes.TrimSpace(req.Prompt)
 	switch {
 	case !apicore.IsSet(raw):
@@ -158,13 +160,13 @@ func (s *API) Completions(c echo.Context) error {
 	if cc.stream {
 		route = "completions-stream"
 	}
-	call, err := s.core.StartCompletion(c, route, cc.prompt, cc.params)
+	call, err := s.core.StartCompletion(c, cc.facts, route, cc.prompt, cc.params)
 	if err != nil {
 		return err
 	}
 	call.TopLogprobs = max(cc.logprobs, 0)
 	id := fmt.Sprintf("cmpl-%016x%08x", rand.Uint64(), rand.Uint32())
-	created, model := time.Now().Unix(), s.core.ModelName(c.Request().Context())
+	created, model := time.Now().Unix(), s.core.ModelName(cc.facts.Model)
 	top := cc.logprobs > 0
 	if !cc.stream {
 		toks, ev := call.Collect()

@@ -90,16 +90,16 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	// step's responder holds its rendered prompt to the cap
 	// (parley.ReplyRequest.MaxPromptTokens below) as it tokenizes it, so the
 	// conversation is tokenized once a step.
-	if err := s.core.CountPromptTokens(rctx, apicore.CountedText(cc.msgs, cc.params.Tools, s.core.MaxPromptTokens), len(cc.msgs), true); err != nil {
+	if err := s.core.CountPromptTokens(rctx, cc.facts.Model, apicore.CountedText(cc.msgs, cc.params.Tools, s.core.MaxPromptTokens), len(cc.msgs), true); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(rctx)
 	defer cancel()
-	tools, err := servertools.Build(ctx, s.core, apicore.CallerOf(rctx).User, *cc.server, cc.params.Tools)
+	tools, err := servertools.Build(ctx, s.core, cc.facts.Caller.User, *cc.server, cc.params.Tools)
 	if err != nil {
 		return err
 	}
-	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: apicore.ModelFrom(rctx), Client: apicore.CallerOf(rctx).Client, User: apicore.CallerOf(rctx).User, Scope: apicore.CacheScope(rctx), Stateless: true, Messages: cc.msgs, Params: cc.params}
+	req := parley.ReplyRequest{Key: apicore.ConversationKey(cc.msgs), Model: cc.facts.Model, Client: cc.facts.Caller.Client, User: cc.facts.Caller.User, Scope: cc.facts.Scope, Stateless: true, Messages: cc.msgs, Params: cc.params}
 	if s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
 		req.MaxPromptTokens = s.core.MaxPromptTokens
 	}
@@ -107,9 +107,9 @@ func (s *API) chatWithServerTools(c echo.Context, cc *chatCall, route string) er
 	if err != nil {
 		return cc.renameSent(err)
 	}
-	meter := s.core.Meter(apicore.ModelFrom(rctx))
+	meter := s.core.Meter(cc.facts.Model)
 	log := s.core.Log.With(zap.String("route", route))
-	id, created, model := completionID(), time.Now().Unix(), s.core.ModelName(rctx)
+	id, created, model := completionID(), time.Now().Unix(), s.core.ModelName(cc.facts.Model)
 	if !cc.stream {
 		var final parley.Event
 		for ev := range rep.Events() {

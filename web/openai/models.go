@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -19,9 +18,8 @@ type openAIModel struct {
 }
 
 func (s *API) openAIModel() openAIModel {
-	ctx := context.Background()
-	m := openAIModel{ID: s.core.ModelName(ctx), Object: "model", Created: s.core.Mounted.Unix(), OwnedBy: "parley"}
-	if _, info := s.core.ModelFor(ctx); info.Vision {
+	m := openAIModel{ID: s.core.ModelName(""), Object: "model", Created: s.core.Mounted.Unix(), OwnedBy: "parley"}
+	if _, info := s.core.ModelFor(""); info.Vision {
 		m.Capabilities = []string{"vision"}
 	}
 	return m

@@ -27,11 +27,11 @@ type openAIRequest struct {
 }
 
 // decodeRequest reads the body of c into req, a request type that embeds
-// common, picks the request's model and narrows its cache key.
-func (s *API) decodeRequest(c echo.Context, req any, common *openAIRequest) error {
+// common, picks the request's model (its Facts) and narrows its cache key.
+func (s *API) decodeRequest(c echo.Context, req any, common *openAIRequest) (apicore.Facts, error) {
 	body, err := apicore.ReadBody(c)
 	if err != nil {
-		return err
+		return apicore.Facts{}, err
 	}
 	if err := apicore.DecodeJSON(bytes.NewReader(body), req); err != nil {
 		// The decoder names a field of common under its type's name;
@@ -39,12 +39,16 @@ func (s *API) decodeRequest(c echo.Context, req any, common *openAIRequest) erro
 		if f := apicore.ErrorField(err); strings.HasPrefix(f, "openAIRequest.") {
 			err = apicore.RenameField(err, f, strings.TrimPrefix(f, "openAIRequest."))
 		}
-		return err
+		return apicore.Facts{}, err
 	}
-	if err := s.core.PickModel(c, common.Model); err != nil {
-		return err
+	facts := apicore.FactsOf(c)
+	if facts.Model, err = s.core.ResolveModel(common.Model); err != nil {
+		return apicore.Facts{}, err
 	}
-	return apicore.NarrowRequest(c, &common.CacheKeyFields)
+	if err := common.CacheKeyFields.Narrow(&facts); err != nil {
+		return apicore.Facts{}, err
+	}
+	return facts, nil
 }
 
 // unsupported refuses n other than 1 and a logit_bias: Parley makes one

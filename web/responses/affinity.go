@@ -16,7 +16,7 @@ import (
 // else the request's prompt_cache_key; else, for a response not stored, one
 // derived from its user, instructions and input (parley.AffinityKey).
 func setAffinity(c echo.Context, pr *parsedResponse, resp *session.Response) {
-	user := apicore.CallerOf(c.Request().Context()).User
+	user := pr.facts.Caller.User
 	if sent := c.Request().Header.Get(parley.AffinityHeader); sent != "" {
 		apicore.SetAffinity(c, parley.AffinityKey(user, sent, nil))
 		return
@@ -29,5 +29,5 @@ func setAffinity(c echo.Context, pr *parsedResponse, resp *session.Response) {
 	if pr.req.Instructions != nil && *pr.req.Instructions != "" {
 		msgs = append(msgs, parley.Message{Role: parley.RoleSystem, Content: *pr.req.Instructions})
 	}
-	apicore.SetAffinity(c, parley.AffinityKey(user, pr.cacheKey, append(msgs, pr.req.Input...)))
+	apicore.SetAffinity(c, parley.AffinityKey(user, pr.facts.CacheKey, append(msgs, pr.req.Input...)))
 }

@@ -43,7 +43,7 @@ type bgEvent struct {
 // sequence_number i) and its state.
 type bgResponse struct {
 	id     string
-	user   string // whose it is: only that user finds it (apicore.CallerOf)
+	user   string // whose it is: only that user finds it (apicore.Facts.Caller)
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
@@ -66,12 +66,12 @@ type bgRegistry struct {
 // running counts the background responses still running (Close drains them).
 func (g *bgRegistry) running() int { return int(g.live.Load()) }
 
-// get returns ctx's user's background response id, or nil: another
-// user's is not found, the same as an unknown id.
-func (g *bgRegistry) get(ctx context.Context, id string) *bgResponse {
+// get returns user's background response id, or nil: another user's is
+// not found, the same as an unknown id.
+func (g *bgRegistry) get(user, id string) *bgResponse {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if b := g.m[id]; b != nil && b.user == apicore.CallerOf(ctx).User {
+	if b := g.m[id]; b != nil && b.user == user {
 		return b
 	}
 	return nil
@@ -112,15 +112,15 @@ func (s *API) startBackground(c echo.Context, pr *parsedResponse) error {
 	if pr.req.NoStore {
 		return parley.FieldErrorf("store", "must not be false with background: a background response is fetched by its id later")
 	}
-	who := apicore.CallerOf(c.Request().Context())
+	who := pr.facts.Caller
 	client := who.Client
 	if err := s.sockets.Admit(client); err != nil {
 		return err
 	}
 	user := who.User
-	ctx, cancel := context.WithCancel(apicore.WithModel(apicore.WithCaller(s.stop, who), pr.model))
+	ctx, cancel := context.WithCancel(s.stop)
 	pr.req.Durable = true // a crash leaves it stored, interrupted
-	resp, err := s.respond(ctx, pr.req)
+	resp, err := s.respond(ctx, who, pr.req)
 	if err != nil {
 		cancel()
 		s.sockets.Release(client)
@@ -207,7 +207,7 @@ func (s *API) followBackground(c echo.Context, b *bgResponse, after int) error {
 // this server runs or ran lately (false: not one; the stored response
 // answers).
 func (s *API) getBackground(c echo.Context) (bool, error) {
-	b := s.bg.get(c.Request().Context(), c.Param("id"))
+	b := s.bg.get(apicore.FactsOf(c).Caller.User, c.Param("id"))
 	if b == nil {
 		if c.QueryParam("stream") == "true" {
 			return true, parley.Errorf(parley.EInvalid, "only a background response that is running (or ended in the last %v) can be streamed", bgLinger)
@@ -238,10 +238,10 @@ func (s *API) getBackground(c echo.Context) (bool, error) {
 // background response is cancelled at once (its text so far is stored);
 // one that has ended is returned as it is.
 func (s *API) CancelResponse(c echo.Context) error {
-	id := c.Param("id")
-	b := s.bg.get(c.Request().Context(), id)
+	id, who := c.Param("id"), apicore.FactsOf(c).Caller
+	b := s.bg.get(who.User, id)
 	if b == nil {
-		if _, _, err := s.convs.GetResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), id); err != nil {
+		if _, _, err := s.convs.GetResponse(c.Request().Context(), who, id); err != nil {
 			return err
 		}
 		return parley.Errorf(parley.EInvalid, "only a background response can be cancelled")

@@ -95,7 +95,7 @@ func (s *API) loadConversation(c echo.Context) (*session.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.convs.Conversation(c.Request().Context(), apicore.CallerOf(c.Request().Context()), sid)
+	return s.convs.Conversation(c.Request().Context(), apicore.FactsOf(c).Caller, sid)
 }
 
 // CreateConversation is POST /v1/conversations.
@@ -108,7 +108,7 @@ func (s *API) CreateConversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, err := s.convs.CreateConversation(c.Request().Context(), apicore.CallerOf(c.Request().Context()), model, msgs, req.Metadata)
+	sess, err := s.convs.CreateConversation(c.Request().Context(), apicore.FactsOf(c).Caller, model, msgs, req.Metadata)
 	if err != nil {
 		return err
 	}
@@ -141,15 +141,15 @@ func (s *API) UpdateConversation(c echo.Context) error {
 		// Refused before the metadata is written: Rename would refuse the title after it.
 		return parley.FieldErrorf("title", "the metadata holds %d keys, the most, and the title would be one more", maxMetadataKeys)
 	}
-	ctx := c.Request().Context()
+	ctx, who := c.Request().Context(), apicore.FactsOf(c).Caller
 	var sess *session.Session
 	if req.Metadata != nil || req.Title == nil {
-		if sess, err = s.convs.SetMetadata(ctx, apicore.CallerOf(ctx), sid, req.Metadata); err != nil {
+		if sess, err = s.convs.SetMetadata(ctx, who, sid, req.Metadata); err != nil {
 			return err
 		}
 	}
 	if req.Title != nil {
-		if sess, err = s.convs.Rename(ctx, apicore.CallerOf(ctx), sid, *req.Title); err != nil {
+		if sess, err = s.convs.Rename(ctx, who, sid, *req.Title); err != nil {
 			return err
 		}
 	}
@@ -162,7 +162,7 @@ func (s *API) DeleteConversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.convs.DeleteConversation(c.Request().Context(), apicore.CallerOf(c.Request().Context()), sid); err != nil {
+	if err := s.convs.DeleteConversation(c.Request().Context(), apicore.FactsOf(c).Caller, sid); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, deletedObject{ID: session.ConversationID(sid), Object: "conversation.deleted", Deleted: true})
@@ -190,7 +190,7 @@ func (s *API) AddItems(c echo.Context) error {
 	if len(msgs) == 0 {
 		return parley.FieldErrorf("items", "at least one item is required")
 	}
-	sess, first, err := s.convs.AddItems(c.Request().Context(), apicore.CallerOf(c.Request().Context()), sid, msgs)
+	sess, first, err := s.convs.AddItems(c.Request().Context(), apicore.FactsOf(c).Caller, sid, msgs)
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func (s *API) DeleteItem(c echo.Context) error {
 	if !ok {
 		return parley.Errorf(parley.ENotFound, "no such item")
 	}
-	sess, err := s.convs.DeleteItem(c.Request().Context(), apicore.CallerOf(c.Request().Context()), sid, abs)
+	sess, err := s.convs.DeleteItem(c.Request().Context(), apicore.FactsOf(c).Caller, sid, abs)
 	if err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func (s *API) DeleteItem(c echo.Context) error {
 // The caller's conversations, beyond OpenAI's Conversations API: the list
 // the chat page's sidebar shows (and any client may read), renaming, and
 // forking (the page's edit-and-resend). Every route reaches only the
-// caller's own conversations (apicore.CallerOf): another user's id is
+// caller's own conversations (apicore.Facts.Caller): another user's id is
 // answered 404, the same as an unknown one.
 //
 //	GET  /v1/conversations?limit=&after=&q=   newest first, paged, filtered by title
@@ -287,7 +287,7 @@ func (s *API) ListConversations(c echo.Context) error {
 		}
 		lq.After = sid
 	}
-	page, more, err := s.convs.ListConversations(c.Request().Context(), apicore.CallerOf(c.Request().Context()), lq)
+	page, more, err := s.convs.ListConversations(c.Request().Context(), apicore.FactsOf(c).Caller, lq)
 	if err != nil {
 		return err
 	}
@@ -327,7 +327,7 @@ func (s *API) ForkConversation(c echo.Context) error {
 	if req.Messages == nil {
 		return parley.FieldErrorf("messages", "is required: how many of the conversation's messages the copy keeps")
 	}
-	sess, err := s.convs.Fork(c.Request().Context(), apicore.CallerOf(c.Request().Context()), sid, *req.Messages)
+	sess, err := s.convs.Fork(c.Request().Context(), apicore.FactsOf(c).Caller, sid, *req.Messages)
 	if err != nil {
 		return err
 	}

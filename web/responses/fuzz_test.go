@@ -37,7 +37,7 @@ func FuzzResponsesRequest(f *testing.F) {
 	}
 	srv := New(&apicore.Core{Log: zap.NewNop(), Defaults: parley.DefaultParams(), MaxTokensCap: 4096}, nil, nil, context.Background())
 	f.Fuzz(func(t *testing.T, data []byte) {
-		pr, err := srv.parseResponsesRequest(context.Background(), data)
+		pr, err := srv.parseResponsesRequest(context.Background(), apicore.Facts{}, data)
 		if err != nil {
 			var pe *parley.Error
 			if !errors.As(err, &pe) || pe.Code != parley.EInvalid || pe.Message == "" {

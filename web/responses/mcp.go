@@ -190,7 +190,7 @@ func (s *API) prepareMCP(ctx context.Context, pr *parsedResponse) error {
 	if pr.warmup {
 		return parley.FieldErrorf("generate", "a warm-up cannot have mcp tools")
 	}
-	tools, err := servertools.Build(ctx, s.core, apicore.CallerOf(ctx).User, toolloop.Selection{Servers: m.specs}, pr.req.Params.Tools)
+	tools, err := servertools.Build(ctx, s.core, pr.facts.Caller.User, toolloop.Selection{Servers: m.specs}, pr.req.Params.Tools)
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 	var history []parley.Message
 	switch {
 	case pr.req.Previous != "":
-		_, sess, err := s.convs.GetResponse(ctx, apicore.CallerOf(ctx), pr.req.Previous)
+		_, sess, err := s.convs.GetResponse(ctx, pr.facts.Caller, pr.req.Previous)
 		if err != nil {
 			return nil, err
 		}
@@ -235,7 +235,7 @@ func (s *API) answerApprovals(ctx context.Context, pr *parsedResponse) ([]parley
 		if !ok {
 			return nil, parley.Errorf(parley.ENotFound, "no such conversation")
 		}
-		sess, err := s.convs.Conversation(ctx, apicore.CallerOf(ctx), sid)
+		sess, err := s.convs.Conversation(ctx, pr.facts.Caller, sid)
 		if err != nil {
 			return nil, err
 		}
@@ -795,7 +795,7 @@ func (s *API) respondMCP(ctx context.Context, cancel context.CancelFunc, resp *s
 	if emit != nil {
 		es = &eventStream{emit: emit}
 	}
-	meter := s.core.Meter(apicore.ModelFrom(ctx))
+	meter := s.core.Meter(pr.facts.Model)
 	drain := func(err error) (*responseObject, error) {
 		cancel()
 		for ev := range resp.Events() {

@@ -87,18 +87,21 @@ type parsedResponse struct {
 	bg     bool   // background: true (background.go)
 	warmup bool   // generate: false (the WebSocket mode's warm-up)
 	conv   string // the conversation id as given, "" without one
-	model  string // the model the request picked ("" with one model); a stored conversation keeps its own
 	meta   map[string]string
 	text   json.RawMessage // the request's text configuration, echoed in the response; nil: the default
 	// renameSent names the field the client sent in an error from the engine.
 	renameSent func(error) error
 	// mcp is the request's server tools and approvals (mcp.go); nil without.
 	mcp *mcpRequest
-	// cacheKey is the request's prompt_cache_key (affinity.go).
-	cacheKey string
+	// facts are the request's: its scope, its prompt_cache_key
+	// (affinity.go) and the model it picked ("" with one model; a stored
+	// conversation keeps its own).
+	facts apicore.Facts
 }
 
-func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedResponse, error) {
+// parseResponsesRequest decodes a create request whose edge facts (its
+// caller and scope: apicore.FactsOf) are facts.
+func (s *API) parseResponsesRequest(ctx context.Context, facts apicore.Facts, body []byte) (*parsedResponse, error) {
 	var req responsesRequest
 	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
@@ -107,15 +110,15 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if err != nil {
 		return nil, err
 	}
-	ctx = apicore.WithModel(ctx, model)
-	if ctx, err = req.CacheKeyFields.Narrow(ctx); err != nil {
+	facts.Model = model
+	if err := req.CacheKeyFields.Narrow(&facts); err != nil {
 		return nil, err
 	}
 	// A request that continues no stored history brings it in its input,
 	// server calls included (mcp_call and mcp_approval_request items); one
 	// that continues a response or conversation has them stored.
 	stateless := req.PreviousResponseID == nil && !apicore.IsSet(req.Conversation)
-	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, id, field) }, s.core.Images(ctx), stateless)
+	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, facts.Caller, id, field) }, s.core.Images(ctx), stateless)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +163,7 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 	if whole {
 		text = apicore.CountedPromptText(text, parley.ImageCount(msgs) > 0, s.core.MaxPromptTokens)
 	}
-	if err := s.core.CountPromptTokens(ctx, text, len(msgs), true); err != nil {
+	if err := s.core.CountPromptTokens(ctx, model, text, len(msgs), true); err != nil {
 		return nil, err
 	}
 	if req.Reasoning != nil && req.Reasoning.Effort != nil {
@@ -203,11 +206,11 @@ func (s *API) parseResponsesRequest(ctx context.Context, body []byte) (*parsedRe
 		return nil, err
 	}
 	apicore.ResolveSeed(&p)
-	out := &parsedResponse{model: model, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
+	out := &parsedResponse{facts: facts, typ: req.Type, stream: req.Stream, bg: req.Background, meta: req.Metadata, text: textConfig,
 		warmup:     req.Generate != nil && !*req.Generate,
-		renameSent: req.ParamsPatch.RenameSent, mcp: mreq, cacheKey: req.PromptCacheKey,
+		renameSent: req.ParamsPatch.RenameSent, mcp: mreq,
 		req: session.ResponseRequest{Input: msgs, Instructions: req.Instructions, Params: p, Model: model,
-			NoStore: req.Store != nil && !*req.Store, Scope: apicore.CacheScope(ctx)}}
+			NoStore: req.Store != nil && !*req.Store, Scope: facts.Scope}}
 	if whole && s.core.MaxPromptTokens > 0 && s.core.Tokenizer != nil {
 		out.req.MaxPromptTokens = s.core.MaxPromptTokens
 	}
@@ -430,12 +433,12 @@ func (r *itemSessions) find(rest string) (sid, tail string, ok bool) {
 // respond runs a Responses turn and remembers its session for later
 // item_reference inputs when the response is stored. Every Responses turn
 // (HTTP, background, WebSocket) starts here.
-func (s *API) respond(ctx context.Context, req session.ResponseRequest) (*session.Response, error) {
+func (s *API) respond(ctx context.Context, who parley.Caller, req session.ResponseRequest) (*session.Response, error) {
 	if strings.HasPrefix(req.Previous, warmupPrefix) {
 		// A warm-up is kept by its socket alone (warmup.chain took those it knows).
 		return nil, parley.Errorf(parley.ENotFound, "no such response: a warm-up (generate: false) continues only on its own WebSocket")
 	}
-	resp, err := s.convs.Respond(ctx, apicore.CallerOf(ctx), req)
+	resp, err := s.convs.Respond(ctx, who, req)
 	if err == nil && resp.Stored {
 		s.items.remember(resp.SessionID())
 	}
@@ -453,7 +456,7 @@ type itemRef struct {
 // resolveItem reads the item an item_reference names (field names the
 // reference): a message item (msg_), a function call (fc_) or a reasoning
 // item (rs_) of a stored response.
-func (s *API) resolveItem(ctx context.Context, id, field string) (itemRef, error) {
+func (s *API) resolveItem(ctx context.Context, who parley.Caller, id, field string) (itemRef, error) {
 	notFound := parley.FieldErrorf(field+".id", "no stored item %q (an item_reference names an output item of a stored response this server still keeps)", id)
 	if s.convs == nil {
 		return itemRef{}, notFound
@@ -479,7 +482,7 @@ func (s *API) resolveItem(ctx context.Context, id, field string) (itemRef, error
 	if err != nil || abs < 0 || strconv.Itoa(abs) != tail {
 		return itemRef{}, notFound
 	}
-	sess, err := s.convs.Conversation(ctx, apicore.CallerOf(ctx), sid)
+	sess, err := s.convs.Conversation(ctx, who, sid)
 	if err != nil {
 		return itemRef{}, notFound
 	}

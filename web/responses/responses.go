@@ -209,7 +209,7 @@ func newMessageItem(id string, m parley.Message) messageItem {
 // as with one model.
 func (s *API) newResponseObject(rec session.ResponseRecord, sid string, stored bool, model string) *responseObject {
 	if model == "" {
-		model = s.core.ModelName(context.Background())
+		model = s.core.ModelName("")
 	}
 	o := &responseObject{
 		ID: rec.ID, Object: "response", CreatedAt: rec.Created, Status: rec.Status, Model: model,
@@ -251,19 +251,19 @@ func (s *API) CreateResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pr, err := s.parseResponsesRequest(c.Request().Context(), body)
+	pr, err := s.parseResponsesRequest(c.Request().Context(), apicore.FactsOf(c), body)
 	if err != nil {
 		return err
 	}
 	if pr.bg {
 		return s.startBackground(c, pr)
 	}
-	ctx, cancel := context.WithCancel(apicore.WithModel(c.Request().Context(), pr.model))
+	ctx, cancel := context.WithCancel(c.Request().Context())
 	defer cancel()
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return err
 	}
-	resp, err := s.respond(ctx, pr.req)
+	resp, err := s.respond(ctx, pr.facts.Caller, pr.req)
 	if err != nil {
 		return pr.renameSent(err)
 	}
@@ -272,7 +272,7 @@ func (s *API) CreateResponse(c echo.Context) error {
 		return s.answerMCP(c, ctx, cancel, resp, pr)
 	}
 	if !pr.stream {
-		meter := s.core.Meter(apicore.ModelFrom(ctx))
+		meter := s.core.Meter(pr.facts.Model)
 		for ev := range resp.Events() {
 			meter.Observe(ev)
 			if ev.Done {
@@ -337,7 +337,7 @@ func (s *API) GetResponse(c echo.Context) error {
 	if ok, err := s.getBackground(c); ok {
 		return err
 	}
-	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), c.Param("id"))
+	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.FactsOf(c).Caller, c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -352,7 +352,7 @@ func (s *API) GetResponse(c echo.Context) error {
 // DeleteResponse is DELETE /v1/responses/:id.
 func (s *API) DeleteResponse(c echo.Context) error {
 	id := c.Param("id")
-	if err := s.convs.DeleteResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), id); err != nil {
+	if err := s.convs.DeleteResponse(c.Request().Context(), apicore.FactsOf(c).Caller, id); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, deletedObject{ID: id, Object: "response.deleted", Deleted: true})
@@ -360,7 +360,7 @@ func (s *API) DeleteResponse(c echo.Context) error {
 
 // InputItems is GET /v1/responses/:id/input_items.
 func (s *API) InputItems(c echo.Context) error {
-	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.CallerOf(c.Request().Context()), c.Param("id"))
+	rec, sess, err := s.convs.GetResponse(c.Request().Context(), apicore.FactsOf(c).Caller, c.Param("id"))
 	if err != nil {
 		return err
 	}

@@ -41,8 +41,9 @@ import (
 // connections run on.
 type respSocket struct {
 	*wsock.Pump
-	srv  *API
-	busy atomic.Bool // a response is running on it
+	srv   *API
+	facts apicore.Facts // its upgrade request's (apicore.FactsOf): every response's on it
+	busy  atomic.Bool   // a response is running on it
 }
 
 func (r *respSocket) Replying() bool { return r.busy.Load() }
@@ -54,6 +55,7 @@ var errSocketClosed = errors.New("responses websocket closed")
 // ResponsesWS is GET /v1/responses.
 func (s *API) ResponsesWS(c echo.Context) error {
 	r, w := c.Request(), c.Response()
+	facts := apicore.FactsOf(c)
 	if !websocket.IsWebSocketUpgrade(r) {
 		return parley.Errorf(parley.EInvalid, "GET /v1/responses is the WebSocket mode: upgrade, or POST to create a response")
 	}
@@ -67,13 +69,13 @@ func (s *API) ResponsesWS(c echo.Context) error {
 	// upgrade names only a key the client sent, for its next connection.
 	var hdr http.Header
 	if sent := r.Header.Get(parley.AffinityHeader); sent != "" {
-		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(apicore.CallerOf(r.Context()).User, sent, nil)}}
+		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(facts.Caller.User, sent, nil)}}
 	}
 	ws, ok := s.sockets.Upgrade(w, r, hdr, apicore.MaxBodyBytes)
 	if !ok {
 		return nil // the upgrader has answered
 	}
-	sock := &respSocket{srv: s, Pump: wsock.NewPump(s.sockets.Settings(), r.Context(), ws, apicore.MaxBodyBytes, s.core.Log.With(zap.String("remote", ip)))}
+	sock := &respSocket{srv: s, facts: facts, Pump: wsock.NewPump(s.sockets.Settings(), r.Context(), ws, apicore.MaxBodyBytes, s.core.Log.With(zap.String("remote", ip)))}
 	if !s.sockets.TrackOrRefuse(sock, ws) {
 		sock.Cancel()
 		return nil
@@ -124,7 +126,7 @@ func (s *API) answerWarmup(pr *parsedResponse, write func([]byte) error) (*warmu
 	if pr.req.Instructions != nil {
 		rec.Instructions = *pr.req.Instructions
 	}
-	o := s.newResponseObject(rec, "", false, pr.model)
+	o := s.newResponseObject(rec, "", false, pr.facts.Model)
 	setUsage(o, rec)
 	es := &eventStream{emit: func(_ string, b []byte) error { return write(b) }}
 	err := steps(
@@ -160,7 +162,7 @@ func (sock *respSocket) reader() {
 			continue
 		}
 		sock.busy.Store(true)
-		err := sock.srv.wsResponse(sock.Ctx, data, write, &local, &warm)
+		err := sock.srv.wsResponse(sock.Ctx, sock.facts, data, write, &local, &warm)
 		sock.busy.Store(false)
 		if err != nil {
 			sock.Log.Debug("responses websocket ended", zap.Error(err))
@@ -175,14 +177,14 @@ func (sock *respSocket) reader() {
 	}
 }
 
-// wsResponse runs one response.create event. It returns an error only when
-// the socket failed.
-func (s *API) wsResponse(ctx context.Context, data []byte, write func([]byte) error, local **session.Session, warm **warmup) error {
+// wsResponse runs one response.create event of a socket whose edge facts
+// are facts. It returns an error only when the socket failed.
+func (s *API) wsResponse(ctx context.Context, facts apicore.Facts, data []byte, write func([]byte) error, local **session.Session, warm **warmup) error {
 	refuse := func(err error) error { return write(wsErrorEvent(err)) }
 	if err := s.core.Available(); err != nil {
 		return refuse(err)
 	}
-	pr, err := s.parseResponsesRequest(ctx, data)
+	pr, err := s.parseResponsesRequest(ctx, facts, data)
 	if err != nil {
 		return refuse(err)
 	}
@@ -204,12 +206,12 @@ func (s *API) wsResponse(ctx context.Context, data []byte, write func([]byte) er
 			pr.req.Local = l
 		}
 	}
-	ctx, cancel := context.WithCancel(apicore.WithModel(ctx, pr.model))
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := s.prepareMCP(ctx, pr); err != nil {
 		return refuse(err)
 	}
-	resp, err := s.respond(ctx, pr.req)
+	resp, err := s.respond(ctx, pr.facts.Caller, pr.req)
 	if err != nil {
 		return refuse(pr.renameSent(err))
 	}

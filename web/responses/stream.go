@@ -71,7 +71,7 @@ func atPart(itemID string, index int, m map[string]any) map[string]any {
 // cancels the turn (through cancel) and ends the stream.
 func (s *API) streamResponse(ctx context.Context, cancel context.CancelFunc, resp *session.Response, pr *parsedResponse, emit func(typ string, b []byte) error) error {
 	es := &eventStream{emit: emit}
-	meter := s.core.Meter(apicore.ModelFrom(ctx))
+	meter := s.core.Meter(pr.facts.Model)
 	observe := func(ev parley.Event) {
 		meter.Observe(ev)
 		if ev.Done {

@@ -62,7 +62,7 @@ func (s *API) handleJSONLines(c echo.Context, cumulative bool) error {
 	if cumulative {
 		route = formatJSONLinesCumulative
 	}
-	call, err := s.core.StartCompletion(c, route, tc.inputs, tc.params)
+	call, err := s.core.StartCompletion(c, tc.facts, route, tc.inputs, tc.params)
 	if err != nil {
 		return apicore.PrefixField(err, "parameters.")
 	}

@@ -45,7 +45,9 @@ func (s *API) Plain(c echo.Context) error {
 	if strings.TrimSpace(prompt) == "" {
 		return parley.FieldErrorf("prompt", "is required: POST /?prompt=... or the prompt as the request body")
 	}
-	if err := s.core.PickModel(c, q.Get("model")); err != nil {
+	facts := apicore.FactsOf(c)
+	var err error
+	if facts.Model, err = s.core.ResolveModel(q.Get("model")); err != nil {
 		return err
 	}
 	patch, err := apicore.PatchFromQuery(q, "prompt", "model")
@@ -58,7 +60,7 @@ func (s *API) Plain(c echo.Context) error {
 	}
 	apicore.ResolveSeed(&p)
 	p.SkipLogprobs = true // plain text carries no logprobs
-	call, err := s.core.StartCompletion(c, "plain", prompt, p)
+	call, err := s.core.StartCompletion(c, facts, "plain", prompt, p)
 	if err != nil {
 		return err
 	}

@@ -130,6 +130,7 @@ func tgiFinish(f parley.FinishReason) string {
 
 // tgiCall is a decoded, validated TGI request.
 type tgiCall struct {
+	facts    apicore.Facts
 	inputs   string
 	params   parley.Params
 	details  bool
@@ -168,7 +169,8 @@ func (s *API) parseTGI(c echo.Context) (*tgiCall, error) {
 	if model == "" {
 		model = c.QueryParam("model")
 	}
-	if err := s.core.PickModel(c, model); err != nil {
+	facts := apicore.FactsOf(c)
+	if facts.Model, err = s.core.ResolveModel(model); err != nil {
 		return nil, err
 	}
 	if req.Inputs == nil {
@@ -177,7 +179,7 @@ func (s *API) parseTGI(c echo.Context) (*tgiCall, error) {
 	if strings.TrimSpace(*req.Inputs) == "" {
 		return nil, parley.FieldErrorf("inputs", "must not be empty")
 	}
-	call := &tgiCall{inputs: *req.Inputs, stream: req.Stream}
+	call := &tgiCall{facts: facts, inputs: *req.Inputs, stream: req.Stream}
 	var patch *apicore.ParamsPatch
 	if tp := req.Parameters; tp != nil {
 		patch = &tp.ParamsPatch
@@ -316,7 +318,7 @@ func (s *API) Invocations(c echo.Context) error {
 // tgiCollect runs a whole reply and builds TGI's response, with TGI's
 // timing headers.
 func (s *API) tgiCollect(c echo.Context, route string, tc *tgiCall) (*tgiResponse, error) {
-	call, err := s.core.StartCompletion(c, route, tc.inputs, tc.params)
+	call, err := s.core.StartCompletion(c, tc.facts, route, tc.inputs, tc.params)
 	if err != nil {
 		return nil, apicore.PrefixField(err, "parameters.")
 	}
@@ -362,7 +364,7 @@ func (s *API) tgiCollect(c echo.Context, route string, tc *tgiCall) (*tgiRespons
 // a blank line: the framing of TGI's server-sent events, which newline
 // iterators such as SageMaker's examples rely on.
 func (s *API) tgiStream(c echo.Context, route string, tc *tgiCall) error {
-	call, err := s.core.StartCompletion(c, route, tc.inputs, tc.params)
+	call, err := s.core.StartCompletion(c, tc.facts, route, tc.inputs, tc.params)
 	if err != nil {
 		return apicore.PrefixField(err, "parameters.")
 	}

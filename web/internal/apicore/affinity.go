@@ -1,7 +1,6 @@
 package apicore
 
 import (
-	"context"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -17,18 +16,14 @@ import (
 // after turn: a chat's from its user and opening (parley.AffinityKey), a
 // raw prompt's from its user and first bytes (CompletionAffinity).
 
-// promptCacheKeyCtx is the context key of the request's prompt_cache_key
-// (CacheKeyFields.Narrow keeps it there).
-type promptCacheKeyCtx struct{}
-
 // SentAffinityKey returns the affinity key c's client sent: the
-// AffinityHeader, else the request's prompt_cache_key; "" without either.
-func SentAffinityKey(c echo.Context) string {
+// AffinityHeader, else the request's prompt_cache_key (f.CacheKey); ""
+// without either.
+func SentAffinityKey(c echo.Context, f Facts) string {
 	if k := c.Request().Header.Get(parley.AffinityHeader); k != "" {
 		return k
 	}
-	k, _ := c.Request().Context().Value(promptCacheKeyCtx{}).(string)
-	return k
+	return f.CacheKey
 }
 
 // SetAffinity names key in the reply's AffinityHeader; "" sets none.
@@ -60,12 +55,4 @@ func CompletionAffinity(user, sent, prompt string) string {
 		opening = opening[:n]
 	}
 	return parley.AffinityKey(user, sent, []parley.Message{{Role: parley.RoleUser, Content: opening}})
-}
-
-// withPromptCacheKey keeps key in ctx for SentAffinityKey.
-func withPromptCacheKey(ctx context.Context, key string) context.Context {
-	if key == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, promptCacheKeyCtx{}, key)
 }

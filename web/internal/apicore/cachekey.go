@@ -1,10 +1,6 @@
 package apicore
 
 import (
-	"context"
-
-	"github.com/labstack/echo/v4"
-
 	"github.com/parley-chat/parley"
 )
 
@@ -12,7 +8,7 @@ import (
 const maxCacheKeyBytes = 1024
 
 // CacheKeyFields are the fields with which an OpenAI-style request narrows
-// its cache scope (NarrowCacheScope): OpenAI's prompt_cache_key and
+// its cache scope (Narrow): OpenAI's prompt_cache_key and
 // vLLM's cache_salt. Requests of one user that give the same value share
 // cached prefixes; with another value (or none) they share nothing. They
 // never reach another user's caches: the narrowing is within the user's own
@@ -22,27 +18,20 @@ type CacheKeyFields struct {
 	CacheSalt      string `json:"cache_salt"`
 }
 
-// Narrow returns ctx with its scope narrowed by the request's fields (and
-// the prompt_cache_key kept for SentAffinityKey).
-func (f *CacheKeyFields) Narrow(ctx context.Context) (context.Context, error) {
+// Narrow narrows facts' scope by the request's fields
+// (parley.NarrowCacheScope; an empty field narrows nothing) and keeps its
+// prompt_cache_key in facts for SentAffinityKey. facts is unchanged when
+// a field is refused.
+func (f *CacheKeyFields) Narrow(facts *Facts) error {
+	scope := facts.Scope
 	for _, v := range []struct{ field, value string }{{"prompt_cache_key", f.PromptCacheKey}, {"cache_salt", f.CacheSalt}} {
 		if len(v.value) > maxCacheKeyBytes {
-			return nil, parley.FieldErrorf(v.field, "must be at most %d bytes, got %d", maxCacheKeyBytes, len(v.value))
+			return parley.FieldErrorf(v.field, "must be at most %d bytes, got %d", maxCacheKeyBytes, len(v.value))
 		}
 		if v.value != "" {
-			ctx = NarrowCacheScope(ctx, v.field+"="+v.value)
+			scope = parley.NarrowCacheScope(scope, v.field+"="+v.value)
 		}
 	}
-	return withPromptCacheKey(ctx, f.PromptCacheKey), nil
-}
-
-// NarrowRequest narrows the scope of c's request by f.
-func NarrowRequest(c echo.Context, f *CacheKeyFields) error {
-	r := c.Request()
-	ctx, err := f.Narrow(r.Context())
-	if err != nil {
-		return err
-	}
-	c.SetRequest(r.WithContext(ctx))
+	facts.Scope, facts.CacheKey = scope, f.PromptCacheKey
 	return nil
 }

@@ -40,9 +40,9 @@ type Call struct {
 // StartCompletion starts a raw-prompt reply (no template) for route.
 //
 // The reply names its affinity key in X-Parley-Session (CompletionAffinity).
-func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Params) (*Call, error) {
-	SetAffinity(c, CompletionAffinity(CallerOf(c.Request().Context()).User, SentAffinityKey(c), prompt))
-	return k.StartCall(c, route, prompt, 0, p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
+func (k *Core) StartCompletion(c echo.Context, f Facts, route, prompt string, p parley.Params) (*Call, error) {
+	SetAffinity(c, CompletionAffinity(f.Caller.User, SentAffinityKey(c, f), prompt))
+	return k.StartCall(c, f, route, prompt, 0, p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		// req.PromptTokens, when StartCall counted them, are the prompt's:
 		// the responder takes them rather than tokenizing it again.
 		req.Prompt = prompt
@@ -63,9 +63,9 @@ func (k *Core) StartCompletion(c echo.Context, route, prompt string, p parley.Pa
 // client's own (SentAffinityKey), or one derived from its user and the
 // conversation's opening (parley.AffinityKey), so a balancer that hashes on
 // the header keeps a resent conversation on the replica that holds its cache.
-func (k *Core) StartChat(c echo.Context, route, key string, msgs []parley.Message, p parley.Params) (*Call, error) {
-	SetAffinity(c, parley.AffinityKey(CallerOf(c.Request().Context()).User, SentAffinityKey(c), msgs))
-	return k.StartCall(c, route, CountedText(msgs, p.Tools, k.MaxPromptTokens), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
+func (k *Core) StartChat(c echo.Context, f Facts, route, key string, msgs []parley.Message, p parley.Params) (*Call, error) {
+	SetAffinity(c, parley.AffinityKey(f.Caller.User, SentAffinityKey(c, f), msgs))
+	return k.StartCall(c, f, route, CountedText(msgs, p.Tools, k.MaxPromptTokens), len(msgs), p, func(ctx context.Context, r parley.Responder, req parley.ReplyRequest) (parley.Reply, error) {
 		if k.MaxPromptTokens > 0 && k.Tokenizer != nil {
 			req.MaxPromptTokens = k.MaxPromptTokens
 		}
@@ -111,14 +111,15 @@ func CountedPromptText(text string, images bool, maxPrompt int) string {
 // StartCall starts a reply for route once the server takes work and the
 // request's text (a raw prompt; "" when the responder counts the prompt
 // itself) plus extra tokens (one per message) is within MaxPromptTokens.
-// start is given the request with its model, keep-alive and p, and in
+// start is given the request with f's caller, model, keep-alive and scope
+// and p, and in
 // PromptTokens text's tokens when counting it tokenized the whole text (nil
 // otherwise); it adds what it answers.
-func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley.Params, start func(context.Context, parley.Responder, parley.ReplyRequest) (parley.Reply, error)) (*Call, error) {
+func (k *Core) StartCall(c echo.Context, f Facts, route, text string, extra int, p parley.Params, start func(context.Context, parley.Responder, parley.ReplyRequest) (parley.Reply, error)) (*Call, error) {
 	if err := k.Available(); err != nil {
 		return nil, err
 	}
-	counted, err := k.countPromptTokens(c.Request().Context(), text, extra, true)
+	counted, err := k.countPromptTokens(c.Request().Context(), f.Model, text, extra, true)
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +127,8 @@ func (k *Core) StartCall(c echo.Context, route, text string, extra int, p parley
 	// beyond the slot (a conversation key only leads a resent conversation
 	// back to its slot).
 	ctx, cancel := context.WithCancel(c.Request().Context())
-	model, who := ModelFrom(ctx), CallerOf(ctx)
-	req := parley.ReplyRequest{Model: model, KeepAlive: keepAliveFrom(ctx), Client: who.Client, User: who.User, Scope: CacheScope(ctx), Stateless: true, Params: p, PromptTokens: counted}
+	model, who := f.Model, f.Caller
+	req := parley.ReplyRequest{Model: model, KeepAlive: f.KeepAlive, Client: who.Client, User: who.User, Scope: f.Scope, Stateless: true, Params: p, PromptTokens: counted}
 	if k.Models != nil && strings.HasSuffix(route, "-stream") {
 		req.LoadProgress = k.SSEProgress(c)
 	}

@@ -1,11 +1,11 @@
 package apicore
 
 // Several models in one server. With Models the request's model field (or
-// a WebSocket's ?model=) picks the model: PickModel resolves it (an unknown
-// name is a 404 naming the models served) and marks the request's context
-// with it (WithModel), where the handlers of web's families find it. It
-// stays within web: the Responder, which routes by it, and the session
-// layer, which records it in a new session, are given it as an argument
+// a WebSocket's ?model=) picks the model: ResolveModel resolves it (an
+// unknown name is a 404 naming the models served) and the handler keeps it
+// in its request's Facts, which it passes to the helpers here. The
+// Responder, which routes by it, and the session layer, which records it
+// in a new session, are given it as an argument
 // (parley.ReplyRequest.Model). Without Models the server serves one model
 // and ignores the field.
 
@@ -14,8 +14,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/labstack/echo/v4"
 
 	"github.com/parley-chat/parley"
 	"github.com/parley-chat/parley/chat"
@@ -55,19 +53,6 @@ type ModelStatus struct {
 	Info      parley.ModelInfo `json:"-"`                  // the GGUF's facts (from its header; device facts once loaded)
 }
 
-// PickModel resolves name, a request's model field, and makes the request's
-// context carry the model. With one model it does nothing: the field is
-// not checked.
-func (k *Core) PickModel(c echo.Context, name string) error {
-	n, err := k.ResolveModel(name)
-	if err != nil || n == "" {
-		return err
-	}
-	r := c.Request()
-	c.SetRequest(r.WithContext(WithModel(r.Context(), n)))
-	return nil
-}
-
 // ResolveModel is the served name of a request's model field ("" with one
 // model), aliases (Alias) included; an unknown name is the registry's 404
 // that names the models served.
@@ -87,42 +72,6 @@ func (k *Core) ResolveModel(name string) (string, error) {
 	return n, nil
 }
 
-// modelKey and keepAliveKey are the context keys of WithModel and
-// WithKeepAlive: a request's facts between web's edge and its handlers.
-type (
-	modelKey     struct{}
-	keepAliveKey struct{}
-)
-
-// WithModel is ctx carrying model, unless model is "" (one model).
-func WithModel(ctx context.Context, model string) context.Context {
-	if model == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, modelKey{}, model)
-}
-
-// ModelFrom is the model WithModel put in ctx, or "" (the default).
-func ModelFrom(ctx context.Context) string {
-	m, _ := ctx.Value(modelKey{}).(string)
-	return m
-}
-
-// WithKeepAlive makes the request's context ask for keepAlive (Ollama's
-// keep_alive) for its model.
-func WithKeepAlive(c echo.Context, d time.Duration) {
-	r := c.Request()
-	c.SetRequest(r.WithContext(context.WithValue(r.Context(), keepAliveKey{}, d)))
-}
-
-// keepAliveFrom is the keep-alive WithKeepAlive put in ctx (nil: none).
-func keepAliveFrom(ctx context.Context) *time.Duration {
-	if d, ok := ctx.Value(keepAliveKey{}).(time.Duration); ok {
-		return &d
-	}
-	return nil
-}
-
 // ModelStatusOf is the named model's status (false when there is none).
 func (k *Core) ModelStatusOf(name string) (ModelStatus, bool) {
 	for _, m := range k.Models.Models() {
@@ -133,11 +82,11 @@ func (k *Core) ModelStatusOf(name string) (ModelStatus, bool) {
 	return ModelStatus{}, false
 }
 
-// ModelFor is the model a request's context carries: its name as clients
-// see it and its facts. With one model, the loaded model.
-func (k *Core) ModelFor(ctx context.Context) (string, parley.ModelInfo) {
+// ModelFor is a request's model (Facts.Model, "" the default): its name
+// as clients see it and its facts. With one model, the loaded model.
+func (k *Core) ModelFor(model string) (string, parley.ModelInfo) {
 	if k.Models != nil {
-		name := ModelFrom(ctx)
+		name := model
 		if name == "" {
 			name, _ = k.Models.Resolve("")
 		}
@@ -155,15 +104,15 @@ func (k *Core) ModelFor(ctx context.Context) (string, parley.ModelInfo) {
 	return name, info
 }
 
-// ModelName is the id clients see for the model of a request (ctx, see
-// PickModel): the loaded model's with one model.
-func (k *Core) ModelName(ctx context.Context) string {
-	name, _ := k.ModelFor(ctx)
+// ModelName is the id clients see for a request's model (Facts.Model, ""
+// the default): the loaded model's with one model.
+func (k *Core) ModelName(model string) string {
+	name, _ := k.ModelFor(model)
 	return name
 }
 
 // The Responder and Tokenizer of a server with several models (cmd/parley's
-// router) serve each request's model (ctx's); these are their per-request
+// router) serve each request's model (Facts.Model); these are their per-request
 // forms, which the helpers below prefer when they are there.
 type (
 	modelTokenizers interface {
@@ -190,26 +139,26 @@ type (
 	}
 )
 
-// TokenizerFor is the tokenizer of ctx's model (nil when the server has
-// none), held until release.
-func (k *Core) TokenizerFor(ctx context.Context) (Tokenizer, func(), error) {
-	return k.TokenizerOf(ctx, true)
+// TokenizerFor is the tokenizer of model (nil when the server has none),
+// held until release; ctx bounds a load.
+func (k *Core) TokenizerFor(ctx context.Context, model string) (Tokenizer, func(), error) {
+	return k.TokenizerOf(ctx, model, true)
 }
 
-// TokenizerOf is TokenizerFor that, without load, does not load ctx's model
-// for it (nil when the model is not loaded).
-func (k *Core) TokenizerOf(ctx context.Context, load bool) (Tokenizer, func(), error) {
+// TokenizerOf is TokenizerFor that, without load, does not load model for
+// it (nil when the model is not loaded).
+func (k *Core) TokenizerOf(ctx context.Context, model string, load bool) (Tokenizer, func(), error) {
 	if mt, ok := k.Tokenizer.(modelTokenizers); ok && k.Models != nil {
-		return mt.TokenizerFor(ctx, ModelFrom(ctx), load)
+		return mt.TokenizerFor(ctx, model, load)
 	}
 	return k.Tokenizer, func() {}, nil
 }
 
-// TemplateFor is the chat template of ctx's model; false when the
-// responder does not tell it.
-func (k *Core) TemplateFor(ctx context.Context) (chat.Template, bool) {
+// TemplateFor is the chat template of model; false when the responder
+// does not tell it.
+func (k *Core) TemplateFor(model string) (chat.Template, bool) {
 	if mt, ok := k.Responder.(modelTemplates); ok && k.Models != nil {
-		return mt.TemplateFor(ModelFrom(ctx)), true
+		return mt.TemplateFor(model), true
 	}
 	if t, ok := k.Responder.(templater); ok {
 		return t.Template(), true
@@ -217,12 +166,12 @@ func (k *Core) TemplateFor(ctx context.Context) (chat.Template, bool) {
 	return nil, false
 }
 
-// CountTokens counts the prompt tokens of msgs for ctx's model; false when
+// CountTokens counts the prompt tokens of msgs for f's model; false when
 // the responder cannot count.
-func (k *Core) CountTokens(ctx context.Context, key string, msgs []parley.Message, p parley.Params) (int, bool, error) {
-	key = parley.ScopedKey(CacheScope(ctx), key) // the memo Reply keeps under the caller's scope
+func (k *Core) CountTokens(ctx context.Context, f Facts, key string, msgs []parley.Message, p parley.Params) (int, bool, error) {
+	key = parley.ScopedKey(f.Scope, key) // the memo Reply keeps under the caller's scope
 	if mc, ok := k.Responder.(modelCounters); ok && k.Models != nil {
-		n, err := mc.CountTokensFor(ctx, parley.ReplyRequest{Key: key, Model: ModelFrom(ctx), Messages: msgs, Params: p})
+		n, err := mc.CountTokensFor(ctx, parley.ReplyRequest{Key: key, Model: f.Model, Messages: msgs, Params: p})
 		return n, true, err
 	}
 	tc, ok := k.Responder.(tokenCounter)
@@ -248,15 +197,16 @@ type limitTokenizer interface {
 // is not counted (the WebSocket's reader must not wait for a load: the
 // engine still refuses a prompt over the context). Tokenizing stops as
 // soon as the text is over the limit, and when ctx ends (the client left).
-func (k *Core) CountPromptTokens(ctx context.Context, text string, extra int, load bool) error {
-	_, err := k.countPromptTokens(ctx, text, extra, load)
+// model is the request's (Facts.Model).
+func (k *Core) CountPromptTokens(ctx context.Context, model, text string, extra int, load bool) error {
+	_, err := k.countPromptTokens(ctx, model, text, extra, load)
 	return err
 }
 
 // countPromptTokens is CountPromptTokens that returns text's tokens when it
 // tokenized the whole text (nil when it did not tokenize it), so that a raw
 // prompt is tokenized once.
-func (k *Core) countPromptTokens(ctx context.Context, text string, extra int, load bool) ([]int, error) {
+func (k *Core) countPromptTokens(ctx context.Context, model, text string, extra int, load bool) ([]int, error) {
 	limit := k.MaxPromptTokens
 	if k.Tokenizer == nil || limit <= 0 {
 		return nil, nil
@@ -274,7 +224,7 @@ func (k *Core) countPromptTokens(ctx context.Context, text string, extra int, lo
 	if len(text)+added+extra <= limit {
 		return nil, nil
 	}
-	tok, release, err := k.TokenizerOf(ctx, load)
+	tok, release, err := k.TokenizerOf(ctx, model, load)
 	if err != nil || tok == nil {
 		return nil, err
 	}
