@@ -171,7 +171,7 @@ func TestOpenAILargeSchemas(t *testing.T) {
 
 	// Over a limit: a 400 naming it, fast: sooner than a schema at the
 	// limit is converted, compiled and sampled (a ratio to the baseline, not
-	// a time: issue 43).
+	// a time).
 	deep := map[string]any{"type": "string"}
 	for range 70 {
 		deep = map[string]any{"type": "array", "items": deep}

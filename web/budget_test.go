@@ -135,7 +135,7 @@ func TestBodyBudget(t *testing.T) {
 	addr := strings.TrimPrefix(s.base, "http://")
 
 	// Each held body is in the budget before the next is sent: its bytes
-	// show in /metrics (the event, not a pause: issue 43). A body answered
+	// show in /metrics (the event, not a pause). A body answered
 	// (refused) early would not be counted.
 	inflight := func(what string, n int) {
 		t.Helper()

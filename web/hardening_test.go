@@ -1,6 +1,6 @@
 package web_test
 
-// Tests of issue 5's limits on a real server with the real tiny model:
+// Tests of the server's limits on a real server with the real tiny model:
 // protocol hygiene on raw frames, pings, connection caps, the prompt-token
 // cap, per-connection queues and their order, slow and vanished clients,
 // and the drain on Close.
@@ -546,7 +546,7 @@ func TestDisconnectMidReplyFreesTheSlotAtOnce(t *testing.T) {
 		t.Fatal("the slot stayed busy after the client vanished")
 	}
 	// Freed by the disconnect, not by the reply's end: the reply's 400
-	// tokens were not all generated (counted, not timed: issue 43).
+	// tokens were not all generated (counted, not timed).
 	if n := h.engine.Stats().TokensGenerated - before.TokensGenerated; n >= 400 {
 		t.Fatalf("the slot freed only after the whole reply (%d more tokens)", n)
 	} else {

@@ -75,7 +75,7 @@ func TestHostileGrammars(t *testing.T) {
 }
 
 // TestCostlyGrammarsAreRefusedOnEveryAPI: a grammar or schema of nested
-// repetitions over shared characters (issue 25's family) is refused with
+// repetitions over shared characters (the family of the live grammar tests) is refused with
 // a 400 that says it is too costly to match, on every API, fast; never a
 // 500.
 func TestCostlyGrammarsAreRefusedOnEveryAPI(t *testing.T) {
@@ -102,7 +102,7 @@ func TestCostlyGrammarsAreRefusedOnEveryAPI(t *testing.T) {
 		}
 		// Fast: refused by the static check (it names llama.cpp's parse
 		// stacks or paths), before any sampler runs, not by the step
-		// budget after one did. Which check refused, not a time (issue 43).
+		// budget after one did. Which check refused, not a time.
 		if strings.Contains(string(b), "step budget") || !strings.Contains(string(b), "parse") {
 			t.Errorf("%s: not refused by the static check: %s", c.api, b)
 		}

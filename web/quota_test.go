@@ -1,6 +1,6 @@
 package web_test
 
-// One client's creations cannot evict another's data (issue 27): every API
+// One client's creations cannot evict another's data: every API
 // that creates a session, tried by one address against a small store and
 // against the default limits, on the memory, bbolt and Redis stores. The
 // clients are distinct loopback addresses (127.0.0.x), each a client of

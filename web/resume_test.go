@@ -30,7 +30,7 @@ import (
 // With a gate, the reply also stops after hold released tokens until the
 // gate is closed: a test that must resume while the reply is still in
 // flight holds it there, instead of hoping that the resume comes before
-// the paced reply ends (issue 43).
+// the paced reply ends.
 type pacedGenerator struct {
 	*llm.Engine
 	gap  time.Duration
@@ -163,7 +163,7 @@ func stored(tb testing.TB, s *stack, id string) []parley.Message {
 	return sess.Messages
 }
 
-// TestResumeNeverShowsAStaleHistory is the race of issue 31: prompt, drop
+// TestResumeNeverShowsAStaleHistory is a race of resumed replies: prompt, drop
 // the socket at the first token, reconnect at once with ?session=, and
 // compare what the client holds with what the session holds a moment
 // later. With a grace the reply goes on and the client follows it; without
@@ -332,7 +332,7 @@ func TestReplyCancelledWhenItsBufferFills(t *testing.T) {
 // socket holds the client's connection admission, so a client cannot park
 // more replies than it may hold connections. The grace is long, so the
 // admissions are released by the replies' ends (400 paced tokens), never
-// by a grace that a busy machine let pass before the check (issue 43).
+// by a grace that a busy machine let pass before the check.
 func TestDetachedRepliesCountAgainstTheClient(t *testing.T) {
 	s := openPaced(t, 5*time.Millisecond, func(c *web.Config) {
 		c.ResumeGrace = time.Minute
@@ -363,7 +363,7 @@ func TestResumeFromIsChecked(t *testing.T) {
 	}
 }
 
-// TestResumeUnderLoad is issue 31's measurement, scaled to a test: many
+// TestResumeUnderLoad is the resume measurement, scaled to a test: many
 // JSON sessions at once, each resuming with ?session=, sending prompts and
 // dropping its socket at the first token of some replies, then coming back
 // at once. Every resume must show exactly the history the client can
@@ -372,7 +372,7 @@ func TestResumeFromIsChecked(t *testing.T) {
 //
 // The load is a number of prompts, not a time window: every session sends
 // the same prompts whatever the machine's speed, so every run drops and
-// resumes as often (issue 43: a 4-second window on a busy machine let no
+// resumes as often (a 4-second window on a busy machine let no
 // session reach its sixth prompt).
 func TestResumeUnderLoad(t *testing.T) {
 	// Each session sends prompts over several connections (1, 2 or 3 a

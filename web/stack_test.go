@@ -230,7 +230,7 @@ func (s *stack) replyLogs(route string) []map[string]any {
 
 // hangWait bounds the waits for something that must happen: it only
 // catches a hang, so it is minutes, far past the slowest machine's time
-// (issue 43: a test waits for the event, never for a time window).
+// (a test waits for the event, never for a time window).
 const hangWait = 2 * time.Minute
 
 // waitIdle waits until the engine has no slot busy.

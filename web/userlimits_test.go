@@ -1,6 +1,6 @@
 package web_test
 
-// Limits follow the user (issue 45, item 6): named users behind one
+// Limits follow the user: named users behind one
 // address (a NAT, a proxy) each get their own per-client limits, and one
 // cannot evict the other's unused sessions.
 
