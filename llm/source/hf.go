@@ -168,6 +168,11 @@ func resolveHF(ctx context.Context, s string, o *options) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return resolveHFRef(ctx, ref, o)
+}
+
+// resolveHFRef is resolveHF for a parsed reference.
+func resolveHFRef(ctx context.Context, ref hfRef, o *options) (string, error) {
 	endpoint, err := o.hubEndpoint()
 	if err != nil {
 		return "", err

@@ -101,21 +101,17 @@ func hfProjector(ctx context.Context, s string, o *options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir := path.Dir(ref.file)
-	if dir == "." {
-		dir = ""
+	dir, folder := path.Dir(ref.file), path.Dir(ref.file) // the listing names the repository's root "", path.Dir "."
+	if folder == "." {
+		folder = ""
 	}
-	names, err := hfFolder(ctx, endpoint, ref, dir, o)
+	names, err := hfFolder(ctx, endpoint, ref, folder, o)
 	if err != nil {
 		return "", err
 	}
-	want := dir // path.Dir of a file at the repository's root is "."
-	if want == "" {
-		want = "."
-	}
 	var found []string
 	for _, n := range names {
-		if path.Dir(n) == want && isProjectorName(path.Base(n)) {
+		if path.Dir(n) == dir && isProjectorName(path.Base(n)) {
 			found = append(found, n)
 		}
 	}
@@ -123,8 +119,8 @@ func hfProjector(ctx context.Context, s string, o *options) (string, error) {
 	if err != nil || file == "" {
 		return "", err
 	}
-	proj := hfRef{owner: ref.owner, repo: ref.repo, file: file, revision: ref.revision}
-	return resolveHF(ctx, proj.owner+"/"+proj.repo+"/"+proj.file+"@"+proj.revision, o)
+	ref.file = file
+	return resolveHFRef(ctx, ref, o)
 }
 
 // treeEntry is one entry of the hub's folder listing (GET /api/models/OWNER/REPO/tree/REVISION/DIR).
