@@ -73,10 +73,10 @@ func TestBigBlocksAreMappings(t *testing.T) {
 	// arena by the tests before.
 	const freed, size = 31 << 20, 30 << 20
 	for i := range 3 {
-		freeBlocks(cBlocks(1, freed))
-		b := cBlocks(1, size)
-		mapped := isMapped(b[0])
-		freeBlocks(b)
+		freeBlock(cBlock(freed))
+		b := cBlock(size)
+		mapped := isMapped(b)
+		freeBlock(b)
 		if !mapped {
 			t.Errorf("round %d: a block of %d bytes is not a mapping of its own", i, size)
 		}

@@ -34,24 +34,17 @@ var mallocForWeights = sync.OnceFunc(func() {
 	C.mallopt(C.M_TRIM_THRESHOLD, C.int(minWeightMapping))
 })
 
-// cBlocks allocates n blocks of size bytes with C's malloc and writes to
-// every page of each (tests use it to see where glibc puts them).
-func cBlocks(n, size int) []unsafe.Pointer {
-	out := make([]unsafe.Pointer, n)
-	for i := range out {
-		out[i] = C.malloc(C.size_t(size))
-		C.memset(out[i], 1, C.size_t(size))
-	}
-	return out
+// cBlock allocates size bytes with C's malloc and writes to every page
+// (tests use it to see where glibc puts a block).
+func cBlock(size int) unsafe.Pointer {
+	p := C.malloc(C.size_t(size))
+	C.memset(p, 1, C.size_t(size))
+	return p
 }
 
-// isMapped reports whether glibc made p, a block cBlocks allocated, a
+// freeBlock frees what cBlock allocated.
+func freeBlock(p unsafe.Pointer) { C.free(p) }
+
+// isMapped reports whether glibc made p, a block cBlock allocated, a
 // mapping of its own.
 func isMapped(p unsafe.Pointer) bool { return C.parley_is_mapped(p) != 0 }
-
-// freeBlocks frees what cBlocks allocated.
-func freeBlocks(ps []unsafe.Pointer) {
-	for _, p := range ps {
-		C.free(p)
-	}
-}
