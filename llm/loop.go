@@ -284,10 +284,10 @@ func (e *Engine) step(b *batch) (finished int) {
 		e.log.Error("decode failed", zap.Error(err), zap.Int("batch_tokens", b.numTokens()))
 		for _, seq := range inBatch {
 			// The cache state of these slots is unknown now: forget it,
-			// the draft's tokens with the rest.
+			// the draft's tokens with the rest (the slot's n-gram index
+			// starts again when its next sequence takes it).
 			e.be.SeqRm(seq.slot.id, 0, -1)
 			seq.slot.cached = seq.slot.cached[:0]
-			seq.slot.draft.truncate(0)
 			seq.draft, seq.unverified = seq.draft[:0], false
 			e.finish(seq, parley.FinishError, fmt.Errorf("decode: %w", err))
 			finished++
