@@ -32,6 +32,9 @@ type Stats struct {
 	PromptCopied     int64 // prompt tokens copied from another slot's KV cache instead of evaluated (cumulative)
 	PrefixCopies     int64 // copies of another slot's KV cache (cumulative)
 	Preemptions      int64 // sequences that gave their slot to a client without one (cumulative; preempt.go)
+	Decoded          int64 // tokens in decode steps: prompts, histories evaluated again, generated tokens and drafts (cumulative)
+	PreemptSwapOuts  int64 // of those, the ones whose KV cache was copied out to be put back (cumulative)
+	PreemptSwapIns   int64 // states put back into a slot when their sequence came back (cumulative)
 	TokensGenerated  int64 // tokens sampled (cumulative)
 	DraftTokens      int64 // draft tokens verified (cumulative; speculative decoding)
 	DraftAccepted    int64 // draft tokens that held, each a token generated without a step of its own (cumulative)
@@ -131,6 +134,9 @@ type Engine struct {
 	busyRefusals, slowDrops, deadEnds, overBudget         atomic.Int64
 	promptCopied, prefixCopies                            atomic.Int64
 	preemptions                                           atomic.Int64 // sequences that stepped out for a client without a slot (preempt.go)
+	decoded                                               atomic.Int64 // tokens in decode steps, every kind (Stats.Decoded)
+	swapOuts, swapIns                                     atomic.Int64 // stepped-out sequences' KV states copied out of a slot, and back in (preempt.go)
+	swapped                                               int          // stepped-out sequences holding their state now; the loop's
 	imagesEvaluated                                       atomic.Int64 // images decoded into a slot's KV cache
 	imagesEncoded, encodeNanos                            atomic.Int64 // images through the encoder, and its time in them
 	imagesReused                                          atomic.Int64 // image places of prompts found in a slot's KV cache
@@ -214,6 +220,9 @@ type sequence struct {
 	// the sampled token not yet decoded. assign evaluates what of it the
 	// slot does not hold, and the reply goes on.
 	resume []int
+	// swapped is a stepped-out sequence's KV cache, held while it waits
+	// (swapOut; nil: its history is evaluated again). The loop's.
+	swapped *swappedState
 
 	// scope is the request's cache scope (req.Scope): it reuses,
 	// copies and restores only KV caches of its own scope. req.Key is within
@@ -281,6 +290,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.overruns.perClient, e.overruns.global = cfg.MaxOverrunsPerClient, cfg.MaxOverruns
 	e.parallel = cfg.Parallel
+	e.queue.lend = e.lendable
 	e.minCopy = copyThreshold(cfg, meta, dp.info)
 	e.draftMode, e.draftMax, e.kvStreams = cfg.Draft, cfg.DraftMax, !dp.info.KVUnified
 	for i := range cfg.CacheSlots {
@@ -404,6 +414,9 @@ func (e *Engine) Stats() Stats {
 		PromptCopied:     e.promptCopied.Load(),
 		PrefixCopies:     e.prefixCopies.Load(),
 		Preemptions:      e.preemptions.Load(),
+		PreemptSwapOuts:  e.swapOuts.Load(),
+		Decoded:          e.decoded.Load(),
+		PreemptSwapIns:   e.swapIns.Load(),
 		TokensGenerated:  e.generated.Load(),
 		DraftTokens:      e.drafted.Load(),
 		DraftAccepted:    e.draftHeld.Load(),

@@ -22,3 +22,15 @@ func (e *Engine) TokenizeChunks(text string, addSpecial bool) ([]int, error) {
 func (e *Engine) EmbedContext() (nCtx, seqs int, kv bool) {
 	return e.emb.be.contextShape()
 }
+
+// WithoutStateCopies makes cfg's backend refuse to copy a sequence's KV state
+// out (StateSeqSave), as a backend with no state to give does: a sequence
+// that steps out of its slot then evaluates its history again.
+func WithoutStateCopies(cfg Config) Config {
+	cfg.wrapBackend = func(be backend) backend { return noStateCopies{be} }
+	return cfg
+}
+
+type noStateCopies struct{ backend }
+
+func (noStateCopies) StateSeqSave(int) ([]byte, error) { return nil, errNoState }

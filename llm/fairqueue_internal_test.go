@@ -111,6 +111,41 @@ func TestFairQueueCaps(t *testing.T) {
 	}
 }
 
+// TestFairQueueLends: a client at its share takes a slot kept free for a
+// client between its requests when lend says the slot can be taken back,
+// never while another client waits, nor when lend says no.
+func TestFairQueueLends(t *testing.T) {
+	q := newFairQueue(10, 10, 1)
+	now := time.Unix(1e9, 0)
+	q.now = func() time.Time { return now }
+	lend := true
+	var asked []string
+	q.lend = func(seq *sequence) bool { asked = append(asked, seq.req.Key); return lend }
+	q.push(seqOf("light", "l"))
+	q.push(seqOf("heavy", "h1"))
+	q.push(seqOf("heavy", "h2"))
+	if got := popNames(q, 2); got != "l h1" {
+		t.Fatalf("order %q", got)
+	}
+	q.done(seqOf("light", "")) // light is between requests: present, waiting for nothing
+	lend = false
+	if got := popNames(q, 1); got != "-" {
+		t.Fatalf("heavy took a slot past its share that lend refused: %q", got)
+	}
+	q.push(seqOf("light", "l2"))
+	lend = true
+	asked = nil
+	if got := popNames(q, 1); got != "l2" {
+		t.Fatalf("light waited while heavy took the slot: %q", got)
+	}
+	if got := popNames(q, 1); got != "h2" {
+		t.Fatalf("heavy was not lent the slot no one waits for: %q", got)
+	}
+	if len(asked) != 1 || asked[0] != "h2" {
+		t.Fatalf("lend asked about %v, want [h2]", asked)
+	}
+}
+
 // TestFairQueuePreemption: a waiting client with no slot is paired with the
 // client holding the most (at least two); the one that steps out goes back
 // first in its client's queue.

@@ -280,6 +280,7 @@ func (e *Engine) step(b *batch) (finished int) {
 	took := time.Since(t0)
 	e.steps.Add(1)
 	e.stepNanos.Add(int64(took))
+	e.decoded.Add(int64(b.numTokens()))
 	if err != nil {
 		e.log.Error("decode failed", zap.Error(err), zap.Int("batch_tokens", b.numTokens()))
 		for _, seq := range inBatch {
@@ -513,6 +514,7 @@ func (e *Engine) emit(seq *sequence, tok int, logits []float32) bool {
 // finish ends seq: frees its slot (keeping the cached tokens for reuse) and
 // sends the final event, for which the channel always has room.
 func (e *Engine) finish(seq *sequence, reason parley.FinishReason, err error) {
+	e.dropSwapped(seq) // ended while it waited to come back
 	if seq.gs != nil {
 		e.stopSampler(seq.gs)
 	}

@@ -15,13 +15,27 @@ import (
 // client's sequences steps out and comes back), not after one of those
 // replies ends; the reply that stepped out goes on exactly as the one that
 // did not (same prompt, greedy). With a spare cache slot the newcomer takes
-// it and the victim's cache stays; without one the victim evaluates its
-// history again. Everything is counted by events: the long replies end only
+// it and the victim's cache stays; without one the victim's KV state is
+// copied out and put back when it goes on, or, where the state cannot be
+// copied, the victim evaluates its history again. Everything is counted by events: the long replies end only
 // when cancelled, after the newcomer's reply has ended.
 func TestPreemptForNewcomer(t *testing.T) {
-	for _, cacheSlots := range []int{2, 3} {
-		t.Run(map[int]string{2: "recompute", 3: "spare-slot"}[cacheSlots], func(t *testing.T) {
-			e := mustOpen(t, llm.Config{ContextLength: 2048, BatchSize: 2048, Parallel: 2, CacheSlots: cacheSlots})
+	for _, tc := range []struct {
+		name       string
+		cacheSlots int
+		noCopies   bool
+		swaps      int64 // states copied out and back
+	}{
+		{"swap", 2, false, 1},
+		{"recompute", 2, true, 0},
+		{"spare-slot", 3, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := llm.Config{ContextLength: 2048, BatchSize: 2048, Parallel: 2, CacheSlots: tc.cacheSlots}
+			if tc.noCopies {
+				cfg = llm.WithoutStateCopies(cfg)
+			}
+			e := mustOpen(t, cfg)
 			toks, _ := e.Tokenize("Once upon a time")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -79,7 +93,10 @@ func TestPreemptForNewcomer(t *testing.T) {
 				waitTokens(h, 1) // both slots generate
 			}
 
-			lch, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: toks[:3], Params: greedy(8), Client: "light"})
+			// Another prompt than the long replies': a slot the newcomer
+			// leaves holds no part of their history.
+			ltoks, _ := e.Tokenize("Tom and his dog")
+			lch, err := e.Generate(context.Background(), parley.GenerateRequest{Tokens: ltoks, Params: greedy(8), Client: "light"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,8 +131,12 @@ func TestPreemptForNewcomer(t *testing.T) {
 				}
 				t.Fatalf("the replies differ at token %d of %d (stepped out after %v tokens)", i, n, at)
 			}
-			if st := e.Stats(); st.SlotsBusy != 0 || st.Queued != 0 {
+			st := e.Stats()
+			if st.SlotsBusy != 0 || st.Queued != 0 {
 				t.Fatalf("after: %d slots busy, %d queued", st.SlotsBusy, st.Queued)
+			}
+			if st.PreemptSwapOuts != tc.swaps || st.PreemptSwapIns != tc.swaps {
+				t.Fatalf("states copied out %d, put back %d; want %d each", st.PreemptSwapOuts, st.PreemptSwapIns, tc.swaps)
 			}
 		})
 	}

@@ -108,6 +108,10 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	// longest prefix with the prompt (a common system prompt, or a stateless
 	// client resending a conversation), and among equals the least recently
 	// used, so a new session takes over the slot least likely to be wanted back.
+	toks, resumed := seq.req.Tokens, seq.resume != nil
+	if resumed {
+		toks = seq.resume // preempted (preempt.go): its history, its reply goes on
+	}
 	var best *slot
 	bestPrefix := -2
 	for _, s := range e.slots {
@@ -120,7 +124,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 		}
 		p := 0
 		if s.scope == seq.scope {
-			p = commonPrefix(s.cached, seq.req.Tokens)
+			p = commonPrefix(s.cached, toks)
 		}
 		if p < minReusePrefix {
 			p = 0 // a BOS and a role marker in common is no reason to pass over the LRU slot
@@ -156,12 +160,10 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	}
 	e.busy.Add(1)
 
-	toks, resumed := seq.req.Tokens, seq.resume != nil
-	if resumed {
-		toks = seq.resume // preempted (preempt.go): its history, its reply goes on
-	}
 	keep := commonPrefix(s.cached, toks)
-	if !resumed {
+	if resumed {
+		keep = e.swapIn(s, seq, toks, keep) // its own state, copied out when it stepped out
+	} else {
 		keep = e.kvRestore(s, seq, keep) // KV swap: the session's saved state, when it holds more
 	}
 	e.copyPrefix(s, toks, keep)

@@ -29,8 +29,10 @@ type EngineStats struct {
 	PromptReused      int64         // prompt tokens served from the KV cache instead
 	PromptCopied      int64         // of those, tokens copied from another slot's cache (a shared prefix)
 	Preemptions       int64         // replies that stepped out of their slot for a client without one
+	PreemptSwaps      int64         // of those, replies whose KV cache was copied out to come back with them
 	TokensGenerated   int64         // tokens sampled
 	Steps             int64         // decode steps
+	Decoded           int64         // tokens in decode steps, every kind
 	StepTime          time.Duration // time spent in decode steps
 	SlowConsumerDrops int64         // replies ended because their reader stopped reading
 	GrammarDeadEnds   int64         // replies ended because their grammar allowed no token
@@ -255,10 +257,14 @@ func engineCollectors(stats func() EngineStats) []prometheus.Collector {
 			func(s EngineStats) float64 { return float64(s.PromptCopied) }),
 		counter("parley_preemptions_total", "Replies that stepped out of their slot for a client that had none, and went on later (fair sharing).",
 			func(s EngineStats) float64 { return float64(s.Preemptions) }),
+		counter("parley_preemption_swaps_total", "Of the replies that stepped out, those whose KV cache was copied out of the slot and put back when they went on (instead of evaluating their history again).",
+			func(s EngineStats) float64 { return float64(s.PreemptSwaps) }),
 		counter("parley_generated_tokens_total", "Tokens generated (end-of-generation tokens not included).",
 			func(s EngineStats) float64 { return float64(s.TokensGenerated) }),
 		counter("parley_decode_steps_total", "llama.cpp decode steps (each one batch across all active replies).",
 			func(s EngineStats) float64 { return float64(s.Steps) }),
+		counter("parley_decoded_tokens_total", "Tokens in decode steps, every kind: prompts, histories evaluated again after stepping out, generated tokens and draft tokens.",
+			func(s EngineStats) float64 { return float64(s.Decoded) }),
 		counter("parley_decode_seconds_total", "Time spent in decode steps.",
 			func(s EngineStats) float64 { return s.StepTime.Seconds() }),
 		counter("parley_slow_consumer_drops_total", "Replies the engine ended because nothing was reading them.",
