@@ -9,9 +9,15 @@
 //
 // It prints the light users' median and 95th percentile TTFT in each phase
 // and the aggregate throughput, so a build can be compared with another
-// (-bin) on the same machine:
+// (-bin) on the same machine, and under each phase what the engine did, by
+// its own counters (decode steps, tokens generated a step, tokens decoded a
+// token generated, preemptions, CPU seconds): figures that hold whatever the
+// machine's speed. -repeat alternates the heavy and mixed phases, and
+// -light-every offers the light users' requests at a fixed rate, so two
+// builds get the same light load however fast they serve it:
 //
 //	go run ./tools/fairbench -bin bin/parley -duration 20s
+//	go run ./tools/fairbench -repeat 6 -duration 5s -light-every 150ms
 //
 // Only loopback; every phase ends after -duration, the whole run after
 // -timeout.
@@ -300,10 +306,8 @@ func (b *bench) stream(ctx context.Context, key string, n int) (time.Duration, i
 }
 
 // settle waits until the server counts none of the last phase's clients as
-// present (a client counts for a while after its last reply, for the cap on
-// one client's slots), so that each phase starts alone: until no reply
-// runs, and then the server's linger (its busy refusal's Retry-After, 2 s)
-// and a margin.
+// present (a client counts for 2 s after its last reply, for the cap on one
+// client's slots), so that each phase starts with only its own clients.
 func (b *bench) settle(ctx context.Context) {
 	sleep(ctx, 3*time.Second)
 }
