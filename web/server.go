@@ -113,7 +113,7 @@ type Config struct {
 	// are refused with busy.
 	MaxQueuedPrompts int
 	// PongWait is how long a connection may stay silent (no message, no
-	// pong) before the peer is dropped; pings go out every 9/10 of it.
+	// pong) before the peer is dropped; pings go out every half of it.
 	PongWait time.Duration
 	// WriteWait bounds every write. A client that does not take a frame
 	// within it is dropped, and its reply cancelled.

@@ -48,15 +48,17 @@ type Pump struct {
 // Settings are a pump's bounds, from the server's configuration.
 type Settings struct {
 	SendBuffer int           // frames queued for the writer
-	PongWait   time.Duration // silence after which the peer is dropped; pings go out every 9/10 of it
+	PongWait   time.Duration // silence after which the peer is dropped; pings go out every half of it
 	WriteWait  time.Duration // bound on every write
 	// Refused counts a refusal under its cause (metrics).
 	Refused func(cause string)
 }
 
-// PingPeriod is how often a socket pings its peer: 9/10 of the pong wait,
-// leaving the pong a tenth of it to arrive before the read deadline.
-func (set Settings) PingPeriod() time.Duration { return set.PongWait * 9 / 10 }
+// PingPeriod is how often a socket pings its peer: half the pong wait,
+// leaving the pong the other half to arrive before the read deadline (a
+// tenth, as gorilla's example has it, dropped lively peers of a busy
+// machine when the wait is short).
+func (set Settings) PingPeriod() time.Duration { return set.PongWait / 2 }
 
 // NewPump makes the pump of ws, whose context is a child of parent. The
 // caller starts the writer (StartWriter) and reads with Read.
