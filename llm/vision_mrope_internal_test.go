@@ -223,7 +223,7 @@ func TestEngineMRopeImageDrafts(t *testing.T) {
 		t.Errorf("with drafts %v, without %v", got, want)
 	}
 	if ngram.drafted.Load() == 0 {
-		t.Log("no draft tokens: the reply did not repeat the history")
+		t.Error("no draft tokens: the repeated reply should draft from the history after the image")
 	}
 }
 
