@@ -48,10 +48,10 @@ type vision struct {
 	decode func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, embd *float32, nPast yz.Pos, seq yz.SeqId, nBatch int32, newNPast *yz.Pos, callback, userData uintptr) int32
 }
 
-// imageRun is one image of a request, tokenized: its chunk (C memory, freed by free), how many embeddings it
-// has (n: KV cells, and entries of a slot's token list), how many positions it advances the sequence by (nPos: n,
-// or fewer with M-RoPE), and the text tokens the model wraps an image in (Gemma 3's <start_of_image> and <end_of_image>, Qwen-VL's
-// vision start and end; none for LLaVA), which libmtmd puts around it. The fields after post are the loop's: the
+// imageRun is one image of a request, tokenized: its chunk (C memory, freed by free), how many embeddings it has
+// (n: KV cells, and entries of a slot's token list), how many positions it advances the sequence by (nPos: n, or
+// fewer with M-RoPE), and the text tokens the model wraps an image in (Gemma 3's <start_of_image> and
+// <end_of_image>, Qwen-VL's vision start and end; none for LLaVA), which libmtmd puts around it. The fields after post are the loop's: the
 // encoder's output and where the run is on its way through the encoder.
 type imageRun struct {
 	key       [32]byte
@@ -231,7 +231,7 @@ func (r *imageRun) free() {
 // imageIDs are the pseudo token ids of an image's n entries in a slot's token list, nPos of which take a position
 // (positions.go): negative, below parley.ImageToken, derived from the key (30 bits of it, since the KV swap's files
 // hold ids as int32). The first nPos ids are in the range of ids that take a position, the rest in the range of
-// those that do not, so that two runs of one image are the same ids. Two different images of one user share a run
+// those that do not, so that a token list says by itself which of its entries take one. Two different images of one user share a run
 // with a chance of about one in 2^30; images of two users never meet (the key holds the user, and a slot of another
 // scope is emptied before use).
 func imageIDs(key [32]byte, n, nPos int) []int {
