@@ -51,8 +51,8 @@ type vision struct {
 // imageRun is one image of a request, tokenized: its chunk (C memory, freed by free), how many embeddings it has
 // (n: KV cells, and entries of a slot's token list), how many positions it advances the sequence by (nPos: n, or
 // fewer with M-RoPE), and the text tokens the model wraps an image in (Gemma 3's <start_of_image> and
-// <end_of_image>, Qwen-VL's vision start and end; none for LLaVA), which libmtmd puts around it. The fields after post are the loop's: the
-// encoder's output and where the run is on its way through the encoder.
+// <end_of_image>, Qwen-VL's vision start and end; none for LLaVA), which libmtmd puts around it. The fields after
+// post are the loop's: the encoder's output and where the run is on its way through the encoder.
 type imageRun struct {
 	key       [32]byte
 	chunk     mtmd.InputChunk
