@@ -154,7 +154,7 @@ func (e *Engine) stepImages() (finished int) {
 			continue // with the encoder, or waiting for it
 		default:
 			t0 := time.Now()
-			err = e.vision.decodeImage(e.be.(*current).lc, run, s.id, len(s.cached), e.batch)
+			err = e.vision.decodeImage(e.be.(*current).lc, run, s.id, e.posAt(s.cached, len(s.cached)), e.batch)
 			e.stepNanos.Add(int64(time.Since(t0)))
 		}
 		if err != nil {

@@ -450,8 +450,9 @@ func (e *Engine) kvDecodeTail(s *slot) {
 		return // the context's last position: a longer state would not be restored anyway
 	}
 	b := newBatch(len(tail))
+	pos := e.posAt(s.cached, len(s.cached))
 	for i, tok := range tail {
-		b.add(tok, len(s.cached)+i, s.id, false)
+		b.add(tok, pos+i, s.id, false)
 	}
 	if err := e.be.Decode(b); err != nil {
 		// The slot's cache is unknown now: forget it, as a failed step does.

@@ -250,7 +250,7 @@ func (e *Engine) step(b *batch) (finished int) {
 		if n == 0 {
 			continue
 		}
-		pos := len(s.cached)
+		pos := e.posAt(s.cached, len(s.cached))
 		for i := range n {
 			last := i == n-1 && n == len(seq.pending)
 			b.add(seq.pending[i], pos+i, s.id, last)
@@ -377,7 +377,7 @@ func (e *Engine) addDraft(b *batch, seq *sequence, g, n, budget int) int {
 		seq.ds.record(0, 0)
 		return 0
 	}
-	pos := len(s.cached)
+	pos := e.posAt(s.cached, len(s.cached))
 	for i, tok := range e.draftBuf {
 		b.add(tok, pos+i, s.id, true)
 	}
@@ -416,7 +416,7 @@ func (e *Engine) dropDraft(seq *sequence, s *slot) {
 	seq.unverified = false
 	keep := max(0, len(s.cached)-len(seq.draft))
 	seq.draft = seq.draft[:0]
-	if !e.be.SeqRm(s.id, keep, -1) {
+	if !e.seqRmFrom(s, keep) {
 		e.be.SeqRm(s.id, 0, -1)
 		keep = 0
 	}
@@ -442,7 +442,7 @@ func (e *Engine) settleDraft(seq *sequence, s *slot, decoded int) {
 	if len(s.cached) == decoded {
 		return
 	}
-	if e.be.SeqRm(s.id, len(s.cached), -1) {
+	if e.seqRmFrom(s, len(s.cached)) {
 		return
 	}
 	// This memory cannot drop a suffix (a recurrent model's): no more

@@ -173,7 +173,7 @@ func (e *Engine) assign(seq *sequence, tick uint64) {
 	}
 	keep = imageBoundary(toks, keep, seq.images)
 	if keep < len(s.cached) {
-		if !e.be.SeqRm(s.id, keep, -1) {
+		if !e.seqRmFrom(s, keep) {
 			// Some memory types cannot drop a suffix: start over.
 			e.be.SeqRm(s.id, 0, -1)
 			keep = 0
@@ -237,7 +237,7 @@ func (e *Engine) copyPrefix(s *slot, toks []int, keep int) {
 	e.be.SeqCp(src.id, s.id, 0, -1)
 	s.cached = append(s.cached[:0], src.cached...)
 	if best < len(s.cached) {
-		if !e.be.SeqRm(s.id, best, -1) {
+		if !e.seqRmFrom(s, best) {
 			e.be.SeqRm(s.id, 0, -1)
 			s.cached = s.cached[:0]
 			return

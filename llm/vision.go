@@ -24,8 +24,15 @@ import (
 // token ids derived from the image's key (imageIDs), so that the longest-common-prefix reuse of the KV cache, the
 // slot copies and the KV swap treat an image like the tokens around it: a later turn that repeats the image
 // finds it evaluated already, and the key holds the user (media.CacheKey), so no other user's request ever matches
-// it. Models whose projector needs M-RoPE positions are refused for now (their positions are not one per
-// embedding, which the slot's token list assumes).
+// it.
+//
+// Positions: a token, and an image's embedding under most projectors, takes one position of the sequence, so the
+// KV position of a slot's token list's entry i is i. A projector with M-RoPE positions (Qwen2-VL, Qwen2.5-VL,
+// Qwen3-VL) places an image's grid of nx by ny embeddings over max(nx, ny) positions (nPos): all its KV cells
+// carry the image's first position, each embedding a height and width of its own beside it, and the text after
+// the image goes on nPos positions later. The pseudo ids say which entries take a position (positions.go), so that
+// a token list alone, wherever it is kept (a slot, a preempted sequence, a state of the KV swap), maps each of its
+// entries to its KV position.
 
 // vision is the projector's libmtmd context. mtmd's context is not safe for concurrent use: mu serializes Generate's
 // tokenizing (which preprocesses an image) and the encoder's encoding (imageloop.go). The loop's decoding of an
@@ -37,17 +44,19 @@ type vision struct {
 	ctx    mtmd.Context
 	closed bool // under mu: ctx is freed (a Generate racing Shutdown finds it so)
 	nEmbd  int  // floats per embedding: the text model's input width, which libmtmd checks the projector's against
+	mrope  bool // the projector places images with M-RoPE positions: fewer positions than embeddings
 	decode func(ctx mtmd.Context, lc yz.Context, chunk mtmd.InputChunk, embd *float32, nPast yz.Pos, seq yz.SeqId, nBatch int32, newNPast *yz.Pos, callback, userData uintptr) int32
 }
 
-// imageRun is one image of a request, tokenized: its chunk (C memory, freed by free), how many positions it
-// takes, and the text tokens the model wraps an image in (Gemma 3's <start_of_image> and <end_of_image>, Qwen-VL's
-// vision start and end; none for LLaVA), which libmtmd puts around it. The fields after post are the loop's: the
-// encoder's output and where the run is on its way through the encoder.
+// imageRun is one image of a request, tokenized: its chunk (C memory, freed by free), how many embeddings it has
+// (n: KV cells, and entries of a slot's token list), how many positions it advances the sequence by (nPos: n, or
+// fewer with M-RoPE), and the text tokens the model wraps an image in (Gemma 3's <start_of_image> and
+// <end_of_image>, Qwen-VL's vision start and end; none for LLaVA), which libmtmd puts around it. The fields after
+// post are the loop's: the encoder's output and where the run is on its way through the encoder.
 type imageRun struct {
 	key       [32]byte
 	chunk     mtmd.InputChunk
-	n         int
+	n, nPos   int
 	pre, post []int
 
 	embd     []float32 // n embeddings of vision.nEmbd floats each, once encoded (nil: not yet)
@@ -106,14 +115,10 @@ func openVision(be *current, cfg Config) (*vision, error) {
 	if err != nil || ctx == 0 {
 		return nil, fmt.Errorf("load the projector %s: libmtmd could not (a projector for another model, or not one it knows)", cfg.Projector)
 	}
-	v := &vision{ctx: ctx, nEmbd: int(yz.ModelNEmbdInp(be.model)), decode: mtmdDecode}
-	switch {
-	case !mtmd.SupportVision(ctx):
+	v := &vision{ctx: ctx, nEmbd: int(yz.ModelNEmbdInp(be.model)), mrope: mtmd.DecodeUseMRope(ctx), decode: mtmdDecode}
+	if !mtmd.SupportVision(ctx) {
 		v.close()
 		return nil, fmt.Errorf("the projector %s takes no images", cfg.Projector)
-	case mtmd.DecodeUseMRope(ctx):
-		v.close()
-		return nil, fmt.Errorf("the projector %s needs M-RoPE positions, which this engine does not place yet", cfg.Projector)
 	}
 	return v, nil
 }
@@ -165,11 +170,11 @@ func (v *vision) tokenize(img parley.Image) (*imageRun, error) {
 				run.free()
 				return nil, errors.New("libmtmd made two image chunks of one image")
 			}
-			n := int(mtmd.InputChunkGetNTokens(c))
-			if int(mtmd.InputChunkGetNPos(c)) != n || n <= 0 {
-				return nil, fmt.Errorf("an image of %d embeddings at %d positions", n, mtmd.InputChunkGetNPos(c))
+			n, nPos := int(mtmd.InputChunkGetNTokens(c)), int(mtmd.InputChunkGetNPos(c))
+			if n <= 0 || nPos <= 0 || nPos > n || (nPos != n && !v.mrope) {
+				return nil, fmt.Errorf("an image of %d embeddings at %d positions", n, nPos)
 			}
-			run = &imageRun{key: img.Key, chunk: mtmd.InputChunkCopy(c), n: n}
+			run = &imageRun{key: img.Key, chunk: mtmd.InputChunkCopy(c), n: n, nPos: nPos}
 		default:
 			if run != nil {
 				run.free()
@@ -202,8 +207,8 @@ func (v *vision) encode(run *imageRun) ([]float32, error) {
 	return slices.Clone(out), nil // the context's buffer is the next encode's
 }
 
-// decodeImage decodes run's embeddings into seq's KV cache from position pos, in batches of nBatch. Called by the
-// loop, with run encoded.
+// decodeImage decodes run's embeddings into seq's KV cache from position pos (the image's first; with M-RoPE
+// libmtmd adds each embedding's height and width), in batches of nBatch. Called by the loop, with run encoded.
 func (v *vision) decodeImage(lc yz.Context, run *imageRun, seq, pos, nBatch int) error {
 	if len(run.embd) != run.n*v.nEmbd {
 		return fmt.Errorf("an image of %d floats for %d embeddings", len(run.embd), run.n)
@@ -212,8 +217,8 @@ func (v *vision) decodeImage(lc yz.Context, run *imageRun, seq, pos, nBatch int)
 	if r := v.decode(v.ctx, lc, run.chunk, &run.embd[0], yz.Pos(pos), yz.SeqId(seq), int32(nBatch), &next, 0, 0); r != 0 {
 		return fmt.Errorf("decode an image (%d)", r)
 	}
-	if int(next) != pos+run.n {
-		return fmt.Errorf("an image decoded to position %d, not %d", next, pos+run.n)
+	if int(next) != pos+run.nPos {
+		return fmt.Errorf("an image decoded to position %d, not %d", next, pos+run.nPos)
 	}
 	return nil
 }
@@ -223,15 +228,21 @@ func (r *imageRun) free() {
 	r.embd = nil
 }
 
-// imageIDs are the pseudo token ids of an image's n positions in a slot's token list: negative, below
-// parley.ImageToken, derived from the key (30 bits of it, since the KV swap's files hold ids as int32). Two
-// different images of one user share a run with a chance of about one in 2^30; images of two users never meet (the
-// key holds the user, and a slot of another scope is emptied before use).
-func imageIDs(key [32]byte, n int) []int {
+// imageIDs are the pseudo token ids of an image's n entries in a slot's token list, nPos of which take a position
+// (positions.go): negative, below parley.ImageToken, derived from the key (30 bits of it, since the KV swap's files
+// hold ids as int32). The first nPos ids are in the range of ids that take a position, the rest in the range of
+// those that do not, so that a token list says by itself which of its entries take one. Two different images of one user share a run
+// with a chance of about one in 2^30; images of two users never meet (the key holds the user, and a slot of another
+// scope is emptied before use).
+func imageIDs(key [32]byte, n, nPos int) []int {
 	h := binary.LittleEndian.Uint32(key[:4]) & (1<<30 - 1)
 	ids := make([]int, n)
 	for i := range ids {
-		ids[i] = -2 - int((h+uint32(i))&(1<<30-1))
+		if i < nPos {
+			ids[i] = -2 - int((h+uint32(i))%positionIDs)
+		} else {
+			ids[i] = heldIDs - int((h+uint32(i))%(positionIDs-1))
+		}
 	}
 	return ids
 }
@@ -260,7 +271,7 @@ func (e *Engine) expandImages(req parley.GenerateRequest) ([]int, map[int]*image
 			return nil, nil, parley.FieldErrorf(fmt.Sprintf("images[%d]", next), "%v", err)
 		}
 		next++
-		ids := imageIDs(run.key, run.n)
+		ids := imageIDs(run.key, run.n, run.nPos)
 		if prev, ok := runs[ids[0]]; ok { // the same image twice: one run serves both places
 			run.free()
 			run = prev
@@ -325,8 +336,9 @@ func (e *Engine) TokenizeImages(text string) ([]int, error) {
 	return out, nil
 }
 
-// ImagePositions is how many prompt positions img takes (its embeddings and the tokens its model wraps an image
-// in), so that the chat layer fits a conversation with images into the context before the engine expands them.
+// ImagePositions is how many prompt entries img takes (its embeddings and the tokens its model wraps an image in:
+// KV cells, which the context counts, also where M-RoPE gives the embeddings fewer positions), so that the chat
+// layer fits a conversation with images into the context before the engine expands them.
 func (e *Engine) ImagePositions(img parley.Image) (int, error) {
 	if e.vision == nil {
 		return 0, parley.FieldErrorf("images", "this model takes no images (it was loaded without a projector)")

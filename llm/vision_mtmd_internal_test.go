@@ -108,7 +108,8 @@ func mtmdTestImage(t *testing.T, seed int) []byte {
 }
 
 // mtmdGreedy loads the model and the projector, evaluates mtmdPrompt with the image where the marker is (as
-// llama-mtmd-cli does: text parts without special tokens, BOS once at the start), and decodes mtmdTokens greedily.
+// llama-mtmd-cli does: text parts without special tokens, BOS once at the start, positions as libmtmd's helper
+// places them, M-RoPE ones included), and decodes mtmdTokens greedily.
 func mtmdGreedy(t *testing.T, modelPath, proj string, d *media.Decoded) string {
 	t.Helper()
 	m, err := yz.ModelLoadFromFile(modelPath, yz.ModelDefaultParams())
@@ -130,8 +131,8 @@ func mtmdGreedy(t *testing.T, modelPath, proj string, d *media.Decoded) string {
 		t.Fatal(err)
 	}
 	defer mtmd.Free(mctx)
-	if !mtmd.SupportVision(mctx) || mtmd.DecodeUseMRope(mctx) {
-		t.Fatalf("vision %v, M-RoPE %v", mtmd.SupportVision(mctx), mtmd.DecodeUseMRope(mctx))
+	if !mtmd.SupportVision(mctx) {
+		t.Fatal("the projector takes no images")
 	}
 	bm := mtmd.BitmapInit(uint32(d.Width), uint32(d.Height), uintptr(unsafe.Pointer(&d.RGB[0])))
 	defer mtmd.BitmapFree(bm)

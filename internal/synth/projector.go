@@ -26,6 +26,24 @@ type ProjectorSpec struct {
 	ProjDim   int // the text model's embedding length
 	Std       float64
 	Seed      uint64
+	// Type is the projector: "" or "mlp" (LLaVA's, above), or "qwen2vl_merger" (Qwen2-VL's: two patch convolutions
+	// summed, no position embeddings but M-RoPE over the patches inside the ViT, and an MLP over each 2x2 block of
+	// patches). libmtmd places a Qwen2-VL image's embeddings with M-RoPE positions: a grid of nx by ny embeddings
+	// takes max(nx, ny) positions of the text model, which must be of a qwen2vl architecture (QwenVLSpec).
+	Type string
+}
+
+// Projector types of ProjectorSpec.Type.
+const (
+	ProjectorMLP     = "mlp"
+	ProjectorQwen2VL = "qwen2vl_merger"
+)
+
+// QwenVLProjector fits QwenVLSpec (embedding length 64): 8x8 patches merged 2x2, so that an image of 48x48 pixels is
+// 3x3 embeddings at 3 positions.
+func QwenVLProjector() ProjectorSpec {
+	return ProjectorSpec{ImageSize: 32, PatchSize: 8, Dim: 32, Heads: 4, FFN: 48, Layers: 2, Hidden: 64, ProjDim: 64, Std: 0.2, Seed: 1,
+		Type: ProjectorQwen2VL}
 }
 
 // DefaultProjector fits stories260K (embedding length 64): 32x32 images in 16 patches of 8x8.
@@ -41,6 +59,10 @@ func (p ProjectorSpec) validate() error {
 		return fmt.Errorf("dim %d is not a multiple of %d heads", p.Dim, p.Heads)
 	case p.FFN <= 0 || p.FFN == p.Dim:
 		return fmt.Errorf("ffn %d must be positive and differ from dim", p.FFN)
+	case p.Type != "" && p.Type != ProjectorMLP && p.Type != ProjectorQwen2VL:
+		return fmt.Errorf("projector type %q: want %s or %s", p.Type, ProjectorMLP, ProjectorQwen2VL)
+	case p.Type == ProjectorQwen2VL && (p.Dim/p.Heads)%4 != 0:
+		return fmt.Errorf("head size %d: Qwen2-VL's ViT splits it into four M-RoPE sections", p.Dim/p.Heads)
 	case p.Layers < 2:
 		return fmt.Errorf("%d layers: LLaVA reads the last but one, so at least 2", p.Layers)
 	case p.Hidden <= 0 || p.ProjDim <= 0:
@@ -72,11 +94,20 @@ func WriteProjector(ctx context.Context, path string, p ProjectorSpec) error {
 		}
 		return &ggml.Tensor{Name: name, Kind: f32, Shape: []uint64{n}, WriterTo: &valuesTensor{kind: f32, values: values}}
 	}
-	ts := []*ggml.Tensor{
-		// ggml's order: kernel width, height, input channels, output channels.
-		random("v.patch_embd.weight", p.Std, patch, patch, 3, dim),
-		random("v.patch_embd.bias", p.Std, dim),
-		random("v.position_embd.weight", p.Std, dim, patches),
+	qwen := p.Type == ProjectorQwen2VL
+	var ts []*ggml.Tensor
+	if qwen {
+		// Two convolutions over the image (one per frame of a two-frame video; a still image goes through both),
+		// summed; no bias and no position embeddings: the ViT's attention places patches by M-RoPE.
+		ts = append(ts,
+			random("v.patch_embd.weight", p.Std, patch, patch, 3, dim),
+			random("v.patch_embd.weight.1", p.Std, patch, patch, 3, dim))
+	} else {
+		ts = append(ts,
+			// ggml's order: kernel width, height, input channels, output channels.
+			random("v.patch_embd.weight", p.Std, patch, patch, 3, dim),
+			random("v.patch_embd.bias", p.Std, dim),
+			random("v.position_embd.weight", p.Std, dim, patches))
 	}
 	for i := range p.Layers {
 		b := fmt.Sprintf("v.blk.%d.", i)
@@ -91,8 +122,12 @@ func WriteProjector(ctx context.Context, path string, p ProjectorSpec) error {
 			random(b+"ffn_down.weight", p.Std, ffn, dim), random(b+"ffn_down.bias", p.Std, dim),
 		)
 	}
+	mmIn := dim
+	if qwen {
+		mmIn = 4 * dim // the merger's MLP reads each 2x2 block of patches as one vector
+	}
 	ts = append(ts,
-		random("mm.0.weight", p.Std, dim, hidden), random("mm.0.bias", p.Std, hidden),
+		random("mm.0.weight", p.Std, mmIn, hidden), random("mm.0.bias", p.Std, hidden),
 		// The text model's embeddings are of order 1 (stories260K's too): the projector's output is scaled alike.
 		random("mm.2.weight", 1, hidden, proj), random("mm.2.bias", 0.1, proj),
 	)
@@ -113,6 +148,11 @@ func WriteProjector(ctx context.Context, path string, p ProjectorSpec) error {
 		"clip.vision.attention.layer_norm_epsilon": float32(1e-6),
 		"clip.vision.image_mean":                   []float32{0.5, 0.5, 0.5},
 		"clip.vision.image_std":                    []float32{0.5, 0.5, 0.5},
+	}
+	if qwen {
+		kv["clip.projector_type"] = ProjectorQwen2VL
+		kv["clip.vision.spatial_merge_size"] = uint32(2)
+		delete(kv, "clip.use_gelu") // Qwen2-VL's ViT uses QuickGELU, llama.cpp's default
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".mkgguf-*.gguf")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ollama/ollama/fs/ggml"
@@ -43,8 +44,10 @@ type Spec struct {
 	// Script, when set, adds a chat template and its special tokens and makes greedy decoding write a known reply
 	// (see Script).
 	Script *Script
-	// Arch is the architecture: "" or "llama" (a chat model, or a causal embedding model with Pooling), or "bert"
-	// (an encoder: an embedding model or, with Pooling "rank", a reranker; see bert.go).
+	// Arch is the architecture: "" or "llama" (a chat model, or a causal embedding model with Pooling), "qwen2vl"
+	// (the text model of Qwen2-VL: llama's tensors with M-RoPE, rotating each head's dimensions in sections by
+	// the time, height and width of a position, and the tokens a Qwen-VL image is wrapped in; see QwenVLSpec), or
+	// "bert" (an encoder: an embedding model or, with Pooling "rank", a reranker; see bert.go).
 	Arch string
 	// Pooling, when set (mean, cls, last or rank), makes the model an embedding model: <arch>.pooling_type.
 	Pooling string
@@ -129,8 +132,10 @@ func (s Spec) validate() error {
 		return errors.New("no vocabulary donor (-vocab)")
 	case s.Script != nil && (s.Script.Reply == "" || s.Script.After == ""):
 		return errors.New("script: after and reply are required")
-	case s.Arch != "" && s.Arch != "llama" && s.Arch != "bert":
-		return fmt.Errorf("arch %q: want llama or bert", s.Arch)
+	case s.Arch != "" && s.Arch != "llama" && s.Arch != "bert" && s.Arch != ArchQwen2VL:
+		return fmt.Errorf("arch %q: want llama, %s or bert", s.Arch, ArchQwen2VL)
+	case s.Arch == ArchQwen2VL && (s.Dim/s.Heads)%8 != 0:
+		return fmt.Errorf("head size %d: M-RoPE's sections need a multiple of 8", s.Dim/s.Heads)
 	case s.Arch == "bert" && s.Script != nil:
 		return errors.New("a bert model generates nothing: no script")
 	case s.Arch == "bert" && s.Pooling == "":
@@ -142,6 +147,35 @@ func (s Spec) validate() error {
 		return fmt.Errorf("pooling %q: want mean, cls, last or rank", s.Pooling)
 	}
 	return nil
+}
+
+// ArchQwen2VL is Spec.Arch of a Qwen2-VL text model.
+const ArchQwen2VL = "qwen2vl"
+
+// visionTokens are the control tokens libmtmd wraps a Qwen-VL image in.
+var visionTokens = []string{"<|vision_start|>", "<|vision_end|>"}
+
+// QwenVLSpec is a tiny Qwen2-VL text model with vocab's vocabulary, for QwenVLProjector: 2 layers of width 64, 4
+// heads of 16 (M-RoPE sections of 2, 3 and 3 pairs). Its weights are large enough that the prompt, an image's
+// embeddings and their positions all change what greedy decoding writes, as a trained model's do.
+func QwenVLSpec(vocab string) Spec {
+	return Spec{
+		Name: "parley-synthetic-qwen2vl", VocabFrom: vocab, Arch: ArchQwen2VL,
+		Layers: 2, Dim: 64, Heads: 4, KVHeads: 2, FFN: 128, Context: 4096, RopeTheta: 10000, RMSEps: 1e-6,
+		Type: "f32", Std: 0.5, ResidStd: 0.5, Seed: 1,
+	}
+}
+
+// addControl appends the tokens of texts that voc lacks as control tokens.
+func addControl(voc vocabulary, texts []string) vocabulary {
+	out := vocabulary{tokens: slices.Clone(voc.tokens), types: slices.Clone(voc.types)}
+	for _, t := range texts {
+		if !slices.Contains(out.tokens, t) {
+			out.tokens = append(out.tokens, t)
+			out.types = append(out.types, tokenTypeControl)
+		}
+	}
+	return out
 }
 
 // Info describes a written model.
@@ -191,6 +225,10 @@ func Write(ctx context.Context, path string, spec Spec) (Info, error) {
 		voc, chains = sc.voc, sc.chains
 		scriptTokenizer(tokenizer, voc, spec.Script.Template)
 	}
+	if spec.Arch == ArchQwen2VL {
+		voc = addControl(voc, visionTokens)
+		scriptTokenizer(tokenizer, voc, "")
+	}
 	if spec.VocabSize > 0 {
 		if voc, err = padVocab(tokenizer, voc, spec.VocabSize); err != nil {
 			return Info{}, err
@@ -205,22 +243,32 @@ func Write(ctx context.Context, path string, spec Spec) (Info, error) {
 	for _, t := range ts {
 		params += t.Elements()
 	}
+	arch := "llama"
+	if spec.Arch == ArchQwen2VL {
+		arch = ArchQwen2VL
+	}
 	kv := ggml.KV{
-		"general.architecture":                   "llama",
-		"general.name":                           spec.Name,
-		"general.description":                    spec.Description(),
-		"general.file_type":                      fileType(spec.Type),
-		"general.parameter_count":                params,
-		"llama.block_count":                      uint32(spec.Layers),
-		"llama.context_length":                   uint32(spec.Context),
-		"llama.embedding_length":                 uint32(spec.Dim),
-		"llama.feed_forward_length":              uint32(spec.FFN),
-		"llama.attention.head_count":             uint32(spec.Heads),
-		"llama.attention.head_count_kv":          uint32(spec.KVHeads),
-		"llama.attention.layer_norm_rms_epsilon": float32(spec.RMSEps),
-		"llama.rope.freq_base":                   float32(spec.RopeTheta),
-		"llama.rope.dimension_count":             uint32(spec.Dim / spec.Heads),
-		"llama.vocab_size":                       uint32(vocab),
+		"general.architecture":                     arch,
+		"general.name":                             spec.Name,
+		"general.description":                      spec.Description(),
+		"general.file_type":                        fileType(spec.Type),
+		"general.parameter_count":                  params,
+		arch + ".block_count":                      uint32(spec.Layers),
+		arch + ".context_length":                   uint32(spec.Context),
+		arch + ".embedding_length":                 uint32(spec.Dim),
+		arch + ".feed_forward_length":              uint32(spec.FFN),
+		arch + ".attention.head_count":             uint32(spec.Heads),
+		arch + ".attention.head_count_kv":          uint32(spec.KVHeads),
+		arch + ".attention.layer_norm_rms_epsilon": float32(spec.RMSEps),
+		arch + ".rope.freq_base":                   float32(spec.RopeTheta),
+		arch + ".rope.dimension_count":             uint32(spec.Dim / spec.Heads),
+		arch + ".vocab_size":                       uint32(vocab),
+	}
+	if arch == ArchQwen2VL {
+		// Qwen2-VL's split of a head's rotated pairs (16, 24, 24 of 64): time, height, width, and none for the
+		// fourth section.
+		pairs := int32(spec.Dim / spec.Heads / 2)
+		kv[arch+".rope.dimension_sections"] = []int32{pairs / 4, pairs * 3 / 8, pairs * 3 / 8, 0}
 	}
 	if p, ok := poolingTypes[spec.Pooling]; ok {
 		kv["llama.pooling_type"] = p

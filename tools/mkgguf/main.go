@@ -67,11 +67,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&spec.Std, "std", spec.Std, "standard deviation of the q, k, v, gate and up weights")
 	fs.Float64Var(&spec.ResidStd, "resid-std", spec.ResidStd, "standard deviation of attn_output and ffn_down, which write into the residual stream")
 	fs.Uint64Var(&spec.Seed, "seed", spec.Seed, "random seed; the same seed and shape give the same bytes")
-	fs.StringVar(&spec.Arch, "arch", "llama", "architecture: llama (a chat model, or a causal embedding model with -pooling) or bert (an encoder embedding model, or with -pooling rank a reranker)")
+	fs.StringVar(&spec.Arch, "arch", "llama", "architecture: llama (a chat model, or a causal embedding model with -pooling), qwen2vl (Qwen2-VL's text model, M-RoPE, with its vision tokens) or bert (an encoder embedding model, or with -pooling rank a reranker)")
 	fs.StringVar(&spec.Pooling, "pooling", "", "make an embedding model that pools with mean, cls or last (rank: a reranker, -arch bert); empty: a chat model")
 	fs.BoolVar(&force, "force", false, "rewrite the output even if it already holds this model")
-	var mmproj string
+	var mmproj, mmprojType string
 	fs.StringVar(&mmproj, "mmproj", "", "also write a synthetic vision projector (llama.cpp's clip architecture, a LLaVA MLP projector into -dim) to this path, for libmtmd tests")
+	fs.StringVar(&mmprojType, "mmproj-type", synth.ProjectorMLP, "the projector's type: mlp (LLaVA's) or qwen2vl_merger (Qwen2-VL's, M-RoPE positions; for -arch qwen2vl)")
 	fs.Func("script", "JSON file of a synth.Script (template, control, text, after, reply, end): add a chat template and its tokens, and make greedy decoding write the reply", func(path string) error {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -93,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if mmproj != "" {
 		p := synth.DefaultProjector()
-		p.ProjDim, p.Seed = spec.Dim, spec.Seed
+		p.ProjDim, p.Seed, p.Type = spec.Dim, spec.Seed, mmprojType
 		if err := synth.WriteProjector(ctx, mmproj, p); err != nil {
 			return err
 		}
