@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/parley-chat/parley/internal/testimage"
 	"github.com/parley-chat/parley/media"
 	"github.com/parley-chat/parley/web"
 )
@@ -165,7 +166,7 @@ func TestResponsesSocketMessageCapWithImages(t *testing.T) {
 		message, _ = e["message"].(string)
 		return code, message
 	}
-	tiny := pngURL(noisePNG(t, 2, 2))
+	tiny := pngURL(testimage.NoisePNG(t, 2, 2))
 	withImage := func(text, url string) map[string]any {
 		return map[string]any{"type": "response.create", "max_output_tokens": 4, "input": []any{map[string]any{"role": "user", "content": []any{
 			map[string]any{"type": "input_text", "text": text}, map[string]any{"type": "input_image", "image_url": url}}}}}

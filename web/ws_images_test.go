@@ -1,12 +1,8 @@
 package web_test
 
 import (
-	"bytes"
 	"encoding/base64"
 	"fmt"
-	"image"
-	"image/png"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/parley-chat/parley/chat"
+	"github.com/parley-chat/parley/internal/testimage"
 	"github.com/parley-chat/parley/llm"
 	"github.com/parley-chat/parley/media"
 	"github.com/parley-chat/parley/web"
@@ -75,24 +72,6 @@ func TestSocketMessageCapWithImages(t *testing.T) {
 	}
 }
 
-// noisePNG is a w x h PNG of noise, which does not compress: about 3*w*h bytes.
-func noisePNG(t *testing.T, w, h int) []byte {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(uint64(w), uint64(h)))
-	img := image.NewNRGBA(image.Rect(0, 0, w, h))
-	for i := range img.Pix {
-		img.Pix[i] = byte(rng.Uint32())
-		if i%4 == 3 {
-			img.Pix[i] = 255
-		}
-	}
-	var b bytes.Buffer
-	if err := png.Encode(&b, img); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 func pngURL(b []byte) string { return "data:image/png;base64," + base64.StdEncoding.EncodeToString(b) }
 
 // refusals is parley_refusals_total{cause} in a scrape (0 before the first).
@@ -109,7 +88,7 @@ func refusals(m metrics, cause string) float64 {
 // for is refused with busy and what to do while the connection goes on, and the bytes come back as the prompts are
 // taken, or when the connection ends with prompts still waiting.
 func TestSocketQueuedImagesHoldTheBodyBudget(t *testing.T) {
-	img := noisePNG(t, 110, 110) // about 36 KB: a message under --max-message-bytes, which holds nothing as it is read
+	img := testimage.NoisePNG(t, 110, 110) // about 36 KB: a message under --max-message-bytes, which holds nothing as it is read
 	n := float64(len(img))
 	// open starts a stack whose replies stop at their second token until the gate is closed.
 	open := func() (*stack, chan struct{}) {

@@ -12,7 +12,6 @@ import (
 	"image/color"
 	"image/png"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +25,7 @@ import (
 	"github.com/parley-chat/parley/internal/jsonmode"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testbin"
+	"github.com/parley-chat/parley/internal/testimage"
 	"github.com/parley-chat/parley/internal/testmodel"
 )
 
@@ -397,24 +397,6 @@ func TestVisionRemoteURLsNeverReachLoopback(t *testing.T) {
 	}
 }
 
-// noisePNG is a w x h PNG of noise, which does not compress: about 3*w*h bytes.
-func noisePNG(t *testing.T, w, h int) []byte {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(1, 2))
-	img := image.NewNRGBA(image.Rect(0, 0, w, h))
-	for i := range img.Pix {
-		img.Pix[i] = byte(rng.Uint32())
-		if i%4 == 3 {
-			img.Pix[i] = 255
-		}
-	}
-	var b bytes.Buffer
-	if err := png.Encode(&b, img); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // A socket message that carries images may be as large as the image limits allow, past --max-message-bytes: a
 // pasted ~200 KiB PNG is taken. One over that cap, or whose text alone is over --max-message-bytes, is answered
 // with an error that says so, and the connection and its conversation go on.
@@ -423,7 +405,7 @@ func TestVisionSocketMessageSize(t *testing.T) {
 	visionLibDir(t, bin)
 	s := start(t, bin, "--store", "memory", "--engine", "current", "--mmproj", visionProjector(t),
 		"--image-max-bytes", "300000", "--image-max-per-request", "1")
-	big := noisePNG(t, 300, 240)
+	big := testimage.NoisePNG(t, 300, 240)
 	if len(big) < 200<<10 || len(big) > 300000 {
 		t.Fatalf("the test image is %d bytes", len(big))
 	}
@@ -473,7 +455,7 @@ func TestVisionResponsesSocketMessageSize(t *testing.T) {
 	visionLibDir(t, bin)
 	s := start(t, bin, "--store", "memory", "--engine", "current", "--mmproj", visionProjector(t),
 		"--image-max-bytes", "6000000", "--image-max-per-request", "1")
-	small, big := noisePNG(t, 300, 240), noisePNG(t, 1300, 1100)
+	small, big := testimage.NoisePNG(t, 300, 240), testimage.NoisePNG(t, 1300, 1100)
 	if len(small) < 200<<10 || len(small) > 300<<10 || len(big) < 4<<20 || len(big) > 6000000 {
 		t.Fatalf("the test images are %d and %d bytes", len(small), len(big))
 	}
