@@ -51,8 +51,7 @@ type respSocket struct {
 // POST body may (apicore.MaxBodyBytes), and as much more as its images may
 // take as data: URLs under the image limits. Its bytes past the server's
 // --max-message-bytes are held from the budget of request bodies in
-// flight until its response ends, as an HTTP body's are until its
-// response ends.
+// flight until its response ends, as an HTTP body's are.
 func (s *API) messageCaps() wsock.Caps {
 	return wsock.Caps{Plain: apicore.MaxBodyBytes, Max: apicore.MaxBodyBytes + s.core.ImagePolicy.Limits.MaxSourceBytes(),
 		Free: s.sockets.Settings().MaxMessageBytes}

@@ -1,8 +1,10 @@
 // Package wsock is the lifecycle every WebSocket endpoint shares (the chat
 // socket's and the Responses API's): the pump (the send queue, the one
 // writer goroutine, pings, read deadlines, the reader's verdict on a failed
-// read, and the close handshake) and the server's side of a socket
-// (Lifecycle: admission, upgrade, tracking for the drain).
+// read, and the close handshake), the size caps of messages that carry
+// images and what their bytes hold of the body budget (message.go), and
+// the server's side of a socket (Lifecycle: admission, upgrade, tracking
+// for the drain).
 package wsock
 
 // The pump every WebSocket endpoint shares (the chat's connection and the
