@@ -74,8 +74,8 @@ func newBodyBudget(limit int64) *bodyBudget {
 	return &bodyBudget{limit: limit, share: max(limit/bodyShareDivisor, apicore.MaxBodyBytes), byClient: map[string]int64{}}
 }
 
-// take reserves n bytes for client; the error is the refusal.
-func (b *bodyBudget) take(client string, n int64) error {
+// Take reserves n bytes for client; the error is the refusal.
+func (b *bodyBudget) Take(client string, n int64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.byClient[client]+n > b.share {
@@ -91,7 +91,7 @@ func (b *bodyBudget) take(client string, n int64) error {
 	return nil
 }
 
-func (b *bodyBudget) give(client string, n int64) {
+func (b *bodyBudget) Give(client string, n int64) {
 	if n == 0 {
 		return
 	}
@@ -133,7 +133,7 @@ func (s *Server) limitBodies(next echo.HandlerFunc) echo.HandlerFunc {
 		body := &budgetedBody{ReadCloser: r.Body, budget: s.bodies, client: client, declared: r.ContentLength}
 		defer body.release()
 		if r.ContentLength > 0 {
-			if err := s.bodies.take(client, r.ContentLength); err != nil {
+			if err := s.bodies.Take(client, r.ContentLength); err != nil {
 				return err
 			}
 			body.held = r.ContentLength
@@ -156,7 +156,7 @@ type budgetedBody struct {
 func (b *budgetedBody) Read(p []byte) (int, error) {
 	if b.declared < 0 && b.read+int64(len(p)) > b.held {
 		step := max(int64(chunkedStep), b.read+int64(len(p))-b.held)
-		if err := b.budget.take(b.client, step); err != nil {
+		if err := b.budget.Take(b.client, step); err != nil {
 			return 0, &apicore.BodyBudgetError{Refusal: err}
 		}
 		b.held += step
@@ -167,6 +167,6 @@ func (b *budgetedBody) Read(p []byte) (int, error) {
 }
 
 func (b *budgetedBody) release() {
-	b.budget.give(b.client, b.held)
+	b.budget.Give(b.client, b.held)
 	b.held = 0
 }

@@ -108,8 +108,6 @@ func (s *Server) initChat() {
 			return s.meterReply(cancelCause).forModel(model)
 		},
 		CountTurn: func(kv string) { s.ops().kvTurns.WithLabelValues(kv).Inc() },
-		TakeBody:  s.bodies.take,
-		GiveBody:  s.bodies.give,
 	}, s.stop, &s.draining)
 }
 

@@ -120,7 +120,8 @@ func (s *Server) OpenConns() int {
 
 // pumpSettings are the bounds of every socket's pump.
 func (s *Server) pumpSettings() wsock.Settings {
-	return wsock.Settings{SendBuffer: s.cfg.SendBuffer, PongWait: s.cfg.PongWait, WriteWait: s.cfg.WriteWait, Refused: s.refused}
+	return wsock.Settings{SendBuffer: s.cfg.SendBuffer, PongWait: s.cfg.PongWait, WriteWait: s.cfg.WriteWait,
+		Refused: s.refused, CountRefusal: s.countRefusal, Bodies: s.bodies, MaxMessageBytes: s.cfg.MaxMessageBytes}
 }
 
 // pingPeriod is how often a socket pings its peer (wsock.Settings.PingPeriod).

@@ -12,19 +12,20 @@ import (
 	"image/color"
 	"image/png"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 
 	"github.com/parley-chat/parley/internal/jsonmode"
 	"github.com/parley-chat/parley/internal/synth"
 	"github.com/parley-chat/parley/internal/testbin"
+	"github.com/parley-chat/parley/internal/testimage"
 	"github.com/parley-chat/parley/internal/testmodel"
 )
 
@@ -396,24 +397,6 @@ func TestVisionRemoteURLsNeverReachLoopback(t *testing.T) {
 	}
 }
 
-// noisePNG is a w x h PNG of noise, which does not compress: about 3*w*h bytes.
-func noisePNG(t *testing.T, w, h int) []byte {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(1, 2))
-	img := image.NewNRGBA(image.Rect(0, 0, w, h))
-	for i := range img.Pix {
-		img.Pix[i] = byte(rng.Uint32())
-		if i%4 == 3 {
-			img.Pix[i] = 255
-		}
-	}
-	var b bytes.Buffer
-	if err := png.Encode(&b, img); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // A socket message that carries images may be as large as the image limits allow, past --max-message-bytes: a
 // pasted ~200 KiB PNG is taken. One over that cap, or whose text alone is over --max-message-bytes, is answered
 // with an error that says so, and the connection and its conversation go on.
@@ -422,7 +405,7 @@ func TestVisionSocketMessageSize(t *testing.T) {
 	visionLibDir(t, bin)
 	s := start(t, bin, "--store", "memory", "--engine", "current", "--mmproj", visionProjector(t),
 		"--image-max-bytes", "300000", "--image-max-per-request", "1")
-	big := noisePNG(t, 300, 240)
+	big := testimage.NoisePNG(t, 300, 240)
 	if len(big) < 200<<10 || len(big) > 300000 {
 		t.Fatalf("the test image is %d bytes", len(big))
 	}
@@ -460,5 +443,93 @@ func TestVisionSocketMessageSize(t *testing.T) {
 	ws = s.dial(t, "&session="+id)
 	if sess := read(t, ws); len(sess.Messages) != 4 || len(sess.Messages[0].Images) != 1 || !bytes.Equal(sess.Messages[0].Images[0].Data, big) {
 		t.Errorf("resumed: %d messages", len(sess.Messages))
+	}
+}
+
+// The Responses API's WebSocket mode takes images as large as the image limits allow, past a POST body's 4 MiB: a
+// ~200 KiB PNG and one of more than 4 MiB, each a response.create of a conversation. One over the cap of a message with
+// images, or whose text alone is over 4 MiB, is answered with a too_large error event, and the socket and its
+// conversation go on. Once the responses have ended, no byte of the body budget is held.
+func TestVisionResponsesSocketMessageSize(t *testing.T) {
+	bin := testbin.Parley(t)
+	visionLibDir(t, bin)
+	s := start(t, bin, "--store", "memory", "--engine", "current", "--mmproj", visionProjector(t),
+		"--image-max-bytes", "6000000", "--image-max-per-request", "1")
+	small, big := testimage.NoisePNG(t, 300, 240), testimage.NoisePNG(t, 1300, 1100)
+	if len(small) < 200<<10 || len(small) > 300<<10 || len(big) < 4<<20 || len(big) > 6000000 {
+		t.Fatalf("the test images are %d and %d bytes", len(small), len(big))
+	}
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+s.addr+"/v1/responses", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	// respond sends a request and returns its last event.
+	respond := func(req map[string]any) map[string]any {
+		t.Helper()
+		req["type"], req["max_output_tokens"] = "response.create", 4
+		if err := ws.WriteJSON(req); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			var m map[string]any
+			ws.SetReadDeadline(time.Now().Add(hangWait))
+			if err := ws.ReadJSON(&m); err != nil {
+				t.Fatal(err)
+			}
+			switch m["type"] {
+			case "response.completed", "response.incomplete", "response.failed", "error":
+				return m
+			}
+		}
+	}
+	withImage := func(url, text string) []any {
+		return []any{map[string]any{"role": "user", "content": []any{
+			map[string]any{"type": "input_image", "image_url": url}, map[string]any{"type": "input_text", "text": text}}}}
+	}
+	// completed returns a completed response's id and input tokens.
+	completed := func(what string, m map[string]any) (string, float64) {
+		t.Helper()
+		r, _ := m["response"].(map[string]any)
+		if m["type"] != "response.completed" && m["type"] != "response.incomplete" || r == nil {
+			t.Fatalf("%s: %v", what, m)
+		}
+		usage, _ := r["usage"].(map[string]any)
+		in, _ := usage["input_tokens"].(float64)
+		return r["id"].(string), in
+	}
+	id1, in1 := completed("a ~200 KiB image", respond(map[string]any{"input": withImage(dataURL(small), "Once upon a time")}))
+	if in1 < 16 { // the synthetic projector makes 16 positions of an image
+		t.Fatalf("the response to a %d-byte image evaluated %v input tokens", len(small), in1)
+	}
+	// A stored conversation keeps at most 1 MiB (session.DefaultMaxBytes), images included: the 4 MiB image goes
+	// in a response that is not stored.
+	if _, in := completed("a 4 MiB image", respond(map[string]any{"store": false, "input": withImage(dataURL(big), "Once upon a time")})); in < 16 {
+		t.Fatalf("the response to a %d-byte image evaluated %v input tokens", len(big), in)
+	}
+	for _, tc := range []struct {
+		name string
+		req  map[string]any
+		want string
+	}{
+		{"over the cap of a message with images", map[string]any{"previous_response_id": id1, "input": withImage("data:image/png;base64,"+strings.Repeat("A", 13_000_000), "x")}, "the most one with images may be"},
+		{"text over the cap beside a small image", map[string]any{"previous_response_id": id1, "input": withImage(dataURL(testPNG(t, 8, 8, 1)), strings.Repeat("a", 4<<20))}, "without its images"},
+	} {
+		m := respond(tc.req)
+		e, _ := m["error"].(map[string]any)
+		if msg, _ := e["message"].(string); m["type"] != "error" || e["code"] != "too_large" || !strings.Contains(msg, tc.want) {
+			t.Errorf("%s: %v", tc.name, m)
+		}
+	}
+	// The socket serves on, and the conversation holds its image.
+	if _, in2 := completed("the next turn", respond(map[string]any{"previous_response_id": id1, "input": "And then?"})); in2 <= in1 {
+		t.Errorf("the next turn evaluated %v input tokens; the one before %v", in2, in1)
+	}
+	// The socket runs its requests in order: each has given back its bytes before the next is read.
+	if n := metric(t, s.addr, "parley_body_bytes_inflight"); n != 0 {
+		t.Errorf("%v body bytes in flight after the responses, want 0", n)
+	}
+	if n := metric(t, s.addr, `parley_refusals_total{cause="message_too_large"}`); n != 2 {
+		t.Errorf("message_too_large refusals = %v, want 2", n)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -83,6 +82,12 @@ type job struct {
 	server  *toolloop.Selection // jobPrompt: the tools that run on the server (nil: none)
 	err     error               // jobAnswer: what to tell the client
 	n       int                 // jobAnswer: how many messages it answers (equal answers in a row are merged)
+	// hold is what a prompt's images hold of the body budget while it
+	// waits in the queue (their bytes, which the turn decodes): the
+	// images of waiting prompts are bounded by the budget, per client and
+	// in all, not only by the queue. The worker releases it when it takes
+	// the prompt, the connection's end when the prompt never runs.
+	hold wsock.Hold
 }
 
 func (s *Chat) Handle(c echo.Context) error {
@@ -117,14 +122,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	if sess != nil {
 		hdr.Set("X-Parley-Session", sess.ID)
 	}
-	readLimit := s.cfg.MaxMessageBytes
-	if jsonMode && s.cfg.MaxImageMessageBytes > readLimit {
-		// Past its cap a message is read to its end and dropped (conn.read);
-		// one twice as long closes the connection, as a text one past its
-		// cap does.
-		readLimit = 2 * s.cfg.MaxImageMessageBytes
-	}
-	ws, ok := s.sockets.Upgrade(w, r, hdr, readLimit)
+	ws, ok := s.sockets.Upgrade(w, r, hdr, s.messageCaps(jsonMode).ReadLimit())
 	if !ok {
 		return nil // the upgrader has written the response
 	}
@@ -134,7 +132,7 @@ func (s *Chat) Handle(c echo.Context) error {
 	// (a session the connection writes first is the client's).
 	cn := &conn{
 		srv:      s,
-		Pump:     wsock.NewPump(s.sockets.Settings(), s.stop, ws, s.cfg.MaxMessageBytes, s.log.With(zap.String("remote", ip))),
+		Pump:     wsock.NewPump(s.sockets.Settings(), s.stop, ws, s.messageCaps(jsonMode).ReadLimit(), s.log.With(zap.String("remote", ip))),
 		ip:       ip,
 		user:     user,
 		json:     jsonMode,
@@ -194,6 +192,10 @@ func (s *Chat) Handle(c echo.Context) error {
 	cn.reader()
 	cn.Close(websocket.CloseNormalClosure, "")
 	<-workerDone
+	// The prompts left waiting give back the budget their images held.
+	for j, ok := cn.inbox.pop(); ok; j, ok = cn.inbox.pop() {
+		j.hold.Release()
+	}
 	cn.Finish(writerDone)
 	cn.Log.Info("session close", zap.Duration("duration", time.Since(start)), zap.Int("close_code", cn.CloseCode()))
 	return nil
@@ -241,17 +243,35 @@ func (c *conn) cancelTurn() {
 	}
 }
 
+// messageCaps are the sizes of a connection's messages: MaxMessageBytes,
+// and in JSON mode as much more as a message's images may take
+// (MaxImageMessageBytes), its bytes past MaxMessageBytes held from the
+// server's body budget while it is read and taken in.
+func (s *Chat) messageCaps(jsonMode bool) wsock.Caps {
+	caps := wsock.Caps{Plain: s.cfg.MaxMessageBytes, Free: s.cfg.MaxMessageBytes}
+	if jsonMode {
+		caps.Max = s.cfg.MaxImageMessageBytes
+	}
+	return caps
+}
+
 // reader reads client messages until the connection ends. It validates
-// frames (text only, valid UTF-8, size limit via SetReadLimit) and hands
-// prompts to the worker.
+// frames (text only, valid UTF-8, the size caps) and hands prompts to the
+// worker. A message over its cap, or one the body budget has no room for,
+// is answered with an error and the connection lives on.
 func (c *conn) reader() {
 	c.StartReadDeadline()
+	caps, bodies, client := c.srv.messageCaps(c.json), c.srv.sockets.Settings().Bodies, c.who().Client
 	for {
-		mt, data, held, dropped, ok := c.read()
+		mt, data, hold, refusal, ok := c.ReadMessage(caps, bodies, client)
 		if !ok {
 			return
 		}
-		if !dropped && !c.take(mt, data, held) {
+		if refusal != nil {
+			if c.answer(refusal) {
+				c.Log.Warn("message refused", zap.String("code", parley.ErrorCode(refusal)))
+			}
+		} else if !c.take(mt, data, &hold) {
 			return
 		}
 		if c.Ctx.Err() != nil {
@@ -260,11 +280,12 @@ func (c *conn) reader() {
 	}
 }
 
-// take takes in one message the reader read, and gives back the bytes of
-// the body budget it held (held) once it is taken in. It reports false
+// take takes in one message the reader read, and gives back what it holds
+// of the body budget (hold) once it is taken in, but for what a prompt's
+// images keep held while the prompt waits in the queue. It reports false
 // when the message closed the connection.
-func (c *conn) take(mt int, data []byte, held int64) bool {
-	defer c.giveBody(held)
+func (c *conn) take(mt int, data []byte, hold *wsock.Hold) bool {
+	defer hold.Release()
 	if mt != websocket.TextMessage {
 		c.Close(websocket.CloseUnsupportedData, "binary messages are not accepted: send text")
 		return false
@@ -274,70 +295,25 @@ func (c *conn) take(mt int, data []byte, held int64) bool {
 		return false
 	}
 	if c.json {
-		c.handleJSON(data)
+		c.handleJSON(data, hold)
 	} else {
 		c.enqueuePrompt(job{kind: jobPrompt, content: string(data), params: c.srv.cfg.Defaults})
 	}
 	return true
 }
 
-// read reads the next message. In JSON mode a message may pass
-// MaxMessageBytes when images make up the difference (handleJSON checks
-// that they do), up to MaxImageMessageBytes, its bytes past
-// MaxMessageBytes held from the server's body budget (held: the caller
-// gives them back once the message is taken in); a message over its cap,
-// or refused by the budget, is read to its end, dropped and answered with
-// an error (dropped). ok is false when the connection ended.
-func (c *conn) read() (mt int, data []byte, held int64, dropped, ok bool) {
-	limit := c.srv.cfg.MaxImageMessageBytes
-	if !c.json || limit <= c.srv.cfg.MaxMessageBytes {
-		mt, data, ok = c.Read()
-		return mt, data, 0, false, ok
-	}
-	var take func(int64) error
-	if c.srv.hooks.TakeBody != nil {
-		client := c.who().Client
-		take = func(n int64) error { return c.srv.hooks.TakeBody(client, n) }
-	}
-	mt, data, held, refusal, ok := c.ReadCapped(limit, c.srv.cfg.MaxMessageBytes, take)
-	if !ok || refusal != nil {
-		c.giveBody(held)
-		held = 0
-	}
-	switch {
-	case !ok:
-		return 0, nil, 0, false, false
-	case errors.Is(refusal, wsock.ErrMessageTooLarge):
-		c.refuse(wsock.RefusedMessageSize, parley.Errorf(parley.ETooLarge,
-			"the message is over %d bytes, the most one with images may be (%d without; --max-message-bytes, --image-max-bytes, --image-max-per-request)",
-			limit, c.srv.cfg.MaxMessageBytes))
-		return mt, nil, 0, true, true
-	case refusal != nil:
-		c.srv.countRefusal(refusal) // the body budget's cause
-		c.answer(refusal)
-		return mt, nil, 0, true, true
-	}
-	return mt, data, held, false, true
-}
-
-// giveBody gives back n bytes read() held of the body budget.
-func (c *conn) giveBody(n int64) {
-	if n > 0 && c.srv.hooks.GiveBody != nil {
-		c.srv.hooks.GiveBody(c.who().Client, n)
-	}
-}
-
-func (c *conn) handleJSON(data []byte) {
+// handleJSON takes in a JSON-mode message, which holds hold of the body
+// budget.
+func (c *conn) handleJSON(data []byte, hold *wsock.Hold) {
 	m, err := parseClientMessage(data)
 	if err != nil {
 		c.answer(err)
 		return
 	}
-	if rest := int64(len(data)) - m.imageBytes(); rest > c.srv.cfg.MaxMessageBytes {
-		// Past MaxMessageBytes only by its images: the rest of it keeps
-		// the cap of a message without them.
-		c.refuse(wsock.RefusedMessageSize, parley.Errorf(parley.ETooLarge,
-			"the message is over %d bytes without its images (%d bytes)", c.srv.cfg.MaxMessageBytes, rest))
+	if err := c.CheckRest(c.srv.messageCaps(true), int64(len(data)), m.imageBytes()); err != nil {
+		if c.answer(err) {
+			c.Log.Warn("message refused", zap.String("code", parley.ErrorCode(err)))
+		}
 		return
 	}
 	switch m.Type {
@@ -360,7 +336,15 @@ func (c *conn) handleJSON(data []byte) {
 			c.answer(err)
 			return
 		}
-		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, images: images, callID: m.ToolCallID, model: model, params: p, server: server})
+		// The images wait in the queue holding their bytes of the budget
+		// (see job.hold).
+		imgHold, err := hold.Split(imageBytes(images))
+		if err != nil {
+			c.srv.countRefusal(err) // the budget's cause
+			c.answer(waitingImagesRefusal(err))
+			return
+		}
+		c.enqueuePrompt(job{kind: jobPrompt, content: *m.Content, images: images, hold: imgHold, callID: m.ToolCallID, model: model, params: p, server: server})
 	case "regenerate":
 		p, server, err := c.srv.resolveWSParams(m.Params)
 		if err == nil && server != nil {
@@ -392,25 +376,32 @@ func (c *conn) handleJSON(data []byte) {
 }
 
 // enqueuePrompt queues j, a prompt (or a tool's result, or a regenerate),
-// or its refusal: shutting down, over the rate, or over the prompt-token cap.
+// or its refusal: shutting down, over the rate, or over the prompt-token
+// cap. A refused prompt gives back what its hold holds.
 func (c *conn) enqueuePrompt(j job) {
 	if c.srv.draining.Load() {
+		j.hold.Release()
 		c.answer(parley.Errorf(parley.EUnavailable, "the server is shutting down; reconnect shortly"))
 		return
 	}
 	if !c.limiter.allow(time.Now()) {
+		j.hold.Release()
 		c.refuse("rate_limited", parley.Errorf(parley.ERateLimited, "too many prompts: at most %d per minute", c.srv.cfg.PromptsPerMinute))
 		return
 	}
 	if err := c.srv.core.CountPromptTokens(c.Ctx, cmp.Or(j.model, c.getModel()), j.content, 0, false); err != nil {
+		j.hold.Release()
 		c.refuse("prompt_tokens", err)
 		return
 	}
 	c.enqueue(j)
 }
 
+// enqueue queues j, or refuses it (giving back what its hold holds) when
+// the queue is full.
 func (c *conn) enqueue(j job) {
 	if !c.inbox.push(j) {
+		j.hold.Release()
 		c.refuse("queue_full", parley.Errorf(parley.EBusy, "too many prompts waiting on this connection (at most %d)", c.srv.cfg.MaxQueuedPrompts))
 	}
 }
@@ -452,6 +443,9 @@ func (c *conn) worker() {
 			}
 			continue
 		}
+		// A prompt taken from the queue no longer waits: its images go
+		// to its turn (which decodes them), their bytes off the budget.
+		j.hold.Release()
 		if c.Ctx.Err() != nil {
 			return
 		}

@@ -2,6 +2,7 @@ package chatsocket
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/parley-chat/parley"
@@ -42,4 +43,30 @@ func (s *Chat) promptImages(ctx context.Context, m clientMessage) ([]parley.Imag
 		out = append(out, im)
 	}
 	return out, nil
+}
+
+// imageBytes is the bytes of images: what they hold in memory until decoded.
+func imageBytes(images []parley.ImagePart) int64 {
+	var n int64
+	for _, im := range images {
+		n += int64(len(im.Data))
+	}
+	return n
+}
+
+// waitingImagesRefusal is the body budget's refusal of a prompt's images,
+// which would wait in the queue, told as such: its code and retry time,
+// and what to do.
+func waitingImagesRefusal(err error) error {
+	var pe *parley.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	out := *pe
+	if out.Code == parley.ERateLimited {
+		out.Message = "the images of your prompts waiting for their turn take all the room one client may hold: send this prompt again once a reply has ended"
+	} else {
+		out.Message = "the server holds as many images of prompts waiting for their turn as it may now: try again shortly"
+	}
+	return &out
 }

@@ -59,12 +59,6 @@ type Hooks struct {
 	Meter func(cancelCause func() string, model string) apicore.Meter
 	// CountTurn counts a committed turn under its KV cache state.
 	CountTurn func(kvState string)
-	// TakeBody reserves n bytes of the server's budget of request bodies
-	// in flight for client (its error is the refusal), and GiveBody gives
-	// them back: a message past MaxMessageBytes holds its bytes of that
-	// budget while it is read and taken in. nil: no budget.
-	TakeBody func(client string, n int64) error
-	GiveBody func(client string, n int64)
 }
 
 // Chat is the chat WebSocket: the page's and any client's conversation

@@ -102,6 +102,14 @@ type parsedResponse struct {
 // parseResponsesRequest decodes a create request whose edge facts (its
 // caller and scope: apicore.FactsOf) are facts.
 func (s *API) parseResponsesRequest(ctx context.Context, facts apicore.Facts, body []byte) (*parsedResponse, error) {
+	return s.parseRequest(ctx, facts, body, nil)
+}
+
+// parseRequest is parseResponsesRequest with checkRest, when not nil, given
+// the bytes of the request's images as it carried them once its input is
+// parsed, before its prompt is counted: the WebSocket mode's check that a
+// message past its cap is past it only by its images.
+func (s *API) parseRequest(ctx context.Context, facts apicore.Facts, body []byte, checkRest func(imageBytes int64) error) (*parsedResponse, error) {
 	var req responsesRequest
 	if err := apicore.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return nil, err
@@ -118,9 +126,15 @@ func (s *API) parseResponsesRequest(ctx context.Context, facts apicore.Facts, bo
 	// server calls included (mcp_call and mcp_approval_request items); one
 	// that continues a response or conversation has them stored.
 	stateless := req.PreviousResponseID == nil && !apicore.IsSet(req.Conversation)
-	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, facts.Caller, id, field) }, s.core.Images(ctx), stateless)
+	images := s.core.Images(ctx)
+	msgs, err := parseInput(req.Input, "input", func(id, field string) (itemRef, error) { return s.resolveItem(ctx, facts.Caller, id, field) }, images, stateless)
 	if err != nil {
 		return nil, err
+	}
+	if checkRest != nil {
+		if err := checkRest(images.SourceBytes()); err != nil {
+			return nil, err
+		}
 	}
 	mreq, err := parseMCPRequest(req.Tools, req.Input)
 	if err != nil {

@@ -43,7 +43,18 @@ type respSocket struct {
 	*wsock.Pump
 	srv   *API
 	facts apicore.Facts // its upgrade request's (apicore.FactsOf): every response's on it
+	caps  wsock.Caps    // the sizes of its messages (messageCaps)
 	busy  atomic.Bool   // a response is running on it
+}
+
+// messageCaps are the sizes of a socket's messages: a message holds what a
+// POST body may (apicore.MaxBodyBytes), and as much more as its images may
+// take as data: URLs under the image limits. Its bytes past the server's
+// --max-message-bytes are held from the budget of request bodies in
+// flight until its response ends, as an HTTP body's are.
+func (s *API) messageCaps() wsock.Caps {
+	return wsock.Caps{Plain: apicore.MaxBodyBytes, Max: apicore.MaxBodyBytes + s.core.ImagePolicy.Limits.MaxSourceBytes(),
+		Free: s.sockets.Settings().MaxMessageBytes}
 }
 
 func (r *respSocket) Replying() bool { return r.busy.Load() }
@@ -71,11 +82,12 @@ func (s *API) ResponsesWS(c echo.Context) error {
 	if sent := r.Header.Get(parley.AffinityHeader); sent != "" {
 		hdr = http.Header{parley.AffinityHeader: {parley.AffinityKey(facts.Caller.User, sent, nil)}}
 	}
-	ws, ok := s.sockets.Upgrade(w, r, hdr, apicore.MaxBodyBytes)
+	caps := s.messageCaps()
+	ws, ok := s.sockets.Upgrade(w, r, hdr, caps.ReadLimit())
 	if !ok {
 		return nil // the upgrader has answered
 	}
-	sock := &respSocket{srv: s, facts: facts, Pump: wsock.NewPump(s.sockets.Settings(), r.Context(), ws, apicore.MaxBodyBytes, s.core.Log.With(zap.String("remote", ip)))}
+	sock := &respSocket{srv: s, facts: facts, caps: caps, Pump: wsock.NewPump(s.sockets.Settings(), r.Context(), ws, caps.ReadLimit(), s.core.Log.With(zap.String("remote", ip)))}
 	if !s.sockets.TrackOrRefuse(sock, ws) {
 		sock.Cancel()
 		return nil
@@ -149,21 +161,27 @@ func (sock *respSocket) reader() {
 	// state, so unstored responses chain by previous_response_id here.
 	var local *session.Session
 	var warm *warmup // the socket's last warm-up
+	bodies := sock.srv.sockets.Settings().Bodies
 	sock.StartReadDeadline()
 	for {
-		mt, data, ok := sock.Read()
+		mt, data, hold, refusal, ok := sock.ReadMessage(sock.caps, bodies, sock.facts.Caller.Client)
 		if !ok {
 			return // the client left or broke the protocol; nothing to answer
 		}
-		if mt != websocket.TextMessage {
-			if write(wsErrorEvent(parley.Errorf(parley.EInvalid, "send response.create events as text messages"))) != nil {
+		if refusal == nil && mt != websocket.TextMessage {
+			refusal = parley.Errorf(parley.EInvalid, "send response.create events as text messages")
+		}
+		if refusal != nil {
+			hold.Release()
+			if write(wsErrorEvent(refusal)) != nil {
 				return
 			}
 			continue
 		}
 		sock.busy.Store(true)
-		err := sock.srv.wsResponse(sock.Ctx, sock.facts, data, write, &local, &warm)
+		err := sock.wsResponse(data, write, &local, &warm)
 		sock.busy.Store(false)
+		hold.Release() // the message is done with, as an HTTP body is when its handler returns
 		if err != nil {
 			sock.Log.Debug("responses websocket ended", zap.Error(err))
 			return
@@ -177,14 +195,16 @@ func (sock *respSocket) reader() {
 	}
 }
 
-// wsResponse runs one response.create event of a socket whose edge facts
-// are facts. It returns an error only when the socket failed.
-func (s *API) wsResponse(ctx context.Context, facts apicore.Facts, data []byte, write func([]byte) error, local **session.Session, warm **warmup) error {
+// wsResponse runs one response.create event, the message data. It returns
+// an error only when the socket failed.
+func (sock *respSocket) wsResponse(data []byte, write func([]byte) error, local **session.Session, warm **warmup) error {
+	s, ctx := sock.srv, sock.Ctx
 	refuse := func(err error) error { return write(wsErrorEvent(err)) }
 	if err := s.core.Available(); err != nil {
 		return refuse(err)
 	}
-	pr, err := s.parseResponsesRequest(ctx, facts, data)
+	checkRest := func(imageBytes int64) error { return sock.CheckRest(sock.caps, int64(len(data)), imageBytes) }
+	pr, err := s.parseRequest(ctx, sock.facts, data, checkRest)
 	if err != nil {
 		return refuse(err)
 	}

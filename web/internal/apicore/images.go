@@ -31,6 +31,7 @@ type ImageBatch struct {
 	fetch *media.Fetcher
 	lim   media.Limits
 	stats *media.Stats
+	src   int64 // bytes of the images' sources taken, as the request carried them
 }
 
 // Images starts a request's images under the server's policy.
@@ -42,6 +43,7 @@ func (k *Core) Images(ctx context.Context) *ImageBatch {
 // URL takes an image given by URL (OpenAI's image_url, the Responses API's input_image): a data: URL, or an
 // http(s) URL that the fetch policy allows.
 func (b *ImageBatch) URL(part, src string) (parley.ImagePart, error) {
+	b.src += int64(len(src))
 	s := strings.TrimSpace(src)
 	if len(s) > 8 && (strings.EqualFold(s[:7], "http://") || strings.EqualFold(s[:8], "https://")) {
 		if !b.fetch.Enabled() {
@@ -67,10 +69,16 @@ func (b *ImageBatch) URL(part, src string) (parley.ImagePart, error) {
 // Base64 takes an image given as bare base64 (Ollama's images, Anthropic's base64 source); a data: URL is taken
 // too, as clients send one where base64 is asked for.
 func (b *ImageBatch) Base64(part, data string) (parley.ImagePart, error) {
+	b.src += int64(len(data))
 	im, err := b.add(b.batch.Add(part, data))
 	im.Part = part
 	return im, err
 }
+
+// SourceBytes is the bytes of the images b was given, as the request
+// carried them (their data: URLs, base64 or http(s) URLs): how far the
+// request's images may take it past a cap on the rest of it.
+func (b *ImageBatch) SourceBytes() int64 { return b.src }
 
 func (b *ImageBatch) add(im *media.Image, err error) (parley.ImagePart, error) {
 	if err != nil {

@@ -1,8 +1,10 @@
 // Package wsock is the lifecycle every WebSocket endpoint shares (the chat
 // socket's and the Responses API's): the pump (the send queue, the one
 // writer goroutine, pings, read deadlines, the reader's verdict on a failed
-// read, and the close handshake) and the server's side of a socket
-// (Lifecycle: admission, upgrade, tracking for the drain).
+// read, and the close handshake), the size caps of messages that carry
+// images and what their bytes hold of the body budget (message.go), and
+// the server's side of a socket (Lifecycle: admission, upgrade, tracking
+// for the drain).
 package wsock
 
 // The pump every WebSocket endpoint shares (the chat's connection and the
@@ -50,8 +52,18 @@ type Settings struct {
 	SendBuffer int           // frames queued for the writer
 	PongWait   time.Duration // silence after which the peer is dropped; pings go out every half of it
 	WriteWait  time.Duration // bound on every write
-	// Refused counts a refusal under its cause (metrics).
-	Refused func(cause string)
+	// Refused counts a refusal under its cause (metrics), and
+	// CountRefusal counts err under its own if it is a refusal.
+	Refused      func(cause string)
+	CountRefusal func(err error)
+	// Bodies is the server's budget of request bodies in flight, which
+	// the bytes of a message past Caps.Free are held from (ReadMessage);
+	// nil: no budget.
+	Bodies Budget
+	// MaxMessageBytes is what one message holds without the budget (a
+	// socket's Caps.Free), and the cap of one without images on the chat
+	// socket.
+	MaxMessageBytes int64
 }
 
 // PingPeriod is how often a socket pings its peer: half the pong wait,
@@ -103,28 +115,27 @@ func (c *Pump) Read() (mt int, data []byte, ok bool) {
 	return mt, data, true
 }
 
-// ErrMessageTooLarge is a message over ReadCapped's limit, read to its end
+// errMessageTooLarge is a message over readCapped's limit, read to its end
 // and dropped.
-var ErrMessageTooLarge = errors.New("message too large")
+var errMessageTooLarge = errors.New("message too large")
 
-// readStep is how much ReadCapped reads at a time, and the least it asks
-// take for.
+// readStep is how much readCapped reads at a time, and the least it grows
+// a hold by.
 const readStep = 64 << 10
 
-// ReadCapped reads the next message as Read does, holding at most limit
+// readCapped reads the next message as Read does, holding at most limit
 // bytes of it: a longer message is read to its end and dropped, reported
-// as dropped with ErrMessageTooLarge, and the connection lives on (the
+// as dropped with errMessageTooLarge, and the connection lives on (the
 // read limit set at the upgrade still closes it with 1009 past that). The
-// bytes past free are asked of take before they are held (a budget of
-// memory; nil asks none), in steps of readStep or more; its refusal drops
-// the message too, reported as dropped with take's error. held is what
-// take granted, dropped or not: the caller gives it back when done with
-// the message. ok is false when the read failed (as Read's).
-func (c *Pump) ReadCapped(limit, free int64, take func(n int64) error) (mt int, data []byte, held int64, dropped error, ok bool) {
+// bytes past free are held of hold's budget before they are held in
+// memory, in steps of readStep or more; its refusal drops the message too,
+// reported as dropped with the budget's error. hold keeps what it took,
+// dropped or not. ok is false when the read failed (as Read's).
+func (c *Pump) readCapped(limit, free int64, hold *Hold) (mt int, data []byte, dropped error, ok bool) {
 	mt, r, err := c.ws.NextReader()
 	if err != nil {
 		c.readFailed(err)
-		return 0, nil, 0, nil, false
+		return 0, nil, nil, false
 	}
 	var buf []byte
 	chunk := make([]byte, readStep)
@@ -134,14 +145,9 @@ func (c *Pump) ReadCapped(limit, free int64, take func(n int64) error) (mt int, 
 			size := int64(len(buf) + n)
 			switch {
 			case size > limit:
-				dropped = ErrMessageTooLarge
-			case size > free+held && take != nil:
-				step := max(readStep, size-free-held)
-				if terr := take(step); terr != nil {
-					dropped = terr
-				} else {
-					held += step
-				}
+				dropped = errMessageTooLarge
+			case size > free+hold.Bytes():
+				dropped = hold.Grow(max(readStep, size-free-hold.Bytes()))
 			}
 			if dropped == nil {
 				buf = append(buf, chunk[:n]...)
@@ -154,11 +160,18 @@ func (c *Pump) ReadCapped(limit, free int64, take func(n int64) error) (mt int, 
 		}
 		if err != nil {
 			c.readFailed(err)
-			return 0, nil, held, nil, false
+			return 0, nil, nil, false
 		}
 	}
 	c.rd.extend()
-	return mt, buf, held, dropped, true
+	return mt, buf, dropped, true
+}
+
+// refused counts a refusal under cause.
+func (c *Pump) refused(cause string) {
+	if c.set.Refused != nil {
+		c.set.Refused(cause)
+	}
 }
 
 // readFailed is the reader's verdict on a failed read.
@@ -167,9 +180,7 @@ func (c *Pump) readFailed(err error) {
 	switch {
 	case errors.Is(err, websocket.ErrReadLimit):
 		// gorilla has already sent 1009.
-		if c.set.Refused != nil {
-			c.set.Refused(RefusedMessageSize)
-		}
+		c.refused(RefusedMessageSize)
 		c.Log.Warn("message over the size limit", zap.Int64("limit", c.readLimit))
 		c.Close(websocket.CloseMessageTooBig, "")
 	case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived):
@@ -339,7 +350,8 @@ const (
 	// CloseTooSlow is sent to a client that stopped reading (policy violation).
 	CloseTooSlow = websocket.ClosePolicyViolation
 	// RefusedMessageSize is the refusal cause of a message over the size
-	// limit (closed with 1009).
+	// limit (closed with 1009), or over its cap (refused with too_large:
+	// ReadMessage, CheckRest).
 	RefusedMessageSize = "message_too_large"
 )
 
