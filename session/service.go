@@ -87,8 +87,10 @@ type Service struct {
 	creates createLimiter // sessions each client may create per minute
 	served  servedSet
 	ids     idCipher // response ids (ids.go)
-	// maxImages caps the images of one conversation (images.go); <= 0: none.
-	maxImages int
+	// maxImages caps the images of one conversation, and maxImageBytes
+	// their bytes, one copy of each (images.go); <= 0: none.
+	maxImages     int
+	maxImageBytes int64
 }
 
 // Option configures NewService.
@@ -632,7 +634,7 @@ func (s *Service) turn(ctx context.Context, who parley.Caller, id string, input 
 	if len(sess.Messages) == 0 {
 		t.kv = KVNew
 	}
-	need := messageBytes(input)
+	need := storedBytes(input)
 	o := applyTurnOptions(opts)
 	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need, r: o.r, progress: o.progress, cont: prefix != nil, scope: o.scope, who: who}); err != nil {
 		return nil, err
