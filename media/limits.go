@@ -48,11 +48,11 @@ type Limits struct {
 	MaxSide               int      // pixels per side
 	MaxImages             int      // images per request
 	MaxConversationImages int      // images per stored conversation (for the store; Batch does not see it)
+	Formats               []Format // accepted formats (default AllFormats)
 	// MaxConversationBytes is the bytes of the images one stored conversation may keep, each image's once (for the
 	// store). Its default is MaxConversationImages images of MaxBytes, capped at DefaultMaxConversationBytesCap but
 	// never below MaxBytes, so one image of the largest size is always kept.
 	MaxConversationBytes int64
-	Formats               []Format // accepted formats (default AllFormats)
 }
 
 // dataURLHeader is room for a data: URL's header ("data:image/jpeg;base64,", parameters included) and the JSON
