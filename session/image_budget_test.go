@@ -118,6 +118,28 @@ func TestImageBudgetRefusesUpFront(t *testing.T) {
 		if got := mustGet(t, st, s.ID); len(got.Messages) != 4 {
 			t.Errorf("%d messages after the repeated image, want 4", len(got.Messages))
 		}
+		// With the budget lowered below what a conversation holds, what brings no new image still runs: its image
+		// prompt regenerated, a text prompt.
+		s2 := mustOpenSession(t, svc)
+		tr, err = svc.ImageTurn(ctx, parley.Caller{}, s2.ID, "one", []parley.ImagePart{a}, parley.Params{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(t, tr)
+		lower, _ := newService(t, st, echo, session.WithMaxConversationImageBytes(1<<20))
+		tr, err = lower.Regenerate(ctx, parley.Caller{}, s2.ID, parley.Params{})
+		if err != nil {
+			t.Fatalf("regenerate under a lowered budget: %v", err)
+		}
+		drain(t, tr)
+		tr, err = lower.Turn(ctx, parley.Caller{}, s2.ID, "text", parley.Params{})
+		if err != nil {
+			t.Fatalf("a text prompt under a lowered budget: %v", err)
+		}
+		drain(t, tr)
+		if got := mustGet(t, st, s2.ID); len(got.Messages) != 4 || len(got.Messages[0].Images) != 1 || len(got.Messages[0].Images[0].Data) != len(a.Data) {
+			t.Errorf("%d messages after the regenerate and a text prompt, want 4 with the image first", len(got.Messages))
+		}
 	})
 
 	t.Run("responses", func(t *testing.T) {

@@ -587,6 +587,9 @@ func (s *Service) turn(ctx context.Context, who parley.Caller, id string, input 
 	var reapply func(*Session)
 	var prefix *parley.Message // Continue: the reply carried on
 	revert := sess
+	// A Regenerate or a Continue runs a prompt the conversation holds
+	// already: its images were held to the limits when it was sent.
+	rerun := input.Role == "" || input.Role == roleContinue
 	switch input.Role {
 	case "": // Regenerate
 		revert = sess.Clone() // the old reply comes back if the new one fails
@@ -609,9 +612,11 @@ func (s *Service) turn(ctx context.Context, who parley.Caller, id string, input 
 		prefix = &parley.Message{Role: parley.RoleAssistant, Content: reply.Content, Reasoning: reply.Reasoning}
 		reapply = func(fresh *Session) { fresh.removeSpan(from, fresh.Next()) }
 	}
-	if err := s.checkImages(sess, input); err != nil {
-		unlock()
-		return nil, err
+	if !rerun {
+		if err := s.checkImages(sess, input); err != nil {
+			unlock()
+			return nil, err
+		}
 	}
 	if input.Role == parley.RoleTool {
 		if err := checkToolResults(sess.Messages, []parley.Message{input}); err != nil {
