@@ -189,3 +189,17 @@ func TestTextCapKeepsTheNewestTurn(t *testing.T) {
 		t.Fatalf("stored %d messages, %d trimmed", len(got.Messages), got.Trimmed)
 	}
 }
+
+// The Responses API holds a stored conversation to its number of images as the chat's turns are.
+func TestRespondImageCount(t *testing.T) {
+	st := session.NewMemoryStore()
+	t.Cleanup(func() { st.Close() })
+	svc, _ := newService(t, st, echo, session.WithMaxConversationImages(1))
+	first := respond(t, svc, session.ResponseRequest{Input: []parley.Message{{Role: parley.RoleUser, Content: "one", Images: []parley.ImagePart{bigImage(100, 1)}}}})
+	_, err := svc.Respond(context.Background(), parley.Caller{}, session.ResponseRequest{Previous: first.ID, Params: parley.DefaultParams(),
+		Input: []parley.Message{{Role: parley.RoleUser, Content: "two", Images: []parley.ImagePart{bigImage(100, 2)}}}})
+	wantCode(t, err, parley.ETooLarge)
+	if msg := parley.ErrorMessage(err); !strings.Contains(msg, "--image-max-per-conversation") {
+		t.Errorf("the refusal says %q", msg)
+	}
+}
