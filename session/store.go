@@ -161,7 +161,7 @@ func (c *storeConfig) prepare(s *Session) (*Session, error) {
 	cp.Updated = now
 	s.Created, s.Updated = cp.Created, cp.Updated
 	data := imageData(cp.Messages) // before trimming: a kept message may need a dropped one's copy
-	if kept, dropped := trimHistory(shareImages(cp.Messages, data), len(cp.System), c.maxBytes); dropped > 0 {
+	if kept, dropped := trimHistory(shareImages(cp.Messages, data), len(cp.System), c.maxBytes, cp.keptFrom()); dropped > 0 {
 		// Copy the kept suffix so the dropped prefix is not kept alive, and
 		// give the caller its own copy of what was kept.
 		cp.Messages = slices.Clone(kept)

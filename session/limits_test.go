@@ -203,3 +203,23 @@ func TestRespondImageCount(t *testing.T) {
 		t.Errorf("the refusal says %q", msg)
 	}
 }
+
+// A Responses request whose input items and prompt together pass the cap of text keeps them all, and its record:
+// the turns before it go, the response continues.
+func TestRespondInputItemsPastTheTextCap(t *testing.T) {
+	st := session.NewMemoryStore(session.WithMaxBytes(300))
+	t.Cleanup(func() { st.Close() })
+	svc, _ := newService(t, st, echo)
+	first := respond(t, svc, session.ResponseRequest{Input: user("first")})
+	items := []parley.Message{{Role: parley.RoleUser, Content: strings.Repeat("a", 200)}, {Role: parley.RoleAssistant, Content: strings.Repeat("b", 200)},
+		{Role: parley.RoleUser, Content: "so?"}}
+	second := respond(t, svc, session.ResponseRequest{Previous: first.ID, Input: items})
+	rec, sess, err := svc.GetResponse(context.Background(), parley.Caller{}, second.ID)
+	if err != nil {
+		t.Fatalf("the response whose input passed the cap: %v", err)
+	}
+	if span := sess.Span(rec.Start, rec.End); len(span) != 4 || span[0].Content != items[0].Content || sess.Trimmed != 2 {
+		t.Fatalf("its messages: %+v, %d trimmed", span, sess.Trimmed)
+	}
+	respond(t, svc, session.ResponseRequest{Previous: second.ID, Input: user("and then?")})
+}
