@@ -43,6 +43,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Limits.MaxSide, "image-max-side", c.Limits.MaxSide, "the most pixels one side of an image may have")
 	fs.IntVar(&c.Limits.MaxImages, "image-max-per-request", c.Limits.MaxImages, "the most images one request may carry")
 	fs.IntVar(&c.Limits.MaxConversationImages, "image-max-per-conversation", c.Limits.MaxConversationImages, "the most images one stored conversation may keep")
+	fs.Int64Var(&c.Limits.MaxConversationBytes, "image-max-bytes-per-conversation", 0, "the most bytes of images one stored conversation may keep, each image's once; a prompt whose images would pass it is refused (413 too_large) before it runs, the conversation unchanged. 0 = --image-max-per-conversation images of --image-max-bytes, at most 64 MiB but at least --image-max-bytes (64 MiB with the defaults); the session store's budget (--max-store-bytes) counts them too")
 	fs.Func("image-formats", "image formats accepted, a comma-separated list of png, jpeg, webp, gif (default all four; BMP, TIFF, HEIC, AVIF, SVG and others are refused by name)", func(s string) error {
 		fs, err := ParseFormats(s)
 		if err == nil {

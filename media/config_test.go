@@ -43,3 +43,29 @@ func TestConfigFlags(t *testing.T) {
 		t.Errorf("a 1200-pixel image under --image-max-pixels=1000: %v", err)
 	}
 }
+
+// The image budget of a conversation defaults to its images of the largest size, capped at 64 MiB but never below
+// one image of the largest size; the flag sets it outright.
+func TestConversationBytesDefault(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, 64 << 20},
+		{[]string{"--image-max-bytes=1000"}, 64 * 1000},
+		{[]string{"--image-max-bytes=1000", "--image-max-per-conversation=3"}, 3000},
+		{[]string{"--image-max-bytes=104857600"}, 100 << 20},
+		{[]string{"--image-max-bytes-per-conversation=5000"}, 5000},
+	} {
+		c := media.DefaultConfig()
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.RegisterFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Limits.WithDefaults().MaxConversationBytes; got != tc.want {
+			t.Errorf("%v: %d bytes, want %d", tc.args, got, tc.want)
+		}
+	}
+}

@@ -35,6 +35,10 @@ const (
 	DefaultMaxImages = 16
 	// DefaultMaxConversationImages is the most images one stored conversation may keep.
 	DefaultMaxConversationImages = 64
+	// DefaultMaxConversationBytesCap caps the default of Limits.MaxConversationBytes: 64 MiB of images, a dozen
+	// phone photos or many screenshots, about 85 MiB of a stored record (its images in base64), under the 100 MiB
+	// one client may hold of the session store's default budget.
+	DefaultMaxConversationBytesCap = 64 << 20
 )
 
 // Limits bound what one image, and one request's images, may be. The zero value of a field means its default.
@@ -45,6 +49,10 @@ type Limits struct {
 	MaxImages             int      // images per request
 	MaxConversationImages int      // images per stored conversation (for the store; Batch does not see it)
 	Formats               []Format // accepted formats (default AllFormats)
+	// MaxConversationBytes is the bytes of the images one stored conversation may keep, each image's once (for the
+	// store). Its default is MaxConversationImages images of MaxBytes, capped at DefaultMaxConversationBytesCap but
+	// never below MaxBytes, so one image of the largest size is always kept.
+	MaxConversationBytes int64
 }
 
 // dataURLHeader is room for a data: URL's header ("data:image/jpeg;base64,", parameters included) and the JSON
@@ -75,6 +83,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxConversationImages <= 0 {
 		l.MaxConversationImages = DefaultMaxConversationImages
+	}
+	if l.MaxConversationBytes <= 0 {
+		l.MaxConversationBytes = max(min(int64(l.MaxConversationImages)*l.MaxBytes, DefaultMaxConversationBytesCap), l.MaxBytes)
 	}
 	if len(l.Formats) == 0 {
 		l.Formats = AllFormats

@@ -31,7 +31,7 @@ func TestShareImages(t *testing.T) {
 	if msgs[2].Images[0].Data == nil {
 		t.Error("shareImages changed its input")
 	}
-	if got := messageBytes(shared[0]) + messageBytes(shared[2]); got >= messageBytes(msgs[0])+messageBytes(msgs[2]) {
+	if got := storedBytes(shared[0], shared[2]); got >= storedBytes(msgs[0], msgs[2]) {
 		t.Errorf("a shared copy still counts twice: %d bytes", got)
 	}
 	full := withImageData(shared)

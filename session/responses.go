@@ -289,6 +289,15 @@ func (s *Service) Respond(ctx context.Context, who parley.Caller, req ResponseRe
 		unlock()
 		return nil, err
 	}
+	// A conversation that is kept, in the store or on the connection
+	// (Local), holds the input's images: they are held to its limits
+	// before anything runs or is written.
+	if !req.NoStore || req.Local != nil {
+		if err := s.checkImages(sess, req.Input...); err != nil {
+			unlock()
+			return nil, err
+		}
+	}
 	if req.Instructions != nil {
 		sess.System = *req.Instructions
 	}
@@ -339,9 +348,9 @@ func (s *Service) Respond(ctx context.Context, who parley.Caller, req ResponseRe
 		t.capture = &captureStore{cfg: newStoreConfig(nil)}
 	} else {
 		// A new session (a fork's copy included) stores all it holds.
-		need = inputBytes(req.Input)
+		need = storedBytes(req.Input...)
 		if sess.Created.IsZero() {
-			need = sess.Bytes() + messageBytes(last)
+			need = len(sess.System) + storedBytes(sess.Messages...) + storedBytes(last)
 		}
 	}
 	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: last, p: p, model: req.Model, need: need, r: req.Responder, stateless: req.NoStore, scope: req.Scope, maxPrompt: req.MaxPromptTokens, who: who}); err != nil {
@@ -571,13 +580,4 @@ func (s *Service) mayCreate(ctx context.Context, who parley.Caller) error {
 		}
 	}
 	return s.creates.allow(client)
-}
-
-// inputBytes is what a turn's input messages add to its session at least.
-func inputBytes(msgs []parley.Message) int {
-	n := 0
-	for _, m := range msgs {
-		n += messageBytes(m)
-	}
-	return n
 }

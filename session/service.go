@@ -87,8 +87,10 @@ type Service struct {
 	creates createLimiter // sessions each client may create per minute
 	served  servedSet
 	ids     idCipher // response ids (ids.go)
-	// maxImages caps the images of one conversation (images.go); <= 0: none.
-	maxImages int
+	// maxImages caps the images of one conversation, and maxImageBytes
+	// their bytes, one copy of each (images.go); <= 0: none.
+	maxImages     int
+	maxImageBytes int64
 }
 
 // Option configures NewService.
@@ -585,6 +587,9 @@ func (s *Service) turn(ctx context.Context, who parley.Caller, id string, input 
 	var reapply func(*Session)
 	var prefix *parley.Message // Continue: the reply carried on
 	revert := sess
+	// A Regenerate or a Continue runs a prompt the conversation holds
+	// already: its images were held to the limits when it was sent.
+	rerun := input.Role == "" || input.Role == roleContinue
 	switch input.Role {
 	case "": // Regenerate
 		revert = sess.Clone() // the old reply comes back if the new one fails
@@ -607,9 +612,11 @@ func (s *Service) turn(ctx context.Context, who parley.Caller, id string, input 
 		prefix = &parley.Message{Role: parley.RoleAssistant, Content: reply.Content, Reasoning: reply.Reasoning}
 		reapply = func(fresh *Session) { fresh.removeSpan(from, fresh.Next()) }
 	}
-	if err := s.checkImages(sess, input); err != nil {
-		unlock()
-		return nil, err
+	if !rerun {
+		if err := s.checkImages(sess, input); err != nil {
+			unlock()
+			return nil, err
+		}
 	}
 	if input.Role == parley.RoleTool {
 		if err := checkToolResults(sess.Messages, []parley.Message{input}); err != nil {
@@ -632,7 +639,7 @@ func (s *Service) turn(ctx context.Context, who parley.Caller, id string, input 
 	if len(sess.Messages) == 0 {
 		t.kv = KVNew
 	}
-	need := messageBytes(input)
+	need := storedBytes(input)
 	o := applyTurnOptions(opts)
 	if err := s.start(ctx, t, turnStart{sess: sess, unlock: unlock, input: input, p: p, need: need, r: o.r, progress: o.progress, cont: prefix != nil, scope: o.scope, who: who}); err != nil {
 		return nil, err

@@ -104,8 +104,11 @@ func (s *Session) Clone() *Session {
 	return &c
 }
 
-// Bytes is the size of the conversation as the per-session cap counts it:
-// the system prompt plus every message's role and content, in bytes.
+// Bytes is the size of the conversation's text as the per-session cap
+// counts it: the system prompt plus every message's role and content, in
+// bytes. Images are not counted here: a conversation's images are held to a
+// budget of their own (WithMaxConversationImageBytes), and the store's byte
+// budget counts them with everything else.
 func (s *Session) Bytes() int {
 	n := len(s.System)
 	for _, m := range s.Messages {
@@ -114,29 +117,52 @@ func (s *Session) Bytes() int {
 	return n
 }
 
-func messageBytes(m parley.Message) int { return len(m.Role) + len(m.Content) + imageBytes(m) }
+// messageBytes is the bytes of m's text as the per-session cap counts them.
+func messageBytes(m parley.Message) int { return len(m.Role) + len(m.Content) }
+
+// keptFrom is the index of s.Messages from which the cap of text drops
+// nothing (trimHistory): len(s.Messages), or the first input message of the
+// newest response when it reaches the end of the history, so a Responses
+// request whose input items come before its prompt keeps its record whole.
+func (s *Session) keptFrom() int {
+	keep := len(s.Messages)
+	if n := len(s.Responses); n > 0 {
+		if r := s.Responses[n-1]; r.End >= s.Next() {
+			keep = min(max(r.Start-s.Trimmed, 0), keep)
+		}
+	}
+	return keep
+}
 
 // trimHistory drops the oldest turns of msgs until the system prompt
-// (systemBytes) and the rest fit in maxBytes. A turn is a user message and
-// everything up to the next user message, so a user prompt never loses its
-// reply while staying itself. It returns the kept suffix (sharing msgs'
-// backing array) and how many messages were dropped. When even the newest
-// turn does not fit, everything is dropped: the cap bounds memory and disk,
-// whatever clients send. maxBytes <= 0 means no cap.
-func trimHistory(msgs []parley.Message, systemBytes, maxBytes int) ([]parley.Message, int) {
+// (systemBytes) and the rest fit in maxBytes, but never the newest turn, nor
+// any message from index keep on (Session.keptFrom). A turn is a user
+// message and everything up to the next user message, so a user prompt
+// never loses its reply while staying itself. It returns the kept suffix
+// (sharing msgs' backing array) and how many messages were dropped. A newest
+// turn larger than maxBytes alone is kept whole, the turns before it
+// dropped: a conversation is never emptied by the cap, and what one turn
+// adds is bounded by the request's own limits (a request body, a socket
+// message, the reply's max tokens). maxBytes <= 0 means no cap.
+func trimHistory(msgs []parley.Message, systemBytes, maxBytes, keep int) ([]parley.Message, int) {
 	if maxBytes <= 0 {
 		return msgs, 0
 	}
 	total := systemBytes
-	for _, m := range msgs {
+	newest := 0 // where the newest turn starts
+	for i, m := range msgs {
 		total += messageBytes(m)
+		if m.Role == parley.RoleUser {
+			newest = i
+		}
 	}
+	newest = min(newest, keep)
 	start := 0
-	for total > maxBytes && start < len(msgs) {
+	for total > maxBytes && start < newest {
 		// Drop msgs[start] and everything after it up to the next user message.
 		total -= messageBytes(msgs[start])
 		start++
-		for start < len(msgs) && msgs[start].Role != parley.RoleUser {
+		for start < newest && msgs[start].Role != parley.RoleUser {
 			total -= messageBytes(msgs[start])
 			start++
 		}

@@ -20,10 +20,11 @@ type Store interface {
 	// there is none or it has expired.
 	Get(ctx context.Context, id string) (*Session, error)
 	// Put stores a copy of s as the store keeps it: Created set when zero,
-	// Updated set to now, the oldest turns dropped to fit the per-session
-	// byte cap. It writes those changes back into s, so after a nil return
-	// *s equals what Get returns. Durable stores have committed it to disk
-	// when Put returns. Storing a new id when the store is full evicts the
+	// Updated set to now, the oldest turns (never the newest) dropped to fit
+	// the per-session cap of text (WithMaxBytes). It writes those changes
+	// back into s, so after a nil return *s equals what Get returns.
+	// Durable stores have committed it to disk when Put returns. Storing a
+	// new id when the store is full evicts the
 	// least recently updated sessions, but only those idle for longer than
 	// the eviction floor (WithEvictFloor): when the least recently updated
 	// is younger, Put stores nothing and returns a parley EStoreFull error.
@@ -47,7 +48,7 @@ type Store interface {
 const (
 	DefaultTTL             = 24 * time.Hour // idle time after which a session expires
 	DefaultMaxSessions     = 10000          // sessions per store
-	DefaultMaxBytes        = 1 << 20        // bytes of system prompt + history per session
+	DefaultMaxBytes        = 1 << 20        // bytes of text (system prompt + history; images apart) per session
 	DefaultJanitorInterval = time.Minute    // how often expired sessions are deleted
 	DefaultMaxPerOwner     = 500            // sessions one client may hold (cmd/parley's default; the library's is no bound)
 	DefaultEvictFloor      = 24 * time.Hour // idle time before a session may be evicted (cmd/parley's default; the library's is none)
@@ -95,8 +96,9 @@ func WithTTL(d time.Duration) StoreOption { return func(c *storeConfig) { c.ttl 
 // WithMaxSessions bounds the number of sessions; n <= 0 means no bound.
 func WithMaxSessions(n int) StoreOption { return func(c *storeConfig) { c.maxSessions = n } }
 
-// WithMaxBytes caps the bytes of one session (see Session.Bytes); Put drops
-// the oldest turns to fit. n <= 0 means no cap.
+// WithMaxBytes caps the bytes of one session's text (see Session.Bytes;
+// images are held to the Service's limits instead): Put drops the oldest
+// turns to fit, never the newest. n <= 0 means no cap.
 func WithMaxBytes(n int) StoreOption { return func(c *storeConfig) { c.maxBytes = n } }
 
 // WithMaxPerOwner bounds the sessions one owner (Session.Owner, a client)
@@ -159,7 +161,7 @@ func (c *storeConfig) prepare(s *Session) (*Session, error) {
 	cp.Updated = now
 	s.Created, s.Updated = cp.Created, cp.Updated
 	data := imageData(cp.Messages) // before trimming: a kept message may need a dropped one's copy
-	if kept, dropped := trimHistory(shareImages(cp.Messages, data), len(cp.System), c.maxBytes); dropped > 0 {
+	if kept, dropped := trimHistory(shareImages(cp.Messages, data), len(cp.System), c.maxBytes, cp.keptFrom()); dropped > 0 {
 		// Copy the kept suffix so the dropped prefix is not kept alive, and
 		// give the caller its own copy of what was kept.
 		cp.Messages = slices.Clone(kept)

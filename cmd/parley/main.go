@@ -407,6 +407,7 @@ func newSessions(cfg config, store session.Store, defaults parley.Params, r parl
 	return session.NewService(store, r,
 		session.WithSystemPrompt(cfg.systemPrompt),
 		session.WithMaxConversationImages(cfg.vision.media.Limits.MaxConversationImages),
+		session.WithMaxConversationImageBytes(cfg.vision.media.Limits.WithDefaults().MaxConversationBytes),
 		session.WithDefaultParams(defaults),
 		session.WithClientLimits(cfg.sessionCreatesPerMinute, cfg.maxUnusedPerClient),
 		session.WithLogger(log.Named("session")))

@@ -25,7 +25,7 @@ var flagTopics = []struct {
 		"session-creates-per-minute", "max-unused-per-client", "max-store-bytes", "client-store-share"}},
 	{"Access", []string{"addr", "api-key", "user", "users", "cache-scope", "allowed-origins", "allowed-hosts"}},
 	{"Tools on the server", []string{"mcp-config"}},
-	{"Images", []string{"image-max-bytes", "image-max-pixels", "image-max-side", "image-max-per-request", "image-max-per-conversation",
+	{"Images", []string{"image-max-bytes", "image-max-pixels", "image-max-side", "image-max-per-request", "image-max-per-conversation", "image-max-bytes-per-conversation",
 		"image-formats", "image-url-allow", "image-url-timeout", "image-url-max-redirects", "image-decode-timeout", "image-decode-memory",
 		"image-decode-workers", "image-cache-bytes"}},
 	{"Limits", []string{"max-message-bytes", "max-conns", "max-conns-per-ip", "max-http-conns", "max-http-conns-per-ip",

@@ -447,9 +447,9 @@ func TestVisionSocketMessageSize(t *testing.T) {
 }
 
 // The Responses API's WebSocket mode takes images as large as the image limits allow, past a POST body's 4 MiB: a
-// ~200 KiB PNG and one of more than 4 MiB, each a response.create of a conversation. One over the cap of a message with
-// images, or whose text alone is over 4 MiB, is answered with a too_large error event, and the socket and its
-// conversation go on. Once the responses have ended, no byte of the body budget is held.
+// ~200 KiB PNG and one of more than 4 MiB, each a response.create of one stored conversation. One over the cap of a
+// message with images, or whose text alone is over 4 MiB, is answered with a too_large error event, and the socket
+// and its conversation go on. Once the responses have ended, no byte of the body budget is held.
 func TestVisionResponsesSocketMessageSize(t *testing.T) {
 	bin := testbin.Parley(t)
 	visionLibDir(t, bin)
@@ -502,10 +502,11 @@ func TestVisionResponsesSocketMessageSize(t *testing.T) {
 	if in1 < 16 { // the synthetic projector makes 16 positions of an image
 		t.Fatalf("the response to a %d-byte image evaluated %v input tokens", len(small), in1)
 	}
-	// A stored conversation keeps at most 1 MiB (session.DefaultMaxBytes), images included: the 4 MiB image goes
-	// in a response that is not stored.
-	if _, in := completed("a 4 MiB image", respond(map[string]any{"store": false, "input": withImage(dataURL(big), "Once upon a time")})); in < 16 {
-		t.Fatalf("the response to a %d-byte image evaluated %v input tokens", len(big), in)
+	// The conversation keeps the 4 MiB image with its first turn: its images have a budget of their own, apart from
+	// its 1 MiB of text.
+	id2, in2 := completed("a 4 MiB image", respond(map[string]any{"previous_response_id": id1, "input": withImage(dataURL(big), "Once upon a time")}))
+	if in2 <= in1+16 {
+		t.Fatalf("the response to a %d-byte image evaluated %v input tokens; the one before %v", len(big), in2, in1)
 	}
 	for _, tc := range []struct {
 		name string
@@ -521,9 +522,9 @@ func TestVisionResponsesSocketMessageSize(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, m)
 		}
 	}
-	// The socket serves on, and the conversation holds its image.
-	if _, in2 := completed("the next turn", respond(map[string]any{"previous_response_id": id1, "input": "And then?"})); in2 <= in1 {
-		t.Errorf("the next turn evaluated %v input tokens; the one before %v", in2, in1)
+	// The socket serves on, and the conversation holds its images.
+	if _, in3 := completed("the next turn", respond(map[string]any{"previous_response_id": id2, "input": "And then?"})); in3 <= in2 {
+		t.Errorf("the next turn evaluated %v input tokens; the one before %v", in3, in2)
 	}
 	// The socket runs its requests in order: each has given back its bytes before the next is read.
 	if n := metric(t, s.addr, "parley_body_bytes_inflight"); n != 0 {
