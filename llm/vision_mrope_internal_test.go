@@ -78,6 +78,13 @@ func greedyTurn(t *testing.T, e *Engine, key string, toks []int, images []parley
 	t.Helper()
 	p := parley.DefaultParams()
 	p.Temperature, p.RepeatPenalty, p.MaxTokens, p.Seed = 0, 1, n, 1
+	return generateTurn(t, e, key, toks, images, p)
+}
+
+// generateTurn generates a reply to toks with images under key and p, and returns its token ids and final event
+// (an error ends the test).
+func generateTurn(t *testing.T, e *Engine, key string, toks []int, images []parley.Image, p parley.Params) ([]int, parley.Event) {
+	t.Helper()
 	ch, err := e.Generate(context.Background(), parley.GenerateRequest{Key: key, Tokens: toks, Images: images, Params: p})
 	if err != nil {
 		t.Fatal(err)

@@ -346,23 +346,7 @@ func TestEngineImageSurvivesRestart(t *testing.T) {
 	p.Temperature, p.MaxTokens = 0, 8
 	turn := func(e *Engine, toks []int) ([]int, parley.Event) {
 		t.Helper()
-		ch, err := e.Generate(context.Background(), parley.GenerateRequest{Key: "c1", Tokens: toks, Images: []parley.Image{img}, Params: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []int
-		var final parley.Event
-		for ev := range ch {
-			if ev.Done {
-				final = ev
-				continue
-			}
-			ids = append(ids, ev.Token.ID)
-		}
-		if final.Err != nil {
-			t.Fatal(final.Err)
-		}
-		return ids, final
+		return generateTurn(t, e, "c1", toks, []parley.Image{img}, p)
 	}
 	e, err := Open(cfg)
 	if err != nil {

@@ -180,6 +180,8 @@ func (r *phaseResult) add(o *phaseResult) {
 	w.decodeSeconds += v.decodeSeconds
 	w.decoded += v.decoded
 	w.cpuSeconds += v.cpuSeconds
+	w.drafted += v.drafted
+	w.accepted += v.accepted
 }
 
 func (r *phaseResult) rate(d time.Duration) float64 { return float64(r.tokens) / d.Seconds() }
@@ -334,6 +336,7 @@ func pct(ds []time.Duration, p float64) time.Duration {
 type engineWork struct {
 	steps, generated, evaluated, preemptions float64
 	swaps, decodeSeconds, decoded            float64
+	drafted, accepted                        float64 // draft tokens decoded, and those that held
 	cpuSeconds                               float64 // the server process's, user and system
 }
 
@@ -344,7 +347,8 @@ func (w engineWork) String() string {
 	return fmt.Sprintf("%.0f decode steps, %.2f generated tokens a step (%.2f tokens decoded a generated token), %.0f prompt tokens evaluated (%.2f per generated token), %d preemptions (%d states copied out), %.1f s decoding (%.0f generated tokens per decoding second)",
 		w.steps, w.generated/w.steps, w.decoded/max(w.generated, 1), w.evaluated, w.evaluated/max(w.generated, 1), int(w.preemptions), int(w.swaps), w.decodeSeconds,
 		w.generated/max(w.decodeSeconds, 1e-9)) +
-		fmt.Sprintf(", %.1f CPU seconds (%.0f generated tokens per CPU second)", w.cpuSeconds, w.generated/max(w.cpuSeconds, 1e-9))
+		fmt.Sprintf(", %.1f CPU seconds (%.0f generated tokens per CPU second), %.0f draft tokens (%.0f held)",
+			w.cpuSeconds, w.generated/max(w.cpuSeconds, 1e-9), w.drafted, w.accepted)
 }
 
 // cpuSeconds is process pid's user and system CPU time so far (0 when
@@ -368,12 +372,14 @@ func cpuSeconds(pid int) float64 {
 
 // engineCounters are the /metrics series engineWork is made of.
 var engineCounters = []string{"parley_decode_steps_total", "parley_generated_tokens_total",
-	"parley_prompt_tokens_evaluated_total", "parley_preemptions_total", "parley_decode_seconds_total", "parley_preemption_swaps_total", "parley_decoded_tokens_total"}
+	"parley_prompt_tokens_evaluated_total", "parley_preemptions_total", "parley_decode_seconds_total", "parley_preemption_swaps_total", "parley_decoded_tokens_total",
+	"parley_draft_tokens_total", "parley_draft_tokens_accepted_total"}
 
 func work(before, after map[string]float64) engineWork {
 	d := func(name string) float64 { return after[name] - before[name] }
 	return engineWork{steps: d(engineCounters[0]), generated: d(engineCounters[1]), evaluated: d(engineCounters[2]),
-		preemptions: d(engineCounters[3]), decodeSeconds: d(engineCounters[4]), swaps: d(engineCounters[5]), decoded: d(engineCounters[6])}
+		preemptions: d(engineCounters[3]), decodeSeconds: d(engineCounters[4]), swaps: d(engineCounters[5]), decoded: d(engineCounters[6]),
+		drafted: d(engineCounters[7]), accepted: d(engineCounters[8])}
 }
 
 // counters reads engineCounters from the server's /metrics (a user's key
@@ -396,12 +402,18 @@ func (b *bench) counters() (map[string]float64, error) {
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok || !slices.Contains(engineCounters, name) {
+		// name{labels} value: a series with labels adds to its name's sum.
+		line := sc.Text()
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
 			continue
 		}
-		if v, err := strconv.ParseFloat(value, 64); err == nil {
-			m[name] = v
+		name, _, _ := strings.Cut(line[:sp], "{")
+		if !slices.Contains(engineCounters, name) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[sp+1:], 64); err == nil {
+			m[name] += v
 		}
 	}
 	return m, sc.Err()
