@@ -103,6 +103,7 @@ type config struct {
 	maxConns, maxConnsPerIP, promptsPerMinute    int
 	maxPromptTokens, maxQueuedPrompts            int
 	maxSessions                                  int
+	maxSessionBytes                              int
 	maxMessageBytes                              int64
 	sessionTTL, drainTimeout                     time.Duration
 	resumeGrace                                  time.Duration
@@ -183,6 +184,7 @@ func declareFlags(c *config, getenv func(string) string, stderr io.Writer) *flag
 	fs.StringVar(&c.store, "store", "bolt", "session store: bolt (durable file under --data-dir), memory, or redis://HOST:PORT/DB (shared by replicas)")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(getenv), "directory for the session database")
 	fs.DurationVar(&c.sessionTTL, "session-ttl", 24*time.Hour, "idle sessions expire after this long")
+	fs.IntVar(&c.maxSessionBytes, "max-session-bytes", session.DefaultMaxBytes, "bytes of one conversation's text kept (its system prompt and messages; images have their own budget, --image-max-bytes-per-conversation): past it the oldest turns are dropped, never the newest (0 = no cap)")
 	fs.IntVar(&c.maxSessions, "max-sessions", 10000, "sessions kept at most; when full, the least recently used one is evicted if idle past --evict-idle-floor, else the new session is refused (507)")
 	fs.DurationVar(&c.evictIdleFloor, "evict-idle-floor", session.DefaultEvictFloor, "a full store evicts only sessions idle for longer than this (0 = any, the least recently used first)")
 	fs.IntVar(&c.maxSessionsPerClient, "max-sessions-per-client", session.DefaultMaxPerOwner, "sessions one client (an IPv4 address or an IPv6 /64) may hold at once (over it: 429; 0 = no bound)")
@@ -577,6 +579,7 @@ func openStore(cfg config, log *zap.Logger) (session.Store, error) {
 	opts := []session.StoreOption{
 		session.WithTTL(cfg.sessionTTL),
 		session.WithMaxSessions(cfg.maxSessions),
+		session.WithMaxBytes(cfg.maxSessionBytes),
 		session.WithMaxPerOwner(cfg.maxSessionsPerClient),
 		session.WithEvictFloor(cfg.evictIdleFloor),
 		session.WithStoreLogger(log.Named("store")),

@@ -21,7 +21,7 @@ var flagTopics = []struct {
 	{"KV swap", []string{"kv-cache-ram", "kv-cache-disk", "kv-cache-shared", "kv-cache-shared-bytes", "kv-cache-shared-wait", "kv-cache-min-free"}},
 	{"Sampling defaults", []string{"max-tokens", "max-tokens-limit", "system-prompt", "temperature", "top-k", "top-p", "min-p",
 		"repeat-penalty", "repeat-last-n", "seed"}},
-	{"Sessions and store", []string{"store", "data-dir", "session-ttl", "max-sessions", "evict-idle-floor", "max-sessions-per-client",
+	{"Sessions and store", []string{"store", "data-dir", "session-ttl", "max-sessions", "max-session-bytes", "evict-idle-floor", "max-sessions-per-client",
 		"session-creates-per-minute", "max-unused-per-client", "max-store-bytes", "client-store-share"}},
 	{"Access", []string{"addr", "api-key", "user", "users", "cache-scope", "allowed-origins", "allowed-hosts"}},
 	{"Tools on the server", []string{"mcp-config"}},
