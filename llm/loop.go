@@ -60,13 +60,17 @@ func (e *Engine) loop(b *batch) {
 			}
 			admit(seq)
 		}
-		if active >= e.parallel {
+		for active >= e.parallel {
 			// Every slot generates: a client without one may take one
-			// from the client holding the most (preempt.go).
-			if seq := e.preempt(); seq != nil {
-				active--
-				admit(seq)
+			// from the client holding the most (preempt.go); every such
+			// client at once, so that a burst of newcomers does not wait
+			// a step for each one before it.
+			seq := e.preempt()
+			if seq == nil {
+				break
 			}
+			active--
+			admit(seq)
 		}
 		select {
 		case <-e.closing:
