@@ -251,20 +251,8 @@ func TestEngineMRopeMatchesLlamaMtmdCLI(t *testing.T) {
 	defer dec.Close()
 	replies := map[string]bool{}
 	for seed := range 2 {
-		data := mtmdTestImage(t, seed)
-		path := filepath.Join(t.TempDir(), "image.png")
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		path, im, d := mtmdTestCase(t, dec, seed)
 		want := mtmdCLIReply(t, cli, model, proj, path)
-		im, err := media.Limits{}.Check(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := dec.Decode(context.Background(), im)
-		if err != nil {
-			t.Fatal(err)
-		}
 		img := parley.Image{Key: media.CacheKey("alice", im.Hash), Width: d.Width, Height: d.Height, RGB: d.RGB}
 		ids, _ := greedyTurn(t, e, "", prompt, []parley.Image{img}, mtmdTokens)
 		var text strings.Builder

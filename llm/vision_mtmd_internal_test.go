@@ -64,22 +64,8 @@ func TestMtmdMatchesLlamaMtmdCLI(t *testing.T) {
 	defer dec.Close()
 	replies := map[string]bool{}
 	for seed := range 2 {
-		img := filepath.Join(tmp, "image.png")
-		data := mtmdTestImage(t, seed)
-		err := os.WriteFile(img, data, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
+		img, _, d := mtmdTestCase(t, dec, seed)
 		want := mtmdCLIReply(t, cli, model, proj, img)
-
-		im, err := media.Limits{}.Check(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := dec.Decode(context.Background(), im)
-		if err != nil {
-			t.Fatal(err)
-		}
 		got := strings.TrimSpace(mtmdGreedy(t, model, proj, d))
 		t.Logf("image %d: %q", seed, got)
 		if got != want {
@@ -90,6 +76,25 @@ func TestMtmdMatchesLlamaMtmdCLI(t *testing.T) {
 	if len(replies) != 2 {
 		t.Errorf("two images gave the same reply: the image does not reach the model")
 	}
+}
+
+// mtmdTestCase writes seed's test image (mtmdTestImage) to a file of its own, for llama-mtmd-cli, and checks and
+// decodes it as Parley does, for Parley.
+func mtmdTestCase(t *testing.T, dec *media.Decoder, seed int) (path string, im *media.Image, d *media.Decoded) {
+	t.Helper()
+	data := mtmdTestImage(t, seed)
+	path = filepath.Join(t.TempDir(), "image.png")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	im, err := media.Limits{}.Check(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err = dec.Decode(context.Background(), im); err != nil {
+		t.Fatal(err)
+	}
+	return path, im, d
 }
 
 // mtmdTestImage is a 48x40 PNG whose pattern depends on seed (not square: the projector's preprocessing pads it).
