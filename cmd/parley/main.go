@@ -197,7 +197,7 @@ func declareFlags(c *config, getenv func(string) string, stderr io.Writer) *flag
 	fs.StringVar(&c.mcpConfig, "mcp-config", "", "JSON file of the MCP servers Parley runs tools on, and which users may use which of their tools (see the README)")
 	fs.StringVar(&c.usersFile, "users", "", "file of named users, one NAME:KEY a line (# comments), as --user")
 	fs.StringVar(&c.cacheScope, "cache-scope", "user", "who shares KV caches (a slot's prompt, a copied prefix, saved states): user (each user its own; without named users, every client of the one key) or client (each client address of each user its own)")
-	fs.Int64Var(&c.maxMessageBytes, "max-message-bytes", web.DefaultMaxMessageBytes, "largest WebSocket message accepted")
+	fs.Int64Var(&c.maxMessageBytes, "max-message-bytes", web.DefaultMaxMessageBytes, "largest WebSocket message accepted; a JSON-mode message with images may be larger by what its images may take (--image-max-bytes x --image-max-per-request, as base64), its bytes past this held from the body budget")
 	fs.IntVar(&c.maxConns, "max-conns", web.DefaultMaxConns, "open WebSocket connections at most")
 	fs.IntVar(&c.maxConnsPerIP, "max-conns-per-ip", web.DefaultMaxConnsPerIP, "open WebSocket connections per client address at most")
 	fs.IntVar(&c.promptsPerMinute, "prompts-per-minute", web.DefaultPromptsPerMinute, "prompts per connection per minute at most")
