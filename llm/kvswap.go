@@ -591,21 +591,32 @@ func (e *Engine) kvRestore(s *slot, seq *sequence, keep int) int {
 		return keep
 	}
 	t0 := time.Now()
-	s.cached = s.cached[:0]
-	if err := k.be.StateSeqRestore(s.id, ent.State); err != nil {
-		e.be.SeqRm(s.id, 0, -1)
+	if err := e.loadState(s, ent.State, ent.Tokens); err != nil {
 		k.fallback(FallbackRejected)
 		e.log.Warn("saved kv state refused by llama.cpp; the conversation is evaluated again", zap.String("key", seq.req.Key),
 			zap.Int("slot", s.id), zap.Error(err))
 		return 0
 	}
-	s.cached = append(s.cached, ent.Tokens...)
 	k.restores.Add(1)
 	k.restoredTokens.Add(int64(p - keep))
 	k.restoreNanos.Add(int64(time.Since(t0)))
 	e.log.Debug("kv state restored", zap.String("key", seq.req.Key), zap.Int("slot", s.id), zap.Int("tokens", p),
 		zap.Duration("took", time.Since(t0)))
 	return p
+}
+
+// loadState replaces slot s's KV cache with state, llama.cpp's per-sequence
+// state of toks (which replaces the sequence's cells): the KV swap's saved
+// states and a stepped-out sequence's own (swapIn). On an error the slot
+// holds nothing.
+func (e *Engine) loadState(s *slot, state []byte, toks []int) error {
+	s.cached = s.cached[:0]
+	if err := e.be.StateSeqRestore(s.id, state); err != nil {
+		e.be.SeqRm(s.id, 0, -1)
+		return err
+	}
+	s.cached = append(s.cached, toks...)
+	return nil
 }
 
 // kvStats returns the swap's counters.

@@ -116,15 +116,11 @@ func (e *Engine) swapIn(s *slot, seq *sequence, toks []int, keep int) int {
 	if sw == nil || commonPrefix(sw.toks, toks) != len(sw.toks) || len(sw.toks) <= keep {
 		return keep
 	}
-	e.be.SeqRm(s.id, 0, -1)
-	s.cached = s.cached[:0]
-	if err := e.be.StateSeqRestore(s.id, sw.state); err != nil {
-		e.be.SeqRm(s.id, 0, -1)
+	if err := e.loadState(s, sw.state, sw.toks); err != nil {
 		e.log.Warn("a stepped-out sequence's KV state did not load; its history is evaluated again",
 			zap.Int("slot", s.id), zap.Error(err))
 		return 0
 	}
-	s.cached = append(s.cached, sw.toks...)
 	e.swapIns.Add(1)
 	return len(sw.toks)
 }
